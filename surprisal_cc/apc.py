@@ -1,0 +1,152 @@
+"""Autoregressive predictive coding (APC) model: features h_t and per-frame surprisal.
+
+Architecture (paper, Sec. 4.2 and Table 1): 2 x [unidirectional GRU 512 -> dropout 0.5 ->
+Linear 512 -> LeakyReLU(0.125)], then a linear head 512 -> 80 that predicts frame x_t from
+the state after x_{t-1}. A causal zero frame is put in front of the sequence, so one pass over
+``[0, x_1, ..., x_T]`` yields both the prediction ``xhat_t`` (from the state after x_{t-1}) and
+the feature ``h_t`` (the state after x_t). An optional learnable affine input scale
+(weight 0.1, bias 0, as in the authors' code) is applied to the encoder input only: targets
+are the raw filterbank frames, so the scale cannot shrink the loss.
+
+Surprisal(x_t) = 0.5 * ||x_t - xhat_t||^2 (negative log-likelihood of a unit-variance Gaussian,
+up to a constant).
+
+Example
+-------
+>>> import torch
+>>> apc = APCModel().eval()
+>>> out = apc(torch.randn(2, 7, 80), torch.tensor([7, 4]))
+>>> out.features.shape, out.surprisal.shape
+(torch.Size([2, 7, 512]), torch.Size([2, 7]))
+>>> sum(p.numel() for p in apc.parameters())
+3054674
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .features import lengths_to_mask
+
+
+class APCOutput(NamedTuple):
+    features: Tensor  # (B, T, H): h_t, has seen x_1..x_t
+    prediction: Tensor  # (B, T, D): xhat_t, from the state after x_{t-1}
+    surprisal: Tensor  # (B, T): 0.5 * ||x_t - xhat_t||^2, zero on padding
+
+
+class AffineScale(nn.Module):
+    """y = weight * x + bias with scalar learnable weight and bias."""
+
+    def __init__(self, weight: float = 0.1, bias: float = 0.0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor(float(weight)))
+        self.bias = nn.Parameter(torch.tensor(float(bias)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight * x + self.bias
+
+
+class APCModel(nn.Module):
+    """Causal GRU predictor of the next filterbank frame."""
+
+    def __init__(
+        self,
+        input_size: int = 80,
+        hidden_size: int = 512,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        leaky_slope: float = 0.125,
+        input_scale: bool = True,
+    ):
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.input_scale = AffineScale() if input_scale else nn.Identity()
+        self.grus = nn.ModuleList()
+        self.projections = nn.ModuleList()
+        for layer in range(num_layers):
+            self.grus.append(nn.GRU(input_size if layer == 0 else hidden_size, hidden_size, batch_first=True))
+            self.projections.append(
+                nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_size, hidden_size), nn.LeakyReLU(leaky_slope))
+            )
+        self.head = nn.Linear(hidden_size, input_size)
+
+    def encode(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """Causal encoder states (B, T, H) over real frames only (packed GRUs)."""
+        h = self.input_scale(x)
+        lengths_cpu = lengths.detach().cpu().clamp(min=1)
+        for gru, projection in zip(self.grus, self.projections):
+            packed = pack_padded_sequence(h, lengths_cpu, batch_first=True, enforce_sorted=False)
+            h, _ = pad_packed_sequence(gru(packed)[0], batch_first=True, total_length=x.shape[1])
+            h = projection(h)
+        return h
+
+    def forward(self, x: Tensor, lengths: Tensor) -> APCOutput:
+        shifted = torch.cat([x.new_zeros(x.shape[0], 1, x.shape[2]), x], dim=1)
+        states = self.encode(shifted, lengths + 1)
+        prediction = self.head(states[:, :-1])
+        mask = lengths_to_mask(lengths, x.shape[1])
+        surprisal = 0.5 * (x - prediction).pow(2).sum(-1) * mask
+        return APCOutput(features=states[:, 1:] * mask.unsqueeze(-1), prediction=prediction, surprisal=surprisal)
+
+    def loss(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """Training objective: mean surprisal over real frames (Gaussian maximum likelihood)."""
+        return self(x, lengths).surprisal.sum() / lengths.sum().clamp(min=1)
+
+
+class FrozenAPC(nn.Module):
+    """An APC model used downstream: parameters frozen and always in eval mode (no dropout).
+
+    ``train()`` is a no-op for the wrapped model, so a Brain switching stages can never put the
+    APC back into train mode (a bug of the paper's public code).
+    """
+
+    def __init__(self, apc: APCModel):
+        super().__init__()
+        self.apc = apc.eval()
+        for p in self.apc.parameters():
+            p.requires_grad_(False)
+
+    def train(self, mode: bool = True) -> "FrozenAPC":
+        super().train(mode)
+        self.apc.eval()
+        return self
+
+    @torch.no_grad()
+    def forward(self, x: Tensor, lengths: Tensor) -> APCOutput:
+        return self.apc(x, lengths)
+
+
+def load_apc(path, map_location="cpu", **model_kwargs) -> APCModel:
+    """Load an exported APC model file (``{"config": ..., "state_dict": ...}``) safely.
+
+    Uses ``torch.load(weights_only=True)``: no code from the file is executed.
+    """
+    blob = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(blob, dict) or "state_dict" not in blob:
+        raise ValueError(f"{path}: not an APC model file (expected keys 'config' and 'state_dict'); "
+                         "export one with recipes/LibriSpeech/pretrain_apc.py")
+    config = {**blob.get("config", {}), **model_kwargs}
+    model = APCModel(**config)
+    try:
+        model.load_state_dict(blob["state_dict"])
+    except RuntimeError as err:
+        raise ValueError(f"{path}: APC weights do not match the configuration {config}: {err}") from None
+    return model
+
+
+def save_apc(model: APCModel, path) -> None:
+    """Export an APC model to one file that the ASR recipes load by path."""
+    config = dict(
+        input_size=model.input_size,
+        hidden_size=model.hidden_size,
+        num_layers=len(model.grus),
+        dropout=model.projections[0][0].p,
+        leaky_slope=model.projections[0][2].negative_slope,
+        input_scale=isinstance(model.input_scale, AffineScale),
+    )
+    torch.save({"config": config, "state_dict": model.state_dict()}, path)

@@ -1,0 +1,299 @@
+"""CTC encoders: the encoder interface and the conditional (small/big) encoder with real routing.
+
+Every encoder maps features (B, T, D) with exact frame lengths (and, when it needs it, per-frame
+surprisal) to an :class:`EncoderOutput`: CTC log-probabilities, an auxiliary loss to add to the
+CTC loss, the MACs that actually ran on every real frame per component, and per-frame statistics.
+
+:class:`ConditionalEncoder` (paper Fig. 1): pre-net -> per frame either the small or the big
+network -> post-net. Routing gathers the real frames chosen for each network, runs each network
+only on its frames and scatters the results back (``execution="routed"``). ``execution="masked"``
+runs both networks on every frame and selects with the mask, as the paper's public code did; it
+exists as a reference for tests and benchmarks and is charged for both networks.
+
+Example
+-------
+>>> import torch
+>>> from surprisal_cc.controllers import build_controller
+>>> enc = ConditionalEncoder.paper(input_size=512, num_outputs=42, controller=build_controller("random"))
+>>> out = enc(torch.randn(2, 9, 512), torch.tensor([9, 5]))
+>>> out.log_probs.shape, int(out.stats["use_big"][1, 5:].sum())
+(torch.Size([2, 9, 42]), 0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .controllers import ConstantController, Controller
+from .features import lengths_to_mask
+from .flops import module_macs, uniform_frame_macs
+
+
+@dataclass
+class EncoderOutput:
+    log_probs: Tensor  # (B, T, V) CTC log-probabilities
+    lengths: Tensor  # (B,) frame counts
+    aux_loss: Tensor  # scalar added to the CTC loss (controller penalty, ponder cost, KL)
+    frame_macs: Dict[str, Tensor]  # component -> (B, T) MACs that ran per real frame
+    stats: Dict[str, Tensor] = field(default_factory=dict)  # per-frame statistics, e.g. p_big, steps
+
+
+class Encoder(nn.Module):
+    """Interface of all CTC encoders (conditional, ACT, PonderNet)."""
+
+    def needs_surprisal(self, training: bool) -> bool:
+        return False
+
+    def component_macs(self) -> Dict[str, int]:
+        """Static MACs per frame of each component (one step / one branch each)."""
+        raise NotImplementedError
+
+    def forward(self, feats: Tensor, lengths: Tensor, surprisal: Optional[Tensor] = None) -> EncoderOutput:
+        raise NotImplementedError
+
+
+# ----------------------------------------------------------------------------------------------
+# Building blocks
+# ----------------------------------------------------------------------------------------------
+class BiGRU(nn.Module):
+    """Bidirectional GRU over real frames only (packed), then dropout."""
+
+    def __init__(self, input_size: int, hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.5):
+        super().__init__()
+        self.gru = nn.GRU(input_size, hidden_size, num_layers=num_layers, batch_first=True, bidirectional=True)
+        self.dropout = nn.Dropout(dropout)
+        self.output_size = 2 * hidden_size
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        packed = pack_padded_sequence(x, lengths.detach().cpu().clamp(min=1), batch_first=True, enforce_sorted=False)
+        out, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=x.shape[1])
+        return self.dropout(out)
+
+
+class Conv1dPreNet(nn.Module):
+    """Conv1D over time ('same' length, zero outside real frames) -> LeakyReLU -> dropout (Appendix A)."""
+
+    def __init__(self, input_size: int, channels: int = 512, kernel_size: int = 11, dropout: float = 0.0,
+                 leaky_slope: float = 0.125):
+        super().__init__()
+        self.conv = nn.Conv1d(input_size, channels, kernel_size, padding=kernel_size // 2)
+        self.activation = nn.LeakyReLU(leaky_slope)
+        self.dropout = nn.Dropout(dropout)
+        self.output_size = channels
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        mask = lengths_to_mask(lengths, x.shape[1]).unsqueeze(-1)
+        y = self.conv((x * mask).transpose(1, 2)).transpose(1, 2)
+        return self.dropout(self.activation(y)) * mask
+
+
+class FrameNet(nn.Module):
+    """Per-frame network for the routed branches: [dropout] -> Linear/LeakyReLU stack.
+
+    ``sizes = [in, hidden..., out]``. With ``context = k > 1`` the first layer sees a window of k
+    frames centred on the frame (a Conv1D of length k evaluated only at the routed frames).
+    """
+
+    def __init__(self, sizes: Sequence[int], context: int = 1, input_dropout: float = 0.0,
+                 leaky_slope: float = 0.125, final_activation: bool = True):
+        super().__init__()
+        if context < 1 or context % 2 == 0:
+            raise ValueError(f"FrameNet context must be a positive odd number, got {context}")
+        self.context = context
+        layers = [nn.Dropout(input_dropout)] if input_dropout else []
+        dims = [sizes[0] * context, *sizes[1:]]
+        for i, (n_in, n_out) in enumerate(zip(dims[:-1], dims[1:])):
+            layers.append(nn.Linear(n_in, n_out))
+            if final_activation or i < len(dims) - 2:
+                layers.append(nn.LeakyReLU(leaky_slope))
+        self.net = nn.Sequential(*layers)
+        self.input_size, self.output_size = sizes[0], sizes[-1]
+
+    def forward(self, frames: Tensor) -> Tensor:
+        return self.net(frames)
+
+
+class PostNet(nn.Module):
+    """Post-net: BiGRU + dropout, then Linear to the CTC outputs (or Linear only if ``hidden_size`` is 0)."""
+
+    def __init__(self, input_size: int, num_outputs: int, hidden_size: int = 256, dropout: float = 0.5):
+        super().__init__()
+        self.rnn = BiGRU(input_size, hidden_size, dropout=dropout) if hidden_size else None
+        self.output = nn.Linear(2 * hidden_size if hidden_size else input_size, num_outputs)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        return self.output(self.rnn(x, lengths) if self.rnn is not None else x)
+
+
+def gather_frames(x: Tensor, lengths: Tensor, batch_idx: Tensor, time_idx: Tensor, context: int = 1) -> Tensor:
+    """Rows of ``x`` (B, T, D) at (batch_idx, time_idx) -> (N, D * context).
+
+    With context k > 1, frames t - k//2 .. t + k//2 are concatenated (zeros outside the real frames),
+    in the layout of a Conv1D over time.
+    """
+    if context == 1:
+        return x[batch_idx, time_idx]
+    offsets = torch.arange(context, device=x.device) - context // 2
+    times = time_idx[:, None] + offsets[None, :]
+    valid = (times >= 0) & (times < lengths.to(x.device)[batch_idx][:, None])
+    windows = x[batch_idx[:, None], times.clamp(0, x.shape[1] - 1)] * valid.unsqueeze(-1)
+    return windows.transpose(1, 2).reshape(len(batch_idx), -1)
+
+
+def route_frames(
+    x: Tensor,
+    lengths: Tensor,
+    use_big: Tensor,
+    small_net: FrameNet,
+    big_net: FrameNet,
+    gate: Optional[Tensor] = None,
+) -> Tensor:
+    """Run ``big_net`` only on the real frames with ``use_big`` and ``small_net`` only on the others.
+
+    Returns (B, T, out) with zeros on padding. ``gate`` (B, T), equal to ``use_big`` in value,
+    carries a straight-through gradient: big outputs are multiplied by ``gate`` and small outputs by
+    ``1 - gate``, so d(output)/d(p_big) is +big(x) on big frames and -small(x) on small frames.
+    """
+    mask = lengths_to_mask(lengths, x.shape[1])
+    batch_idx, time_idx = mask.nonzero(as_tuple=True)
+    chosen = use_big[batch_idx, time_idx]
+    out = x.new_zeros(x.shape[0], x.shape[1], big_net.output_size)
+    for net, selected, sign in ((big_net, chosen, 1.0), (small_net, ~chosen, -1.0)):
+        rows = selected.nonzero(as_tuple=True)[0]
+        if rows.numel() == 0:
+            continue
+        b, t = batch_idx[rows], time_idx[rows]
+        y = net(gather_frames(x, lengths, b, t, net.context))
+        if gate is not None:
+            g = gate[b, t].unsqueeze(-1)
+            y = y * (g if sign > 0 else 1.0 - g)
+        out = out.index_put((b, t), y)
+    return out
+
+
+def masked_mixture(x: Tensor, lengths: Tensor, use_big: Tensor, small_net: FrameNet, big_net: FrameNet,
+                   gate: Optional[Tensor] = None) -> Tensor:
+    """Reference scheme of the paper's code: both networks on every frame, mixed by the 0/1 mask."""
+    batch, time = x.shape[:2]
+    b = torch.arange(batch, device=x.device).repeat_interleave(time)
+    t = torch.arange(time, device=x.device).repeat(batch)
+    big = big_net(gather_frames(x, lengths, b, t, big_net.context)).view(batch, time, -1)
+    small = small_net(gather_frames(x, lengths, b, t, small_net.context)).view(batch, time, -1)
+    m = (gate if gate is not None else use_big.to(x.dtype)).unsqueeze(-1)
+    out = m * big + (1.0 - m) * small
+    return out * lengths_to_mask(lengths, time).unsqueeze(-1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Conditional encoder
+# ----------------------------------------------------------------------------------------------
+class ConditionalEncoder(Encoder):
+    """pre-net -> (small | big per frame) -> post-net -> CTC log-probabilities.
+
+    Arguments
+    ---------
+    pre_net, post_net : modules called as ``module(x, lengths)``, or None (Appendix A models).
+        Without a post-net the small and big networks output the CTC logits themselves.
+    small_net, big_net : :class:`FrameNet`.
+    controller : :class:`~surprisal_cc.controllers.Controller` deciding per frame.
+    controller_at_train, controller_at_test : if False, that stage uses a random p = 0.5 controller
+        instead (the paper's ablation "surprisal during training/testing off").
+    train_stochastic, test_stochastic : Bernoulli sampling (True) or ``p_big > 0.5`` (False).
+    test_bias_shift : added to the controller logit at test time (Appendix B sweep).
+    execution : "routed" (default) or "masked" (reference only).
+    """
+
+    def __init__(
+        self,
+        small_net: FrameNet,
+        big_net: FrameNet,
+        controller: Controller,
+        pre_net: Optional[nn.Module] = None,
+        post_net: Optional[nn.Module] = None,
+        controller_at_train: bool = True,
+        controller_at_test: bool = True,
+        train_stochastic: bool = True,
+        test_stochastic: bool = True,
+        test_bias_shift: float = 0.0,
+        execution: str = "routed",
+    ):
+        super().__init__()
+        if execution not in ("routed", "masked"):
+            raise ValueError(f"execution must be 'routed' or 'masked', got {execution!r}")
+        if small_net.output_size != big_net.output_size:
+            raise ValueError(f"small and big networks must have the same output size "
+                             f"({small_net.output_size} != {big_net.output_size})")
+        self.pre_net, self.small_net, self.big_net, self.post_net = pre_net, small_net, big_net, post_net
+        self.controller = controller
+        self.random_controller = ConstantController(0.5)
+        self.controller_at_train, self.controller_at_test = controller_at_train, controller_at_test
+        self.train_stochastic, self.test_stochastic = train_stochastic, test_stochastic
+        self.test_bias_shift = test_bias_shift
+        self.execution = execution
+
+    @classmethod
+    def paper(cls, input_size: int, num_outputs: int, controller: Controller, hidden_size: int = 256,
+              dropout: float = 0.5, **kwargs) -> "ConditionalEncoder":
+        """The architecture of the paper's main experiments (Sec. 4.2, Table 1)."""
+        width = 2 * hidden_size
+        return cls(
+            pre_net=BiGRU(input_size, hidden_size, dropout=dropout),
+            small_net=FrameNet([width, width]),
+            big_net=FrameNet([width, 4 * width, width]),
+            post_net=PostNet(width, num_outputs, hidden_size, dropout=dropout),
+            controller=controller,
+            **kwargs,
+        )
+
+    def active_controller(self) -> Controller:
+        use_main = self.controller_at_train if self.training else self.controller_at_test
+        return self.controller if use_main else self.random_controller
+
+    def needs_surprisal(self, training: bool) -> bool:
+        use_main = self.controller_at_train if training else self.controller_at_test
+        return use_main and self.controller.uses_surprisal
+
+    def component_macs(self) -> Dict[str, int]:
+        return {
+            "pre_net": module_macs(self.pre_net),
+            "small_net": module_macs(self.small_net),
+            "big_net": module_macs(self.big_net),
+            "post_net": module_macs(self.post_net),
+            "controller": self.controller.macs_per_frame(),
+        }
+
+    def forward(self, feats: Tensor, lengths: Tensor, surprisal: Optional[Tensor] = None) -> EncoderOutput:
+        mask = lengths_to_mask(lengths, feats.shape[1])
+        x = self.pre_net(feats, lengths) if self.pre_net is not None else feats
+        controller = self.active_controller()
+        stochastic = self.train_stochastic if self.training else self.test_stochastic
+        bias_shift = 0.0 if self.training else self.test_bias_shift
+        decision = controller(feats, surprisal, mask, stochastic=stochastic, bias_shift=bias_shift)
+        mix = route_frames if self.execution == "routed" else masked_mixture
+        y = mix(x, lengths, decision.use_big, self.small_net, self.big_net, decision.gate)
+        logits = self.post_net(y, lengths) if self.post_net is not None else y
+        macs = self.component_macs()
+        big_frames = decision.use_big & mask
+        small_frames = mask if self.execution == "masked" else (~decision.use_big) & mask
+        big_frames = mask if self.execution == "masked" else big_frames
+        frame_macs = {
+            "pre_net": uniform_frame_macs(macs["pre_net"], mask),
+            "small_net": uniform_frame_macs(macs["small_net"], small_frames),
+            "big_net": uniform_frame_macs(macs["big_net"], big_frames),
+            "post_net": uniform_frame_macs(macs["post_net"], mask),
+            "controller": uniform_frame_macs(controller.macs_per_frame(), mask),
+        }
+        return EncoderOutput(
+            log_probs=torch.log_softmax(logits, dim=-1),
+            lengths=lengths,
+            aux_loss=decision.aux_loss,
+            frame_macs=frame_macs,
+            stats={"p_big": decision.p_big, "use_big": decision.use_big},
+        )
+
+
+ENCODERS = {"conditional": ConditionalEncoder}

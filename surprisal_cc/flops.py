@@ -1,0 +1,87 @@
+"""Multiply-accumulate (MAC) accounting in the paper's convention.
+
+One multiply-accumulate = one FLOP, and a bias add counts as one, so for the layers used here the
+MACs per input frame equal the parameter count (paper, footnote 4): Linear ``in*out + out``,
+GRU ``3 * (in*H + H*H + 2H)`` per direction, Conv1d ``in*out*k + out`` per output frame.
+
+Static tables describe what one frame costs in each component; :class:`MacMeter` accumulates
+what actually ran, frame by frame, over real (unpadded) frames.
+
+Example
+-------
+>>> from torch import nn
+>>> module_macs(nn.Linear(512, 2048))
+1050624
+>>> module_macs(nn.GRU(512, 256, bidirectional=True))
+1182720
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional
+
+import torch
+from torch import Tensor, nn
+
+
+def module_macs(module: Optional[nn.Module]) -> int:
+    """MACs per frame of a module made of Linear / GRU / LSTM / Conv1d layers (and parameter-free ones)."""
+    if module is None:
+        return 0
+    if hasattr(module, "macs_per_frame"):
+        return int(module.macs_per_frame())
+    if isinstance(module, (nn.Linear, nn.Conv1d, nn.GRU, nn.LSTM, nn.RNN)):
+        return sum(p.numel() for p in module.parameters())
+    return sum(module_macs(child) for child in module.children())
+
+
+def weight_only_macs(module: nn.Module) -> int:
+    """MACs without bias adds: what ``torch.utils.flop_counter`` counts (divided by 2)."""
+    total = 0
+    for name, p in module.named_parameters():
+        if "bias" not in name.split(".")[-1]:
+            total += p.numel()
+    return total
+
+
+class MacMeter:
+    """Accumulates MACs that ran, per component, and the number of real frames.
+
+    >>> import torch
+    >>> meter = MacMeter()
+    >>> meter.update({"big_net": torch.tensor([[10., 0.], [10., 0.]])}, num_frames=3)
+    >>> meter.per_frame()
+    {'big_net': 6.666666666666667, 'total': 6.666666666666667}
+    """
+
+    def __init__(self):
+        self.totals: Dict[str, float] = {}
+        self.frames = 0
+
+    def update(self, frame_macs: Mapping[str, Tensor], num_frames: int, uniform: Mapping[str, int] = ()) -> None:
+        """``frame_macs``: component -> (B, T) MACs that ran per frame (zero on padding);
+        ``uniform``: component -> MACs per frame for components that run on every real frame."""
+        for name, macs in frame_macs.items():
+            self.totals[name] = self.totals.get(name, 0.0) + float(macs.detach().double().sum())
+        for name, macs in dict(uniform).items():
+            self.totals[name] = self.totals.get(name, 0.0) + float(macs) * num_frames
+        self.frames += int(num_frames)
+
+    def per_frame(self) -> Dict[str, float]:
+        frames = max(self.frames, 1)
+        table = {name: total / frames for name, total in self.totals.items()}
+        table["total"] = sum(table.values())
+        return table
+
+
+def uniform_frame_macs(macs: int, mask: Tensor) -> Tensor:
+    """(B, T) tensor with ``macs`` on real frames and 0 on padding."""
+    return mask.to(torch.float64) * float(macs)
+
+
+def format_flop_table(rows: Mapping[str, float], unit: float = 1e6) -> str:
+    """Markdown table of MACs per frame, in millions."""
+    lines = ["| component | MACs per frame |", "|---|---:|"]
+    for name, value in rows.items():
+        shown = f"{value / unit:.2f}M" if value >= 1000 else f"{value:.0f}"
+        lines.append(f"| {name} | {shown} |")
+    return "\n".join(lines)

@@ -1,0 +1,328 @@
+"""Adaptive-depth CTC encoders: ACT (Graves, 2016) and PonderNet (Banino et al., 2021).
+
+Both share the layout of :class:`~surprisal_cc.encoders.ConditionalEncoder`: BiGRU pre-net ->
+per-frame pondering -> post-net (BiGRU + Linear). Pondering applies one shared step block up to
+``max_steps`` (N) times to every real frame independently,
+
+    s_n = s_{n-1} + f(s_{n-1})        (``residual=True``; else s_n = f(s_{n-1})),
+    f   = FrameNet([D, step_hidden, D]),  h_n = sigmoid(Linear(D, 1)(s_n))  (halting unit),
+
+and feeds a halting-weighted combination ``sum_n w_n s_n`` of the step states to the post-net.
+Frames that have halted are removed from the active set: each step gathers only the frames still
+running, so they really stop computing, and ``frame_macs["step_block"]`` charges every frame
+``steps executed x (f + halting unit)``. The halting unit runs at every executed step, also at the
+last one where its output is unused, so that every step costs the same.
+
+``stats``: ``"steps"`` (B, T) steps executed per frame (0 on padding) and ``"halting_p"``
+(B, T, N), the weights w_n with which the step states were combined (one-hot at the halting step
+when PonderNet samples or thresholds). There is no ``"p_big"``.
+
+Example
+-------
+>>> import torch
+>>> _ = torch.manual_seed(0)
+>>> enc = ACTEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32).eval()
+>>> out = enc(torch.randn(2, 6, 20), torch.tensor([6, 3]))
+>>> out.log_probs.shape, out.stats["steps"][1].tolist()
+(torch.Size([2, 6, 5]), [4.0, 4.0, 4.0, 0.0, 0.0, 0.0])
+>>> ponder = PonderNetEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32)
+>>> float(ponder(torch.randn(2, 6, 20), torch.tensor([6, 3])).aux_loss.detach()) > 0
+True
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .encoders import BiGRU, Encoder, EncoderOutput, FrameNet, PostNet
+from .features import lengths_to_mask
+from .flops import module_macs, uniform_frame_macs
+
+
+# ----------------------------------------------------------------------------------------------
+# Building blocks and pure functions
+# ----------------------------------------------------------------------------------------------
+class StepBlock(nn.Module):
+    """One pondering step on (M, D) frame states: ``s + net(s)`` (residual) or ``net(s)``."""
+
+    def __init__(self, width: int, hidden: int, residual: bool = True):
+        super().__init__()
+        self.net = FrameNet([width, hidden, width])
+        self.residual = residual
+
+    def forward(self, s: Tensor) -> Tensor:
+        return s + self.net(s) if self.residual else self.net(s)
+
+
+class HaltingUnit(nn.Module):
+    """``sigmoid(Linear(D, 1)(s))`` -> (M,) halting probabilities.
+
+    The weight starts at zero, so at initialisation every frame and step gets exactly
+    ``sigmoid(bias_init)``; the weight still receives gradient (d logit / d W = s).
+    """
+
+    def __init__(self, width: int, bias_init: float = 0.0):
+        super().__init__()
+        self.linear = nn.Linear(width, 1)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.constant_(self.linear.bias, bias_init)
+
+    def forward(self, s: Tensor) -> Tensor:
+        return torch.sigmoid(self.linear(s)).squeeze(-1)
+
+
+def act_step(cum: Tensor, h: Tensor, threshold: float, last: bool) -> Tuple[Tensor, Tensor]:
+    """One ACT step: weights p_n and halt flags from the running sum ``cum`` = sum_{j<n} h_j.
+
+    A frame halts at the first n with ``cum + h_n >= threshold`` (= 1 - eps), or at the last step;
+    it then gets the remainder ``R = 1 - cum`` instead of h_n.
+    """
+    halt = torch.ones_like(h, dtype=torch.bool) if last else cum + h >= threshold
+    return torch.where(halt, 1.0 - cum, h), halt
+
+
+def act_weights(h: Tensor, epsilon: float) -> Tuple[Tensor, Tensor, Tensor]:
+    """ACT weights for given halting probabilities ``h`` (M, N) -> (p (M, N), steps N(t), R(t)).
+
+    >>> p, steps, r = act_weights(torch.tensor([[0.3, 0.5, 0.4], [0.995, 0.5, 0.5]]), 0.01)
+    >>> [[round(x, 4) for x in row] for row in p.tolist()], steps.tolist(), [round(x, 4) for x in r.tolist()]
+    ([[0.3, 0.5, 0.2], [1.0, 0.0, 0.0]], [3.0, 1.0], [0.2, 1.0])
+    """
+    m, n_steps = h.shape
+    p, steps, remainder = torch.zeros_like(h), h.new_zeros(m), h.new_zeros(m)
+    cum, running = h.new_zeros(m), torch.ones(m, dtype=torch.bool, device=h.device)
+    for n in range(n_steps):
+        p_n, halt = act_step(cum, h[:, n], 1.0 - epsilon, last=n == n_steps - 1)
+        p[:, n] = torch.where(running, p_n, torch.zeros_like(p_n))
+        steps += running.to(h.dtype)
+        remainder = torch.where(running & halt, p_n, remainder)
+        cum = cum + h[:, n]
+        running = running & ~halt
+    return p, steps, remainder
+
+
+def halting_distribution(lam: Tensor) -> Tensor:
+    """PonderNet p_n = lambda_n * prod_{j<n} (1 - lambda_j) for (M, N) lambdas; lambda_N is set to 1."""
+    lam = torch.cat([lam[:, :-1], torch.ones_like(lam[:, -1:])], dim=1)
+    not_halted = torch.cumprod(torch.cat([torch.ones_like(lam[:, :1]), 1.0 - lam[:, :-1]], dim=1), dim=1)
+    return lam * not_halted
+
+
+def truncated_geometric(lambda_p: float, max_steps: int) -> Tensor:
+    """Geometric(lambda_p) prior on steps 1..N, renormalised: g_n ∝ lambda_p (1 - lambda_p)^(n-1)."""
+    n = torch.arange(max_steps, dtype=torch.float64)
+    g = lambda_p * (1.0 - lambda_p) ** n
+    return (g / g.sum()).float()
+
+
+def kl_to_prior(p: Tensor, prior: Tensor) -> Tensor:
+    """KL(p || prior) = sum_n p_n (log p_n - log prior_n) per row of (M, N) p, with 0 log 0 = 0.
+
+    Finite (value and gradient) when some p_n are 0; ``prior`` must be positive.
+
+    >>> kl_to_prior(torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([0.5, 0.25, 0.25])).tolist()
+    [0.3465735912322998]
+    """
+    positive = p > 0
+    safe = torch.where(positive, p, torch.ones_like(p))
+    terms = torch.where(positive, p * (torch.log(safe) - torch.log(prior.to(p))), torch.zeros_like(p))
+    return terms.sum(-1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Encoders
+# ----------------------------------------------------------------------------------------------
+class _AdaptiveEncoder(Encoder):
+    """Shared pre-net / step block / halting unit / post-net and output assembly."""
+
+    def __init__(self, input_size: int, num_outputs: int, max_steps: int, step_hidden: int, residual: bool,
+                 halting_bias_init: float, hidden_size: int, dropout: float):
+        super().__init__()
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        width = 2 * hidden_size
+        self.max_steps = max_steps
+        self.pre_net = BiGRU(input_size, hidden_size, dropout=dropout)
+        self.step = StepBlock(width, step_hidden, residual)
+        self.halting = HaltingUnit(width, halting_bias_init)
+        self.post_net = PostNet(width, num_outputs, hidden_size, dropout=dropout)
+
+    def component_macs(self) -> Dict[str, int]:
+        return {
+            "pre_net": module_macs(self.pre_net),
+            "step_block": module_macs(self.step) + module_macs(self.halting),
+            "post_net": module_macs(self.post_net),
+        }
+
+    def _ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(M, D) pre-net states of the real frames -> (output (M, D), steps (M,), weights (M, N), aux (M,))."""
+        raise NotImplementedError
+
+    def _aux_weight(self) -> float:
+        raise NotImplementedError
+
+    def forward(self, feats: Tensor, lengths: Tensor, surprisal: Optional[Tensor] = None) -> EncoderOutput:
+        batch, time = feats.shape[:2]
+        mask = lengths_to_mask(lengths.to(feats.device), time)
+        x = self.pre_net(feats, lengths)
+        b, t = mask.nonzero(as_tuple=True)
+        out, steps, weights, aux = self._ponder(x[b, t])
+        y = x.new_zeros(x.shape).index_put((b, t), out)
+        logits = self.post_net(y, lengths)
+        steps_bt = x.new_zeros(batch, time).index_put((b, t), steps)
+        aux_bt = x.new_zeros(batch, time).index_put((b, t), aux)
+        macs = self.component_macs()
+        return EncoderOutput(
+            log_probs=torch.log_softmax(logits, dim=-1),
+            lengths=lengths,
+            aux_loss=self._aux_weight() * aux_bt.sum(1).mean(),
+            frame_macs={
+                "pre_net": uniform_frame_macs(macs["pre_net"], mask),
+                "step_block": steps_bt.detach().to(torch.float64) * float(macs["step_block"]),
+                "post_net": uniform_frame_macs(macs["post_net"], mask),
+            },
+            stats={
+                "steps": steps_bt.detach(),
+                "halting_p": x.new_zeros(batch, time, self.max_steps).index_put((b, t), weights.detach()),
+            },
+        )
+
+
+class ACTEncoder(_AdaptiveEncoder):
+    """Adaptive Computation Time (Graves, 2016) over a per-frame residual step block.
+
+    Halting probabilities h_n; a frame halts at N(t) = the first n with sum_{j<=n} h_j >= 1 - eps
+    (or n = ``max_steps``); weights p_n = h_n for n < N(t) and the remainder
+    R(t) = 1 - sum_{n<N(t)} h_n at N(t); output sum_n p_n s_n. Ponder cost rho_t = N(t) + R(t)
+    (gradient through R only); ``aux_loss = ponder_cost * mean_over_batch(sum_over_real_frames rho_t)``.
+    The rule is deterministic and known before a later step runs, so halted frames are skipped in
+    training as in evaluation.
+
+    ``halting_bias_init=None`` sets the bias to logit(1/N): with the zero-initialised halting weight
+    every h_n = 1/N, so every frame starts with all N steps weighted 1/N each (full depth, every step
+    gets gradient) and the ponder cost learns to shorten. Graves's +1 would start at
+    h = 0.73, i.e. 2 steps with 73% of the weight on the first, close to shallow from step one.
+
+    >>> enc = ACTEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32)
+    >>> round(torch.sigmoid(enc.halting.linear.bias).item(), 6)  # 1 / max_steps
+    0.25
+    """
+
+    def __init__(self, input_size: int, num_outputs: int, max_steps: int = 4, step_hidden: int = 2048,
+                 epsilon: float = 0.01, ponder_cost: float = 1e-3, halting_bias_init: Optional[float] = None,
+                 hidden_size: int = 256, dropout: float = 0.5, residual: bool = True):
+        if not 0.0 < epsilon < 1.0:
+            raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
+        if halting_bias_init is None:
+            halting_bias_init = -math.log(max_steps - 1) if max_steps > 1 else 0.0  # logit(1 / N)
+        super().__init__(input_size, num_outputs, max_steps, step_hidden, residual, halting_bias_init,
+                         hidden_size, dropout)
+        self.epsilon, self.ponder_cost = epsilon, ponder_cost
+
+    def _aux_weight(self) -> float:
+        return self.ponder_cost
+
+    def _ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        m, n_steps = s.shape[0], self.max_steps
+        out, weights = torch.zeros_like(s), s.new_zeros(m, n_steps)
+        cum, steps, remainder = s.new_zeros(m), s.new_zeros(m), s.new_zeros(m)
+        active = torch.arange(m, device=s.device)
+        for n in range(n_steps):
+            s = self.step(s)
+            h = self.halting(s)
+            p, halt = act_step(cum[active], h, 1.0 - self.epsilon, last=n == n_steps - 1)
+            out = out.index_add(0, active, p.unsqueeze(-1) * s)  # out += p_n s_n (a sum, not a lerp)
+            weights = weights.index_put((active, torch.full_like(active, n)), p)
+            steps = steps.index_add(0, active, torch.ones_like(p))
+            remainder = remainder.index_put((active[halt],), p[halt])
+            cum = cum.index_add(0, active, h)
+            active, s = active[~halt], s[~halt]
+            if active.numel() == 0:
+                break
+        return out, steps, weights, steps + remainder
+
+
+class PonderNetEncoder(_AdaptiveEncoder):
+    """PonderNet (Banino et al., 2021) with per-frame halting and the expected representation.
+
+    lambda_n = halting unit on s_n (lambda_N = 1), p_n = lambda_n prod_{j<n} (1 - lambda_j).
+    Training runs all N steps on every real frame and feeds sum_n p_n s_n to the post-net (one CTC
+    loss); ``aux_loss = beta * mean_over_batch(sum_over_real_frames KL(p || g))`` with g the
+    Geometric(``lambda_p``) truncated to N steps and renormalised (0 log 0 = 0).
+
+    Evaluation (``inference``): "sample" draws halt ~ Bernoulli(lambda_n) step by step, "threshold"
+    halts at the first n with cumulative p >= 0.5 (the median of the halting distribution); both
+    output the state at the halting step and run the block only on frames still active (aux_loss 0,
+    since lambdas of skipped steps are never computed). "expected" reproduces the training
+    computation (all N steps, KL reported) as a reference for the train/test mismatch.
+
+    ``halting_bias_init=None`` sets the bias to logit(lambda_p), so p starts at the prior (KL ~ 0;
+    every step keeps weight >= (1 - lambda_p)^(N-1) and receives gradient).
+    """
+
+    INFERENCE_MODES = ("sample", "threshold", "expected")
+
+    def __init__(self, input_size: int, num_outputs: int, max_steps: int = 4, step_hidden: int = 2048,
+                 beta: float = 0.01, lambda_p: float = 0.5, inference: str = "sample",
+                 halting_bias_init: Optional[float] = None, hidden_size: int = 256, dropout: float = 0.5,
+                 residual: bool = True):
+        if not 0.0 < lambda_p < 1.0:
+            raise ValueError(f"lambda_p must be in (0, 1), got {lambda_p}")
+        if inference not in self.INFERENCE_MODES:
+            raise ValueError(f"inference must be one of {self.INFERENCE_MODES}, got {inference!r}")
+        if halting_bias_init is None:
+            halting_bias_init = math.log(lambda_p / (1.0 - lambda_p))
+        super().__init__(input_size, num_outputs, max_steps, step_hidden, residual, halting_bias_init,
+                         hidden_size, dropout)
+        self.beta, self.lambda_p, self.inference = beta, lambda_p, inference
+        self.register_buffer("prior", truncated_geometric(lambda_p, max_steps), persistent=False)
+
+    def _aux_weight(self) -> float:
+        return self.beta
+
+    def _ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        if self.training or self.inference == "expected":
+            return self._ponder_expected(s)
+        return self._ponder_early_exit(s)
+
+    def _ponder_expected(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        states, lambdas = [], []
+        for _ in range(self.max_steps):
+            s = self.step(s)
+            states.append(s)
+            lambdas.append(self.halting(s))
+        p = halting_distribution(torch.stack(lambdas, dim=1))
+        out = torch.einsum("mn,mnd->md", p, torch.stack(states, dim=1))
+        steps = s.new_full((s.shape[0],), float(self.max_steps))
+        return out, steps, p, kl_to_prior(p, self.prior)
+
+    def _ponder_early_exit(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        m, n_steps = s.shape[0], self.max_steps
+        out, weights, steps = torch.zeros_like(s), s.new_zeros(m, n_steps), s.new_zeros(m)
+        not_halted = s.new_ones(m)  # prod_{j<n} (1 - lambda_j), for "threshold"
+        active = torch.arange(m, device=s.device)
+        for n in range(n_steps):
+            s = self.step(s)
+            lam = self.halting(s)
+            steps = steps.index_add(0, active, torch.ones_like(lam))
+            if n == n_steps - 1:
+                halt = torch.ones_like(lam, dtype=torch.bool)
+            elif self.inference == "sample":
+                halt = torch.rand_like(lam) < lam
+            else:
+                remaining = not_halted[active] * (1.0 - lam)
+                halt = 1.0 - remaining >= 0.5
+                not_halted = not_halted.index_put((active,), remaining)
+            done = active[halt]
+            out = out.index_put((done,), s[halt])
+            weights = weights.index_put((done, torch.full_like(done, n)), torch.ones_like(lam[halt]))
+            active, s = active[~halt], s[~halt]
+            if active.numel() == 0:
+                break
+        return out, steps, weights, s.new_zeros(m)
+
+
+ADAPTIVE_ENCODERS = {"act": ACTEncoder, "pondernet": PonderNetEncoder}

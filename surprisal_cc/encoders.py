@@ -236,18 +236,9 @@ class ConditionalEncoder(Encoder):
         self.execution = execution
 
     @classmethod
-    def paper(cls, input_size: int, num_outputs: int, controller: Controller, hidden_size: int = 256,
-              dropout: float = 0.5, **kwargs) -> "ConditionalEncoder":
+    def paper(cls, input_size: int, num_outputs: int, controller: Controller, **kwargs) -> "ConditionalEncoder":
         """The architecture of the paper's main experiments (Sec. 4.2, Table 1)."""
-        width = 2 * hidden_size
-        return cls(
-            pre_net=BiGRU(input_size, hidden_size, dropout=dropout),
-            small_net=FrameNet([width, width]),
-            big_net=FrameNet([width, 4 * width, width]),
-            post_net=PostNet(width, num_outputs, hidden_size, dropout=dropout),
-            controller=controller,
-            **kwargs,
-        )
+        return cls(controller=controller, **conditional_architecture("paper", input_size, num_outputs), **kwargs)
 
     def active_controller(self) -> Controller:
         use_main = self.controller_at_train if self.training else self.controller_at_test
@@ -296,4 +287,49 @@ class ConditionalEncoder(Encoder):
         )
 
 
-ENCODERS = {"conditional": ConditionalEncoder}
+ARCHITECTURES = ("paper", "model1", "model2", "model3")
+
+
+def conditional_architecture(name: str, input_size: int, num_outputs: int, hidden_size: int = 256,
+                             dropout: float = 0.5, kernel_size: int = 11) -> Dict[str, Optional[nn.Module]]:
+    """Pre-net, small, big and post-net of the paper's main model or of Appendix A's models 1-3."""
+    width = 2 * hidden_size
+    if name == "paper":
+        return dict(pre_net=BiGRU(input_size, hidden_size, dropout=dropout), small_net=FrameNet([width, width]),
+                    big_net=FrameNet([width, 4 * width, width]),
+                    post_net=PostNet(width, num_outputs, hidden_size, dropout=dropout))
+    if name in ("model1", "model2"):  # Conv1D pre-net (model 2: + dropout), small/big output the logits
+        return dict(pre_net=Conv1dPreNet(input_size, width, kernel_size, dropout=dropout if name == "model2" else 0.0),
+                    small_net=FrameNet([width, num_outputs], final_activation=False),
+                    big_net=FrameNet([width, 4 * width, num_outputs], final_activation=False), post_net=None)
+    if name == "model3":  # no pre-net: small = Conv1D to the logits, big = Conv1D 512 + Linear
+        return dict(pre_net=None,
+                    small_net=FrameNet([input_size, num_outputs], context=kernel_size, input_dropout=dropout,
+                                       final_activation=False),
+                    big_net=FrameNet([input_size, width, num_outputs], context=kernel_size, input_dropout=dropout,
+                                     final_activation=False), post_net=None)
+    raise ValueError(f"unknown architecture {name!r} (hparams key 'architecture'); choose one of {ARCHITECTURES}")
+
+
+def build_encoder(name: str, input_size: int, num_outputs: int, controller: str = "surprisal",
+                  architecture: str = "paper", controller_options: Optional[Dict] = None,
+                  conditional_options: Optional[Dict] = None, adaptive_options: Optional[Dict] = None,
+                  hidden_size: int = 256, dropout: float = 0.5) -> Encoder:
+    """Encoder by name (the YAML key ``encoder``): ``conditional``, ``act`` or ``pondernet``.
+
+    Each family takes only its own options, so one hparams file carries all of them and a single
+    override switches (``--encoder=act``, ``--controller=learned``, ``--architecture=model3``).
+    """
+    from .controllers import build_controller
+
+    if name == "conditional":
+        ctrl = build_controller(controller, input_size=input_size, **(controller_options or {}))
+        parts = conditional_architecture(architecture, input_size, num_outputs, hidden_size, dropout)
+        return ConditionalEncoder(controller=ctrl, **parts, **(conditional_options or {}))
+    from .adaptive import ADAPTIVE_ENCODERS
+
+    if name in ADAPTIVE_ENCODERS:
+        return ADAPTIVE_ENCODERS[name](input_size=input_size, num_outputs=num_outputs, hidden_size=hidden_size,
+                                       dropout=dropout, **(adaptive_options or {}).get(name, {}))
+    raise ValueError(f"unknown encoder {name!r} (hparams key 'encoder'); "
+                     f"choose one of {['conditional', *sorted(ADAPTIVE_ENCODERS)]}")

@@ -1,0 +1,92 @@
+"""APC pretraining: a SpeechBrain Brain that minimises mean surprisal, and the export of the best model.
+
+Used by ``recipes/LibriSpeech/pretrain_apc.py`` and by the ASR recipes when no ``apc_path`` is given.
+Filterbanks come from a :class:`~surprisal_cc.cache.FeatureCache` without APC (computed once), so
+an epoch costs only the APC forward/backward passes.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Dict, Mapping
+
+import speechbrain as sb
+import torch
+from speechbrain.utils.distributed import if_main_process
+
+from .apc import APCModel, save_apc
+from .brain import absolute_lengths, unwrap
+
+logger = logging.getLogger(__name__)
+
+
+class APCBrain(sb.Brain):
+    """Trains ``modules.apc`` (an :class:`APCModel`) on cached filterbanks (``batch.fbank``)."""
+
+    def compute_forward(self, batch, stage):
+        batch = batch.to(self.device)
+        fbank = batch.fbank.data
+        lengths = absolute_lengths(batch.fbank).to(fbank.device)
+        out = self.modules.apc(fbank, lengths)
+        return out.surprisal.sum(), lengths.sum()
+
+    def compute_objectives(self, predictions, batch, stage):
+        surprisal_sum, frames = predictions
+        self.frames_seen += int(frames)
+        if stage != sb.Stage.TRAIN:
+            self.eval_sum += float(surprisal_sum)
+            self.eval_frames += int(frames)
+        return surprisal_sum / frames.clamp(min=1)
+
+    def on_stage_start(self, stage, epoch=None):
+        self.frames_seen, self.eval_sum, self.eval_frames = 0, 0.0, 0
+        self.stage_start = time.time()
+
+    def on_stage_end(self, stage, stage_loss, epoch=None):
+        elapsed = time.time() - self.stage_start
+        if stage == sb.Stage.TRAIN:
+            self.train_stats = {"loss": stage_loss, "epoch_s": elapsed, "frames_per_s": self.frames_seen / elapsed}
+            return
+        # frame-weighted mean surprisal over the whole validation set
+        valid_loss = self.eval_sum / max(self.eval_frames, 1)
+        self.hparams.train_logger.log_stats(stats_meta={"epoch": epoch}, train_stats=self.train_stats,
+                                            valid_stats={"loss": valid_loss})
+        if if_main_process():
+            with open(Path(self.hparams.output_folder) / "apc_history.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps({"epoch": epoch, "train_loss": self.train_stats["loss"], "valid_loss": valid_loss,
+                                    "epoch_s": self.train_stats["epoch_s"],
+                                    "train_frames_per_s": self.train_stats["frames_per_s"]}) + "\n")
+        self.checkpointer.save_and_keep_only(meta={"loss": valid_loss}, min_keys=["loss"], num_to_keep=2)
+
+    def export_best(self, path) -> Path:
+        """Load the checkpoint with the lowest validation loss and write it as one model file."""
+        self.checkpointer.recover_if_possible(min_key="loss")
+        path = Path(path)
+        if if_main_process():
+            save_apc(unwrap(self.modules.apc), path)
+            logger.info("best APC model exported to %s", path)
+        return path
+
+
+def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], hparams: Dict, run_opts: Dict) -> Path:
+    """Pretrain an APC model on ``datasets["train"]`` (validation on ``datasets["valid"]``) and export it.
+
+    ``hparams`` needs: apc_model (APCModel), apc_opt_class, apc_epoch_counter, apc_checkpointer,
+    train_logger, output_folder, apc_export_path, apc_loader_options. Resumes from its checkpoints;
+    returns the exported file (skips training when it already exists).
+    """
+    export = Path(hparams["apc_export_path"])
+    if export.exists():
+        logger.info("APC model %s exists: skipping pretraining", export)
+        return export
+    model: APCModel = hparams["apc_model"]
+    brain = APCBrain(modules={"apc": model}, opt_class=hparams["apc_opt_class"],
+                     hparams={"train_logger": hparams["train_logger"], "output_folder": hparams["apc_output_folder"],
+                              "max_grad_norm": hparams.get("apc_max_grad_norm", 5.0)},
+                     run_opts=run_opts, checkpointer=hparams["apc_checkpointer"])
+    brain.fit(hparams["apc_epoch_counter"], datasets["train"], datasets["valid"],
+              train_loader_kwargs=hparams["apc_loader_options"],
+              valid_loader_kwargs={**hparams["apc_loader_options"], "shuffle": False})
+    return brain.export_best(export)

@@ -1,0 +1,280 @@
+"""SpeechBrain ``Brain`` shared by the TIMIT and Mini-LibriSpeech recipes.
+
+:class:`ConditionalCTCBrain` trains any :class:`~surprisal_cc.encoders.Encoder` with CTC on
+frozen APC features (or raw filterbanks), calibrates a surprisal controller before training,
+selects checkpoints by validation PER, decodes the test set with CTC beam search and writes a
+results file: error rates, MACs per frame counted from what ran, routing statistics.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+import speechbrain as sb
+import torch
+from speechbrain.utils.distributed import if_main_process, main_process_only
+from torch import Tensor
+
+from .apc import FrozenAPC
+from .controllers import SurprisalController, calibrate_surprisal_controller, target_mean_for_budget
+from .encoders import Encoder, EncoderOutput
+from .flops import MacMeter, module_macs
+from .features import FilterbankFrontEnd
+
+logger = logging.getLogger(__name__)
+
+
+def unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    """The module inside a DistributedDataParallel / DataParallel wrapper."""
+    return getattr(module, "module", module)
+
+
+def absolute_lengths(padded) -> Tensor:
+    """Exact integer lengths from SpeechBrain's relative lengths of a PaddedData."""
+    return (padded.lengths * padded.data.shape[1]).round().long()
+
+
+class RoutingStats:
+    """Running mean/variance of p_big and the fraction of real frames sent to the big network."""
+
+    def __init__(self):
+        self.n = 0
+        self.sum_p = self.sum_p2 = self.sum_big = 0.0
+
+    def update(self, stats: Dict[str, Tensor], mask: Tensor) -> None:
+        if "p_big" not in stats:
+            return
+        p = stats["p_big"].detach()[mask].double()
+        self.n += p.numel()
+        self.sum_p += float(p.sum())
+        self.sum_p2 += float((p * p).sum())
+        self.sum_big += float(stats["use_big"][mask].sum())
+
+    def summary(self) -> Dict[str, float]:
+        if self.n == 0:
+            return {}
+        mean = self.sum_p / self.n
+        return {"p_big_mean": mean, "p_big_var": self.sum_p2 / self.n - mean ** 2,
+                "big_fraction": self.sum_big / self.n}
+
+
+class ConditionalCTCBrain(sb.Brain):
+    """CTC training of a conditional (or adaptive-depth) encoder.
+
+    Expected ``modules``: ``encoder`` (an Encoder), and ``apc`` (a FrozenAPC) when the inputs are
+    APC features or the controller needs surprisal and no feature cache is used.
+    Expected hparams: ``front_end``, ``input_features`` ("apc" | "fbank"), ``label_encoder``,
+    ``blank_index``, ``beam_searcher``, ``valid_search`` ("greedy" | "beam"), ``error_rate``
+    (a callable returning a fresh ErrorRate), ``results_file``.
+    """
+
+    # ------------------------------------------------------------------ inputs
+    def acoustic_inputs(self, batch, stage):
+        """(features, frame lengths, surprisal or None, whether APC ran) for a batch."""
+        encoder: Encoder = unwrap(self.modules.encoder)
+        need_surprisal = encoder.needs_surprisal(stage == sb.Stage.TRAIN)
+        use_apc_features = self.hparams.input_features == "apc"
+        if hasattr(batch, "fbank"):  # features from the cache
+            key = "features" if use_apc_features else "fbank"
+            feats = getattr(batch, key).data
+            lengths = absolute_lengths(getattr(batch, key))
+            surprisal = batch.surprisal.data if need_surprisal else None
+        else:
+            wavs, wav_lens = batch.sig
+            samples = (wav_lens * wavs.shape[1]).round().long()
+            feats, lengths = self.hparams.front_end(wavs, samples)
+            surprisal = None
+            if use_apc_features or need_surprisal:
+                apc_out = self.modules.apc(feats, lengths)
+                surprisal = apc_out.surprisal if need_surprisal else None
+                feats = apc_out.features if use_apc_features else feats
+        apc_ran = use_apc_features or need_surprisal
+        return feats, lengths.to(feats.device), surprisal, apc_ran
+
+    # ------------------------------------------------------------------ forward / loss
+    def compute_forward(self, batch, stage) -> EncoderOutput:
+        batch = batch.to(self.device)
+        feats, lengths, surprisal, apc_ran = self.acoustic_inputs(batch, stage)
+        out = self.modules.encoder(feats, lengths, surprisal)
+        out.stats["apc_ran"] = torch.tensor(apc_ran)
+        return out
+
+    def compute_objectives(self, out: EncoderOutput, batch, stage) -> Tensor:
+        tokens, token_lens = batch.tokens.data, absolute_lengths(batch.tokens)
+        ctc = torch.nn.functional.ctc_loss(
+            out.log_probs.transpose(0, 1), tokens, out.lengths, token_lens,
+            blank=self.hparams.blank_index, reduction="sum", zero_infinity=False,
+        ) / tokens.shape[0]
+        loss = ctc + out.aux_loss
+        if stage != sb.Stage.TRAIN:
+            self.record_evaluation(out, batch, stage)
+        return loss
+
+    def record_evaluation(self, out: EncoderOutput, batch, stage) -> None:
+        search = self.hparams.beam_searcher if stage == sb.Stage.TEST or self.hparams.valid_search == "beam" \
+            else self.hparams.greedy_searcher
+        hyp_ids = search(out.log_probs.detach(), out.lengths)
+        decode = self.hparams.label_encoder.decode_ndim
+        token_lens = absolute_lengths(batch.tokens)
+        refs = [decode(t[:n].tolist()) for t, n in zip(batch.tokens.data, token_lens)]
+        self.error_metrics.append(batch.id, [decode(h) for h in hyp_ids], refs)
+        mask = torch.arange(out.log_probs.shape[1], device=out.lengths.device)[None] < out.lengths[:, None]
+        uniform = {"apc": self.apc_macs} if bool(out.stats.get("apc_ran", False)) else {}
+        self.mac_meter.update(out.frame_macs, int(out.lengths.sum()), uniform=uniform)
+        self.routing_stats.update(out.stats, mask)
+        if "steps" in out.stats:
+            self.steps_total += float(out.stats["steps"][mask].sum())
+            self.steps_frames += int(mask.sum())
+
+    # ------------------------------------------------------------------ stages
+    @property
+    def apc_macs(self) -> int:
+        return module_macs(unwrap(self.hparams.apc_model)) if getattr(self.hparams, "apc_model", None) else 0
+
+    def on_stage_start(self, stage, epoch=None):
+        if stage != sb.Stage.TRAIN:
+            self.error_metrics = self.hparams.error_rate()
+            self.mac_meter = MacMeter()
+            self.routing_stats = RoutingStats()
+            self.steps_total, self.steps_frames = 0.0, 0
+        self.stage_start_time = time.time()
+
+    def stage_summary(self) -> Dict[str, object]:
+        summary = {"PER" if self.hparams.target_unit == "phone" else "TER": self.error_metrics.summarize()["error_rate"]}
+        flops = self.mac_meter.per_frame()
+        summary["flops_per_frame"] = flops["total"]
+        summary["flops_components"] = flops
+        summary.update(self.routing_stats.summary())
+        if self.steps_frames:
+            summary["mean_steps"] = self.steps_total / self.steps_frames
+        return summary
+
+    def on_stage_end(self, stage, stage_loss, epoch=None):
+        if stage == sb.Stage.TRAIN:
+            self.train_loss = stage_loss
+            return
+        summary = self.stage_summary()
+        metric_key = next(iter(summary))
+        stats = {"loss": stage_loss, metric_key: summary[metric_key], "flops_per_frame_M": summary["flops_per_frame"] / 1e6}
+        for key in ("p_big_mean", "big_fraction", "mean_steps"):
+            if key in summary:
+                stats[key] = summary[key]
+        if stage == sb.Stage.VALID:
+            self.hparams.train_logger.log_stats(
+                stats_meta={"epoch": epoch}, train_stats={"loss": self.train_loss}, valid_stats=stats)
+            self.append_history({"epoch": epoch, "train_loss": self.train_loss, "valid_loss": stage_loss,
+                                 **{k: v for k, v in summary.items() if k != "flops_components"},
+                                 "elapsed_s": time.time() - self.stage_start_time})
+            self.checkpointer.save_and_keep_only(meta={metric_key: summary[metric_key]}, min_keys=[metric_key],
+                                                 num_to_keep=self.hparams.checkpoints_to_keep)
+        else:
+            self.hparams.train_logger.log_stats(
+                stats_meta={"Epoch loaded": self.hparams.epoch_counter.current}, test_stats=stats)
+            self.write_results(summary, stage_loss)
+
+    @main_process_only
+    def append_history(self, row: Dict[str, object]) -> None:
+        with open(Path(self.hparams.output_folder) / "history.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+    @main_process_only
+    def write_results(self, summary: Dict[str, object], test_loss: float) -> None:
+        encoder = unwrap(self.modules.encoder)
+        self.error_metrics.write_alignments(self.hparams.error_details_file)
+        results = {
+            **summary,
+            "error_rate_details": self.error_metrics.summarize(),
+            "test_loss": test_loss,
+            "encoder": self.hparams.encoder,
+            "controller": self.hparams.controller,
+            "architecture": self.hparams.architecture,
+            "input_features": self.hparams.input_features,
+            "controller_at_train": self.hparams.controller_at_train,
+            "controller_at_test": self.hparams.controller_at_test,
+            "train_stochastic": self.hparams.train_stochastic,
+            "test_stochastic": self.hparams.test_stochastic,
+            "test_bias_shift": getattr(encoder, "test_bias_shift", 0.0),
+            "component_macs": {"apc": self.apc_macs, **encoder.component_macs()},
+            "calibration": getattr(self, "calibration", None),
+            "seed": self.hparams.seed,
+            "dataset": self.hparams.dataset,
+            "data": {split: str(path) for split, path in self.hparams.manifests.items()},
+            "epochs": self.hparams.epoch_counter.current,
+            "target_unit": self.hparams.target_unit,
+            "commit": git_commit(),
+            "device": str(self.device),
+            "train_wallclock_s": getattr(self, "train_wallclock", None),
+            "test_wallclock_s": time.time() - self.stage_start_time,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        path = Path(self.hparams.results_file)
+        if results["test_bias_shift"]:
+            path = path.with_name(f"{path.stem}_bias{results['test_bias_shift']:+g}{path.suffix}")
+        path.write_text(json.dumps(results, indent=2, default=float))
+        logger.info("results written to %s", path)
+
+    # ------------------------------------------------------------------ controller calibration
+    def on_fit_start(self):
+        super().on_fit_start()
+        self.fit_start_time = time.time()
+        controller = unwrap(self.modules.encoder).controller if hasattr(unwrap(self.modules.encoder), "controller") else None
+        if isinstance(controller, SurprisalController) and not bool(controller.calibrated):
+            self.calibrate(controller)
+
+    def calibrate(self, controller: SurprisalController) -> None:
+        """One pass over the training set with the frozen APC; fits w, b to the target p_big statistics."""
+        target_mean = self.hparams.controller_target_mean
+        budget = getattr(self.hparams, "flops_budget", None)
+        if budget:
+            table = self.static_flop_rows()
+            target_mean = target_mean_for_budget(budget, table["small-only"], table["big-only"])
+        self.calibration = calibrate_surprisal_controller(
+            controller, self.training_surprisal(), target_mean, self.hparams.controller_target_var,
+            method=self.hparams.calibration_method, seed=self.hparams.seed)
+        if if_main_process():
+            Path(self.hparams.output_folder, "calibration.json").write_text(json.dumps(self.calibration, indent=2))
+
+    def training_surprisal(self) -> Iterator[Tensor]:
+        loader = self.make_dataloader(self.hparams.train_set, stage=sb.Stage.TRAIN,
+                                      **{**self.hparams.train_loader_options, "shuffle": False})
+        with torch.no_grad():
+            for batch in loader:
+                batch = batch.to(self.device)
+                if hasattr(batch, "surprisal"):
+                    surprisal, lengths = batch.surprisal.data, absolute_lengths(batch.surprisal)
+                else:
+                    wavs, wav_lens = batch.sig
+                    fbank, lengths = self.hparams.front_end(wavs, (wav_lens * wavs.shape[1]).round().long())
+                    surprisal = self.modules.apc(fbank, lengths.to(fbank.device)).surprisal
+                mask = torch.arange(surprisal.shape[1], device=surprisal.device)[None] < lengths.to(surprisal.device)[:, None]
+                yield surprisal[mask]
+
+    def static_flop_rows(self) -> Dict[str, float]:
+        return static_flop_rows(unwrap(self.modules.encoder), self.apc_macs)
+
+    def fit(self, *args, **kwargs):
+        start = time.time()
+        super().fit(*args, **kwargs)
+        self.train_wallclock = time.time() - start
+
+
+def static_flop_rows(encoder: Encoder, apc_macs: int) -> Dict[str, float]:
+    """Per-component MACs per frame plus the big-only / small-only totals (paper Table 1 rows)."""
+    rows: Dict[str, float] = {"apc": apc_macs, **encoder.component_macs()}
+    if "small_net" in rows:
+        shared = rows["apc"] + rows.get("pre_net", 0) + rows.get("post_net", 0)
+        rows["big-only"] = shared + rows["big_net"]
+        rows["small-only"] = shared + rows["small_net"]
+    return rows
+
+
+def git_commit() -> Optional[str]:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -1,0 +1,485 @@
+"""LibriSpeech / Mini-LibriSpeech preparation (SpeechBrain CSV manifests).
+
+Manifest columns: ``ID,duration,wav,spk_id,wrd,phn`` (audio-only manifests for APC pretraining:
+``ID,duration,wav,spk_id``); ``ID`` is the LibriSpeech utterance id, ``wav`` an absolute path,
+``wrd`` the upper-case transcript, ``phn`` space-separated labels over ``LIBRISPEECH_PHONES``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import tarfile
+import urllib.request
+import warnings
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .audio import AudioInfo, check_audio_files
+from .errors import DataPreparationError, DataPreparationWarning
+from .lexicon import Lexicon
+from .manifest import AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, write_manifest
+from .mfa import load_mfa_labels
+from .phones import LIBRISPEECH_PHONES, validate_phones
+
+PathLike = Union[str, os.PathLike]
+
+MINI_TRAIN, MINI_TEST = "train-clean-5", "dev-clean-2"
+MINI_LIBRISPEECH_URL = "https://www.openslr.org/resources/31/"
+# MD5s of the OpenSLR SLR31 archives (as published with the corpus and used by public recipes).
+MINI_LIBRISPEECH_MD5 = {
+    MINI_TRAIN: "5df7d4e78065366204ca6845bb08f490",
+    MINI_TEST: "6d7ab67ac6a1d2c993d050e16d61080d",
+}
+SPLITS = ("train", "valid", "test")
+DEFAULT_SEED = 1234
+DEFAULT_VALID_SPEAKERS = 3
+
+
+@dataclass(frozen=True)
+class Utterance:
+    id: str
+    wav: Path
+    spk_id: str
+    words: Tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- corpus reading
+def find_subset(data_folder: PathLike, subset: str) -> Optional[Path]:
+    """``data_folder/subset`` or ``data_folder/LibriSpeech/subset`` if it exists."""
+    for cand in (Path(data_folder) / subset, Path(data_folder) / "LibriSpeech" / subset):
+        if cand.is_dir():
+            return cand.resolve()
+    return None
+
+
+def read_librispeech_transcripts(subset_dir: PathLike) -> Dict[str, List[str]]:
+    """``{utterance id: [WORD, ...]}`` from every ``*.trans.txt`` under ``subset_dir``."""
+    out: Dict[str, List[str]] = {}
+    for trans in list_files(subset_dir, (".trans.txt",)):
+        for line in trans.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                utt, *words = line.split()
+                if utt in out:
+                    raise DataPreparationError(f"{trans}: utterance {utt} is transcribed twice")
+                out[utt] = words
+    return out
+
+
+def _audio_files(subset_dir: Path) -> List[Path]:
+    return list_files(subset_dir, (".flac",))
+
+
+def scan_subset(subset_dir: PathLike, with_transcripts: bool = True) -> List[Utterance]:
+    """Utterances of one subset; with transcripts, every audio file must have a non-empty one."""
+    subset_dir = Path(subset_dir)
+    transcripts = read_librispeech_transcripts(subset_dir) if with_transcripts else {}
+    utts, problems = [], []
+    for wav in _audio_files(subset_dir):
+        utt_id = wav.name[: -len(".flac")]
+        words = transcripts.get(utt_id)
+        if with_transcripts and words is None:
+            problems.append(f"{wav}: no transcript line for {utt_id} in its *.trans.txt")
+        elif with_transcripts and not words:
+            problems.append(f"{wav}: empty transcript for {utt_id}")
+        utts.append(Utterance(utt_id, wav, utt_id.split("-")[0], tuple(words or ())))
+    if problems:
+        raise DataPreparationError(
+            f"{len(problems)} transcript problem(s) in {subset_dir}:\n  " + "\n  ".join(problems)
+        )
+    if not utts:
+        raise DataPreparationError(f"{subset_dir} contains no .flac files")
+    return utts
+
+
+def read_speaker_genders(librispeech_root: PathLike) -> Dict[str, str]:
+    """``{speaker id: "F"|"M"}`` from ``SPEAKERS.TXT`` (empty dict if absent)."""
+    path = Path(librispeech_root) / "SPEAKERS.TXT"
+    genders: Dict[str, str] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            fields = [f.strip() for f in line.split("|")]
+            if not line.startswith(";") and len(fields) >= 2:
+                genders[fields[0]] = fields[1].upper()
+    return genders
+
+
+def select_valid_speakers(
+    speakers: Sequence[str], n: int, genders: Mapping[str, str], seed: int = DEFAULT_SEED
+) -> List[str]:
+    """Pick ``n`` held-out speakers: with gender info alternately F, M, F, ... (each gender list
+    sorted then shuffled with ``random.Random(seed)``); otherwise a seeded sample.
+
+    >>> select_valid_speakers(["1", "2", "3", "4"], 2, {"1": "F", "2": "M", "3": "F", "4": "M"})
+    ['1', '4']
+    """
+    speakers = sorted(set(speakers))
+    if not 0 < n < len(speakers):
+        raise DataPreparationError(f"cannot hold out {n} of {len(speakers)} speakers for validation")
+    rng = random.Random(seed)
+    if not genders or any(s not in genders for s in speakers):
+        return sorted(rng.sample(speakers, n))
+    pools = {g: [s for s in speakers if genders[s] == g] for g in ("F", "M")}
+    for pool in pools.values():
+        rng.shuffle(pool)
+    chosen: List[str] = []
+    order = ["F", "M"]
+    while len(chosen) < n:
+        g = order[len(chosen) % 2]
+        pool = pools[g] or pools[order[(len(chosen) + 1) % 2]]
+        chosen.append(pool.pop(0))
+    return sorted(chosen)
+
+
+# --------------------------------------------------------------------------- download
+def verify_checksum(path: PathLike, expected: str) -> None:
+    """Check ``path`` against ``"md5:<hex>"``, ``"sha256:<hex>"`` or a bare 32/64-digit hex."""
+    algo, _, digest = expected.rpartition(":")
+    algo = algo or {32: "md5", 64: "sha256"}.get(len(digest), "")
+    if algo not in ("md5", "sha256"):
+        raise ValueError(f"unsupported checksum {expected!r}: use md5:<hex> or sha256:<hex>")
+    h = hashlib.new(algo)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    if h.hexdigest() != digest.lower():
+        raise DataPreparationError(
+            f"{path}: {algo} checksum mismatch (expected {digest.lower()}, got {h.hexdigest()}); "
+            "the download is corrupt or incomplete: delete it and download again"
+        )
+
+
+def _member_problem(member: tarfile.TarInfo, dest: Path) -> Optional[str]:
+    name = PurePosixPath(member.name)
+    if name.is_absolute() or member.name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", member.name):
+        return "absolute path"
+    if ".." in name.parts:
+        return "'..' in path"
+    target = (dest / member.name).resolve()
+    if dest != target and dest not in target.parents:
+        return "escapes the target folder"
+    if member.issym() or member.islnk():
+        link = PurePosixPath(member.linkname)
+        if link.is_absolute():
+            return f"link to absolute path {member.linkname}"
+        base = target.parent if member.issym() else dest
+        resolved = (base / member.linkname).resolve()
+        if dest != resolved and dest not in resolved.parents:
+            return f"link {member.linkname} points outside the target folder"
+    elif not (member.isfile() or member.isdir()):
+        return "not a regular file or folder"
+    return None
+
+
+def safe_extract(archive: PathLike, dest: PathLike) -> None:
+    """Extract a tar archive, refusing absolute paths, ``..`` and links leaving ``dest``."""
+    dest_path = Path(dest).resolve()
+    dest_path.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        bad = [f"{m.name}: {p}" for m in members if (p := _member_problem(m, dest_path))]
+        if bad:
+            raise DataPreparationError(
+                f"refusing to extract {archive}: unsafe member(s):\n  " + "\n  ".join(bad)
+            )
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest_path, members=members, filter="data")
+        else:  # Python without extraction filters: the explicit check above still applies
+            tar.extractall(dest_path, members=members)
+
+
+def download_mini_librispeech(
+    data_folder: PathLike, subsets: Sequence[str], checksums: Optional[Mapping[str, str]] = None
+) -> None:
+    """Download + verify + safely extract Mini-LibriSpeech subsets into ``data_folder``.
+
+    ``checksums`` may override the built-in MD5s (e.g. ``{"dev-clean-2": "sha256:<hex>"}``).
+    """
+    folder = Path(data_folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for subset in subsets:
+        expected = (checksums or {}).get(subset) or f"md5:{MINI_LIBRISPEECH_MD5[subset]}"
+        archive = folder / f"{subset}.tar.gz"
+        if not archive.is_file():
+            part = archive.with_name(archive.name + ".part")
+            urllib.request.urlretrieve(f"{MINI_LIBRISPEECH_URL}{subset}.tar.gz", part)
+            os.replace(part, archive)
+        verify_checksum(archive, expected)
+        safe_extract(archive, folder)
+        archive.unlink()
+
+
+def _folders(data_folder: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
+    if isinstance(data_folder, (str, os.PathLike)):
+        return [Path(data_folder)]
+    return [Path(f) for f in data_folder]
+
+
+def _locate_subsets(
+    data_folder: Union[PathLike, Sequence[PathLike]], subsets: Sequence[str], download: bool,
+    checksums: Optional[Mapping[str, str]] = None,
+) -> Dict[str, Path]:
+    folders = _folders(data_folder)
+
+    def find(subset: str) -> Optional[Path]:
+        return next((d for d in (find_subset(f, subset) for f in folders) if d is not None), None)
+
+    missing = [s for s in subsets if find(s) is None]
+    if missing and download:
+        unknown = [s for s in missing if s not in MINI_LIBRISPEECH_MD5]
+        if unknown:
+            raise DataPreparationError(
+                f"download=True only supports {sorted(MINI_LIBRISPEECH_MD5)}, not {unknown}"
+            )
+        download_mini_librispeech(folders[0], missing, checksums)
+        missing = [s for s in subsets if find(s) is None]
+    if missing:
+        raise DataPreparationError(
+            f"LibriSpeech subset folder(s) {missing} not found under "
+            f"{[str(f.resolve()) for f in folders]} (looked for <data_folder>/<subset> and "
+            "<data_folder>/LibriSpeech/<subset>); pass the right data_folder, or download=True "
+            "to fetch Mini-LibriSpeech from openslr.org"
+        )
+    return {s: find(s) for s in subsets}  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- preparation
+def _audio_rows(utts: Sequence[Utterance], infos: Mapping[str, AudioInfo]) -> List[dict]:
+    return [
+        {"ID": u.id, "duration": infos[str(u.wav)].duration, "wav": str(u.wav), "spk_id": u.spk_id,
+         "wrd": " ".join(u.words)}
+        for u in utts if str(u.wav) in infos
+    ]
+
+
+def _per_split(value: Union[str, Mapping[str, str]], splits: Sequence[str], name: str,
+               choices: Sequence[str]) -> Dict[str, str]:
+    out = {s: value if isinstance(value, str) else value.get(s, "") for s in splits}
+    bad = {s: v for s, v in out.items() if v not in choices}
+    if bad:
+        raise ValueError(f"{name} must be one of {list(choices)} (or a per-split dict); got {bad}")
+    return out
+
+
+def _default_mfa_source(subset_dir: Path, subset: str) -> Optional[Path]:
+    for base in (subset_dir.parent, subset_dir.parent.parent):
+        cand = base / "phone_labels" / f"{subset}_mfa.csv"
+        if cand.is_file():
+            return cand.resolve()
+    return None
+
+
+def prepare_mini_librispeech(
+    data_folder: Union[PathLike, Sequence[PathLike]],
+    save_folder: PathLike,
+    labels: Union[str, Mapping[str, str]] = "mfa",
+    mfa_labels: Union[None, PathLike, Mapping[str, PathLike]] = None,
+    g2p: str = "flite",
+    valid_speakers: Union[int, Sequence[str]] = DEFAULT_VALID_SPEAKERS,
+    seed: int = DEFAULT_SEED,
+    download: bool = False,
+    skip_bad_audio: bool = False,
+    add_boundary_silence: bool = True,
+    splits: Sequence[str] = SPLITS,
+    mfa_fallback: str = "error",
+    checksums: Optional[Mapping[str, str]] = None,
+) -> Dict[str, Path]:
+    """Write ``train.csv``, ``valid.csv``, ``test.csv`` manifests for Mini-LibriSpeech.
+
+    * train = ``train-clean-5`` minus the validation speakers; valid = those speakers (whole
+      speakers, chosen from train-clean-5 only: ``valid_speakers`` ids, or that many speakers picked
+      by :func:`select_valid_speakers` with ``seed``, gender-balanced via ``SPEAKERS.TXT``);
+      test = ``dev-clean-2``.  Checkpoints must be selected on ``valid``, never on dev-clean-2.
+    * ``labels``: ``"mfa"`` (forced-alignment phones) or ``"lexicon"`` (CMUdict + ``g2p`` OOV
+      policy, ``sil`` at both ends if ``add_boundary_silence``), or a per-split dict such as
+      ``{"train": "lexicon", "valid": "lexicon", "test": "mfa"}``.
+    * ``mfa_labels``: CSV file or TextGrid folder, or a dict keyed by subset or split name; when
+      ``None`` the file ``phone_labels/<subset>_mfa.csv`` next to the corpus is used if it exists.
+      An utterance without MFA labels in an "mfa" split raises, or with ``mfa_fallback="lexicon"``
+      gets lexicon labels and is reported in a warning.
+    * ``data_folder``: a folder holding the subsets (directly or under ``LibriSpeech/``), or a list
+      of such folders searched in order (e.g. train-clean-5 and dev-clean-2 staged apart).
+    * Idempotent: a repeated call with the same options and unchanged inputs returns at once.
+
+    Returns ``{split: manifest path}`` for the requested ``splits``.
+
+    Example: ``prepare_mini_librispeech("../shared/data", "results/data", splits=["test"])``.
+    """
+    bad_splits = set(splits) - set(SPLITS)
+    if bad_splits or not splits:
+        raise ValueError(f"splits must be a non-empty subset of {SPLITS}, got {list(splits)}")
+    if mfa_fallback not in ("error", "lexicon"):
+        raise ValueError(f"mfa_fallback must be 'error' or 'lexicon', got {mfa_fallback!r}")
+    split_labels = _per_split(labels, splits, "labels", ("mfa", "lexicon"))
+    split_subset = {s: MINI_TEST if s == "test" else MINI_TRAIN for s in splits}
+    subset_dirs = _locate_subsets(data_folder, sorted(set(split_subset.values())), download, checksums)
+    librispeech_root = subset_dirs[MINI_TRAIN if MINI_TRAIN in subset_dirs else MINI_TEST].parent
+
+    mfa_sources: Dict[str, Path] = {}
+    for split, kind in split_labels.items():
+        if kind != "mfa":
+            continue
+        subset = split_subset[split]
+        if isinstance(mfa_labels, Mapping):
+            src = mfa_labels.get(split) or mfa_labels.get(subset)
+        else:
+            src = mfa_labels
+        src_path = Path(src).resolve() if src else _default_mfa_source(subset_dirs[subset], subset)
+        if src_path is None and mfa_fallback == "error":
+            raise DataPreparationError(
+                f"split {split!r} uses labels='mfa' but no MFA labels were given for {subset} "
+                f"(and no phone_labels/{subset}_mfa.csv was found): pass mfa_labels=..., create "
+                "them with surprisal_cc.data.mfa.run_mfa, use labels={'" + split + "': 'lexicon', ...},"
+                " or mfa_fallback='lexicon'"
+            )
+        if src_path is not None:
+            mfa_sources[split] = src_path
+
+    inputs: List[Path] = []
+    for subset_dir in subset_dirs.values():
+        inputs += list_files(subset_dir, (".flac", ".trans.txt"))
+    for src in set(mfa_sources.values()):
+        inputs += list_files(src, (".textgrid",)) if src.is_dir() else [src]
+    speakers_txt = librispeech_root / "SPEAKERS.TXT"
+    if speakers_txt.is_file():
+        inputs.append(speakers_txt)
+    uses_lexicon = "lexicon" in split_labels.values() or mfa_fallback == "lexicon"
+    options = {
+        "labels": split_labels, "mfa_labels": {k: str(v) for k, v in mfa_sources.items()},
+        "g2p": g2p if uses_lexicon else None, "valid_speakers": valid_speakers, "seed": seed,
+        "skip_bad_audio": skip_bad_audio, "add_boundary_silence": add_boundary_silence,
+        "splits": sorted(splits), "mfa_fallback": mfa_fallback,
+        "subsets": {k: str(v) for k, v in subset_dirs.items()},
+    }
+
+    def build(save: Path) -> Dict[str, Path]:
+        per_subset = {s: scan_subset(d) for s, d in subset_dirs.items()}
+        split_utts: Dict[str, List[Utterance]] = {}
+        if "test" in splits:
+            split_utts["test"] = per_subset[MINI_TEST]
+        if "train" in splits or "valid" in splits:
+            train_utts = per_subset[MINI_TRAIN]
+            speakers = sorted({u.spk_id for u in train_utts})
+            if isinstance(valid_speakers, int):
+                held_out = select_valid_speakers(
+                    speakers, valid_speakers, read_speaker_genders(librispeech_root), seed
+                )
+            else:
+                held_out = sorted(str(s) for s in valid_speakers)
+                unknown = sorted(set(held_out) - set(speakers))
+                if unknown or not held_out:
+                    raise DataPreparationError(
+                        f"valid_speakers {unknown or held_out} are not speakers of {MINI_TRAIN}"
+                    )
+            for split in ("train", "valid"):
+                if split in splits:
+                    split_utts[split] = [
+                        u for u in train_utts if (u.spk_id in held_out) == (split == "valid")
+                    ]
+        all_utts = [u for utts in split_utts.values() for u in utts]
+        infos = check_audio_files([u.wav for u in all_utts], skip_bad_audio=skip_bad_audio)
+
+        lexicon = Lexicon(g2p=g2p) if uses_lexicon else None
+        if lexicon is not None:
+            lexicon.prefetch(w for u in all_utts for w in u.words)
+        label_cache: Dict[Path, Dict[str, List[str]]] = {}
+        fallback: List[str] = []
+        out: Dict[str, Path] = {}
+        for split in splits:
+            rows = _audio_rows(split_utts[split], infos)
+            src = mfa_sources.get(split)
+            mfa = label_cache.setdefault(src, load_mfa_labels(src)) if src else {}
+            missing = []
+            for row in rows:
+                words = row["wrd"].split()
+                if split_labels[split] == "mfa" and row["ID"] in mfa:
+                    phones = mfa[row["ID"]]
+                elif split_labels[split] == "mfa" and mfa_fallback == "error":
+                    missing.append(row["ID"])
+                    continue
+                else:
+                    if split_labels[split] == "mfa":
+                        fallback.append(row["ID"])
+                    assert lexicon is not None
+                    phones = lexicon.words_to_phones(words, add_boundary_silence, row["ID"])
+                    validate_phones(phones, LIBRISPEECH_PHONES, f"utterance {row['ID']}")
+                row["phn"] = " ".join(phones)
+            if missing:
+                raise DataPreparationError(
+                    f"split {split!r}: {len(missing)} utterance(s) have no MFA labels in {src}: "
+                    f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}; pass "
+                    "mfa_fallback='lexicon' to use lexicon labels for them, or labels='lexicon'"
+                )
+            out[split] = write_manifest(save / f"{split}.csv", rows, LABELLED_COLUMNS)
+        if fallback:
+            warnings.warn(
+                f"{len(fallback)} utterance(s) had no MFA labels and got lexicon labels "
+                f"(mfa_fallback='lexicon'), e.g. {fallback[:10]}",
+                DataPreparationWarning, stacklevel=3,
+            )
+        if lexicon is not None:
+            lexicon.warn_oov_summary()
+        return out
+
+    return cached_prepare(save_folder, "mini_librispeech_prepare", options, inputs, build)
+
+
+def prepare_librispeech(
+    data_folder: Union[PathLike, Sequence[PathLike]],
+    save_folder: PathLike,
+    subsets: Sequence[str] = (MINI_TRAIN,),
+    valid_fraction: float = 0.05,
+    valid_utterances: Optional[int] = None,
+    valid_by: str = "speaker",
+    seed: int = DEFAULT_SEED,
+    skip_bad_audio: bool = False,
+    download: bool = False,
+) -> Dict[str, Path]:
+    """Audio-only manifests (``ID,duration,wav,spk_id``) for APC pretraining.
+
+    Writes ``apc_train.csv`` and ``apc_valid.csv``: the validation split holds about
+    ``valid_utterances`` (or ``valid_fraction`` of all) utterances, as whole speakers
+    (``valid_by="speaker"``, speakers shuffled with ``seed`` and added until the target is reached)
+    or as single utterances (``valid_by="utterance"``).  Idempotent like
+    :func:`prepare_mini_librispeech`.
+    """
+    if valid_by not in ("speaker", "utterance"):
+        raise ValueError(f"valid_by must be 'speaker' or 'utterance', got {valid_by!r}")
+    subset_dirs = _locate_subsets(data_folder, list(subsets), download)
+    inputs = [f for d in subset_dirs.values() for f in _audio_files(d)]
+    options = {"subsets": {k: str(v) for k, v in subset_dirs.items()}, "valid_fraction": valid_fraction,
+               "valid_utterances": valid_utterances, "valid_by": valid_by, "seed": seed,
+               "skip_bad_audio": skip_bad_audio}
+
+    def build(save: Path) -> Dict[str, Path]:
+        utts = [u for d in subset_dirs.values() for u in scan_subset(d, with_transcripts=False)]
+        target = valid_utterances if valid_utterances is not None else round(valid_fraction * len(utts))
+        if not 0 < target < len(utts):
+            raise DataPreparationError(f"validation size {target} impossible with {len(utts)} utterances")
+        rng = random.Random(seed)
+        if valid_by == "utterance":
+            valid_ids = set(rng.sample(sorted(u.id for u in utts), target))
+        else:
+            speakers = sorted({u.spk_id for u in utts})
+            rng.shuffle(speakers)
+            per_spk = {s: sum(u.spk_id == s for u in utts) for s in speakers}
+            held: set = set()
+            for s in speakers[:-1]:  # always keep at least one training speaker
+                if sum(per_spk[h] for h in held) >= target:
+                    break
+                held.add(s)
+            valid_ids = {u.id for u in utts if u.spk_id in held}
+        infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio)
+        rows = _audio_rows(utts, infos)
+        return {
+            split: write_manifest(
+                save / f"apc_{split}.csv",
+                [r for r in rows if (r["ID"] in valid_ids) == (split == "valid")],
+                AUDIO_COLUMNS,
+            )
+            for split in ("train", "valid")
+        }
+
+    return cached_prepare(save_folder, "librispeech_apc_prepare", options, inputs, build)

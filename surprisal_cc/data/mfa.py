@@ -1,0 +1,250 @@
+"""Montreal Forced Aligner (MFA) labels: CSV export, TextGrid files, and running ``mfa``.
+
+MFA is a conda package (it needs Kaldi binaries); it cannot be pip-installed into this venv.
+Labels are read into ``{utterance_id: [phone, ...]}`` over :data:`LIBRISPEECH_PHONES`.
+
+>>> tg = '''File type = "ooTextFile"
+... Object class = "TextGrid"
+... xmin = 0
+... xmax = 1
+... tiers? <exists>
+... size = 1
+... item []:
+...     item [1]:
+...         class = "IntervalTier"
+...         name = "phones"
+...         xmin = 0
+...         xmax = 1
+...         intervals: size = 3
+...         intervals [1]:
+...             xmin = 0
+...             xmax = 0.2
+...             text = ""
+...         intervals [2]:
+...             xmin = 0.2
+...             xmax = 0.5
+...             text = "HH"
+...         intervals [3]:
+...             xmin = 0.5
+...             xmax = 1
+...             text = "AH0"
+... '''
+>>> textgrid_phones(parse_textgrid(tg))
+['sil', 'HH', 'AH']
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .errors import DataPreparationError
+from .phones import LIBRISPEECH_PHONES, SILENCE, SPOKEN_NOISE, merge_repeated, strip_stress
+from .phones import validate_phones
+
+PathLike = Union[str, os.PathLike]
+Interval = Tuple[float, float, str]
+_SILENCE_MARKS = {"", "sp", "sil", "<eps>", "SIL"}
+
+MFA_INSTALL_HELP = (
+    "The Montreal Forced Aligner (`mfa`) is not installed. It cannot be pip-installed (it needs "
+    "Kaldi/OpenFst binaries); install it with conda: `conda install -c conda-forge "
+    "montreal-forced-aligner` (then `mfa model download acoustic english_us_arpa` and "
+    "`mfa model download dictionary english_us_arpa`), or prepare the data with labels='lexicon' "
+    "(CMUdict + g2p) instead of MFA alignments."
+)
+
+
+def read_mfa_csv(path: PathLike, column: str = "phonemes_39") -> Dict[str, List[str]]:
+    """Read the CSV export (columns ``path,...,phonemes_39,...``): utterance id = file stem."""
+    labels: Dict[str, List[str]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or "path" not in reader.fieldnames or column not in reader.fieldnames:
+            raise DataPreparationError(
+                f"{path}: expected columns 'path' and {column!r}, found {reader.fieldnames}"
+            )
+        for row in reader:
+            utt_id = Path(row["path"]).name.split(".")[0]
+            phones = merge_repeated(row[column].split())
+            validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {utt_id}")
+            labels[utt_id] = phones
+    return labels
+
+
+_TG_TOKEN = re.compile(r'"((?:[^"]|"")*)"|(\S+)')
+
+
+def parse_textgrid(text: str) -> Dict[str, List[Interval]]:
+    """Parse a long-format Praat TextGrid (as ``mfa align`` writes it) into interval tiers.
+
+    Returns ``{tier name: [(xmin, xmax, text), ...]}``; point tiers are ignored.
+    """
+    tiers: Dict[str, List[Interval]] = {}
+    current: Optional[List[Interval]] = None
+    is_interval_tier = False
+    pending: Dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if "=" not in line:
+            if line.startswith("intervals ["):
+                pending = {}
+            continue
+        key, _, raw = (part.strip() for part in line.partition("="))
+        m = _TG_TOKEN.match(raw)
+        value = (m.group(1).replace('""', '"') if m.group(1) is not None else m.group(2)) if m else ""
+        if key == "class":
+            is_interval_tier = value == "IntervalTier"
+        elif key == "name":
+            current = tiers.setdefault(value, []) if is_interval_tier else None
+        elif current is not None and key in ("xmin", "xmax", "text"):
+            pending[key] = value
+            if key == "text":
+                if "xmin" not in pending or "xmax" not in pending:
+                    raise DataPreparationError(f"malformed TextGrid interval near: {line!r}")
+                current.append((float(pending["xmin"]), float(pending["xmax"]), value))
+                pending = {}
+    return tiers
+
+
+def textgrid_phones(tiers: Mapping[str, List[Interval]], tier: str = "phones") -> List[str]:
+    """MFA phone tier -> labels: stress stripped, ``""``/``sp``/``sil`` -> ``sil`` (merged)."""
+    if tier not in tiers:
+        raise DataPreparationError(f"TextGrid has no {tier!r} tier (tiers: {sorted(tiers)})")
+    phones = []
+    for _, _, mark in tiers[tier]:
+        mark = mark.strip()
+        if mark in _SILENCE_MARKS:
+            phones.append(SILENCE)
+        elif mark.lower() == SPOKEN_NOISE:
+            phones.append(SPOKEN_NOISE)
+        else:
+            phones.append(strip_stress(mark).upper())
+    return merge_repeated(phones)
+
+
+def read_mfa_textgrids(folder: PathLike) -> Dict[str, List[str]]:
+    """Read every ``*.TextGrid`` under ``folder`` (utterance id = file stem)."""
+    labels: Dict[str, List[str]] = {}
+    for path in sorted(Path(folder).rglob("*.TextGrid")):
+        phones = textgrid_phones(parse_textgrid(path.read_text(encoding="utf-8")))
+        validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {path.stem}")
+        labels[path.stem] = phones
+    return labels
+
+
+def load_mfa_labels(source: PathLike) -> Dict[str, List[str]]:
+    """Labels from a CSV file or a folder of TextGrid files."""
+    source = Path(source)
+    if source.is_dir():
+        return read_mfa_textgrids(source)
+    if source.is_file():
+        return read_mfa_csv(source)
+    raise DataPreparationError(f"MFA label source {source} does not exist (CSV file or TextGrid folder)")
+
+
+def build_mfa_command(
+    corpus_dir: PathLike,
+    dictionary: PathLike,
+    acoustic_model: PathLike,
+    output_dir: PathLike,
+    *,
+    num_jobs: int = 2,
+    clean: bool = True,
+    extra_args: Sequence[str] = (),
+    executable: str = "mfa",
+) -> List[str]:
+    """The ``mfa align`` command line (long TextGrid output into ``output_dir``)."""
+    cmd = [executable, "align", str(corpus_dir), str(dictionary), str(acoustic_model), str(output_dir)]
+    cmd += ["--num_jobs", str(num_jobs), "--output_format", "long_textgrid"]
+    if clean:
+        cmd.append("--clean")
+    return cmd + list(extra_args)
+
+
+def run_mfa(
+    corpus_dir: PathLike,
+    dictionary: PathLike,
+    acoustic_model: PathLike,
+    output_dir: PathLike,
+    *,
+    num_jobs: int = 2,
+    clean: bool = True,
+    extra_args: Sequence[str] = (),
+) -> Path:
+    """Run ``mfa align`` if the executable is on PATH; return ``output_dir`` (TextGrids).
+
+    ``corpus_dir`` must hold audio + ``.lab``/``.txt`` transcripts as MFA expects;
+    ``dictionary``/``acoustic_model`` are paths or MFA model names (e.g. ``english_us_arpa``).
+    Raises :class:`DataPreparationError` with install instructions when ``mfa`` is missing.
+    """
+    exe = shutil.which("mfa")
+    if exe is None:
+        raise DataPreparationError(MFA_INSTALL_HELP)
+    cmd = build_mfa_command(
+        corpus_dir, dictionary, acoustic_model, output_dir,
+        num_jobs=num_jobs, clean=clean, extra_args=extra_args, executable=exe,
+    )
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise DataPreparationError(
+            f"`{' '.join(cmd)}` failed with exit code {res.returncode}:\n{res.stderr[-2000:]}"
+        )
+    return Path(output_dir)
+
+
+def lexicon_vs_mfa_per(
+    subset_dir: PathLike,
+    mfa_labels: PathLike,
+    g2p: str = "spn",
+    add_boundary_silence: bool = True,
+    ignore_sil: bool = False,
+) -> Dict[str, float]:
+    """Corpus-level phone error rate of lexicon labels against MFA labels.
+
+    ``(S + D + I) / N`` in percent, MFA phones as reference, repeated ``sil`` merged on both sides
+    (``ignore_sil=True`` removes every ``sil`` first: pauses between words cannot be predicted
+    from text, so this isolates pronunciation differences).
+    Example (the README's one-liner)::
+
+        python -c "from surprisal_cc.data.mfa import lexicon_vs_mfa_per as f; print(f(
+            '../shared/data/LibriSpeech/dev-clean-2',
+            '../shared/data/phone_labels/dev-clean-2_mfa.csv', g2p='spn'))"
+    """
+    from speechbrain.utils.edit_distance import wer_details_for_batch, wer_summary
+
+    from .lexicon import Lexicon
+    from .librispeech import read_librispeech_transcripts
+
+    refs = load_mfa_labels(mfa_labels)
+    transcripts = read_librispeech_transcripts(subset_dir)
+    missing = sorted(set(transcripts) - set(refs))
+    if missing:
+        raise DataPreparationError(f"{mfa_labels} lacks {len(missing)} utterance(s), e.g. {missing[:5]}")
+    lexicon = Lexicon(g2p=g2p)
+    lexicon.prefetch(w for words in transcripts.values() for w in words)
+    ids = sorted(transcripts)
+    hyps = [
+        merge_repeated(lexicon.words_to_phones(transcripts[u], add_boundary_silence, utt_id=u))
+        for u in ids
+    ]
+    ref_seqs = [refs[u] for u in ids]
+    if ignore_sil:
+        ref_seqs = [[p for p in seq if p != SILENCE] for seq in ref_seqs]
+        hyps = [[p for p in seq if p != SILENCE] for seq in hyps]
+    details = wer_details_for_batch(ids, ref_seqs, hyps)
+    summary = wer_summary(details)
+    return {
+        "per": summary["WER"],
+        "substitutions": summary["substitutions"],
+        "deletions": summary["deletions"],
+        "insertions": summary["insertions"],
+        "ref_phones": summary["num_scored_tokens"],
+        "utterances": len(ids),
+        "oov_tokens": sum(lexicon.oov_counts.values()),
+    }

@@ -1,0 +1,139 @@
+"""TIMIT preparation (LDC93S1 layout) with the standard 61 -> 39 phone folding.
+
+Layout: ``TRAIN|TEST/DR*/<speaker>/<utt>.WAV`` (NIST SPHERE, read by soundfile) with ``.PHN``,
+``.WRD`` and ``.TXT`` next to it; folder and file names in any case.  SA sentences are removed.
+Splits (as in the Kaldi/SpeechBrain recipes): train = all of TRAIN; valid = the 50-speaker
+development set (:data:`TIMIT_DEV_SPEAKERS`); test = the 24-speaker core test set
+(:data:`TIMIT_CORE_TEST_SPEAKERS`, 192 utterances).  IDs are ``<speaker>_<utt>`` in lower case.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Union
+
+from .audio import check_audio_files
+from .errors import DataPreparationError
+from .manifest import LABELLED_COLUMNS, cached_prepare, list_files, write_manifest
+from .phones import fold_timit
+
+PathLike = Union[str, os.PathLike]
+
+# Kaldi egs/timit/s5/conf/dev_spk.list
+TIMIT_DEV_SPEAKERS = frozenset(
+    "faks0 fdac1 fjem0 mgwt0 mjar0 mmdb1 mmdm2 mpdf0 fcmh0 fkms0 mbdg0 mbwm0 mcsh0 fadg0 fdms0 "
+    "fedw0 mgjf0 mglb0 mrtk0 mtaa0 mtdt0 mthc0 mwjg0 fnmr0 frew0 fsem0 mbns0 mmjr0 mdls0 mdlf0 "
+    "mdvc0 mers0 fmah0 fdrw0 mrcs0 mrjm4 fcal1 mmwh0 fjsj0 majc0 mjsw0 mreb0 fgjd0 fjmg0 mroa0 "
+    "mteb0 mjfc0 mrjr0 fmml0 mrws1".split()
+)
+# The TIMIT core test set (2 male + 1 female speaker per dialect region), Kaldi conf/test_spk.list
+TIMIT_CORE_TEST_SPEAKERS = frozenset(
+    "mdab0 mwbt0 felc0 mtas1 mwew0 fpas0 mjmp0 mlnt0 fpkt0 mlll0 mtls0 fjlm0 mbpm0 mklt0 fnlp0 "
+    "mcmj0 mjdh0 fmgd0 mgrt0 mnjm0 fdhc0 mjln0 mpam0 fmld0".split()
+)
+
+
+@dataclass(frozen=True)
+class TimitUtterance:
+    id: str
+    wav: Path
+    spk_id: str
+    part: str  # "train" | "test"
+
+
+def _child(folder: Path, name: str) -> Optional[Path]:
+    """Case-insensitive lookup of ``folder/name``."""
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        if entry.name.lower() == name.lower():
+            return entry
+    return None
+
+
+def _sibling(wav: Path, suffix: str) -> Optional[Path]:
+    for cand in (wav.with_suffix(suffix.upper()), wav.with_suffix(suffix.lower())):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _read_phn(path: Path) -> List[str]:
+    return [line.split()[2] for line in path.read_text(encoding="latin-1").splitlines() if line.strip()]
+
+
+def _read_words(wav: Path) -> List[str]:
+    wrd = _sibling(wav, ".wrd")
+    if wrd is not None:
+        return [l.split()[2].upper() for l in wrd.read_text(encoding="latin-1").splitlines() if l.strip()]
+    txt = _sibling(wav, ".txt")
+    if txt is not None:  # "<start> <end> Sentence text."
+        text = " ".join(txt.read_text(encoding="latin-1").split()[2:])
+        return "".join(c for c in text.upper() if c.isalnum() or c in " '-").split()
+    return []
+
+
+def scan_timit(data_folder: PathLike) -> List[TimitUtterance]:
+    """All non-SA utterances of TRAIN and TEST (any case of names)."""
+    root = Path(data_folder)
+    if _child(root, "TRAIN") is None and _child(root / "TIMIT", "TRAIN") is not None:
+        root = root / "TIMIT"
+    utts: List[TimitUtterance] = []
+    for part in ("train", "test"):
+        part_dir = _child(root, part)
+        if part_dir is None:
+            raise DataPreparationError(
+                f"TIMIT folder {part.upper()} (or {part}) not found under {root.resolve()}; pass the "
+                "folder that contains TRAIN/ and TEST/ as data_folder"
+            )
+        for wav in list_files(part_dir, (".wav",)):
+            stem = wav.name[:-4]
+            if "." in stem or stem.lower().startswith("sa"):
+                continue
+            spk = wav.parent.name.lower()
+            utts.append(TimitUtterance(f"{spk}_{stem.lower()}", wav.resolve(), spk, part))
+    return utts
+
+
+def prepare_timit(
+    data_folder: PathLike, save_folder: PathLike, skip_bad_audio: bool = False
+) -> Dict[str, Path]:
+    """Write ``train.csv``, ``valid.csv`` (dev speakers), ``test.csv`` (core test) for TIMIT.
+
+    ``phn`` holds the folded 39-phone labels (``q`` removed, repeated ``sil`` merged), ``wrd`` the
+    upper-case words from ``.WRD`` (or ``.TXT``).  Idempotent: an unchanged repeat returns at once.
+    """
+    root = Path(data_folder)
+    if not root.is_dir():
+        raise DataPreparationError(f"TIMIT data_folder {root.resolve()} does not exist")
+    inputs = list_files(root, (".wav", ".phn", ".wrd", ".txt"))
+    options = {"data_folder": str(root.resolve()), "skip_bad_audio": skip_bad_audio}
+
+    def build(save: Path) -> Dict[str, Path]:
+        utts = scan_timit(root)
+        split_of = {
+            u.id: "train" if u.part == "train" else "valid" if u.spk_id in TIMIT_DEV_SPEAKERS
+            else "test" if u.spk_id in TIMIT_CORE_TEST_SPEAKERS else None
+            for u in utts
+        }
+        utts = [u for u in utts if split_of[u.id]]
+        infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio)
+        rows: Dict[str, List[dict]] = {"train": [], "valid": [], "test": []}
+        problems = []
+        for u in utts:
+            if str(u.wav) not in infos:
+                continue
+            phn = _sibling(u.wav, ".phn")
+            words = _read_words(u.wav)
+            if phn is None or not words:
+                problems.append(f"{u.wav}: missing {'.PHN' if phn is None else '.WRD/.TXT'} file or empty")
+                continue
+            phones = fold_timit(_read_phn(phn), where=f"{phn} (utterance {u.id})")
+            rows[split_of[u.id]].append({
+                "ID": u.id, "duration": infos[str(u.wav)].duration, "wav": str(u.wav),
+                "spk_id": u.spk_id, "wrd": " ".join(words), "phn": " ".join(phones),
+            })
+        if problems:
+            raise DataPreparationError(f"{len(problems)} TIMIT label problem(s):\n  " + "\n  ".join(problems))
+        return {s: write_manifest(save / f"timit_{s}.csv", r, LABELLED_COLUMNS) for s, r in rows.items()}
+
+    return cached_prepare(save_folder, "timit_prepare", options, inputs, build)

@@ -1,0 +1,246 @@
+"""Recipe orchestration shared by the corpus recipes (the scripts under recipes/ stay thin).
+
+Steps: parse arguments and hparams -> prepare manifests (main process) -> load or pretrain APC ->
+build the feature cache (main process) -> datasets -> calibrate the controller -> train with
+checkpoint selection on the validation split -> decode the test set (CTC beam search) -> results.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+import speechbrain as sb
+import torch
+from hyperpyyaml import load_hyperpyyaml
+from speechbrain.dataio.dataset import DynamicItemDataset
+from speechbrain.dataio.encoder import CTCTextEncoder
+from speechbrain.utils.distributed import run_on_main
+
+from .apc import APCModel, FrozenAPC, load_apc
+from .brain import ConditionalCTCBrain
+from .cache import FeatureCache
+from .features import FeatureConfig
+
+logger = logging.getLogger(__name__)
+
+
+class ConfigurationError(ValueError):
+    """A problem with the hparams file or command-line overrides."""
+
+
+def load_hparams(hparams_file: str, overrides: str = "") -> Dict:
+    """Load a hyperpyyaml file with overrides; unknown keys and bad values get a clear error.
+
+    Note: hparams files are code (``!new:``/``!apply:`` run Python); only load files you trust.
+    """
+    path = Path(hparams_file)
+    if not path.is_file():
+        raise ConfigurationError(f"hparams file {hparams_file} does not exist")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return load_hyperpyyaml(f, overrides)
+    except KeyError as err:
+        raise ConfigurationError(f"{hparams_file}: {err.args[0].split(' not found')[0]} is not a key of this file "
+                                 "(check the spelling; every --key=value override must name an existing key)") from None
+    except (ValueError, TypeError, ImportError, AttributeError) as err:
+        raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
+
+
+def phone_set(name: str) -> List[str]:
+    """The label set of a corpus: ``librispeech`` (41: 39 ARPAbet + sil + spn) or ``timit`` (39 folded)."""
+    from .data import phones
+
+    sets = {"librispeech": phones.LIBRISPEECH_PHONES, "timit": phones.TIMIT_PHONES_39}
+    if name not in sets:
+        raise ConfigurationError(f"unknown phone set {name!r}; choose one of {sorted(sets)}")
+    return list(sets[name])
+
+
+def input_size_for(input_features: str, apc_hidden_size: int = 512, n_mels: int = 80) -> int:
+    """Encoder input width: APC features (``apc``) or raw filterbanks (``fbank``)."""
+    if input_features not in ("apc", "fbank"):
+        raise ConfigurationError(f"input_features must be 'apc' or 'fbank', got {input_features!r}")
+    return apc_hidden_size if input_features == "apc" else n_mels
+
+
+def label_encoder_for(labels: Sequence[str], blank: str = "<blank>") -> CTCTextEncoder:
+    """CTC label encoder with the blank at index 0 and the given labels in order (fixed, not data-derived)."""
+    encoder = CTCTextEncoder()
+    encoder.insert_blank(blank_label=blank, index=0)
+    encoder.update_from_iterable(labels, sequence_input=False)
+    return encoder
+
+
+def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[FeatureCache]) -> Dict[str, DynamicItemDataset]:
+    """DynamicItemDatasets with pipelines: targets from ``phn``, features from the cache or audio from ``wav``."""
+    from .data.audio import read_audio
+
+    datasets = {}
+    for split, manifest in manifests.items():
+        data = DynamicItemDataset.from_csv(csv_path=str(manifest))
+        if split == "train" and hparams.get("sorting", "random") != "random":
+            data = data.filtered_sorted(sort_key="duration", reverse=hparams["sorting"] == "descending")
+        datasets[split] = data
+    label_encoder: CTCTextEncoder = hparams["label_encoder"]
+
+    @sb.utils.data_pipeline.takes("phn")
+    @sb.utils.data_pipeline.provides("tokens")
+    def targets(phn: str):
+        return torch.LongTensor(label_encoder.encode_sequence(phn.split()))
+
+    outputs = ["id", "tokens"]
+    if cache is not None:
+        @sb.utils.data_pipeline.takes("id")
+        @sb.utils.data_pipeline.provides(*cache_items(cache))
+        def cached(utt_id: str):
+            entry = cache.load(utt_id)
+            for name in cache_items(cache):
+                yield entry[name]
+
+        pipeline, outputs = cached, outputs + list(cache_items(cache))
+    else:
+        @sb.utils.data_pipeline.takes("wav")
+        @sb.utils.data_pipeline.provides("sig")
+        def audio(wav: str):
+            return read_audio(wav)
+
+        pipeline, outputs = audio, outputs + ["sig"]
+    sb.dataio.dataset.add_dynamic_item(list(datasets.values()), targets)
+    sb.dataio.dataset.add_dynamic_item(list(datasets.values()), pipeline)
+    sb.dataio.dataset.set_output_keys(list(datasets.values()), outputs)
+    return datasets
+
+
+def cache_items(cache: FeatureCache) -> List[str]:
+    return ["fbank", "features", "surprisal"] if cache.apc is not None else ["fbank"]
+
+
+def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: int) -> None:
+    """Compute missing cache entries for every utterance of the manifests, longest first."""
+    import csv
+
+    from .data.audio import read_audio
+
+    rows = []
+    for manifest in manifests.values():
+        with open(manifest, newline="", encoding="utf-8") as f:
+            rows.extend(csv.DictReader(f))
+    rows.sort(key=lambda r: -float(r["duration"]))
+    cache.build([(r["ID"], r["wav"]) for r in rows], read_audio, batch_size=batch_size)
+
+
+def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Optional[APCModel]:
+    """The frozen APC model: loaded from ``apc_path``, or pretrained on the training split when it is null."""
+    encoder = hparams["encoder_module"]
+    needed = hparams["input_features"] == "apc" or encoder.needs_surprisal(True) or encoder.needs_surprisal(False)
+    if not needed:
+        logger.info("APC not needed: raw filterbank inputs and no surprisal-driven controller")
+        return None
+    if hparams.get("apc_path"):
+        path = Path(hparams["apc_path"])
+        if not path.is_file():
+            raise ConfigurationError(f"apc_path {path} does not exist: pretrain one with "
+                                     "recipes/LibriSpeech/pretrain_apc.py or set apc_path: null to pretrain here")
+        return load_apc(path)
+    return load_apc(pretrain_apc_on(hparams, {k: manifests[k] for k in ("train", "valid")}, run_opts))
+
+
+def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Path:
+    """Pretrain APC on the ``train`` manifest (validation loss on ``valid``); returns the exported file."""
+    from .apc_training import pretrain_apc
+
+    fbank_cache = FeatureCache(hparams["cache_folder"], None, hparams["feature_config"])
+    run_on_main(fill_cache, args=[fbank_cache, manifests, hparams["cache_batch_size"]])
+    datasets = {}
+    for split, manifest in manifests.items():
+        data = DynamicItemDataset.from_csv(csv_path=str(manifest))
+
+        @sb.utils.data_pipeline.takes("id")
+        @sb.utils.data_pipeline.provides("fbank")
+        def fbank(utt_id: str):
+            return fbank_cache.load(utt_id)["fbank"]
+
+        data.add_dynamic_item(fbank)
+        data.set_output_keys(["id", "fbank"])
+        datasets[split] = data
+    return pretrain_apc(datasets, hparams, run_opts)
+
+
+def run_apc_recipe(argv: Sequence[str]) -> Path:
+    """APC pretraining recipe: prepare audio-only manifests of LibriSpeech subsets, train, export."""
+    from .data import prepare_librispeech
+
+    hparams_file, run_opts, overrides = sb.parse_arguments(list(argv))
+    sb.utils.distributed.ddp_init_group(run_opts)
+    hparams = load_hparams(hparams_file, overrides)
+    sb.create_experiment_directory(experiment_directory=hparams["apc_output_folder"],
+                                   hyperparams_to_save=hparams_file, overrides=overrides)
+    run_on_main(prepare_librispeech, kwargs=hparams["prepare_options"])
+    manifests = prepare_librispeech(**hparams["prepare_options"])
+    return pretrain_apc_on(hparams, {"train": manifests["train"], "valid": manifests["valid"]}, run_opts)
+
+
+def run_asr_recipe(argv: Sequence[str], prepare: Callable[..., Mapping[str, str]]) -> Dict[str, object]:
+    """The whole recipe; ``prepare(**hparams['prepare_options'])`` returns split -> manifest path."""
+    hparams_file, run_opts, overrides = sb.parse_arguments(list(argv))
+    sb.utils.distributed.ddp_init_group(run_opts)
+    hparams = load_hparams(hparams_file, overrides)
+    sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
+                                   hyperparams_to_save=hparams_file, overrides=overrides)
+    check_consistency(hparams)
+
+    run_on_main(prepare, kwargs=hparams["prepare_options"])
+    manifests = prepare(**hparams["prepare_options"])  # idempotent: returns at once on every process
+
+    apc = obtain_apc(hparams, manifests, run_opts)
+    hparams["apc_model"] = apc
+    cache = None
+    if hparams["use_feature_cache"]:
+        cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"])
+        run_on_main(fill_cache, args=[cache, manifests, hparams["cache_batch_size"]])
+    datasets = build_datasets(hparams, manifests, cache)
+    hparams["train_set"] = datasets["train"]
+    hparams["manifests"] = manifests
+
+    modules = {"encoder": hparams["encoder_module"]}
+    if apc is not None:
+        modules["apc"] = FrozenAPC(apc)
+    brain = ConditionalCTCBrain(modules=modules, opt_class=hparams["opt_class"], hparams=hparams,
+                                run_opts=run_opts, checkpointer=hparams["checkpointer"])
+    if not hparams["test_only"]:
+        brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],
+                  train_loader_kwargs=hparams["train_loader_options"],
+                  valid_loader_kwargs=hparams["test_loader_options"])
+    encoder = brain.modules.encoder
+    for shift in hparams["test_bias_shifts"]:
+        getattr(encoder, "module", encoder).test_bias_shift = float(shift)
+        brain.evaluate(datasets["test"], min_key=hparams["selection_metric"],
+                       test_loader_kwargs=hparams["test_loader_options"])
+    return {"output_folder": hparams["output_folder"]}
+
+
+def check_consistency(hparams: Dict) -> None:
+    """Catch configuration mistakes before any data is touched."""
+    expected = len(hparams["label_encoder"].ind2lab)
+    if hparams["num_outputs"] != expected:
+        raise ConfigurationError(f"num_outputs is {hparams['num_outputs']} but the label set has {expected - 1} "
+                                 f"labels + blank = {expected}: fix num_outputs in the hparams file")
+
+
+def main_entry(prepare: Optional[Callable[..., Mapping[str, str]]] = None) -> None:
+    """Entry point of the recipe scripts (ASR with ``prepare``, APC pretraining without).
+
+    Configuration and data errors end the run with one clear message instead of a traceback.
+    """
+    from .data import DataPreparationError
+
+    try:
+        if prepare is None:
+            run_apc_recipe(sys.argv[1:])
+        else:
+            run_asr_recipe(sys.argv[1:], prepare)
+    except (ConfigurationError, DataPreparationError) as err:
+        sys.exit(f"error: {err}")

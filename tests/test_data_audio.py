@@ -1,0 +1,48 @@
+import pytest
+import torch
+
+from surprisal_cc.data import DataPreparationError, DataPreparationWarning
+from surprisal_cc.data.audio import check_audio_files, inspect_audio, read_audio
+from surprisal_cc.testing import make_bad_audio_fixture
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory):
+    return make_bad_audio_fixture(tmp_path_factory.mktemp("bad_audio"))
+
+
+def test_read_audio_resamples_and_downmixes(bad):
+    good = read_audio(bad["good"])
+    assert good.dtype == torch.float32 and good.shape == (3200,)
+    assert read_audio(bad["rate_8k"]).shape == (3200,)  # 0.2 s at 8 kHz -> 16 kHz
+    assert read_audio(bad["stereo"]).ndim == 1
+    info = inspect_audio(bad["stereo"])
+    assert (info.channels, info.sample_rate, info.num_samples) == (2, 16000, 3200)
+    assert info.duration == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("kind,reason", [
+    ("corrupt", "cannot be decoded"), ("empty", "empty file"), ("no_samples", "0 samples"),
+    ("too_short", "too short"),
+])
+def test_bad_file_is_an_error(bad, kind, reason):
+    with pytest.raises(DataPreparationError, match=reason) as err:
+        check_audio_files([bad["good"], bad[kind]])
+    assert str(bad[kind]) in str(err.value) and "skip_bad_audio=True" in str(err.value)
+
+
+def test_all_problems_in_one_error_and_skip(bad):
+    paths = [bad[k] for k in ("good", "corrupt", "empty", "too_short")]
+    with pytest.raises(DataPreparationError) as err:
+        check_audio_files(paths)
+    assert all(str(bad[k]) in str(err.value) for k in ("corrupt", "empty", "too_short"))
+    with pytest.warns(DataPreparationWarning, match="leaving out 3"):
+        good = check_audio_files(paths, skip_bad_audio=True)
+    assert list(good) == [str(bad["good"])]
+
+
+def test_8k_and_stereo_warn_with_file_names(bad):
+    with pytest.warns(DataPreparationWarning, match="rate_8k.flac \\(8000 Hz\\)"):
+        check_audio_files([bad["rate_8k"]])
+    with pytest.warns(DataPreparationWarning, match="stereo.flac \\(2 channels\\)"):
+        check_audio_files([bad["stereo"]])

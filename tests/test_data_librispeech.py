@@ -1,0 +1,168 @@
+import csv
+import hashlib
+import io
+import tarfile
+import time
+
+import pytest
+
+from data_fixtures import require_dev_clean_2, write_mfa_csv
+from surprisal_cc.data import (
+    DataPreparationError, DataPreparationWarning, LIBRISPEECH_PHONES, prepare_librispeech,
+    prepare_mini_librispeech,
+)
+from surprisal_cc.data import librispeech
+from surprisal_cc.data.librispeech import safe_extract, select_valid_speakers, verify_checksum
+from surprisal_cc.testing import make_librispeech_fixture
+
+TRAIN_SPEAKERS = {"11": "F", "12": "M", "13": "F", "14": "M", "15": "F", "16": "M"}
+DEV_LABELS = {"21-5-0000": "sil DH AH K AE T sil", "21-5-0001": "sil sil AH D sil", "22-6-0000": "sil S T AA P sil"}
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    root = make_librispeech_fixture(
+        tmp_path / "data",
+        {"train-clean-5": {f"{s}-1": ["THE CAT", "DON'T STOP"] for s in TRAIN_SPEAKERS},
+         "dev-clean-2": {"21-5": ["THE CAT", "ADD"], "22-6": ["STOP"]}},
+        genders={**TRAIN_SPEAKERS, "21": "M", "22": "F"},
+    )
+    write_mfa_csv(root / "phone_labels" / "dev-clean-2_mfa.csv", "dev-clean-2", DEV_LABELS)
+    return root
+
+
+MIXED = {"train": "lexicon", "valid": "lexicon", "test": "mfa"}
+
+
+def test_prepare_mini_librispeech(corpus, tmp_path):
+    out = prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=2)
+    train, valid, test = (read(out[s]) for s in ("train", "valid", "test"))
+    assert {r["spk_id"] for r in valid} == {"14", "15"}  # 1 F + 1 M, seeded
+    assert {r["spk_id"] for r in train} == set(TRAIN_SPEAKERS) - {"14", "15"}
+    assert [r["ID"] for r in test] == sorted(DEV_LABELS)
+    assert test[1]["phn"] == "sil AH D sil" and test[1]["wrd"] == "ADD"
+    row = next(r for r in train if r["ID"] == "12-1-0001")
+    assert row["phn"] == "sil D OW N T S T AA P sil" and row["wrd"] == "DON'T STOP"
+    assert float(row["duration"]) == pytest.approx(0.2) and row["wav"].startswith("/")
+    assert all(set(r["phn"].split()) <= set(LIBRISPEECH_PHONES) for r in train + valid + test)
+
+    from speechbrain.dataio.dataset import DynamicItemDataset
+    assert len(DynamicItemDataset.from_csv(str(out["train"]))) == 8
+
+    start = time.perf_counter()
+    assert prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=2) == out
+    assert time.perf_counter() - start < 1.0
+    out2 = prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=["12"])
+    assert {r["spk_id"] for r in read(out2["valid"])} == {"12"}
+
+
+def test_valid_speakers_do_not_depend_on_dev(corpus):
+    genders = {**TRAIN_SPEAKERS}
+    assert select_valid_speakers(sorted(TRAIN_SPEAKERS), 3, genders, 1234) == ["11", "14", "15"]
+
+
+def test_missing_mfa_labels_error_and_fallback(corpus, tmp_path):
+    with pytest.raises(DataPreparationError, match="no MFA labels were given for train-clean-5"):
+        prepare_mini_librispeech(corpus, tmp_path / "s")
+    write_mfa_csv(corpus / "phone_labels" / "dev-clean-2_mfa.csv", "dev-clean-2",
+                  {k: v for k, v in DEV_LABELS.items() if k != "22-6-0000"})
+    with pytest.raises(DataPreparationError, match="22-6-0000"):
+        prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"])
+    with pytest.warns(DataPreparationWarning, match="22-6-0000"):
+        out = prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"], mfa_fallback="lexicon", g2p="spn")
+    assert read(out["test"])[2]["phn"] == "sil S T AA P sil"
+
+
+def test_unknown_phone_in_mfa_labels(corpus, tmp_path):
+    write_mfa_csv(tmp_path / "bad.csv", "dev-clean-2", {**DEV_LABELS, "22-6-0000": "sil S T AA1 P sil"})
+    with pytest.raises(DataPreparationError, match=r"22-6-0000.*\['AA1'\]"):
+        prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"], mfa_labels={"dev-clean-2": tmp_path / "bad.csv"})
+
+
+@pytest.mark.parametrize("line,reason", [("", "no transcript line"), ("22-6-0000", "empty transcript")])
+def test_transcript_problems(corpus, tmp_path, line, reason):
+    (corpus / "LibriSpeech" / "dev-clean-2" / "22" / "6" / "22-6.trans.txt").write_text(line + "\n")
+    with pytest.raises(DataPreparationError, match=f"22-6-0000.flac: {reason}"):
+        prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"])
+
+
+def test_oov_with_g2p_error(corpus, tmp_path):
+    (corpus / "LibriSpeech" / "dev-clean-2" / "22" / "6" / "22-6.trans.txt").write_text("22-6-0000 QZXQ\n")
+    with pytest.raises(DataPreparationError, match=r"22-6-0000.*'QZXQ'"):
+        prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"], labels="lexicon", g2p="error")
+
+
+def test_missing_data_folder(tmp_path):
+    with pytest.raises(DataPreparationError, match=r"\['dev-clean-2'\] not found.*download=True"):
+        prepare_mini_librispeech(tmp_path / "empty", tmp_path / "s", splits=["test"])
+
+
+def test_prepare_librispeech_audio_only(corpus, tmp_path):
+    out = prepare_librispeech(corpus, tmp_path / "s", subsets=["train-clean-5"], valid_utterances=3)
+    train, valid = read(out["train"]), read(out["valid"])
+    assert list(train[0]) == ["ID", "duration", "wav", "spk_id"]
+    assert len(train) + len(valid) == 12 and len(valid) == 4  # two whole speakers
+    assert not {r["spk_id"] for r in train} & {r["spk_id"] for r in valid}
+    out = prepare_librispeech(corpus, tmp_path / "s2", subsets=["train-clean-5"], valid_utterances=3, valid_by="utterance")
+    assert len(read(out["valid"])) == 3
+
+
+def _tar(path, members):
+    with tarfile.open(path, "w:gz") as tar:
+        for info in members:
+            data = b"x" if info.type == tarfile.REGTYPE else None
+            if data:
+                info.size = 1
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    return path
+
+
+@pytest.mark.parametrize("name,link", [("../evil.txt", None), ("/tmp/evil.txt", None),
+                                       ("LibriSpeech/ok/../../../evil.txt", None), ("LibriSpeech/l", "../../etc")])
+def test_safe_extract_refuses(tmp_path, name, link):
+    info = tarfile.TarInfo(name)
+    if link:
+        info.type, info.linkname = tarfile.SYMTYPE, link
+    archive = _tar(tmp_path / "bad.tar.gz", [tarfile.TarInfo("LibriSpeech/README.TXT"), info])
+    with pytest.raises(DataPreparationError, match="unsafe member"):
+        safe_extract(archive, tmp_path / "dest")
+    assert not (tmp_path / "dest" / "LibriSpeech" / "README.TXT").exists()
+
+
+def test_checksum_and_download(corpus, tmp_path, monkeypatch):
+    archive = tmp_path / "dev-clean-2.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(corpus / "LibriSpeech" / "dev-clean-2", arcname="LibriSpeech/dev-clean-2")
+    with pytest.raises(DataPreparationError, match="md5 checksum mismatch"):
+        verify_checksum(archive, "0" * 32)
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    verify_checksum(archive, f"sha256:{sha}")
+
+    monkeypatch.setattr(librispeech.urllib.request, "urlretrieve",
+                        lambda url, dest: dest.write_bytes(archive.read_bytes()))
+    target = tmp_path / "downloaded"
+    with pytest.raises(DataPreparationError, match="checksum mismatch"):  # built-in official MD5
+        prepare_mini_librispeech(target, tmp_path / "s", splits=["test"], download=True)
+    out = prepare_mini_librispeech(target, tmp_path / "s", splits=["test"], labels="lexicon", g2p="spn",
+                                   download=True, checksums={"dev-clean-2": f"sha256:{sha}"})
+    assert len(read(out["test"])) == 3 and not (target / "dev-clean-2.tar.gz").exists()
+
+
+def test_dev_clean_2_with_mfa_labels(tmp_path):
+    root = require_dev_clean_2()
+    mfa_csv = root / "phone_labels" / "dev-clean-2_mfa.csv"
+    if not mfa_csv.is_file():
+        pytest.skip(f"{mfa_csv} not found")
+    out = prepare_mini_librispeech(root, tmp_path / "s", splits=["test"], mfa_labels=mfa_csv)
+    rows = read(out["test"])
+    assert len(rows) == 1089 and [r["ID"] for r in rows] == sorted(r["ID"] for r in rows)
+    assert rows[0]["ID"] == "1272-135031-0000" and rows[0]["wrd"].startswith("BECAUSE YOU WERE")
+    assert all(set(r["phn"].split()) <= set(LIBRISPEECH_PHONES) for r in rows)
+    start = time.perf_counter()
+    prepare_mini_librispeech(root, tmp_path / "s", splits=["test"], mfa_labels=mfa_csv)
+    assert time.perf_counter() - start < 1.0

@@ -1,0 +1,74 @@
+import os
+
+import pytest
+
+from data_fixtures import write_mfa_csv
+from surprisal_cc.data import DataPreparationError
+from surprisal_cc.data import mfa
+from surprisal_cc.data.mfa import (
+    build_mfa_command, load_mfa_labels, parse_textgrid, read_mfa_csv, run_mfa, textgrid_phones,
+)
+
+
+def textgrid(tiers):
+    """Long-format TextGrid as `mfa align` writes it."""
+    end = max(iv[1] for ivs in tiers.values() for iv in ivs)
+    out = ['File type = "ooTextFile"', 'Object class = "TextGrid"', "", "xmin = 0",
+           f"xmax = {end}", "tiers? <exists>", f"size = {len(tiers)}", "item []:"]
+    for i, (name, ivs) in enumerate(tiers.items(), 1):
+        out += [f"    item [{i}]:", '        class = "IntervalTier"', f'        name = "{name}"',
+                "        xmin = 0", f"        xmax = {end}", f"        intervals: size = {len(ivs)}"]
+        for j, (a, b, text) in enumerate(ivs, 1):
+            out += [f"        intervals [{j}]:", f"            xmin = {a}", f"            xmax = {b}",
+                    f'            text = "{text}"']
+    return "\n".join(out) + "\n"
+
+
+TG = textgrid({
+    "words": [(0, 0.1, ""), (0.1, 0.5, "hello"), (0.5, 0.6, ""), (0.6, 0.9, "gwyn"), (0.9, 1.0, "")],
+    "phones": [(0, 0.1, ""), (0.1, 0.2, "HH"), (0.2, 0.3, "AH0"), (0.3, 0.4, "L"), (0.4, 0.5, "OW1"),
+               (0.5, 0.55, "sp"), (0.55, 0.6, "sil"), (0.6, 0.9, "spn"), (0.9, 1.0, "")],
+})
+
+
+def test_parse_textgrid():
+    tiers = parse_textgrid(TG)
+    assert set(tiers) == {"words", "phones"}
+    assert tiers["words"][1] == (0.1, 0.5, "hello")
+    assert textgrid_phones(tiers) == "sil HH AH L OW sil spn sil".split()
+
+
+def test_textgrid_folder_and_unknown_symbol(tmp_path):
+    (tmp_path / "spk").mkdir()
+    (tmp_path / "spk" / "1-2-0003.TextGrid").write_text(TG)
+    assert load_mfa_labels(tmp_path) == {"1-2-0003": "sil HH AH L OW sil spn sil".split()}
+    (tmp_path / "spk" / "1-2-0004.TextGrid").write_text(TG.replace('"L"', '"LL"'))
+    with pytest.raises(DataPreparationError, match=r"1-2-0004.*\['LL'\]"):
+        load_mfa_labels(tmp_path)
+
+
+def test_csv_reader(tmp_path):
+    path = write_mfa_csv(tmp_path / "x.csv", "dev-clean-2", {"1-2-0000": "sil sil AH D sil"})
+    assert read_mfa_csv(path) == {"1-2-0000": ["sil", "AH", "D", "sil"]}
+    write_mfa_csv(path, "dev-clean-2", {"1-2-0000": "sil AH0 D sil"})
+    with pytest.raises(DataPreparationError, match=r"1-2-0000.*\['AH0'\]"):
+        read_mfa_csv(path)
+
+
+def test_run_mfa_missing_explains_install(monkeypatch, tmp_path):
+    monkeypatch.setattr(mfa.shutil, "which", lambda _: None)
+    with pytest.raises(DataPreparationError, match="conda install -c conda-forge montreal-forced-aligner.*labels='lexicon'"):
+        run_mfa(tmp_path, "dict", "model", tmp_path / "out")
+
+
+def test_run_mfa_with_fake_executable(monkeypatch, tmp_path):
+    fake = tmp_path / "bin" / "mfa"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args.txt\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}/usr/bin:/bin")
+    out = run_mfa("corpus", "english_us_arpa", "english_us_arpa", tmp_path / "aligned", num_jobs=2)
+    assert out == tmp_path / "aligned" and out.is_dir()
+    expected = build_mfa_command("corpus", "english_us_arpa", "english_us_arpa", tmp_path / "aligned")[1:]
+    assert (tmp_path / "args.txt").read_text().split() == expected
+    assert expected[:5] == ["align", "corpus", "english_us_arpa", "english_us_arpa", str(tmp_path / "aligned")]

@@ -1,0 +1,69 @@
+import csv
+import time
+
+import pytest
+
+from surprisal_cc.data import DataPreparationError, prepare_timit
+from surprisal_cc.data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS
+from surprisal_cc.testing import TIMIT_PHN_CASES, make_timit_fixture, write_sphere, tone
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return {r["ID"]: r for r in csv.DictReader(f)}
+
+
+@pytest.fixture()
+def timit(tmp_path):
+    return make_timit_fixture(tmp_path / "timit")
+
+
+def test_speaker_lists():
+    assert len(TIMIT_DEV_SPEAKERS) == 50 and len(TIMIT_CORE_TEST_SPEAKERS) == 24
+    assert not TIMIT_DEV_SPEAKERS & TIMIT_CORE_TEST_SPEAKERS
+    assert {"mjsw0", "faks0", "mrws1"} <= TIMIT_DEV_SPEAKERS and {"mdab0", "fmld0"} <= TIMIT_CORE_TEST_SPEAKERS
+
+
+def test_prepare_timit_splits_and_folding(timit, tmp_path):
+    out = prepare_timit(timit, tmp_path / "save")
+    splits = {k: read(v) for k, v in out.items()}
+    assert sorted(splits["train"]) == ["fcjf0_si1027", "fcjf0_sx127", "mdwk0_si1027", "mdwk0_sx127"]
+    assert sorted(splits["valid"]) == ["mjsw0_si1027", "mjsw0_sx127"]
+    assert sorted(splits["test"]) == ["mdab0_si1027", "mdab0_sx127"]  # FCMR0 (plain test) unused
+    row = splits["test"]["mdab0_si1027"]
+    assert row["phn"] == "sil ah sil b aa sil t ih sil er l m sil" == TIMIT_PHN_CASES["si"][1]
+    assert splits["train"]["mdwk0_sx127"]["phn"] == TIMIT_PHN_CASES["sx"][1]
+    assert row["wrd"] == "SHE HAD" and row["spk_id"] == "mdab0"
+    assert float(row["duration"]) == pytest.approx(0.3) and row["wav"].endswith("MDAB0/SI1027.WAV")
+    assert list(next(csv.reader(open(out["train"])))) == ["ID", "duration", "wav", "spk_id", "wrd", "phn"]
+
+    start = time.perf_counter()
+    assert prepare_timit(timit, tmp_path / "save") == out
+    assert time.perf_counter() - start < 1.0
+
+
+def test_sa_folding_case():  # the SA template is only used for SA sentences, which are removed
+    from surprisal_cc.data.phones import fold_timit
+    phn, expected = TIMIT_PHN_CASES["sa"]
+    assert " ".join(fold_timit(phn.split())) == expected
+
+
+def test_unknown_timit_phone_names_file(timit, tmp_path):
+    phn = timit / "TRAIN" / "DR1" / "FCJF0" / "SI1027.PHN"
+    phn.write_text(phn.read_text().replace(" ao\n", " xx\n"))
+    with pytest.raises(DataPreparationError, match=r"SI1027.PHN.*fcjf0_si1027.*\['xx'\]"):
+        prepare_timit(timit, tmp_path / "save")
+
+
+def test_corrupt_sphere_and_missing_folder(timit, tmp_path):
+    with pytest.raises(DataPreparationError, match="does not exist"):
+        prepare_timit(tmp_path / "nope", tmp_path / "save")
+    bad = timit / "TRAIN" / "DR1" / "FCJF0" / "SX127.WAV"
+    bad.write_bytes(b"NIST_1A\n   1024\ngarbage")
+    with pytest.raises(DataPreparationError, match="SX127.WAV"):
+        prepare_timit(timit, tmp_path / "save")
+    with pytest.warns(UserWarning, match="SX127.WAV"):
+        out = prepare_timit(timit, tmp_path / "save", skip_bad_audio=True)
+    assert "fcjf0_sx127" not in read(out["train"])
+    write_sphere(bad, tone(0.3))  # repaired input -> regenerated
+    assert "fcjf0_sx127" in read(prepare_timit(timit, tmp_path / "save", skip_bad_audio=True)["train"])

@@ -1,0 +1,124 @@
+"""Tests for surprisal_cc.metrics: corpus-level rates checked against jiwer."""
+
+from __future__ import annotations
+
+import random
+
+import jiwer
+import pytest
+
+from surprisal_cc.metrics import ErrorRate, merge_repeated, phone_error_rate, word_error_rate
+
+PHONES = ["aa", "ae", "b", "d", "iy", "k", "s", "t", "sil"]
+
+
+def random_corpus(rng: random.Random, n: int) -> tuple[list[list[str]], list[list[str]]]:
+    refs, hyps = [], []
+    for _ in range(n):
+        ref = [rng.choice(PHONES) for _ in range(rng.randint(1, 12))]
+        hyp = []
+        for p in ref:  # noisy copy: substitutions, deletions, insertions
+            r = rng.random()
+            if r < 0.15:
+                hyp.append(rng.choice(PHONES))
+            elif r < 0.25:
+                pass
+            else:
+                hyp.append(p)
+            if rng.random() < 0.1:
+                hyp.append(rng.choice(PHONES))
+        if rng.random() < 0.1:
+            hyp = [rng.choice(PHONES) for _ in range(rng.randint(0, 15))]
+        refs.append(ref)
+        hyps.append(hyp)
+    return refs, hyps
+
+
+def test_corpus_counts_match_jiwer() -> None:
+    rng = random.Random(0)
+    for _ in range(5):
+        refs, hyps = random_corpus(rng, 40)
+        er = ErrorRate()
+        er.append([f"u{i}" for i in range(len(refs))], hyps, refs)
+        s = er.summarize()
+        out = jiwer.process_words([" ".join(r) for r in refs], [" ".join(h) for h in hyps])
+        n_ref = sum(len(r) for r in refs)
+        edits = out.substitutions + out.deletions + out.insertions
+        assert s["num_ref_tokens"] == n_ref == out.hits + out.substitutions + out.deletions
+        assert s["num_utterances"] == len(refs)
+        # total edits = summed minimum edit distances (S/D/I split may tie-break differently)
+        assert s["substitutions"] + s["deletions"] + s["insertions"] == edits
+        assert s["insertions"] - s["deletions"] == out.insertions - out.deletions
+        assert s["error_rate"] == pytest.approx(100 * out.wer)
+        assert phone_error_rate(refs, hyps, merge_sil=False) == pytest.approx(100 * out.wer)
+
+
+def test_accumulates_over_batches() -> None:
+    rng = random.Random(1)
+    refs, hyps = random_corpus(rng, 30)
+    er = ErrorRate()
+    for i in range(0, 30, 7):
+        er.append([str(j) for j in range(i, min(i + 7, 30))], hyps[i : i + 7], refs[i : i + 7])
+    assert len(er) == 30
+    assert er.summarize()["error_rate"] == pytest.approx(
+        phone_error_rate(refs, hyps, merge_sil=False)
+    )
+
+
+def test_corpus_level_not_mean_of_utterances() -> None:
+    # utt 1: 1 ref token, 1 error (100 %); utt 2: 9 ref tokens, 0 errors (0 %)
+    refs = [["a"], list("bcdefghij")]
+    hyps = [["z"], list("bcdefghij")]
+    per = phone_error_rate(refs, hyps, merge_sil=False)
+    assert per == pytest.approx(10.0)  # 1 / 10, corpus level
+    mean_of_rates = (100.0 + 0.0) / 2
+    assert per != pytest.approx(mean_of_rates)
+
+
+def test_no_truncation_over_100_percent() -> None:
+    refs = [["a", "b"]]
+    hyps = [["a", "b"] + ["x"] * 6]
+    er = ErrorRate()
+    er.append(["u"], hyps, refs)
+    s = er.summarize()
+    assert s["insertions"] == 6 and s["substitutions"] == 0 and s["deletions"] == 0
+    assert s["error_rate"] == pytest.approx(300.0)
+    assert phone_error_rate([["a"]], [["b", "c", "d"]]) == pytest.approx(300.0)
+
+
+def test_merge_repeated_and_sil_merging() -> None:
+    assert merge_repeated([]) == []
+    assert merge_repeated(["sil"]) == ["sil"]
+    assert merge_repeated(["sil", "sil", "a", "a", "sil", "sil"]) == ["sil", "a", "a", "sil"]
+    assert merge_repeated(["h#", "h#", "x"], token="h#") == ["h#", "x"]
+    refs = [["sil", "a", "b", "sil"]]
+    hyps = [["sil", "sil", "a", "b", "sil", "sil", "sil"]]
+    assert phone_error_rate(refs, hyps, merge_sil=True) == 0.0
+    assert phone_error_rate(refs, hyps, merge_sil=False) == pytest.approx(75.0)
+    # merging applies to references too
+    er = ErrorRate(merge_sil=True)
+    er.append(["u"], [["sil", "a"]], [["sil", "sil", "a"]])
+    assert er.summarize()["num_ref_tokens"] == 2 and er.summarize()["error_rate"] == 0.0
+
+
+def test_word_error_rate_and_alignments(tmp_path) -> None:
+    refs = ["the cat sat on the mat", "hello world"]
+    hyps = ["the cat sat on mat", "hello big world"]
+    out = jiwer.process_words(refs, hyps)
+    assert word_error_rate(refs, hyps) == pytest.approx(100 * out.wer)
+    assert word_error_rate([r.split() for r in refs], [h.split() for h in hyps]) == pytest.approx(
+        100 * out.wer
+    )
+    er = ErrorRate()
+    er.append(["utt1", "utt2"], [h.split() for h in hyps], [r.split() for r in refs])
+    path = tmp_path / "wer.txt"
+    er.write_alignments(path)
+    text = path.read_text(encoding="utf-8")
+    assert "utt1" in text and "utt2" in text and "WER" in text
+
+
+def test_length_mismatch_raises() -> None:
+    with pytest.raises(ValueError):
+        ErrorRate().append(["a"], [["x"]], [["x"], ["y"]])
+    with pytest.raises(ValueError):
+        phone_error_rate([["a"]], [])

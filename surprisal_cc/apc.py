@@ -27,7 +27,6 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .features import lengths_to_mask
 
@@ -75,19 +74,20 @@ class APCModel(nn.Module):
             )
         self.head = nn.Linear(hidden_size, input_size)
 
-    def encode(self, x: Tensor, lengths: Tensor) -> Tensor:
-        """Causal encoder states (B, T, H) over real frames only (packed GRUs)."""
+    def encode(self, x: Tensor) -> Tensor:
+        """Causal encoder states (B, T, H): state t has seen inputs 0..t only.
+
+        The GRUs are unidirectional, so padding at the end of a sequence never reaches its real
+        frames; no packing is needed (PyTorch's packed GRU backward is ~20x slower on the CPU).
+        """
         h = self.input_scale(x)
-        lengths_cpu = lengths.detach().cpu().clamp(min=1)
         for gru, projection in zip(self.grus, self.projections):
-            packed = pack_padded_sequence(h, lengths_cpu, batch_first=True, enforce_sorted=False)
-            h, _ = pad_packed_sequence(gru(packed)[0], batch_first=True, total_length=x.shape[1])
-            h = projection(h)
+            h = projection(gru(h)[0])
         return h
 
     def forward(self, x: Tensor, lengths: Tensor) -> APCOutput:
         shifted = torch.cat([x.new_zeros(x.shape[0], 1, x.shape[2]), x], dim=1)
-        states = self.encode(shifted, lengths + 1)
+        states = self.encode(shifted)
         prediction = self.head(states[:, :-1])
         mask = lengths_to_mask(lengths, x.shape[1])
         surprisal = 0.5 * (x - prediction).pow(2).sum(-1) * mask

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import subprocess
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
+import numpy as np
 import speechbrain as sb
 import torch
 from speechbrain.utils.distributed import if_main_process, main_process_only
@@ -36,6 +38,36 @@ def unwrap(module: torch.nn.Module) -> torch.nn.Module:
 def absolute_lengths(padded) -> Tensor:
     """Exact integer lengths from SpeechBrain's relative lengths of a PaddedData."""
     return (padded.lengths * padded.data.shape[1]).round().long()
+
+
+@sb.utils.checkpoints.register_checkpoint_hooks
+class RNGState:
+    """Checkpointed random state (torch CPU, CUDA when present, Python, NumPy).
+
+    Stochastic routing and dropout draw from these generators, so restoring them makes a run
+    resumed after an interruption continue exactly as the uninterrupted run would have.
+    """
+
+    @sb.utils.checkpoints.mark_as_saver
+    def save(self, path):
+        version, words, gauss = random.getstate()
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        state = {"torch": torch.get_rng_state(), "python": [version, torch.tensor(words), gauss],
+                 "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        torch.save(state, path)
+
+    @sb.utils.checkpoints.mark_as_loader
+    def load(self, path, end_of_epoch=False):
+        state = torch.load(path, weights_only=True)
+        torch.set_rng_state(state["torch"])
+        version, words, gauss = state["python"]
+        random.setstate((version, tuple(words.tolist()), gauss))
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class RoutingStats:
@@ -239,8 +271,10 @@ class ConditionalCTCBrain(sb.Brain):
             Path(self.hparams.output_folder, "calibration.json").write_text(json.dumps(self.calibration, indent=2))
 
     def training_surprisal(self) -> Iterator[Tensor]:
-        loader = self.make_dataloader(self.hparams.train_set, stage=sb.Stage.TRAIN,
-                                      **{**self.hparams.train_loader_options, "shuffle": False})
+        # Every process reads the whole training set (no distributed sampler), so the calibration
+        # is identical on all ranks.
+        options = {k: v for k, v in self.hparams.train_loader_options.items() if k != "shuffle"}
+        loader = sb.dataio.dataloader.make_dataloader(self.hparams.train_set, shuffle=False, **options)
         with torch.no_grad():
             for batch in loader:
                 batch = batch.to(self.device)

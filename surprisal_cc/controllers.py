@@ -198,7 +198,7 @@ def calibrate_surprisal_controller(
     target_mean: float,
     target_var: float,
     method: str = "full_batch",
-    lr: float = 50.0,
+    lr: float = 10.0,
     max_frames: int = 2_000_000,
     seed: int = 0,
 ) -> Dict[str, float]:

@@ -26,7 +26,6 @@ from typing import Dict, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .controllers import ConstantController, Controller
 from .features import lengths_to_mask
@@ -59,19 +58,40 @@ class Encoder(nn.Module):
 # ----------------------------------------------------------------------------------------------
 # Building blocks
 # ----------------------------------------------------------------------------------------------
+def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse every sequence of ``x`` (B, T, D) within its own length; padding stays at the end.
+
+    An involution: ``reverse_padded(reverse_padded(x, l), l)`` equals ``x``.
+    """
+    time = torch.arange(x.shape[1], device=x.device)[None, :]
+    lengths = lengths.to(x.device)[:, None]
+    index = torch.where(time < lengths, lengths - 1 - time, time)
+    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
 class BiGRU(nn.Module):
-    """Bidirectional GRU over real frames only (packed), then dropout."""
+    """Bidirectional GRU over real frames only, then dropout.
+
+    The backward direction runs on each sequence reversed within its own length, so padding
+    (kept at the end) never reaches a real frame. This is exact like a packed sequence, and on
+    the CPU its backward pass is about 20x faster than PyTorch's packed GRU
+    (``benchmarks/bench_rnn.py``). Same parameters and MACs as ``nn.GRU(bidirectional=True)``.
+    """
 
     def __init__(self, input_size: int, hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.5):
         super().__init__()
-        self.gru = nn.GRU(input_size, hidden_size, num_layers=num_layers, batch_first=True, bidirectional=True)
+        if num_layers != 1:
+            raise ValueError("BiGRU supports one layer; stack BiGRU modules for more")
+        self.forward_gru = nn.GRU(input_size, hidden_size, batch_first=True)
+        self.backward_gru = nn.GRU(input_size, hidden_size, batch_first=True)
         self.dropout = nn.Dropout(dropout)
         self.output_size = 2 * hidden_size
 
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
-        packed = pack_padded_sequence(x, lengths.detach().cpu().clamp(min=1), batch_first=True, enforce_sorted=False)
-        out, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=x.shape[1])
-        return self.dropout(out)
+        forward_out, _ = self.forward_gru(x)
+        backward_out, _ = self.backward_gru(reverse_padded(x, lengths))
+        out = torch.cat([forward_out, reverse_padded(backward_out, lengths)], dim=-1)
+        return self.dropout(out) * lengths_to_mask(lengths, x.shape[1]).unsqueeze(-1)
 
 
 class Conv1dPreNet(nn.Module):

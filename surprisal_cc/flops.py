@@ -35,12 +35,12 @@ def module_macs(module: Optional[nn.Module]) -> int:
 
 
 def weight_only_macs(module: nn.Module) -> int:
-    """MACs without bias adds: what ``torch.utils.flop_counter`` counts (divided by 2)."""
-    total = 0
-    for name, p in module.named_parameters():
-        if "bias" not in name.split(".")[-1]:
-            total += p.numel()
-    return total
+    """MACs without bias adds: what ``torch.utils.flop_counter`` counts (divided by 2).
+
+    Scalar parameters (an elementwise input scale) are not matrix products and are not counted.
+    """
+    return sum(p.numel() for name, p in module.named_parameters()
+               if "bias" not in name.split(".")[-1] and p.dim() > 0)
 
 
 class MacMeter:

@@ -20,7 +20,7 @@ from speechbrain.dataio.encoder import CTCTextEncoder
 from speechbrain.utils.distributed import run_on_main
 
 from .apc import APCModel, FrozenAPC, load_apc
-from .brain import ConditionalCTCBrain
+from .brain import ConditionalCTCBrain, RNGState
 from .cache import FeatureCache
 from .features import FeatureConfig
 
@@ -208,6 +208,7 @@ def run_asr_recipe(argv: Sequence[str], prepare: Callable[..., Mapping[str, str]
     modules = {"encoder": hparams["encoder_module"]}
     if apc is not None:
         modules["apc"] = FrozenAPC(apc)
+    hparams["checkpointer"].add_recoverable("rng", RNGState())
     brain = ConditionalCTCBrain(modules=modules, opt_class=hparams["opt_class"], hparams=hparams,
                                 run_opts=run_opts, checkpointer=hparams["checkpointer"])
     if not hparams["test_only"]:

@@ -194,7 +194,7 @@ def test_act_shapes_and_gradients():
     torch.testing.assert_close(out.log_probs.exp().sum(-1), torch.ones(3, 7))
     (ctc(out) + out.aux_loss).backward()
     for p in (enc.halting.linear.weight, enc.halting.linear.bias, enc.step.net.net[0].weight,
-              enc.pre_net.gru.weight_ih_l0):
+              enc.pre_net.forward_gru.weight_ih_l0):
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
 
 

@@ -1,0 +1,43 @@
+# Entry points. Each target creates the virtual environment (.venv) when it is missing.
+#   make mini_librispeech   the Mini-LibriSpeech recipe end to end (CPU profile)
+#   make test               the test suite (what CI runs)
+#   make bench              the benchmark table
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Folders holding LibriSpeech/train-clean-5 and LibriSpeech/dev-clean-2 (a YAML list).
+# Subsets found in none of them are downloaded into the first one (openslr 31, checksummed).
+DATA ?= [data/MiniLibriSpeech,../shared/data]
+EXP ?= results/MiniLibriSpeech
+SEED ?= 1
+CONTROLLER ?= surprisal
+# CPU profile: the paper's model and optimiser with fewer epochs, sized for about an hour on 2 cores.
+CPU_PROFILE ?= --number_of_epochs=6 --apc_epochs=5
+
+.PHONY: venv test mini_librispeech bench clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+mini_librispeech: $(STAMP)
+	$(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \
+		--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) \
+		--controller=$(CONTROLLER) --seed=$(SEED) $(CPU_PROFILE)
+	$(VENV)/bin/surprisal-cc report $(EXP)
+
+bench: $(STAMP)
+	$(VENV)/bin/surprisal-cc bench
+
+clean-venv:
+	rm -rf $(VENV)

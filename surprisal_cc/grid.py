@@ -1,0 +1,247 @@
+"""Experiment grids: expand a grid YAML into recipe runs, run them (resumably, N at a time), report.
+
+    python recipes/run_grid.py hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N]
+        [--only SUBSTRING] [--no-report] [--key=value ...]
+
+Grid file (plain YAML)::
+
+    recipe: recipes/MiniLibriSpeech/train.py
+    hparams: hparams/MiniLibriSpeech/conditional_ctc.yaml
+    experiment_root: results/MiniLibriSpeech      # also passed to every run
+    seeds: [1, 2, 3]                              # unless a group varies ``seed`` itself
+    overrides: {data_folder: data/MiniLibriSpeech, number_of_epochs: 50}   # every run
+    groups:
+      - name: controllers
+        vary: {controller: [surprisal, random]}   # cartesian product (x seeds)
+        set: {}                                   # fixed overrides of this group
+      - name: bias_sweep                          # test-only runs in another group's folders
+        folder_of: controllers
+        vary: {controller: [surprisal]}
+        set: {test_only: True, test_bias_shifts: [0.0, 1.0, 2.0]}
+
+Each run's folder is ``<experiment_root>/grid/<group or folder_of>/<k=v,...>/seed<seed>`` (the varied
+keys, sorted), passed as ``--output_folder``. A run whose results files all exist is skipped; any
+other run is launched again with the same command (SpeechBrain's checkpointer resumes it). A run
+whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
+earlier run's is dropped as a duplicate. Test-only runs wait for the training run of their folder.
+Output of each run goes to ``<run folder>/grid.log``; afterwards the tables and figures are written
+to ``<experiment_root>/report``.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
+
+import yaml
+
+from .report import load_yaml_tolerant
+
+__all__ = ["Run", "GridSpec", "load_grid", "expand", "override_value", "results_files", "execute",
+           "format_summary", "main"]
+
+
+@dataclass
+class GridSpec:
+    """A parsed grid file."""
+
+    recipe: str
+    hparams: str
+    experiment_root: str
+    overrides: Dict[str, Any]
+    groups: List[Dict[str, Any]]
+    seeds: List[Any] = field(default_factory=lambda: [1])
+
+
+@dataclass
+class Run:
+    """One recipe invocation."""
+
+    group: str
+    name: str                    # <group>/<k=v,...>/seed<seed>
+    output_folder: Path
+    overrides: Dict[str, Any]    # every override passed, output_folder excluded
+    command: List[str]
+
+    @property
+    def test_only(self) -> bool:
+        return bool(self.overrides.get("test_only"))
+
+    def complete(self) -> bool:
+        """Whether every results file this run writes exists."""
+        return all(p.exists() for p in results_files(self.output_folder, self.overrides.get("test_bias_shifts")))
+
+
+def load_grid(path: str) -> GridSpec:
+    """Read and check a grid file."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    missing = [k for k in ("recipe", "hparams", "groups") if k not in data]
+    if missing:
+        raise SystemExit(f"grid file {path} lacks {', '.join(missing)}")
+    names = [g.get("name") for g in data["groups"]]
+    if None in names or len(set(names)) != len(names):
+        raise SystemExit(f"grid file {path}: every group needs a distinct name")
+    hparams_root = load_yaml_tolerant(data["hparams"]).get("experiment_root", "results")
+    return GridSpec(recipe=data["recipe"], hparams=data["hparams"],
+                    experiment_root=str(data.get("experiment_root") or hparams_root),
+                    overrides=dict(data.get("overrides") or {}), groups=list(data["groups"]),
+                    seeds=list(data.get("seeds") or [1]))
+
+
+def override_value(value: Any) -> str:
+    """A value as hyperpyyaml reads it back from ``--key=value``."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(override_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {override_value(v)}" for k, v in value.items()) + "}"
+    return "null" if value is None else str(value)
+
+
+def _folder_part(key: str, value: Any) -> str:
+    return f"{key}={re.sub(r'[^A-Za-z0-9_.+-]', '_', override_value(value))}"
+
+
+def results_files(output_folder: Path, bias_shifts: Optional[Sequence[float]] = None) -> List[Path]:
+    """The results files a run writes: ``results.json`` for shift 0, ``results_bias+2.json`` ..."""
+    shifts = bias_shifts if bias_shifts is not None else [0.0]
+    return [output_folder / ("results.json" if not float(s) else f"results_bias{float(s):+g}.json") for s in shifts]
+
+
+def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = None) -> List[Run]:
+    """All runs of a grid, duplicates dropped (reported on ``log``); ``extra`` = ``--key=value``
+    options appended to every command (not part of folder names)."""
+    log = log or sys.stdout
+    root = Path(spec.experiment_root)
+    grid_keys = set(spec.overrides) | {k for g in spec.groups for k in [*(g.get("vary") or {}), *(g.get("set") or {})]}
+    defaults = load_yaml_tolerant(spec.hparams)
+    runs: List[Run] = []
+    seen: Dict[Tuple, str] = {}
+    for group in spec.groups:
+        vary = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (group.get("vary") or {}).items()}
+        vary.setdefault("seed", spec.seeds)
+        keys = sorted(k for k in vary if k != "seed")
+        for values in itertools.product(*(vary[k] for k in keys), vary["seed"]):
+            point = dict(zip(keys, values))
+            seed = values[-1]
+            overrides = {"experiment_root": spec.experiment_root, **spec.overrides, **(group.get("set") or {}),
+                         **point, "seed": seed}
+            parts = ",".join(_folder_part(k, point[k]) for k in keys) or "default"
+            folder = root / "grid" / group.get("folder_of", group["name"]) / parts / f"seed{seed}"
+            name = f"{group['name']}/{parts}/seed{seed}"
+            effective = tuple(sorted((k, override_value(overrides.get(k, defaults.get(k)))) for k in grid_keys | {"seed"}))
+            if effective in seen:
+                print(f"# {name}: same configuration as {seen[effective]}, not run twice", file=log)
+                continue
+            seen[effective] = name
+            command = [sys.executable, spec.recipe, spec.hparams,
+                       *(f"--{k}={override_value(v)}" for k, v in overrides.items()),
+                       f"--output_folder={folder}", *extra]
+            runs.append(Run(group["name"], name, folder, overrides, command))
+    return runs
+
+
+def _threads(jobs: int) -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, jobs))
+
+
+def _env(jobs: int) -> Dict[str, str]:
+    n = str(_threads(jobs))
+    return {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
+
+
+def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: float = 0.5,
+            log: Optional[IO[str]] = None) -> Dict[str, Tuple[str, float]]:
+    """Run what is not complete, ``jobs`` at a time; returns name -> (status, seconds), status one of
+    done / skipped / failed / blocked (its training run failed) / dry-run."""
+    log = log or sys.stdout
+    status: Dict[str, Tuple[str, float]] = {}
+    pending = []
+    for run in runs:
+        if run.complete():
+            status[run.name] = ("skipped", 0.0)
+        else:
+            pending.append(run)
+    # a test-only run waits for the runs of the same grid that train its folder
+    trainers = {run.name: [r.name for r in runs if not r.test_only and r.output_folder == run.output_folder]
+                for run in runs if run.test_only}
+    if dry_run:
+        prefix = f"OMP_NUM_THREADS={_threads(jobs)} "
+        for run in runs:
+            print(("# done: " if run.name in status else "") + prefix + shlex.join(run.command), file=log)
+        return {**{r.name: ("dry-run", 0.0) for r in pending}, **status}
+    running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
+    env = _env(jobs)
+    while pending or running:
+        for run in list(pending):
+            deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
+            if any(s in ("failed", "blocked") for s in deps):
+                pending.remove(run)
+                status[run.name] = ("blocked", 0.0)
+            elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):
+                pending.remove(run)
+                run.output_folder.mkdir(parents=True, exist_ok=True)
+                handle = open(run.output_folder / "grid.log", "a", encoding="utf-8")
+                handle.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
+                handle.flush()
+                proc = subprocess.Popen(run.command, stdout=handle, stderr=subprocess.STDOUT, env=env)
+                running[run.name] = (run, proc, handle, time.time())
+                print(f"[start] {run.name}", file=log, flush=True)
+        for name, (run, proc, handle, start) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            handle.close()
+            del running[name]
+            ok = proc.returncode == 0 and run.complete()
+            status[name] = ("done" if ok else "failed", time.time() - start)
+            print(f"[{status[name][0]}] {name} ({status[name][1]:.0f} s, log {run.output_folder / 'grid.log'})",
+                  file=log, flush=True)
+        if running:
+            time.sleep(poll_s)
+    return status
+
+
+def format_summary(runs: Sequence[Run], status: Dict[str, Tuple[str, float]]) -> str:
+    """Markdown table of every run's status, then the counts."""
+    lines = ["| run | status | seconds | folder |", "|---|---|---|---|"]
+    lines += [f"| {r.name} | {status[r.name][0]} | {status[r.name][1]:.0f} | {r.output_folder} |" for r in runs]
+    counts: Dict[str, int] = {}
+    for state, _ in status.values():
+        counts[state] = counts.get(state, 0) + 1
+    return "\n".join(lines) + "\n\n" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command-line entry point of ``recipes/run_grid.py``; exit status 1 when a run failed."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("grid", help="grid YAML file")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (threads per run = cores // jobs)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="only runs whose name (group/k=v,.../seedN) contains this (repeatable)")
+    parser.add_argument("--no-report", action="store_true", help="skip tables and figures at the end")
+    args, extra = parser.parse_known_args(argv)
+    bad = [e for e in extra if not (e.startswith("--") and "=" in e)]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
+    spec = load_grid(args.grid)
+    runs = [r for r in expand(spec, extra) if not args.only or any(s in r.name for s in args.only)]
+    status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run)
+    print(format_summary(runs, status))
+    if not args.dry_run and not args.no_report:
+        from .plots import make_all_plots
+        from .report import write_report
+
+        out = Path(spec.experiment_root) / "report"
+        write_report(Path(spec.experiment_root) / "grid", out)
+        figures = make_all_plots(Path(spec.experiment_root) / "grid", out)
+        print(f"report: {out / 'report.md'} ({len(figures)} figures)")
+    return 1 if any(s == "failed" for s, _ in status.values()) else 0

@@ -1,0 +1,188 @@
+"""Figures (matplotlib, Agg, small PNGs): PER vs FLOPs with the Pareto front, validation curves
+(paper Fig. 2), bias sweep (Fig. 3), lambda sweep (Fig. 4) and per-frame routing of one utterance.
+
+    make_all_plots("results/MiniLibriSpeech/grid", "results/MiniLibriSpeech/report")
+    plot_routing(fbank, surprisal, use_big, "routing.png", sil_mask=sil)   # (T, 80), (T,), (T,), (T,)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from .report import (Row, aggregate, collect_results, config_of, ensure_aggregated,  # noqa: E402
+                     load_yaml_tolerant, model_name, pareto_front, read_history, select_rows, table_bias_sweep,
+                     table_controllers, table_lambda)
+
+PathLike = Union[str, Path]
+DPI = 100
+
+__all__ = ["plot_per_vs_flops", "plot_validation_curves", "plot_bias_sweep", "plot_lambda_sweep",
+           "plot_routing", "make_all_plots"]
+
+
+def _save(fig: "plt.Figure", path: PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _errorbar(ax: "plt.Axes", rows: Sequence[Row], x: str, label: Optional[str] = None) -> None:
+    ax.errorbar([r[x] for r in rows], [r["PER"] for r in rows], yerr=[r["PER_std"] or 0.0 for r in rows],
+                marker="o", capsize=3, label=label)
+
+
+def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PER vs FLOPs") -> Path:
+    """One point per configuration (error bar: std over seeds), Pareto front as a dashed step line."""
+    agg = [r for r in ensure_aggregated(rows) if r.get("flops_M") is not None and r.get("PER") is not None]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    front = pareto_front(agg, x="flops_M")
+    for i, row in enumerate(agg):
+        ax.errorbar(row["flops_M"], row["PER"], yerr=row["PER_std"] or 0.0, marker="o" if i in front else "s",
+                    color="C3" if i in front else "C0", capsize=3)
+        ax.annotate(row["model"], (row["flops_M"], row["PER"]), fontsize=6, xytext=(3, 3),
+                    textcoords="offset points")
+    if front:
+        pts = sorted((agg[i]["flops_M"], agg[i]["PER"]) for i in front)
+        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", ls="--", color="C3", label="Pareto front")
+        ax.legend(fontsize=8)
+    ax.set(xlabel="Avg. FLOPs per input frame (M)", ylabel="PER (%)", title=title)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def _run_label(run_dir: Path) -> str:
+    """Configuration name of a run folder, from its results.json or else its hyperparams.yaml."""
+    results = run_dir / "results.json"
+    info: Dict[str, Any] = (json.loads(results.read_text(encoding="utf-8")) if results.exists()
+                            else load_yaml_tolerant(run_dir / "hyperparams.yaml"))
+    return model_name(config_of(info)) if info else run_dir.name
+
+
+def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: str = "PER",
+                           title: str = "Validation PER over training") -> Path:
+    """Validation ``key`` per epoch (history.jsonl), mean over the seeds of each configuration
+    with a ±std band (paper Fig. 2)."""
+    curves: Dict[str, Dict[int, List[float]]] = {}
+    for run_dir in map(Path, run_dirs):
+        label = _run_label(run_dir)
+        for entry in read_history(run_dir):
+            if entry.get(key) is not None:
+                curves.setdefault(label, {}).setdefault(int(entry["epoch"]), []).append(float(entry[key]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, by_epoch in sorted(curves.items()):
+        epochs = sorted(by_epoch)
+        mean = np.array([np.mean(by_epoch[e]) for e in epochs])
+        std = np.array([np.std(by_epoch[e]) for e in epochs])
+        ax.plot(epochs, mean, label=label)
+        ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
+    ax.set(xlabel="Epoch", ylabel=f"Validation {key} (%)", title=title)
+    if curves:
+        ax.legend(fontsize=6)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_bias_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] = None) -> Path:
+    """Test PER against the controller bias shift (Appendix B, Fig. 3); big-only PER for reference."""
+    agg = ensure_aggregated(rows)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    _errorbar(ax, table_bias_sweep(agg, dataset).rows, "test_bias_shift", "surprisal controller")
+    for big in select_rows(agg, dataset, controller="big_only"):
+        ax.axhline(big["PER"], ls="--", color="gray", label="big network only")
+    ax.set(xlabel="Controller bias shift at test", ylabel="Test PER (%)", title="Controller bias sweep")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_lambda_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] = None) -> Path:
+    """Test PER (and FLOPs, right axis) of the learned controller against lambda (Appendix D, Fig. 4)."""
+    table = [r for r in table_lambda(rows, dataset).rows if r.get("penalty")]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    _errorbar(ax, table, "penalty", "PER")
+    ax.set_xscale("log")
+    ax.set(xlabel="λ", ylabel="Test PER (%)", title="Learned controller: penalty weight")
+    if any(r.get("flops_M") is not None for r in table):
+        twin = ax.twinx()
+        twin.plot([r["penalty"] for r in table], [r["flops_M"] for r in table], "s:", color="C1", label="FLOPs")
+        twin.set_ylabel("Avg. FLOPs per input (M)")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def _numpy(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().float().numpy()
+    return np.asarray(x, dtype=float)
+
+
+def plot_routing(fbank: Any, surprisal: Any, use_big: Any, path: PathLike, title: Optional[str] = None,
+                 frame_shift_s: float = 0.02, sil_mask: Any = None) -> Path:
+    """Stacked panels on one time axis: log-mel spectrogram (T, n_mels), APC surprisal (T,), and
+    which network ran on each frame (T,; 1 = big). ``use_big=None`` draws the first two only;
+    ``sil_mask`` (T,; True = silence) shades silent frames on every panel."""
+    spec, surp = _numpy(fbank), _numpy(surprisal)
+    n_frames = spec.shape[0]
+    times = np.arange(n_frames) * frame_shift_s
+    fig, axes = plt.subplots(3 if use_big is not None else 2, 1, sharex=True, figsize=(8, 5 if use_big is not None else 3.8),
+                             gridspec_kw={"height_ratios": [2, 1, 0.6][: 3 if use_big is not None else 2]})
+    axes[0].imshow(spec.T, origin="lower", aspect="auto", extent=(0, n_frames * frame_shift_s, 0, spec.shape[1]),
+                   cmap="magma", interpolation="nearest")
+    axes[0].set_ylabel("Mel bin")
+    axes[1].plot(times, surp, lw=0.8, color="C0")
+    axes[1].set_ylabel("Surprisal")
+    if use_big is not None:
+        big = _numpy(use_big)
+        axes[2].step(times, big, where="post", color="C3", lw=0.8)
+        axes[2].fill_between(times, 0, big, step="post", color="C3", alpha=0.4)
+        axes[2].set(ylim=(-0.1, 1.1), yticks=[0, 1], yticklabels=["small", "big"])
+    if sil_mask is not None:
+        sil = _numpy(sil_mask).astype(bool)
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], sil.astype(int), [0]])))
+        for start, end in zip(edges[::2], edges[1::2]):
+            for ax in axes[1:]:
+                ax.axvspan(start * frame_shift_s, end * frame_shift_s, color="gray", alpha=0.25, lw=0)
+    axes[-1].set_xlabel("Time (s)")
+    if title:
+        axes[0].set_title(title)
+    return _save(fig, path)
+
+
+def make_all_plots(results_root: PathLike, out_dir: PathLike) -> List[Path]:
+    """Every figure the results under ``results_root`` allow, as ``<dataset>_<figure>.png`` (PER vs
+    FLOPs of the Table 2 rows, validation curves, bias and lambda sweeps); also
+    ``routing*.npz`` files found there (arrays fbank, surprisal[, use_big, sil_mask])."""
+    out, root = Path(out_dir), Path(results_root)
+    rows = collect_results(root)
+    agg = aggregate(rows) if rows else []
+    paths = []
+    for dataset in sorted({str(r.get("dataset", "")) for r in agg}):
+        mine = [r for r in agg if r.get("dataset") == dataset]
+        stem = f"{dataset}_" if dataset else ""
+        paths.append(plot_per_vs_flops(table_controllers(mine, dataset).rows, out / f"{stem}per_vs_flops.png",
+                                       title=f"{dataset} test PER vs FLOPs"))
+        curve_dirs = sorted({d for r in select_rows(mine, dataset, controller=None, input_features=None,
+                                                controller_at_train=None, controller_at_test=None)
+                             for d in r["run_dirs"] if (Path(d) / "history.jsonl").exists()})
+        if curve_dirs:
+            paths.append(plot_validation_curves(curve_dirs, out / f"{stem}validation_curves.png"))
+        if len(table_bias_sweep(mine, dataset).rows) > 1:
+            paths.append(plot_bias_sweep(mine, out / f"{stem}bias_sweep.png", dataset))
+        if len([r for r in table_lambda(mine, dataset).rows if r.get("penalty")]) > 1:
+            paths.append(plot_lambda_sweep(mine, out / f"{stem}lambda_sweep.png", dataset))
+    for npz in sorted(root.rglob("routing*.npz")):
+        with np.load(npz) as arrays:
+            name = "_".join(npz.relative_to(root).with_suffix("").parts)
+            paths.append(plot_routing(arrays["fbank"], arrays["surprisal"], arrays.get("use_big"),
+                                      out / f"{name}.png", title=name, sil_mask=arrays.get("sil_mask")))
+    return paths

@@ -1,0 +1,459 @@
+"""Results tables: collect ``results*.json`` files, aggregate over seeds, build the paper's tables.
+
+    rows = collect_results(["results/MiniLibriSpeech/grid"])   # one row per results file
+    print(format_markdown(rows))                                # one row per configuration
+    text = write_report("results/MiniLibriSpeech/grid", "results/MiniLibriSpeech/report")
+
+Tables (Markdown and CSV; bold rows / ``pareto=True`` are Pareto-optimal in PER and FLOPs, like
+the paper's grey rows): ``table_controllers`` (Table 2, plus ACT/PonderNet), ``table_ablation``
+(Tables 3-7), ``table_stochastic`` (Tables 8/9), ``table_lambda`` (Appendix D),
+``table_bias_sweep`` (Appendix B). Standard deviations are over seeds with ddof=0 (0 for one seed).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+
+import yaml
+
+PathLike = Union[str, Path]
+Row = Dict[str, Any]
+
+RESULTS_PATTERN = re.compile(r"^results(_bias[+-][0-9.eE+-]+)?\.json$")
+DEFAULT_PENALTY = 0.001
+# configuration keys of a run and their values when a results file lacks them
+CONFIG_DEFAULTS: Dict[str, Any] = {
+    "dataset": "", "encoder": "conditional", "controller": "surprisal", "architecture": "paper",
+    "input_features": "apc", "controller_at_train": True, "controller_at_test": True,
+    "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
+    "penalty": None, "act_ponder_cost": None, "pondernet_beta": None, "number_of_epochs": None,
+}
+CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
+CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
+                    "surprisal": "Surprisal-based controller", "big_only": "Big network only",
+                    "small_only": "Small network only"}
+CONTROLLER_ORDER = ("random", "learned", "surprisal", "big_only", "small_only")
+SORT_ORDER: Dict[str, Sequence[Any]] = {
+    "encoder": ("conditional", "act", "pondernet"), "architecture": ("paper", "model1", "model2", "model3"),
+    "controller": CONTROLLER_ORDER, "input_features": ("fbank", "apc"),
+    **{flag: (False, True) for flag in ("controller_at_train", "controller_at_test", "train_stochastic",
+                                        "test_stochastic")}}
+
+__all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
+           "table_controllers", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
+           "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
+           "ensure_aggregated", "select_rows", "config_of"]
+
+
+# ---------------------------------------------------------------------------- reading runs
+class _TolerantLoader(yaml.SafeLoader):
+    """Safe YAML loader that reads hyperpyyaml tags (``!ref``, ``!new:``...) as plain data."""
+
+
+def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+_TolerantLoader.add_multi_constructor("!", _construct_tagged)
+
+
+def load_yaml_tolerant(path: PathLike) -> Dict[str, Any]:
+    """Top-level mapping of a (hyper)YAML file without running any tag; {} if unreadable."""
+    try:
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_TolerantLoader)
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _hparam(hparams: Dict[str, Any], *keys: str) -> Any:
+    """First of the (dotted) keys found, following a ``<ref>`` once; None when absent."""
+    for dotted in keys:
+        value: Any = hparams
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, str) and re.fullmatch(r"<[\w.]+>", value.strip()):
+            value = _hparam(hparams, value.strip()[1:-1])
+        if value is not None:
+            return value
+    return None
+
+
+def _as_float(value: Any) -> Optional[float]:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_history(run_dir: Path) -> List[Row]:
+    """Rows of ``history.jsonl`` (one per validated epoch); [] when absent."""
+    path = run_dir / "history.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _run_info(run_dir: Path) -> Row:
+    """What a results file lacks: penalty and ponder settings (hyperparams.yaml), last train loss."""
+    hp = load_yaml_tolerant(run_dir / "hyperparams.yaml")
+    history = read_history(run_dir)
+    return {
+        "penalty": _as_float(_hparam(hp, "learned_penalty", "encoder_module.controller_options.penalty_weight")),
+        "act_ponder_cost": _as_float(_hparam(hp, "act_ponder_cost", "encoder_module.adaptive_options.act.ponder_cost")),
+        "pondernet_beta": _as_float(_hparam(hp, "pondernet_beta", "encoder_module.adaptive_options.pondernet.beta")),
+        "number_of_epochs": _hparam(hp, "number_of_epochs"),
+        "train_loss": history[-1].get("train_loss") if history else None,
+    }
+
+
+def _results_files(path: Path) -> List[Path]:
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("results*.json") if RESULTS_PATTERN.match(p.name))
+
+
+def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
+    """One row per results file (files given, or ``results*.json`` found recursively in folders).
+
+    Adds ``path``, ``run_dir``, and from the run folder: ``penalty`` (learned-controller lambda),
+    ``act_ponder_cost``, ``pondernet_beta``, ``number_of_epochs`` (hyperparams.yaml) and
+    ``train_loss`` (last epoch of history.jsonl), unless the results file has them.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    rows, infos = [], {}
+    for file in (f for p in paths for f in _results_files(Path(p))):
+        row = json.loads(file.read_text(encoding="utf-8"))
+        run_dir = file.parent
+        if run_dir not in infos:
+            infos[run_dir] = _run_info(run_dir)
+        for key, value in infos[run_dir].items():
+            if row.get(key) is None:
+                row[key] = value
+        if row.get("penalty") is None and row.get("penalty_weight") is not None:
+            row["penalty"] = _as_float(row["penalty_weight"])
+        rows.append({**row, "path": str(file), "run_dir": str(run_dir)})
+    return rows
+
+
+# ---------------------------------------------------------------------------- aggregation
+def _metric(row: Row) -> Optional[float]:
+    return _as_float(row.get("PER", row.get("TER")))
+
+
+def config_of(row: Row) -> Row:
+    """The configuration a run was made with; settings irrelevant to its model are dropped."""
+    config = {key: row.get(key, default) for key, default in CONFIG_DEFAULTS.items()}
+    config["test_bias_shift"] = float(config["test_bias_shift"] or 0.0)
+    if config["controller"] != "learned":
+        config["penalty"] = None
+    if config["encoder"] != "act":
+        config["act_ponder_cost"] = None
+    if config["encoder"] != "pondernet":
+        config["pondernet_beta"] = None
+    return config
+
+
+def model_name(config: Row) -> str:
+    """Human-readable name of a configuration, e.g. ``Learned controller (λ=0.01)``."""
+    if config.get("encoder") == "act":
+        name = "ACT" + (f" (τ={config['act_ponder_cost']:g})" if config.get("act_ponder_cost") is not None else "")
+    elif config.get("encoder") == "pondernet":
+        beta = config.get("pondernet_beta")
+        name = "PonderNet" + (f" (β={beta:g})" if beta is not None else "")
+    else:
+        controller = config.get("controller", "surprisal")
+        name = CONTROLLER_NAMES.get(controller, str(controller))
+        if controller == "learned" and config.get("penalty") is not None:
+            name += f" (λ={config['penalty']:g})"
+    notes = [f"{config['architecture']}"] if config.get("architecture", "paper") != "paper" else []
+    if config.get("input_features", "apc") != "apc":
+        notes.append(f"{config['input_features']} features")
+    notes += [text for key, text in (("controller_at_train", "no surprisal in training"),
+                                     ("controller_at_test", "no surprisal at test"),
+                                     ("train_stochastic", "deterministic training"),
+                                     ("test_stochastic", "deterministic test")) if config.get(key) is False]
+    if config.get("test_bias_shift"):
+        notes.append(f"bias {config['test_bias_shift']:+g}")
+    return name + (f" [{', '.join(notes)}]" if notes else "")
+
+
+def _mean_std(values: Iterable[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return None, None
+    mean = sum(vals) / len(vals)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
+
+
+def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]:
+    """One row per configuration (runs that differ only by seed), sorted by ``by`` (SORT_ORDER).
+
+    Keys: the ``by`` keys, ``model``, ``n_seeds``, ``seeds``, ``PER``/``PER_std`` (mean and ddof=0
+    std over seeds), ``flops_per_frame`` (mean MACs), ``flops_M``, ``p_big_mean``, ``big_fraction``,
+    ``mean_steps``, ``test_loss``/``test_loss_std``, ``train_loss``/``train_loss_std``, ``epochs``,
+    ``run_dirs``. A seed found twice in one configuration counts once (the newest file).
+    """
+    groups: Dict[Tuple, Dict[Any, Row]] = {}
+    for row in sorted(rows, key=lambda r: (str(r.get("date", "")), r.get("path", ""))):
+        config = config_of(row)
+        key = tuple(config.get(k, row.get(k)) for k in by)
+        groups.setdefault(key, {})[row.get("seed", row.get("path"))] = {**row, **config}
+    out = []
+    for key, by_seed in groups.items():
+        runs = list(by_seed.values())
+        config = dict(zip(by, key))
+        agg: Row = {**config, "model": model_name({**config_of(runs[0]), **config}), "n_seeds": len(runs),
+                    "seeds": sorted((r.get("seed") for r in runs), key=str)}
+        agg["PER"], agg["PER_std"] = _mean_std(_metric(r) for r in runs)
+        for name in ("test_loss", "train_loss"):
+            agg[name], agg[f"{name}_std"] = _mean_std(r.get(name) for r in runs)
+        for name in ("flops_per_frame", "p_big_mean", "big_fraction", "mean_steps"):
+            agg[name] = _mean_std(r.get(name) for r in runs)[0]
+        agg["flops_M"] = agg["flops_per_frame"] / 1e6 if agg["flops_per_frame"] is not None else None
+        epochs = [r.get("number_of_epochs") or r.get("epochs") for r in runs]
+        agg["epochs"] = max((e for e in epochs if e is not None), default=None)
+        agg["run_dirs"] = sorted({r.get("run_dir", "") for r in runs})
+        out.append(agg)
+    return _sorted(out, *by, order=SORT_ORDER)
+
+
+def pareto_front(rows: Sequence[Row], x: str = "flops_per_frame", y: str = "PER") -> Set[int]:
+    """Indices of rows no other row beats on both ``x`` and ``y`` (lower is better for both)."""
+    points = {i: (float(r[x]), float(r[y])) for i, r in enumerate(rows)
+              if r.get(x) is not None and r.get(y) is not None}
+    return {i for i, (xi, yi) in points.items()
+            if not any(xj <= xi and yj <= yi and (xj, yj) != (xi, yi) for xj, yj in points.values())}
+
+
+def ensure_aggregated(rows: Sequence[Row]) -> List[Row]:
+    return list(rows) if all("n_seeds" in r for r in rows) else aggregate(rows)
+
+
+# ---------------------------------------------------------------------------- tables
+Column = Tuple[str, Callable[[Row], str]]
+
+
+def _fmt(value: Optional[float], spec: str = ".2f", suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _mean_pm(key: str, suffix: str = "") -> Callable[[Row], str]:
+    return lambda r: "–" if r.get(key) is None else f"{_fmt(r[key], '.2f', suffix)} ± {_fmt(r[f'{key}_std'], '.2f', suffix)}"
+
+
+def _flag(key: str) -> Callable[[Row], str]:
+    return lambda r: "✓" if r.get(key) else "✗"
+
+
+COL_MODEL: Column = ("Model", lambda r: r["model"])
+COL_PER: Column = ("PER", _mean_pm("PER", "%"))
+COL_FLOPS: Column = ("Avg. FLOPs per input", lambda r: _fmt(r.get("flops_M"), ".2f", "M"))
+COL_PBIG: Column = ("p_big", lambda r: _fmt(r.get("p_big_mean"), ".3f"))
+COL_BIG: Column = ("Big fraction", lambda r: _fmt(r.get("big_fraction"), ".3f"))
+COL_STEPS: Column = ("Mean steps", lambda r: _fmt(r.get("mean_steps"), ".2f"))
+COL_SEEDS: Column = ("Seeds", lambda r: str(r["n_seeds"]))
+COL_EPOCHS: Column = ("Epochs", lambda r: "–" if r.get("epochs") is None else str(r["epochs"]))
+CSV_KEYS = ("model", "PER", "PER_std", "flops_M", "p_big_mean", "big_fraction", "mean_steps", "n_seeds", "epochs")
+
+
+@dataclass
+class Table:
+    """A results table: ``rows`` are aggregated rows; ``columns`` format Markdown cells."""
+
+    name: str
+    title: str
+    rows: List[Row]
+    columns: List[Column]
+    csv_keys: Sequence[str] = CSV_KEYS
+    pareto: Set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if not self.pareto:
+            self.pareto = pareto_front(self.rows)
+
+    def markdown(self) -> str:
+        """Pipe table; Pareto-optimal rows in bold."""
+        lines = ["| " + " | ".join(h for h, _ in self.columns) + " |", "|" + "---|" * len(self.columns)]
+        for i, row in enumerate(self.rows):
+            cells = [fmt(row) for _, fmt in self.columns]
+            if i in self.pareto:
+                cells = [f"**{c}**" if c else c for c in cells]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def write_csv(self, path: PathLike) -> None:
+        """Raw (unformatted) values of ``csv_keys`` plus a ``pareto`` column."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow([*self.csv_keys, "pareto"])
+            for i, row in enumerate(self.rows):
+                writer.writerow([*("" if row.get(k) is None else row[k] for k in self.csv_keys), i in self.pareto])
+
+
+BASE_SELECTION: Row = {"encoder": "conditional", "architecture": "paper", "input_features": "apc",
+                       "controller_at_train": True, "controller_at_test": True, "train_stochastic": True,
+                       "test_stochastic": True, "test_bias_shift": 0.0}
+
+
+def select_rows(rows: Sequence[Row], dataset: Optional[str] = None, **criteria: Any) -> List[Row]:
+    """Rows matching BASE_SELECTION updated with ``criteria``; a None criterion matches anything,
+    a tuple/list/set criterion matches any of its values."""
+    wanted = {**BASE_SELECTION, **criteria, "dataset": dataset}
+    def ok(row: Row) -> bool:
+        for key, want in wanted.items():
+            if want is None:
+                continue
+            if row.get(key) not in (want if isinstance(want, (tuple, list, set)) else (want,)):
+                return False
+        return True
+    return [r for r in rows if ok(r)]
+
+
+def _sorted(rows: List[Row], *keys: str, order: Optional[Dict[str, Sequence[Any]]] = None) -> List[Row]:
+    """Sort by ``keys``: in the given ``order`` of values where one is given, else numbers first."""
+    order = order or {}
+    def rank(key: str, value: Any) -> Tuple[int, Any]:
+        if key in order:
+            values = list(order[key])
+            return (values.index(value), "") if value in values else (len(values), str(value))
+        return (0, value) if isinstance(value, (int, float)) else (1, str(value))
+    return sorted(rows, key=lambda row: tuple(rank(k, row.get(k)) for k in keys))
+
+
+def table_summary(rows: Sequence[Row]) -> Table:
+    """Every configuration: model, PER mean ± std, FLOPs/frame, p_big, big fraction, seeds, epochs."""
+    agg = ensure_aggregated(rows)
+    return Table("all_configurations", "All configurations", agg,
+                 [COL_MODEL, ("Dataset", lambda r: str(r.get("dataset", ""))), COL_PER, COL_FLOPS, COL_PBIG,
+                  COL_BIG, COL_STEPS, COL_SEEDS, COL_EPOCHS], csv_keys=("dataset", *CSV_KEYS))
+
+
+def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
+    """Paper Table 2: controllers (learned at lambda=0.001 when present) plus ACT and PonderNet."""
+    agg = ensure_aggregated(rows)
+    picked = select_rows(agg, dataset, controller=CONTROLLER_ORDER)
+    learned = [r for r in picked if r["controller"] == "learned"]
+    default_learned = [r for r in learned if r.get("penalty") is None or math.isclose(r["penalty"], DEFAULT_PENALTY)]
+    picked = [r for r in picked if r["controller"] != "learned" or r in (default_learned or learned)]
+    adaptive = select_rows(agg, dataset, encoder=("act", "pondernet"))
+    table_rows = (_sorted(picked, "controller", order={"controller": CONTROLLER_ORDER})
+                  + _sorted(adaptive, "encoder", "act_ponder_cost", "pondernet_beta"))
+    return Table("controllers", "Controllers (paper Table 2) and adaptive-depth baselines", table_rows,
+                 [COL_MODEL, COL_PER, COL_FLOPS, COL_PBIG, COL_BIG, COL_STEPS, COL_SEEDS, COL_EPOCHS])
+
+
+def table_ablation(rows: Sequence[Row], dataset: Optional[str] = None, architecture: str = "paper") -> Table:
+    """Paper Tables 3/4 (Appendix A Tables 5-7 for other architectures): AR features x surprisal
+    during training x surprisal during testing, then small-only and big-only rows."""
+    agg = ensure_aggregated(rows)
+    flags = ("input_features", "controller_at_train", "controller_at_test")
+    ablated = select_rows(agg, dataset, architecture=architecture, controller="surprisal",
+                      input_features=None, controller_at_train=None, controller_at_test=None)
+    baselines = select_rows(agg, dataset, architecture=architecture, controller=("small_only", "big_only"))
+    table_rows = (_sorted(ablated, *flags, order={"input_features": ("fbank", "apc"),
+                                                  "controller_at_train": (False, True),
+                                                  "controller_at_test": (False, True)})
+                  + _sorted(baselines, "controller", order={"controller": ("small_only", "big_only")}))
+    def flag(key: str) -> Callable[[Row], str]:
+        return lambda r: "" if r["controller"] != "surprisal" else _flag(key)(r)
+    name = "ablation" if architecture == "paper" else f"ablation_{architecture}"
+    title = "Ablation (paper Tables 3/4)" if architecture == "paper" else f"Ablation, {architecture} (Appendix A)"
+    return Table(name, title, table_rows,
+                 [("AR features?", lambda r: (r["model"] if r["controller"] != "surprisal"
+                                              else "✓" if r["input_features"] == "apc" else "✗")),
+                  ("Surprisal during training?", flag("controller_at_train")),
+                  ("Surprisal during testing?", flag("controller_at_test")), COL_PER, COL_FLOPS, COL_SEEDS],
+                 csv_keys=("model", *flags, *CSV_KEYS[1:]))
+
+
+def table_stochastic(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
+    """Paper Tables 8/9: stochastic vs deterministic execution at training and test time."""
+    agg = ensure_aggregated(rows)
+    flags = ("train_stochastic", "test_stochastic")
+    table_rows = _sorted(select_rows(agg, dataset, controller="surprisal", train_stochastic=None, test_stochastic=None),
+                         *flags, order={k: (False, True) for k in flags})
+    return Table("stochastic", "Deterministic vs stochastic execution (paper Tables 8/9)", table_rows,
+                 [("Stochastic during training?", _flag("train_stochastic")),
+                  ("Stochastic during testing?", _flag("test_stochastic")),
+                  ("Train loss", _mean_pm("train_loss")), ("Test loss", _mean_pm("test_loss")),
+                  ("Test PER", COL_PER[1]), COL_FLOPS, COL_SEEDS],
+                 csv_keys=(*flags, "train_loss", "train_loss_std", "test_loss", "test_loss_std", *CSV_KEYS[1:]))
+
+
+def table_lambda(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
+    """Appendix D: learned controller, PER and FLOPs against the penalty weight lambda."""
+    agg = ensure_aggregated(rows)
+    table_rows = sorted(select_rows(agg, dataset, controller="learned"),
+                        key=lambda r: -(r["penalty"] if r.get("penalty") is not None else math.inf))
+    return Table("lambda", "Learned controller: penalty weight λ (Appendix D)", table_rows,
+                 [("λ", lambda r: _fmt(r.get("penalty"), "g")), COL_PER, COL_FLOPS, COL_PBIG, COL_BIG, COL_SEEDS],
+                 csv_keys=("penalty", *CSV_KEYS[1:]))
+
+
+def table_bias_sweep(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
+    """Appendix B: surprisal controller with its bias shifted at test time."""
+    agg = ensure_aggregated(rows)
+    table_rows = sorted(select_rows(agg, dataset, controller="surprisal", test_bias_shift=None),
+                        key=lambda r: r["test_bias_shift"])
+    return Table("bias_sweep", "Controller bias shift at test time (Appendix B)", table_rows,
+                 [("Bias shift", lambda r: f"{r['test_bias_shift']:+g}"), COL_PER, COL_FLOPS, COL_PBIG, COL_BIG,
+                  COL_SEEDS], csv_keys=("test_bias_shift", *CSV_KEYS[1:]))
+
+
+def format_markdown(rows: Sequence[Row]) -> str:
+    """Markdown table with one row per configuration (``surprisal-cc report``)."""
+    table = table_summary(rows)
+    return table.markdown() + "\nBold rows are Pareto-optimal (no other row has lower PER and FLOPs).\n"
+
+
+def write_csv(rows: Sequence[Row], path: PathLike) -> None:
+    """CSV of the table ``format_markdown`` prints (raw numbers, one row per configuration)."""
+    table_summary(rows).write_csv(path)
+
+
+def report_tables(rows: Sequence[Row]) -> Dict[str, List[Table]]:
+    """All non-empty tables of each dataset found in ``rows``."""
+    agg = ensure_aggregated(rows)
+    out = {}
+    for dataset in sorted({str(r.get("dataset", "")) for r in agg}):
+        tables = [table_controllers(agg, dataset), table_ablation(agg, dataset)]
+        tables += [table_ablation(agg, dataset, arch) for arch in
+                   sorted({r["architecture"] for r in agg if r.get("dataset") == dataset} - {"paper"})]
+        tables += [table_stochastic(agg, dataset), table_lambda(agg, dataset), table_bias_sweep(agg, dataset)]
+        out[dataset] = [t for t in tables if t.rows]
+    return out
+
+
+def write_report(results_root: Union[PathLike, Sequence[PathLike]], out_dir: PathLike) -> str:
+    """Write every table as ``<dataset>_<table>.md`` and ``.csv`` (plus ``all_configurations`` and
+    ``report.md``) into ``out_dir``; return the Markdown of all tables with headings."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = collect_results(results_root)
+    if not rows:
+        return "No results yet.\n"
+    agg = aggregate(rows)
+    sections = []
+    for dataset, tables in report_tables(agg).items():
+        sections.append(f"## {dataset or 'Results'}\n")
+        for table in [*tables, table_summary([r for r in agg if r.get("dataset") == dataset])]:
+            stem = f"{dataset}_{table.name}" if dataset else table.name
+            (out / f"{stem}.md").write_text(f"### {table.title}\n\n{table.markdown()}", encoding="utf-8")
+            table.write_csv(out / f"{stem}.csv")
+            sections.append(f"### {table.title}\n\n{table.markdown()}")
+    text = "\n".join(sections) + ("\nBold rows are Pareto-optimal in PER and average FLOPs per input frame "
+                                  "(the paper's grey rows); ± is the standard deviation over seeds.\n")
+    (out / "report.md").write_text(text, encoding="utf-8")
+    return text

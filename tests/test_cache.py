@@ -1,0 +1,184 @@
+"""Tests for surprisal_cc.cache: cache key, incremental/resumable build, stored values."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import pytest
+import torch
+
+from surprisal_cc.apc import APCModel
+from surprisal_cc.cache import FeatureCache, cache_key
+from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd
+
+torch.set_num_threads(1)
+
+
+def small_apc(seed: int = 0) -> APCModel:
+    torch.manual_seed(seed)
+    return APCModel(hidden_size=16).eval()
+
+
+class FakeAudio:
+    """read_audio replacement: path -> fixed random waveform; records which paths were read."""
+
+    def __init__(self, lengths: Dict[str, int]):
+        g = torch.Generator().manual_seed(1)
+        self.signals = {p: torch.randn(n, generator=g) * 0.1 for p, n in lengths.items()}
+        self.read: List[str] = []
+
+    def __call__(self, path: str) -> torch.Tensor:
+        self.read.append(path)
+        return self.signals[path]
+
+
+AUDIO_LENGTHS = {"a.wav": 3000, "b.wav": 6400, "c.wav": 1234, "d.wav": 4500}
+ITEMS = [("utt_" + p[0], p) for p in AUDIO_LENGTHS]
+
+
+# ----------------------------------------------------------------------------------------------
+# cache key
+# ----------------------------------------------------------------------------------------------
+def test_key_stable_for_identical_inputs():
+    a, b = small_apc(0), small_apc(0)
+    cfg = FeatureConfig()
+    assert cache_key(a, cfg, torch.float32) == cache_key(b, FeatureConfig(), torch.float32)
+    assert cache_key(None, cfg, torch.float32) == cache_key(None, FeatureConfig(), torch.float32)
+    assert len(cache_key(a, cfg, torch.float32)) == 16
+
+
+def test_key_changes_with_every_apc_weight():
+    apc = small_apc(0)
+    cfg = FeatureConfig()
+    base = cache_key(apc, cfg, torch.float32)
+    names = list(apc.state_dict())
+    assert len(names) >= 10
+    keys = set()
+    for name in names:
+        changed = small_apc(0)
+        with torch.no_grad():
+            changed.state_dict()[name].view(-1)[-1] += 1e-3
+        key = cache_key(changed, cfg, torch.float32)
+        assert key != base, name
+        keys.add(key)
+    assert len(keys) == len(names)
+    assert cache_key(small_apc(1), cfg, torch.float32) != base
+
+
+def test_key_changes_with_features_dtype_architecture_and_apc_presence():
+    apc = small_apc(0)
+    base = cache_key(apc, FeatureConfig(), torch.float32)
+    assert cache_key(apc, FeatureConfig(frame_skip=1), torch.float32) != base
+    assert cache_key(apc, FeatureConfig(n_mels=40), torch.float32) != base
+    assert cache_key(apc, FeatureConfig(window_type="povey"), torch.float32) != base
+    assert cache_key(apc, FeatureConfig(), torch.float16) != base
+    assert cache_key(None, FeatureConfig(), torch.float32) != base
+    # same weights, other hyper-parameter (dropout has no weights but changes the model description)
+    other = APCModel(hidden_size=16, dropout=0.1)
+    other.load_state_dict(apc.state_dict())
+    assert cache_key(other, FeatureConfig(), torch.float32) != base
+
+
+def test_folder_named_by_key(tmp_path):
+    apc = small_apc(0)
+    c1 = FeatureCache(tmp_path, apc)
+    c2 = FeatureCache(tmp_path, apc, FeatureConfig(frame_skip=1))
+    assert c1.folder == tmp_path / c1.key and c1.folder.is_dir()
+    assert c1.folder != c2.folder
+    assert (c1.folder / "cache.json").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# build / load
+# ----------------------------------------------------------------------------------------------
+def test_build_computes_only_missing_and_values_match(tmp_path):
+    apc = small_apc(0)
+    audio = FakeAudio(AUDIO_LENGTHS)
+    cache = FeatureCache(tmp_path, apc)
+    assert cache.build(ITEMS, audio, batch_size=3, progress=False) == 4
+    assert sorted(audio.read) == sorted(AUDIO_LENGTHS)
+    audio.read.clear()
+    assert cache.build(ITEMS, audio, batch_size=3, progress=False) == 0
+    assert audio.read == []
+
+    front_end = FilterbankFrontEnd(FeatureConfig())
+    for utt_id, path in ITEMS:
+        wav = audio.signals[path]
+        fbank, frames = front_end(wav.unsqueeze(0), torch.tensor([wav.numel()]))
+        with torch.no_grad():
+            out = apc.eval()(fbank, frames)
+        entry = cache.load(utt_id)
+        assert set(entry) == {"fbank", "features", "surprisal"}
+        n = FeatureConfig().num_frames(wav.numel())
+        assert entry["fbank"].shape == (n, 80) and entry["features"].shape == (n, 16)
+        assert entry["surprisal"].shape == (n,)
+        torch.testing.assert_close(entry["fbank"], fbank[0], rtol=0, atol=1e-6)
+        torch.testing.assert_close(entry["features"], out.features[0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(entry["surprisal"], out.surprisal[0], rtol=1e-5, atol=1e-4)
+
+
+def test_new_cache_object_sees_existing_entries(tmp_path):
+    audio = FakeAudio(AUDIO_LENGTHS)
+    FeatureCache(tmp_path, small_apc(0)).build(ITEMS[:2], audio, progress=False)
+    reopened = FeatureCache(tmp_path, small_apc(0))
+    assert reopened.has(ITEMS[0][0]) and reopened.has(ITEMS[1][0]) and not reopened.has(ITEMS[2][0])
+    assert reopened.build(ITEMS, audio, progress=False) == 2
+    # another APC -> another folder -> everything is recomputed
+    assert FeatureCache(tmp_path, small_apc(5)).build(ITEMS, audio, progress=False) == 4
+
+
+def test_interrupted_build_resumes(tmp_path):
+    audio = FakeAudio(AUDIO_LENGTHS)
+    cache = FeatureCache(tmp_path, small_apc(0))
+    cache.build(ITEMS, audio, batch_size=2, progress=False)
+    before = cache.load("utt_b")
+    cache.path("utt_b").unlink()  # as if the build had stopped before writing this entry
+    assert not cache.has("utt_b")
+    audio.read.clear()
+    assert cache.build(ITEMS, audio, batch_size=2, progress=False) == 1
+    assert audio.read == ["b.wav"]
+    after = cache.load("utt_b")
+    for name in before:
+        torch.testing.assert_close(after[name], before[name], rtol=0, atol=1e-5)
+    assert not list(cache.folder.glob("*.tmp"))
+
+
+def test_cache_without_apc_stores_only_fbank(tmp_path):
+    audio = FakeAudio(AUDIO_LENGTHS)
+    cache = FeatureCache(tmp_path, None, FeatureConfig(frame_skip=1))
+    assert cache.build(ITEMS, audio, progress=False) == 4
+    entry = cache.load("utt_a")
+    assert set(entry) == {"fbank"}
+    assert entry["fbank"].shape == (FeatureConfig(frame_skip=1).num_frames(3000), 80)
+
+
+def test_float16_cache_loads_as_float32(tmp_path):
+    audio = FakeAudio(AUDIO_LENGTHS)
+    cache = FeatureCache(tmp_path, small_apc(0), dtype=torch.float16)
+    cache.build(ITEMS[:1], audio, progress=False)
+    stored = torch.load(cache.path("utt_a"), weights_only=True)
+    assert stored["features"].dtype == torch.float16
+    loaded = cache.load("utt_a")
+    assert loaded["features"].dtype == torch.float32
+    torch.testing.assert_close(loaded["features"], stored["features"].float(), rtol=0, atol=0)
+
+
+def test_load_missing_raises_file_not_found(tmp_path):
+    cache = FeatureCache(tmp_path, small_apc(0))
+    with pytest.raises(FileNotFoundError, match="utt_missing_42"):
+        cache.load("utt_missing_42")
+
+
+def test_compute_batch_padding_invariance(tmp_path):
+    """The same utterance computed alone and in a padded batch gives the same entry."""
+    torch.manual_seed(0)
+    short, long = torch.randn(2000) * 0.1, torch.randn(5000) * 0.1
+    c1 = FeatureCache(tmp_path / "1", small_apc(0))
+    c2 = FeatureCache(tmp_path / "2", small_apc(0))
+    c1.compute_batch(["s"], short.unsqueeze(0), torch.tensor([2000]))
+    batch = torch.full((2, 5000), 0.5)
+    batch[0, :2000], batch[1] = short, long
+    c2.compute_batch(["s", "l"], batch, torch.tensor([2000, 5000]))
+    a, b = c1.load("s"), c2.load("s")
+    assert a["surprisal"].shape == b["surprisal"].shape == (FeatureConfig().num_frames(2000),)
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-5)

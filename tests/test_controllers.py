@@ -1,0 +1,389 @@
+"""Tests for surprisal_cc.controllers: decisions, calibration, FLOP budget, learned controller."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from surprisal_cc.controllers import (
+    CONTROLLERS,
+    ConstantController,
+    LearnedController,
+    SurprisalController,
+    build_controller,
+    calibrate_surprisal_controller,
+    calibration_loss,
+    sample_decisions,
+    target_mean_for_budget,
+)
+from surprisal_cc.encoders import FrameNet, route_frames
+from surprisal_cc.features import lengths_to_mask
+
+torch.set_num_threads(1)
+
+SMALL_ONLY, BIG_ONLY = 5_703_288, 7_540_344  # paper Table 1, MACs per frame
+
+
+def surprisal_batches(kind: str, n_batches: int = 6, size: int = 500, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(n_batches):
+        if kind == "gamma":
+            gamma = torch.distributions.Gamma(torch.tensor(3.0), torch.tensor(0.1))
+            torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=g)))
+            batches.append(gamma.sample((size,)))
+        else:  # lognormal
+            batches.append(torch.exp(3.0 + 0.5 * torch.randn(size, generator=g)))
+    return batches
+
+
+def p_stats(ctrl: SurprisalController, values: torch.Tensor):
+    """Independent computation of mean / variance of p_big from the calibrated controller."""
+    w, b = float(ctrl.weight), float(ctrl.bias)
+    p = torch.sigmoid(w * values.double() + b)
+    return float(p.mean()), float(p.var(unbiased=False))
+
+
+# ----------------------------------------------------------------------------------------------
+# calibration
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["gamma", "lognormal"])
+@pytest.mark.parametrize("target", [(0.5, 0.04), (0.65, 0.04)])
+def test_full_batch_calibration_hits_target(kind, target):
+    torch.manual_seed(0)
+    batches = surprisal_batches(kind)
+    ctrl = SurprisalController()
+    assert not bool(ctrl.calibrated)
+    result = calibrate_surprisal_controller(ctrl, iter(batches), *target, method="full_batch")
+    mean, var = p_stats(ctrl, torch.cat(batches))
+    assert abs(mean - target[0]) < 1e-3 and abs(var - target[1]) < 1e-3
+    assert result["mean_p_big"] == pytest.approx(mean, abs=1e-6)
+    assert result["var_p_big"] == pytest.approx(var, abs=1e-6)
+    assert result["frames"] == sum(b.numel() for b in batches)
+    assert (result["weight"], result["bias"]) == pytest.approx((float(ctrl.weight), float(ctrl.bias)), rel=1e-6)
+    assert bool(ctrl.calibrated)
+    assert float(ctrl.weight) > 0  # more surprising frames -> more likely big
+
+
+def _sgd_losses(kind, target_mean, target_var, n_batches=20, size=2000, **kwargs):
+    """Eq. 4 on all frames at the documented initialisation and after the one-pass SGD calibration."""
+    torch.manual_seed(0)
+    batches = surprisal_batches(kind, n_batches=n_batches, size=size)
+    values = torch.cat(batches).double()
+    # initialisation described in the docstring: logit = (s - m) / sd + logit(mu), m, sd of the first batch
+    m, sd = batches[0].double().mean(), batches[0].double().std()
+    p0 = torch.sigmoid((values - m) / sd + math.log(target_mean / (1 - target_mean)))
+    loss0 = float(calibration_loss(p0, target_mean, target_var))
+    ctrl = SurprisalController()
+    result = calibrate_surprisal_controller(ctrl, iter(batches), target_mean, target_var, method="sgd", **kwargs)
+    assert result["method"] == "sgd" and bool(ctrl.calibrated)
+    assert result["frames"] == values.numel()
+    p1 = torch.sigmoid(float(ctrl.weight) * values + float(ctrl.bias))
+    return loss0, float(calibration_loss(p1, target_mean, target_var))
+
+
+@pytest.mark.parametrize("kind", ["gamma", "lognormal"])
+@pytest.mark.parametrize("target", [(0.5, 0.04), (0.65, 0.04), (0.5, 0.01)])
+def test_sgd_calibration_improves_on_initialisation(kind, target):
+    loss0, loss1 = _sgd_losses(kind, *target, lr=5.0)
+    assert loss1 < loss0
+
+
+def test_sgd_calibration_default_lr_improves_on_initialisation():
+    results = [_sgd_losses(kind, *target) for kind in ("gamma", "lognormal")
+               for target in ((0.5, 0.04), (0.65, 0.04))]
+    assert all(loss1 < loss0 for loss0, loss1 in results), results
+
+
+def test_calibration_loss_formula():
+    p = torch.tensor([0.1, 0.4, 0.9, 0.6])
+    mean, var = 0.5, ((0.4 ** 2 + 0.1 ** 2 + 0.4 ** 2 + 0.1 ** 2) / 4)
+    expected = 0.5 * (mean - 0.3) ** 2 + 0.5 * (var - 0.02) ** 2
+    assert float(calibration_loss(p, 0.3, 0.02)) == pytest.approx(expected)
+
+
+def test_calibration_errors():
+    ctrl = SurprisalController()
+    with pytest.raises(ValueError, match="method"):
+        calibrate_surprisal_controller(ctrl, [torch.ones(3)], 0.5, 0.04, method="adam")
+    with pytest.raises(ValueError):
+        calibrate_surprisal_controller(ctrl, [torch.ones(3)], 1.5, 0.04)
+    with pytest.raises(ValueError, match="no frames"):
+        calibrate_surprisal_controller(ctrl, [torch.zeros(0)], 0.5, 0.04)
+
+
+def test_calibration_subsamples_beyond_max_frames():
+    torch.manual_seed(0)
+    batches = surprisal_batches("lognormal", n_batches=5, size=400)
+    ctrl = SurprisalController()
+    result = calibrate_surprisal_controller(ctrl, iter(batches), 0.5, 0.04, max_frames=300)
+    assert result["frames"] == 2000
+    mean, var = p_stats(ctrl, torch.cat(batches))
+    # fitted on a 300-frame subsample: close to the target on all frames, not exact
+    assert abs(mean - 0.5) < 0.05 and abs(var - 0.04) < 0.02
+
+
+# ----------------------------------------------------------------------------------------------
+# FLOP budget
+# ----------------------------------------------------------------------------------------------
+def test_target_mean_for_budget_formula():
+    assert target_mean_for_budget(SMALL_ONLY, SMALL_ONLY, BIG_ONLY) == 0.0
+    assert target_mean_for_budget(BIG_ONLY, SMALL_ONLY, BIG_ONLY) == 1.0
+    assert target_mean_for_budget(6_000_000, SMALL_ONLY, BIG_ONLY) == pytest.approx(
+        (6_000_000 - SMALL_ONLY) / (BIG_ONLY - SMALL_ONLY))
+
+
+@pytest.mark.parametrize("budget", [6_410_000, 6_900_000])
+def test_budget_calibration_hits_flop_budget(budget):
+    torch.manual_seed(0)
+    batches = surprisal_batches("gamma")
+    mu = target_mean_for_budget(budget, SMALL_ONLY, BIG_ONLY)
+    ctrl = SurprisalController()
+    calibrate_surprisal_controller(ctrl, iter(batches), mu, 0.04)
+    mean_p, _ = p_stats(ctrl, torch.cat(batches))
+    expected_macs = SMALL_ONLY + mean_p * (BIG_ONLY - SMALL_ONLY)
+    assert abs(expected_macs - budget) / budget < 0.01
+
+
+@pytest.mark.parametrize("budget", [SMALL_ONLY - 1, BIG_ONLY + 1, 0])
+def test_budget_outside_range(budget):
+    with pytest.raises(ValueError, match="budget"):
+        target_mean_for_budget(budget, SMALL_ONLY, BIG_ONLY)
+
+
+# ----------------------------------------------------------------------------------------------
+# decisions
+# ----------------------------------------------------------------------------------------------
+def _inputs(B=3, T=10, D=4, lengths=(10, 6, 1)):
+    features = torch.randn(B, T, D)
+    surprisal = torch.rand(B, T) * 6
+    mask = lengths_to_mask(torch.tensor(lengths), T)
+    return features, surprisal, mask
+
+
+def test_deterministic_decisions():
+    torch.manual_seed(0)
+    features, surprisal, mask = _inputs()
+    ctrl = SurprisalController(weight=1.5, bias=-4.0)
+    d1 = ctrl(features, surprisal, mask, stochastic=False)
+    d2 = ctrl(features, surprisal, mask, stochastic=False)
+    assert torch.equal(d1.use_big, d2.use_big)
+    p = torch.sigmoid(1.5 * surprisal - 4.0)
+    assert torch.equal(d1.use_big, (p > 0.5) & mask)
+    torch.testing.assert_close(d1.p_big, p * mask)
+    assert 0 < int(d1.use_big.sum()) < int(mask.sum())  # both branches used
+    assert d1.gate is None and float(d1.aux_loss) == 0.0
+
+
+def test_sample_decisions():
+    p = torch.tensor([0.0, 0.3, 0.5, 0.51, 1.0])
+    assert sample_decisions(p, stochastic=False).tolist() == [False, False, False, True, True]
+    torch.manual_seed(0)
+    draws = torch.stack([sample_decisions(p, stochastic=True) for _ in range(2000)]).float().mean(0)
+    assert draws[0] == 0 and draws[-1] == 1
+    torch.testing.assert_close(draws, p, rtol=0, atol=0.04)
+
+
+def test_stochastic_frequencies_approach_p():
+    torch.manual_seed(0)
+    T, reps = 40, 1000
+    surprisal = torch.linspace(0, 4, T).expand(4, T)  # p from 0.12 to 0.88 along time
+    ctrl = SurprisalController(weight=1.0, bias=-2.0)
+    mask = torch.ones(4, T, dtype=torch.bool)
+    features = torch.zeros(4, T, 1)
+    counts = torch.zeros(T)
+    for _ in range(reps // 4):
+        counts += ctrl(features, surprisal, mask, stochastic=True).use_big.float().sum(0)
+    freq = counts / reps
+    p = torch.sigmoid(surprisal[0] - 2.0)
+    assert (freq - p).abs().max() < 0.06  # binomial sd <= 0.016
+    assert abs(float(freq.mean() - p.mean())) < 0.01
+    # not deterministic: some frames with p < 0.5 were sent to the big network
+    assert float(freq[p < 0.5].sum()) > 0
+
+
+def test_random_controller_frequency():
+    torch.manual_seed(0)
+    ctrl = build_controller("random", p_big=0.3)
+    features, _, _ = _inputs(B=4, T=40, lengths=(40, 40, 40, 40))
+    mask = torch.ones(4, 40, dtype=torch.bool)
+    freq = torch.stack([ctrl(features, None, mask).use_big for _ in range(100)]).float().mean()
+    assert abs(float(freq) - 0.3) < 0.01
+
+
+@pytest.mark.parametrize("name", ["surprisal", "random", "big_only", "learned"])
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_decisions_false_on_padding(name, stochastic):
+    torch.manual_seed(0)
+    ctrl = build_controller(name, weight=10.0, bias=5.0, input_size=4)  # surprisal: p ~ 1 everywhere
+    features, surprisal, mask = _inputs()
+    d = ctrl(features, surprisal, mask, stochastic=stochastic)
+    assert not d.use_big[~mask].any()
+    assert torch.all(d.p_big[~mask] == 0)
+    if name in ("surprisal", "big_only"):
+        assert d.use_big[mask].all()
+
+
+def test_build_controller_unknown_name():
+    with pytest.raises(ValueError) as info:
+        build_controller("oracle")
+    message = str(info.value)
+    assert "oracle" in message
+    for name in ("surprisal", "random", "learned", "big_only", "small_only"):
+        assert name in message
+    assert set(CONTROLLERS) == {"surprisal", "random", "learned", "big_only", "small_only"}
+
+
+def test_constant_controllers():
+    torch.manual_seed(0)
+    features, surprisal, mask = _inputs()
+    for name, p in (("big_only", 1.0), ("small_only", 0.0), ("random", 0.5)):
+        ctrl = build_controller(name, weight=3.0, bias=1.0, p_big=0.5, input_size=4)  # extra kwargs ignored
+        assert isinstance(ctrl, ConstantController)
+        d = ctrl(features, None, mask)
+        assert torch.all(d.p_big[mask] == p), name
+        assert ctrl.macs_per_frame() == 0
+    assert build_controller("random", p_big=0.2).p_big == 0.2
+    assert not build_controller("small_only")(features, None, mask).use_big.any()
+    with pytest.raises(ValueError):
+        ConstantController(1.5)
+
+
+def test_bias_shift_raises_p():
+    torch.manual_seed(0)
+    features, surprisal, mask = _inputs()
+    ctrl = SurprisalController(weight=0.8, bias=-2.0)
+    p0 = ctrl.probability(features, surprisal)
+    p1 = ctrl.probability(features, surprisal, bias_shift=1.5)
+    torch.testing.assert_close(p1, torch.sigmoid(0.8 * surprisal - 2.0 + 1.5))
+    assert torch.all(p1 > p0)
+    rnd = build_controller("random", p_big=0.5)
+    torch.testing.assert_close(rnd.probability(features, None, bias_shift=1.0),
+                               torch.full(mask.shape, 1 / (1 + math.exp(-1.0))))
+    rnd3 = build_controller("random", p_big=0.3)
+    expected = 1 / (1 + math.exp(-(math.log(0.3 / 0.7) + 2.0)))
+    assert float(rnd3.probability(features, None, bias_shift=2.0)[0, 0]) == pytest.approx(expected)
+    # constant 0 / 1 stay constant
+    assert torch.all(build_controller("big_only").probability(features, None, bias_shift=-3.0) == 1)
+    assert torch.all(build_controller("small_only").probability(features, None, bias_shift=3.0) == 0)
+    # the shift goes through forward as well
+    d = ctrl(features, surprisal, mask, stochastic=False, bias_shift=1.5)
+    torch.testing.assert_close(d.p_big, p1 * mask)
+
+
+def test_surprisal_controller_requires_surprisal():
+    ctrl = SurprisalController()
+    with pytest.raises(ValueError, match="surprisal"):
+        ctrl.probability(torch.zeros(1, 2, 3), None)
+
+
+def test_surprisal_controller_buffers_and_state_dict():
+    ctrl = SurprisalController(weight=0.5, bias=-1.0)
+    assert list(ctrl.parameters()) == []
+    assert ctrl.uses_surprisal and ctrl.macs_per_frame() == 2
+    state = ctrl.state_dict()
+    assert set(state) == {"weight", "bias", "calibrated"}
+    assert not bool(state["calibrated"])
+    ctrl.set_parameters(2.5, -7.0)
+    state = ctrl.state_dict()
+    assert float(state["weight"]) == 2.5 and float(state["bias"]) == -7.0 and bool(state["calibrated"])
+    fresh = SurprisalController()
+    fresh.load_state_dict(state)
+    assert float(fresh.weight) == 2.5 and float(fresh.bias) == -7.0 and bool(fresh.calibrated)
+
+
+def test_surprisal_controller_not_in_optimizer_parameters():
+    """Downstream optimisers never see the calibrated weight and bias."""
+    ctrl = SurprisalController(weight=0.5, bias=-1.0)
+    model = torch.nn.ModuleDict({"ctrl": ctrl, "lin": torch.nn.Linear(2, 2)})
+    params = list(model.parameters())
+    assert len(params) == 2 and all(p.requires_grad for p in params)
+
+
+# ----------------------------------------------------------------------------------------------
+# learned controller
+# ----------------------------------------------------------------------------------------------
+def _learned_setup(seed=0):
+    torch.manual_seed(seed)
+    D = 8
+    ctrl = LearnedController(input_size=D, hidden_size=12, penalty_weight=0.01)
+    small, big = FrameNet([D, D]), FrameNet([D, 16, D])
+    x = torch.randn(3, 7, D)
+    lengths = torch.tensor([7, 5, 2])
+    return ctrl, small, big, x, lengths
+
+
+def test_learned_controller_macs_and_probability():
+    ctrl, _, _, x, lengths = _learned_setup()
+    assert ctrl.macs_per_frame() == 8 * 12 + 12 + 12 + 1
+    assert not ctrl.uses_surprisal
+    p = ctrl.probability(x, None)
+    w1, b1, w2, b2 = ctrl.net[0].weight, ctrl.net[0].bias, ctrl.net[2].weight, ctrl.net[2].bias
+    expected = torch.sigmoid(torch.relu(x @ w1.T + b1) @ w2.T + b2).squeeze(-1)
+    torch.testing.assert_close(p, expected)
+
+
+def test_learned_controller_straight_through_gradient():
+    ctrl, small, big, x, lengths = _learned_setup()
+    mask = lengths_to_mask(lengths, x.shape[1])
+    d = ctrl(x, None, mask, stochastic=False)
+    assert d.gate is not None
+    torch.testing.assert_close(d.gate.detach(), d.use_big.float(), rtol=0, atol=1e-6)
+    out = route_frames(x, lengths, d.use_big, small, big, gate=d.gate)
+    out.pow(2).sum().backward()
+    grads = [p.grad.clone() for p in ctrl.parameters()]
+    assert all(g is not None and g.abs().sum() > 0 for g in grads)
+
+    # independent reference with the documented straight-through semantics of route_frames: a big frame
+    # is big(x) * gate, a small frame small(x) * (1 - gate) (the network that did not run gets no term)
+    ctrl.zero_grad()
+    p = ctrl.probability(x, None) * mask
+    hard = (p.detach() > 0.5) & mask
+    gate = (hard.float() + p - p.detach()).unsqueeze(-1)
+    ref = torch.where(hard.unsqueeze(-1), gate * big(x), (1 - gate) * small(x)) * mask.unsqueeze(-1)
+    torch.testing.assert_close(out.detach(), ref.detach(), rtol=1e-5, atol=1e-6)
+    ref.pow(2).sum().backward()
+    for g, p_ in zip(grads, ctrl.parameters()):
+        torch.testing.assert_close(g, p_.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_route_frames_gate_gradient():
+    """d(output)/d(gate) is +big(x) on big frames and -small(x) on small frames, 0 on padding."""
+    torch.manual_seed(0)
+    D = 8
+    small, big = FrameNet([D, D]), FrameNet([D, 16, D])
+    x, lengths = torch.randn(3, 7, D), torch.tensor([7, 5, 2])
+    mask = lengths_to_mask(lengths, 7)
+    p = torch.rand(3, 7, requires_grad=True)
+    use_big = (p.detach() > 0.5) & mask
+    gate = use_big.float() + p - p.detach()
+    weights = torch.randn(3, 7, D)
+    (route_frames(x, lengths, use_big, small, big, gate=gate) * weights).sum().backward()
+    with torch.no_grad():
+        expected = torch.where(use_big, (weights * big(x)).sum(-1), -(weights * small(x)).sum(-1)) * mask
+    torch.testing.assert_close(p.grad, expected, rtol=1e-5, atol=1e-6)
+    assert torch.all(p.grad[~mask] == 0)
+
+
+def test_learned_controller_aux_loss():
+    ctrl, _, _, x, lengths = _learned_setup()
+    mask = lengths_to_mask(lengths, x.shape[1])
+    for stochastic in (False, True):
+        d = ctrl(x, None, mask, stochastic=stochastic)
+        s = d.use_big.float()  # binary decision s_t
+        per_utt = torch.stack([((s[i, :n] - 0.5) ** 2).sum() for i, n in enumerate(lengths.tolist())])
+        expected = 0.01 * per_utt.mean()
+        torch.testing.assert_close(d.aux_loss, expected)
+        assert float(d.aux_loss.detach()) == pytest.approx(0.01 * 0.25 * float(lengths.float().mean()))
+    ctrl.zero_grad()
+    d.aux_loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in ctrl.parameters())
+
+
+def test_learned_controller_is_trainable_and_registered():
+    ctrl = build_controller("learned", input_size=8, hidden_size=80, penalty_weight=0.5, weight=3.0)
+    assert isinstance(ctrl, LearnedController) and ctrl.penalty_weight == 0.5
+    assert ctrl.net[0].in_features == 8 and ctrl.net[0].out_features == 80
+    assert all(p.requires_grad for p in ctrl.parameters())
+    assert LearnedController().macs_per_frame() == 512 * 80 + 80 + 80 + 1

@@ -1,0 +1,119 @@
+"""Tests for surprisal_cc.features: frame counts, frame skipping, padding invariance, Kaldi fbank."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torchaudio.compliance import kaldi
+
+from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd, lengths_to_mask
+
+torch.set_num_threads(1)
+
+# sample counts around the window (400) and hop (160) boundaries
+LENGTHS = [0, 1, 399, 400, 401, 559, 560, 719, 720, 880, 1040, 3211, 8000]
+
+
+def _kaldi_frames(num_samples: int) -> int:
+    """Frame count of torchaudio's Kaldi fbank (snip_edges) computed on a real signal."""
+    if num_samples < 400:
+        return 0
+    wav = torch.randn(1, num_samples)
+    return kaldi.fbank(wav, num_mel_bins=80, frame_length=25.0, frame_shift=10.0, dither=0.0,
+                       window_type="hamming", sample_frequency=16000.0, energy_floor=0.0).shape[0]
+
+
+def test_window_and_shift_samples():
+    cfg = FeatureConfig()
+    assert (cfg.window_samples, cfg.shift_samples) == (400, 160)
+    assert FeatureConfig(sample_rate=8000).window_samples == 200
+
+
+@pytest.mark.parametrize("frame_skip", [1, 2, 3])
+def test_num_frames_matches_front_end(frame_skip):
+    torch.manual_seed(0)
+    cfg = FeatureConfig(frame_skip=frame_skip)
+    front_end = FilterbankFrontEnd(cfg)
+    lengths = torch.tensor(LENGTHS)
+    wavs = torch.randn(len(LENGTHS), max(LENGTHS)) * 0.1
+    feats, frames = front_end(wavs, lengths)
+    expected = [cfg.num_frames(n) for n in LENGTHS]
+    assert frames.tolist() == expected
+    assert feats.shape == (len(LENGTHS), max(expected), 80)
+    # independent count: kept frames 0, k, 2k, ... of the Kaldi frames
+    assert expected == [len(range(0, _kaldi_frames(n), frame_skip)) for n in LENGTHS]
+
+
+def test_num_frames_hand_values():
+    cfg = FeatureConfig()  # frame_skip = 2
+    assert cfg.num_frames(0) == 0
+    assert cfg.num_frames(399) == 0  # shorter than one window
+    assert cfg.num_frames(400) == 1  # exactly one window
+    assert cfg.num_frames(559) == 1  # 1 Kaldi frame
+    assert cfg.num_frames(560) == 1  # 2 Kaldi frames -> frame 0 kept
+    assert cfg.num_frames(720) == 2  # 3 Kaldi frames -> frames 0, 2
+    assert cfg.num_frames(16000) == 49  # 98 Kaldi frames
+    assert FeatureConfig(frame_skip=1).num_frames(16000) == 98
+
+
+def test_short_signals_give_zero_frames():
+    torch.manual_seed(0)
+    front_end = FilterbankFrontEnd()
+    feats, frames = front_end(torch.randn(2, 399), torch.tensor([399, 100]))
+    assert frames.tolist() == [0, 0]
+    assert feats.shape == (2, 0, 80)
+    assert front_end.single(torch.randn(400)).shape == (1, 80)
+
+
+def test_frame_skip_1_vs_2():
+    torch.manual_seed(0)
+    lengths = torch.tensor([5000, 3211, 400])
+    wavs = torch.randn(3, 5000) * 0.1
+    f1, n1 = FilterbankFrontEnd(frame_skip=1)(wavs, lengths)
+    f2, n2 = FilterbankFrontEnd(frame_skip=2)(wavs, lengths)
+    assert n2.tolist() == [(n + 1) // 2 for n in n1.tolist()]
+    for i in range(3):
+        torch.testing.assert_close(f2[i, : n2[i]], f1[i, : n1[i]][::2], rtol=0, atol=0)
+
+
+def test_padding_invariance():
+    torch.manual_seed(0)
+    front_end = FilterbankFrontEnd()
+    short, long = torch.randn(3000) * 0.1, torch.randn(6000) * 0.1
+    batch = torch.full((2, 6000), 0.7)  # non-zero padding must not leak
+    batch[0, :3000], batch[1] = short, long
+    feats, frames = front_end(batch, torch.tensor([3000, 6000]))
+    alone, alone_frames = front_end(short.unsqueeze(0), torch.tensor([3000]))
+    assert int(frames[0]) == int(alone_frames[0]) == FeatureConfig().num_frames(3000)
+    n = int(frames[0])
+    torch.testing.assert_close(feats[0, :n], alone[0], rtol=0, atol=1e-6)
+    assert torch.all(feats[0, n:] == 0)
+    feats_long, _ = front_end(long.unsqueeze(0), torch.tensor([6000]))
+    torch.testing.assert_close(feats[1], feats_long[0], rtol=0, atol=1e-6)
+
+
+def test_equals_kaldi_fbank_every_second_frame():
+    torch.manual_seed(0)
+    wav = torch.randn(4321) * 0.2
+    expected = kaldi.fbank(wav.unsqueeze(0), num_mel_bins=80, frame_length=25.0, frame_shift=10.0,
+                           window_type="hamming", dither=0.0, energy_floor=0.0,
+                           sample_frequency=16000.0)[::2]
+    feats, frames = FilterbankFrontEnd()(wav.unsqueeze(0), torch.tensor([4321]))
+    assert int(frames[0]) == expected.shape[0] == 13
+    torch.testing.assert_close(feats[0], expected, rtol=0, atol=1e-6)
+    # hamming, not Kaldi's default povey window
+    povey = kaldi.fbank(wav.unsqueeze(0), num_mel_bins=80, dither=0.0, energy_floor=0.0)[::2]
+    assert not torch.allclose(feats[0], povey, atol=1e-3)
+
+
+def test_feature_config_is_hashable_and_serialisable():
+    a, b = FeatureConfig(), FeatureConfig(frame_skip=1)
+    assert a == FeatureConfig() and a != b
+    assert a.as_dict()["frame_skip"] == 2 and b.as_dict()["frame_skip"] == 1
+    assert set(a.as_dict()) == {"sample_rate", "n_mels", "frame_length_ms", "frame_shift_ms", "window_type",
+                                "dither", "frame_skip"}
+
+
+def test_lengths_to_mask():
+    mask = lengths_to_mask(torch.tensor([3, 0, 1]), 4)
+    assert mask.tolist() == [[True, True, True, False], [False] * 4, [True, False, False, False]]
+    assert lengths_to_mask(torch.tensor([2, 1])).shape == (2, 2)

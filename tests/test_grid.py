@@ -1,0 +1,107 @@
+"""Tests for surprisal_cc.grid with a fake recipe script (no training)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from surprisal_cc import grid
+
+FAKE_RECIPE = '''
+import json, sys
+from pathlib import Path
+args = dict(a[2:].split("=", 1) for a in sys.argv[2:])
+out = Path(args["output_folder"])
+if args.get("controller") == "fail":
+    sys.exit("boom")
+out.mkdir(parents=True, exist_ok=True)
+shifts = json.loads(args.get("test_bias_shifts", "[0.0]"))
+for s in shifts:
+    name = "results.json" if not s else "results_bias%+g.json" % s
+    (out / name).write_text(json.dumps({"PER": 25.0 + s, "flops_per_frame": 6.4e6 + s, "seed": int(args["seed"]),
+        "controller": args.get("controller", "surprisal"), "test_bias_shift": s, "dataset": "Fake"}))
+with open(out / "calls.txt", "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+'''
+
+
+@pytest.fixture()
+def grid_file(tmp_path: Path) -> Path:
+    (tmp_path / "fake_recipe.py").write_text(FAKE_RECIPE)
+    (tmp_path / "hparams.yaml").write_text("controller: surprisal\nseed: 1\nexperiment_root: !ref <x>\n")
+    spec = {"recipe": str(tmp_path / "fake_recipe.py"), "hparams": str(tmp_path / "hparams.yaml"),
+            "experiment_root": str(tmp_path / "exp"), "seeds": [1, 2], "overrides": {"number_of_epochs": 2},
+            "groups": [{"name": "controllers", "vary": {"controller": ["surprisal", "random"]}},
+                       {"name": "again", "vary": {"controller": ["random"]}},            # duplicates
+                       {"name": "bias", "folder_of": "controllers", "vary": {"controller": ["surprisal"]},
+                        "set": {"test_only": True, "test_bias_shifts": [0.0, 1.0]}}]}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_expand_cartesian_product_and_folders(grid_file: Path, tmp_path: Path) -> None:
+    runs = grid.expand(grid.load_grid(str(grid_file)))
+    assert [r.name for r in runs] == ["controllers/controller=surprisal/seed1", "controllers/controller=surprisal/seed2",
+                                      "controllers/controller=random/seed1", "controllers/controller=random/seed2",
+                                      "bias/controller=surprisal/seed1", "bias/controller=surprisal/seed2"]
+    exp = tmp_path / "exp" / "grid"
+    assert runs[0].output_folder == exp / "controllers/controller=surprisal/seed1"
+    assert runs[4].output_folder == runs[0].output_folder  # test-only runs reuse the trained folder
+    assert runs[0].command[:3] == [sys.executable, str(tmp_path / "fake_recipe.py"), str(tmp_path / "hparams.yaml")]
+    assert "--number_of_epochs=2" in runs[0].command and "--seed=1" in runs[0].command
+    assert f"--output_folder={runs[0].output_folder}" in runs[0].command
+    assert "--test_bias_shifts=[0.0, 1.0]" in runs[4].command
+    assert [r.command for r in grid.expand(grid.load_grid(str(grid_file)))] == [r.command for r in runs]
+
+
+def test_override_value_and_results_files(tmp_path: Path) -> None:
+    assert grid.override_value([0.0, 1]) == "[0.0, 1]" and grid.override_value(True) == "True"
+    assert grid.override_value({"a": None}) == "{a: null}"
+    assert grid.results_files(tmp_path, [0, 2.0]) == [tmp_path / "results.json", tmp_path / "results_bias+2.json"]
+
+
+def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    assert grid.main([str(grid_file), "--dry-run", "--only", "seed1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("fake_recipe.py") == 3 and "OMP_NUM_THREADS=" in out and "dry-run: 3" in out
+    assert not (tmp_path / "exp" / "grid").exists()
+
+
+def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert grid.main([str(grid_file), "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "done: 6" in out
+    folder = tmp_path / "exp/grid/controllers/controller=surprisal/seed1"
+    assert (folder / "results_bias+1.json").exists() and "# " in (folder / "grid.log").read_text()
+    assert len((folder / "calls.txt").read_text().splitlines()) == 2  # training, then the test-only sweep
+    report_dir = tmp_path / "exp" / "report"
+    assert (report_dir / "report.md").exists() and (report_dir / "Fake_controllers.csv").exists()
+    assert (report_dir / "Fake_per_vs_flops.png").exists()
+
+    assert grid.main([str(grid_file), "--no-report"]) == 0  # everything complete: nothing relaunched
+    assert "skipped: 6" in capsys.readouterr().out
+    assert len((folder / "calls.txt").read_text().splitlines()) == 2
+
+    (tmp_path / "exp/grid/controllers/controller=random/seed2/results.json").unlink()
+    assert grid.main([str(grid_file), "--no-report", "--only", "random"]) == 0
+    assert "done: 1, skipped: 1" in capsys.readouterr().out
+
+
+def test_failed_run_blocks_its_test_only_runs(grid_file: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["seeds"] = [1]
+    spec["groups"] = [{"name": "c", "vary": {"controller": ["fail"]}},
+                      {"name": "b", "folder_of": "c", "vary": {"controller": ["fail"]},
+                       "set": {"test_only": True, "test_bias_shifts": [1.0]}}]
+    grid_file.write_text(yaml.safe_dump(spec))
+    assert grid.main([str(grid_file), "--no-report"]) == 1
+    assert "blocked: 1, failed: 1" in capsys.readouterr().out
+    assert "boom" in (tmp_path / "exp/grid/c/controller=fail/seed1/grid.log").read_text()
+    assert json.loads(json.dumps(grid.override_value(1e-05))) == "1e-05"

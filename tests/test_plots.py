@@ -1,0 +1,47 @@
+"""Tests for surprisal_cc.plots: every figure is written as a small PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from surprisal_cc import plots, report
+from test_report import fake_results_tree
+
+PNG = b"\x89PNG"
+
+
+def _is_small_png(path: Path) -> bool:
+    return path.exists() and path.read_bytes()[:4] == PNG and path.stat().st_size < 150_000
+
+
+def test_make_all_plots_writes_every_figure(tmp_path: Path) -> None:
+    root = fake_results_tree(tmp_path / "grid")
+    np.savez(root / "controllers/surprisal/seed1/routing_utt1.npz", fbank=np.random.rand(50, 80),
+             surprisal=np.random.rand(50), use_big=np.random.rand(50) > 0.5, sil_mask=np.arange(50) < 10)
+    paths = plots.make_all_plots(root, tmp_path / "report")
+    names = {p.name for p in paths}
+    assert {"MiniLibriSpeech_per_vs_flops.png", "MiniLibriSpeech_validation_curves.png",
+            "MiniLibriSpeech_bias_sweep.png", "MiniLibriSpeech_lambda_sweep.png",
+            "controllers_surprisal_seed1_routing_utt1.png"} <= names
+    assert all(_is_small_png(p) for p in paths)
+
+
+def test_individual_plots(tmp_path: Path) -> None:
+    root = fake_results_tree(tmp_path / "grid")
+    rows = report.collect_results(root)
+    assert _is_small_png(plots.plot_per_vs_flops(rows, tmp_path / "a.png"))
+    run_dirs = sorted(root.glob("controllers/*/seed*"))
+    assert _is_small_png(plots.plot_validation_curves(run_dirs, tmp_path / "b.png"))
+    assert _is_small_png(plots.plot_bias_sweep(rows, tmp_path / "c.png"))
+    assert _is_small_png(plots.plot_lambda_sweep(rows, tmp_path / "d.png"))
+
+
+def test_plot_routing_with_and_without_routing(tmp_path: Path) -> None:
+    fbank, surprisal = torch.randn(40, 80), torch.rand(40)
+    use_big = surprisal > 0.5
+    assert _is_small_png(plots.plot_routing(fbank, surprisal, use_big, tmp_path / "r.png", title="utt",
+                                            sil_mask=torch.arange(40) > 30))
+    assert _is_small_png(plots.plot_routing(fbank.numpy(), surprisal.numpy(), None, tmp_path / "apc.png"))

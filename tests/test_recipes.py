@@ -1,0 +1,216 @@
+"""Integration tests: the real recipes, run as commands for a few steps on real dev-clean-2 audio.
+
+A stand-in Mini-LibriSpeech folder is built from a few dev-clean-2 speakers (symbolic links);
+APC is pretrained once (one short epoch) and shared by every controller and encoder run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from data_fixtures import REPO, require_dev_clean_2
+from surprisal_cc.fixtures import make_mini_librispeech_subset
+from surprisal_cc.testing import make_timit_fixture
+
+MLS_HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
+MLS_RECIPE = REPO / "recipes" / "MiniLibriSpeech" / "train.py"
+# 40 outputs -> post-net 1,203,240 MACs; 42 outputs -> 1,204,266 (Table 1 convention).
+APC, PRE, SMALL, BIG, POST42 = 3_054_672, 1_182_720, 262_656, 2_099_712, 1_204_266
+
+
+def run(args, cwd=REPO, timeout=600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "2"}
+    proc = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-5000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def mini_corpus(tmp_path_factory):
+    shared = require_dev_clean_2()
+    root = tmp_path_factory.mktemp("mls")
+    make_mini_librispeech_subset(shared / "LibriSpeech" / "dev-clean-2", root / "corpus", train_speakers=4,
+                                 test_speakers=2, utterances_per_speaker=3,
+                                 mfa_csv=shared / "phone_labels" / "dev-clean-2_mfa.csv")
+    return root
+
+
+def common_args(root: Path, **overrides):
+    """Command-line overrides shared by the runs; keyword arguments replace or add keys."""
+    options = {"data_folder": root / "corpus", "experiment_root": root / "exp", "valid_speakers": 2,
+               "number_of_epochs": 1, "batch_size": 4, "apc_epochs": 1, "apc_batch_size": 4, "seed": 3, **overrides}
+    return [f"--{key}={value}" for key, value in options.items()]
+
+
+@pytest.fixture(scope="module")
+def pretrained(mini_corpus):
+    """Runs the recipe once with the surprisal controller; APC is pretrained on the training split."""
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(mini_corpus)]))
+    return mini_corpus
+
+
+def results_of(root: Path, folder: str) -> dict:
+    return json.loads((root / "exp" / folder / "seed3" / "results.json").read_text())
+
+
+def test_surprisal_recipe_end_to_end(pretrained):
+    res = results_of(pretrained, "conditional-surprisal-paper-apc")
+    assert (pretrained / "exp" / "apc" / "apc.pt").is_file()
+    assert res["calibration"]["mean_p_big"] == pytest.approx(0.65, abs=1e-3)
+    assert res["calibration"]["var_p_big"] == pytest.approx(0.04, abs=1e-3)
+    assert res["error_rate_details"]["num_utterances"] == 6
+    assert res["PER"] > 0
+    # MACs counted from what ran: small on the small frames, big on the big frames, exactly.
+    expected = APC + PRE + POST42 + 2 + SMALL + res["big_fraction"] * (BIG - SMALL)
+    assert res["flops_per_frame"] == pytest.approx(expected, rel=1e-9)
+    history = [json.loads(l) for l in (pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed3"
+                                       / "history.jsonl").read_text().splitlines()]
+    assert history[-1]["epoch"] == 1 and "PER" in history[-1]
+
+
+@pytest.mark.parametrize("controller,expected_flops", [
+    ("big_only", APC + PRE + BIG + POST42),
+    ("small_only", APC + PRE + SMALL + POST42),
+    ("random", None),
+    ("learned", None),
+])
+def test_each_controller_runs(pretrained, controller, expected_flops):
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), f"--controller={controller}", f"--apc_path={apc}"]))
+    res = results_of(pretrained, f"conditional-{controller}-paper-apc")
+    assert res["controller"] == controller
+    if expected_flops is not None:
+        assert res["flops_per_frame"] == pytest.approx(expected_flops, rel=1e-9)
+    else:
+        assert APC + PRE + SMALL + POST42 < res["flops_per_frame"] < APC + PRE + BIG + POST42 + 50_000
+
+
+@pytest.mark.parametrize("encoder", ["act", "pondernet"])
+def test_adaptive_encoders_run(pretrained, encoder):
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), f"--encoder={encoder}", f"--apc_path={apc}"]))
+    res = results_of(pretrained, f"{encoder}-surprisal-paper-apc")
+    assert 1.0 <= res["mean_steps"] <= 4.0
+    step = res["component_macs"]["step_block"]
+    assert res["flops_per_frame"] == pytest.approx(APC + PRE + POST42 + res["mean_steps"] * step, rel=1e-9)
+
+
+def test_fbank_ablation_skips_apc(pretrained):
+    """Raw filterbank inputs with a controller that needs no surprisal: APC is not run, not charged."""
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--input_features=fbank", "--controller=random"]))
+    res = results_of(pretrained, "conditional-random-paper-fbank")
+    assert res["component_macs"]["apc"] == 0
+    assert res["flops_components"].get("apc", 0) == 0
+
+
+def test_test_only_bias_sweep_and_ablation(pretrained):
+    """Appendix B: evaluate the trained surprisal model with shifted controller bias, no retraining."""
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--test_only=True", "--test_bias_shifts=[0.0,4.0]"]))
+    folder = pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed3"
+    base = json.loads((folder / "results.json").read_text())
+    shifted = json.loads((folder / "results_bias+4.json").read_text())
+    assert shifted["test_bias_shift"] == 4.0
+    assert shifted["big_fraction"] > base["big_fraction"]
+
+
+def test_debug_flag_runs_a_few_batches(pretrained):
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    proc = ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, seed=4, apc_path=apc, controller="random"),
+                   "--debug"]))
+    assert "results written" in proc.stdout + proc.stderr
+
+
+def test_unknown_key_and_controller_give_clear_errors(pretrained):
+    proc = run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--controler=random"])
+    assert proc.returncode != 0 and "controler" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--controller=oracle"])
+    assert proc.returncode != 0 and "oracle" in proc.stderr and "surprisal" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_data_folder_is_reported(tmp_path):
+    proc = run([MLS_RECIPE, MLS_HPARAMS, f"--data_folder={tmp_path / 'nowhere'}",
+                f"--experiment_root={tmp_path / 'exp'}"])
+    assert proc.returncode != 0 and "nowhere" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_timit_recipe_on_fixture(tmp_path):
+    make_timit_fixture(tmp_path / "timit")
+    ok(run([REPO / "recipes" / "TIMIT" / "train.py", REPO / "hparams" / "TIMIT" / "conditional_ctc.yaml",
+            f"--data_folder={tmp_path / 'timit'}", f"--experiment_root={tmp_path / 'exp'}", "--number_of_epochs=1",
+            "--batch_size=2", "--apc_epochs=1", "--apc_batch_size=2", "--controller_target_mean=0.5"]))
+    res = json.loads((tmp_path / "exp" / "conditional-surprisal-paper-apc" / "seed1" / "results.json").read_text())
+    assert res["dataset"] == "TIMIT"
+    assert res["component_macs"]["post_net"] == 1_203_240  # 39 phones + blank
+
+
+def test_apc_pretraining_recipe_exports_and_resumes(mini_corpus, tmp_path):
+    args = [REPO / "recipes" / "LibriSpeech" / "pretrain_apc.py", REPO / "hparams" / "LibriSpeech" / "apc.yaml",
+            f"--data_folder={mini_corpus / 'corpus'}", "--subsets=[train-clean-5]",
+            f"--experiment_root={tmp_path}", "--apc_epochs=1", "--apc_batch_size=4"]
+    ok(run(args))
+    export = tmp_path / "apc" / "apc.pt"
+    assert export.is_file()
+    rows = [json.loads(l) for l in (tmp_path / "apc" / "apc_history.jsonl").read_text().splitlines()]
+    assert rows[0]["valid_loss"] > 0 and rows[0]["train_frames_per_s"] > 0
+    # a second run finds the export and the finished epochs: nothing is retrained
+    proc = ok(run(args))
+    assert "skipping pretraining" in proc.stdout + proc.stderr
+
+
+def _intra_epoch_checkpoint(save_folder: Path) -> bool:
+    for meta in save_folder.glob("CKPT+*/CKPT.yaml"):
+        if "end-of-epoch: false" in meta.read_text():
+            return True
+    return False
+
+
+def test_resume_after_kill_gives_the_same_result(pretrained, tmp_path):
+    """kill -9 mid-epoch, restart the same command: same final PER and loss as an uninterrupted run."""
+    import signal
+    import time
+
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    base = [MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, number_of_epochs=2, batch_size=1, apc_path=apc,
+                                                 ckpt_interval_minutes=0), "--ckpt_interval_steps=2"]
+    ok(run([*base, f"--output_folder={tmp_path / 'straight'}"]))
+    straight = json.loads((tmp_path / "straight" / "results.json").read_text())
+
+    resumed_args = [*base, f"--output_folder={tmp_path / 'resumed'}"]
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "2"}
+    proc = subprocess.Popen([sys.executable, *map(str, resumed_args)], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not _intra_epoch_checkpoint(tmp_path / "resumed" / "save") and time.time() < deadline:
+        assert proc.poll() is None, "the run finished before it could be interrupted"
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "resumed" / "results.json").exists()
+    log = ok(run(resumed_args))
+    assert "Loading a checkpoint" in log.stdout + log.stderr
+    resumed = json.loads((tmp_path / "resumed" / "results.json").read_text())
+    assert resumed["PER"] == straight["PER"]
+    assert resumed["test_loss"] == pytest.approx(straight["test_loss"], rel=1e-6)
+    assert resumed["big_fraction"] == straight["big_fraction"]
+
+
+def test_torchrun_two_processes(pretrained, tmp_path):
+    """DDP with 2 CPU processes (gloo): data preparation and caching on the main process only."""
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    ok(run(["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533", MLS_RECIPE, MLS_HPARAMS,
+            *common_args(pretrained), f"--apc_path={apc}", "--distributed_backend=gloo",
+            f"--output_folder={tmp_path / 'ddp'}"]))
+    res = json.loads((tmp_path / "ddp" / "results.json").read_text())
+    assert res["error_rate_details"]["num_utterances"] == 6 and res["PER"] > 0

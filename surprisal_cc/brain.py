@@ -154,6 +154,9 @@ class ConditionalCTCBrain(sb.Brain):
         token_lens = absolute_lengths(batch.tokens)
         refs = [decode(t[:n].tolist()) for t, n in zip(batch.tokens.data, token_lens)]
         self.error_metrics.append(batch.id, [decode(h) for h in hyp_ids], refs)
+        if self.hparams.target_unit == "sentencepiece":
+            words = self.hparams.label_encoder.decode_words
+            self.word_metrics.append(batch.id, [words(h) for h in hyp_ids], [w.split() for w in batch.wrd])
         mask = torch.arange(out.log_probs.shape[1], device=out.lengths.device)[None] < out.lengths[:, None]
         uniform = {"apc": self.apc_macs} if bool(out.stats.get("apc_ran", False)) else {}
         self.mac_meter.update(out.frame_macs, int(out.lengths.sum()), uniform=uniform)
@@ -170,6 +173,7 @@ class ConditionalCTCBrain(sb.Brain):
     def on_stage_start(self, stage, epoch=None):
         if stage != sb.Stage.TRAIN:
             self.error_metrics = self.hparams.error_rate()
+            self.word_metrics = self.hparams.error_rate(merge_sil=False)
             self.mac_meter = MacMeter()
             self.routing_stats = RoutingStats()
             self.steps_total, self.steps_frames = 0.0, 0
@@ -177,6 +181,8 @@ class ConditionalCTCBrain(sb.Brain):
 
     def stage_summary(self) -> Dict[str, object]:
         summary = {"PER" if self.hparams.target_unit == "phone" else "TER": self.error_metrics.summarize()["error_rate"]}
+        if self.hparams.target_unit == "sentencepiece":
+            summary["WER"] = self.word_metrics.summarize()["error_rate"]
         flops = self.mac_meter.per_frame()
         summary["flops_per_frame"] = flops["total"]
         summary["flops_components"] = flops

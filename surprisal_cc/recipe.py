@@ -74,6 +74,31 @@ def label_encoder_for(labels: Sequence[str], blank: str = "<blank>") -> CTCTextE
     return encoder
 
 
+class SentencePieceLabels:
+    """SentencePiece units as CTC targets (blank = 0, unit ids shifted by one).
+
+    Trained with SpeechBrain's tokenizer on the ``wrd`` column of the training manifest; offers the
+    ``encode_sequence`` / ``decode_ndim`` interface of the phone label encoder plus ``decode_words``.
+    """
+
+    def __init__(self, model_dir: str, vocab_size: int, train_manifest: str):
+        from speechbrain.tokenizers.SentencePiece import SentencePiece
+
+        tokenizer = SentencePiece(model_dir=str(model_dir), vocab_size=vocab_size, annotation_train=str(train_manifest),
+                                  annotation_read="wrd", model_type="unigram", character_coverage=1.0)
+        self.sp = tokenizer.sp
+        self.ind2lab = ["<blank>", *[self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]]
+
+    def encode_sequence(self, words: Sequence[str]) -> List[int]:
+        return [i + 1 for i in self.sp.encode_as_ids(" ".join(words))]
+
+    def decode_ndim(self, ids: Sequence[int]) -> List[str]:
+        return [self.ind2lab[int(i)] for i in ids]
+
+    def decode_words(self, ids: Sequence[int]) -> List[str]:
+        return self.sp.decode_ids([int(i) - 1 for i in ids]).split()
+
+
 def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[FeatureCache]) -> Dict[str, DynamicItemDataset]:
     """DynamicItemDatasets with pipelines: targets from ``phn``, features from the cache or audio from ``wav``."""
     from .data.audio import read_audio
@@ -86,12 +111,14 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
         datasets[split] = data
     label_encoder: CTCTextEncoder = hparams["label_encoder"]
 
-    @sb.utils.data_pipeline.takes("phn")
-    @sb.utils.data_pipeline.provides("tokens")
-    def targets(phn: str):
-        return torch.LongTensor(label_encoder.encode_sequence(phn.split()))
+    target_column = "phn" if hparams["target_unit"] == "phone" else "wrd"
 
-    outputs = ["id", "tokens"]
+    @sb.utils.data_pipeline.takes(target_column)
+    @sb.utils.data_pipeline.provides("tokens")
+    def targets(text: str):
+        return torch.LongTensor(label_encoder.encode_sequence(text.split()))
+
+    outputs = ["id", "tokens", "wrd"]
     if cache is not None:
         @sb.utils.data_pipeline.takes("id")
         @sb.utils.data_pipeline.provides(*cache_items(cache))
@@ -190,10 +217,18 @@ def run_asr_recipe(argv: Sequence[str], prepare: Callable[..., Mapping[str, str]
     hparams = load_hparams(hparams_file, overrides)
     sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
                                    hyperparams_to_save=hparams_file, overrides=overrides)
-    check_consistency(hparams)
+    if hparams["target_unit"] not in ("phone", "sentencepiece"):
+        raise ConfigurationError(f"target_unit must be 'phone' or 'sentencepiece', got {hparams['target_unit']!r}")
+    if hparams["target_unit"] == "phone":
+        check_consistency(hparams)
 
     run_on_main(prepare, kwargs=hparams["prepare_options"])
     manifests = prepare(**hparams["prepare_options"])  # idempotent: returns at once on every process
+    if hparams["target_unit"] == "sentencepiece":
+        sp_dir = Path(hparams["prepared_folder"]) / f"sentencepiece_{hparams['sp_vocab_size']}"
+        run_on_main(SentencePieceLabels, args=[sp_dir, hparams["sp_vocab_size"], manifests["train"]])
+        hparams["label_encoder"] = SentencePieceLabels(sp_dir, hparams["sp_vocab_size"], manifests["train"])
+        check_consistency(hparams)
 
     apc = obtain_apc(hparams, manifests, run_opts)
     hparams["apc_model"] = apc
@@ -228,7 +263,7 @@ def check_consistency(hparams: Dict) -> None:
     expected = len(hparams["label_encoder"].ind2lab)
     if hparams["num_outputs"] != expected:
         raise ConfigurationError(f"num_outputs is {hparams['num_outputs']} but the label set has {expected - 1} "
-                                 f"labels + blank = {expected}: fix num_outputs in the hparams file")
+                                 f"labels + blank = {expected}: set --num_outputs={expected}")
 
 
 def main_entry(prepare: Optional[Callable[..., Mapping[str, str]]] = None) -> None:

@@ -214,3 +214,13 @@ def test_torchrun_two_processes(pretrained, tmp_path):
             f"--output_folder={tmp_path / 'ddp'}"]))
     res = json.loads((tmp_path / "ddp" / "results.json").read_text())
     assert res["error_rate_details"]["num_utterances"] == 6 and res["PER"] > 0
+
+
+def test_sentencepiece_targets_report_wer(pretrained):
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, target_unit="sentencepiece",
+                                                   sp_vocab_size=40, num_outputs=41, selection_metric="TER",
+                                                   output_folder=pretrained / "exp" / "sp")]))
+    res = json.loads((pretrained / "exp" / "sp" / "results.json").read_text())
+    assert res["target_unit"] == "sentencepiece"
+    assert res["WER"] > 0 and res["TER"] > 0

@@ -93,6 +93,16 @@ class APCModel(nn.Module):
         surprisal = 0.5 * (x - prediction).pow(2).sum(-1) * mask
         return APCOutput(features=states[:, 1:] * mask.unsqueeze(-1), prediction=prediction, surprisal=surprisal)
 
+    @torch.no_grad()
+    def init_output_bias(self, frames: Tensor) -> None:
+        """Start the prediction head at the mean frame of ``frames`` (N, input_size).
+
+        Log-mel values sit far from zero (around -16 to 8), and a head starting at zero needs
+        thousands of small optimiser steps just to learn that offset. Starting from the data mean
+        makes the untrained model a global-mean predictor.
+        """
+        self.head.bias.copy_(frames.reshape(-1, self.input_size).mean(0))
+
     def loss(self, x: Tensor, lengths: Tensor) -> Tensor:
         """Training objective: mean surprisal over real frames (Gaussian maximum likelihood)."""
         return self(x, lengths).surprisal.sum() / lengths.sum().clamp(min=1)

@@ -70,6 +70,20 @@ class APCBrain(sb.Brain):
         return path
 
 
+def mean_training_frame(dataset, batch_size: int, max_batches: int = 4):
+    """Mean filterbank frame over the real frames of the first few training batches."""
+    loader = sb.dataio.dataloader.make_dataloader(dataset, batch_size=batch_size, shuffle=False)
+    total, frames = 0.0, 0
+    for i, batch in enumerate(loader):
+        if i == max_batches:
+            break
+        fbank, lengths = batch.fbank.data, absolute_lengths(batch.fbank)
+        mask = torch.arange(fbank.shape[1])[None] < lengths[:, None]
+        total = total + fbank[mask].sum(0)
+        frames += int(mask.sum())
+    return total / max(frames, 1)
+
+
 def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], hparams: Dict, run_opts: Dict) -> Path:
     """Pretrain an APC model on ``datasets["train"]`` (validation on ``datasets["valid"]``) and export it.
 
@@ -82,6 +96,8 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
         logger.info("APC model %s exists: skipping pretraining", export)
         return export
     model: APCModel = hparams["apc_model"]
+    if not hparams["apc_checkpointer"].list_checkpoints():  # a fresh start, not a resume
+        model.init_output_bias(mean_training_frame(datasets["train"], hparams["apc_loader_options"]["batch_size"]))
     brain = APCBrain(modules={"apc": model}, opt_class=hparams["apc_opt_class"],
                      hparams={"train_logger": hparams["train_logger"], "output_folder": hparams["apc_output_folder"],
                               "max_grad_norm": hparams.get("apc_max_grad_norm", 5.0)},

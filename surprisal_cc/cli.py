@@ -78,8 +78,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(json.dumps(rows, indent=2, default=str) if args.json else format_markdown(rows))
         return 0
     if args.command == "bench":
-        from benchmarks.run_all import run_benchmarks
+        from pathlib import Path
 
+        repo = Path(__file__).resolve().parents[1]
+        if (repo / "benchmarks" / "run_all.py").is_file() and str(repo) not in sys.path:
+            sys.path.insert(0, str(repo))
+        try:
+            from benchmarks.run_all import run_benchmarks
+        except ImportError as err:
+            print(f"surprisal-cc bench needs the repository's benchmarks/ folder (an editable install): {err}",
+                  file=sys.stderr)
+            return 2
         return run_benchmarks(as_json=args.json, quick=args.quick)
     return 2
 

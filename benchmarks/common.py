@@ -1,0 +1,264 @@
+"""Shared helpers of the benchmark suite: sizes, seeding, machine info, timing and tables.
+
+Every benchmark returns a :class:`BenchResult`: summary rows (one per headline figure: ours,
+baseline, ratio, target, met?) and detail tables, all measured in the same process and run.
+Sizes come in three levels: ``full`` (the plan's sizes), ``quick`` (whole suite well under a
+minute) and ``smoke`` (the tiniest shapes, for the unit test; timings meaningless).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+REPO = Path(__file__).resolve().parents[1]
+SIZES = ("full", "quick", "smoke")
+
+
+def check_size(size: str) -> str:
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    return size
+
+
+def seed_everything(seed: int = 0) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def default_threads() -> int:
+    """The suite's thread count: ``os.cpu_count()`` (or ``$SURPRISAL_CC_BENCH_THREADS``)."""
+    return int(os.environ.get("SURPRISAL_CC_BENCH_THREADS", os.cpu_count() or 1))
+
+
+def set_threads(n: Optional[int] = None, size: str = "full") -> int:
+    """Set torch's intra-op threads: ``n``, else 1 for ``smoke`` sizes (tiny shapes), else :func:`default_threads`."""
+    n = n or (1 if size == "smoke" else default_threads())
+    torch.set_num_threads(n)
+    return n
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> Dict[str, Any]:
+    try:
+        load = os.getloadavg()
+    except OSError:  # pragma: no cover
+        load = (float("nan"),) * 3
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_1_5_15": [round(x, 2) for x in load],
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Results and tables
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class SummaryRow:
+    """One headline figure. ``ratio`` is defined by ``ratio_def`` (e.g. "baseline/ours")."""
+
+    benchmark: str
+    ours: Optional[float]
+    baseline: Optional[float]
+    unit: str
+    ratio: Optional[float]
+    ratio_def: str
+    target: str
+    met: Optional[bool]
+    note: str = ""
+
+
+@dataclass
+class BenchResult:
+    name: str
+    summary: List[SummaryRow] = field(default_factory=list)
+    details: List[Dict[str, Any]] = field(default_factory=list)  # {"title", "headers", "rows"}
+    params: Dict[str, Any] = field(default_factory=dict)
+    skipped: Optional[str] = None  # reason, when the benchmark could not run
+    seconds: float = 0.0
+
+    def add_detail(self, title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        self.details.append({"title": title, "headers": list(headers), "rows": [list(r) for r in rows]})
+
+    def as_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["summary"] = [asdict(r) for r in self.summary]
+        return d
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        a = abs(value)
+        if value != value:
+            return "nan"
+        if a == 0:
+            return "0"
+        if a >= 1000:
+            return f"{value:.0f}"
+        if a >= 100:
+            return f"{value:.1f}"
+        if a >= 1e-3:
+            return f"{value:.{digits}g}"
+        return f"{value:.2e}"
+    return str(value)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: Optional[str] = None) -> str:
+    """Markdown table; ``align`` is one character per column, 'l' or 'r' (default: text left, numbers right)."""
+    cells = [[fmt(c) for c in row] for row in rows]
+    if align is None:
+        first = rows[0] if rows else [""] * len(headers)
+        align = "".join("r" if isinstance(c, (int, float)) and not isinstance(c, bool) else "l" for c in first)
+    sep = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(sep) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    return "\n".join(lines)
+
+
+SUMMARY_HEADERS = ("benchmark", "ours", "baseline", "ratio", "target", "met?")
+
+
+def summary_cells(row: SummaryRow) -> List[str]:
+    unit = f" {row.unit}" if row.unit else ""
+    ours = "-" if row.ours is None else f"{fmt(row.ours)}{unit}"
+    base = "-" if row.baseline is None else f"{fmt(row.baseline)}{unit}"
+    ratio = "-" if row.ratio is None else f"{row.ratio:.3f} ({row.ratio_def})"
+    met = "-" if row.met is None else ("yes" if row.met else "NO")
+    name = row.benchmark + (f" ({row.note})" if row.note else "")
+    return [name, ours, base, ratio, row.target, met]
+
+
+def format_result(result: BenchResult) -> str:
+    parts = [f"### {result.name}"]
+    if result.params:
+        parts.append("params: " + ", ".join(f"{k}={v}" for k, v in result.params.items()))
+    if result.skipped:
+        parts.append(f"SKIPPED: {result.skipped}")
+    for d in result.details:
+        parts.append(f"{d['title']}\n\n{markdown_table(d['headers'], d['rows'])}")
+    return "\n\n".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------------
+def interleaved_times(fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: int = 1,
+                      before_each: Optional[Callable[[str, int], None]] = None) -> Dict[str, List[float]]:
+    """Wall-clock seconds of every function, interleaved (A B C A B C ...) after ``warmup`` rounds.
+
+    Interleaving spreads slow phases of a shared machine over all candidates alike.
+    ``before_each(name, i)`` runs untimed before each call (e.g. to reseed).
+    """
+    times: Dict[str, List[float]] = {name: [] for name in fns}
+    for i in range(warmup + repeats):
+        for name, fn in fns.items():
+            if before_each is not None:
+                before_each(name, i)
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                times[name].append(dt)
+    return times
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic Mini-LibriSpeech-shaped data and the packed-sequence BiGRU of the paper's code
+# ----------------------------------------------------------------------------------------------
+def synthetic_lengths(batch: int, t_min: int, t_max: int, generator: torch.Generator) -> Tensor:
+    """Frame counts uniform in [t_min, t_max], the longest forced to t_max (padded batch width)."""
+    lengths = torch.randint(t_min, t_max + 1, (batch,), generator=generator)
+    lengths[0] = t_max
+    return lengths
+
+
+def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
+    return torch.arange(max_len)[None, :] < lengths[:, None]
+
+
+class PackedBiGRU(nn.Module):
+    """``nn.GRU(bidirectional=True)`` over ``pack_padded_sequence`` (the paper's code's scheme), then dropout.
+
+    Drop-in for :class:`surprisal_cc.encoders.BiGRU` (same call, same output); :meth:`load_from`
+    copies a BiGRU's weights so outputs can be compared.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int = 256, dropout: float = 0.5):
+        super().__init__()
+        self.gru = nn.GRU(input_size, hidden_size, batch_first=True, bidirectional=True)
+        self.dropout = nn.Dropout(dropout)
+        self.output_size = 2 * hidden_size
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, _ = self.gru(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        return self.dropout(out)
+
+    @torch.no_grad()
+    def load_from(self, bigru: nn.Module) -> "PackedBiGRU":
+        for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+            getattr(self.gru, name).copy_(getattr(bigru.forward_gru, name))
+            getattr(self.gru, name + "_reverse").copy_(getattr(bigru.backward_gru, name))
+        return self
+
+
+def use_packed_bigrus(encoder: nn.Module) -> nn.Module:
+    """Replace the pre-net and post-net BiGRUs of a paper-architecture ConditionalEncoder by packed ones."""
+    from surprisal_cc.encoders import BiGRU
+
+    def packed(rnn: BiGRU) -> PackedBiGRU:
+        return PackedBiGRU(rnn.forward_gru.input_size, rnn.forward_gru.hidden_size, rnn.dropout.p).load_from(rnn)
+
+    if isinstance(encoder.pre_net, BiGRU):
+        encoder.pre_net = packed(encoder.pre_net)
+    if encoder.post_net is not None and isinstance(getattr(encoder.post_net, "rnn", None), BiGRU):
+        encoder.post_net.rnn = packed(encoder.post_net.rnn)
+    return encoder
+
+
+def script_mode_path() -> None:
+    """Make ``benchmarks`` importable when a file is run as ``python benchmarks/bench_x.py``."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))

@@ -45,8 +45,14 @@ class RNGState:
     """Checkpointed random state (torch CPU, CUDA when present, Python, NumPy).
 
     Stochastic routing and dropout draw from these generators, so restoring them makes a run
-    resumed after an interruption continue exactly as the uninterrupted run would have.
+    resumed after an interruption continue exactly as the uninterrupted run would have. Creating a
+    DataLoader iterator draws from the torch generator; a run resumed mid-epoch creates one more
+    iterator than the uninterrupted run, so a mid-epoch state is applied at the first training batch
+    (:meth:`apply_pending`, called by the Brain) rather than when the checkpoint is loaded.
     """
+
+    def __init__(self):
+        self.pending = None
 
     @sb.utils.checkpoints.mark_as_saver
     def save(self, path):
@@ -61,6 +67,18 @@ class RNGState:
     @sb.utils.checkpoints.mark_as_loader
     def load(self, path, end_of_epoch=False):
         state = torch.load(path, weights_only=True)
+        if end_of_epoch:
+            self.apply(state)
+        else:
+            self.pending = state
+
+    def apply_pending(self) -> None:
+        if self.pending is not None:
+            self.apply(self.pending)
+            self.pending = None
+
+    @staticmethod
+    def apply(state) -> None:
         torch.set_rng_state(state["torch"])
         version, words, gauss = state["python"]
         random.setstate((version, tuple(words.tolist()), gauss))
@@ -128,6 +146,11 @@ class ConditionalCTCBrain(sb.Brain):
         return feats, lengths.to(feats.device), surprisal, apc_ran
 
     # ------------------------------------------------------------------ forward / loss
+    def on_fit_batch_start(self, batch, should_step):
+        rng_state = getattr(self.hparams, "rng_state", None)
+        if rng_state is not None:
+            rng_state.apply_pending()
+
     def compute_forward(self, batch, stage) -> EncoderOutput:
         batch = batch.to(self.device)
         feats, lengths, surprisal, apc_ran = self.acoustic_inputs(batch, stage)

@@ -96,6 +96,19 @@ def load_grid(path: str) -> GridSpec:
                     seeds=list(data.get("seeds") or [1]))
 
 
+# SpeechBrain run options that are flags (no value) on the command line.
+SPEECHBRAIN_FLAGS = {"test_only", "debug", "noprogressbar", "skip_nonfinite_grads", "jit"}
+
+
+def cli_option(key: str, value: Any) -> str:
+    """``--key=value``, or a bare ``--key`` for SpeechBrain's flag options set to True."""
+    if key in SPEECHBRAIN_FLAGS:
+        if value is not True:
+            raise ValueError(f"grid key {key!r} is a SpeechBrain flag: set it to True or leave it out")
+        return f"--{key}"
+    return f"--{key}={override_value(value)}"
+
+
 def override_value(value: Any) -> str:
     """A value as hyperpyyaml reads it back from ``--key=value``."""
     if isinstance(value, (list, tuple)):
@@ -142,7 +155,7 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
                 continue
             seen[effective] = name
             command = [sys.executable, spec.recipe, spec.hparams,
-                       *(f"--{k}={override_value(v)}" for k, v in overrides.items()),
+                       *(cli_option(k, v) for k, v in overrides.items()),
                        f"--output_folder={folder}", *extra]
             runs.append(Run(group["name"], name, folder, overrides, command))
     return runs

@@ -243,13 +243,20 @@ def run_asr_recipe(argv: Sequence[str], prepare: Callable[..., Mapping[str, str]
     modules = {"encoder": hparams["encoder_module"]}
     if apc is not None:
         modules["apc"] = FrozenAPC(apc)
-    hparams["checkpointer"].add_recoverable("rng", RNGState())
+    hparams["rng_state"] = RNGState()
+    hparams["checkpointer"].add_recoverable("rng", hparams["rng_state"])
     brain = ConditionalCTCBrain(modules=modules, opt_class=hparams["opt_class"], hparams=hparams,
                                 run_opts=run_opts, checkpointer=hparams["checkpointer"])
-    if not hparams["test_only"]:
-        brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],
+    try:
+        brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],  # returns at once with --test_only
                   train_loader_kwargs=hparams["train_loader_options"],
                   valid_loader_kwargs=hparams["test_loader_options"])
+    except RuntimeError as err:
+        if "size mismatch" in str(err) or "Missing key" in str(err) or "Unexpected key" in str(err):
+            raise ConfigurationError(
+                f"the checkpoint in {hparams['save_folder']} was written by a model of another shape "
+                f"({str(err).splitlines()[0]}): use another --output_folder, or delete that folder") from None
+        raise
     encoder = brain.modules.encoder
     for shift in hparams["test_bias_shifts"]:
         getattr(encoder, "module", encoder).test_bias_shift = float(shift)

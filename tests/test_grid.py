@@ -14,7 +14,7 @@ from surprisal_cc import grid
 FAKE_RECIPE = '''
 import json, sys
 from pathlib import Path
-args = dict(a[2:].split("=", 1) for a in sys.argv[2:])
+args = dict((a[2:].split("=", 1) + ["True"])[:2] for a in sys.argv[2:])  # bare --flag -> True
 out = Path(args["output_folder"])
 if args.get("controller") == "fail":
     sys.exit("boom")

@@ -115,7 +115,7 @@ def test_fbank_ablation_skips_apc(pretrained):
 
 def test_test_only_bias_sweep_and_ablation(pretrained):
     """Appendix B: evaluate the trained surprisal model with shifted controller bias, no retraining."""
-    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--test_only=True", "--test_bias_shifts=[0.0,4.0]"]))
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--test_only", "--test_bias_shifts=[0.0,4.0]"]))
     folder = pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed3"
     base = json.loads((folder / "results.json").read_text())
     shifted = json.loads((folder / "results_bias+4.json").read_text())
@@ -224,3 +224,14 @@ def test_sentencepiece_targets_report_wer(pretrained):
     res = json.loads((pretrained / "exp" / "sp" / "results.json").read_text())
     assert res["target_unit"] == "sentencepiece"
     assert res["WER"] > 0 and res["TER"] > 0
+
+
+def test_checkpoint_of_another_shape_is_reported(pretrained, tmp_path):
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    folder = tmp_path / "shape"
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, output_folder=folder,
+                                                   controller="random")]))
+    proc = run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, output_folder=folder,
+                                                       controller="random", hidden_size=128, number_of_epochs=2)])
+    assert proc.returncode != 0 and "another shape" in proc.stderr and str(folder) in proc.stderr
+    assert "Traceback" not in proc.stderr

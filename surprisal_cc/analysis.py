@@ -21,6 +21,7 @@ from typing import Dict, Iterator, List, Optional
 import torch
 
 from .apc import APCModel, load_apc
+from .cache import FeatureCache
 from .controllers import SurprisalController
 from .features import FeatureConfig, FilterbankFrontEnd
 
@@ -61,21 +62,28 @@ def read_aligned_csv(path: Path, audio_root: Path) -> Iterator[AlignedUtterance]
 
 @torch.no_grad()
 def surprisal_by_class(apc: APCModel, utterances: Iterator[AlignedUtterance], config: Optional[FeatureConfig] = None,
-                       max_utterances: Optional[int] = None) -> Dict[str, float]:
-    """Mean surprisal over silence frames and over speech frames (frame-weighted, whole corpus)."""
+                       max_utterances: Optional[int] = None, cache_root: Optional[Path] = None) -> Dict[str, float]:
+    """Mean surprisal over silence frames and over speech frames (frame-weighted, whole corpus).
+
+    With ``cache_root``, surprisal already in the feature cache of this APC model is reused.
+    """
     from .data.audio import read_audio
 
     config = config or FeatureConfig()
     front_end = FilterbankFrontEnd(config)
     apc = apc.eval()
+    cache = FeatureCache(cache_root, apc, config) if cache_root is not None else None
     sums = {"silence": 0.0, "speech": 0.0}
     counts = {"silence": 0, "speech": 0}
     for i, utt in enumerate(utterances):
         if max_utterances is not None and i >= max_utterances:
             break
-        fbank = front_end.single(read_audio(utt.audio))
-        surprisal = apc(fbank[None], torch.tensor([fbank.shape[0]])).surprisal[0]
-        silent = utt.frame_is_silence(fbank.shape[0], config)
+        if cache is not None and cache.has(utt.utt_id):
+            surprisal = cache.load(utt.utt_id)["surprisal"]
+        else:
+            fbank = front_end.single(read_audio(utt.audio))
+            surprisal = apc(fbank[None], torch.tensor([fbank.shape[0]])).surprisal[0]
+        silent = utt.frame_is_silence(surprisal.shape[0], config)
         for name, mask in (("silence", silent), ("speech", ~silent)):
             sums[name] += float(surprisal[mask].sum())
             counts[name] += int(mask.sum())
@@ -108,13 +116,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--mfa", required=True, help="MFA CSV export with sample-level phone boundaries")
     parser.add_argument("--audio-root", required=True, help="folder the CSV's paths are relative to")
     parser.add_argument("--max-utterances", type=int, default=None)
+    parser.add_argument("--cache", help="feature cache folder to reuse surprisal from (e.g. results/MiniLibriSpeech/feature_cache)")
     parser.add_argument("--calibration", help="calibration.json of a run: draws its routing in the plot")
     parser.add_argument("--plot", help="write a routing plot of the first utterance to this PNG")
     parser.add_argument("--json", help="also write the numbers to this file")
     args = parser.parse_args(argv)
     apc = load_apc(args.apc)
     result = surprisal_by_class(apc, read_aligned_csv(Path(args.mfa), Path(args.audio_root)),
-                                max_utterances=args.max_utterances)
+                                max_utterances=args.max_utterances,
+                                cache_root=Path(args.cache) if args.cache else None)
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

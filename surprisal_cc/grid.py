@@ -19,7 +19,7 @@ Grid file (plain YAML)::
         vary: {controller: [surprisal]}
         set: {test_only: True, test_bias_shifts: [0.0, 1.0, 2.0]}
 
-Each run's folder is ``<experiment_root>/grid/<group or folder_of>/<k=v,...>/seed<seed>`` (the varied
+Each run's folder is ``<experiment_root>/grid/<group or folder_of>/<key-value+...>/seed<seed>`` (the varied
 keys, sorted), passed as ``--output_folder``. A run whose results files all exist is skipped; any
 other run is launched again with the same command (SpeechBrain's checkpointer resumes it). A run
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
@@ -66,7 +66,7 @@ class Run:
     """One recipe invocation."""
 
     group: str
-    name: str                    # <group>/<k=v,...>/seed<seed>
+    name: str                    # <group>/<key-value+...>/seed<seed>
     output_folder: Path
     overrides: Dict[str, Any]    # every override passed, output_folder excluded
     command: List[str]
@@ -119,7 +119,9 @@ def override_value(value: Any) -> str:
 
 
 def _folder_part(key: str, value: Any) -> str:
-    return f"{key}={re.sub(r'[^A-Za-z0-9_.+-]', '_', override_value(value))}"
+    """``key-value`` with only characters that survive SpeechBrain's ``--key=value`` parsing ('=' and
+    ',' do not: the folder SpeechBrain creates would differ from the one the grid checks)."""
+    return f"{key}-{re.sub(r'[^A-Za-z0-9_.-]', '_', override_value(value))}"
 
 
 def results_files(output_folder: Path, bias_shifts: Optional[Sequence[float]] = None) -> List[Path]:
@@ -146,7 +148,7 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
             seed = values[-1]
             overrides = {"experiment_root": spec.experiment_root, **spec.overrides, **(group.get("set") or {}),
                          **point, "seed": seed}
-            parts = ",".join(_folder_part(k, point[k]) for k in keys) or "default"
+            parts = "+".join(_folder_part(k, point[k]) for k in keys) or "default"
             folder = root / "grid" / group.get("folder_of", group["name"]) / parts / f"seed{seed}"
             name = f"{group['name']}/{parts}/seed{seed}"
             effective = tuple(sorted((k, override_value(overrides.get(k, defaults.get(k)))) for k in grid_keys | {"seed"}))
@@ -239,7 +241,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (threads per run = cores // jobs)")
     parser.add_argument("--only", action="append", default=[],
-                        help="only runs whose name (group/k=v,.../seedN) contains this (repeatable)")
+                        help="only runs whose name (group/key-value+.../seedN) contains this (repeatable)")
     parser.add_argument("--no-report", action="store_true", help="skip tables and figures at the end")
     args, extra = parser.parse_known_args(argv)
     bad = [e for e in extra if not (e.startswith("--") and "=" in e)]

@@ -46,11 +46,11 @@ def grid_file(tmp_path: Path) -> Path:
 
 def test_expand_cartesian_product_and_folders(grid_file: Path, tmp_path: Path) -> None:
     runs = grid.expand(grid.load_grid(str(grid_file)))
-    assert [r.name for r in runs] == ["controllers/controller=surprisal/seed1", "controllers/controller=surprisal/seed2",
-                                      "controllers/controller=random/seed1", "controllers/controller=random/seed2",
-                                      "bias/controller=surprisal/seed1", "bias/controller=surprisal/seed2"]
+    assert [r.name for r in runs] == ["controllers/controller-surprisal/seed1", "controllers/controller-surprisal/seed2",
+                                      "controllers/controller-random/seed1", "controllers/controller-random/seed2",
+                                      "bias/controller-surprisal/seed1", "bias/controller-surprisal/seed2"]
     exp = tmp_path / "exp" / "grid"
-    assert runs[0].output_folder == exp / "controllers/controller=surprisal/seed1"
+    assert runs[0].output_folder == exp / "controllers/controller-surprisal/seed1"
     assert runs[4].output_folder == runs[0].output_folder  # test-only runs reuse the trained folder
     assert runs[0].command[:3] == [sys.executable, str(tmp_path / "fake_recipe.py"), str(tmp_path / "hparams.yaml")]
     assert "--number_of_epochs=2" in runs[0].command and "--seed=1" in runs[0].command
@@ -77,7 +77,7 @@ def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.Cap
     assert grid.main([str(grid_file), "--jobs", "2"]) == 0
     out = capsys.readouterr().out
     assert "done: 6" in out
-    folder = tmp_path / "exp/grid/controllers/controller=surprisal/seed1"
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
     assert (folder / "results_bias+1.json").exists() and "# " in (folder / "grid.log").read_text()
     assert len((folder / "calls.txt").read_text().splitlines()) == 2  # training, then the test-only sweep
     report_dir = tmp_path / "exp" / "report"
@@ -88,7 +88,7 @@ def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.Cap
     assert "skipped: 6" in capsys.readouterr().out
     assert len((folder / "calls.txt").read_text().splitlines()) == 2
 
-    (tmp_path / "exp/grid/controllers/controller=random/seed2/results.json").unlink()
+    (tmp_path / "exp/grid/controllers/controller-random/seed2/results.json").unlink()
     assert grid.main([str(grid_file), "--no-report", "--only", "random"]) == 0
     assert "done: 1, skipped: 1" in capsys.readouterr().out
 
@@ -103,5 +103,5 @@ def test_failed_run_blocks_its_test_only_runs(grid_file: Path, tmp_path: Path,
     grid_file.write_text(yaml.safe_dump(spec))
     assert grid.main([str(grid_file), "--no-report"]) == 1
     assert "blocked: 1, failed: 1" in capsys.readouterr().out
-    assert "boom" in (tmp_path / "exp/grid/c/controller=fail/seed1/grid.log").read_text()
+    assert "boom" in (tmp_path / "exp/grid/c/controller-fail/seed1/grid.log").read_text()
     assert json.loads(json.dumps(grid.override_value(1e-05))) == "1e-05"

@@ -16,13 +16,12 @@ if __package__ in (None, ""):
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import argparse
-import json
 from typing import Optional
 
 import torch
 
 from benchmarks.common import (
+    size_cli,
     BenchResult,
     PackedBiGRU,
     SummaryRow,
@@ -108,14 +107,7 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
-    res = run("smoke" if a.smoke else "quick" if a.quick else "full")
-    print(json.dumps(res.as_dict(), indent=2) if a.json else format_result(res))
-    return 0
+    return size_cli(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -262,3 +262,18 @@ def script_mode_path() -> None:
     """Make ``benchmarks`` importable when a file is run as ``python benchmarks/bench_x.py``."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
+
+
+def size_cli(run, doc: str, argv=None, parser=None) -> int:
+    """Shared command line of the size-levelled benchmarks: ``[--quick|--smoke] [--json]``."""
+    import argparse
+    import json
+
+    ap = parser or argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    res = run("smoke" if a.smoke else "quick" if a.quick else "full")
+    print(json.dumps(res.as_dict(), indent=2) if a.json else format_result(res))
+    return 0

@@ -14,7 +14,7 @@ EXP ?= results/MiniLibriSpeech
 SEED ?= 1
 CONTROLLER ?= surprisal
 # CPU profile: the paper's model and optimiser with fewer epochs, sized for about an hour on 2 cores.
-CPU_PROFILE ?= --number_of_epochs=3 --batch_size=8 --lr=0.001 --apc_epochs=2 --apc_batch_size=16 --apc_lr=0.001
+CPU_PROFILE ?= --number_of_epochs=2 --batch_size=8 --lr=0.001 --apc_epochs=2 --apc_batch_size=16 --apc_lr=0.001
 
 .PHONY: venv test mini_librispeech bench clean-venv
 

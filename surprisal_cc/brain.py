@@ -322,7 +322,8 @@ class ConditionalCTCBrain(sb.Brain):
     def fit(self, *args, **kwargs):
         start = time.time()
         super().fit(*args, **kwargs)
-        self.train_wallclock = time.time() - start
+        if not self.test_only:  # --test_only: no training happened, report none
+            self.train_wallclock = time.time() - start
 
 
 def static_flop_rows(encoder: Encoder, apc_macs: int) -> Dict[str, float]:

@@ -120,14 +120,7 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
 
     outputs = ["id", "tokens", "wrd"]
     if cache is not None:
-        @sb.utils.data_pipeline.takes("id")
-        @sb.utils.data_pipeline.provides(*cache_items(cache))
-        def cached(utt_id: str):
-            entry = cache.load(utt_id)
-            for name in cache_items(cache):
-                yield entry[name]
-
-        pipeline, outputs = cached, outputs + list(cache_items(cache))
+        pipeline, outputs = cached_features(cache), outputs + cache_items(cache)
     else:
         @sb.utils.data_pipeline.takes("wav")
         @sb.utils.data_pipeline.provides("sig")
@@ -143,6 +136,20 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
 
 def cache_items(cache: FeatureCache) -> List[str]:
     return ["fbank", "features", "surprisal"] if cache.apc is not None else ["fbank"]
+
+
+def cached_features(cache: FeatureCache):
+    """Dynamic item: utterance id -> the cached tensors named by :func:`cache_items`."""
+    names = cache_items(cache)
+
+    @sb.utils.data_pipeline.takes("id")
+    @sb.utils.data_pipeline.provides(*names)
+    def cached(utt_id: str):
+        entry = cache.load(utt_id)
+        for name in names:
+            yield entry[name]
+
+    return cached
 
 
 def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: int) -> None:
@@ -181,18 +188,9 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
 
     fbank_cache = FeatureCache(hparams["cache_folder"], None, hparams["feature_config"])
     run_on_main(fill_cache, args=[fbank_cache, manifests, hparams["cache_batch_size"]])
-    datasets = {}
-    for split, manifest in manifests.items():
-        data = DynamicItemDataset.from_csv(csv_path=str(manifest))
-
-        @sb.utils.data_pipeline.takes("id")
-        @sb.utils.data_pipeline.provides("fbank")
-        def fbank(utt_id: str):
-            return fbank_cache.load(utt_id)["fbank"]
-
-        data.add_dynamic_item(fbank)
-        data.set_output_keys(["id", "fbank"])
-        datasets[split] = data
+    datasets = {split: DynamicItemDataset.from_csv(csv_path=str(manifest)) for split, manifest in manifests.items()}
+    sb.dataio.dataset.add_dynamic_item(list(datasets.values()), cached_features(fbank_cache))
+    sb.dataio.dataset.set_output_keys(list(datasets.values()), ["id", "fbank"])
     return pretrain_apc(datasets, hparams, run_opts)
 
 

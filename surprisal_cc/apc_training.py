@@ -17,12 +17,12 @@ import torch
 from speechbrain.utils.distributed import if_main_process
 
 from .apc import APCModel, save_apc
-from .brain import absolute_lengths, unwrap
+from .brain import FiniteLossBrain, absolute_lengths, unwrap
 
 logger = logging.getLogger(__name__)
 
 
-class APCBrain(sb.Brain):
+class APCBrain(FiniteLossBrain):
     """Trains ``modules.apc`` (an :class:`APCModel`) on cached filterbanks (``batch.fbank``)."""
 
     def compute_forward(self, batch, stage):

@@ -18,7 +18,7 @@ from typing import Dict, Iterator, List, Optional
 import numpy as np
 import speechbrain as sb
 import torch
-from speechbrain.utils.distributed import if_main_process, main_process_only
+from speechbrain.utils.distributed import if_main_process, is_distributed_initialized, main_process_only
 from torch import Tensor
 
 from .apc import FrozenAPC
@@ -112,7 +112,70 @@ class RoutingStats:
                 "big_fraction": self.sum_big / self.n}
 
 
-class ConditionalCTCBrain(sb.Brain):
+class TrainingDivergedError(RuntimeError):
+    """More training batches of one epoch had a non-finite loss than ``nonfinite_patience`` allows."""
+
+
+class FiniteLossBrain(sb.Brain):
+    """A Brain that never back-propagates or steps on a non-finite loss.
+
+    SpeechBrain's ``fit_batch`` back-propagates a NaN/inf loss and steps the optimiser until
+    ``nonfinite_patience`` runs out, and one such step makes every parameter NaN. Here a batch whose
+    loss is not finite on any process is skipped by all processes (no backward, no step; DDP ranks
+    stay in step), its utterance ids are logged, and when more than ``nonfinite_patience`` batches of
+    one epoch were skipped the run stops with :class:`TrainingDivergedError`. That error names the
+    utterances and what to do; checkpoints already written stay as they are, so the same command
+    resumes from the last one once the cause is fixed.
+    """
+
+    def fit_batch(self, batch):
+        should_step = (self.step % self.grad_accumulation_factor) == 0
+        self.on_fit_batch_start(batch, should_step)
+        with self.no_sync(not should_step):
+            with self.training_ctx:
+                outputs = self.compute_forward(batch, sb.Stage.TRAIN)
+                loss = self.compute_objectives(outputs, batch, sb.Stage.TRAIN)
+            if not self.loss_is_finite_everywhere(loss):
+                self.skip_nonfinite_batch(batch, loss)
+                # leaves the running average of the training loss unchanged
+                return torch.tensor(float(getattr(self, "avg_train_loss", 0.0)))
+            self.scaler.scale(loss / self.grad_accumulation_factor).backward()
+        if should_step:
+            self.optimizers_step()
+        self.on_fit_batch_end(batch, outputs, loss, should_step)
+        return loss.detach().cpu()
+
+    def loss_is_finite_everywhere(self, loss: Tensor) -> bool:
+        finite = torch.isfinite(loss.detach()).all().float().reshape(1)
+        if is_distributed_initialized():
+            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+        return bool(finite.item())
+
+    def skip_nonfinite_batch(self, batch, loss: Tensor) -> None:
+        ids = list(getattr(batch, "id", []))
+        self.nonfinite_count += 1  # SpeechBrain resets it at the start of every epoch
+        self.nonfinite_ids = (getattr(self, "nonfinite_ids", []) if self.nonfinite_count > 1 else []) + ids
+        logger.warning("non-finite training loss (%s) on batch %d, skipped without an update; utterances: %s",
+                       float(loss.detach()), self.step, ", ".join(map(str, ids)) or "(no ids)")
+        if self.nonfinite_count <= self.nonfinite_patience:
+            return
+        epoch = getattr(getattr(self.hparams, "epoch_counter", None), "current", "?")
+        lr = getattr(self.hparams, "lr", None)
+        saved = self.checkpointer.checkpoints_dir if self.checkpointer is not None else None
+        shown = self.nonfinite_ids[-16:]
+        raise TrainingDivergedError(
+            f"{self.nonfinite_count} training batches of epoch {epoch} had a non-finite loss (more than "
+            f"nonfinite_patience={self.nonfinite_patience}); none of them updated the model. Utterances of those "
+            f"batches{' (last 16)' if len(self.nonfinite_ids) > 16 else ''}: {', '.join(map(str, shown))}. "
+            f"If the same utterances keep appearing, check their audio and labels; if they differ, training "
+            f"diverged: lower the learning rate{f' (lr: {lr})' if lr is not None else ''} or max_grad_norm. "
+            f"--nonfinite_patience=N allows more skipped batches per epoch. "
+            + (f"Checkpoints in {saved} are untouched; re-running the same command resumes from the last one."
+               if saved else "")
+        )
+
+
+class ConditionalCTCBrain(FiniteLossBrain):
     """CTC training of a conditional (or adaptive-depth) encoder.
 
     Expected ``modules``: ``encoder`` (an Encoder), and ``apc`` (a FrozenAPC) when the inputs are
@@ -167,6 +230,8 @@ class ConditionalCTCBrain(sb.Brain):
         loss = ctc + out.aux_loss
         if stage != sb.Stage.TRAIN:
             self.record_evaluation(out, batch, stage)
+            if not torch.isfinite(loss):  # SpeechBrain leaves these out of the average loss
+                self.nonfinite_eval_ids += list(batch.id)
         return loss
 
     def record_evaluation(self, out: EncoderOutput, batch, stage) -> None:
@@ -200,6 +265,7 @@ class ConditionalCTCBrain(sb.Brain):
             self.mac_meter = MacMeter()
             self.routing_stats = RoutingStats()
             self.steps_total, self.steps_frames = 0.0, 0
+            self.nonfinite_eval_ids = []
         self.stage_start_time = time.time()
 
     def stage_summary(self) -> Dict[str, object]:
@@ -212,6 +278,10 @@ class ConditionalCTCBrain(sb.Brain):
         summary.update(self.routing_stats.summary())
         if self.steps_frames:
             summary["mean_steps"] = self.steps_total / self.steps_frames
+        if self.nonfinite_eval_ids:
+            summary["nonfinite_loss_utterances"] = len(self.nonfinite_eval_ids)
+            logger.warning("%d evaluation utterances had a non-finite loss (left out of the average loss, not of "
+                           "the error rate), e.g. %s", len(self.nonfinite_eval_ids), self.nonfinite_eval_ids[:8])
         return summary
 
     def on_stage_end(self, stage, stage_loss, epoch=None):

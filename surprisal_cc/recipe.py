@@ -276,6 +276,7 @@ def main_entry(prepare: Optional[Callable[..., Mapping[str, str]]] = None) -> No
 
     Configuration and data errors end the run with one clear message instead of a traceback.
     """
+    from .brain import TrainingDivergedError
     from .data import DataPreparationError
 
     try:
@@ -283,5 +284,5 @@ def main_entry(prepare: Optional[Callable[..., Mapping[str, str]]] = None) -> No
             run_apc_recipe(sys.argv[1:])
         else:
             run_asr_recipe(sys.argv[1:], prepare)
-    except (ConfigurationError, DataPreparationError) as err:
+    except (ConfigurationError, DataPreparationError, TrainingDivergedError) as err:
         sys.exit(f"error: {err}")

@@ -235,3 +235,16 @@ def test_checkpoint_of_another_shape_is_reported(pretrained, tmp_path):
                                                        controller="random", hidden_size=128, number_of_epochs=2)])
     assert proc.returncode != 0 and "another shape" in proc.stderr and str(folder) in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_diverging_training_stops_with_a_clear_message(pretrained, tmp_path):
+    """A learning rate of 1e30 makes the second batch's loss NaN: the batch is skipped, and with
+    --nonfinite_patience=0 the run ends with one message naming the utterances and the remedy."""
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    proc = run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, output_folder=tmp_path / "nan",
+                                                       controller="random", lr=1e30), "--nonfinite_patience=0"])
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: 1 training batches of epoch 1 had a non-finite loss")
+    assert "lr: 1e+30" in message and str(tmp_path / "nan" / "save") in message
+    assert (pretrained / "exp" / "apc" / "apc.pt").is_file()

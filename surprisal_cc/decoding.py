@@ -166,24 +166,26 @@ def prefix_beam_search_native(
     parent = np.full((B, K), NO_PARENT, dtype=np.int64)
 
     n_cand = K + K * V
-    kth = min(K, n_cand) - 1
+    all_rows = np.arange(B)[:, None]
+    # flat offset of (row, beam k) in a [n, K, V] array: (row * K + k) * V
+    slot_offsets = (np.arange(B * K) * V).reshape(B, K)
+    n_active = np.searchsorted(-lens_sorted, -np.arange(int(lens_sorted.max(initial=0))), side="left")  # lens > t
     with np.errstate(invalid="ignore"):
-        for t in range(int(lens_sorted.max(initial=0))):
-            n = int(np.count_nonzero(lens_sorted > t))
+        for t, n in enumerate(n_active.tolist()):
             x = lp_all[:n, t, :]  # [n, V]
             s_pb, s_pnb, s_last = pb[:n], pnb[:n], last[:n]
             s_ids, s_parent = ids[:n], parent[:n]
-            rows = np.arange(n)[:, None]
+            rows = all_rows[:n]
 
             tot = np.logaddexp(s_pb, s_pnb)  # [n, K]
             has_last = s_last >= 0
-            last_c = np.where(has_last, s_last, 0)
-            x_last = np.take_along_axis(x, last_c, axis=1)  # [n, K]
+            # the empty prefix has no last label: point it at the blank column, overwritten below
+            last_c = np.where(has_last, s_last, blank)
+            x_last = x[rows, last_c]  # [n, K]
 
-            # extensions by one label
+            # extensions by one label; repeating the last label is only possible from pb
             ext = tot[:, :, None] + x[:, None, :]  # [n, K, V]
-            rr, kk = np.nonzero(has_last)
-            ext[rr, kk, s_last[rr, kk]] = s_pb[rr, kk] + x_last[rr, kk]
+            ext.reshape(-1)[slot_offsets[:n] + last_c] = s_pb + x_last
             ext[:, :, blank] = _NEG_INF
             # prefixes kept unchanged
             stay_b = tot + x[:, blank][:, None]
@@ -199,7 +201,7 @@ def prefix_beam_search_native(
             stay_tot = np.logaddexp(stay_b, stay_nb)
 
             cand = np.concatenate([stay_tot, ext.reshape(n, K * V)], axis=1)
-            top = np.argpartition(-cand, kth, axis=1)[:, :K]  # [n, K]
+            top = np.argpartition(cand, n_cand - K, axis=1)[:, n_cand - K:]  # [n, K] best
             top_score = cand[rows, top]
             is_stay = top < K
             e = np.maximum(top - K, 0)
@@ -224,11 +226,12 @@ def prefix_beam_search_native(
                         node_parent.append(p_)
                         node_label.append(c_)
                     new_ids[b_, k_] = nid
-            dead = ~alive
-            new_ids[dead] = NO_ID
-            new_parent[dead] = NO_PARENT
-            new_pb[dead] = _NEG_INF
-            new_pnb[dead] = _NEG_INF
+            if not alive.all():  # fewer than K live candidates (the first frames)
+                dead = ~alive
+                new_ids[dead] = NO_ID
+                new_parent[dead] = NO_PARENT
+                new_pb[dead] = _NEG_INF
+                new_pnb[dead] = _NEG_INF
             pb[:n], pnb[:n], last[:n] = new_pb, new_pnb, lab
             ids[:n], parent[:n] = new_ids, new_parent
 

@@ -2,6 +2,7 @@
 
     surprisal-cc flops hparams/TIMIT/conditional_ctc.yaml [--key=value ...] [--json]
     surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json]
+    surprisal-cc report results/MiniLibriSpeech/grid --out docs/results/MiniLibriSpeech   # every table + plot
     surprisal-cc bench [--json]
 """
 from __future__ import annotations
@@ -53,6 +54,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p_report.add_argument("paths", nargs="+")
     p_report.add_argument("--json", action="store_true")
     p_report.add_argument("--csv", help="also write the table as CSV to this file")
+    p_report.add_argument("--out", help="write every paper-style table (Markdown + CSV) and every plot into this "
+                                        "folder (from one results folder)")
     p_bench = sub.add_parser("bench", help="run the benchmarks and print a table")
     p_bench.add_argument("--json", action="store_true")
     p_bench.add_argument("--quick", action="store_true", help="smaller sizes (seconds instead of minutes)")
@@ -75,6 +78,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 1
         if args.csv:
             write_csv(rows, args.csv)
+        if args.out:
+            from .plots import make_all_plots
+            from .report import write_report
+
+            if len(args.paths) != 1:
+                parser.error("--out takes one results folder")
+            print(write_report(args.paths[0], args.out))
+            for path in make_all_plots(args.paths[0], args.out):
+                print(f"wrote {path}")
+            return 0
         print(json.dumps(rows, indent=2, default=str) if args.json else format_markdown(rows))
         return 0
     if args.command == "bench":

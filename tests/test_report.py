@@ -164,3 +164,12 @@ def test_format_markdown_and_cli(tree: Path, tmp_path: Path, capsys: pytest.Capt
     table = _csv_rows(tmp_path / "t.csv")
     assert len(table) == 7  # 5 controllers + 2 bias shifts
     assert table[0]["model"] == "Random controller" and math.isclose(float(table[0]["PER"]), 26.7)
+
+
+def test_cli_out_writes_every_table_and_plot(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "published"
+    assert cli_main(["report", str(tree), "--out", str(out)]) == 0
+    written = {p.name for p in out.iterdir()}
+    assert {"report.md", "MiniLibriSpeech_controllers.md", "MiniLibriSpeech_controllers.csv",
+            "MiniLibriSpeech_per_vs_flops.png"} <= written
+    assert (out / "report.md").read_text() in capsys.readouterr().out

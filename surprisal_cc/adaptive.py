@@ -46,15 +46,22 @@ from .flops import module_macs, uniform_frame_macs
 # Building blocks and pure functions
 # ----------------------------------------------------------------------------------------------
 class StepBlock(nn.Module):
-    """One pondering step on (M, D) frame states: ``s + net(s)`` (residual) or ``net(s)``."""
+    """One pondering step on (M, D) frame states: ``LayerNorm(s + net(s))`` (residual) or
+    ``LayerNorm(net(s))``, the Universal Transformer's transition block.
+
+    The normalisation keeps every step's state at the scale of the pre-net output. Without it the
+    norm grew about 6x per step (measured on a trained ACT model), which saturated the halting unit
+    after the first step and fed the post-net inputs far outside the range its GRUs work in.
+    """
 
     def __init__(self, width: int, hidden: int, residual: bool = True):
         super().__init__()
         self.net = FrameNet([width, hidden, width])
+        self.norm = nn.LayerNorm(width)
         self.residual = residual
 
     def forward(self, s: Tensor) -> Tensor:
-        return s + self.net(s) if self.residual else self.net(s)
+        return self.norm(s + self.net(s) if self.residual else self.net(s))
 
 
 class HaltingUnit(nn.Module):

@@ -2,7 +2,8 @@
 
 One multiply-accumulate = one FLOP, and a bias add counts as one, so for the layers used here the
 MACs per input frame equal the parameter count (paper, footnote 4): Linear ``in*out + out``,
-GRU ``3 * (in*H + H*H + 2H)`` per direction, Conv1d ``in*out*k + out`` per output frame.
+GRU ``3 * (in*H + H*H + 2H)`` per direction, Conv1d ``in*out*k + out`` per output frame,
+LayerNorm ``2 * width``.
 
 Static tables describe what one frame costs in each component; :class:`MacMeter` accumulates
 what actually ran, frame by frame, over real (unpadded) frames.
@@ -29,18 +30,19 @@ def module_macs(module: Optional[nn.Module]) -> int:
         return 0
     if hasattr(module, "macs_per_frame"):
         return int(module.macs_per_frame())
-    if isinstance(module, (nn.Linear, nn.Conv1d, nn.GRU, nn.LSTM, nn.RNN)):
+    if isinstance(module, (*MATMUL_LAYERS, nn.LayerNorm)):  # LayerNorm: scale and shift per element
         return sum(p.numel() for p in module.parameters())
     return sum(module_macs(child) for child in module.children())
 
 
-def weight_only_macs(module: nn.Module) -> int:
-    """MACs without bias adds: what ``torch.utils.flop_counter`` counts (divided by 2).
+MATMUL_LAYERS = (nn.Linear, nn.Conv1d, nn.GRU, nn.LSTM, nn.RNN)
 
-    Scalar parameters (an elementwise input scale) are not matrix products and are not counted.
-    """
-    return sum(p.numel() for name, p in module.named_parameters()
-               if "bias" not in name.split(".")[-1] and p.dim() > 0)
+
+def weight_only_macs(module: nn.Module) -> int:
+    """MACs of the matrix products without bias adds: what ``torch.utils.flop_counter`` counts
+    (divided by 2). Elementwise parameters (an input scale, LayerNorm) are not counted."""
+    return sum(p.numel() for layer in module.modules() if isinstance(layer, MATMUL_LAYERS)
+               for name, p in layer.named_parameters(recurse=False) if not name.startswith("bias"))
 
 
 class MacMeter:

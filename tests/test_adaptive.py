@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import doctest
 import math
-from typing import List
+from typing import List, Optional
 
 import pytest
 import torch
@@ -64,6 +64,7 @@ class CountingDelta(nn.Module):
 def scripted(enc, table: List[List[float]]) -> CountingDelta:
     counter = CountingDelta()
     enc.step.net = counter
+    enc.step.norm = nn.Identity()  # hand-computable states: s_n = s_0 + n on the columns >= 1
     enc.halting = ScriptedHalting(table)
     return counter
 
@@ -72,6 +73,16 @@ def initial_states(num_frames: int, width: int = 8) -> Tensor:
     s = torch.ones(num_frames, width)
     s[:, 0] = torch.arange(num_frames, dtype=torch.float32)
     return s
+
+
+def diverse_halting(enc, bias: Optional[float] = 0.0) -> None:
+    """Halting probabilities that differ from frame to frame: a large random halting weight on the
+    un-normalised step states (in these tiny random models the LayerNorm output points the same way
+    for every frame; the normalisation has its own test)."""
+    nn.init.normal_(enc.halting.linear.weight, std=2.0)
+    if bias is not None:
+        nn.init.constant_(enc.halting.linear.bias, bias)
+    enc.step.norm = nn.Identity()
 
 
 def batch(b: int = 3, t: int = 7):
@@ -139,8 +150,7 @@ def test_act_bias_init_starts_at_full_depth():
 
 def test_act_weights_sum_to_one_and_padding():
     enc = ACTEncoder(**SMALL, max_steps=4)
-    nn.init.normal_(enc.halting.linear.weight, std=2.0)
-    nn.init.zeros_(enc.halting.linear.bias)
+    diverse_halting(enc)
     feats, lengths = batch()
     out = enc(feats, lengths)
     mask = torch.arange(7)[None] < lengths[:, None]
@@ -168,8 +178,7 @@ def test_act_early_exit_all_halt_at_step_one():
 @pytest.mark.parametrize("training", [True, False])
 def test_act_flops_equal_steps_times_block(training: bool):
     enc = ACTEncoder(**SMALL, max_steps=4).train(training)
-    nn.init.normal_(enc.halting.linear.weight, std=2.0)
-    nn.init.zeros_(enc.halting.linear.bias)
+    diverse_halting(enc)
     rows = count_rows(enc.step.net)
     feats, lengths = batch()
     out = enc(feats, lengths)
@@ -286,8 +295,7 @@ def test_pondernet_sample_early_exit():
 
 def test_pondernet_sample_frequency():
     enc = PonderNetEncoder(**SMALL, max_steps=2, inference="sample").eval()
-    enc.step.net = CountingDelta()
-    enc.halting = ScriptedHalting([[0.3, 0.3]])
+    scripted(enc, [[0.3, 0.3]])
     _, steps, _, _ = enc._ponder(torch.zeros(4000, 8))
     assert (steps == 1).float().mean().item() == pytest.approx(0.3, abs=0.03)
 
@@ -295,7 +303,7 @@ def test_pondernet_sample_frequency():
 @pytest.mark.parametrize("inference", ["sample", "threshold", "expected"])
 def test_pondernet_eval_encoder_flops(inference: str):
     enc = PonderNetEncoder(**SMALL, max_steps=4, inference=inference).eval()
-    nn.init.normal_(enc.halting.linear.weight, std=2.0)
+    diverse_halting(enc, bias=None)
     rows = count_rows(enc.step.net)
     feats, lengths = batch()
     out = enc(feats, lengths)
@@ -318,9 +326,9 @@ def test_pondernet_eval_encoder_flops(inference: str):
 def test_non_residual_step_block():
     block = StepBlock(8, 16, residual=False)
     s = torch.randn(5, 8)
-    torch.testing.assert_close(block(s), block.net(s))
+    torch.testing.assert_close(block(s), block.norm(block.net(s)))
     block = StepBlock(8, 16, residual=True)
-    torch.testing.assert_close(block(s), s + block.net(s))
+    torch.testing.assert_close(block(s), block.norm(s + block.net(s)))
 
 
 def test_argument_validation():
@@ -344,3 +352,17 @@ def test_registry_and_interface():
 
 def test_docstring_examples():
     assert doctest.testmod(adaptive).failed == 0
+
+
+def test_step_block_keeps_the_state_scale():
+    """Post-LayerNorm steps: the state norm stays at sqrt(width) however many steps run, where the
+    plain residual sum grows with every step."""
+    block = StepBlock(width=64, hidden=256)
+    s = torch.randn(10, 64) * 5
+    plain = s.clone()
+    for _ in range(4):
+        s = block(s)
+        plain = plain + block.net(plain)
+    torch.testing.assert_close(s.norm(dim=-1), torch.full((10,), 8.0), atol=1e-3, rtol=1e-3)
+    assert plain.norm(dim=-1).mean() > 2 * s.norm(dim=-1).mean()
+    assert module_macs(block) == (64 * 256 + 256) + (256 * 64 + 64) + 2 * 64  # LayerNorm: scale + shift

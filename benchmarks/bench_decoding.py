@@ -16,20 +16,18 @@ Columns: ms/utt (wall clock, best of ``repeats``), speed ratio to SpeechBrain
 equals the native prefix beam search, and mean exact CTC log-likelihood of the
 returned label sequences (higher = better search).
 
-Speed note (2 shared CPU cores, two runs, torch 2.11, 8 utts, T=300, V=42,
-beam 10): native prefix beam search 18.8-25.6 ms/utt when called per
-utterance and 5.1-5.8 ms/utt in one batched call, for both posterior kinds,
-so it meets the <= 30 ms/utt target. SpeechBrain ``CTCBeamSearcher`` with its
-defaults took 39-76 ms/utt (peaky; its token pruning helps) and 420-458 ms/utt
-(flat); native was 2.1-3.7x (peaky) and 16-21x (flat) faster per utterance.
-flashlight via torchaudio took 36-67 ms/utt: its lexicon-free decoder builds an
-LM-state trie node per candidate, even with no LM. The exact (no pruning)
+Speed note (idle 2-core AMD EPYC, torch 2.11, 1 thread, 8 utts, T=300, V=42, beam 10, full size
+of ``benchmarks.run_all``): native prefix beam search 15.1 ms/utt when called per utterance (peaky
+and flat) and 4.4 ms/utt in one batched call, so it meets the <= 30 ms/utt target. SpeechBrain
+``CTCBeamSearcher`` with its defaults took 38.7 ms/utt (peaky; its token pruning helps) and
+410.5 ms/utt (flat). flashlight via torchaudio took 48.6 ms/utt (flat): its lexicon-free
+decoder builds an LM-state trie node per candidate, even with no LM. The exact (no pruning)
 SpeechBrain backends are 0.4-1.8 s/utt. Native and SpeechBrain
 ``CTCPrefixBeamSearcher`` return identical outputs (both keep K distinct
 prefixes); flashlight and SpeechBrain ``CTCBeamSearcher`` keep K
 (prefix, ending) states and found less probable sequences on flat posteriors
 (mean log-likelihood -814.5 vs -768.5). Timings vary by up to 2x between runs
-because the cores are shared.
+when other jobs share the cores.
 """
 
 from __future__ import annotations

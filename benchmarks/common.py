@@ -264,12 +264,12 @@ def script_mode_path() -> None:
         sys.path.insert(0, str(REPO))
 
 
-def size_cli(run, doc: str, argv=None, parser=None) -> int:
+def size_cli(run, doc: str, argv=None) -> int:
     """Shared command line of the size-levelled benchmarks: ``[--quick|--smoke] [--json]``."""
     import argparse
     import json
 
-    ap = parser or argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", action="store_true")

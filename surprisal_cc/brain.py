@@ -280,8 +280,9 @@ class ConditionalCTCBrain(FiniteLossBrain):
             summary["mean_steps"] = self.steps_total / self.steps_frames
         if self.nonfinite_eval_ids:
             summary["nonfinite_loss_utterances"] = len(self.nonfinite_eval_ids)
-            logger.warning("%d evaluation utterances had a non-finite loss (left out of the average loss, not of "
-                           "the error rate), e.g. %s", len(self.nonfinite_eval_ids), self.nonfinite_eval_ids[:8])
+            logger.warning("%d evaluation utterances were in batches whose loss was not finite (left out of the "
+                           "average loss, not of the error rate), e.g. %s",
+                           len(self.nonfinite_eval_ids), self.nonfinite_eval_ids[:8])
         return summary
 
     def on_stage_end(self, stage, stage_loss, epoch=None):

@@ -23,9 +23,11 @@ from typing import Dict, Mapping, Optional
 import torch
 from torch import Tensor, nn
 
+MATMUL_LAYERS = (nn.Linear, nn.Conv1d, nn.GRU, nn.LSTM, nn.RNN)
+
 
 def module_macs(module: Optional[nn.Module]) -> int:
-    """MACs per frame of a module made of Linear / GRU / LSTM / Conv1d layers (and parameter-free ones)."""
+    """MACs per frame of a module made of Linear / GRU / LSTM / Conv1d / LayerNorm layers (and parameter-free ones)."""
     if module is None:
         return 0
     if hasattr(module, "macs_per_frame"):
@@ -33,9 +35,6 @@ def module_macs(module: Optional[nn.Module]) -> int:
     if isinstance(module, (*MATMUL_LAYERS, nn.LayerNorm)):  # LayerNorm: scale and shift per element
         return sum(p.numel() for p in module.parameters())
     return sum(module_macs(child) for child in module.children())
-
-
-MATMUL_LAYERS = (nn.Linear, nn.Conv1d, nn.GRU, nn.LSTM, nn.RNN)
 
 
 def weight_only_macs(module: nn.Module) -> int:

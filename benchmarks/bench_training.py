@@ -1,18 +1,36 @@
-"""Training step time: this project's scheme vs the paper's public code, and each factor apart.
+"""Training step time: this project's scheme vs a faithful copy of the authors' public training step.
 
-Synthetic batches shaped like Mini-LibriSpeech (B=32, 300-800 frames of 20 ms, variable lengths,
-42 CTC outputs). One step = forward + CTC loss + backward + gradient clipping (5) + Adam (3e-4).
+Synthetic batches shaped like Mini-LibriSpeech (B=32, 300-800 frames of 20 ms = 6-16 s of 16 kHz
+audio, variable lengths, 42 CTC outputs). One step = forward + CTC loss + backward + gradient
+clipping (5) + Adam (3e-4). The paper's architecture throughout: BiGRU pre-net, small and big
+per-frame networks, BiGRU post-net.
 
-* ours: APC features and surprisal read from the feature cache (tensors in memory, APC not run),
-  routed small/big networks (gather/scatter), BiGRUs as two unidirectional GRUs with per-sequence
-  reversal (no packing).
-* paper's scheme: the frozen APC recomputed every step (forward only, on 80-dim filterbanks), both
-  networks on every frame (``execution="masked"``), PyTorch packed-sequence bidirectional GRUs.
-* factors: ours with exactly one of the three choices switched to the paper's, all in one run.
+* authors' step (the baseline): what the authors' public code runs on every step. The waveform
+  batch goes through the Kaldi-compatible 80-bin filterbank (``FilterbankFrontEnd``,
+  torchaudio's ``compliance.kaldi.fbank``, one call per utterance); the APC model is recomputed
+  on it (forward only, ``no_grad``, and in train mode, i.e. with its dropout active, as the
+  authors left it); both networks run on every frame (``execution="masked"``); pre-net and
+  post-net are ``nn.GRU(batch_first=True, bidirectional=True)`` straight over the padded batch
+  (no packing).
+* ours: APC features and surprisal read from the feature cache (tensors in memory: neither
+  filterbank nor APC run), routed small/big networks (gather/scatter), BiGRUs as two
+  unidirectional GRUs with per-sequence reversal (``surprisal_cc.encoders.BiGRU``). In fp32, and
+  in bf16 under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (forward and loss; the row is
+  skipped where the CPU has no native bf16). The goal compares ours in the best precision
+  (bf16 where native, else fp32) with the authors' step on the same batches: >= 5x.
+* ours, length-bucketed: ours (best precision) on batches whose lengths are close together.
+  Each is the middle bucket of a pool of 16 batches' worth of utterances drawn from the same
+  length distribution and sorted by length, so it has about as many real frames as a random
+  batch but little padding. Compared by real frames per second.
+* factors: ours with exactly one choice switched to the authors' (filterbank + APC every step,
+  exactly as in the authors' step; masked execution; unpacked ``nn.GRU``), plus ours with
+  packed ``nn.GRU`` (``pack_padded_sequence``), which the authors' code did not use: PyTorch's
+  exact alternative to the reversal BiGRU, whose backward pass is very slow on the CPU.
 
 The controller is a random one with p_big = 0.65 (the calibrated Mini-LibriSpeech mean): the
 routing cost depends only on the fraction of big frames. Steps of all configurations are
-interleaved (A B C D E A B ...), after one warm-up step each; the median step time is reported.
+interleaved (A B C ... A B C ...), after one warm-up step each; the median step time is reported,
+with real (unpadded) frames per second = real frames of the batch / step time.
 
 Usage: ``python -m benchmarks.bench_training [--quick|--smoke] [--json]``
 """
@@ -24,16 +42,19 @@ if __package__ in (None, ""):
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from typing import List, NamedTuple, Optional
+import contextlib
+from dataclasses import dataclass
+from typing import Dict, List, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from benchmarks.common import (
     size_cli,
     BenchResult,
     SummaryRow,
+    bf16_supported,
     check_size,
     format_result,
     interleaved_times,
@@ -42,97 +63,190 @@ from benchmarks.common import (
     set_threads,
     synthetic_lengths,
     lengths_mask,
-    use_packed_bigrus,
+    use_torch_bigrus,
 )
 
 NUM_OUTPUTS = 42  # 41 Mini-LibriSpeech labels + CTC blank
 P_BIG = 0.65
+SAMPLE_RATE = 16000
+N_BUCKETS = 16  # a bucketed batch is the middle one of this many sorted batches
+GOAL = 5.0  # ours (best precision) vs the authors' step
 SIZES = {  # batch, min frames, max frames, timed steps, warm-up steps
     "full": dict(batch=32, t_min=300, t_max=800, steps=2, warmup=1),
     "quick": dict(batch=8, t_min=30, t_max=60, steps=2, warmup=1),
     "smoke": dict(batch=2, t_min=4, t_max=8, steps=1, warmup=0),
 }
-# name -> (APC recomputed?, execution, packed BiGRU?)
-CONFIGS = {
-    "ours (cache, routed, reversal BiGRU)": (False, "routed", False),
-    "paper (APC recompute, masked, packed BiGRU)": (True, "masked", True),
-    "ours + APC recompute": (True, "routed", False),
-    "ours + masked execution": (False, "masked", False),
-    "ours + packed BiGRU": (False, "routed", True),
-}
-OURS, PAPER = "ours (cache, routed, reversal BiGRU)", "paper (APC recompute, masked, packed BiGRU)"
-FACTORS = {  # factor -> (config with the paper's choice, what it replaces)
-    "feature cache vs APC recompute": "ours + APC recompute",
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    features: str = "cache"  # "cache": features in memory; "recompute": filterbank + APC from the waveform
+    execution: str = "routed"  # "routed" or "masked" (both networks on every frame)
+    rnn: str = "reversal"  # "reversal" (the project's BiGRU), "unpacked" or "packed" nn.GRU
+    precision: str = "fp32"  # "fp32" or "bf16" (CPU autocast)
+    batching: str = "random"  # "random" lengths or "bucketed" (middle bucket of a sorted pool)
+
+
+OURS = "ours fp32 (cache, routed, reversal BiGRU)"
+OURS_BF16 = "ours bf16 autocast"
+OURS_BUCKETED = "ours, length-bucketed batches"
+AUTHORS = "authors' step (fbank + APC every step, masked, unpacked nn.GRU)"
+PACKED = "ours + packed nn.GRU, which the authors' code did not use"
+FACTORS = {  # factor -> config with only that choice switched away from ours
+    "feature cache vs fbank + APC every step": "ours + fbank + APC every step",
     "routed vs masked": "ours + masked execution",
-    "reversal BiGRU vs packed BiGRU": "ours + packed BiGRU",
+    "reversal BiGRU vs unpacked nn.GRU": "ours + unpacked nn.GRU",
 }
+PACKED_FACTOR = "reversal BiGRU vs packed nn.GRU, which the authors' code did not use"
 
 
-class Batch(NamedTuple):
-    fbank: Tensor  # (B, T, 80) input of the APC model
-    feats: Tensor  # (B, T, 512) cached APC features
-    surprisal: Tensor  # (B, T) cached surprisal
-    lengths: Tensor
-    targets: Tensor  # (sum of target lengths,) labels 1..41
-    target_lengths: Tensor
+def best_precision() -> str:
+    """bf16 where the CPU computes in it natively, else fp32 (the recipes' ``precision: auto``)."""
+    return "bf16" if bf16_supported() else "fp32"
 
 
-def make_batches(n: int, batch: int, t_min: int, t_max: int, seed: int = 0) -> List[Batch]:
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        lengths = synthetic_lengths(batch, t_min, t_max, g)
-        T = int(lengths.max())
-        mask = lengths_mask(lengths, T).unsqueeze(-1)
-        target_lengths = (lengths // 4).clamp(min=1)  # about 12 phones per second at 50 frames per second
-        targets = torch.randint(1, NUM_OUTPUTS, (int(target_lengths.sum()),), generator=g)
-        out.append(Batch(torch.randn(batch, T, 80, generator=g) * mask, torch.randn(batch, T, 512, generator=g) * mask,
-                         torch.rand(batch, T, generator=g) * 40 * mask[..., 0], lengths, targets, target_lengths))
+def configs() -> Dict[str, StepConfig]:
+    """Every timed configuration; the bf16 one only where bf16 is native."""
+    out = {OURS: StepConfig()}
+    if bf16_supported():
+        out[OURS_BF16] = StepConfig(precision="bf16")
+    out[OURS_BUCKETED] = StepConfig(precision=best_precision(), batching="bucketed")
+    out[AUTHORS] = StepConfig(features="recompute", execution="masked", rnn="unpacked")
+    out[FACTORS["feature cache vs fbank + APC every step"]] = StepConfig(features="recompute")
+    out[FACTORS["routed vs masked"]] = StepConfig(execution="masked")
+    out[FACTORS["reversal BiGRU vs unpacked nn.GRU"]] = StepConfig(rnn="unpacked")
+    out[PACKED] = StepConfig(rnn="packed")
     return out
 
 
-def build_model(apc: bool, execution: str, packed: bool, seed: int = 0):
-    """(encoder, frozen APC or None, Adam optimiser), identically initialised for every configuration."""
-    from surprisal_cc.apc import APCModel, FrozenAPC
+# ----------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------
+class Batch(NamedTuple):
+    waveforms: Optional[Tensor]  # (B, S) 16 kHz audio, zero after each utterance's samples, or None
+    samples: Tensor  # (B,) sample counts
+    feats: Tensor  # (B, T, 512) cached APC features
+    surprisal: Tensor  # (B, T) cached surprisal
+    lengths: Tensor  # (B,) frame counts (those the filterbank gives for ``samples``)
+    targets: Tensor  # (sum of target lengths,) labels 1..41
+    target_lengths: Tensor
+
+    @property
+    def real_frames(self) -> int:
+        return int(self.lengths.sum())
+
+    @property
+    def padded_frames(self) -> int:
+        return int(self.lengths.numel() * self.lengths.max())
+
+
+def samples_for_frames(frames: Tensor) -> Tensor:
+    """Sample counts that the front end (25 ms window, 10 ms hop, every second frame) turns into ``frames``."""
+    return 320 * frames + 80
+
+
+def bucketed_lengths(batch: int, t_min: int, t_max: int, generator: torch.Generator) -> Tensor:
+    """The middle batch of ``N_BUCKETS`` batches' worth of lengths, sorted (uniform in [t_min, t_max])."""
+    pool = torch.randint(t_min, t_max + 1, (batch * N_BUCKETS,), generator=generator).sort().values
+    k = N_BUCKETS // 2
+    return pool[k * batch:(k + 1) * batch].flip(0).contiguous()
+
+
+def make_batch(lengths: Tensor, generator: torch.Generator, waveforms: bool = False) -> Batch:
+    batch, T = len(lengths), int(lengths.max())
+    mask = lengths_mask(lengths, T).unsqueeze(-1)
+    target_lengths = (lengths // 4).clamp(min=1)  # about 12 phones per second at 50 frames per second
+    targets = torch.randint(1, NUM_OUTPUTS, (int(target_lengths.sum()),), generator=generator)
+    feats = torch.randn(batch, T, 512, generator=generator) * mask
+    surprisal = torch.rand(batch, T, generator=generator) * 40 * mask[..., 0]
+    samples = samples_for_frames(lengths)
+    wavs = None
+    if waveforms:
+        S = int(samples.max())
+        wavs = 0.1 * torch.randn(batch, S, generator=generator) * lengths_mask(samples, S)
+    return Batch(wavs, samples, feats, surprisal, lengths, targets, target_lengths)
+
+
+def make_batches(n: int, batch: int, t_min: int, t_max: int, seed: int = 0, waveforms: bool = False,
+                 bucketed: bool = False) -> List[Batch]:
+    """``n`` synthetic batches: random lengths (the longest at ``t_max``), or length-bucketed ones."""
+    g = torch.Generator().manual_seed(seed + (1 if bucketed else 0))
+    out = []
+    for _ in range(n):
+        lengths = bucketed_lengths(batch, t_min, t_max, g) if bucketed else synthetic_lengths(batch, t_min, t_max, g)
+        out.append(make_batch(lengths, g, waveforms))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Models and the step
+# ----------------------------------------------------------------------------------------------
+class StepModel(NamedTuple):
+    config: StepConfig
+    encoder: nn.Module
+    front_end: Optional[nn.Module]  # filterbank, for features="recompute"
+    apc: Optional[nn.Module]  # APC model, for features="recompute"
+    optimizer: torch.optim.Optimizer
+
+
+def build_model(config: StepConfig, seed: int = 0) -> StepModel:
+    """Encoder (and front end + APC when recomputed) and Adam, identically initialised for every configuration."""
+    from surprisal_cc.apc import APCModel
     from surprisal_cc.controllers import ConstantController
     from surprisal_cc.encoders import ConditionalEncoder
+    from surprisal_cc.features import FilterbankFrontEnd
 
     torch.manual_seed(seed)
     encoder = ConditionalEncoder.paper(input_size=512, num_outputs=NUM_OUTPUTS, controller=ConstantController(P_BIG),
-                                       execution=execution)
-    if packed:
-        use_packed_bigrus(encoder)
-    frozen = FrozenAPC(APCModel()) if apc else None
+                                       execution=config.execution)
+    if config.rnn != "reversal":
+        use_torch_bigrus(encoder, config.rnn)
+    front_end = apc = None
+    if config.features == "recompute":
+        front_end = FilterbankFrontEnd(sample_rate=SAMPLE_RATE, n_mels=80, frame_skip=2)
+        apc = APCModel().requires_grad_(False).train()  # frozen, but left in train mode as in the authors' code
     encoder.train()
-    return encoder, frozen, torch.optim.Adam(encoder.parameters(), lr=3e-4)
+    return StepModel(config, encoder, front_end, apc, torch.optim.Adam(encoder.parameters(), lr=3e-4))
 
 
-def training_step(encoder, frozen_apc, optimizer, batch: Batch) -> float:
+def training_step(model: StepModel, batch: Batch) -> float:
+    config, encoder, optimizer = model.config, model.encoder, model.optimizer
     optimizer.zero_grad(set_to_none=True)
-    if frozen_apc is not None:
-        apc_out = frozen_apc(batch.fbank, batch.lengths)  # no_grad inside
+    lengths = batch.lengths
+    if config.features == "recompute":
+        with torch.no_grad():
+            fbank, lengths = model.front_end(batch.waveforms, batch.samples)
+            apc_out = model.apc(fbank, lengths)
         feats, surprisal = apc_out.features, apc_out.surprisal
     else:
         feats, surprisal = batch.feats, batch.surprisal
-    out = encoder(feats, batch.lengths, surprisal)
-    loss = F.ctc_loss(out.log_probs.transpose(0, 1), batch.targets, batch.lengths, batch.target_lengths,
-                      blank=0, zero_infinity=True) + out.aux_loss
+    precision = (torch.autocast("cpu", dtype=torch.bfloat16) if config.precision == "bf16"
+                 else contextlib.nullcontext())
+    with precision:
+        out = encoder(feats, lengths, surprisal)
+        loss = F.ctc_loss(out.log_probs.float().transpose(0, 1), batch.targets, lengths, batch.target_lengths,
+                          blank=0, zero_infinity=True) + out.aux_loss
     loss.backward()
     torch.nn.utils.clip_grad_norm_(encoder.parameters(), 5.0)
     optimizer.step()
     return float(loss.detach())
 
 
+# ----------------------------------------------------------------------------------------------
+# Benchmark
+# ----------------------------------------------------------------------------------------------
 def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> BenchResult:
     cfg = SIZES[check_size(size)]
     threads = set_threads(threads, size)
     seed_everything(seed)
-    batches = make_batches(cfg["steps"] + cfg["warmup"], cfg["batch"], cfg["t_min"], cfg["t_max"], seed)
-    models = {name: build_model(*spec, seed=seed) for name, spec in CONFIGS.items()}
-    fns = {}
+    n = cfg["steps"] + cfg["warmup"]
+    data = {"random": make_batches(n, cfg["batch"], cfg["t_min"], cfg["t_max"], seed, waveforms=True),
+            "bucketed": make_batches(n, cfg["batch"], cfg["t_min"], cfg["t_max"], seed, bucketed=True)}
+    specs = configs()
+    models = {name: build_model(spec, seed=seed) for name, spec in specs.items()}
     step_index = {"i": 0}
-    for name, (encoder, apc, opt) in models.items():
-        fns[name] = lambda e=encoder, a=apc, o=opt: training_step(e, a, o, batches[step_index["i"]])
+    fns = {name: (lambda m=m: training_step(m, data[m.config.batching][step_index["i"]]))
+           for name, m in models.items()}
 
     def before(name: str, i: int) -> None:
         step_index["i"] = i
@@ -140,31 +254,61 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
 
     times = interleaved_times(fns, repeats=cfg["steps"], warmup=cfg["warmup"], before_each=before)
     t = {name: median(v) for name, v in times.items()}
-    frames = [int(b.lengths.sum()) for b in batches[cfg["warmup"]:]]
+    timed = slice(cfg["warmup"], None)
+    real = {name: sum(b.real_frames for b in data[s.batching][timed]) / cfg["steps"] for name, s in specs.items()}
+    padded = {name: sum(b.padded_frames for b in data[s.batching][timed]) / cfg["steps"]
+              for name, s in specs.items()}
+    fps = {name: real[name] / t[name] for name in specs}
 
+    best = best_precision()
     res = BenchResult("training", params=dict(size=size, batch=cfg["batch"], frames=f"{cfg['t_min']}-{cfg['t_max']}",
                                               timed_steps=cfg["steps"], warmup=cfg["warmup"], p_big=P_BIG,
-                                              threads=threads, seed=seed))
-    speedup = t[PAPER] / t[OURS]
-    res.summary.append(SummaryRow("training step: ours vs paper's scheme", t[OURS], t[PAPER], "s/step", speedup,
-                                  "baseline/ours", ">= 2.0x", speedup >= 2.0))
-    for factor, config in FACTORS.items():
-        r = t[config] / t[OURS]
-        res.summary.append(SummaryRow(f"training factor: {factor}", t[OURS], t[config], "s/step", r,
+                                              threads=threads, seed=seed, bf16_native=bf16_supported(),
+                                              best_precision=best))
+
+    def fps_note(name: str) -> str:
+        return f"{fps[name]:,.0f} vs {fps[AUTHORS]:,.0f} real frames/s"
+
+    shape = f"batch {cfg['batch']} x {cfg['t_min']}-{cfg['t_max']} frames"
+    best_name = OURS_BF16 if best == "bf16" else OURS
+    speedup = t[AUTHORS] / t[best_name]
+    res.summary.append(SummaryRow(f"training step, {shape}: ours ({best}) vs the authors' step (fbank + APC every "
+                                  f"step, masked, unpacked nn.GRU)", t[best_name], t[AUTHORS], "s/step", speedup,
+                                  "baseline/ours", f">= {GOAL:g}x", speedup >= GOAL, note=fps_note(best_name)))
+    if best == "bf16":  # the fp32 row as information
+        res.summary.append(SummaryRow("training step: ours fp32 vs the authors' step", t[OURS], t[AUTHORS], "s/step",
+                                      t[AUTHORS] / t[OURS], "baseline/ours", "info", None, note=fps_note(OURS)))
+    else:
+        res.summary.append(SummaryRow("training step: ours bf16 autocast vs the authors' step", None, None, "s/step",
+                                      None, "-", "info", None, note="skipped: this CPU has no native bf16"))
+    res.summary.append(SummaryRow(f"training throughput: ours ({best}), length-bucketed batches vs the authors' step "
+                                  f"(random batches)", fps[OURS_BUCKETED], fps[AUTHORS], "real frames/s",
+                                  fps[OURS_BUCKETED] / fps[AUTHORS], "ours/baseline", "info", None,
+                                  note=f"padding {1 - real[OURS_BUCKETED] / padded[OURS_BUCKETED]:.0%} vs "
+                                       f"{1 - real[AUTHORS] / padded[AUTHORS]:.0%}"))
+    for factor, config in [*FACTORS.items(), (PACKED_FACTOR, PACKED)]:
+        res.summary.append(SummaryRow(f"training factor: {factor}", t[OURS], t[config], "s/step", t[config] / t[OURS],
                                       "baseline/ours", "info", None))
+
     rows = []
-    for name in CONFIGS:
-        rows.append([name, t[name], min(times[name]), max(times[name]), t[name] / t[OURS],
-                     sum(frames) / len(frames) / t[name]])
-    res.add_detail("Time per training step (median of interleaved steps)",
-                   ["configuration", "s/step (median)", "min", "max", "time / ours", "real frames/s"], rows)
+    for name, spec in specs.items():
+        rows.append([name, spec.precision, spec.batching, t[name], min(times[name]), max(times[name]), real[name],
+                     f"{1 - real[name] / padded[name]:.0%}", fps[name], fps[name] / fps[AUTHORS], t[name] / t[OURS]])
+    if best != "bf16":
+        rows.insert(1, [OURS_BF16, "bf16", "random", "skipped: this CPU has no native bf16"] + [None] * 7)
+    res.add_detail("Time per training step (median of interleaved steps); speed = real frames/s relative to the "
+                   "authors' step",
+                   ["configuration", "precision", "batches", "s/step (median)", "min", "max", "real frames/step",
+                    "padding", "real frames/s", "speed vs authors' step", "time / ours fp32"], rows)
     product = 1.0
     for config in FACTORS.values():
         product *= t[config] / t[OURS]
-    res.add_detail("Contribution of each factor (slow-down when only that choice is the paper's)",
-                   ["factor", "slow-down vs ours"],
+    res.add_detail("Contribution of each factor (slow-down of ours fp32 when only that choice is the authors')",
+                   ["factor", "slow-down vs ours fp32"],
                    [[f, t[c] / t[OURS]] for f, c in FACTORS.items()]
-                   + [["product of the three factors", product], ["paper's scheme (all three)", speedup]])
+                   + [["product of the three factors", product],
+                      ["authors' step (all three)", t[AUTHORS] / t[OURS]],
+                      [PACKED_FACTOR, t[PACKED] / t[OURS]]])
     return res
 
 

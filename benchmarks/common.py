@@ -202,7 +202,7 @@ def median(xs: Sequence[float]) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# Synthetic Mini-LibriSpeech-shaped data and the packed-sequence BiGRU of the paper's code
+# Synthetic Mini-LibriSpeech-shaped data and PyTorch's bidirectional GRU, unpacked and packed
 # ----------------------------------------------------------------------------------------------
 def synthetic_lengths(batch: int, t_min: int, t_max: int, generator: torch.Generator) -> Tensor:
     """Frame counts uniform in [t_min, t_max], the longest forced to t_max (padded batch width)."""
@@ -215,11 +215,10 @@ def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
     return torch.arange(max_len)[None, :] < lengths[:, None]
 
 
-class PackedBiGRU(nn.Module):
-    """``nn.GRU(bidirectional=True)`` over ``pack_padded_sequence`` (the paper's code's scheme), then dropout.
+class _TorchBiGRU(nn.Module):
+    """``nn.GRU(batch_first=True, bidirectional=True)`` then dropout; drop-in for :class:`surprisal_cc.encoders.BiGRU`.
 
-    Drop-in for :class:`surprisal_cc.encoders.BiGRU` (same call, same output); :meth:`load_from`
-    copies a BiGRU's weights so outputs can be compared.
+    Same call and parameters; :meth:`load_from` copies a BiGRU's weights so outputs can be compared.
     """
 
     def __init__(self, input_size: int, hidden_size: int = 256, dropout: float = 0.5):
@@ -227,6 +226,33 @@ class PackedBiGRU(nn.Module):
         self.gru = nn.GRU(input_size, hidden_size, batch_first=True, bidirectional=True)
         self.dropout = nn.Dropout(dropout)
         self.output_size = 2 * hidden_size
+
+    @torch.no_grad()
+    def load_from(self, bigru: nn.Module) -> "_TorchBiGRU":
+        for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+            getattr(self.gru, name).copy_(getattr(bigru.forward_gru, name))
+            getattr(self.gru, name + "_reverse").copy_(getattr(bigru.backward_gru, name))
+        return self
+
+
+class UnpackedBiGRU(_TorchBiGRU):
+    """``nn.GRU(batch_first=True, bidirectional=True)`` straight over the padded batch, as the authors' code runs it.
+
+    ``lengths`` is ignored: the backward direction starts on the padding of the shorter
+    sequences, so their real frames see padding (not exact, unlike :class:`PackedBiGRU` and the
+    project's BiGRU). It is here for timing the authors' scheme, not as a reference of outputs.
+    """
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        out, _ = self.gru(x)
+        return self.dropout(out)
+
+
+class PackedBiGRU(_TorchBiGRU):
+    """``nn.GRU(bidirectional=True)`` over ``pack_padded_sequence``, then dropout (exact on variable lengths).
+
+    The authors' public code did not pack; this is PyTorch's exact alternative to the project's BiGRU.
+    """
 
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
         from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -236,26 +262,33 @@ class PackedBiGRU(nn.Module):
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
         return self.dropout(out)
 
-    @torch.no_grad()
-    def load_from(self, bigru: nn.Module) -> "PackedBiGRU":
-        for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
-            getattr(self.gru, name).copy_(getattr(bigru.forward_gru, name))
-            getattr(self.gru, name + "_reverse").copy_(getattr(bigru.backward_gru, name))
-        return self
+
+TORCH_BIGRUS = {"unpacked": UnpackedBiGRU, "packed": PackedBiGRU}
 
 
-def use_packed_bigrus(encoder: nn.Module) -> nn.Module:
-    """Replace the pre-net and post-net BiGRUs of a paper-architecture ConditionalEncoder by packed ones."""
+def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
+    """Replace the pre-net and post-net BiGRUs of a paper-architecture ConditionalEncoder by
+    PyTorch's bidirectional ``nn.GRU``: ``kind`` "unpacked" (the authors' code) or "packed"."""
     from surprisal_cc.encoders import BiGRU
 
-    def packed(rnn: BiGRU) -> PackedBiGRU:
-        return PackedBiGRU(rnn.forward_gru.input_size, rnn.forward_gru.hidden_size, rnn.dropout.p).load_from(rnn)
+    cls = TORCH_BIGRUS[kind]
+
+    def replace(rnn: BiGRU) -> nn.Module:
+        return cls(rnn.forward_gru.input_size, rnn.forward_gru.hidden_size, rnn.dropout.p).load_from(rnn)
 
     if isinstance(encoder.pre_net, BiGRU):
-        encoder.pre_net = packed(encoder.pre_net)
+        encoder.pre_net = replace(encoder.pre_net)
     if encoder.post_net is not None and isinstance(getattr(encoder.post_net, "rnn", None), BiGRU):
-        encoder.post_net.rnn = packed(encoder.post_net.rnn)
+        encoder.post_net.rnn = replace(encoder.post_net.rnn)
     return encoder
+
+
+def bf16_supported() -> bool:
+    """Whether the CPU computes in bf16 natively (AVX-512-BF16 or AMX, as oneDNN reports it)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # pragma: no cover - builds without oneDNN
+        return False
 
 
 def script_mode_path() -> None:

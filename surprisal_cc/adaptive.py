@@ -171,16 +171,23 @@ class _AdaptiveEncoder(Encoder):
     def _aux_weight(self) -> float:
         raise NotImplementedError
 
+    def _advance(self, s: Tensor) -> Tuple[Tensor, Tensor]:
+        """One step: (next state, halting probability), both float32. Under bf16 autocast the block's
+        matrix products run in bf16, but states and halting sums stay float32: a bf16 cumulative sum
+        (8 bits of mantissa) could not resolve the 1 - eps threshold."""
+        s = self.step(s).float()
+        return s, self.halting(s).float()
+
     def forward(self, feats: Tensor, lengths: Tensor, surprisal: Optional[Tensor] = None) -> EncoderOutput:
         batch, time = feats.shape[:2]
         mask = lengths_to_mask(lengths.to(feats.device), time)
         x = self.pre_net(feats, lengths)
         b, t = mask.nonzero(as_tuple=True)
-        out, steps, weights, aux = self._ponder(x[b, t])
-        y = x.new_zeros(x.shape).index_put((b, t), out)
+        out, steps, weights, aux = (v.float() for v in self._ponder(x[b, t].float()))
+        y = out.new_zeros(x.shape).index_put((b, t), out)
         logits = self.post_net(y, lengths)
-        steps_bt = x.new_zeros(batch, time).index_put((b, t), steps)
-        aux_bt = x.new_zeros(batch, time).index_put((b, t), aux)
+        steps_bt = out.new_zeros(batch, time).index_put((b, t), steps)
+        aux_bt = out.new_zeros(batch, time).index_put((b, t), aux)
         macs = self.component_macs()
         return EncoderOutput(
             log_probs=torch.log_softmax(logits, dim=-1),
@@ -193,7 +200,7 @@ class _AdaptiveEncoder(Encoder):
             },
             stats={
                 "steps": steps_bt.detach(),
-                "halting_p": x.new_zeros(batch, time, self.max_steps).index_put((b, t), weights.detach()),
+                "halting_p": out.new_zeros(batch, time, self.max_steps).index_put((b, t), weights.detach()),
             },
         )
 
@@ -238,8 +245,7 @@ class ACTEncoder(_AdaptiveEncoder):
         cum, steps, remainder = s.new_zeros(m), s.new_zeros(m), s.new_zeros(m)
         active = torch.arange(m, device=s.device)
         for n in range(n_steps):
-            s = self.step(s)
-            h = self.halting(s)
+            s, h = self._advance(s)
             p, halt = act_step(cum[active], h, 1.0 - self.epsilon, last=n == n_steps - 1)
             out = out.index_add(0, active, p.unsqueeze(-1) * s)  # out += p_n s_n (a sum, not a lerp)
             weights = weights.index_put((active, torch.full_like(active, n)), p)
@@ -298,9 +304,9 @@ class PonderNetEncoder(_AdaptiveEncoder):
     def _ponder_expected(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         states, lambdas = [], []
         for _ in range(self.max_steps):
-            s = self.step(s)
+            s, lam = self._advance(s)
             states.append(s)
-            lambdas.append(self.halting(s))
+            lambdas.append(lam)
         p = halting_distribution(torch.stack(lambdas, dim=1))
         out = torch.einsum("mn,mnd->md", p, torch.stack(states, dim=1))
         steps = s.new_full((s.shape[0],), float(self.max_steps))
@@ -312,8 +318,7 @@ class PonderNetEncoder(_AdaptiveEncoder):
         not_halted = s.new_ones(m)  # prod_{j<n} (1 - lambda_j), for "threshold"
         active = torch.arange(m, device=s.device)
         for n in range(n_steps):
-            s = self.step(s)
-            lam = self.halting(s)
+            s, lam = self._advance(s)
             steps = steps.index_add(0, active, torch.ones_like(lam))
             if n == n_steps - 1:
                 halt = torch.ones_like(lam, dtype=torch.bool)

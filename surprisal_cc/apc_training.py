@@ -84,6 +84,23 @@ def mean_training_frame(dataset, batch_size: int, max_batches: int = 4):
     return total / max(frames, 1)
 
 
+def reference_surprisal(dataset, mean_frame: torch.Tensor) -> Dict[str, float]:
+    """Frame-weighted mean surprisal ``0.5 ||x_t - xhat_t||^2`` of two predictors that learn nothing.
+
+    ``copy_previous_frame``: xhat_t = x_{t-1} (x_0 = 0, APC's causal zero frame);
+    ``mean_frame``: xhat_t = ``mean_frame``. An APC model worth its name scores well below both.
+    """
+    totals = {"copy_previous_frame": 0.0, "mean_frame": 0.0}
+    frames = 0
+    for item in dataset:
+        x = item["fbank"].float()
+        previous = torch.cat([x.new_zeros(1, x.shape[1]), x[:-1]])
+        totals["copy_previous_frame"] += float(0.5 * (x - previous).pow(2).sum())
+        totals["mean_frame"] += float(0.5 * (x - mean_frame).pow(2).sum())
+        frames += x.shape[0]
+    return {name: total / max(frames, 1) for name, total in totals.items()}
+
+
 def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], hparams: Dict, run_opts: Dict) -> Path:
     """Pretrain an APC model on ``datasets["train"]`` (validation on ``datasets["valid"]``) and export it.
 
@@ -96,11 +113,18 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
         logger.info("APC model %s exists: skipping pretraining", export)
         return export
     model: APCModel = hparams["apc_model"]
+    mean_frame = mean_training_frame(datasets["train"], hparams["apc_loader_options"]["batch_size"])
     if not hparams["apc_checkpointer"].list_checkpoints():  # a fresh start, not a resume
-        model.init_output_bias(mean_training_frame(datasets["train"], hparams["apc_loader_options"]["batch_size"]))
+        model.init_output_bias(mean_frame)
+    reference_file = Path(hparams["apc_output_folder"]) / "reference_surprisal.json"
+    if if_main_process() and not reference_file.exists():
+        reference = reference_surprisal(datasets["valid"], mean_frame)
+        reference_file.write_text(json.dumps(reference, indent=2))
+        logger.info("validation surprisal of predictors that learn nothing: %s", reference)
     brain = APCBrain(modules={"apc": model}, opt_class=hparams["apc_opt_class"],
                      hparams={"train_logger": hparams["train_logger"], "output_folder": hparams["apc_output_folder"],
-                              "max_grad_norm": hparams.get("apc_max_grad_norm", 5.0)},
+                              "max_grad_norm": hparams.get("apc_max_grad_norm", 5.0),
+                              "precision": hparams.get("precision", "fp32")},
                      run_opts=run_opts, checkpointer=hparams["apc_checkpointer"])
     brain.fit(hparams["apc_epoch_counter"], datasets["train"], datasets["valid"],
               train_loader_kwargs=hparams["apc_loader_options"],

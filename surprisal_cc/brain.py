@@ -223,10 +223,16 @@ class ConditionalCTCBrain(FiniteLossBrain):
 
     def compute_objectives(self, out: EncoderOutput, batch, stage) -> Tensor:
         tokens, token_lens = batch.tokens.data, absolute_lengths(batch.tokens)
-        ctc = torch.nn.functional.ctc_loss(
-            out.log_probs.transpose(0, 1), tokens, out.lengths, token_lens,
-            blank=self.hparams.blank_index, reduction="sum", zero_infinity=False,
-        ) / tokens.shape[0]
+        if stage == sb.Stage.TRAIN and hasattr(batch, "optional"):  # optional_silence: sum over sil or not
+            from .ctc import ctc_loss_optional
+
+            ctc = ctc_loss_optional(out.log_probs, tokens, token_lens, out.lengths, batch.optional.data,
+                                    blank=self.hparams.blank_index, reduction="sum") / tokens.shape[0]
+        else:
+            ctc = torch.nn.functional.ctc_loss(
+                out.log_probs.transpose(0, 1), tokens, out.lengths, token_lens,
+                blank=self.hparams.blank_index, reduction="sum", zero_infinity=False,
+            ) / tokens.shape[0]
         loss = ctc + out.aux_loss
         if stage != sb.Stage.TRAIN:
             self.record_evaluation(out, batch, stage)
@@ -259,6 +265,9 @@ class ConditionalCTCBrain(FiniteLossBrain):
         return module_macs(unwrap(self.hparams.apc_model)) if getattr(self.hparams, "apc_model", None) else 0
 
     def on_stage_start(self, stage, epoch=None):
+        sampler = getattr(self, "train_batch_sampler", None)
+        if stage == sb.Stage.TRAIN and sampler is not None and self.train_sampler is None:
+            sampler.set_epoch(epoch)  # SpeechBrain does this only for samplers it made itself
         if stage != sb.Stage.TRAIN:
             self.error_metrics = self.hparams.error_rate()
             self.word_metrics = self.hparams.error_rate(merge_sil=False)
@@ -296,9 +305,14 @@ class ConditionalCTCBrain(FiniteLossBrain):
             if key in summary:
                 stats[key] = summary[key]
         if stage == sb.Stage.VALID:
+            lr = self.optimizer.param_groups[0]["lr"]
             self.hparams.train_logger.log_stats(
-                stats_meta={"epoch": epoch}, train_stats={"loss": self.train_loss}, valid_stats=stats)
-            self.append_history({"epoch": epoch, "train_loss": self.train_loss, "valid_loss": stage_loss,
+                stats_meta={"epoch": epoch, "lr": lr}, train_stats={"loss": self.train_loss}, valid_stats=stats)
+            annealing = getattr(self.hparams, "lr_annealing", None)
+            if annealing is not None:
+                _, new_lr = annealing(stage_loss)  # the CTC loss moves on the blank plateau, where PER stays 100 %
+                sb.nnet.schedulers.update_learning_rate(self.optimizer, new_lr)
+            self.append_history({"epoch": epoch, "lr": lr, "train_loss": self.train_loss, "valid_loss": stage_loss,
                                  **{k: v for k, v in summary.items() if k != "flops_components"},
                                  "elapsed_s": time.time() - self.stage_start_time})
             self.checkpointer.save_and_keep_only(meta={metric_key: summary[metric_key]}, min_keys=[metric_key],
@@ -315,8 +329,32 @@ class ConditionalCTCBrain(FiniteLossBrain):
 
     @main_process_only
     def write_results(self, summary: Dict[str, object], test_loss: float) -> None:
+        """Write one test evaluation to its own results and alignments files
+        (:func:`~surprisal_cc.report.results_file_name`).
+
+        A ``--test_only`` evaluation never replaces the training run's ``results.json``. The
+        calibration of a run that was resumed, or evaluated with ``--test_only``, is read back from
+        ``calibration.json`` (or, without it, from the controller loaded from the checkpoint).
+        """
+        from .report import results_file_name
+
         encoder = unwrap(self.modules.encoder)
-        self.error_metrics.write_alignments(self.hparams.error_details_file)
+        controller = getattr(encoder, "controller", None)
+        test_only = bool(getattr(self, "test_only", False))
+        shift = getattr(encoder, "test_bias_shift", 0.0)
+        details = Path(self.hparams.error_details_file)
+        self.error_metrics.write_alignments(
+            details.with_name(results_file_name(shift, test_only, details.stem, details.suffix)))
+        calibration = getattr(self, "calibration", None)
+        if calibration is None and isinstance(controller, SurprisalController) and bool(controller.calibrated):
+            weight, bias = float(controller.weight), float(controller.bias)
+            calibration = {"weight": weight, "bias": bias, "source": "checkpoint"}
+            stored = Path(self.hparams.output_folder, "calibration.json")
+            if stored.is_file():
+                saved = json.loads(stored.read_text())
+                if all(abs(float(saved.get(k, "nan")) - v) <= 1e-5 * max(1.0, abs(v))
+                       for k, v in (("weight", weight), ("bias", bias))):
+                    calibration = saved
         results = {
             **summary,
             "error_rate_details": self.error_metrics.summarize(),
@@ -329,9 +367,11 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "controller_at_test": self.hparams.controller_at_test,
             "train_stochastic": self.hparams.train_stochastic,
             "test_stochastic": self.hparams.test_stochastic,
-            "test_bias_shift": getattr(encoder, "test_bias_shift", 0.0),
+            "test_bias_shift": shift,
+            "learned_estimator": getattr(controller, "estimator", None),
+            "test_only": test_only,
             "component_macs": {"apc": self.apc_macs, **encoder.component_macs()},
-            "calibration": getattr(self, "calibration", None),
+            "calibration": calibration,
             "seed": self.hparams.seed,
             "dataset": self.hparams.dataset,
             "data": {split: str(path) for split, path in self.hparams.manifests.items()},
@@ -339,18 +379,20 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "target_unit": self.hparams.target_unit,
             "commit": git_commit(),
             "device": str(self.device),
-            "train_wallclock_s": getattr(self, "train_wallclock", None),
+            "train_wallclock_s": getattr(self, "train_wallclock", None),  # this session's, when resumed
+            "train_resumed": getattr(self, "train_resumed", None),
             "test_wallclock_s": time.time() - self.stage_start_time,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
         path = Path(self.hparams.results_file)
-        if results["test_bias_shift"]:
-            path = path.with_name(f"{path.stem}_bias{results['test_bias_shift']:+g}{path.suffix}")
+        path = path.with_name(results_file_name(results["test_bias_shift"], test_only, path.stem, path.suffix))
         path.write_text(json.dumps(results, indent=2, default=float))
         logger.info("results written to %s", path)
 
     # ------------------------------------------------------------------ controller calibration
     def on_fit_start(self):
+        # a checkpoint present before recovery means this session resumes an interrupted run
+        self.train_resumed = self.checkpointer is not None and self.checkpointer.find_checkpoint() is not None
         super().on_fit_start()
         self.fit_start_time = time.time()
         controller = unwrap(self.modules.encoder).controller if hasattr(unwrap(self.modules.encoder), "controller") else None

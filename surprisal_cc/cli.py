@@ -1,30 +1,65 @@
-"""Command-line interface: ``surprisal-cc flops|report|bench``.
+"""Command-line interface: ``surprisal-cc flops|report|bench|export|transcribe|evaluate``.
 
     surprisal-cc flops hparams/TIMIT/conditional_ctc.yaml [--key=value ...] [--json]
-    surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json]
+    surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json] [--csv FILE]
     surprisal-cc report results/MiniLibriSpeech/grid --out docs/results/MiniLibriSpeech   # every table + plot
-    surprisal-cc bench [--json]
+    surprisal-cc bench [--json] [--quick] [--only training,rnn]
+    surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt]
+    surprisal-cc transcribe AUDIO... [--model DIR] [--json] [--plot OUT.png]
+    surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV] [--skip-bad] [--json]
+
+Without --model, transcribe and evaluate use the model in <repository>/pretrained. A configuration
+or data error ends the command with one line ``error: ...`` on stderr and exit status 1 (2 for a
+command-line usage error).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import os
 import sys
+import warnings
+from pathlib import Path
 from typing import List, Optional, Sequence
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line ``error: ...`` (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+class UsageError(ValueError):
+    """A malformed command line found after parsing."""
+
+
+# ----------------------------------------------------------------------------------------------
+# flops
+# ----------------------------------------------------------------------------------------------
 def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     """Static MACs per frame of every component of the model an hparams file describes.
 
-    Builds the modules only (no data is read). APC is counted when the model needs it.
+    Builds the modules only: no data is read, ``!PLACEHOLDER`` values (e.g. TIMIT's
+    ``data_folder``) need no override, and no checkpoint folder is created. APC is counted when
+    the model needs it.
     """
     from .apc import APCModel
     from .brain import static_flop_rows
     from .flops import module_macs
-    from .recipe import load_hparams
+    from .inference import inert_overrides
+    from .recipe import ConfigurationError, load_hparams
 
-    override_yaml = "\n".join(_override_to_yaml(o) for o in overrides)
-    hparams = load_hparams(hparams_file, override_yaml)
+    given = dict(_split_override(o) for o in overrides)
+    merged = {**inert_overrides(hparams_file), **given}
+    hparams = load_hparams(hparams_file, "\n".join(f"{key}: {value}" for key, value in merged.items()))
+    if "encoder_module" not in hparams:  # e.g. APC pretraining: the APC model is the whole model
+        if "apc_model" not in hparams:
+            raise ConfigurationError(f"{hparams_file} describes no model (neither encoder_module nor apc_model)")
+        return {"hparams": hparams_file, "overrides": list(overrides),
+                "macs_per_frame": {"apc": module_macs(hparams["apc_model"])}}
     encoder = hparams["encoder_module"]
     uses_apc = hparams["input_features"] == "apc" or encoder.needs_surprisal(True) or encoder.needs_surprisal(False)
     apc_macs = module_macs(hparams.get("apc_model") or APCModel()) if uses_apc else 0
@@ -36,74 +71,279 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     return {"hparams": hparams_file, "overrides": list(overrides), "macs_per_frame": rows}
 
 
-def _override_to_yaml(option: str) -> str:
+def _split_override(option: str):
     if not option.startswith("--") or "=" not in option:
-        raise SystemExit(f"override {option!r} must look like --key=value")
+        raise UsageError(f"override {option!r} must look like --key=value")
     key, value = option[2:].split("=", 1)
-    return f"{key}: {value}"
+    return key, value
+
+
+def cmd_flops(args, unknown: List[str]) -> int:
+    from .flops import format_flop_table
+
+    table = flops_table(args.hparams, unknown)
+    print(json.dumps(table, indent=2) if args.json else format_flop_table(table["macs_per_frame"]))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# report, bench
+# ----------------------------------------------------------------------------------------------
+def cmd_report(args, unknown: List[str]) -> int:
+    from .report import collect_results, format_markdown, write_csv
+
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
+    rows = collect_results(args.paths)
+    if not rows:
+        raise FileNotFoundError(f"no results files (results*.json) found under {', '.join(args.paths)}")
+    if args.csv:
+        write_csv(rows, args.csv)
+    if args.out:
+        from .plots import make_all_plots
+        from .report import write_report
+
+        if len(args.paths) != 1:
+            raise UsageError("--out takes one results folder")
+        print(write_report(args.paths[0], args.out))
+        for path in make_all_plots(args.paths[0], args.out):
+            print(f"wrote {path}")
+        return 0
+    print(json.dumps(rows, indent=2, default=str) if args.json else format_markdown(rows))
+    return 0
+
+
+def cmd_bench(args, unknown: List[str]) -> int:
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / "benchmarks" / "run_all.py").is_file() and str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
+    try:
+        from benchmarks.run_all import run_benchmarks
+    except ImportError as err:
+        raise FileNotFoundError(f"surprisal-cc bench needs the repository's benchmarks/ folder "
+                                f"(an editable install): {err}") from None
+    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
+    return run_benchmarks(as_json=args.json, quick=args.quick, only=only)
+
+
+# ----------------------------------------------------------------------------------------------
+# export, transcribe, evaluate
+# ----------------------------------------------------------------------------------------------
+def cmd_export(args, unknown: List[str]) -> int:
+    from .inference import export_run
+
+    out = export_run(args.run_dir, args.out_dir, dtype=args.dtype, apc_path=args.apc)
+    config = json.loads((out / "model.json").read_text(encoding="utf-8"))
+    size = sum(f.stat().st_size for f in out.iterdir() if f.suffix == ".pt")
+    files = ", ".join(sorted(f.name for f in out.iterdir()))
+    test = config["source"].get("test", {})
+    per = f"test PER {test['PER']:.2f} %, " if test.get("PER") is not None else ""
+    print(f"exported {config['source']['checkpoint']} (epoch {config['source'].get('epoch')}) of {args.run_dir} "
+          f"to {out}: {files}; {per}{size / 2 ** 20:.1f} MiB ({args.dtype})")
+    return 0
+
+
+def _load_model(args):
+    from .inference import ConditionalASR
+
+    return ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision,
+                                          deterministic=args.deterministic)
+
+
+def _plot_path(plot: str, audio: Path, many: bool) -> Path:
+    path = Path(plot)
+    return path.with_name(f"{path.stem}_{audio.stem}{path.suffix or '.png'}") if many else path
+
+
+def cmd_transcribe(args, unknown: List[str]) -> int:
+    from .data.errors import DataPreparationError
+    from .inference import BadAudioError, check_audio_many, iter_audio_paths, warn_converted
+    from .recipe import ConfigurationError
+
+    asr = _load_model(args)
+    if args.plot and not asr.uses_apc:
+        raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
+    paths = list(iter_audio_paths(args.audio))
+    if not paths:
+        raise FileNotFoundError(f"no audio files in {', '.join(args.audio)}")
+    infos, problems = check_audio_many(paths)
+    if problems and not args.skip_bad:
+        hint = (f"{len(problems)} of {len(paths)} files are unusable; pass --skip-bad to transcribe the others"
+                if len(paths) > 1 else "")
+        raise BadAudioError(problems, len(paths), hint)
+    for problem in problems:
+        warnings.warn(f"skipped {problem}")
+    warn_converted(infos, asr.feature_config.sample_rate)
+    results = []
+    for path in paths:
+        if str(path) not in infos:
+            continue
+        result = asr.transcribe_checked_file(path)
+        results.append(result)
+        if args.plot:
+            from .plots import plot_routing
+
+            cfg = asr.feature_config
+            shift = cfg.frame_shift_ms * cfg.frame_skip / 1000.0
+            plot_routing(result.fbank, result.surprisal, result.use_big, _plot_path(args.plot, path, len(paths) > 1),
+                         title=path.name, frame_shift_s=shift)
+        if not args.json:
+            print(_format_transcription(result))
+    if not results:
+        raise DataPreparationError("none of the given files is usable audio")
+    if args.json:
+        print(json.dumps({"model": str(asr.source), "device": str(asr.device), "precision": asr.precision,
+                          "files": [r.to_dict() for r in results], "skipped": problems}, indent=2))
+    return 0
+
+
+def _format_transcription(result) -> str:
+    routing = ""
+    if result.p_big is not None:
+        routing = (f", p_big {float(result.p_big.mean()):.3f} (big network on {100 * result.big_fraction:.1f} % "
+                   "of frames)")
+    elif result.steps is not None:
+        routing = f", {float(result.steps.mean()):.2f} steps per frame"
+    return (f"{result.path}\n  {' '.join(result.phones)}\n  {result.duration_s:.2f} s, {result.num_frames} frames, "
+            f"{result.flops_per_frame / 1e6:.2f}M FLOPs per frame{routing}, RTF {result.rtf:.3f}")
+
+
+def _macs(value: float) -> str:
+    return f"{value / 1e6:.2f}M" if value >= 1000 else f"{value:.0f}"
+
+
+def cmd_evaluate(args, unknown: List[str]) -> int:
+    asr = _load_model(args)
+    result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad, batch_size=args.batch_size,
+                          seed=args.seed, g2p=args.g2p, timit_split=args.timit_split,
+                          progress=not args.json and sys.stderr.isatty())
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    comps = ", ".join(f"{k} {_macs(v)}" for k, v in result["flops_components"].items() if k != "total")
+    lines = [f"PER {result['per']:.2f} % (S {result['substitutions']}, D {result['deletions']}, "
+             f"I {result['insertions']}; {result['num_ref_tokens']} reference phones, "
+             f"{result['num_utterances']} utterances; labels: {result['labels']})",
+             f"FLOPs per frame {result['flops_per_frame'] / 1e6:.2f}M ({comps})"]
+    if "p_big_mean" in result:
+        lines.append(f"p_big {result['p_big_mean']:.3f} (variance {result['p_big_var']:.4f}), big network on "
+                     f"{100 * result['big_fraction']:.1f} % of frames")
+    if "mean_steps" in result:
+        lines.append(f"{result['mean_steps']:.2f} steps per frame")
+    lines.append(f"RTF {result['rtf']:.3f} ({result['compute_s']:.1f} s for {result['audio_s']:.1f} s of audio, "
+                 f"{result['device']}, {result['precision']})")
+    if result["skipped"]:
+        lines.append(f"skipped {len(result['skipped'])} unusable audio file(s)")
+    print("\n".join(lines))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# main
+# ----------------------------------------------------------------------------------------------
+COMMANDS = {"flops": cmd_flops, "report": cmd_report, "bench": cmd_bench, "export": cmd_export,
+            "transcribe": cmd_transcribe, "evaluate": cmd_evaluate}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="surprisal-cc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("flops", help="per-component MACs per frame of an hparams file (--key=value overrides)")
+    p.add_argument("hparams")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("report", help="Markdown table from results files or folders")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--csv", help="also write the table as CSV to this file")
+    p.add_argument("--out", help="write every paper-style table (Markdown + CSV) and every plot into this "
+                                 "folder (from one results folder)")
+    p = sub.add_parser("bench", help="run the benchmarks and print a table")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="smaller sizes (seconds instead of minutes)")
+    p.add_argument("--only", help="comma-separated benchmarks (training,inference,rnn,decoding,dataprep,memory)")
+    p = sub.add_parser("export", help="model folder from the best checkpoint of a finished recipe run")
+    p.add_argument("run_dir", help="the recipe run's output_folder (hyperparams.yaml, results.json, save/)")
+    p.add_argument("out_dir")
+    p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
+                   help="weight storage (fp16: half the size, loaded back as fp32)")
+    p.add_argument("--apc", help="APC model file (default: the run's apc_path or <experiment_root>/apc/apc.pt)")
+    for name, help_text in (("transcribe", "phones, routing, FLOPs and RTF of audio files"),
+                            ("evaluate", "PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT or manifest corpus")):
+        p = sub.add_parser(name, help=help_text)
+        if name == "transcribe":
+            p.add_argument("audio", nargs="+", help="audio files or folders of audio files")
+            p.add_argument("--plot", help="routing plot (spectrogram, surprisal, network per frame) as PNG; "
+                                          "with several files, one per file named OUT_<file>.png")
+        else:
+            p.add_argument("data", help="LibriSpeech-format folder, TIMIT folder or manifest CSV")
+            p.add_argument("--mfa-labels", help="MFA labels (CSV export or TextGrid folder) instead of lexicon labels")
+            p.add_argument("--g2p", choices=["spn", "flite", "error"],
+                           help="lexicon labels: words CMUdict lacks (default: the model's training policy)")
+            p.add_argument("--timit-split", choices=["test", "valid", "train"], default="test",
+                           help="TIMIT: core test set, development speakers or training set")
+            p.add_argument("--batch-size", type=int, help="utterances per forward pass (default: the run's)")
+            p.add_argument("--seed", type=int, help="seed of the random routing decisions")
+        p.add_argument("--model", help="exported model folder (default: <repository>/pretrained)")
+        p.add_argument("--json", action="store_true")
+        p.add_argument("--skip-bad", action="store_true", help="leave out unusable audio files (listed) "
+                                                               "instead of stopping")
+        p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+        p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="fp32",
+                       help="bf16: autocast where the device computes it natively")
+        p.add_argument("--deterministic", action="store_true", help="route with p_big > 0.5 instead of sampling")
+    return parser
+
+
+@contextlib.contextmanager
+def _one_line_warnings():
+    """Warnings as ``warning: ...`` lines on stderr, without source locations."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = lambda message, *args, **kwargs: print(f"warning: {message}", file=sys.stderr)
+        yield
+
+
+def _print_error(err: BaseException) -> None:
+    from .inference import BadAudioError
+
+    if isinstance(err, BadAudioError):
+        lines = [*err.problems, *([err.hint] if err.hint else [])]
+    else:
+        lines = [str(err).strip() or type(err).__name__]
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+
+
+_DISCARD = logging.NullHandler()
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="surprisal-cc", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_flops = sub.add_parser("flops", help="per-component MACs per frame of an hparams file")
-    p_flops.add_argument("hparams")
-    p_flops.add_argument("--json", action="store_true")
-    p_report = sub.add_parser("report", help="Markdown table from results files or folders")
-    p_report.add_argument("paths", nargs="+")
-    p_report.add_argument("--json", action="store_true")
-    p_report.add_argument("--csv", help="also write the table as CSV to this file")
-    p_report.add_argument("--out", help="write every paper-style table (Markdown + CSV) and every plot into this "
-                                        "folder (from one results folder)")
-    p_bench = sub.add_parser("bench", help="run the benchmarks and print a table")
-    p_bench.add_argument("--json", action="store_true")
-    p_bench.add_argument("--quick", action="store_true", help="smaller sizes (seconds instead of minutes)")
+    # SpeechBrain's notices (e.g. about optional packages) would reach stderr through logging's
+    # last-resort handler; this CLI reports in its own lines
+    logging.getLogger("speechbrain").addHandler(_DISCARD)
+    parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-
-    if args.command == "flops":
-        from .flops import format_flop_table
-
-        table = flops_table(args.hparams, unknown)
-        print(json.dumps(table, indent=2) if args.json else format_flop_table(table["macs_per_frame"]))
-        return 0
-    if unknown:
+    if unknown and args.command != "flops":
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.command == "report":
-        from .report import collect_results, format_markdown, write_csv
+    from yaml import YAMLError
 
-        rows = collect_results(args.paths)
-        if not rows:
-            print(f"no results files found under {args.paths}", file=sys.stderr)
-            return 1
-        if args.csv:
-            write_csv(rows, args.csv)
-        if args.out:
-            from .plots import make_all_plots
-            from .report import write_report
+    from .brain import TrainingDivergedError
 
-            if len(args.paths) != 1:
-                parser.error("--out takes one results folder")
-            print(write_report(args.paths[0], args.out))
-            for path in make_all_plots(args.paths[0], args.out):
-                print(f"wrote {path}")
-            return 0
-        print(json.dumps(rows, indent=2, default=str) if args.json else format_markdown(rows))
-        return 0
-    if args.command == "bench":
-        from pathlib import Path
-
-        repo = Path(__file__).resolve().parents[1]
-        if (repo / "benchmarks" / "run_all.py").is_file() and str(repo) not in sys.path:
-            sys.path.insert(0, str(repo))
-        try:
-            from benchmarks.run_all import run_benchmarks
-        except ImportError as err:
-            print(f"surprisal-cc bench needs the repository's benchmarks/ folder (an editable install): {err}",
-                  file=sys.stderr)
-            return 2
-        return run_benchmarks(as_json=args.json, quick=args.quick)
-    return 2
+    try:
+        with _one_line_warnings():
+            return COMMANDS[args.command](args, unknown)
+    except (ValueError, OSError, YAMLError, TrainingDivergedError) as err:  # configuration and data errors
+        _print_error(err)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # anything else still ends in one line; SURPRISAL_CC_TRACEBACK=1 shows the trace
+        if os.environ.get("SURPRISAL_CC_TRACEBACK"):
+            raise
+        print(f"error: {type(err).__name__}: {err} (set SURPRISAL_CC_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -2,15 +2,16 @@
 
 One interface, :class:`Controller`: ``probability(features, surprisal)`` gives p_big per frame,
 ``forward(...)`` turns it into a :class:`Decision` (Bernoulli sample when ``stochastic``, else
-``p_big > 0.5``), restricted to real frames. Implementations:
+``p_big > 0.5``; the learned controller always thresholds), restricted to real frames.
+Implementations:
 
 =============  =====================================================================
 name           rule
 =============  =====================================================================
 surprisal      p = sigmoid(w * surprisal + b); w, b calibrated once, then frozen
 random         p fixed (default 0.5)
-learned        MLP on the features (80 hidden units), hard decision, straight-through
-               gradient, penalty lambda * sum_t (s_t - 0.5)^2
+learned        MLP on the features (80 hidden units), s_t = [logit > 0], straight-through
+               gradient, penalty lambda * sum_t (s_t - 0.5)^2 over the batch's real frames
 big_only       p = 1
 small_only     p = 0
 =============  =====================================================================
@@ -47,6 +48,9 @@ class Controller(nn.Module):
     """Base class. Subclasses implement :meth:`probability` (and may override :meth:`forward`)."""
 
     uses_surprisal = False
+    # True: during training the encoder runs both networks on every real frame and mixes them
+    # with the gate (the gradient the controller's estimator needs); evaluation always routes.
+    both_networks_in_training = False
 
     def probability(self, features: Tensor, surprisal: Optional[Tensor], bias_shift: float = 0.0) -> Tensor:
         raise NotImplementedError
@@ -121,28 +125,57 @@ class SurprisalController(Controller):
         self.calibrated.fill_(True)
 
 
-class LearnedController(Controller):
-    """Gating MLP on the features: Linear(D, 80) -> ReLU -> Linear(80, 1) -> sigmoid.
+LEARNED_ESTIMATORS = ("both_networks", "routed")
 
-    The decision is hard (threshold, or a Bernoulli sample when stochastic); the straight-through
-    estimator passes the gradient of the hard decision to p_big unchanged. The penalty is
-    ``penalty_weight * sum_t (s_t - 0.5)^2`` per utterance, averaged over the batch (paper Eq. 5).
+
+class LearnedController(Controller):
+    """Learned controller of the paper's baseline (Sec. 4.3, Eq. 5).
+
+    A gating MLP on the features, ``z_t = Linear(80, 1)(LeakyReLU(Linear(D, 80)(h_t)))``, makes the
+    deterministic decision ``s_t = [z_t > 0]`` (``p_big = sigmoid(z_t)`` is reported; the
+    ``stochastic`` flag does not apply). In the backward pass the threshold is the identity:
+    ``gate = s_t + z_t - stop_gradient(z_t)``, so d gate / d z_t = 1.
+
+    Parameters
+    ----------
+    input_size, hidden_size : MLP widths (the paper: 80 hidden units).
+    penalty_weight : lambda of ``lambda * sum_t (s_t - 0.5)^2``, summed over all real frames of
+        the batch (not averaged), as in the authors' code.
+    estimator : ``"both_networks"`` (default): during training both networks run on every real
+        frame and the output is ``s * big(x) + (1 - s) * small(x)``, so the gradient reaching s_t
+        is ``big(x_t) - small(x_t)`` on every frame (the paper's estimator). ``"routed"``: only the
+        chosen network runs, also in training, so that gradient is ``+big(x_t)`` on big frames and
+        ``-small(x_t)`` on small frames. Evaluation routes in both cases.
     """
 
-    def __init__(self, input_size: int = 512, hidden_size: int = 80, penalty_weight: float = 1e-3):
+    def __init__(self, input_size: int = 512, hidden_size: int = 80, penalty_weight: float = 1e-3,
+                 estimator: str = "both_networks"):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(input_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, 1))
+        if estimator not in LEARNED_ESTIMATORS:
+            raise ValueError(f"unknown learned-controller estimator {estimator!r} (hparams key "
+                             f"'learned_estimator'); choose one of {LEARNED_ESTIMATORS}")
+        self.net = nn.Sequential(nn.Linear(input_size, hidden_size), nn.LeakyReLU(0.125),
+                                 nn.Linear(hidden_size, 1))
         self.penalty_weight = penalty_weight
+        self.estimator = estimator
+
+    @property
+    def both_networks_in_training(self) -> bool:
+        return self.estimator == "both_networks"
+
+    def logit(self, features: Tensor, bias_shift: float = 0.0) -> Tensor:
+        """(B, T) MLP output z_t (plus ``bias_shift``); the decision is z_t > 0."""
+        return self.net(features).squeeze(-1) + bias_shift
 
     def probability(self, features, surprisal, bias_shift: float = 0.0):
-        return torch.sigmoid(self.net(features).squeeze(-1) + bias_shift)
+        return torch.sigmoid(self.logit(features, bias_shift))
 
     def forward(self, features, surprisal, mask, stochastic: bool = True, bias_shift: float = 0.0) -> Decision:
-        p_big = self.probability(features, surprisal, bias_shift) * mask
-        use_big = sample_decisions(p_big.detach(), stochastic) & mask
-        gate = use_big.float() + p_big - p_big.detach()
-        penalty = ((gate - 0.5).pow(2) * mask).sum(dim=1).mean()
-        return Decision(p_big, use_big, gate, self.penalty_weight * penalty)
+        z = self.logit(features, bias_shift)
+        use_big = (z.detach() > 0) & mask
+        gate = use_big.to(z.dtype) + z - z.detach()  # value s_t, identity in the backward pass
+        penalty = ((gate - 0.5).pow(2) * mask).sum()
+        return Decision(torch.sigmoid(z) * mask, use_big, gate, self.penalty_weight * penalty)
 
 
 CONTROLLERS: Dict[str, Callable[..., Controller]] = {
@@ -165,7 +198,7 @@ def build_controller(name: str, **kwargs) -> Controller:
     accepted = {
         "surprisal": ("weight", "bias"),
         "random": ("p_big",),
-        "learned": ("input_size", "hidden_size", "penalty_weight"),
+        "learned": ("input_size", "hidden_size", "penalty_weight", "estimator"),
     }.get(name, ())
     return CONTROLLERS[name](**{k: v for k, v in kwargs.items() if k in accepted})
 
@@ -173,9 +206,12 @@ def build_controller(name: str, **kwargs) -> Controller:
 # ----------------------------------------------------------------------------------------------
 # Calibration of the surprisal controller
 # ----------------------------------------------------------------------------------------------
-def calibration_loss(p_big: Tensor, target_mean: float, target_var: float) -> Tensor:
-    """Paper Eq. 4: 0.5 * (mean(p) - mu)^2 + 0.5 * (var(p) - sigma^2)^2."""
-    return 0.5 * (p_big.mean() - target_mean) ** 2 + 0.5 * (p_big.var(unbiased=False) - target_var) ** 2
+def calibration_loss(p_big: Tensor, target_mean: float, target_var: float, unbiased: bool = False) -> Tensor:
+    """Paper Eq. 4: 0.5 * (mean(p) - mu)^2 + 0.5 * (var(p) - sigma^2)^2.
+
+    ``unbiased`` selects the sample variance (ddof=1, the authors' code) instead of ddof=0.
+    """
+    return 0.5 * (p_big.mean() - target_mean) ** 2 + 0.5 * (p_big.var(unbiased=unbiased) - target_var) ** 2
 
 
 def target_mean_for_budget(budget_macs: float, small_only_macs: float, big_only_macs: float) -> float:
@@ -192,49 +228,73 @@ def target_mean_for_budget(budget_macs: float, small_only_macs: float, big_only_
     return (budget_macs - small_only_macs) / (big_only_macs - small_only_macs)
 
 
+CALIBRATION_METHODS = ("full_batch", "sgd", "authors_adam")
+# The authors' controller reads the squared prediction error sum_d (x - xhat)^2 = 2 * surprisal.
+AUTHORS_ERROR_SCALE = 2.0
+
+
 def calibrate_surprisal_controller(
     controller: SurprisalController,
     surprisal_batches: Iterable[Tensor],
     target_mean: float,
     target_var: float,
     method: str = "full_batch",
-    lr: float = 10.0,
+    lr: Optional[float] = None,
     max_frames: int = 2_000_000,
     seed: int = 0,
 ) -> Dict[str, float]:
-    """Fit (w, b) so that p_big over the training frames has the target mean and variance.
+    """Fit (w, b) of ``p_big = sigmoid(w * surprisal + b)`` to a target mean and variance of p_big.
 
-    ``surprisal_batches`` yields 1-D tensors of surprisal values of real frames (one per batch).
-    Both methods work in a standardised parametrisation ``logit = a * (s - m) / sd + c`` (m, sd
-    from the first batch), starting from a = 1, c = logit(target_mean):
+    ``surprisal_batches`` yields 1-D tensors of surprisal values of real frames (one per
+    minibatch), read once. Methods (hparams key ``calibration_method``):
 
-    * ``"sgd"`` is the paper's procedure: one pass of minibatch SGD on Eq. 4.
-    * ``"full_batch"`` (default) collects the pass's surprisal (up to ``max_frames``, a seeded
-      uniform subsample beyond that) and minimises Eq. 4 on all of it with L-BFGS, so the target is
-      reached exactly whenever it is reachable, instead of approximately after one noisy pass.
+    * ``"full_batch"`` (default): keeps the pass's surprisal (up to ``max_frames``, a seeded uniform
+      subsample beyond that) and minimises Eq. 4 (ddof=0 variance) on all of it with L-BFGS, in the
+      parametrisation ``logit = a * (s - m) / sd + c`` (m, sd of the first minibatch) from a = 1,
+      c = logit(target_mean). It meets the target whenever it is reachable. Neither the paper's nor
+      the authors' procedure.
+    * ``"sgd"``: one SGD step (``lr``, default 10) per minibatch on Eq. 4 (ddof=0 variance), same
+      parametrisation and start. The paper says "one pass of SGD" and gives no learning rate or
+      start; this is one reading of it, not the authors' code.
+    * ``"authors_adam"``: the authors' code: one Adam step (``lr``, default 0.01) per minibatch on
+      Eq. 4 with the ddof=1 variance, on ``sigmoid(w' * e + b)`` with e = sum_d (x - xhat)^2 =
+      2 * surprisal, from w' = 0.1, b = -1; then w = 2 w'. One pass (one step per minibatch) may
+      stop short of the target.
 
-    Returns the achieved mean and variance of p_big on the frames seen, and w, b.
+    Returns w, b, the method, the frames seen, and the mean and variance (ddof=0) of p_big on the
+    kept frames.
     """
-    if method not in ("full_batch", "sgd"):
-        raise ValueError(f"unknown calibration method {method!r}: choose 'full_batch' or 'sgd'")
+    if method not in CALIBRATION_METHODS:
+        raise ValueError(f"unknown calibration method {method!r} (hparams key 'calibration_method'): "
+                         f"choose one of {CALIBRATION_METHODS}")
     if not 0.0 < target_mean < 1.0:
         raise ValueError(f"target mean of p_big must be in (0, 1), got {target_mean}")
     generator = torch.Generator().manual_seed(seed)
-    a = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
-    c = torch.tensor(math.log(target_mean / (1 - target_mean)), dtype=torch.float64, requires_grad=True)
+    if method == "authors_adam":  # w', b on the authors' error scale
+        a = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
+        c = torch.tensor(-1.0, dtype=torch.float64, requires_grad=True)
+        optimizer = torch.optim.Adam([a, c], lr=0.01 if lr is None else lr)
+    else:  # standardised parametrisation
+        a = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+        c = torch.tensor(math.log(target_mean / (1 - target_mean)), dtype=torch.float64, requires_grad=True)
+        optimizer = torch.optim.SGD([a, c], lr=10.0 if lr is None else lr)
     m = sd = None
     kept, n_seen = [], 0
-    optimizer = torch.optim.SGD([a, c], lr=lr)
     for batch in surprisal_batches:
         s = batch.detach().reshape(-1).double().cpu()
         if s.numel() == 0:
             continue
         if m is None:
-            m, sd = s.mean(), s.std().clamp(min=1e-6)
+            m, sd = s.mean(), (s.std().clamp(min=1e-6) if s.numel() > 1 else s.new_tensor(1.0))
         n_seen += s.numel()
         if method == "sgd":
             optimizer.zero_grad()
             calibration_loss(torch.sigmoid(a * (s - m) / sd + c), target_mean, target_var).backward()
+            optimizer.step()
+        elif method == "authors_adam" and s.numel() > 1:
+            optimizer.zero_grad()
+            p = torch.sigmoid(a * AUTHORS_ERROR_SCALE * s + c)
+            calibration_loss(p, target_mean, target_var, unbiased=True).backward()
             optimizer.step()
         kept.append(s)
         if sum(k.numel() for k in kept) > 2 * max_frames:
@@ -242,8 +302,8 @@ def calibrate_surprisal_controller(
     if m is None:
         raise ValueError("controller calibration saw no frames: is the training set empty?")
     values = _subsample(torch.cat(kept), max_frames, generator)
-    z = (values - m) / sd
     if method == "full_batch":
+        z = (values - m) / sd
         lbfgs = torch.optim.LBFGS([a, c], lr=1.0, max_iter=500, tolerance_grad=1e-14, tolerance_change=1e-16,
                                   line_search_fn="strong_wolfe")
 
@@ -255,8 +315,11 @@ def calibrate_surprisal_controller(
 
         lbfgs.step(closure)
     with torch.no_grad():
-        p = torch.sigmoid(a * z + c)
-        weight, bias = float(a / sd), float(c - a * m / sd)
+        if method == "authors_adam":
+            weight, bias = float(a * AUTHORS_ERROR_SCALE), float(c)
+        else:
+            weight, bias = float(a / sd), float(c - a * m / sd)
+        p = torch.sigmoid(weight * values + bias)
     controller.set_parameters(weight, bias)
     result = dict(weight=weight, bias=bias, mean_p_big=float(p.mean()), var_p_big=float(p.var(unbiased=False)),
                   target_mean=target_mean, target_var=target_var, frames=n_seen, method=method)

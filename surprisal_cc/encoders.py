@@ -7,8 +7,9 @@ CTC loss, the MACs that actually ran on every real frame per component, and per-
 :class:`ConditionalEncoder` (paper Fig. 1): pre-net -> per frame either the small or the big
 network -> post-net. Routing gathers the real frames chosen for each network, runs each network
 only on its frames and scatters the results back (``execution="routed"``). ``execution="masked"``
-runs both networks on every frame and selects with the mask, as the paper's public code did; it
-exists as a reference for tests and benchmarks and is charged for both networks.
+runs both networks on every real frame and selects with the mask, as the paper's public code did;
+it is a reference for tests and benchmarks and is charged for both networks. The learned
+controller's default estimator needs both outputs, so its training runs masked (evaluation routes).
 
 Example
 -------
@@ -73,9 +74,10 @@ class BiGRU(nn.Module):
     """Bidirectional GRU over real frames only, then dropout.
 
     The backward direction runs on each sequence reversed within its own length, so padding
-    (kept at the end) never reaches a real frame. This is exact like a packed sequence, and on
-    the CPU its backward pass is about 20x faster than PyTorch's packed GRU
-    (``benchmarks/bench_rnn.py``). Same parameters and MACs as ``nn.GRU(bidirectional=True)``.
+    (kept at the end) never reaches a real frame: exact like a packed sequence, as fast as an
+    unpacked ``nn.GRU`` (which lets padding into the backward direction), and much faster than
+    PyTorch's packed GRU on the CPU (``benchmarks/bench_rnn.py``). Same parameters and MACs as
+    ``nn.GRU(bidirectional=True)``.
     """
 
     def __init__(self, input_size: int, hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.5):
@@ -149,19 +151,32 @@ class PostNet(nn.Module):
         return self.output(self.rnn(x, lengths) if self.rnn is not None else x)
 
 
+def _gather_rows(flat: Tensor, time: int, lengths: Tensor, positions: Tensor, context: int = 1) -> Tensor:
+    """Rows of ``flat`` (B*T, D), a flattened (B, T, D) batch, at flat positions ``b*T + t`` -> (N, D*context).
+
+    One ``index_select``. With context k > 1, frames t - k//2 .. t + k//2 of the same utterance are
+    concatenated (zeros outside its real frames), in the layout of a Conv1D over time.
+    """
+    if context == 1:
+        return flat.index_select(0, positions)
+    offsets = torch.arange(context, device=flat.device) - context // 2
+    b = torch.div(positions, time, rounding_mode="floor")
+    start = b * time
+    times = (positions - start)[:, None] + offsets[None, :]
+    valid = (times >= 0) & (times < lengths.to(flat.device)[b][:, None])
+    windows = flat.index_select(0, (start[:, None] + times.clamp(0, time - 1)).reshape(-1))
+    windows = windows.view(len(positions), context, -1) * valid.unsqueeze(-1).to(flat.dtype)
+    return windows.transpose(1, 2).reshape(len(positions), -1)
+
+
 def gather_frames(x: Tensor, lengths: Tensor, batch_idx: Tensor, time_idx: Tensor, context: int = 1) -> Tensor:
     """Rows of ``x`` (B, T, D) at (batch_idx, time_idx) -> (N, D * context).
 
     With context k > 1, frames t - k//2 .. t + k//2 are concatenated (zeros outside the real frames),
     in the layout of a Conv1D over time.
     """
-    if context == 1:
-        return x[batch_idx, time_idx]
-    offsets = torch.arange(context, device=x.device) - context // 2
-    times = time_idx[:, None] + offsets[None, :]
-    valid = (times >= 0) & (times < lengths.to(x.device)[batch_idx][:, None])
-    windows = x[batch_idx[:, None], times.clamp(0, x.shape[1] - 1)] * valid.unsqueeze(-1)
-    return windows.transpose(1, 2).reshape(len(batch_idx), -1)
+    batch, time, dim = x.shape
+    return _gather_rows(x.reshape(batch * time, dim), time, lengths, batch_idx * time + time_idx, context)
 
 
 def route_frames(
@@ -174,38 +189,76 @@ def route_frames(
 ) -> Tensor:
     """Run ``big_net`` only on the real frames with ``use_big`` and ``small_net`` only on the others.
 
-    Returns (B, T, out) with zeros on padding. ``gate`` (B, T), equal to ``use_big`` in value,
-    carries a straight-through gradient: big outputs are multiplied by ``gate`` and small outputs by
-    ``1 - gate``, so d(output)/d(p_big) is +big(x) on big frames and -small(x) on small frames.
+    Returns (B, T, out) with zeros on padding, in the networks' output dtype (bf16 under autocast).
+    ``gate`` (B, T), equal to ``use_big`` in value, carries a straight-through gradient: big outputs
+    are multiplied by ``gate`` and small outputs by ``1 - gate``, so d(output)/d(gate) is +big(x) on
+    big frames and -small(x) on small frames.
+
+    The batch is handled as (B*T, D) rows. The real rows of both networks are gathered with one
+    ``index_select`` on flat positions (big rows first) and split, and the outputs go back into one
+    zero output with ``index_copy_`` (two in place; one of the concatenated outputs when autograd
+    records, so the backward pass is one ``index_select`` and one ``index_add_``). When every real
+    frame goes to one network only that network runs, on the real rows; on a batch without padding
+    (and context 1) it runs on the flat batch itself, with no gather and no scatter.
     """
-    mask = lengths_to_mask(lengths, x.shape[1])
-    batch_idx, time_idx = mask.nonzero(as_tuple=True)
-    chosen = use_big[batch_idx, time_idx]
-    out = x.new_zeros(x.shape[0], x.shape[1], big_net.output_size)
-    for net, selected, sign in ((big_net, chosen, 1.0), (small_net, ~chosen, -1.0)):
-        rows = selected.nonzero(as_tuple=True)[0]
-        if rows.numel() == 0:
-            continue
-        b, t = batch_idx[rows], time_idx[rows]
-        y = net(gather_frames(x, lengths, b, t, net.context))
-        if gate is not None:
-            g = gate[b, t].unsqueeze(-1)
-            y = y * (g if sign > 0 else 1.0 - g)
-        out = out.index_put((b, t), y)
-    return out
+    batch, time, dim = x.shape
+    rows = batch * time
+    flat = x.reshape(rows, dim)
+    real = lengths_to_mask(lengths.to(x.device), time).reshape(rows)
+    big = use_big.reshape(rows).to(x.device) & real
+    n_real, n_big = torch.stack([real.sum(), big.sum()]).tolist()
+    if n_real == 0:
+        return x.new_zeros(batch, time, big_net.output_size)
+
+    def gated(y: Tensor, positions: Optional[Tensor], sign: float) -> Tensor:
+        """``y`` times the gate at ``positions`` (None: every row) for big rows, 1 - gate for small rows."""
+        if gate is None:
+            return y
+        g = gate.reshape(rows) if positions is None else gate.reshape(rows).index_select(0, positions)
+        g = g.unsqueeze(-1)
+        return y * (g if sign > 0 else 1.0 - g)
+
+    if n_big in (0, n_real):  # every real frame goes to one network
+        net, sign = (big_net, 1.0) if n_big else (small_net, -1.0)
+        if n_real == rows and net.context == 1:  # no padding: the flat batch as it is
+            return gated(net(flat), None, sign).reshape(batch, time, -1)
+        positions = real.nonzero().squeeze(1)
+        y = gated(net(_gather_rows(flat, time, lengths, positions, net.context)), positions, sign)
+        return y.new_zeros(rows, y.shape[-1]).index_copy_(0, positions, y).view(batch, time, -1)
+
+    big_positions = big.nonzero().squeeze(1)
+    small_positions = (real & ~big).nonzero().squeeze(1)
+    positions = torch.cat([big_positions, small_positions])
+    if big_net.context == small_net.context:
+        big_in, small_in = _gather_rows(flat, time, lengths, positions, big_net.context).split(
+            [n_big, n_real - n_big])
+    else:
+        big_in = _gather_rows(flat, time, lengths, big_positions, big_net.context)
+        small_in = _gather_rows(flat, time, lengths, small_positions, small_net.context)
+    y_big = gated(big_net(big_in), big_positions, 1.0)
+    y_small = gated(small_net(small_in), small_positions, -1.0).to(y_big.dtype)
+    out = y_big.new_zeros(rows, y_big.shape[-1])  # the networks' output dtype (bf16 under autocast)
+    if y_big.requires_grad or y_small.requires_grad:
+        out.index_copy_(0, positions, torch.cat([y_big, y_small]))
+    else:
+        out.index_copy_(0, big_positions, y_big)
+        out.index_copy_(0, small_positions, y_small)
+    return out.view(batch, time, -1)
 
 
 def masked_mixture(x: Tensor, lengths: Tensor, use_big: Tensor, small_net: FrameNet, big_net: FrameNet,
                    gate: Optional[Tensor] = None) -> Tensor:
-    """Reference scheme of the paper's code: both networks on every frame, mixed by the 0/1 mask."""
-    batch, time = x.shape[:2]
-    b = torch.arange(batch, device=x.device).repeat_interleave(time)
-    t = torch.arange(time, device=x.device).repeat(batch)
-    big = big_net(gather_frames(x, lengths, b, t, big_net.context)).view(batch, time, -1)
-    small = small_net(gather_frames(x, lengths, b, t, small_net.context)).view(batch, time, -1)
-    m = (gate if gate is not None else use_big.to(x.dtype)).unsqueeze(-1)
-    out = m * big + (1.0 - m) * small
-    return out * lengths_to_mask(lengths, time).unsqueeze(-1)
+    """Run both networks on every real frame and mix them: ``m * big(x) + (1 - m) * small(x)``.
+
+    ``m`` is ``gate`` when given (so d(output)/d(gate) is big(x) - small(x) on every real frame),
+    else the 0/1 ``use_big``. Returns (B, T, out) with zeros on padding.
+    """
+    b, t = lengths_to_mask(lengths, x.shape[1]).nonzero(as_tuple=True)
+    big = big_net(gather_frames(x, lengths, b, t, big_net.context))
+    small = small_net(gather_frames(x, lengths, b, t, small_net.context))
+    m = (gate[b, t] if gate is not None else use_big[b, t]).to(big.dtype).unsqueeze(-1)
+    y = m * big + (1.0 - m) * small
+    return y.new_zeros(x.shape[0], x.shape[1], big_net.output_size).index_put((b, t), y)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,7 +277,10 @@ class ConditionalEncoder(Encoder):
         instead (the paper's ablation "surprisal during training/testing off").
     train_stochastic, test_stochastic : Bernoulli sampling (True) or ``p_big > 0.5`` (False).
     test_bias_shift : added to the controller logit at test time (Appendix B sweep).
-    execution : "routed" (default) or "masked" (reference only).
+    execution : "routed" (default) or "masked" (both networks on every real frame, mixed by the
+        decision; a reference, charged for both networks). A controller with
+        ``both_networks_in_training`` (the learned controller's default estimator) makes training
+        run masked, so its gate gets the gradient big(x) - small(x); evaluation then stays routed.
     """
 
     def __init__(
@@ -284,13 +340,13 @@ class ConditionalEncoder(Encoder):
         stochastic = self.train_stochastic if self.training else self.test_stochastic
         bias_shift = 0.0 if self.training else self.test_bias_shift
         decision = controller(feats, surprisal, mask, stochastic=stochastic, bias_shift=bias_shift)
-        mix = route_frames if self.execution == "routed" else masked_mixture
+        both = self.execution == "masked" or (self.training and controller.both_networks_in_training)
+        mix = masked_mixture if both else route_frames
         y = mix(x, lengths, decision.use_big, self.small_net, self.big_net, decision.gate)
         logits = self.post_net(y, lengths) if self.post_net is not None else y
         macs = self.component_macs()
-        big_frames = decision.use_big & mask
-        small_frames = mask if self.execution == "masked" else (~decision.use_big) & mask
-        big_frames = mask if self.execution == "masked" else big_frames
+        big_frames = mask if both else decision.use_big & mask
+        small_frames = mask if both else (~decision.use_big) & mask
         frame_macs = {
             "pre_net": uniform_frame_macs(macs["pre_net"], mask),
             "small_net": uniform_frame_macs(macs["small_net"], small_frames),

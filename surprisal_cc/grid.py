@@ -10,6 +10,8 @@ Grid file (plain YAML)::
     experiment_root: results/MiniLibriSpeech      # also passed to every run
     seeds: [1, 2, 3]                              # unless a group varies ``seed`` itself
     overrides: {data_folder: data/MiniLibriSpeech, number_of_epochs: 50}   # every run
+    publish: docs/results/MiniLibriSpeech/runs    # optional: results*.json, history.jsonl, calibration.json
+                                                  # of each finished run are copied here (same sub-folders)
     groups:
       - name: controllers
         vary: {controller: [surprisal, random]}   # cartesian product (x seeds)
@@ -45,7 +47,7 @@ import yaml
 
 from .report import load_yaml_tolerant
 
-__all__ = ["Run", "GridSpec", "load_grid", "expand", "override_value", "results_files", "execute",
+__all__ = ["Run", "GridSpec", "load_grid", "expand", "override_value", "results_files", "execute", "publish_run",
            "format_summary", "main"]
 
 
@@ -59,6 +61,7 @@ class GridSpec:
     overrides: Dict[str, Any]
     groups: List[Dict[str, Any]]
     seeds: List[Any] = field(default_factory=lambda: [1])
+    publish: Optional[str] = None  # folder that receives each finished run's small result files
 
 
 @dataclass
@@ -77,7 +80,8 @@ class Run:
 
     def complete(self) -> bool:
         """Whether every results file this run writes exists."""
-        return all(p.exists() for p in results_files(self.output_folder, self.overrides.get("test_bias_shifts")))
+        return all(p.exists() for p in results_files(self.output_folder, self.overrides.get("test_bias_shifts"),
+                                                     self.test_only))
 
 
 def load_grid(path: str) -> GridSpec:
@@ -93,7 +97,7 @@ def load_grid(path: str) -> GridSpec:
     return GridSpec(recipe=data["recipe"], hparams=data["hparams"],
                     experiment_root=str(data.get("experiment_root") or hparams_root),
                     overrides=dict(data.get("overrides") or {}), groups=list(data["groups"]),
-                    seeds=list(data.get("seeds") or [1]))
+                    seeds=list(data.get("seeds") or [1]), publish=data.get("publish"))
 
 
 # SpeechBrain run options that are flags (no value) on the command line.
@@ -124,10 +128,14 @@ def _folder_part(key: str, value: Any) -> str:
     return f"{key}-{re.sub(r'[^A-Za-z0-9_.-]', '_', override_value(value))}"
 
 
-def results_files(output_folder: Path, bias_shifts: Optional[Sequence[float]] = None) -> List[Path]:
-    """The results files a run writes: ``results.json`` for shift 0, ``results_bias+2.json`` ..."""
+def results_files(output_folder: Path, bias_shifts: Optional[Sequence[float]] = None,
+                  test_only: bool = False) -> List[Path]:
+    """The results files a run writes: ``results.json`` for shift 0, ``results_bias+2.json`` ...
+    (``results_test_only*.json`` for a ``--test_only`` evaluation)."""
+    from .report import results_file_name
+
     shifts = bias_shifts if bias_shifts is not None else [0.0]
-    return [output_folder / ("results.json" if not float(s) else f"results_bias{float(s):+g}.json") for s in shifts]
+    return [output_folder / results_file_name(s, test_only) for s in shifts]
 
 
 def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = None) -> List[Run]:
@@ -143,9 +151,9 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
         vary = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (group.get("vary") or {}).items()}
         vary.setdefault("seed", spec.seeds)
         keys = sorted(k for k in vary if k != "seed")
-        for values in itertools.product(*(vary[k] for k in keys), vary["seed"]):
+        # seed-major: every configuration's first seed runs before any second seed
+        for seed, *values in itertools.product(vary["seed"], *(vary[k] for k in keys)):
             point = dict(zip(keys, values))
-            seed = values[-1]
             overrides = {"experiment_root": spec.experiment_root, **spec.overrides, **(group.get("set") or {}),
                          **point, "seed": seed}
             parts = "+".join(_folder_part(k, point[k]) for k in keys) or "default"
@@ -173,16 +181,37 @@ def _env(jobs: int) -> Dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
 
 
+PUBLISHED_FILES = ("results*.json", "history.jsonl", "calibration.json")
+
+
+def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
+    """Copy a finished run's small result files (never checkpoints) to the same relative folder
+    under ``destination``, so that they can be committed the moment the run ends."""
+    import shutil
+
+    target = Path(destination) / run.output_folder.relative_to(grid_root)
+    target.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for pattern in PUBLISHED_FILES:
+        for path in sorted(run.output_folder.glob(pattern)):
+            shutil.copy2(path, target / path.name)
+            copied.append(target / path.name)
+    return copied
+
+
 def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: float = 0.5,
-            log: Optional[IO[str]] = None) -> Dict[str, Tuple[str, float]]:
+            log: Optional[IO[str]] = None, publish: Optional[Tuple[Path, Path]] = None) -> Dict[str, Tuple[str, float]]:
     """Run what is not complete, ``jobs`` at a time; returns name -> (status, seconds), status one of
-    done / skipped / failed / blocked (its training run failed) / dry-run."""
+    done / skipped / failed / blocked (its training run failed) / dry-run. With ``publish = (grid_root,
+    destination)``, each run's result files are copied there when it is done (or found complete)."""
     log = log or sys.stdout
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
     for run in runs:
         if run.complete():
             status[run.name] = ("skipped", 0.0)
+            if publish is not None and not dry_run:
+                publish_run(run, *publish)
         else:
             pending.append(run)
     # a test-only run waits for the runs of the same grid that train its folder
@@ -217,6 +246,8 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
             del running[name]
             ok = proc.returncode == 0 and run.complete()
             status[name] = ("done" if ok else "failed", time.time() - start)
+            if ok and publish is not None:
+                publish_run(run, *publish)
             print(f"[{status[name][0]}] {name} ({status[name][1]:.0f} s, log {run.output_folder / 'grid.log'})",
                   file=log, flush=True)
         if running:
@@ -249,7 +280,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
     spec = load_grid(args.grid)
     runs = [r for r in expand(spec, extra) if not args.only or any(s in r.name for s in args.only)]
-    status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run)
+    publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
+    status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish)
     print(format_summary(runs, status))
     if not args.dry_run and not args.no_report:
         from .plots import make_all_plots

@@ -128,9 +128,32 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
             return read_audio(wav)
 
         pipeline, outputs = audio, outputs + ["sig"]
-    sb.dataio.dataset.add_dynamic_item(list(datasets.values()), targets)
+    plain = [d for split, d in datasets.items() if split != "train" or not hparams.get("optional_silence", False)]
+    if len(plain) < len(datasets):  # training targets: an optional sil at every word boundary
+        from .ctc import optional_silence_targets
+
+        if hparams["target_unit"] != "phone":
+            raise ConfigurationError("optional_silence needs phone targets (target_unit: phone)")
+        table = optional_silence_targets(datasets["train"].data, hparams.get("g2p", "spn"))
+        if not table:
+            raise ConfigurationError("optional_silence: no training utterance has lexicon labels (labels: "
+                                     "{train: lexicon}) to insert optional sil into")
+        logger.info("optional sil at word boundaries for %d of %d training utterances (the others keep their "
+                    "labels)", len(table), len(datasets["train"].data))
+
+        @sb.utils.data_pipeline.takes("id", "phn")
+        @sb.utils.data_pipeline.provides("tokens", "optional")
+        def optional_targets(utt_id: str, text: str):
+            phones, optional = table.get(utt_id, (text.split(), None))
+            yield torch.LongTensor(label_encoder.encode_sequence(phones))
+            yield torch.tensor(optional if optional is not None else [False] * len(phones), dtype=torch.bool)
+
+        sb.dataio.dataset.add_dynamic_item([datasets["train"]], optional_targets)
+    sb.dataio.dataset.add_dynamic_item(plain, targets)
     sb.dataio.dataset.add_dynamic_item(list(datasets.values()), pipeline)
-    sb.dataio.dataset.set_output_keys(list(datasets.values()), outputs)
+    sb.dataio.dataset.set_output_keys(plain, outputs)
+    if len(plain) < len(datasets):
+        sb.dataio.dataset.set_output_keys([datasets["train"]], outputs + ["optional"])
     return datasets
 
 
@@ -201,6 +224,7 @@ def run_apc_recipe(argv: Sequence[str]) -> Path:
     hparams_file, run_opts, overrides = sb.parse_arguments(list(argv))
     sb.utils.distributed.ddp_init_group(run_opts)
     hparams = load_hparams(hparams_file, overrides)
+    hparams["precision"] = resolve_precision(hparams.get("precision", "fp32"), run_opts)
     sb.create_experiment_directory(experiment_directory=hparams["apc_output_folder"],
                                    hyperparams_to_save=hparams_file, overrides=overrides)
     run_on_main(prepare_librispeech, kwargs=hparams["prepare_options"])
@@ -213,6 +237,7 @@ def run_asr_recipe(argv: Sequence[str], prepare: Callable[..., Mapping[str, str]
     hparams_file, run_opts, overrides = sb.parse_arguments(list(argv))
     sb.utils.distributed.ddp_init_group(run_opts)
     hparams = load_hparams(hparams_file, overrides)
+    hparams["precision"] = resolve_precision(hparams.get("precision", "fp32"), run_opts)
     sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
                                    hyperparams_to_save=hparams_file, overrides=overrides)
     if hparams["target_unit"] not in ("phone", "sentencepiece"):
@@ -245,9 +270,11 @@ def run_asr_recipe(argv: Sequence[str], prepare: Callable[..., Mapping[str, str]
     hparams["checkpointer"].add_recoverable("rng", hparams["rng_state"])
     brain = ConditionalCTCBrain(modules=modules, opt_class=hparams["opt_class"], hparams=hparams,
                                 run_opts=run_opts, checkpointer=hparams["checkpointer"])
+    train_loader_kwargs = training_loader_options(hparams, datasets["train"])
+    brain.train_batch_sampler = train_loader_kwargs.get("batch_sampler")
     try:
         brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],  # returns at once with --test_only
-                  train_loader_kwargs=hparams["train_loader_options"],
+                  train_loader_kwargs=train_loader_kwargs,
                   valid_loader_kwargs=hparams["test_loader_options"])
     except RuntimeError as err:
         if "size mismatch" in str(err) or "Missing key" in str(err) or "Unexpected key" in str(err):
@@ -261,6 +288,46 @@ def run_asr_recipe(argv: Sequence[str], prepare: Callable[..., Mapping[str, str]
         brain.evaluate(datasets["test"], min_key=hparams["selection_metric"],
                        test_loader_kwargs=hparams["test_loader_options"])
     return {"output_folder": hparams["output_folder"]}
+
+
+def training_loader_options(hparams: Dict, train_set: DynamicItemDataset) -> Dict:
+    """Training DataLoader options: fixed-size batches, or length-bucketed ones (``dynamic_batching``).
+
+    With ``dynamic_batching: True`` SpeechBrain's ``DynamicBatchSampler`` groups utterances of
+    similar duration into batches of at most ``max_batch_length`` seconds of padded audio, in a
+    random order that changes every epoch (seeded), so the BiGRUs hardly run over padding.
+    """
+    options = dict(hparams["train_loader_options"])
+    if not hparams.get("dynamic_batching", False):
+        return options
+    from speechbrain.dataio.sampler import DynamicBatchSampler
+
+    sampler = DynamicBatchSampler(train_set, max_batch_length=hparams["max_batch_length"],
+                                  num_buckets=hparams["num_buckets"], length_func=lambda x: float(x["duration"]),
+                                  shuffle=True, batch_ordering="random", seed=hparams["seed"])
+    return {"batch_sampler": sampler, "num_workers": options.get("num_workers", 0)}
+
+
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+
+
+def resolve_precision(precision: str, run_opts) -> str:
+    """The training precision: ``auto`` becomes ``bf16`` where the device computes bf16 natively.
+
+    On the CPU that means AVX-512-BF16 or AMX (oneDNN reports bf16 support); without them bf16
+    is emulated and slower than fp32, so ``auto`` gives ``fp32``. On CUDA it means a GPU with bf16
+    (Ampere or newer). ``--precision`` on the command line (SpeechBrain's flag) wins over the YAML key.
+    """
+    if "precision" in getattr(run_opts, "overridden_args", ()):
+        return run_opts["precision"]
+    if precision not in PRECISIONS:
+        raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision != "auto":
+        return precision
+    device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
+    if str(device).startswith("cuda"):
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
 
 
 def check_consistency(hparams: Dict) -> None:

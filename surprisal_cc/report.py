@@ -7,7 +7,9 @@
 Tables (Markdown and CSV; bold rows / ``pareto=True`` are Pareto-optimal in PER and FLOPs, like
 the paper's grey rows): ``table_controllers`` (Table 2, plus ACT/PonderNet), ``table_ablation``
 (Tables 3-7), ``table_stochastic`` (Tables 8/9), ``table_lambda`` (Appendix D),
-``table_bias_sweep`` (Appendix B). Standard deviations are over seeds with ddof=0 (0 for one seed).
+``table_bias_sweep`` (Appendix B). An aggregated row is the mean over the n seeds of one
+configuration, ± the sample standard deviation (ddof=1); a row of one seed has no ±. Every table
+shows n.
 """
 from __future__ import annotations
 
@@ -24,14 +26,15 @@ import yaml
 PathLike = Union[str, Path]
 Row = Dict[str, Any]
 
-RESULTS_PATTERN = re.compile(r"^results(_bias[+-][0-9.eE+-]+)?\.json$")
+RESULTS_PATTERN = re.compile(r"^results(_test_only)?(_bias[+-][0-9.eE+-]+)?\.json$")
 DEFAULT_PENALTY = 0.001
 # configuration keys of a run and their values when a results file lacks them
 CONFIG_DEFAULTS: Dict[str, Any] = {
     "dataset": "", "encoder": "conditional", "controller": "surprisal", "architecture": "paper",
     "input_features": "apc", "controller_at_train": True, "controller_at_test": True,
     "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
-    "penalty": None, "act_ponder_cost": None, "pondernet_beta": None, "number_of_epochs": None,
+    "penalty": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
+    "number_of_epochs": None,
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
@@ -41,13 +44,14 @@ CONTROLLER_ORDER = ("random", "learned", "surprisal", "big_only", "small_only")
 SORT_ORDER: Dict[str, Sequence[Any]] = {
     "encoder": ("conditional", "act", "pondernet"), "architecture": ("paper", "model1", "model2", "model3"),
     "controller": CONTROLLER_ORDER, "input_features": ("fbank", "apc"),
+    "learned_estimator": ("both_networks", "routed"),
     **{flag: (False, True) for flag in ("controller_at_train", "controller_at_test", "train_stochastic",
                                         "test_stochastic")}}
 
 __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
            "table_controllers", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
-           "ensure_aggregated", "select_rows", "config_of"]
+           "ensure_aggregated", "select_rows", "config_of", "results_file_name"]
 
 
 # ---------------------------------------------------------------------------- reading runs
@@ -109,11 +113,26 @@ def _run_info(run_dir: Path) -> Row:
     history = read_history(run_dir)
     return {
         "penalty": _as_float(_hparam(hp, "learned_penalty", "encoder_module.controller_options.penalty_weight")),
+        "learned_estimator": _hparam(hp, "learned_estimator", "encoder_module.controller_options.estimator"),
         "act_ponder_cost": _as_float(_hparam(hp, "act_ponder_cost", "encoder_module.adaptive_options.act.ponder_cost")),
         "pondernet_beta": _as_float(_hparam(hp, "pondernet_beta", "encoder_module.adaptive_options.pondernet.beta")),
         "number_of_epochs": _hparam(hp, "number_of_epochs"),
         "train_loss": history[-1].get("train_loss") if history else None,
     }
+
+
+def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: str = "results",
+                      suffix: str = ".json") -> str:
+    """Name of the results file of one test evaluation, so that no evaluation overwrites another.
+
+    A training run writes ``results.json`` (``results_bias+2.json`` with a shifted controller bias); a
+    ``--test_only`` evaluation writes ``results_test_only.json`` (``results_test_only_bias+2.json``).
+
+    >>> results_file_name(), results_file_name(1.0), results_file_name(0.0, True), results_file_name(-0.5, True)
+    ('results.json', 'results_bias+1.json', 'results_test_only.json', 'results_test_only_bias-0.5.json')
+    """
+    shift = float(bias_shift or 0.0)
+    return f"{stem}{'_test_only' if test_only else ''}{f'_bias{shift:+g}' if shift else ''}{suffix}"
 
 
 def _results_files(path: Path) -> List[Path]:
@@ -125,7 +144,9 @@ def _results_files(path: Path) -> List[Path]:
 def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
     """One row per results file (files given, or ``results*.json`` found recursively in folders).
 
-    Adds ``path``, ``run_dir``, and from the run folder: ``penalty`` (learned-controller lambda),
+    Files: ``results.json`` and ``results_test_only.json`` (and their ``_bias+S`` variants,
+    :func:`results_file_name`). Adds ``path``, ``run_dir``, and from the run folder: ``penalty``
+    (learned-controller lambda), ``learned_estimator``,
     ``act_ponder_cost``, ``pondernet_beta``, ``number_of_epochs`` (hyperparams.yaml) and
     ``train_loss`` (last epoch of history.jsonl), unless the results file has them.
     """
@@ -156,7 +177,7 @@ def config_of(row: Row) -> Row:
     config = {key: row.get(key, default) for key, default in CONFIG_DEFAULTS.items()}
     config["test_bias_shift"] = float(config["test_bias_shift"] or 0.0)
     if config["controller"] != "learned":
-        config["penalty"] = None
+        config["penalty"] = config["learned_estimator"] = None
     if config["encoder"] != "act":
         config["act_ponder_cost"] = None
     if config["encoder"] != "pondernet":
@@ -176,6 +197,8 @@ def model_name(config: Row) -> str:
         name = CONTROLLER_NAMES.get(controller, str(controller))
         if controller == "learned" and config.get("penalty") is not None:
             name += f" (λ={config['penalty']:g})"
+        if controller == "learned" and config.get("learned_estimator") == "routed":
+            name += " (routed estimator)"
     notes = [f"{config['architecture']}"] if config.get("architecture", "paper") != "paper" else []
     if config.get("input_features", "apc") != "apc":
         notes.append(f"{config['input_features']} features")
@@ -189,18 +212,21 @@ def model_name(config: Row) -> str:
 
 
 def _mean_std(values: Iterable[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
+    """Mean and sample standard deviation (ddof=1); the deviation is None for fewer than 2 values."""
     vals = [float(v) for v in values if v is not None]
     if not vals:
         return None, None
     mean = sum(vals) / len(vals)
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
+    if len(vals) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
 
 
 def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]:
     """One row per configuration (runs that differ only by seed), sorted by ``by`` (SORT_ORDER).
 
-    Keys: the ``by`` keys, ``model``, ``n_seeds``, ``seeds``, ``PER``/``PER_std`` (mean and ddof=0
-    std over seeds), ``flops_per_frame`` (mean MACs), ``flops_M``, ``p_big_mean``, ``big_fraction``,
+    Keys: the ``by`` keys, ``model``, ``n_seeds``, ``seeds``, ``PER``/``PER_std`` (mean and sample
+    std, ddof=1, over seeds; std None for one seed), ``flops_per_frame`` (mean MACs), ``flops_M``, ``p_big_mean``, ``big_fraction``,
     ``mean_steps``, ``test_loss``/``test_loss_std``, ``train_loss``/``train_loss_std``, ``epochs``,
     ``run_dirs``. A seed found twice in one configuration counts once (the newest file).
     """
@@ -249,7 +275,13 @@ def _fmt(value: Optional[float], spec: str = ".2f", suffix: str = "") -> str:
 
 
 def _mean_pm(key: str, suffix: str = "") -> Callable[[Row], str]:
-    return lambda r: "–" if r.get(key) is None else f"{_fmt(r[key], '.2f', suffix)} ± {_fmt(r[f'{key}_std'], '.2f', suffix)}"
+    """``mean ± std``, or the mean alone where there is no std (one seed)."""
+    def cell(r: Row) -> str:
+        if r.get(key) is None:
+            return "–"
+        std = r.get(f"{key}_std")
+        return _fmt(r[key], ".2f", suffix) + ("" if std is None else f" ± {_fmt(std, '.2f', suffix)}")
+    return cell
 
 
 def _flag(key: str) -> Callable[[Row], str]:
@@ -262,7 +294,7 @@ COL_FLOPS: Column = ("Avg. FLOPs per input", lambda r: _fmt(r.get("flops_M"), ".
 COL_PBIG: Column = ("p_big", lambda r: _fmt(r.get("p_big_mean"), ".3f"))
 COL_BIG: Column = ("Big fraction", lambda r: _fmt(r.get("big_fraction"), ".3f"))
 COL_STEPS: Column = ("Mean steps", lambda r: _fmt(r.get("mean_steps"), ".2f"))
-COL_SEEDS: Column = ("Seeds", lambda r: str(r["n_seeds"]))
+COL_SEEDS: Column = ("n (seeds)", lambda r: str(r["n_seeds"]))
 COL_EPOCHS: Column = ("Epochs", lambda r: "–" if r.get("epochs") is None else str(r["epochs"]))
 CSV_KEYS = ("model", "PER", "PER_std", "flops_M", "p_big_mean", "big_fraction", "mean_steps", "n_seeds", "epochs")
 
@@ -415,7 +447,8 @@ def table_bias_sweep(rows: Sequence[Row], dataset: Optional[str] = None) -> Tabl
 def format_markdown(rows: Sequence[Row]) -> str:
     """Markdown table with one row per configuration (``surprisal-cc report``)."""
     table = table_summary(rows)
-    return table.markdown() + "\nBold rows are Pareto-optimal (no other row has lower PER and FLOPs).\n"
+    return table.markdown() + ("\nBold rows are Pareto-optimal (no other row has lower PER and FLOPs); ± is the "
+                               "sample standard deviation (ddof=1) over the n seeds of a row (none for one seed).\n")
 
 
 def write_csv(rows: Sequence[Row], path: PathLike) -> None:
@@ -454,6 +487,7 @@ def write_report(results_root: Union[PathLike, Sequence[PathLike]], out_dir: Pat
             table.write_csv(out / f"{stem}.csv")
             sections.append(f"### {table.title}\n\n{table.markdown()}")
     text = "\n".join(sections) + ("\nBold rows are Pareto-optimal in PER and average FLOPs per input frame "
-                                  "(the paper's grey rows); ± is the standard deviation over seeds.\n")
+                                  "(the paper's grey rows); ± is the sample standard deviation (ddof=1) over the "
+                                  "n seeds of a row (none for one seed).\n")
     (out / "report.md").write_text(text, encoding="utf-8")
     return text

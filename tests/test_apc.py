@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from surprisal_cc.apc import AffineScale, APCModel, FrozenAPC, load_apc, save_apc
+from numerics import assert_close_up_to_summation_order
 
 torch.set_num_threads(1)
 
@@ -82,13 +83,13 @@ def test_padding_invariance():
     batch[0, :5], batch[1] = short, long
     out = apc(batch, torch.tensor([5, 11]))
     alone = apc(short.unsqueeze(0), torch.tensor([5]))
-    torch.testing.assert_close(out.features[0, :5], alone.features[0], rtol=0, atol=1e-6)
-    torch.testing.assert_close(out.surprisal[0, :5], alone.surprisal[0], rtol=0, atol=1e-5)
-    torch.testing.assert_close(out.prediction[0, :5], alone.prediction[0], rtol=0, atol=1e-6)
+    assert_close_up_to_summation_order(out.features[0, :5], alone.features[0])
+    assert_close_up_to_summation_order(out.surprisal[0, :5], alone.surprisal[0])
+    assert_close_up_to_summation_order(out.prediction[0, :5], alone.prediction[0])
     assert torch.all(out.surprisal[0, 5:] == 0)
     assert torch.all(out.features[0, 5:] == 0)
     alone_long = apc(long.unsqueeze(0), torch.tensor([11]))
-    torch.testing.assert_close(out.surprisal[1], alone_long.surprisal[0], rtol=0, atol=1e-5)
+    assert_close_up_to_summation_order(out.surprisal[1], alone_long.surprisal[0])
 
 
 def test_surprisal_definition():
@@ -168,7 +169,7 @@ def test_save_load_roundtrip(tmp_path):
     save_apc(apc, path)
     blob = torch.load(path, weights_only=True)  # loadable without executing code
     assert blob["config"] == dict(input_size=6, hidden_size=12, num_layers=3, dropout=0.2, leaky_slope=0.3,
-                                  input_scale=False)
+                                  input_scale=False, residual=False)
     loaded = load_apc(path)
     assert isinstance(loaded, APCModel) and len(loaded.grus) == 3
     assert isinstance(loaded.input_scale, nn.Identity)
@@ -209,3 +210,22 @@ def test_load_not_an_apc_file(tmp_path):
     torch.save({"weights": torch.zeros(2)}, path)
     with pytest.raises(ValueError, match="other.pt"):
         load_apc(path)
+
+
+def test_residual_head_starts_as_the_copy_previous_frame_predictor():
+    torch.manual_seed(0)
+    apc = APCModel(input_size=6, hidden_size=12, residual=True).eval()
+    apc.init_output_bias(torch.randn(10, 6))
+    with torch.no_grad():
+        apc.head.weight.zero_()
+    x = torch.randn(2, 5, 6)
+    out = apc(x, torch.tensor([5, 3]))
+    previous = torch.cat([torch.zeros(2, 1, 6), x[:, :-1]], dim=1)
+    torch.testing.assert_close(out.prediction, previous)
+    assert apc.macs_per_frame() == APCModel(input_size=6, hidden_size=12).macs_per_frame() + 6
+
+
+def test_residual_flag_survives_export(tmp_path):
+    apc = APCModel(input_size=6, hidden_size=12, residual=True)
+    save_apc(apc, tmp_path / "apc.pt")
+    assert load_apc(tmp_path / "apc.pt").residual is True

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -63,3 +64,115 @@ def test_markdown_table_and_skip(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "| benchmark | ours | baseline | ratio | target | met? |" in out
     assert "SKIPPED: dev-clean-2 not found" in out
+
+
+def test_training_benchmark_rows_smoke():
+    """The training benchmark has the authors' step as baseline, ours in fp32 and bf16, bucketed, factors, packed."""
+    from benchmarks import bench_training as bt
+
+    res = bt.run("smoke")
+    table = res.details[0]
+    assert "real frames/s" in table["headers"] and "s/step (median)" in table["headers"]
+    rows = {row[0]: row for row in table["rows"]}
+    for name in (bt.OURS, bt.OURS_BF16, bt.OURS_BUCKETED, bt.AUTHORS, bt.PACKED, *bt.FACTORS.values()):
+        assert name in rows, name
+    fps = table["headers"].index("real frames/s")
+    measured = [row for name, row in rows.items() if not (name == bt.OURS_BF16 and not bt.bf16_supported())]
+    assert all(_numeric(row[fps]) and row[fps] > 0 for row in measured)
+    names = [row.benchmark for row in res.summary]
+    goal = res.summary[0]
+    assert "authors' step" in goal.benchmark and goal.target == ">= 5x" and goal.met == (goal.ratio >= 5.0)
+    assert "real frames/s" in goal.note
+    assert any("length-bucketed" in n for n in names)
+    assert any("packed nn.GRU, which the authors' code did not use" in n for n in names)
+    for factor in bt.FACTORS:
+        assert f"training factor: {factor}" in names
+
+
+def test_training_benchmark_configs():
+    """The baseline is the authors' step: filterbank + APC from the waveform, masked, unpacked nn.GRU."""
+    from benchmarks import bench_training as bt
+    from benchmarks.common import PackedBiGRU, UnpackedBiGRU
+    from surprisal_cc.features import FeatureConfig
+
+    specs = bt.configs()
+    assert specs[bt.AUTHORS] == bt.StepConfig(features="recompute", execution="masked", rnn="unpacked")
+    assert specs[bt.OURS] == bt.StepConfig()
+    authors = bt.build_model(specs[bt.AUTHORS])
+    assert isinstance(authors.encoder.pre_net, UnpackedBiGRU)
+    assert isinstance(authors.encoder.post_net.rnn, UnpackedBiGRU)
+    assert authors.apc.training and not any(p.requires_grad for p in authors.apc.parameters())
+    assert isinstance(bt.build_model(specs[bt.PACKED]).encoder.pre_net, PackedBiGRU)
+    # synthetic waveforms give exactly the batch's frame counts through the filterbank
+    frames = torch.arange(1, 900)
+    assert [FeatureConfig().num_frames(int(s)) for s in bt.samples_for_frames(frames)] == frames.tolist()
+    batch = bt.make_batches(1, 3, 4, 8, waveforms=True)[0]
+    _, lengths = authors.front_end(batch.waveforms, batch.samples)
+    assert lengths.tolist() == batch.lengths.tolist()
+    # a bucketed batch pads much less than a random one
+    random_batch = bt.make_batches(1, 32, 300, 800)[0]
+    bucketed = bt.make_batches(1, 32, 300, 800, bucketed=True)[0]
+    assert bucketed.padded_frames - bucketed.real_frames < (random_batch.padded_frames - random_batch.real_frames) / 4
+
+
+def test_training_benchmark_without_bf16(monkeypatch):
+    """Where the CPU has no native bf16 the bf16 row says skipped and the goal uses fp32."""
+    from benchmarks import bench_training as bt
+
+    monkeypatch.setattr(bt, "bf16_supported", lambda: False)
+    res = bt.run("smoke")
+    assert bt.OURS_BF16 not in bt.configs()
+    assert "ours (fp32)" in res.summary[0].benchmark
+    skipped = [row for row in res.summary if "bf16" in row.benchmark]
+    assert skipped and skipped[0].ours is None and "skipped" in skipped[0].note
+    rows = {row[0]: row for row in res.details[0]["rows"]}
+    assert any("skipped" in str(cell) for cell in rows[bt.OURS_BF16])
+
+
+def test_inference_predicted_ratio():
+    """Each frame pays for the network it ran: p = 1 is big-only, p = 0 small-only; README's component times."""
+    from benchmarks.bench_inference import predicted_ratio
+
+    assert predicted_ratio(1.0, 1.0, 1.0, 0.1, 1.0) == pytest.approx(1.0)
+    assert predicted_ratio(1.0, 1.0, 1.0, 0.1, 0.0) == pytest.approx(2.1 / 3.0)
+    assert predicted_ratio(0.99, 1.05, 1.00, 0.12, 0.65) == pytest.approx(0.899, abs=5e-4)
+
+
+def test_inference_benchmark_rows_smoke():
+    """Measured vs predicted (from the components of the same run) routed/big-only ratio, FLOP ratio, RTF rows."""
+    from benchmarks import bench_inference as bi
+
+    res = bi.run("smoke")
+    goal = res.summary[0]
+    assert goal.ratio == pytest.approx(goal.ours / goal.baseline)
+    components = {row[0]: row[1] for row in res.details[1]["rows"]}
+    assert set(components) == set(bi.COMPONENTS)
+    compare = res.details[2]
+    rows = {row[0]: row for row in compare["rows"]}
+    p = rows["fraction of real frames on the big network (p)"][1]
+    assert 0.0 <= p <= 1.0
+    measured, predicted, diff, flop_ratio = rows["encoder (pre + small/big + post)"][1:5]
+    assert predicted == pytest.approx(bi.predicted_ratio(*(components[c] for c in bi.COMPONENTS), p))
+    assert measured == pytest.approx(goal.ratio) and diff == pytest.approx(measured - predicted)
+    assert f"predicted {predicted:.3f}" in goal.target and f"<= {bi.TOLERANCE}" in goal.target
+    assert goal.met == (abs(diff) <= bi.TOLERANCE)
+    assert f"FLOP ratio {flop_ratio:.3f}" in goal.note and _numeric(flop_ratio)
+    rtf = [row for row in res.summary if "RTF" in row.benchmark]
+    assert [("fp32" in r.benchmark, "bf16" in r.benchmark) for r in rtf] == [(True, False), (False, True)]
+    fp32 = rtf[0]
+    assert fp32.ratio == pytest.approx(fp32.ours / fp32.baseline) and fp32.baseline == bi.SIZES["smoke"]["audio_s"]
+    assert all(stage in fp32.note for stage in bi.STAGES)
+    table = res.details[3]
+    shares = [table["headers"].index(f"{stage} %") for stage in bi.STAGES]
+    for row in table["rows"]:
+        if row[0] == "fp32" or bi.bf16_supported():
+            assert sum(row[i] for i in shares) == pytest.approx(100.0)
+
+
+def test_inference_benchmark_without_bf16(monkeypatch):
+    from benchmarks import bench_inference as bi
+
+    monkeypatch.setattr(bi, "bf16_supported", lambda: False)
+    res = bi.run("smoke")
+    bf16 = [row for row in res.summary if "RTF" in row.benchmark and "bf16" in row.benchmark]
+    assert len(bf16) == 1 and bf16[0].ratio is None and "skipped" in bf16[0].note

@@ -1,12 +1,14 @@
 """Tests for surprisal_cc.controllers: decisions, calibration, FLOP budget, learned controller."""
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 
 from surprisal_cc.controllers import (
+    AUTHORS_ERROR_SCALE,
     CONTROLLERS,
     ConstantController,
     LearnedController,
@@ -17,7 +19,7 @@ from surprisal_cc.controllers import (
     sample_decisions,
     target_mean_for_budget,
 )
-from surprisal_cc.encoders import FrameNet, route_frames
+from surprisal_cc.encoders import ConditionalEncoder, FrameNet, masked_mixture, route_frames
 from surprisal_cc.features import lengths_to_mask
 
 torch.set_num_threads(1)
@@ -96,11 +98,50 @@ def test_sgd_calibration_default_lr_improves_on_initialisation():
     assert all(loss1 < loss0 for loss0, loss1 in results), results
 
 
+def test_authors_adam_calibration_is_their_procedure():
+    """One Adam step (lr 0.01) per minibatch on Eq. 4 with the ddof=1 variance, on
+    sigmoid(w' * e + b), e = 2 * surprisal, from w' = 0.1, b = -1; then w = 2 w'."""
+    batches = surprisal_batches("lognormal", n_batches=30, size=400)
+    w = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
+    b = torch.tensor(-1.0, dtype=torch.float64, requires_grad=True)
+    adam = torch.optim.Adam([w, b], lr=0.01)
+    for s in batches:
+        p = torch.sigmoid(w * 2.0 * s.double() + b)
+        loss = 0.5 * (p.mean() - 0.5) ** 2 + 0.5 * (p.var() - 0.04) ** 2  # torch var: ddof=1
+        adam.zero_grad()
+        loss.backward()
+        adam.step()
+    ctrl = SurprisalController()
+    result = calibrate_surprisal_controller(ctrl, iter(batches), 0.5, 0.04, method="authors_adam")
+    assert AUTHORS_ERROR_SCALE == 2.0
+    assert result["method"] == "authors_adam" and bool(ctrl.calibrated)
+    assert float(ctrl.weight) == pytest.approx(2.0 * w.item(), rel=1e-5)
+    assert float(ctrl.bias) == pytest.approx(b.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["gamma", "lognormal"])
+@pytest.mark.parametrize("target", [(0.5, 0.04), (0.65, 0.04)])
+def test_authors_adam_calibration_moves_toward_target(kind, target):
+    batches = surprisal_batches(kind, n_batches=40, size=500)
+    values = torch.cat(batches).double()
+    start = torch.sigmoid(AUTHORS_ERROR_SCALE * 0.1 * values - 1.0)  # w' = 0.1, b = -1
+    ctrl = SurprisalController()
+    result = calibrate_surprisal_controller(ctrl, iter(batches), *target, method="authors_adam")
+    mean, var = p_stats(ctrl, values)
+    assert float(calibration_loss(torch.sigmoid(float(ctrl.weight) * values + float(ctrl.bias)), *target)) \
+        < float(calibration_loss(start, *target))
+    assert abs(mean - target[0]) < abs(float(start.mean()) - target[0])
+    assert result["mean_p_big"] == pytest.approx(mean, abs=1e-6) and result["frames"] == values.numel()
+
+
 def test_calibration_loss_formula():
     p = torch.tensor([0.1, 0.4, 0.9, 0.6])
     mean, var = 0.5, ((0.4 ** 2 + 0.1 ** 2 + 0.4 ** 2 + 0.1 ** 2) / 4)
     expected = 0.5 * (mean - 0.3) ** 2 + 0.5 * (var - 0.02) ** 2
     assert float(calibration_loss(p, 0.3, 0.02)) == pytest.approx(expected)
+    sample_var = var * 4 / 3
+    expected = 0.5 * (mean - 0.3) ** 2 + 0.5 * (sample_var - 0.02) ** 2
+    assert float(calibration_loss(p, 0.3, 0.02, unbiased=True)) == pytest.approx(expected)
 
 
 def test_calibration_errors():
@@ -304,43 +345,167 @@ def test_surprisal_controller_not_in_optimizer_parameters():
 # ----------------------------------------------------------------------------------------------
 # learned controller
 # ----------------------------------------------------------------------------------------------
-def _learned_setup(seed=0):
+class Threshold(torch.autograd.Function):
+    """[z > 0] in the forward pass, the identity in the backward pass (paper Sec. 4.3)."""
+
+    @staticmethod
+    def forward(ctx, z):
+        return (z > 0).to(z.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _learned_setup(seed=0, estimator="both_networks"):
     torch.manual_seed(seed)
     D = 8
-    ctrl = LearnedController(input_size=D, hidden_size=12, penalty_weight=0.01)
+    ctrl = LearnedController(input_size=D, hidden_size=12, penalty_weight=0.01, estimator=estimator)
+    with torch.no_grad():  # about half of the frames above the threshold
+        ctrl.net[2].bias.sub_(ctrl.net(torch.randn(64, D)).median())
     small, big = FrameNet([D, D]), FrameNet([D, 16, D])
     x = torch.randn(3, 7, D)
     lengths = torch.tensor([7, 5, 2])
     return ctrl, small, big, x, lengths
 
 
+def _mlp(ctrl, x):
+    w1, b1, w2, b2 = ctrl.net[0].weight, ctrl.net[0].bias, ctrl.net[2].weight, ctrl.net[2].bias
+    return (torch.nn.functional.leaky_relu(x @ w1.T + b1, 0.125) @ w2.T + b2).squeeze(-1)
+
+
+class RowCounter:
+    def __init__(self, module):
+        self.rows = 0
+        module.register_forward_hook(lambda m, inp, out: setattr(self, "rows", self.rows + inp[0].shape[0]))
+
+
 def test_learned_controller_macs_and_probability():
     ctrl, _, _, x, lengths = _learned_setup()
     assert ctrl.macs_per_frame() == 8 * 12 + 12 + 12 + 1
     assert not ctrl.uses_surprisal
-    p = ctrl.probability(x, None)
-    w1, b1, w2, b2 = ctrl.net[0].weight, ctrl.net[0].bias, ctrl.net[2].weight, ctrl.net[2].bias
-    expected = torch.sigmoid(torch.relu(x @ w1.T + b1) @ w2.T + b2).squeeze(-1)
-    torch.testing.assert_close(p, expected)
+    torch.testing.assert_close(ctrl.logit(x), _mlp(ctrl, x))
+    torch.testing.assert_close(ctrl.probability(x, None), torch.sigmoid(_mlp(ctrl, x)))
 
 
-def test_learned_controller_straight_through_gradient():
-    ctrl, small, big, x, lengths = _learned_setup()
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_learned_controller_decision_is_the_threshold(stochastic):
+    """s_t = [MLP(h_t) > 0] whatever the stochastic flag; a bias shift moves the threshold."""
+    ctrl, _, _, x, lengths = _learned_setup()
     mask = lengths_to_mask(lengths, x.shape[1])
-    d = ctrl(x, None, mask, stochastic=False)
-    assert d.gate is not None
+    z = _mlp(ctrl, x).detach()
+    d = ctrl(x, None, mask, stochastic=stochastic)
+    assert torch.equal(d.use_big, (z > 0) & mask)
+    assert 0 < int(d.use_big.sum()) < int(mask.sum())
     torch.testing.assert_close(d.gate.detach(), d.use_big.float(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(d.p_big, torch.sigmoid(z) * mask)
+    shifted = ctrl(x, None, mask, stochastic=stochastic, bias_shift=1.5)
+    assert torch.equal(shifted.use_big, (z + 1.5 > 0) & mask)
+
+
+def test_learned_controller_aux_loss_is_summed_over_real_frames():
+    """lambda * sum over every real frame of the batch of (s_t - 0.5)^2; d/dz_t = 2 lambda (s_t - 0.5)."""
+    ctrl, _, _, x, lengths = _learned_setup()
+    mask = lengths_to_mask(lengths, x.shape[1])
+    d = ctrl(x, None, mask)
+    s = d.use_big.float()
+    expected = 0.01 * ((s - 0.5) ** 2 * mask).sum()
+    torch.testing.assert_close(d.aux_loss, expected)
+    assert float(d.aux_loss.detach()) == pytest.approx(0.01 * 0.25 * int(lengths.sum()))
+    z = ctrl.logit(x).detach().requires_grad_(True)
+    ctrl.logit = lambda features, bias_shift=0.0: z + bias_shift  # the same z, as a leaf
+    ctrl(x, None, mask).aux_loss.backward()
+    torch.testing.assert_close(z.grad, 0.02 * (s - 0.5) * mask)
+
+
+def _encoder(ctrl, small, big):
+    return ConditionalEncoder(small_net=small, big_net=big, controller=ctrl)
+
+
+def _weighted_loss(out, lengths, weights):
+    mask = lengths_to_mask(lengths, out.log_probs.shape[1]).unsqueeze(-1)
+    return (out.log_probs * weights * mask).sum() + out.aux_loss
+
+
+def test_learned_controller_gradient_equals_masked_formulation():
+    """Training with the default estimator: the gradients of every parameter equal those of
+    s * big(x) + (1 - s) * small(x), s = [MLP(x) > 0] with the threshold's backward the identity,
+    plus lambda * sum_t (s_t - 0.5)^2, computed here by hand."""
+    ctrl, small, big, x, lengths = _learned_setup()
+    assert ctrl.estimator == "both_networks" and ctrl.both_networks_in_training
+    enc = _encoder(ctrl, small, big).train()
+    reference = copy.deepcopy(enc)
+    mask = lengths_to_mask(lengths, x.shape[1])
+    weights = torch.randn(3, 7, 8)
+    out = enc(x, lengths)
+    assert 0 < int(out.stats["use_big"].sum()) < int(mask.sum())
+    _weighted_loss(out, lengths, weights).backward()
+
+    c, sm, bg = reference.controller, reference.small_net, reference.big_net
+    s = Threshold.apply(_mlp(c, x)).unsqueeze(-1)
+    mixed = s * bg(x) + (1 - s) * sm(x)
+    log_probs = torch.log_softmax(mixed, dim=-1)
+    penalty = 0.01 * ((s.squeeze(-1) - 0.5) ** 2 * mask).sum()
+    ((log_probs * weights * mask.unsqueeze(-1)).sum() + penalty).backward()
+    torch.testing.assert_close(out.log_probs[mask], log_probs[mask].detach())
+    for (name, p), p_ref in zip(enc.named_parameters(), reference.parameters()):
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+        torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_masked_mixture_gate_gradient():
+    """d(output)/d(gate) is big(x) - small(x) on every real frame, 0 on padding."""
+    torch.manual_seed(0)
+    D = 8
+    small, big = FrameNet([D, D]), FrameNet([D, 16, D])
+    x, lengths = torch.randn(3, 7, D), torch.tensor([7, 5, 2])
+    mask = lengths_to_mask(lengths, 7)
+    p = torch.rand(3, 7, requires_grad=True)
+    use_big = (p.detach() > 0.5) & mask
+    gate = use_big.float() + p - p.detach()
+    weights = torch.randn(3, 7, D)
+    (masked_mixture(x, lengths, use_big, small, big, gate=gate) * weights).sum().backward()
+    with torch.no_grad():
+        expected = (weights * (big(x) - small(x))).sum(-1) * mask
+    torch.testing.assert_close(p.grad, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("estimator", ["both_networks", "routed"])
+def test_learned_controller_networks_that_run_and_are_charged(estimator):
+    """both_networks: both run on every real frame in training (and are charged for it); routed:
+    only the chosen one. Evaluation always routes."""
+    ctrl, small, big, x, lengths = _learned_setup(estimator=estimator)
+    enc = _encoder(ctrl, small, big)
+    small_rows, big_rows = RowCounter(small), RowCounter(big)
+    n_real = int(lengths.sum())
+    out = enc.train()(x, lengths)
+    n_big = int(out.stats["use_big"].sum())
+    both = estimator == "both_networks"
+    assert (big_rows.rows, small_rows.rows) == ((n_real, n_real) if both else (n_big, n_real - n_big))
+    assert float(out.frame_macs["big_net"].sum()) == big_rows.rows * enc.component_macs()["big_net"]
+    assert float(out.frame_macs["small_net"].sum()) == small_rows.rows * enc.component_macs()["small_net"]
+    small_rows.rows = big_rows.rows = 0
+    out = enc.eval()(x, lengths)
+    n_big = int(out.stats["use_big"].sum())
+    assert (big_rows.rows, small_rows.rows) == (n_big, n_real - n_big)
+    assert float(out.frame_macs["big_net"].sum()) == n_big * enc.component_macs()["big_net"]
+
+
+def test_learned_controller_routed_estimator_gradient():
+    """routed: a big frame is big(x) * gate, a small frame small(x) * (1 - gate), the threshold's
+    backward the identity; the network that did not run gets no term."""
+    ctrl, small, big, x, lengths = _learned_setup(estimator="routed")
+    mask = lengths_to_mask(lengths, x.shape[1])
+    d = ctrl(x, None, mask)
     out = route_frames(x, lengths, d.use_big, small, big, gate=d.gate)
     out.pow(2).sum().backward()
     grads = [p.grad.clone() for p in ctrl.parameters()]
-    assert all(g is not None and g.abs().sum() > 0 for g in grads)
+    assert all(g.abs().sum() > 0 for g in grads)
 
-    # independent reference with the documented straight-through semantics of route_frames: a big frame
-    # is big(x) * gate, a small frame small(x) * (1 - gate) (the network that did not run gets no term)
     ctrl.zero_grad()
-    p = ctrl.probability(x, None) * mask
-    hard = (p.detach() > 0.5) & mask
-    gate = (hard.float() + p - p.detach()).unsqueeze(-1)
+    s = Threshold.apply(_mlp(ctrl, x))
+    hard = (s.detach() > 0.5) & mask
+    gate = s.unsqueeze(-1)
     ref = torch.where(hard.unsqueeze(-1), gate * big(x), (1 - gate) * small(x)) * mask.unsqueeze(-1)
     torch.testing.assert_close(out.detach(), ref.detach(), rtol=1e-5, atol=1e-6)
     ref.pow(2).sum().backward()
@@ -366,24 +531,15 @@ def test_route_frames_gate_gradient():
     assert torch.all(p.grad[~mask] == 0)
 
 
-def test_learned_controller_aux_loss():
-    ctrl, _, _, x, lengths = _learned_setup()
-    mask = lengths_to_mask(lengths, x.shape[1])
-    for stochastic in (False, True):
-        d = ctrl(x, None, mask, stochastic=stochastic)
-        s = d.use_big.float()  # binary decision s_t
-        per_utt = torch.stack([((s[i, :n] - 0.5) ** 2).sum() for i, n in enumerate(lengths.tolist())])
-        expected = 0.01 * per_utt.mean()
-        torch.testing.assert_close(d.aux_loss, expected)
-        assert float(d.aux_loss.detach()) == pytest.approx(0.01 * 0.25 * float(lengths.float().mean()))
-    ctrl.zero_grad()
-    d.aux_loss.backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in ctrl.parameters())
-
-
 def test_learned_controller_is_trainable_and_registered():
     ctrl = build_controller("learned", input_size=8, hidden_size=80, penalty_weight=0.5, weight=3.0)
     assert isinstance(ctrl, LearnedController) and ctrl.penalty_weight == 0.5
+    assert ctrl.estimator == "both_networks"
     assert ctrl.net[0].in_features == 8 and ctrl.net[0].out_features == 80
     assert all(p.requires_grad for p in ctrl.parameters())
     assert LearnedController().macs_per_frame() == 512 * 80 + 80 + 80 + 1
+    routed = build_controller("learned", input_size=8, estimator="routed")
+    assert routed.estimator == "routed" and not routed.both_networks_in_training
+    assert not SurprisalController().both_networks_in_training
+    with pytest.raises(ValueError, match="learned_estimator"):
+        build_controller("learned", input_size=8, estimator="masked")

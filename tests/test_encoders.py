@@ -90,6 +90,99 @@ def test_route_frames_all_one_branch():
     assert big_rows.total == int(LENGTHS.sum()) and small_rows.rows == []  # the idle network is not called
 
 
+@pytest.mark.parametrize("branch", ["big", "small"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_route_frames_one_branch_fast_path(branch, padded):
+    """Every real frame to one network: only it runs, once, on the real frames; without padding on
+    the flat batch itself (no gather: its input shares x's memory). Outputs, padding zeros and the
+    gradients are exact (``masked_mixture`` as reference); the gate gets the routed estimator's gradient."""
+    torch.manual_seed(0)
+    small, big = FrameNet([D, D]), FrameNet([D, 16, D])
+    inputs = {"big": [], "small": []}
+    big.register_forward_hook(lambda m, inp, out: inputs["big"].append(inp[0]))
+    small.register_forward_hook(lambda m, inp, out: inputs["small"].append(inp[0]))
+    lengths = LENGTHS if padded else torch.full((3,), T)
+    mask = lengths_to_mask(lengths, T)
+    x = noisy_padding(torch.randn(3, T, D), lengths).requires_grad_(True)
+    use_big = torch.full((3, T), branch == "big")
+    p = torch.rand(3, T, requires_grad=True)
+    gate = use_big.float() + p - p.detach()
+    weights = torch.randn(3, T, D)
+    out = route_frames(x, lengths, use_big, small, big, gate=gate)
+    ran, idle = (branch, "small" if branch == "big" else "big")
+    assert len(inputs[ran]) == 1 and inputs[idle] == []
+    assert inputs[ran][0].shape[0] == int(lengths.sum())
+    assert (inputs[ran][0].data_ptr() == x.data_ptr()) == (not padded)
+    (out * weights).sum().backward()
+    grad_x, grad_p = x.grad.clone(), p.grad.clone()
+    x.grad = p.grad = None
+    reference = masked_mixture(x, lengths, use_big, small, big, gate=gate)
+    torch.testing.assert_close(out, reference)
+    assert torch.all(out[~mask] == 0)
+    (reference * weights).sum().backward()
+    torch.testing.assert_close(grad_x, x.grad)
+    with torch.no_grad():  # the routed estimator: +big(x) on big frames, -small(x) on small ones, 0 on padding
+        expected = torch.where(use_big, (weights * big(x)).sum(-1), -(weights * small(x)).sum(-1)) * mask
+    torch.testing.assert_close(grad_p, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("use_big", ["mixed", "all_big", "all_small"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_route_frames_bf16_autocast_output_dtype(use_big, padded, grad):
+    """Under bf16 autocast the output has the networks' dtype (bf16), on every path (inference under
+    no_grad scatters twice in place, autograd once), zeros on padding."""
+    torch.manual_seed(0)
+    small, big = FrameNet([D, D]), FrameNet([D, 16, D])
+    lengths = LENGTHS if padded else torch.full((3,), T)
+    decision = {"mixed": torch.rand(3, T) < 0.5, "all_big": torch.ones(3, T, dtype=torch.bool),
+                "all_small": torch.zeros(3, T, dtype=torch.bool)}[use_big]
+    x = torch.randn(3, T, D)
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.set_grad_enabled(grad):
+        out = route_frames(x, lengths, decision, small, big)
+        reference = masked_mixture(x, lengths, decision, small, big)
+    assert out.dtype == reference.dtype == torch.bfloat16
+    assert out.shape == (3, T, D)
+    torch.testing.assert_close(out, reference)
+    assert torch.all(out[~lengths_to_mask(lengths, T)] == 0)
+
+
+@pytest.mark.parametrize("contexts", [(1, 1), (3, 3), (1, 3)])
+def test_route_frames_gradients_equal_masked(contexts):
+    """Both branches used, autograd recording (one gather, one scatter): outputs and the gradients of
+    the input and of both networks' weights equal the masked reference's (its unused branch counts 0)."""
+    torch.manual_seed(0)
+    small_context, big_context = contexts
+    small, big = FrameNet([D, D], context=small_context), FrameNet([D, 16, D], context=big_context)
+    x = noisy_padding(torch.randn(3, T, D), LENGTHS).requires_grad_(True)
+    use_big = torch.rand(3, T) < 0.5
+    weights = torch.randn(3, T, D)
+    grads = []
+    for mix in (route_frames, masked_mixture):
+        x.grad = None
+        small.zero_grad(set_to_none=True)
+        big.zero_grad(set_to_none=True)
+        out = mix(x, LENGTHS, use_big, small, big)
+        (out * weights).sum().backward()
+        weight_grads = [p.grad.clone() for p in (*small.parameters(), *big.parameters())]
+        grads.append([out.detach(), x.grad.clone(), *weight_grads])
+    for routed, masked in zip(*grads):
+        torch.testing.assert_close(routed, masked, rtol=1e-5, atol=1e-6)
+
+
+def test_route_frames_no_real_frames_and_non_contiguous_input():
+    torch.manual_seed(0)
+    small, big = FrameNet([D, D]), FrameNet([D, 16, D])
+    out = route_frames(torch.randn(2, 4, D), torch.tensor([0, 0]), torch.ones(2, 4, dtype=torch.bool), small, big)
+    assert out.shape == (2, 4, D) and torch.all(out == 0)
+    x = torch.randn(T, 3, D).transpose(0, 1)  # (3, T, D), not contiguous
+    use_big = torch.rand(3, T) < 0.5
+    mask = lengths_to_mask(LENGTHS, T)
+    with torch.no_grad():
+        expected = torch.where(use_big.unsqueeze(-1), big(x), small(x)) * mask.unsqueeze(-1)
+        torch.testing.assert_close(route_frames(x, LENGTHS, use_big, small, big), expected)
+
+
 @pytest.mark.parametrize("controller", ["surprisal", "learned"])
 def test_routed_equals_masked(controller):
     torch.manual_seed(0)
@@ -366,7 +459,7 @@ def test_learned_controller_aux_loss_reaches_encoder_output():
     torch.manual_seed(0)
     enc = small_encoder(controller=LearnedController(D, 12, penalty_weight=0.1)).train()
     out = enc(torch.randn(3, T, D), LENGTHS)
-    assert float(out.aux_loss.detach()) == pytest.approx(0.1 * 0.25 * float(LENGTHS.float().mean()))
+    assert float(out.aux_loss.detach()) == pytest.approx(0.1 * 0.25 * float(LENGTHS.sum()))  # summed over the batch's real frames
     (out.log_probs[:, :, 0].sum() + out.aux_loss).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in enc.controller.parameters())
 

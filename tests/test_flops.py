@@ -1,5 +1,14 @@
 """Tests for surprisal_cc.flops: MAC formulas, the paper's Table 1 / Appendix A numbers, and a
-cross-check against torch.utils.flop_counter on the real modules."""
+cross-check against torch.utils.flop_counter on the real modules.
+
+Conventions compared: ``FlopCounterMode`` counts 2 FLOPs per multiply-accumulate of matrix
+products and convolutions (mm, addmm, bmm, convolution; GRU cells decompose into these) and
+nothing else: bias adds, elementwise products (the surprisal controller's ``w * s``), LayerNorm and
+activations count 0. Our convention counts 1 MAC = 1 FLOP and includes bias adds and LayerNorm's
+scale and shift, so MACs per frame = parameters used per frame. Hence, per frame,
+``counted / 2 == weight_only_macs(module)`` (the weight matrices only), and
+``module_macs - weight_only_macs`` is the bias / elementwise parameters, checked by formula.
+"""
 from __future__ import annotations
 
 import pytest
@@ -7,8 +16,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from surprisal_cc.adaptive import ACTEncoder, HaltingUnit, PonderNetEncoder, StepBlock
 from surprisal_cc.apc import APCModel
-from surprisal_cc.encoders import BiGRU, FrameNet, PostNet, build_encoder
+from surprisal_cc.controllers import LearnedController, SurprisalController
+from surprisal_cc.encoders import BiGRU, Conv1dPreNet, FrameNet, PostNet, build_encoder
 from surprisal_cc.flops import MacMeter, format_flop_table, module_macs, uniform_frame_macs, weight_only_macs
 
 torch.set_num_threads(1)
@@ -166,6 +177,123 @@ def test_flop_counter_model3_context_net():
     net = FrameNet([512, 512, 40], context=11, final_activation=False).eval()
     flops = _counted_flops(lambda: net(torch.randn(T, 512 * 11)))
     assert flops / 2 / T == weight_only_macs(net) == 512 * 11 * 512 + 512 * 40
+
+
+def test_flop_counter_conv1d_pre_net():
+    """Appendix A models 1/2: Conv1D (k = 11, 'same' length) pre-net, one output frame per input frame."""
+    torch.manual_seed(0)
+    pre = Conv1dPreNet(512, 512, kernel_size=11).eval()
+    flops = _counted_flops(lambda: pre(torch.randn(1, T, 512), torch.tensor([T])))
+    assert flops / 2 / T == weight_only_macs(pre) == 512 * 512 * 11
+    assert module_macs(pre) - weight_only_macs(pre) == 512  # bias adds
+
+
+def test_flop_counter_step_block():
+    """ACT / PonderNet step: LayerNorm(s + FrameNet([512, 2048, 512])(s)); LayerNorm and the
+    residual add are elementwise and not counted by FlopCounterMode."""
+    torch.manual_seed(0)
+    step = StepBlock(512, 2048).eval()
+    flops = _counted_flops(lambda: step(torch.randn(T, 512)))
+    assert flops / 2 / T == weight_only_macs(step) == 512 * 2048 + 2048 * 512
+    assert module_macs(step) - weight_only_macs(step) == (2048 + 512) + 2 * 512  # biases + LayerNorm scale/shift
+
+
+def test_flop_counter_halting_unit():
+    torch.manual_seed(0)
+    halting = HaltingUnit(512).eval()
+    flops = _counted_flops(lambda: halting(torch.randn(T, 512)))
+    assert flops / 2 / T == weight_only_macs(halting) == 512
+    assert module_macs(halting) == 513
+
+
+def test_flop_counter_surprisal_controller():
+    """sigmoid(w * s + b): one multiply and one bias add per frame (2 MACs); the multiply is an
+    elementwise product, which FlopCounterMode does not count."""
+    ctrl = SurprisalController(1.0, -2.0)
+    mask = torch.ones(1, T, dtype=torch.bool)
+    flops = _counted_flops(lambda: ctrl(torch.zeros(1, T, 512), torch.rand(1, T), mask, stochastic=False))
+    assert flops == 0 == weight_only_macs(ctrl)
+    assert module_macs(ctrl) == ctrl.macs_per_frame() == 2
+
+
+def test_flop_counter_learned_controller():
+    torch.manual_seed(0)
+    ctrl = LearnedController(512, 80).eval()
+    mask = torch.ones(1, T, dtype=torch.bool)
+    flops = _counted_flops(lambda: ctrl(torch.randn(1, T, 512), None, mask))
+    assert flops / 2 / T == weight_only_macs(ctrl) == 512 * 80 + 80
+    assert module_macs(ctrl) - weight_only_macs(ctrl) == 80 + 1
+
+
+# Whole encoders: what FlopCounterMode counts in one forward pass equals, component by component,
+# (frames that frame_macs charges) x (weight-only MACs of that component). No padding, because the
+# BiGRUs and the learned controller compute on padded frames that frame_macs rightly does not charge.
+B, TT = 2, 6
+
+
+def _check_encoder(enc, components, surprisal=None, uncharged=0):
+    """``uncharged``: MACs FlopCounterMode sees that our convention does not charge (no parameters)."""
+    x, lengths = torch.randn(B, TT, 512), torch.full((B,), TT)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = enc(x, lengths, surprisal)
+    static = enc.component_macs()
+    expected = 0.0
+    for name, modules in components.items():
+        runs = float(out.frame_macs[name].sum()) / static[name]
+        assert runs == round(runs) and 0 < runs, name
+        expected += runs * sum(weight_only_macs(m) for m in modules)
+    assert counter.get_total_flops() / 2 == expected + uncharged
+    return out
+
+
+@pytest.mark.parametrize("architecture", ["paper", "model1", "model3"])
+@pytest.mark.parametrize("controller", ["surprisal", "learned"])
+def test_flop_counter_conditional_encoder_routed(architecture, controller):
+    torch.manual_seed(0)
+    enc = build_encoder("conditional", 512, 42, controller=controller, architecture=architecture,
+                        conditional_options={"test_stochastic": False}).eval()
+    if controller == "surprisal":
+        enc.controller.set_parameters(1.0, -2.0)
+    else:
+        with torch.no_grad():  # about half of the frames big
+            enc.controller.net[2].bias.sub_(enc.controller.logit(torch.randn(64, 512)).median())
+    parts = {"pre_net": enc.pre_net, "small_net": enc.small_net, "big_net": enc.big_net,
+             "post_net": enc.post_net, "controller": enc.controller}
+    components = {name: [m] for name, m in parts.items() if m is not None}
+    out = _check_encoder(enc, components, torch.rand(B, TT) * 4)
+    n_big = int(out.stats["use_big"].sum())
+    assert 0 < n_big < B * TT  # both networks ran, each on its own frames
+
+
+def test_flop_counter_learned_controller_training_runs_both_networks():
+    torch.manual_seed(0)
+    enc = build_encoder("conditional", 512, 42, controller="learned").train()
+    out = _check_encoder(enc, {"pre_net": [enc.pre_net], "small_net": [enc.small_net], "big_net": [enc.big_net],
+                               "post_net": [enc.post_net], "controller": [enc.controller]})
+    assert float(out.frame_macs["big_net"].sum()) == B * TT * module_macs(enc.big_net)
+    assert float(out.frame_macs["small_net"].sum()) == B * TT * module_macs(enc.small_net)
+
+
+@pytest.mark.parametrize("encoder", ["act", "pondernet_threshold", "pondernet_train"])
+def test_flop_counter_adaptive_encoders(encoder):
+    """Step block and halting unit charged per executed step, frame by frame (early exit)."""
+    torch.manual_seed(0)
+    if encoder == "act":
+        enc = ACTEncoder(512, 42, max_steps=4).eval()
+    else:
+        enc = PonderNetEncoder(512, 42, max_steps=4, inference="threshold")
+        enc.train(encoder == "pondernet_train")
+    nn.init.normal_(enc.halting.linear.weight, std=0.2)  # frames halt after different numbers of steps
+    # PonderNet's training output sum_n p_n s_n is an einsum (a bmm), N * D MACs per frame that
+    # FlopCounterMode counts; like ACT's elementwise sum, it has no parameters and is not charged.
+    mixing = B * TT * 4 * 512 if encoder == "pondernet_train" else 0
+    out = _check_encoder(enc, {"pre_net": [enc.pre_net], "step_block": [enc.step, enc.halting],
+                               "post_net": [enc.post_net]}, uncharged=mixing)
+    steps = out.stats["steps"]
+    if encoder == "pondernet_train":
+        assert torch.all(steps == 4)
+    else:
+        assert steps.min() < steps.max()  # early exit happened
 
 
 def _apc_counted_macs_per_frame(apc: APCModel) -> float:

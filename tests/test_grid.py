@@ -20,8 +20,9 @@ if args.get("controller") == "fail":
     sys.exit("boom")
 out.mkdir(parents=True, exist_ok=True)
 shifts = json.loads(args.get("test_bias_shifts", "[0.0]"))
+prefix = "results_test_only" if args.get("test_only") else "results"
 for s in shifts:
-    name = "results.json" if not s else "results_bias%+g.json" % s
+    name = prefix + (".json" if not s else "_bias%+g.json" % s)
     (out / name).write_text(json.dumps({"PER": 25.0 + s, "flops_per_frame": 6.4e6 + s, "seed": int(args["seed"]),
         "controller": args.get("controller", "surprisal"), "test_bias_shift": s, "dataset": "Fake"}))
 with open(out / "calls.txt", "a") as f:
@@ -46,8 +47,8 @@ def grid_file(tmp_path: Path) -> Path:
 
 def test_expand_cartesian_product_and_folders(grid_file: Path, tmp_path: Path) -> None:
     runs = grid.expand(grid.load_grid(str(grid_file)))
-    assert [r.name for r in runs] == ["controllers/controller-surprisal/seed1", "controllers/controller-surprisal/seed2",
-                                      "controllers/controller-random/seed1", "controllers/controller-random/seed2",
+    assert [r.name for r in runs] == ["controllers/controller-surprisal/seed1", "controllers/controller-random/seed1",
+                                      "controllers/controller-surprisal/seed2", "controllers/controller-random/seed2",
                                       "bias/controller-surprisal/seed1", "bias/controller-surprisal/seed2"]
     exp = tmp_path / "exp" / "grid"
     assert runs[0].output_folder == exp / "controllers/controller-surprisal/seed1"
@@ -63,6 +64,7 @@ def test_override_value_and_results_files(tmp_path: Path) -> None:
     assert grid.override_value([0.0, 1]) == "[0.0, 1]" and grid.override_value(True) == "True"
     assert grid.override_value({"a": None}) == "{a: null}"
     assert grid.results_files(tmp_path, [0, 2.0]) == [tmp_path / "results.json", tmp_path / "results_bias+2.json"]
+    assert grid.results_files(tmp_path, [0], test_only=True) == [tmp_path / "results_test_only.json"]
 
 
 def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Path,
@@ -78,7 +80,8 @@ def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "done: 6" in out
     folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
-    assert (folder / "results_bias+1.json").exists() and "# " in (folder / "grid.log").read_text()
+    assert (folder / "results_test_only_bias+1.json").exists() and "# " in (folder / "grid.log").read_text()
+    assert (folder / "results.json").exists()  # the trained run's results are not overwritten
     assert len((folder / "calls.txt").read_text().splitlines()) == 2  # training, then the test-only sweep
     report_dir = tmp_path / "exp" / "report"
     assert (report_dir / "report.md").exists() and (report_dir / "Fake_controllers.csv").exists()
@@ -105,3 +108,14 @@ def test_failed_run_blocks_its_test_only_runs(grid_file: Path, tmp_path: Path,
     assert "blocked: 1, failed: 1" in capsys.readouterr().out
     assert "boom" in (tmp_path / "exp/grid/c/controller-fail/seed1/grid.log").read_text()
     assert json.loads(json.dumps(grid.override_value(1e-05))) == "1e-05"
+
+
+def test_finished_runs_are_published(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["publish"] = str(tmp_path / "published")
+    grid_file.write_text(yaml.safe_dump(spec))
+    assert grid.main([str(grid_file), "--no-report", "--only", "controllers/controller-random/seed1"]) == 0
+    published = tmp_path / "published" / "controllers" / "controller-random" / "seed1"
+    assert json.loads((published / "results.json").read_text())["controller"] == "random"
+    assert not (published / "calls.txt").exists()  # only results, history and calibration files
+    assert not (tmp_path / "published" / "controllers" / "controller-surprisal").exists()  # not run yet

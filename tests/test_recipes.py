@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from data_fixtures import REPO, require_dev_clean_2
-from surprisal_cc.fixtures import make_mini_librispeech_subset
+from data_fixtures import REPO, mini_corpus  # noqa: F401  (a fixture)
 from surprisal_cc.testing import make_timit_fixture
 
 MLS_HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
@@ -33,16 +32,6 @@ def run(args, cwd=REPO, timeout=600) -> subprocess.CompletedProcess:
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-5000:]}"
     return proc
-
-
-@pytest.fixture(scope="module")
-def mini_corpus(tmp_path_factory):
-    shared = require_dev_clean_2()
-    root = tmp_path_factory.mktemp("mls")
-    make_mini_librispeech_subset(shared / "LibriSpeech" / "dev-clean-2", root / "corpus", train_speakers=4,
-                                 test_speakers=2, utterances_per_speaker=3,
-                                 mfa_csv=shared / "phone_labels" / "dev-clean-2_mfa.csv")
-    return root
 
 
 def common_args(root: Path, **overrides):
@@ -114,11 +103,16 @@ def test_fbank_ablation_skips_apc(pretrained):
 
 
 def test_test_only_bias_sweep_and_ablation(pretrained):
-    """Appendix B: evaluate the trained surprisal model with shifted controller bias, no retraining."""
-    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--test_only", "--test_bias_shifts=[0.0,4.0]"]))
+    """Appendix B: evaluate the trained surprisal model with shifted controller bias, no retraining.
+    The evaluations get their own files; the training run's results.json stays as it was."""
     folder = pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed3"
-    base = json.loads((folder / "results.json").read_text())
-    shifted = json.loads((folder / "results_bias+4.json").read_text())
+    trained = (folder / "results.json").read_text()
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--test_only", "--test_bias_shifts=[0.0,4.0]"]))
+    assert (folder / "results.json").read_text() == trained
+    base = json.loads((folder / "results_test_only.json").read_text())
+    shifted = json.loads((folder / "results_test_only_bias+4.json").read_text())
+    assert base["test_only"] and base["train_wallclock_s"] is None
+    assert base["calibration"] == json.loads(trained)["calibration"]  # read back from calibration.json
     assert shifted["test_bias_shift"] == 4.0
     assert shifted["big_fraction"] > base["big_fraction"]
 
@@ -163,6 +157,8 @@ def test_apc_pretraining_recipe_exports_and_resumes(mini_corpus, tmp_path):
     assert export.is_file()
     rows = [json.loads(l) for l in (tmp_path / "apc" / "apc_history.jsonl").read_text().splitlines()]
     assert rows[0]["valid_loss"] > 0 and rows[0]["train_frames_per_s"] > 0
+    reference = json.loads((tmp_path / "apc" / "reference_surprisal.json").read_text())
+    assert 0 < reference["copy_previous_frame"] < reference["mean_frame"]  # speech frames are correlated
     # a second run finds the export and the finished epochs: nothing is retrained
     proc = ok(run(args))
     assert "skipping pretraining" in proc.stdout + proc.stderr
@@ -201,6 +197,8 @@ def test_resume_after_kill_gives_the_same_result(pretrained, tmp_path):
     log = ok(run(resumed_args))
     assert "Loading a checkpoint" in log.stdout + log.stderr
     resumed = json.loads((tmp_path / "resumed" / "results.json").read_text())
+    assert resumed["train_resumed"] and not straight["train_resumed"]
+    assert resumed["calibration"] == straight["calibration"]  # calibrated before the kill, read back
     assert resumed["PER"] == straight["PER"]
     assert resumed["test_loss"] == pytest.approx(straight["test_loss"], rel=1e-6)
     assert resumed["big_fraction"] == straight["big_fraction"]

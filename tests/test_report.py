@@ -83,11 +83,12 @@ def test_aggregate_mean_and_std_over_seeds(tree: Path) -> None:
     agg = {(r["controller"], r["test_bias_shift"]): r for r in report.aggregate(rows)}
     surprisal = agg[("surprisal", 0.0)]
     assert surprisal["n_seeds"] == 2 and surprisal["seeds"] == [1, 2]
-    assert surprisal["PER"] == pytest.approx(26.3) and surprisal["PER_std"] == pytest.approx(0.5)  # ddof=0
+    # sample standard deviation (ddof=1) of 25.8 and 26.8
+    assert surprisal["PER"] == pytest.approx(26.3) and surprisal["PER_std"] == pytest.approx(math.sqrt(0.5))
     assert surprisal["flops_M"] == pytest.approx(6.43) and surprisal["test_loss"] == pytest.approx(63.5)
     assert agg[("surprisal", 2.0)]["PER"] == pytest.approx(26.1)
     single = report.aggregate(report.collect_results(tree / "act"))[0]
-    assert single["n_seeds"] == 1 and single["PER_std"] == 0.0 and single["mean_steps"] == 2.5
+    assert single["n_seeds"] == 1 and single["PER_std"] is None and single["mean_steps"] == 2.5
     assert single["model"].startswith("ACT")
 
 
@@ -128,7 +129,7 @@ def test_every_table_markdown_and_csv(tree: Path, tmp_path: Path) -> None:
     assert pareto == {"Surprisal-based controller", "Big network only", "Small network only"}
     md = (out / "MiniLibriSpeech_controllers.md").read_text()
     assert "| **Surprisal-based controller** |" in md and "| Random controller |" in md
-    assert "**26.30% ± 0.50%**" in md and "6.43M" in md
+    assert "**26.30% ± 0.71%**" in md and "6.43M" in md
 
     ablation = _csv_rows(out / "MiniLibriSpeech_ablation.csv")
     assert [(r["input_features"], r["controller_at_train"], r["controller_at_test"]) for r in ablation[:3]] == [
@@ -158,7 +159,7 @@ def test_table_builders_accept_raw_rows(tree: Path) -> None:
 def test_format_markdown_and_cli(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     rows = report.collect_results(tree / "controllers")
     md = report.format_markdown(rows)
-    assert md.splitlines()[0].startswith("| Model | Dataset | PER |") and "± 0.50%" in md
+    assert md.splitlines()[0].startswith("| Model | Dataset | PER |") and "± 0.71%" in md
     assert cli_main(["report", str(tree / "controllers"), "--csv", str(tmp_path / "t.csv")]) == 0
     assert "Surprisal-based controller" in capsys.readouterr().out
     table = _csv_rows(tmp_path / "t.csv")
@@ -173,3 +174,64 @@ def test_cli_out_writes_every_table_and_plot(tree: Path, tmp_path: Path, capsys:
     assert {"report.md", "MiniLibriSpeech_controllers.md", "MiniLibriSpeech_controllers.csv",
             "MiniLibriSpeech_per_vs_flops.png"} <= written
     assert (out / "report.md").read_text() in capsys.readouterr().out
+
+
+def test_sample_std_of_three_seeds_and_n_in_every_table(tmp_path: Path) -> None:
+    for seed, per in ((1, 20.0), (2, 22.0), (3, 27.0)):
+        write_run(tmp_path, "controllers/surprisal", seed, per)
+    row = report.aggregate(report.collect_results(tmp_path))[0]
+    mean = (20.0 + 22.0 + 27.0) / 3
+    sample_std = math.sqrt(sum((v - mean) ** 2 for v in (20.0, 22.0, 27.0)) / 2)
+    assert row["n_seeds"] == 3 and row["PER"] == pytest.approx(mean) and row["PER_std"] == pytest.approx(sample_std)
+    assert f"{mean:.2f}% ± {sample_std:.2f}%" in report.format_markdown([row])
+
+
+def test_single_seed_rows_have_no_plus_minus(tree: Path, tmp_path: Path) -> None:
+    rows = report.collect_results(tree)
+    tables = [build(rows) for build in (report.table_controllers, report.table_ablation, report.table_stochastic,
+                                        report.table_lambda, report.table_bias_sweep, report.table_summary)]
+    for table in tables:
+        lines = table.markdown().splitlines()
+        header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+        assert "n (seeds)" in header, table.name  # n printed for every aggregated row
+        col = header.index("n (seeds)")
+        for row, line in zip(table.rows, lines[2:]):
+            cells = [cell.strip().strip("*") for cell in line.strip("|").split("|")]
+            assert cells[col] == str(row["n_seeds"])
+            assert ("±" in line) == (row["n_seeds"] > 1), line
+    act = next(r for r in tables[0].rows if r["encoder"] == "act")
+    assert act["n_seeds"] == 1 and "| 26.50% |" in tables[0].markdown().replace("**", "")
+    table = report.table_summary(rows)
+    table.write_csv(tmp_path / "summary.csv")
+    single = next(r for r in _csv_rows(tmp_path / "summary.csv") if r["model"].startswith("ACT"))
+    assert single["n_seeds"] == "1" and single["PER_std"] == ""
+
+
+def test_results_file_names_never_collide_and_are_collected(tmp_path: Path) -> None:
+    names = {report.results_file_name(shift, test_only) for shift in (0.0, 1.0, -2.5) for test_only in (False, True)}
+    assert len(names) == 6 and "results.json" in names and "results_test_only_bias+1.json" in names
+    assert all(report.RESULTS_PATTERN.match(name) for name in names)
+    assert not report.RESULTS_PATTERN.match("results_old.json")
+    run = write_run(tmp_path, "controllers/surprisal", 1, 25.0)
+    trained = json.loads((run / "results.json").read_text())
+    (run / "results_test_only.json").write_text(json.dumps({**trained, "PER": 26.0, "test_only": True,
+                                                            "date": "2026-11-23 10:00:00"}))
+    (run / "results_test_only_bias+1.json").write_text(json.dumps({**trained, "test_bias_shift": 1.0, "PER": 24.0,
+                                                                   "test_only": True}))
+    rows = report.collect_results(tmp_path)
+    assert sorted(Path(r["path"]).name for r in rows) == ["results.json", "results_test_only.json",
+                                                          "results_test_only_bias+1.json"]
+    agg = {r["test_bias_shift"]: r for r in report.aggregate(rows)}
+    assert agg[0.0]["n_seeds"] == 1 and agg[0.0]["PER"] == 26.0  # one seed counted once: the newest file
+    assert agg[1.0]["PER"] == 24.0
+
+
+def test_learned_estimator_is_part_of_the_configuration(tmp_path: Path) -> None:
+    write_run(tmp_path, "learned", 1, 25.0, controller="learned", learned_estimator="both_networks")
+    write_run(tmp_path, "learned_routed", 1, 26.0, controller="learned", learned_estimator="routed")
+    write_run(tmp_path, "surprisal", 1, 25.5, learned_estimator="both_networks")
+    agg = report.aggregate(report.collect_results(tmp_path))
+    names = sorted(r["model"] for r in agg)
+    assert names == ["Learned controller (λ=0.001)", "Learned controller (λ=0.001) (routed estimator)",
+                     "Surprisal-based controller"]
+    assert next(r for r in agg if r["controller"] == "surprisal")["learned_estimator"] is None

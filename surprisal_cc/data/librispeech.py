@@ -296,7 +296,9 @@ def prepare_mini_librispeech(
       policy, ``sil`` at both ends if ``add_boundary_silence``), or a per-split dict such as
       ``{"train": "lexicon", "valid": "lexicon", "test": "mfa"}``.
     * ``mfa_labels``: CSV file or TextGrid folder, or a dict keyed by subset or split name; when
-      ``None`` the file ``phone_labels/<subset>_mfa.csv`` next to the corpus is used if it exists.
+      ``None`` (or a split's entry is) the file ``phone_labels/<subset>_mfa.csv`` next to the corpus
+      is used if it exists. Realigned training labels (``recipes/MiniLibriSpeech/realign_labels.py``)
+      come in this way: ``labels="mfa", mfa_labels={"train": csv, "valid": csv}``.
       An utterance without MFA labels in an "mfa" split raises, or with ``mfa_fallback="lexicon"``
       gets lexicon labels and is reported in a warning.
     * ``data_folder``: a folder holding the subsets (directly or under ``LibriSpeech/``), or a list

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Relabel the training data of a finished run: lexicon phones + the pauses its CTC model hears.
+
+Every utterance of the chosen splits is aligned with the run's best checkpoint, with an optional
+``sil`` at each word boundary (surprisal_cc.alignment). The labels are written in the MFA export
+format, which the data preparation reads with ``labels: mfa``:
+
+    python recipes/MiniLibriSpeech/realign_labels.py RUN_DIR realigned.csv
+    python recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \\
+        --labels="{train: mfa, valid: mfa, test: mfa}" \\
+        --mfa_labels="{train: realigned.csv, valid: realigned.csv}" \\
+        --prepared_folder=results/MiniLibriSpeech/manifests_realigned --output_folder=...
+
+``--split test`` realigns dev-clean-2 instead and scores the inserted ``sil`` against its MFA labels.
+Run from the repository root (the run's hparams hold paths relative to it).
+"""
+import argparse
+import json
+import logging
+import sys
+import time
+
+import numpy as np
+
+from surprisal_cc.alignment import (
+    find_mfa_reference,
+    label_error_rate,
+    read_boundary_silences,
+    realign_run,
+    silence_precision_recall,
+    silence_statistics,
+    write_alignment_csv,
+)
+from surprisal_cc.data import DataPreparationError, load_mfa_labels
+from surprisal_cc.recipe import ConfigurationError
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", help="output folder of a finished recipe run (hyperparams.yaml, save/CKPT+*)")
+    parser.add_argument("out_csv", help="where to write the labels (MFA export format)")
+    parser.add_argument("--split", nargs="+", default=["train", "valid"], choices=["train", "valid", "test"],
+                        help="splits to realign (default: train valid)")
+    parser.add_argument("--reference", default=None,
+                        help="MFA export CSV to score the inserted sil against (default for test: the one "
+                             "next to the corpus)")
+    parser.add_argument("--overrides", default="", help="YAML overrides of the run's hparams, e.g. "
+                                                        "'{cache_folder: /tmp/cache}'")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--limit", type=int, default=None, help="only the N shortest utterances of each split")
+    args = parser.parse_args(argv)
+
+    start = time.time()
+    utterances, info = [], {}
+    for split in args.split:
+        info_split = {}
+        utterances += list(realign_run(args.run_dir, split, overrides=args.overrides, device=args.device,
+                                       batch_size=args.batch_size, limit=args.limit, info=info_split))
+        for key in ("forward_s", "align_s"):
+            info[key] = info.get(key, 0.0) + info_split[key]
+        info["checkpoint"], info["samples_per_frame"] = info_split["checkpoint"], info_split["samples_per_frame"]
+    write_alignment_csv(args.out_csv, utterances, samples_per_frame=info["samples_per_frame"])
+    wall = time.time() - start
+
+    stats = silence_statistics(utterances)
+    n = max(len(utterances), 1)
+    frames = np.array([u.num_frames for u in utterances])
+    stats.update({
+        "checkpoint": info["checkpoint"], "splits": args.split, "out_csv": args.out_csv,
+        "forward_s": info["forward_s"], "align_s": info["align_s"], "wall_s": wall,
+        "align_ms_per_utterance": 1e3 * info["align_s"] / n,
+        "mean_frames": float(frames.mean()) if len(frames) else 0.0,
+    })
+    reference = args.reference
+    if reference is None and utterances and args.split == ["test"]:
+        reference = find_mfa_reference(utterances[0].wav)
+    if reference:
+        hyp = {u.id: (len(u.words), set(u.silences)) for u in utterances}
+        ref = read_boundary_silences(reference)
+        stats["sil_vs_reference_interior"] = silence_precision_recall(hyp, ref, interior_only=True)
+        stats["sil_vs_reference_all"] = silence_precision_recall(hyp, ref, interior_only=False)
+        ref_phones = load_mfa_labels(reference)
+        stats["per_vs_reference_realigned"] = label_error_rate({u.id: u.phones for u in utterances}, ref_phones)
+        stats["per_vs_reference_lexicon"] = label_error_rate(
+            {u.id: ["sil"] + [p for p in u.phones if p != "sil"] + ["sil"] for u in utterances}, ref_phones)
+        stats["reference"] = str(reference)
+
+    print(f"utterances: {stats['utterances']} ({stats['fallbacks']} kept lexicon labels: no alignment fitted)")
+    print(f"sil inserted per utterance between words: {stats['interior_sil_per_utterance']:.2f}; "
+          f"word boundaries with sil: {100 * stats['interior_boundaries_with_sil']:.1f} %; "
+          f"sil at start / end: {100 * stats['start_with_sil']:.1f} % / {100 * stats['end_with_sil']:.1f} %")
+    print(f"time: {wall:.1f} s in all, model {info['forward_s']:.1f} s, alignment {info['align_s']:.1f} s "
+          f"({stats['align_ms_per_utterance']:.1f} ms per utterance of {stats['mean_frames']:.0f} frames on average)")
+    if reference:
+        for key in ("interior", "all"):
+            r = stats[f"sil_vs_reference_{key}"]
+            print(f"sil vs {reference} ({key} boundaries, {r['utterances']} utterances): precision "
+                  f"{100 * r['precision']:.1f} %, recall {100 * r['recall']:.1f} %, F1 {100 * r['f1']:.1f} %")
+        print(f"label PER vs reference: realigned {stats['per_vs_reference_realigned']:.2f} %, "
+              f"lexicon {stats['per_vs_reference_lexicon']:.2f} %")
+    print(json.dumps(stats, default=float))
+    return stats
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        main()
+    except (ConfigurationError, DataPreparationError) as err:
+        sys.exit(f"error: {err}")

@@ -1,0 +1,546 @@
+"""CTC forced alignment with optional silence between words, and relabelling of a corpus with it.
+
+Lexicon labels put ``sil`` only at the two ends of an utterance, while forced-aligner labels
+(MFA) also mark pauses between words. :func:`align_optional_silence` finds, with a trained CTC
+model's log-probabilities, the best CTC path through the lexicon phones where a ``sil`` may be
+inserted at every word boundary (ends included), so the training labels get the pauses the audio
+has. :func:`realign_run` applies it to the manifests of a finished recipe run and
+:func:`write_alignment_csv` writes the labels in the MFA export format that ``labels: mfa`` reads.
+
+Example
+-------
+>>> import numpy as np
+>>> lp = np.log(np.full((6, 4), 0.01))            # ids: 0 blank, 1 sil, 2 and 3 phones
+>>> for t, k in enumerate([2, 0, 1, 1, 3, 0]):
+...     lp[t, k] = np.log(0.97)
+>>> ali = align_optional_silence(lp, [[2], [3]], blank=0, sil=1)
+>>> ali.labels, ali.silences
+([2, 1, 3], [1])
+"""
+from __future__ import annotations
+
+import ast
+import csv
+import io
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+MAX_SKIP = 4  # farthest predecessor of a state: a label two tokens back, over a skipped one
+MFA_EXPORT_COLUMNS = ["path", "wrd", "phonemes_39", "phonemes_61", "phn", "phn_starts", "phn_ends",
+                      "words", "wrd_starts", "wrd_ends"]
+
+
+class AlignmentError(ValueError):
+    """No CTC path fits: the utterance has fewer frames than its obligatory labels need."""
+
+
+@dataclass
+class Alignment:
+    """Best CTC path through a label sequence with optional tokens.
+
+    Attributes
+    ----------
+    labels : list of int
+        The chosen label sequence: every obligatory token and the optional ones the path used.
+    kept : numpy.ndarray of bool, shape (N,)
+        For each input token, whether it is in ``labels``.
+    score : float
+        Log-probability of the best path.
+    frame_tokens : numpy.ndarray of int, shape (T,)
+        Input-token index each frame emits, -1 for blank frames.
+    silences : list of int
+        Word boundaries that got ``sil`` (0: before the first word, W: after the last); set by
+        :func:`align_optional_silence` only.
+    """
+
+    labels: List[int]
+    kept: np.ndarray
+    score: float
+    frame_tokens: np.ndarray
+    silences: List[int] = field(default_factory=list)
+
+    def segments(self) -> np.ndarray:
+        """(len(labels), 2) frame spans ``[start, end)`` of the kept labels.
+
+        A label starts at its first emitting frame and lasts until the next label starts (its
+        trailing blank frames included); the first starts at frame 0, the last ends at T.
+        """
+        kept_tokens = np.flatnonzero(self.kept)
+        emitting = self.frame_tokens >= 0
+        firsts = np.full(len(self.kept), -1)
+        t = np.flatnonzero(emitting)
+        tok = self.frame_tokens[t]
+        first_of = np.r_[True, tok[1:] != tok[:-1]]
+        firsts[tok[first_of]] = t[first_of]
+        starts = firsts[kept_tokens]
+        if len(starts):
+            starts[0] = 0
+        ends = np.r_[starts[1:], len(self.frame_tokens)]
+        return np.stack([starts, ends], axis=1).astype(int)
+
+
+def ctc_viterbi_optional(log_probs, tokens: Sequence[int], optional: Sequence[bool], blank: int) -> Alignment:
+    """Viterbi CTC alignment where tokens flagged ``optional`` may be left out.
+
+    Standard CTC topology (blanks between labels, a blank required between equal neighbours,
+    after optional tokens are left out too). Two optional tokens may not be adjacent.
+
+    Parameters
+    ----------
+    log_probs : array-like, shape (T, V)
+        Per-frame log-probabilities of one utterance (numpy or torch).
+    tokens : sequence of int
+        Label ids in order (no blanks).
+    optional : sequence of bool
+        Same length as ``tokens``.
+    blank : int
+        Blank id.
+
+    Returns
+    -------
+    Alignment
+
+    Raises
+    ------
+    AlignmentError
+        When no path fits in T frames.
+    """
+    lp = _as_numpy(log_probs)
+    tok = np.asarray(tokens, dtype=np.int64)
+    opt = np.asarray(optional, dtype=bool)
+    n, (T, V) = len(tok), lp.shape
+    if opt.shape != tok.shape:
+        raise ValueError(f"optional has {opt.size} flags for {n} tokens")
+    if n and (tok.min() < 0 or tok.max() >= V or (tok == blank).any()):
+        raise ValueError(f"tokens must be non-blank ids in [0, {V}), got {tok.tolist()}")
+    if (opt[1:] & opt[:-1]).any():
+        raise ValueError("two optional tokens may not be adjacent")
+    S = 2 * n + 1
+    ext = np.full(S, blank, dtype=np.int64)
+    ext[1::2] = tok
+    emit = lp[:, ext]  # (T, S)
+
+    # allowed[s, j]: state s may follow state s - (MAX_SKIP - j); 0 or -inf
+    allowed = np.full((S, MAX_SKIP + 1), -np.inf)
+    allowed[:, MAX_SKIP] = 0.0  # stay
+    allowed[1:, MAX_SKIP - 1] = 0.0  # previous state
+    lab = 2 * np.arange(n) + 1
+    prev_differs, two_back_differs, skip = (np.zeros(n, dtype=bool) for _ in range(3))
+    prev_differs[1:] = tok[1:] != tok[:-1]
+    two_back_differs[2:] = tok[2:] != tok[:-2]
+    skip[1:] = opt[:-1]  # token k - 1 optional: may be jumped over
+    allowed[lab[prev_differs], MAX_SKIP - 2] = 0.0  # label -> next label (no blank)
+    allowed[lab[skip], MAX_SKIP - 3] = 0.0  # blank before token k - 1 -> token k
+    allowed[lab[skip & two_back_differs], MAX_SKIP - 4] = 0.0  # token k - 2 -> token k
+
+    starts = [s for s in [0, 1] + ([3] if n > 1 and opt[0] else []) if s < S]
+    finals = [s for s in [S - 1, S - 2] + ([S - 3, S - 4] if n and opt[-1] else []) if s >= 0]
+    # score[t, MAX_SKIP + s]: best path score ending in state s at frame t; the first MAX_SKIP
+    # columns stay -inf, so pred[t, j, s] = score[t, j + s] is state s - (MAX_SKIP - j) at frame t.
+    width = S + MAX_SKIP
+    score = np.full((T, width), -np.inf)
+    score[0, MAX_SKIP + np.asarray(starts)] = emit[0, starts]
+    step = score.strides[1]
+    pred = np.lib.stride_tricks.as_strided(score, (T, MAX_SKIP + 1, S), (score.strides[0], step, step),
+                                           writeable=False)
+    # staying and stepping from the previous state are always allowed (the padding covers s = 0),
+    # so only the longer moves need their penalty rows
+    penalty = np.ascontiguousarray(allowed.T[:MAX_SKIP - 1])
+    cand = np.empty_like(penalty)
+    for t in range(1, T):
+        prev, row = pred[t - 1], score[t, MAX_SKIP:]
+        np.add(prev[:MAX_SKIP - 1], penalty, out=cand)
+        np.maximum(prev[MAX_SKIP], prev[MAX_SKIP - 1], out=row)
+        for move in cand:
+            np.maximum(row, move, out=row)
+        row += emit[t]
+
+    last = score[T - 1, MAX_SKIP:]
+    best = finals[int(np.argmax(last[finals]))]
+    total = float(last[best])
+    if not np.isfinite(total):
+        raise AlignmentError(f"no CTC path for {n} tokens ({int((~opt).sum())} obligatory) in {T} frames")
+    # backtrack: the best allowed predecessor (moves[s]: distances back, staying first)
+    moves = [[d for d in range(1, MAX_SKIP + 1) if row[d] == 0.0] for row in allowed[:, ::-1].tolist()]
+    states = np.empty(T, dtype=np.int64)
+    s = best
+    for t in range(T - 1, 0, -1):
+        states[t] = s
+        col = MAX_SKIP + s
+        best_d, best_v = 0, score.item(t - 1, col)
+        for d in moves[s]:
+            v = score.item(t - 1, col - d)
+            if v > best_v:
+                best_d, best_v = d, v
+        s -= best_d
+    states[0] = s
+    frame_tokens = np.where(states % 2 == 1, (states - 1) // 2, -1)
+    kept = ~opt.copy()
+    kept[frame_tokens[frame_tokens >= 0]] = True
+    return Alignment(labels=tok[kept].tolist(), kept=kept, score=total, frame_tokens=frame_tokens)
+
+
+def align_optional_silence(log_probs, words: Sequence[Sequence[int]], blank: int, sil: int) -> Alignment:
+    """Align the words' phones with an optional ``sil`` at each word boundary and at both ends.
+
+    Parameters
+    ----------
+    log_probs : array-like, shape (T, V)
+        Per-frame CTC log-probabilities of one utterance.
+    words : sequence of sequences of int
+        Phone ids of each word (each word non-empty, no ``sil`` at its ends).
+    blank, sil : int
+        Ids of the blank and of ``sil``.
+
+    Returns
+    -------
+    Alignment
+        ``labels`` holds the phones with the chosen ``sil``; ``silences`` the boundaries that got one.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> lp = np.log(np.full((5, 4), 0.02))
+    >>> for t, k in enumerate([1, 2, 0, 3, 3]):
+    ...     lp[t, k] = np.log(0.94)
+    >>> align_optional_silence(lp, [[2], [3]], blank=0, sil=1).labels
+    [1, 2, 3]
+    """
+    tokens: List[int] = [sil]
+    optional: List[bool] = [True]
+    for i, word in enumerate(words):
+        word = list(word)
+        if not word or word[0] == sil or word[-1] == sil:
+            raise ValueError(f"word {i} has phones {word}: words must be non-empty and not start or end with sil")
+        tokens += word + [sil]
+        optional += [False] * len(word) + [True]
+    ali = ctc_viterbi_optional(log_probs, tokens, optional, blank)
+    slots = np.flatnonzero(np.asarray(optional))
+    ali.silences = [int(b) for b in np.flatnonzero(ali.kept[slots])]
+    return ali
+
+
+def _as_numpy(log_probs) -> np.ndarray:
+    if hasattr(log_probs, "detach"):
+        log_probs = log_probs.detach().cpu().double().numpy()
+    lp = np.asarray(log_probs, dtype=np.float64)
+    if lp.ndim != 2 or lp.shape[0] == 0:
+        raise ValueError(f"log_probs must have shape (T, V) with T > 0, got {lp.shape}")
+    return lp
+
+
+# ---------------------------------------------------------------------------------------------
+# Relabelling a corpus with a trained model
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class RealignedUtterance:
+    """New labels of one utterance.
+
+    ``phones`` holds the lexicon phones with the chosen ``sil``; ``word_lengths`` the number of
+    phones of each word; ``silences`` the word boundaries that got a ``sil`` (0 .. len(words));
+    ``segments`` the (start, end) frame span of each phone; ``fallback`` is True when no
+    alignment fitted and the lexicon labels (``sil`` at both ends) were kept.
+    """
+
+    id: str
+    wav: str
+    words: List[str]
+    word_lengths: List[int]
+    phones: List[str]
+    silences: List[int]
+    segments: np.ndarray
+    num_frames: int
+    fallback: bool = False
+
+
+def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], word_phones: Sequence[Sequence[str]],
+                      label_encoder, blank: int, sil: str = "sil") -> RealignedUtterance:
+    """Realign one utterance given its per-word phones (strings) and log-probabilities (T, V).
+
+    Falls back to the lexicon labels with ``sil`` at both ends when no path fits.
+    """
+    ids = [label_encoder.encode_sequence(list(p)) for p in word_phones]
+    lengths = [len(p) for p in word_phones]
+    T = int(log_probs.shape[0])
+    try:
+        ali = align_optional_silence(log_probs, ids, blank, label_encoder.lab2ind[sil])
+    except AlignmentError:
+        phones = [sil] + [p for w in word_phones for p in w] + [sil]
+        bounds = np.linspace(0, T, len(phones) + 1).round().astype(int)
+        return RealignedUtterance(utt_id, wav, list(words), lengths, phones, [0, len(words)],
+                                  np.stack([bounds[:-1], bounds[1:]], 1), T, fallback=True)
+    phones = [str(label_encoder.ind2lab[i]) for i in ali.labels]
+    return RealignedUtterance(utt_id, wav, list(words), lengths, phones, ali.silences, ali.segments(), T)
+
+
+def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str = "cpu"):
+    """Hparams, encoder (best checkpoint, eval mode, deterministic routing) and Brain of a run folder.
+
+    ``run_dir`` holds ``hyperparams.yaml`` (as SpeechBrain saves it) and ``save/CKPT+*`` written by
+    the recipe's Checkpointer; the checkpoint with the lowest ``selection_metric`` is loaded.
+    Paths in the hparams are relative to the current folder (the repository root, as for recipes).
+    """
+    import yaml
+    from speechbrain.utils.checkpoints import Checkpointer
+
+    from .brain import ConditionalCTCBrain
+    from .recipe import ConfigurationError, load_hparams
+
+    run_dir = Path(run_dir)
+    hparams_file = next((run_dir / n for n in ("hyperparams.yaml", "hparams.yaml") if (run_dir / n).is_file()), None)
+    if hparams_file is None:
+        raise ConfigurationError(f"{run_dir} holds no hyperparams.yaml: pass the output folder of a recipe run")
+    extra = dict(overrides) if isinstance(overrides, Mapping) else yaml.safe_load(overrides or "") or {}
+    text = hparams_file.read_text(encoding="utf-8")
+    for key in ("checkpointer", "apc_checkpointer"):  # loading creates no checkpoint folders
+        if re.search(rf"^{key}:", text, flags=re.M):
+            extra.setdefault(key, None)
+    hparams = load_hparams(str(hparams_file), yaml.safe_dump(extra) if extra else "")
+    if hparams.get("target_unit", "phone") != "phone":
+        raise ConfigurationError("realignment needs phone targets (target_unit: phone)")
+    encoder = hparams["encoder_module"]
+    checkpointer = Checkpointer(run_dir / "save", recoverables={"encoder": encoder})
+    metric = hparams.get("selection_metric", "PER")
+    checkpoint = checkpointer.recover_if_possible(min_key=metric)
+    if checkpoint is None:
+        raise ConfigurationError(f"{run_dir / 'save'} holds no checkpoint with {metric!r}: train the run first")
+    logger.info("realigning with %s (%s %s)", checkpoint.path, metric, checkpoint.meta.get(metric))
+    if getattr(encoder, "test_stochastic", False):
+        encoder.test_stochastic = False  # deterministic routing: p_big > 0.5
+    if getattr(encoder, "inference", None) == "sample":
+        encoder.inference = "threshold"
+    hparams["precision"] = "fp32"
+    brain = ConditionalCTCBrain(modules={"encoder": encoder}, hparams=hparams, run_opts={"device": device})
+    brain.modules.eval()
+    return hparams, brain, checkpoint
+
+
+def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, device: str = "cpu",
+                batch_size: int = 8, limit: Optional[int] = None,
+                info: Optional[Dict[str, object]] = None) -> Iterator[RealignedUtterance]:
+    """Realign every utterance of one split of a finished run's data with its best model.
+
+    Log-probabilities come from the run's Brain (``compute_forward`` at the test stage) on the
+    run's feature cache; words are pronounced by the run's lexicon (``g2p``). ``prepare`` makes
+    the run's manifests (default: :func:`~surprisal_cc.data.prepare_mini_librispeech` with the
+    run's ``prepare_options``; with unchanged options it only reads them). ``limit`` keeps the
+    shortest utterances only. ``info`` (a dict) receives ``forward_s`` and ``align_s`` (seconds),
+    ``checkpoint``, ``manifest`` and ``samples_per_frame`` (for :func:`write_alignment_csv`).
+    """
+    import speechbrain as sb
+    import torch
+
+    from .apc import FrozenAPC
+    from .cache import FeatureCache
+    from .data import Lexicon
+    from .recipe import ConfigurationError, build_datasets, obtain_apc
+
+    if prepare is None:
+        from .data import prepare_mini_librispeech as prepare
+    hparams, brain, checkpoint = load_run(run_dir, overrides, device)
+    manifests = prepare(**hparams["prepare_options"])
+    if split not in manifests:
+        raise ConfigurationError(f"split {split!r} is not one of the run's splits {sorted(manifests)}")
+    encoder = hparams["encoder_module"]
+    needs_apc = (hparams["input_features"] == "apc" or encoder.needs_surprisal(True)
+                 or encoder.needs_surprisal(False))
+    if needs_apc and not hparams.get("apc_path") and not Path(hparams["apc_export_path"]).is_file():
+        raise ConfigurationError(f"the run's APC model {hparams['apc_export_path']} does not exist (set apc_path)")
+    apc = obtain_apc(hparams, manifests, {"device": device})
+    if apc is not None:
+        brain.modules["apc"] = FrozenAPC(apc).to(brain.device)
+    subset = {split: manifests[split]}
+    cache = None
+    if hparams["use_feature_cache"]:
+        cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"])
+    data = build_datasets(hparams, subset, cache)[split].filtered_sorted(sort_key="duration", select_n=limit)
+    with data.output_keys_as(["id"]):
+        ids = [item["id"] for item in data]
+    rows = _rows(manifests[split])
+    if cache is not None:  # as the recipe's fill_cache, for these utterances only
+        from .data.audio import read_audio
+
+        todo = sorted(ids, key=lambda u: -float(rows[u]["duration"]))
+        cache.build([(u, rows[u]["wav"]) for u in todo], read_audio, batch_size=hparams["cache_batch_size"])
+    lexicon = Lexicon(g2p=hparams["g2p"])
+    lexicon.prefetch(w for u in ids for w in rows[u]["wrd"].split())
+    label_encoder, blank = hparams["label_encoder"], hparams["blank_index"]
+    loader = sb.dataio.dataloader.make_dataloader(data, batch_size=batch_size, shuffle=False)
+    info = info if info is not None else {}
+    features = hparams["feature_config"]
+    info.update(checkpoint=str(checkpoint.path), manifest=str(manifests[split]),
+                samples_per_frame=features.shift_samples * features.frame_skip)
+    info.setdefault("forward_s", 0.0)
+    info.setdefault("align_s", 0.0)
+    for batch in loader:
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = brain.compute_forward(batch, sb.Stage.TEST)
+        log_probs, lengths = out.log_probs.float().cpu().numpy(), out.lengths.cpu().tolist()
+        info["forward_s"] += time.perf_counter() - start
+        for i, utt_id in enumerate(batch.id):
+            words = batch.wrd[i].split()
+            word_phones = [lexicon.words_to_phones([w], False, utt_id) for w in words]
+            start = time.perf_counter()
+            result = realign_utterance(log_probs[i, :lengths[i]], utt_id, rows[utt_id]["wav"], words, word_phones,
+                                       label_encoder, blank)
+            info["align_s"] += time.perf_counter() - start
+            yield result
+
+
+def _rows(manifest) -> Dict[str, Dict[str, str]]:
+    with open(manifest, newline="", encoding="utf-8") as f:
+        return {row["ID"]: row for row in csv.DictReader(f)}
+
+
+# ---------------------------------------------------------------------------------------------
+# MFA export format, silence statistics
+# ---------------------------------------------------------------------------------------------
+def write_alignment_csv(path, utterances: Iterable[RealignedUtterance], samples_per_frame: int = 320) -> Path:
+    """Write labels in the MFA export format that ``labels: mfa`` reads (``mfa_labels: PATH``).
+
+    Columns as in ``dev-clean-2_mfa.csv``: ``phonemes_39`` (and ``phonemes_61``) the labels,
+    ``phn`` the same as a list, ``phn_starts``/``phn_ends`` in samples, ``words`` with ``''`` for
+    each ``sil``, ``wrd_starts``/``wrd_ends``. Rows are sorted by utterance id.
+    """
+    from .data.manifest import atomic_write_text
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=MFA_EXPORT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for utt in sorted(utterances, key=lambda u: u.id):
+        spans = (np.asarray(utt.segments) * samples_per_frame).astype(int)
+        word_items, word_spans = [], []
+        phone_iter = iter(zip(utt.phones, spans.tolist()))
+        silences = set(utt.silences)
+        for b in range(len(utt.words) + 1):
+            if b in silences:
+                _, span = next(phone_iter)
+                word_items.append("")
+                word_spans.append(span)
+            if b < len(utt.words):
+                first = last = None
+                for _ in range(utt.word_lengths[b]):
+                    _, span = next(phone_iter)
+                    first = span if first is None else first
+                    last = span
+                word_items.append(utt.words[b].lower())
+                word_spans.append([first[0], last[1]])
+        phones = " ".join(utt.phones)
+        writer.writerow({
+            "path": "/".join(Path(utt.wav).parts[-4:]), "wrd": " ".join(utt.words).lower(),
+            "phonemes_39": phones, "phonemes_61": phones, "phn": repr(list(utt.phones)),
+            "phn_starts": " ".join(str(s) for s, _ in spans.tolist()),
+            "phn_ends": " ".join(str(e) for _, e in spans.tolist()),
+            "words": repr(word_items), "wrd_starts": " ".join(str(s) for s, _ in word_spans),
+            "wrd_ends": " ".join(str(e) for _, e in word_spans),
+        })
+    atomic_write_text(path, buf.getvalue())
+    return Path(path)
+
+
+def find_mfa_reference(wav: Union[str, Path]) -> Optional[Path]:
+    """The MFA export ``phone_labels/<subset>_mfa.csv`` next to the corpus of ``wav``, if any.
+
+    Same places as the data preparation looks: beside ``LibriSpeech/`` or inside it.
+    """
+    subset_dir = Path(os.path.abspath(wav)).parents[2]
+    for base in (subset_dir.parent, subset_dir.parent.parent):
+        candidate = base / "phone_labels" / f"{subset_dir.name}_mfa.csv"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
+    """``{utterance id: (number of words, boundaries with sil)}`` from an MFA export CSV.
+
+    Boundary b lies before word b (0: utterance start, number of words: its end). Pauses between
+    words come from the ``words`` column (``''`` marks a silence); the two ends from the labels
+    themselves (``phonemes_39`` starting or ending with ``sil``), as the export's ``words`` column
+    has a final ``''`` even where its labels end without ``sil``.
+    """
+    out: Dict[str, Tuple[int, Set[int]]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            items = ast.literal_eval(row["words"])
+            count, silences = 0, set()
+            for item in items:
+                if item:
+                    count += 1
+                elif count > 0:
+                    silences.add(count)
+            silences.discard(count)
+            phones = row["phonemes_39"].split()
+            if phones[:1] == ["sil"]:
+                silences.add(0)
+            if phones[-1:] == ["sil"]:
+                silences.add(count)
+            out[Path(row["path"]).name.split(".")[0]] = (count, silences)
+    return out
+
+
+def silence_precision_recall(hyp: Mapping[str, Tuple[int, Set[int]]], ref: Mapping[str, Tuple[int, Set[int]]],
+                             interior_only: bool = True) -> Dict[str, float]:
+    """Precision and recall of the word boundaries given ``sil`` in ``hyp`` against ``ref``.
+
+    Both map utterance ids to ``(number of words, boundaries with sil)`` (see
+    :func:`read_boundary_silences`); utterances in both with the same number of words are scored,
+    over the interior boundaries only (``interior_only``) or the two ends too.
+
+    >>> scores = silence_precision_recall({"u": (3, {0, 1, 3})}, {"u": (3, {2, 1})})
+    >>> scores["precision"], scores["recall"], scores["boundaries"]
+    (1.0, 0.5, 2)
+    """
+    tp = fp = fn = boundaries = scored = unmatched = 0
+    for utt, (n_words, hyp_sil) in hyp.items():
+        if utt not in ref or ref[utt][0] != n_words:
+            unmatched += 1
+            continue
+        keep = set(range(1, n_words)) if interior_only else set(range(n_words + 1))
+        h, r = hyp_sil & keep, ref[utt][1] & keep
+        tp, fp, fn = tp + len(h & r), fp + len(h - r), fn + len(r - h)
+        boundaries += len(keep)
+        scored += 1
+    precision = tp / (tp + fp) if tp + fp else float("nan")
+    recall = tp / (tp + fn) if tp + fn else float("nan")
+    f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else float("nan")
+    return {"precision": precision, "recall": recall, "f1": f1, "true_positives": tp, "false_positives": fp,
+            "false_negatives": fn, "boundaries": boundaries, "utterances": scored, "unmatched_utterances": unmatched}
+
+
+def silence_statistics(utterances: Sequence[RealignedUtterance]) -> Dict[str, float]:
+    """How many ``sil`` the realignment inserted: per utterance, per word boundary, at the ends."""
+    n = len(utterances)
+    interior = sum(sum(1 for b in u.silences if 0 < b < len(u.words)) for u in utterances)
+    boundaries = sum(max(len(u.words) - 1, 0) for u in utterances)
+    return {
+        "utterances": n,
+        "interior_sil_per_utterance": interior / n if n else float("nan"),
+        "interior_boundaries_with_sil": interior / boundaries if boundaries else float("nan"),
+        "start_with_sil": sum(0 in u.silences for u in utterances) / n if n else float("nan"),
+        "end_with_sil": sum(len(u.words) in u.silences for u in utterances) / n if n else float("nan"),
+        "fallbacks": sum(u.fallback for u in utterances),
+        "frames": sum(u.num_frames for u in utterances),
+    }
+
+
+def label_error_rate(hyp: Mapping[str, Sequence[str]], ref: Mapping[str, Sequence[str]]) -> float:
+    """Corpus PER (%) of label sequences ``hyp`` against ``ref`` over their common utterances
+    (repeated ``sil`` merged, as the recipe's PER)."""
+    from speechbrain.utils.edit_distance import wer_details_for_batch, wer_summary
+
+    from .data.phones import merge_repeated
+
+    ids = sorted(set(hyp) & set(ref))
+    details = wer_details_for_batch(ids, [merge_repeated(ref[u]) for u in ids], [merge_repeated(hyp[u]) for u in ids])
+    return float(wer_summary(details)["WER"])

@@ -1,0 +1,236 @@
+"""CTC loss over label sequences with optional tokens, and optional-silence training targets.
+
+Lexicon labels put ``sil`` only at the two ends of an utterance, while forced-aligner labels
+(MFA) also mark the pauses between words. A model trained with plain CTC on lexicon labels learns
+never to emit ``sil`` inside an utterance. :func:`ctc_loss_optional` sums instead over every
+label sequence obtained by leaving out any subset of tokens flagged optional, as Kaldi's optional
+silence in the lexicon does, so a ``sil`` at a pause between words is not penalised.
+:func:`optional_silence_labels` builds such targets: an optional ``sil`` at every interior word
+boundary, the two edge ``sil`` of the labels kept obligatory (MFA marks silence at both ends of
+99 % of the dev-clean-2 utterances, and that silence teaches the model what ``sil`` sounds like).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+NEG = -1e30  # log-probability of an impossible path: finite, so autograd never meets inf - inf
+IMPOSSIBLE = NEG / 2  # a log-likelihood below this means no path fits
+# Log-weights of a candidate below the best one are floored at FLOOR (e^-80 ~ 1.8e-35, invisible in
+# float32 sums; the floored ones get no gradient): exp of large negative arguments is several
+# times slower on the CPU.
+FLOOR = -80.0
+
+__all__ = ["ctc_loss_optional", "optional_silence_labels", "optional_silence_targets"]
+
+
+def _transitions(targets: Tensor, target_lengths: Tensor, optional: Tensor, blank: int):
+    """Masks of the forward recursion, computed once per batch.
+
+    The states are the blank before token ``k`` (``k = 0 .. S``, the last one after the last token)
+    and the label of token ``k``. Label ``k`` is entered from itself, from the blank before it, from
+    label ``k - 1`` when the labels differ, and, when tokens ``k - j .. k - 1`` are all optional
+    and left out, from the blank before token ``k - j`` and from label ``k - j - 1`` when the labels
+    differ. A blank is entered from itself and from the label before it. A left-out token's own
+    states are never visited, so each path through the states is one (variant, alignment) pair.
+
+    Returns
+    -------
+    tok : Tensor (B, S)
+        Targets with padding replaced by blank.
+    mask : Tensor (2R+3, B, S)
+        0 where label ``k`` may follow the candidate state, NEG elsewhere. Candidates, in order:
+        label k, blank k, label k - 1, then blank k - j and label k - j - 1 for j = 1 .. R, the
+        longest run of optional tokens.
+    start, final_label, final_blank : Tensor bool
+        First and last states: (B, S), (B, S), (B, S + 1).
+    """
+    B, S = targets.shape
+    dev = targets.device
+    pos = torch.arange(S + 1, device=dev)
+    valid = pos[None, :S] < target_lengths[:, None]
+    opt = torch.cat([optional & valid, torch.zeros(B, 1, dtype=torch.bool, device=dev)], dim=1)
+    # run[b, k]: optional tokens right before position k (k = S_b: the optional tokens at the end)
+    fixed_at = torch.where(opt, torch.full_like(pos[None], -1), pos[None]).cummax(dim=1).values
+    run = pos[None] - 1 - F.pad(fixed_at[:, :-1], (1, 0), value=-1)
+    R = int(run[:, :S].max()) if S else 0
+    tok = torch.where(valid, targets, torch.full_like(targets, blank))
+
+    allowed = torch.ones(2 * R + 3, B, S, dtype=torch.bool, device=dev)
+    for j in range(R + 1):  # j optional tokens left out
+        skippable = run[:, :S] >= j
+        if j:
+            allowed[2 * j + 1] = skippable  # blank before token k - j -> label k
+        before = F.pad(tok, (j + 1, 0), value=-1)[:, :S]  # token k - j - 1 (-1 before the start)
+        allowed[2 * j + 2] = skippable & (before != tok) & (before >= 0)
+    mask = torch.where(allowed, 0.0, NEG).float()
+
+    start = (run[:, :S] == pos[None, :S]) & valid  # every token before it optional
+    n = target_lengths[:, None]
+    first_final = n - run.gather(1, n)  # tokens after it all optional
+    final_label = (pos[None, :S] >= first_final - 1) & valid
+    final_blank = (pos[None] >= first_final) & (pos[None] <= n)
+    return tok, mask, start, final_label, final_blank
+
+
+def ctc_loss_optional(log_probs: Tensor, targets: Tensor, target_lengths: Tensor, input_lengths: Tensor,
+                      optional: Optional[Tensor] = None, blank: int = 0, reduction: str = "sum") -> Tensor:
+    """CTC loss summed over every target variant without some of the optional tokens.
+
+    ``-log sum_v P(v | x)`` over the ``2^k`` sequences ``v`` obtained by deleting any subset of the
+    ``k`` tokens flagged in ``optional`` (one term per subset, even where two subsets give the same
+    labels). Standard CTC rules hold in every variant: a blank is needed between equal neighbours,
+    also when they meet because an optional token between them was left out. Without optional
+    tokens this is ``torch.nn.functional.ctc_loss(..., zero_infinity=False)``. Forward algorithm in
+    log space in float32 (also under autocast), vectorised over the batch and the states, with a
+    Python loop over time; gradients by autograd.
+
+    Parameters
+    ----------
+    log_probs : Tensor (B, T, V)
+        Log-probabilities (batch first).
+    targets : Tensor (B, S)
+        Padded label ids (no blank).
+    target_lengths, input_lengths : Tensor (B,)
+        Tokens and frames of each utterance (note the order: targets first); frames >= 1.
+    optional : Tensor (B, S) bool, optional
+        Tokens that may be left out; None: none.
+    blank : int
+        Blank id.
+    reduction : {"sum", "mean", "none"}
+        ``mean``: each loss divided by its target length (optional tokens included, at least 1),
+        then averaged over the batch, as in torch.
+
+    Returns
+    -------
+    Tensor
+        The loss; ``inf`` for an utterance that no variant fits in its frames (as
+        ``zero_infinity=False``), whose gradient is then zero.
+
+    Examples
+    --------
+    >>> lp = torch.randn(2, 12, 5, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
+    >>> tgt, lens, frames = torch.tensor([[1, 2, 2, 3], [1, 2, 3, 0]]), torch.tensor([4, 3]), torch.tensor([12, 10])
+    >>> plain = torch.nn.functional.ctc_loss(lp.transpose(0, 1), tgt, frames, lens, reduction="sum")
+    >>> torch.allclose(ctc_loss_optional(lp, tgt, lens, frames), plain)
+    True
+    >>> opt = torch.tensor([[False, True, False, False], [False, False, False, False]])
+    >>> bool(ctc_loss_optional(lp, tgt, lens, frames, opt) < plain)  # also sums over [1, 2, 3]
+    True
+    """
+    if reduction not in ("sum", "mean", "none"):
+        raise ValueError(f"reduction must be sum, mean or none, got {reduction!r}")
+    B, T, V = log_probs.shape
+    dev = log_probs.device
+    targets = targets.to(dev).long()
+    target_lengths = torch.as_tensor(target_lengths, device=dev).long()
+    input_lengths = torch.as_tensor(input_lengths, device=dev).long()
+    if targets.shape[0] != B or target_lengths.shape != (B,) or input_lengths.shape != (B,):
+        raise ValueError("targets, target_lengths and input_lengths must have the batch size of log_probs")
+    if B and (input_lengths.min() < 1 or input_lengths.max() > T or target_lengths.min() < 0
+              or target_lengths.max() > targets.shape[1]):
+        raise ValueError("input_lengths must be in [1, T] and target_lengths in [0, S]")
+    optional = (torch.zeros_like(targets, dtype=torch.bool) if optional is None
+                else optional.to(dev).bool())
+    if optional.shape != targets.shape:
+        raise ValueError(f"optional has shape {tuple(optional.shape)}, targets {tuple(targets.shape)}")
+    if B == 0:
+        return log_probs.new_zeros((0,) if reduction == "none" else (), dtype=torch.float32)
+
+    with torch.autocast(device_type=dev.type, enabled=False):
+        tok, mask, start, final_label, final_blank = _transitions(targets, target_lengths, optional, blank)
+        S, R = tok.shape[1], (mask.shape[0] - 3) // 2
+        steps = int(input_lengths.max())
+        lp = log_probs[:, :steps].float().transpose(0, 1).clamp(min=NEG)  # (T, B, V)
+        emit_label = lp.gather(2, tok[None].expand(steps, B, S)).unbind(0)
+        emit_blank = lp[:, :, blank:blank + 1].unbind(0)
+        label = torch.where(start, emit_label[0], NEG)
+        blanks = torch.where(torch.arange(S + 1, device=dev) == 0, emit_blank[0], NEG)
+        labels_seen, blanks_seen = [label], [blanks]
+        for t in range(1, steps):
+            lab = F.pad(label, (R + 1, 0), value=NEG)  # lab[:, R + 1 - i + k]: label k - i
+            blk = F.pad(blanks[:, :S], (R, 0), value=NEG)  # blk[:, R - j + k]: blank before token k - j
+            cand = [label, blanks[:, :S], lab[:, R:R + S]]
+            for j in range(1, R + 1):
+                cand += [blk[:, R - j:R - j + S], lab[:, R - j:R - j + S]]
+            cand = torch.stack(cand) + mask
+            top = cand.detach().amax(dim=0)  # log-sum-exp with the max taken out
+            label = (cand - top).clamp(min=FLOOR).exp().sum(dim=0).log() + top + emit_label[t]
+            blanks = torch.logaddexp(blanks, lab[:, R:R + S + 1]) + emit_blank[t]
+            labels_seen.append(label)
+            blanks_seen.append(blanks)
+        last, rows = input_lengths - 1, torch.arange(B, device=dev)
+        ends = torch.cat([torch.where(final_label, torch.stack(labels_seen)[last, rows], NEG),
+                          torch.where(final_blank, torch.stack(blanks_seen)[last, rows], NEG)], dim=1)
+        log_z = torch.logsumexp(ends, dim=1)
+        loss = torch.where(log_z < IMPOSSIBLE, torch.full_like(log_z, float("inf")), -log_z)
+    if reduction == "none":
+        return loss
+    if reduction == "mean":
+        return (loss / target_lengths.clamp(min=1)).mean()
+    return loss.sum()
+
+
+def optional_silence_labels(phones: Sequence[str], words: Sequence[str], pronounce: Callable[[str], Sequence[str]],
+                            sil: str = "sil") -> Optional[Tuple[List[str], List[bool]]]:
+    """Lexicon labels with an optional ``sil`` at every interior word boundary.
+
+    ``phones`` must be the words' pronunciations, one after the other, with or without a ``sil``
+    at each end (kept, obligatory). Returns (labels, optional flags), or None when ``phones`` are
+    not that (MFA labels, for instance, which already mark their pauses).
+
+    >>> prons = {"A": ["AH"], "CAT": ["K", "AE", "T"]}
+    >>> optional_silence_labels("sil AH K AE T sil".split(), ["A", "CAT"], prons.get)
+    (['sil', 'AH', 'sil', 'K', 'AE', 'T', 'sil'], [False, False, True, False, False, False, False])
+    >>> optional_silence_labels("sil AH sil K AE T sil".split(), ["A", "CAT"], prons.get) is None
+    True
+    """
+    phones = list(phones)
+    head = phones[:1] if phones[:1] == [sil] else []
+    body = phones[len(head):]
+    tail = body[-1:] if body[-1:] == [sil] and words else []
+    body = body[:len(body) - len(tail)]
+    prons = [list(pronounce(w) or []) for w in words]
+    if not all(prons) or [p for pron in prons for p in pron] != body:
+        return None
+    labels, flags = list(head), [False] * len(head)
+    for i, pron in enumerate(prons):
+        if i:
+            labels.append(sil)
+            flags.append(True)
+        labels += pron
+        flags += [False] * len(pron)
+    return labels + tail, flags + [False] * len(tail)
+
+
+def optional_silence_targets(rows: Mapping[str, Mapping[str, str]], g2p: str,
+                             sil: str = "sil") -> Dict[str, Tuple[List[str], List[bool]]]:
+    """:func:`optional_silence_labels` for the manifest rows (``wrd``, ``phn``) whose labels are lexicon labels.
+
+    ``g2p`` is the OOV policy the labels were built with (see :class:`~surprisal_cc.data.lexicon.Lexicon`).
+    Rows with other labels (MFA) are left out: they keep their labels and get no optional token.
+    """
+    from .data.errors import DataPreparationError
+    from .data.lexicon import Lexicon
+
+    lexicon = Lexicon(g2p=g2p)
+    lexicon.prefetch(w for row in rows.values() for w in row["wrd"].split())
+    prons: Dict[str, List[str]] = {}
+
+    def pronounce(word: str) -> List[str]:
+        if word not in prons:
+            try:
+                prons[word] = lexicon.words_to_phones([word], add_boundary_silence=False)
+            except DataPreparationError:  # g2p="error" and an OOV word: not lexicon labels
+                prons[word] = []
+        return prons[word]
+
+    table = {}
+    for utt_id, row in rows.items():
+        got = optional_silence_labels(row["phn"].split(), row["wrd"].split(), pronounce, sil)
+        if got is not None:
+            table[utt_id] = got
+    return table

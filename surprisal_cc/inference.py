@@ -1,0 +1,926 @@
+"""Use a trained model: export a recipe run, load it, transcribe audio, evaluate a corpus.
+
+An exported model folder holds
+
+==============  ==============================================================================
+``model.json``  format version, encoder arguments, features, labels, decoding, provenance
+``encoder.pt``  encoder state dict (the calibrated controller included)
+``apc.pt``      the frozen APC model (absent when the model runs without APC)
+``README.md``   model card
+==============  ==============================================================================
+
+Every tensor file loads with ``torch.load(weights_only=True)``: no pickled code. Decoding is the
+recipes' test decoding (CTC prefix beam search, the run's beam width), scoring is theirs too
+(corpus-level PER, repeated ``sil`` merged), and FLOPs are counted from what ran, as the Brain
+counts them.
+
+Example
+-------
+>>> import torch
+>>> from surprisal_cc.recipe import phone_set
+>>> asr = ConditionalASR.untrained(phone_set("librispeech"), controller="random")
+>>> results = asr.transcribe_batch(torch.randn(2, 16000), torch.tensor([1.0, 0.5]))
+>>> [r.num_frames for r in results], results[0].flops_per_frame > 0
+([49, 24], True)
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from .apc import APCModel, FrozenAPC, load_apc
+from .data.errors import DataPreparationError, DataPreparationWarning
+from .decoding import CTCBeamSearch
+from .encoders import Encoder, EncoderOutput, build_encoder
+from .features import FeatureConfig, FilterbankFrontEnd, lengths_to_mask
+from .flops import MacMeter, module_macs
+from .recipe import ConfigurationError
+
+PathLike = Union[str, os.PathLike]
+FORMAT_VERSION = 1
+MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc.pt", "README.md"
+WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+MAX_LISTED = 20
+
+__all__ = ["ConditionalASR", "Transcription", "ModelFormatError", "BadAudioError", "export_run",
+           "default_model_dir", "FORMAT_VERSION"]
+
+
+class ModelFormatError(ValueError):
+    """A model folder that is missing, incomplete, damaged or of another format version."""
+
+
+class BadAudioError(DataPreparationError):
+    """Audio files that cannot be used; ``problems`` holds one ``"path: reason"`` line per file."""
+
+    def __init__(self, problems: Sequence[str], total: int, hint: str = ""):
+        self.problems, self.total, self.hint = list(problems), total, hint
+        super().__init__("\n".join([*self.problems, *([hint] if hint else [])]))
+
+
+def default_model_dir() -> Path:
+    """``<repository>/pretrained``: where ``--model`` points when it is not given."""
+    return Path(__file__).resolve().parents[1] / "pretrained"
+
+
+# ----------------------------------------------------------------------------------------------
+# Results
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class Transcription:
+    """One utterance: phones and, per frame, what the model computed.
+
+    ``surprisal`` is None when no APC ran; ``p_big``/``use_big`` are None for ACT and PonderNet,
+    which report ``steps`` instead. ``rtf`` is the compute time of the utterance's batch (features,
+    APC, encoder, beam search) divided by the batch's audio duration.
+    """
+
+    phones: List[str]
+    num_frames: int
+    duration_s: float
+    flops_per_frame: float
+    flops_components: Dict[str, float]
+    rtf: float
+    surprisal: Optional[Tensor] = field(default=None, repr=False)
+    p_big: Optional[Tensor] = field(default=None, repr=False)
+    use_big: Optional[Tensor] = field(default=None, repr=False)
+    steps: Optional[Tensor] = field(default=None, repr=False)
+    fbank: Optional[Tensor] = field(default=None, repr=False)
+    path: Optional[str] = None
+
+    @property
+    def big_fraction(self) -> Optional[float]:
+        """Fraction of frames that ran the big network (None without a small/big choice)."""
+        return None if self.use_big is None else float(self.use_big.double().mean())
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready: per-frame arrays as lists (``fbank`` left out)."""
+        out: Dict[str, Any] = {"path": self.path, "phones": self.phones, "num_frames": self.num_frames,
+                               "duration_s": self.duration_s, "flops_per_frame": self.flops_per_frame,
+                               "flops_components": self.flops_components, "rtf": self.rtf,
+                               "big_fraction": self.big_fraction}
+        for name in ("surprisal", "p_big", "use_big", "steps"):
+            value = getattr(self, name)
+            out[name] = None if value is None else value.tolist()
+        return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------------------------
+PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def resolve_inference_precision(precision: str, device: torch.device) -> str:
+    """``fp32``, or ``bf16`` where the device computes it natively (``auto`` picks the best)."""
+    if precision not in PRECISIONS:
+        raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if device.type == "cuda":
+        native = torch.cuda.is_bf16_supported()
+    else:
+        native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if precision == "auto":
+        return "bf16" if native else "fp32"
+    if precision == "bf16" and not native:
+        raise ConfigurationError(f"precision bf16: this {device.type.upper()} has no native bf16 "
+                                 "(CPU: AVX-512-BF16 or AMX; GPU: Ampere or newer); use fp32")
+    return precision
+
+
+def resolve_device(device: Union[str, torch.device]) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise ConfigurationError(f"device {device!r}: {err}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigurationError(f"device {device}: CUDA is not available on this machine; use cpu")
+    return dev
+
+
+class ConditionalASR:
+    """A trained conditional-computation CTC phone recogniser, ready for inference.
+
+    Parameters
+    ----------
+    config : dict
+        The ``model.json`` content (see :func:`export_run`).
+    encoder : Encoder
+        The encoder with its weights (the controller's calibration included).
+    apc : APCModel, optional
+        The frozen APC model; required when the model uses APC features or surprisal.
+    device : str
+        ``"cpu"`` (default) or ``"cuda"``/``"cuda:N"``.
+    precision : str
+        ``"fp32"`` (default), ``"bf16"`` (torch.autocast; only where the device has native bf16)
+        or ``"auto"``.
+    """
+
+    def __init__(self, config: Dict[str, Any], encoder: Encoder, apc: Optional[APCModel] = None,
+                 device: Union[str, torch.device] = "cpu", precision: str = "fp32"):
+        self.config = config
+        self.device = resolve_device(device)
+        self.precision = resolve_inference_precision(precision, self.device)
+        self.labels: List[str] = list(config["labels"])
+        self.feature_config = FeatureConfig(**config["features"])
+        self.front_end = FilterbankFrontEnd(self.feature_config)
+        self.encoder = encoder.to(self.device).eval()
+        self.use_apc_features = config["input_features"] == "apc"
+        self.needs_surprisal = encoder.needs_surprisal(False)
+        self.uses_apc = self.use_apc_features or self.needs_surprisal
+        if self.uses_apc and apc is None:
+            raise ModelFormatError("this model needs an APC model (APC features or a surprisal controller)")
+        self.apc = FrozenAPC(apc).to(self.device) if self.uses_apc else None
+        self.apc_macs = module_macs(apc) if self.uses_apc else 0
+        self.beam_search = CTCBeamSearch(blank=int(config.get("blank_index", 0)),
+                                         beam_size=int(config.get("beam_size", 10)),
+                                         backend=config.get("beam_backend", "native"))
+        self.source: Optional[Path] = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_pretrained(cls, source: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
+                        precision: str = "fp32", deterministic: bool = False) -> "ConditionalASR":
+        """Load an exported model folder (default: :func:`default_model_dir`).
+
+        ``deterministic=True`` routes with ``p_big > 0.5`` (PonderNet: halts at the threshold)
+        instead of sampling, whatever the model was tested with.
+        """
+        folder = Path(source) if source is not None else default_model_dir()
+        config, encoder, apc = load_model_folder(folder)
+        asr = cls(config, encoder, apc, device=device, precision=precision)
+        asr.source = folder
+        if deterministic:
+            asr.set_deterministic()
+        return asr
+
+    @classmethod
+    def untrained(cls, labels: Sequence[str], encoder: str = "conditional", controller: str = "random",
+                  input_features: str = "fbank", device: str = "cpu", **encoder_options) -> "ConditionalASR":
+        """A randomly initialised model over ``labels`` (blank added at index 0), for tests and examples."""
+        from .recipe import input_size_for
+
+        kwargs = dict(name=encoder, input_size=input_size_for(input_features), num_outputs=len(labels) + 1,
+                      controller=controller, **encoder_options)
+        config = {"format_version": FORMAT_VERSION, "encoder": kwargs, "input_features": input_features,
+                  "features": FeatureConfig().as_dict(), "labels": ["<blank>", *labels], "blank_index": 0,
+                  "beam_size": 10, "merge_sil": True}
+        apc = APCModel() if input_features == "apc" or controller == "surprisal" else None
+        return cls(config, build_encoder(**kwargs), apc, device=device)
+
+    def save(self, folder: PathLike, dtype: str = "fp32") -> Path:
+        """Write this model as a model folder (``from_pretrained`` loads it back)."""
+        import io
+
+        from .apc import save_apc
+
+        if dtype not in WEIGHT_DTYPES:
+            raise ConfigurationError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {dtype!r}")
+        blob = None
+        if self.apc is not None:
+            buffer = io.BytesIO()
+            save_apc(self.apc.apc.cpu(), buffer)
+            self.apc.to(self.device)
+            buffer.seek(0)
+            blob = torch.load(buffer, weights_only=True)
+        config = {**self.config, "uses_apc": self.uses_apc, "weights_dtype": dtype}
+        state = {k: v.cpu() for k, v in self.encoder.state_dict().items()}
+        return write_model_folder(Path(folder), config, state, blob)
+
+    def set_deterministic(self) -> None:
+        """Route without sampling: ``p_big > 0.5`` (conditional), threshold halting (PonderNet)."""
+        if hasattr(self.encoder, "test_stochastic"):
+            self.encoder.test_stochastic = False
+        if getattr(self.encoder, "inference", None) == "sample":
+            self.encoder.inference = "threshold"
+
+    # ------------------------------------------------------------------ forward
+    def _autocast(self):
+        if self.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    @torch.no_grad()
+    def _run(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, List[List[str]], Tensor, Tensor,
+                                                             Optional[Tensor], float]:
+        """(encoder output, phones, fbank, frame counts, surprisal, seconds) of one padded batch."""
+        start = time.perf_counter()
+        fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples.cpu())  # as the recipes' cache
+        fbank, frames = fbank.to(self.device), frames.to(self.device)
+        short = [i for i, n in enumerate(frames.tolist()) if n == 0]
+        if short:
+            raise DataPreparationError(
+                f"utterance(s) {short} of the batch are shorter than one {self.feature_config.frame_length_ms:g} ms "
+                "frame: nothing to recognise")
+        surprisal, feats = None, fbank
+        with self._autocast():
+            if self.uses_apc:
+                apc_out = self.apc(fbank, frames)
+                surprisal = apc_out.surprisal.float()
+                feats = apc_out.features if self.use_apc_features else fbank
+            out = self.encoder(feats, frames, surprisal if self.needs_surprisal else None)
+        hyps = self.beam_search(out.log_probs.float(), out.lengths)
+        phones = [[self.labels[i] for i in h] for h in hyps]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return out, phones, fbank, frames, surprisal, time.perf_counter() - start
+
+    def transcribe_batch(self, wavs: Tensor, lengths: Optional[Tensor] = None) -> List[Transcription]:
+        """Transcribe a padded batch of 16 kHz waveforms.
+
+        Parameters
+        ----------
+        wavs : Tensor
+            (B, S) or (S,) mono audio at the model's sample rate, in [-1, 1].
+        lengths : Tensor, optional
+            Relative lengths in (0, 1] (floating point, as in SpeechBrain) or sample counts
+            (integer). None: every waveform is whole.
+        """
+        wavs = torch.as_tensor(wavs)
+        if wavs.ndim == 1:
+            wavs = wavs[None]
+        if wavs.ndim != 2:
+            raise ValueError(f"wavs must be (batch, samples), got shape {tuple(wavs.shape)}")
+        if lengths is None:
+            samples = torch.full((wavs.shape[0],), wavs.shape[1], dtype=torch.long)
+        else:
+            lengths = torch.as_tensor(lengths).cpu()
+            samples = (lengths * wavs.shape[1]).round().long() if lengths.is_floating_point() else lengths.long()
+        out, phones, fbank, frames, surprisal, seconds = self._run(wavs, samples)
+        rate = self.feature_config.sample_rate
+        rtf = seconds / max(float(samples.sum()) / rate, 1e-9)
+        results = []
+        for b, n in enumerate(frames.tolist()):
+            comps = {"apc": float(self.apc_macs)} if self.uses_apc else {}
+            comps.update({name: float(m[b, :n].double().sum()) / n for name, m in out.frame_macs.items()})
+            stat = (lambda key: out.stats[key][b, :n].detach().float().cpu() if key in out.stats else None)
+            use_big = out.stats["use_big"][b, :n].cpu() if "use_big" in out.stats else None
+            results.append(Transcription(
+                phones=phones[b], num_frames=n, duration_s=int(samples[b]) / rate,
+                flops_per_frame=sum(comps.values()), flops_components=comps, rtf=rtf,
+                surprisal=surprisal[b, :n].cpu() if surprisal is not None else None,
+                p_big=stat("p_big"), use_big=use_big, steps=stat("steps"), fbank=fbank[b, :n].cpu()))
+        return results
+
+    def transcribe_file(self, path: PathLike) -> Transcription:
+        """Transcribe one audio file (resampled to 16 kHz and downmixed to mono, with a warning)."""
+        check_audio(path, self.feature_config.sample_rate)
+        return self.transcribe_checked_file(path)
+
+    def transcribe_checked_file(self, path: PathLike) -> Transcription:
+        """:meth:`transcribe_file` without the audio check (for files :func:`check_audio_many` passed)."""
+        from .data.audio import read_audio
+
+        result = self.transcribe_batch(read_audio(path, self.feature_config.sample_rate)[None])[0]
+        result.path = str(path)
+        return result
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
+                 batch_size: Optional[int] = None, seed: Optional[int] = None, g2p: Optional[str] = None,
+                 timit_split: str = "test", progress: bool = False) -> Dict[str, Any]:
+        """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF on a labelled corpus.
+
+        Parameters
+        ----------
+        data : path
+            A LibriSpeech-format folder (``speaker/chapter/*.flac`` + ``*.trans.txt``; labels from
+            CMUdict with the model's training G2P policy, or MFA labels from ``mfa_labels``), a
+            TIMIT folder (``timit_split``: the core ``test`` set, the ``valid`` speakers or ``train``)
+            or a manifest CSV as the recipes write (``ID``, ``wav``, ``phn`` columns).
+        skip_bad : bool
+            Score the usable files when some are not (they are listed in ``skipped``); otherwise
+            :class:`BadAudioError` lists them all.
+        batch_size : int, optional
+            Utterances per forward pass (default: the run's batch size).
+        seed : int, optional
+            Seeds the random routing decisions for this call (the global RNG is restored after).
+        """
+        from .brain import RoutingStats
+        from .data.audio import read_audio
+        from .metrics import ErrorRate
+
+        items, label_source = corpus_items(data, self, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split)
+        infos, problems = check_audio_many([wav for _, wav, _ in items])
+        if problems and not skip_bad:
+            raise BadAudioError(problems, len(items), f"{len(problems)} of {len(items)} audio files are unusable; "
+                                                     "pass --skip-bad (skip_bad=True) to score the others")
+        if problems:
+            warnings.warn(f"skipping {len(problems)} unusable audio file(s):\n  " + "\n  ".join(problems),
+                          DataPreparationWarning, stacklevel=2)
+        items = [item for item in items if str(item[1]) in infos]
+        if not items:
+            raise DataPreparationError(f"{data}: no usable utterance to score")
+        warn_converted(infos, self.feature_config.sample_rate)
+        batch_size = int(batch_size or self.config.get("batch_size", 8))
+        errors = ErrorRate(merge_sil=bool(self.config.get("merge_sil", True)))
+        meter, routing = MacMeter(), RoutingStats()
+        steps_total, steps_frames, seconds, audio_s = 0.0, 0, 0.0, 0.0
+        rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
+        starts = range(0, len(items), batch_size)
+        if progress:
+            from tqdm import tqdm
+            starts = tqdm(starts, desc="evaluate", unit="batch")
+        with rng:
+            if seed is not None:
+                torch.manual_seed(seed)
+            for start in starts:
+                chunk = items[start:start + batch_size]
+                signals = [read_audio(wav, self.feature_config.sample_rate) for _, wav, _ in chunk]
+                samples = torch.tensor([s.numel() for s in signals])
+                wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
+                out, phones, _, frames, _, elapsed = self._run(wavs, samples)
+                seconds += elapsed
+                audio_s += float(samples.sum()) / self.feature_config.sample_rate
+                errors.append([u for u, _, _ in chunk], phones, [ref for _, _, ref in chunk])
+                mask = lengths_to_mask(out.lengths, out.log_probs.shape[1])
+                meter.update(out.frame_macs, int(out.lengths.sum()),
+                             uniform={"apc": self.apc_macs} if self.uses_apc else {})
+                routing.update(out.stats, mask)
+                if "steps" in out.stats:
+                    steps_total += float(out.stats["steps"][mask].sum())
+                    steps_frames += int(mask.sum())
+        summary = errors.summarize()
+        per_frame = meter.per_frame()
+        flops = {k: per_frame[k] for k in sorted(per_frame, key=lambda k: (k != "apc", k == "total"))}
+        result: Dict[str, Any] = {
+            "per": summary["error_rate"], "substitutions": summary["substitutions"],
+            "deletions": summary["deletions"], "insertions": summary["insertions"],
+            "num_ref_tokens": summary["num_ref_tokens"], "num_utterances": summary["num_utterances"],
+            "flops_per_frame": flops["total"], "flops_components": flops, **routing.summary(),
+        }
+        if steps_frames:
+            result["mean_steps"] = steps_total / steps_frames
+        result.update({"rtf": seconds / max(audio_s, 1e-9), "compute_s": seconds, "audio_s": audio_s,
+                       "data": str(data), "labels": label_source, "skipped": problems,
+                       "model": str(self.source) if self.source else None, "device": str(self.device),
+                       "precision": self.precision, "beam_size": self.beam_search.beam_size})
+        return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Audio checks
+# ----------------------------------------------------------------------------------------------
+def check_audio_many(paths: Sequence[PathLike]) -> Tuple[Dict[str, Any], List[str]]:
+    """Decode every file once: ``({path: AudioInfo} of usable files, ["path: problem", ...])``."""
+    from .data.audio import _check_one
+
+    infos, problems = {}, []
+    for path in paths:
+        name, info, problem = _check_one(str(path))
+        if info is None:
+            problems.append(f"{name}: {problem}")
+        else:
+            infos[name] = info
+    return infos, problems
+
+
+def check_audio(path: PathLike, sample_rate: int = 16000) -> None:
+    """Raise :class:`BadAudioError` (one line naming the file) unless ``path`` is usable audio;
+    warn when it will be resampled or downmixed."""
+    infos, problems = check_audio_many([path])
+    if problems:
+        raise BadAudioError(problems, 1)
+    warn_converted(infos, sample_rate)
+
+
+def warn_converted(infos: Dict[str, Any], sample_rate: int = 16000) -> None:
+    """One warning per file (up to 20) that is resampled or downmixed on load."""
+    notes = []
+    for path, info in infos.items():
+        if info.sample_rate != sample_rate:
+            notes.append(f"{path}: {info.sample_rate} Hz audio, resampled to {sample_rate} Hz")
+        if info.channels > 1:
+            notes.append(f"{path}: {info.channels} channels, downmixed to mono (channel mean)")
+    for note in notes[:MAX_LISTED]:
+        warnings.warn(note, DataPreparationWarning, stacklevel=3)
+    if len(notes) > MAX_LISTED:
+        warnings.warn(f"... and {len(notes) - MAX_LISTED} more resampled or downmixed files",
+                      DataPreparationWarning, stacklevel=3)
+
+
+# ----------------------------------------------------------------------------------------------
+# Corpora
+# ----------------------------------------------------------------------------------------------
+Item = Tuple[str, str, List[str]]  # utterance id, audio path, reference phones
+
+
+def corpus_items(data: PathLike, asr: ConditionalASR, mfa_labels: Optional[PathLike] = None,
+                 g2p: Optional[str] = None, timit_split: str = "test") -> Tuple[List[Item], str]:
+    """(utterance id, audio path, reference phones) of a corpus, and where the labels came from."""
+    path = Path(data)
+    if not path.exists():
+        raise DataPreparationError(f"{path}: no such file or folder")
+    if path.is_file():
+        if path.suffix.lower() != ".csv":
+            raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder "
+                                       "or a manifest CSV (ID, wav, phn columns)")
+        items, source = _manifest_items(path), f"manifest {path}"
+    elif _is_timit(path):
+        items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
+    else:
+        items, source = _librispeech_items(path, asr, mfa_labels, g2p)
+    allowed = [label for i, label in enumerate(asr.labels) if i != asr.beam_search.blank]
+    from .data.phones import validate_phones
+
+    unknown = sorted({p for _, _, ref in items for p in ref} - set(allowed))
+    if unknown:
+        bad = next(u for u, _, ref in items if set(ref) & set(unknown))
+        try:
+            validate_phones(unknown, allowed, f"utterance {bad}")
+        except DataPreparationError as err:
+            raise DataPreparationError(f"{data}: the labels ({source}) are not the model's label set: {err}") from None
+    return items, source
+
+
+def _is_timit(path: Path) -> bool:
+    from .data.timit import _child
+
+    return any(_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
+
+
+def _manifest_items(path: Path) -> List[Item]:
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = {"ID", "wav", "phn"} - set(reader.fieldnames or [])
+        if missing:
+            raise DataPreparationError(f"{path}: manifest lacks the column(s) {sorted(missing)} "
+                                       "(expected ID, wav, phn as the recipes write)")
+        rows = list(reader)
+    empty = [r["ID"] for r in rows if not r["phn"].split()]
+    if empty:
+        raise DataPreparationError(f"{path}: empty phn for utterance(s) {', '.join(empty[:MAX_LISTED])}")
+    if not rows:
+        raise DataPreparationError(f"{path}: the manifest has no rows")
+    return [(r["ID"], r["wav"], r["phn"].split()) for r in rows]
+
+
+def _timit_items(path: Path, split: str) -> List[Item]:
+    from .data.phones import fold_timit
+    from .data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS, _read_phn, _sibling, scan_timit
+
+    if split not in ("test", "valid", "train"):
+        raise ConfigurationError(f"timit_split must be test, valid or train, got {split!r}")
+
+    def split_of(u) -> Optional[str]:
+        if u.part == "train":
+            return "train"
+        return "valid" if u.spk_id in TIMIT_DEV_SPEAKERS else "test" if u.spk_id in TIMIT_CORE_TEST_SPEAKERS else None
+
+    items, problems = [], []
+    for u in scan_timit(path):
+        if split_of(u) != split:
+            continue
+        phn = _sibling(u.wav, ".phn")
+        if phn is None:
+            problems.append(f"{u.wav}: no .PHN file")
+            continue
+        items.append((u.id, str(u.wav), fold_timit(_read_phn(phn), where=f"{phn} (utterance {u.id})")))
+    if problems:
+        raise DataPreparationError(f"{len(problems)} TIMIT label problem(s): " + "; ".join(problems[:MAX_LISTED]))
+    if not items:
+        raise DataPreparationError(f"{path}: no utterance of the TIMIT {split} split")
+    return sorted(items)
+
+
+def _librispeech_items(path: Path, asr: ConditionalASR, mfa_labels: Optional[PathLike],
+                       g2p: Optional[str]) -> Tuple[List[Item], str]:
+    from .data.lexicon import Lexicon
+    from .data.librispeech import scan_subset
+    from .data.mfa import load_mfa_labels
+
+    utts = sorted(scan_subset(path), key=lambda u: u.id)
+    if mfa_labels is not None:
+        labels = load_mfa_labels(mfa_labels)
+        missing = [u.id for u in utts if u.id not in labels]
+        if missing:
+            raise DataPreparationError(
+                f"{len(missing)} utterance(s) of {path} have no labels in {mfa_labels}: "
+                f"{', '.join(missing[:MAX_LISTED])}{' ...' if len(missing) > MAX_LISTED else ''}; "
+                "leave out --mfa-labels to use lexicon labels")
+        return [(u.id, str(u.wav), list(labels[u.id])) for u in utts], f"MFA {mfa_labels}"
+    policy = asr.config.get("label_policy", {})
+    g2p = g2p or policy.get("g2p") or "spn"
+    boundary = bool(policy.get("add_boundary_silence", True))
+    try:
+        lexicon = Lexicon(g2p=g2p)
+    except ValueError as err:
+        raise ConfigurationError(str(err)) from None
+    lexicon.prefetch(w for u in utts for w in u.words)
+    items = [(u.id, str(u.wav), lexicon.words_to_phones(u.words, boundary, u.id)) for u in utts]
+    lexicon.warn_oov_summary()
+    return items, f"lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
+
+
+# ----------------------------------------------------------------------------------------------
+# Model folders
+# ----------------------------------------------------------------------------------------------
+def _export_hint(folder: Path) -> str:
+    return (f"pass --model DIR (from_pretrained(DIR)) with an exported model, or export a finished recipe run: "
+            f"surprisal-cc export RUN_DIR {folder}")
+
+
+def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[APCModel]]:
+    """(config, encoder with weights, APC model or None) of an exported model folder."""
+    if not folder.is_dir():
+        raise ModelFormatError(f"{folder}: no model folder there; {_export_hint(folder)}")
+    config_path = folder / MODEL_FILE
+    if not config_path.is_file():
+        raise ModelFormatError(f"{folder}: not a model folder (no {MODEL_FILE}); {_export_hint(folder)}")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ModelFormatError(f"{config_path}: unreadable ({err})") from None
+    version = config.get("format_version") if isinstance(config, dict) else None
+    if version != FORMAT_VERSION:
+        raise ModelFormatError(f"{config_path}: model format version {version}, but this surprisal_cc reads "
+                               f"version {FORMAT_VERSION}: export the run again with this version "
+                               "(surprisal-cc export RUN_DIR OUT_DIR)")
+    try:
+        encoder = build_encoder(**config["encoder"])
+        for key in ("labels", "features", "input_features"):
+            config[key]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ModelFormatError(f"{config_path}: incomplete or invalid model description ({err})") from None
+    state = _load_tensors(folder / ENCODER_FILE)
+    try:
+        encoder.load_state_dict(state)
+    except RuntimeError as err:
+        raise ModelFormatError(f"{folder / ENCODER_FILE}: weights do not fit {MODEL_FILE} "
+                               f"({str(err).splitlines()[0]})") from None
+    apc = None
+    if config.get("uses_apc", True) and (config["input_features"] == "apc" or encoder.needs_surprisal(False)):
+        apc_path = folder / APC_FILE
+        if not apc_path.is_file():
+            raise ModelFormatError(f"{apc_path}: missing (this model needs its APC model)")
+        try:
+            apc = load_apc(apc_path)
+        except (ValueError, RuntimeError, OSError) as err:
+            raise ModelFormatError(f"{apc_path}: {str(err).splitlines()[0]}") from None
+    return config, encoder, apc
+
+
+def _load_tensors(path: Path) -> Dict[str, Tensor]:
+    if not path.is_file():
+        raise ModelFormatError(f"{path}: missing")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for damaged or unsafe files
+        raise ModelFormatError(f"{path}: cannot be loaded ({type(err).__name__}: "
+                               f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    if not isinstance(state, dict):
+        raise ModelFormatError(f"{path}: not a state dict")
+    return state
+
+
+def _cast(state: Dict[str, Tensor], dtype: torch.dtype) -> Dict[str, Tensor]:
+    """Weight matrices (2-D and up) to ``dtype``; scalars, vectors and integer buffers unchanged."""
+    return {k: v.to(dtype) if v.is_floating_point() and v.ndim >= 2 else v for k, v in state.items()}
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Export
+# ----------------------------------------------------------------------------------------------
+def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
+    """Overrides (key -> YAML value) that keep loading an hparams file free of side effects: no
+    checkpoint folders are created, and top-level ``!PLACEHOLDER`` values get a dummy (building
+    the modules needs no data)."""
+    import re
+
+    from .report import load_yaml_tolerant
+
+    path = Path(hparams_file)
+    if not path.is_file():
+        return {}
+    keys = load_yaml_tolerant(path)
+    overrides = {key: "null" for key in ("checkpointer", "apc_checkpointer") if key in keys}
+    text = path.read_text(encoding="utf-8", errors="replace")
+    overrides.update({key: "placeholder" for key in re.findall(r"^(\w+):[ \t]*!PLACEHOLDER", text, flags=re.M)})
+    return overrides
+
+
+def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
+    """Top-level mapping of an hparams file with ``!ref`` resolved and no tag run (tagged nodes as plain data)."""
+    import yaml
+    from hyperpyyaml import resolve_references
+
+    from .report import _TolerantLoader
+
+    try:
+        with open(hparams_file, encoding="utf-8") as f:
+            text = resolve_references(f, overrides).getvalue()
+        data = yaml.load(text, Loader=_TolerantLoader)
+    except (ValueError, KeyError, yaml.YAMLError) as err:
+        raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _run_file(run: Path, *names: str, what: str) -> Path:
+    for name in names:
+        if (run / name).is_file():
+            return run / name
+    raise ConfigurationError(f"{run}: no {' or '.join(names)} ({what})")
+
+
+def _locate_apc(hparams: Dict[str, Any], run: Path, explicit: Optional[PathLike]) -> Path:
+    if explicit is not None:
+        if not Path(explicit).is_file():
+            raise ConfigurationError(f"--apc {explicit}: no such file")
+        return Path(explicit)
+    configured = hparams.get("apc_path") or hparams.get("apc_export_path") \
+        or Path(hparams.get("experiment_root", ".")) / "apc" / "apc.pt"
+    path = Path(configured)
+    candidates = [path]
+    if not path.is_absolute():
+        # relative paths are relative to where the recipe ran: the run folder minus output_folder
+        out = Path(os.path.normpath(str(hparams.get("output_folder", ""))))
+        parts = run.resolve().parts
+        if out.parts and not out.is_absolute() and parts[-len(out.parts):] == out.parts:
+            candidates.insert(0, Path(*parts[:-len(out.parts)]) / path)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise ConfigurationError(f"the APC model of {run} was not found (looked for {', '.join(map(str, candidates))}); "
+                             "pass --apc PATH (export_run(apc_path=...))")
+
+
+def _checkpoint(run: Path, metric: str):
+    from speechbrain.utils.checkpoints import Checkpointer
+
+    save = run / "save"
+    if not save.is_dir():
+        raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
+    checkpoint = Checkpointer(save).find_checkpoint(min_key=metric)
+    if checkpoint is None:
+        raise ConfigurationError(f"{save}: no checkpoint with a validation {metric} (has the run finished an epoch?)")
+    return checkpoint
+
+
+def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
+               apc_path: Optional[PathLike] = None) -> Path:
+    """Turn the best checkpoint (min validation PER) of a finished recipe run into a model folder.
+
+    Reads ``RUN_DIR/hyperparams.yaml`` (written by SpeechBrain; hparams files are code, load only
+    runs you trust), ``RUN_DIR/results.json`` and the checkpoints in ``RUN_DIR/save``; the APC
+    model comes from the run's ``apc_path`` (or ``<experiment_root>/apc/apc.pt``) unless
+    ``apc_path`` is given. ``dtype="fp16"`` stores weight matrices in fp16 (half the size; loaded
+    back as fp32). Writes ``model.json``, ``encoder.pt``, ``apc.pt`` (when used) and ``README.md``.
+    """
+    from .recipe import load_hparams
+
+    run, out = Path(run_dir), Path(out_dir)
+    if dtype not in WEIGHT_DTYPES:
+        raise ConfigurationError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {dtype!r}")
+    if not run.is_dir():
+        raise ConfigurationError(f"{run}: no such run folder")
+    hp_file = _run_file(run, "hyperparams.yaml", "hparams.yaml", what="the hparams SpeechBrain writes into a recipe "
+                        "run folder: is this the output_folder of a recipe run?")
+    results_file = _run_file(run, "results.json", what="the run has not finished its test stage: re-run its "
+                             "command to finish it, then export")
+    try:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise ConfigurationError(f"{results_file}: unreadable ({err})") from None
+    if not (run / "save").is_dir():
+        raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
+    overrides = "\n".join(f"{k}: {v}" for k, v in inert_overrides(hp_file).items())
+    raw = _resolved_plain_yaml(hp_file, overrides)
+    if raw.get("target_unit", "phone") != "phone":
+        raise ConfigurationError(f"{hp_file}: only phone models can be exported (target_unit: {raw['target_unit']})")
+    if not isinstance(raw.get("encoder_module"), dict):
+        raise ConfigurationError(f"{hp_file}: no encoder_module (build_encoder arguments) to rebuild the model from")
+    hparams = load_hparams(str(hp_file), overrides)
+    try:
+        encoder_kwargs = json.loads(json.dumps({**raw["encoder_module"], "input_size": int(hparams["input_size"])}))
+        encoder = build_encoder(**encoder_kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigurationError(f"{hp_file}: cannot rebuild the encoder from encoder_module ({err})") from None
+    if repr(encoder) != repr(hparams["encoder_module"]):
+        raise ConfigurationError(f"{hp_file}: the encoder_module arguments do not rebuild the run's encoder")
+    metric = hparams.get("selection_metric", "PER")
+    checkpoint = _checkpoint(run, metric)
+    state = _load_tensors(checkpoint.path / "encoder.ckpt")
+    try:
+        encoder.load_state_dict(state)
+    except RuntimeError as err:
+        raise ConfigurationError(f"{checkpoint.path}: the checkpoint does not fit {hp_file} "
+                                 f"({str(err).splitlines()[0]})") from None
+    controller = getattr(encoder, "controller", None)
+    if controller is not None and controller.uses_surprisal and not bool(controller.calibrated):
+        warnings.warn(f"{checkpoint.path}: the surprisal controller is not calibrated", DataPreparationWarning)
+    epoch = None
+    counter = checkpoint.path / "counter.ckpt"
+    if counter.is_file():
+        epoch = int(counter.read_text().strip())
+
+    input_features = hparams["input_features"]
+    uses_apc = input_features == "apc" or encoder.needs_surprisal(False)
+    apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
+    if apc_file is not None:
+        _check_apc_matches_cache(load_apc(apc_file), hparams)
+
+    labels = hparams["label_encoder"].ind2lab
+    prepare = hparams.get("prepare_options") or {}
+    beam = hparams["beam_searcher"]
+    config: Dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "encoder": encoder_kwargs,
+        "input_features": input_features,
+        "uses_apc": uses_apc,
+        "features": hparams["feature_config"].as_dict(),
+        "labels": [labels[i] for i in range(len(labels))],
+        "blank_index": int(hparams.get("blank_index", 0)),
+        "beam_size": int(beam.beam_size),
+        "beam_backend": beam.backend,
+        "merge_sil": bool(getattr(hparams["error_rate"], "keywords", {}).get("merge_sil", True)),
+        "label_policy": {"labels": hparams.get("labels"), "g2p": hparams.get("g2p"),
+                         "add_boundary_silence": prepare.get("add_boundary_silence", True)},
+        "batch_size": int(hparams.get("batch_size", 8)),
+        "weights_dtype": dtype,
+        "dataset": hparams.get("dataset"),
+        "seed": hparams.get("seed"),
+        "source": {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": epoch,
+                   f"valid_{metric}": checkpoint.meta.get(metric), "apc": str(apc_file) if apc_file else None,
+                   "test": {k: results.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
+                                                         "mean_steps", "epochs", "commit", "data", "date")
+                            if k in results},
+                   "epochs_trained": results.get("epochs"), "commit": results.get("commit"),
+                   "error_rate_details": results.get("error_rate_details"),
+                   "calibration": results.get("calibration")},
+    }
+    blob = torch.load(apc_file, map_location="cpu", weights_only=True) if apc_file is not None else None
+    return write_model_folder(out, config, encoder.state_dict(), blob)
+
+
+def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[str, Tensor],
+                       apc_blob: Optional[Dict[str, Any]]) -> Path:
+    """Write ``model.json``, ``encoder.pt``, ``apc.pt`` (with ``apc_blob``) and ``README.md`` into ``out``."""
+    out = Path(out)
+    dtype = WEIGHT_DTYPES[config["weights_dtype"]]
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MODEL_FILE).is_file())):
+        raise ConfigurationError(f"{out}: exists and is not a model folder; export into a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_save(_cast(encoder_state, dtype), out / ENCODER_FILE)
+    if apc_blob is not None:
+        _atomic_save({**apc_blob, "state_dict": _cast(apc_blob["state_dict"], dtype)}, out / APC_FILE)
+    elif (out / APC_FILE).exists():
+        (out / APC_FILE).unlink()
+    (out / MODEL_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
+    (out / CARD_FILE).write_text(model_card(config, out), encoding="utf-8")
+    return out
+
+
+def _check_apc_matches_cache(apc: APCModel, hparams: Dict[str, Any]) -> None:
+    """Warn when the run's feature cache was built by another APC model than the one exported."""
+    from .cache import cache_key
+
+    folder = hparams.get("cache_folder")
+    if not folder or not Path(folder).is_dir() or not hparams.get("use_feature_cache", True):
+        return
+    caches = [p for p in Path(folder).iterdir() if (p / "cache.json").is_file()
+              and json.loads((p / "cache.json").read_text()).get("apc")]
+    if caches and Path(folder, cache_key(apc, hparams["feature_config"], torch.float32)) not in caches:
+        warnings.warn(f"the APC model being exported built none of the feature caches in {folder}: was the run "
+                      "trained with another APC model? (pass --apc PATH)", DataPreparationWarning)
+
+
+def _millions(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value / 1e6:.2f}M"
+
+
+def model_card(config: Dict[str, Any], out: Path) -> str:
+    """The model folder's README.md, from ``model.json`` (its ``source`` part: the run it came from)."""
+    enc, src = config["encoder"], config.get("source") or {}
+    test, details = src.get("test") or {}, src.get("error_rate_details") or {}
+    calibration, policy = src.get("calibration") or {}, config.get("label_policy") or {}
+    size = sum(f.stat().st_size for f in out.iterdir() if f.suffix == ".pt")
+    name = enc.get("name", "conditional")
+    model = name if name != "conditional" else f"conditional, {enc.get('controller')} controller"
+    rows = [
+        ("model", f"{model}, architecture {enc.get('architecture', 'paper')}, inputs {config['input_features']}"
+                  f"{' + APC surprisal' if config.get('uses_apc') and config['input_features'] != 'apc' else ''}"),
+        ("data", f"{config.get('dataset')}: " + (", ".join(f"{k} `{Path(v).name}`"
+                                                           for k, v in sorted((test.get('data') or {}).items()))
+                                                 or "–")),
+        ("labels", f"{len(config['labels']) - 1} phones + blank; training labels: {_policy(policy)}"),
+        ("epochs", f"{src.get('epochs_trained', '–')} trained; best checkpoint: epoch {src.get('epoch', '–')} "
+                   f"(validation PER {_fmt(src.get('valid_PER'))} %)"),
+        ("seed", str(config.get("seed", "–"))),
+        ("test PER", f"{_fmt(test.get('PER'))} % (S {details.get('substitutions', '–')} / D "
+                     f"{details.get('deletions', '–')} / I {details.get('insertions', '–')}, "
+                     f"{details.get('num_ref_tokens', '–')} reference phones, {details.get('num_utterances', '–')} "
+                     f"utterances), CTC beam search width {config.get('beam_size', 10)}"),
+        ("FLOPs per frame", f"{_millions(test.get('flops_per_frame'))} on the test set (MACs counted from what "
+                            f"ran{', APC included' if config.get('uses_apc') else ''})"),
+    ]
+    if test.get("p_big_mean") is not None:
+        rows.append(("routing", f"p_big {test['p_big_mean']:.3f}, big network on "
+                                f"{100 * (test.get('big_fraction') or 0):.1f} % of test frames"))
+    if calibration.get("weight") is not None:
+        rows.append(("calibration", f"w {calibration['weight']:.5g}, b {calibration['bias']:.5g} (target mean "
+                                    f"{calibration.get('target_mean')}, variance {calibration.get('target_var')})"))
+    rows += [("commit", str(src.get("commit", "–"))),
+             ("weights", f"{config['weights_dtype']}, {size / 2 ** 20:.1f} MiB; format version "
+                         f"{config['format_version']}")]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    origin = (f", exported from checkpoint `{src['checkpoint']}` of a recipe run with `surprisal-cc export`."
+              if src.get("checkpoint") else ".")
+    return f"""# surprisal_cc phone recogniser ({config.get('dataset') or 'untrained'}, {model})
+
+Surprisal-triggered conditional computation for CTC phone recognition{origin}
+
+| | |
+|---|---|
+{table}
+
+## Use
+
+```python
+from surprisal_cc.inference import ConditionalASR
+
+asr = ConditionalASR.from_pretrained("{out.name}")
+result = asr.transcribe_file("utterance.flac")
+print(result.phones, result.flops_per_frame, result.rtf)
+```
+
+```bash
+surprisal-cc transcribe utterance.flac --model {out.name} [--json] [--plot routing.png]
+surprisal-cc evaluate LibriSpeech/dev-clean-2 --model {out.name} [--mfa-labels dev-clean-2_mfa.csv] [--json]
+```
+"""
+
+
+def _policy(policy: Dict[str, Any]) -> str:
+    labels = policy.get("labels")
+    text = ", ".join(f"{k} {v}" for k, v in labels.items()) if isinstance(labels, dict) else str(labels or "–")
+    return text + (f" (g2p {policy['g2p']})" if policy.get("g2p") else "")
+
+
+def _fmt(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:
+    """The given paths; a folder stands for the audio files under it (sorted)."""
+    from .data.manifest import list_files
+
+    for path in map(Path, paths):
+        if path.is_dir():
+            yield from list_files(path, (".flac", ".wav", ".sph", ".ogg", ".mp3"))
+        else:
+            yield path

@@ -1,0 +1,292 @@
+"""Every ``surprisal-cc`` subcommand: it works, and a configuration or data error is one ``error:`` line
+with a non-zero exit status, never a traceback.
+
+transcribe/evaluate run an untrained model saved in the exported format (fast); the model exported
+from a real recipe run is tested in test_inference.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from data_fixtures import REPO, require_dev_clean_2
+from surprisal_cc.cli import main
+from surprisal_cc.data.phones import LIBRISPEECH_PHONES, TIMIT_PHONES_39
+from surprisal_cc.inference import ConditionalASR
+from surprisal_cc.testing import make_bad_audio_fixture, make_timit_fixture
+
+TIMIT_HPARAMS = REPO / "hparams" / "TIMIT" / "conditional_ctc.yaml"
+MLS_HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
+
+
+def error_lines(capsys) -> list:
+    """stderr lines of a failed command; each must be an ``error:`` line, none a traceback."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines and "Traceback" not in err, err
+    assert all(line.startswith("error: ") for line in lines), err
+    return lines
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    """An untrained surprisal model (APC features + surprisal controller) saved as a model folder."""
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("model") / "model"
+    ConditionalASR.untrained(LIBRISPEECH_PHONES, controller="surprisal", input_features="apc").save(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def real_flac() -> Path:
+    shared = require_dev_clean_2()
+    return sorted((shared / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
+
+
+# ---------------------------------------------------------------------------------------------- flops
+def test_flops_on_hparams_as_written(tmp_path, monkeypatch, capsys):
+    """TIMIT's data_folder is a !PLACEHOLDER: counting MACs needs no data; nothing is written to disk."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["flops", str(TIMIT_HPARAMS), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["macs_per_frame"]
+    assert rows["apc"] == 3_054_672 and rows["post_net"] == 1_203_240 and rows["big-only"] == 7_540_344
+    assert main(["flops", str(MLS_HPARAMS), "--controller=big_only"]) == 0
+    assert "| big-only | 7.54M |" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["nowhere.yaml"], "nowhere.yaml does not exist"),
+    ([str(TIMIT_HPARAMS), "--controler=random"], "controler"),
+    ([str(TIMIT_HPARAMS), "--controller=oracle"], "oracle"),
+    ([str(TIMIT_HPARAMS), "controller=random"], "must look like --key=value"),
+])
+def test_flops_errors(args, expected, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["flops", *args]) == 1
+    assert expected in error_lines(capsys)[0]
+
+
+# ---------------------------------------------------------------------------------------------- report, bench
+def test_report(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nowhere")]) == 1
+    assert "nowhere" in error_lines(capsys)[0]
+    assert main(["report", str(tmp_path)]) == 1
+    assert "no results files" in error_lines(capsys)[0]
+    run = tmp_path / "conditional-random-paper-apc" / "seed1"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"PER": 30.0, "flops_per_frame": 6.6e6, "controller": "random",
+                                                  "dataset": "MiniLibriSpeech", "seed": 1}))
+    assert main(["report", str(tmp_path)]) == 0
+    assert "Random controller" in capsys.readouterr().out
+    (run / "results.json").write_text("{not json")
+    assert main(["report", str(tmp_path)]) == 1
+    error_lines(capsys)
+
+
+def test_bench(monkeypatch, tmp_path, capsys):
+    assert main(["bench", "--only", "bogus"]) == 1
+    assert "unknown benchmarks" in error_lines(capsys)[0]
+    monkeypatch.setenv("SURPRISAL_CC_DATA", str(tmp_path / "nowhere"))
+    assert main(["bench", "--only", "dataprep"]) == 0
+    assert "SKIPPED: dev-clean-2 not found" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--bogus"])
+    assert exit_info.value.code == 2
+    assert error_lines(capsys)[0].startswith("error: unrecognized arguments: --bogus")
+
+
+# ---------------------------------------------------------------------------------------------- export
+def test_export_errors(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "nowhere"), str(tmp_path / "out")]) == 1
+    assert "nowhere: no such run folder" in error_lines(capsys)[0]
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
+    assert "no hyperparams.yaml" in error_lines(capsys)[0]
+    shutil.copy(MLS_HPARAMS, tmp_path / "hyperparams.yaml")
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
+    assert "has not finished" in error_lines(capsys)[0]
+    (tmp_path / "results.json").write_text("{}")
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
+    assert "no save/ folder" in error_lines(capsys)[0]
+    (tmp_path / "save").mkdir()
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
+    assert "no checkpoint with a validation PER" in error_lines(capsys)[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hyperparams.yaml", "results.json", "save"]
+
+
+# ---------------------------------------------------------------------------------------------- transcribe
+def test_transcribe_text_json_and_plot(model, real_flac, tmp_path, capsys):
+    assert main(["transcribe", str(real_flac), "--model", str(model)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(real_flac) and "FLOPs per frame" in out[2] and "RTF" in out[2]
+    plot = tmp_path / "routing.png"
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--json", "--plot", str(plot)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (result,) = report["files"]
+    assert result["phones"] and len(result["surprisal"]) == len(result["p_big"]) == result["num_frames"]
+    assert result["flops_per_frame"] > 3e6 and result["rtf"] > 0
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("kind,reason", [("corrupt", "cannot be decoded"), ("empty", "empty file"),
+                                         ("too_short", "too short"), ("no_samples", "contains 0 samples"),
+                                         ("text", "cannot be decoded"), ("missing", "file does not exist")])
+def test_transcribe_bad_audio_is_one_line_naming_the_file(kind, reason, model, tmp_path, capsys):
+    paths = make_bad_audio_fixture(tmp_path)
+    paths["text"] = tmp_path / "notes.txt"
+    paths["text"].write_text("not audio\n")
+    paths["missing"] = tmp_path / "missing.flac"
+    assert main(["transcribe", str(paths[kind]), "--model", str(model)]) == 1
+    (line,) = error_lines(capsys)
+    assert line.startswith(f"error: {paths[kind]}: {reason}")
+
+
+def test_transcribe_several_files_with_bad_ones(model, real_flac, tmp_path, capsys):
+    paths = make_bad_audio_fixture(tmp_path)
+    args = ["transcribe", str(real_flac), str(paths["empty"]), str(paths["corrupt"]), "--model", str(model)]
+    assert main(args) == 1
+    lines = error_lines(capsys)
+    assert str(paths["empty"]) in lines[0] and str(paths["corrupt"]) in lines[1] and "--skip-bad" in lines[2]
+    assert main([*args, "--skip-bad"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(str(real_flac)) and captured.err.count("warning: skipped") == 2
+
+
+def test_8khz_and_stereo_audio_are_converted_with_a_warning(model, real_flac, tmp_path, capsys):
+    audio, rate = sf.read(str(real_flac), dtype="float32")
+    sf.write(tmp_path / "stereo.flac", np.stack([audio, audio], axis=1), rate)
+    sf.write(tmp_path / "rate8k.wav", audio[::2], rate // 2)
+    assert main(["transcribe", str(real_flac), str(tmp_path / "stereo.flac"), str(tmp_path / "rate8k.wav"),
+                 "--model", str(model), "--json", "--deterministic"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: " in captured.err and "Traceback" not in captured.err
+    assert f"{tmp_path / 'stereo.flac'}: 2 channels, downmixed" in captured.err
+    assert f"{tmp_path / 'rate8k.wav'}: 8000 Hz audio, resampled to 16000 Hz" in captured.err
+    mono, stereo, low = json.loads(captured.out)["files"]
+    assert stereo["phones"] == mono["phones"]  # two identical channels average to the original
+    assert abs(low["num_frames"] - mono["num_frames"]) <= 1
+
+
+def test_missing_model_and_other_format_version(model, real_flac, tmp_path, monkeypatch, capsys):
+    assert main(["transcribe", str(real_flac), "--model", str(tmp_path / "nowhere")]) == 1
+    (line,) = error_lines(capsys)
+    assert str(tmp_path / "nowhere") in line and "surprisal-cc export" in line
+    monkeypatch.setattr("surprisal_cc.inference.default_model_dir", lambda: tmp_path / "pretrained")
+    assert main(["transcribe", str(real_flac)]) == 1
+    assert str(tmp_path / "pretrained") in error_lines(capsys)[0]
+    old = tmp_path / "old"
+    shutil.copytree(model, old)
+    config = json.loads((old / "model.json").read_text())
+    (old / "model.json").write_text(json.dumps({**config, "format_version": 0}))
+    assert main(["evaluate", str(tmp_path), "--model", str(old)]) == 1
+    (line,) = error_lines(capsys)
+    assert "model.json: model format version 0" in line and "export" in line
+
+
+def test_weights_with_pickled_objects_are_refused(model, real_flac, tmp_path, capsys):
+    import argparse
+
+    unsafe = tmp_path / "unsafe"
+    shutil.copytree(model, unsafe)
+    torch.save({"weight": argparse.Namespace(x=1)}, unsafe / "encoder.pt")
+    assert main(["transcribe", str(real_flac), "--model", str(unsafe)]) == 1
+    (line,) = error_lines(capsys)
+    assert line.startswith(f"error: {unsafe / 'encoder.pt'}: cannot be loaded")
+
+
+def test_device_and_precision_errors(model, real_flac, capsys):
+    if not torch.cuda.is_available():
+        assert main(["transcribe", str(real_flac), "--model", str(model), "--device", "cuda"]) == 1
+        assert "CUDA is not available" in error_lines(capsys)[0]
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--device", "tpu9"]) == 1
+    error_lines(capsys)
+    code = main(["transcribe", str(real_flac), "--model", str(model), "--precision", "bf16"])
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert code == 0 and "FLOPs per frame" in capsys.readouterr().out
+    else:
+        assert code == 1 and "bf16" in error_lines(capsys)[0]
+
+
+# ---------------------------------------------------------------------------------------------- evaluate
+@pytest.fixture
+def librispeech_folder(tmp_path) -> Path:
+    """LibriSpeech layout: 3 real dev-clean-2 utterances (symbolic links) + an empty and a corrupt file."""
+    shared = require_dev_clean_2()
+    chapter = sorted((shared / "LibriSpeech" / "dev-clean-2").glob("*/*"))[0]
+    folder = tmp_path / "corpus" / chapter.parent.name / chapter.name
+    folder.mkdir(parents=True)
+    trans = next(chapter.glob("*.trans.txt"))
+    lines = trans.read_text().splitlines()[:3]
+    for line in lines:
+        utt = line.split()[0]
+        os.symlink(chapter / f"{utt}.flac", folder / f"{utt}.flac")
+    prefix = f"{chapter.parent.name}-{chapter.name}"
+    (folder / f"{prefix}-9998.flac").write_bytes(b"")
+    (folder / f"{prefix}-9999.flac").write_bytes(b"fLaC" + bytes(range(256)))
+    lines += [f"{prefix}-9998 HELLO", f"{prefix}-9999 WORLD"]
+    (folder / trans.name).write_text("\n".join(lines) + "\n")
+    return tmp_path / "corpus"
+
+
+def test_evaluate_reports_every_bad_file_and_scores_the_rest_with_skip_bad(model, librispeech_folder, capsys):
+    args = ["evaluate", str(librispeech_folder), "--model", str(model)]
+    assert main(args) == 1
+    lines = error_lines(capsys)
+    assert len(lines) == 3 and "-9998.flac: empty file" in lines[0] and "-9999.flac: cannot be decoded" in lines[1]
+    assert "2 of 5 audio files are unusable" in lines[2] and "--skip-bad" in lines[2]
+    assert main([*args, "--skip-bad", "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["num_utterances"] == 3 and len(report["skipped"]) == 2 and report["per"] > 0
+    assert report["flops_per_frame"] > 3e6 and "warning: skipping 2 unusable" in captured.err
+    assert main([*args, "--skip-bad"]) == 0
+    assert capsys.readouterr().out.startswith("PER ")
+
+
+def test_evaluate_timit_folder_and_manifest(tmp_path, capsys):
+    timit_model = tmp_path / "timit_model"
+    ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)
+    make_timit_fixture(tmp_path / "timit")
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["num_utterances"] == 2 and "per" in report and report["labels"].startswith("TIMIT")
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model), "--timit-split", "valid",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_utterances"] == 2
+    wav = next((tmp_path / "timit").rglob("SX127.WAV"))
+    manifest = tmp_path / "test.csv"
+    manifest.write_text(f"ID,duration,wav,spk_id,wrd,phn\nu1,0.3,{wav},s1,SHE,sil sh iy sil\n")
+    assert main(["evaluate", str(manifest), "--model", str(timit_model), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_ref_tokens"] == 4
+    manifest.write_text(f"ID,wav\nu1,{wav}\n")
+    assert main(["evaluate", str(manifest), "--model", str(timit_model)]) == 1
+    assert "lacks the column(s) ['phn']" in error_lines(capsys)[0]
+
+
+def test_evaluate_data_errors(model, tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "nowhere"), "--model", str(model)]) == 1
+    assert "nowhere: no such file or folder" in error_lines(capsys)[0]
+    assert main(["evaluate", str(tmp_path), "--model", str(model)]) == 1
+    assert "contains no .flac files" in error_lines(capsys)[0]
+    (tmp_path / "a.txt").write_text("x")
+    assert main(["evaluate", str(tmp_path / "a.txt"), "--model", str(model)]) == 1
+    assert "manifest CSV" in error_lines(capsys)[0]
+    make_timit_fixture(tmp_path / "timit")  # TIMIT labels are not the model's (LibriSpeech) label set
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(model)]) == 1
+    assert "not the model's label set" in error_lines(capsys)[0]
+
+
+def test_console_script_prints_one_line_and_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "surprisal_cc.cli", "flops", str(TIMIT_HPARAMS),
+                           "--controller=oracle"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -1,0 +1,148 @@
+"""Using a trained model: export a real recipe run, load it, transcribe and evaluate real dev-clean-2 audio.
+
+The recipe runs for a few steps on the stand-in Mini-LibriSpeech of ``mini_corpus`` (one APC epoch,
+one training epoch) with deterministic routing at test time, so that ``evaluate`` on the same
+utterances must reproduce the recipe's own test decoding exactly.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from data_fixtures import REPO, mini_corpus  # noqa: F401  (a fixture)
+from surprisal_cc.cli import main
+from surprisal_cc.features import FeatureConfig
+from surprisal_cc.inference import ConditionalASR, ModelFormatError, default_model_dir
+
+RECIPE = REPO / "recipes" / "MiniLibriSpeech" / "train.py"
+HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
+APC, PRE, SMALL, BIG, POST42 = 3_054_672, 1_182_720, 262_656, 2_099_712, 1_204_266
+
+
+@pytest.fixture(scope="module")
+def trained_run(mini_corpus):  # noqa: F811
+    """Output folder of the real Mini-LibriSpeech recipe, run briefly with ``--test_stochastic=False``."""
+    options = {"data_folder": mini_corpus / "corpus", "experiment_root": mini_corpus / "exp", "valid_speakers": 2,
+               "number_of_epochs": 1, "batch_size": 4, "apc_epochs": 1, "apc_batch_size": 4, "seed": 3,
+               "test_stochastic": False}
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    proc = subprocess.run([sys.executable, str(RECIPE), str(HPARAMS), *(f"--{k}={v}" for k, v in options.items())],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return mini_corpus / "exp" / "conditional-surprisal-paper-apc" / "seed3"
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "model"
+    assert main(["export", str(trained_run), str(out)]) == 0
+    return out
+
+
+def test_export_writes_a_safe_model_folder_with_a_card(exported, trained_run):
+    assert {p.name for p in exported.iterdir()} == {"model.json", "encoder.pt", "apc.pt", "README.md"}
+    config = json.loads((exported / "model.json").read_text())
+    results = json.loads((trained_run / "results.json").read_text())
+    assert config["format_version"] == 1 and config["encoder"]["controller"] == "surprisal"
+    assert config["labels"][0] == "<blank>" and len(config["labels"]) == 42 and config["beam_size"] == 10
+    state = torch.load(exported / "encoder.pt", weights_only=True)  # plain tensors, no pickled code
+    assert float(state["controller.weight"]) == pytest.approx(results["calibration"]["weight"], rel=1e-6)
+    assert bool(state["controller.calibrated"])
+    card = (exported / "README.md").read_text()
+    for text in ("MiniLibriSpeech", "seed | 3", f"{results['PER']:.2f} %", results["commit"] or "None",
+                 f"{results['flops_per_frame'] / 1e6:.2f}M", "epoch 1"):
+        assert text in card, text
+
+
+def test_transcribe_file_reports_phones_routing_flops_and_rtf(exported, mini_corpus):  # noqa: F811
+    asr = ConditionalASR.from_pretrained(exported)
+    flac = sorted((mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
+    result = asr.transcribe_file(flac)
+    import soundfile
+
+    assert result.num_frames == FeatureConfig().num_frames(soundfile.info(str(flac)).frames)
+    assert result.phones and set(result.phones) <= set(asr.labels[1:])
+    assert result.surprisal.shape == result.p_big.shape == result.use_big.shape == (result.num_frames,)
+    assert torch.equal(result.use_big, result.p_big > 0.5)  # the run tested with deterministic routing
+    big = result.big_fraction
+    assert result.flops_per_frame == pytest.approx(APC + PRE + POST42 + 2 + SMALL + big * (BIG - SMALL), rel=1e-12)
+    assert result.rtf > 0 and result.duration_s == pytest.approx(soundfile.info(str(flac)).duration)
+
+
+def test_evaluate_reproduces_the_recipe_test_decoding(exported, trained_run, mini_corpus, capsys):  # noqa: F811
+    """Same utterances, same model, same labels (MFA): the same PER, S/D/I, FLOPs and routing as the recipe."""
+    results = json.loads((trained_run / "results.json").read_text())
+    subset = mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2"
+    mfa = mini_corpus / "corpus" / "phone_labels" / "dev-clean-2_mfa.csv"
+    assert main(["evaluate", str(subset), "--model", str(exported), "--mfa-labels", str(mfa), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["per"] == results["PER"]
+    details = results["error_rate_details"]
+    assert [report[k] for k in ("substitutions", "deletions", "insertions", "num_ref_tokens", "num_utterances")] == \
+        [details[k] for k in ("substitutions", "deletions", "insertions", "num_ref_tokens", "num_utterances")]
+    assert report["flops_per_frame"] == pytest.approx(results["flops_per_frame"], rel=1e-12)
+    assert report["big_fraction"] == results["big_fraction"]
+    assert report["p_big_mean"] == pytest.approx(results["p_big_mean"], abs=1e-6)
+    assert report["rtf"] > 0 and report["skipped"] == []
+    # the recipe's own test manifest gives the same
+    manifest = Path(results["data"]["test"])
+    assert ConditionalASR.from_pretrained(exported).evaluate(manifest)["per"] == results["PER"]
+
+
+def test_lexicon_labels_follow_the_training_g2p_policy(exported, mini_corpus):  # noqa: F811
+    subset = mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2"
+    with pytest.warns(UserWarning, match="OOV"):  # words CMUdict lacks become spn (the run's g2p: spn)
+        report = ConditionalASR.from_pretrained(exported).evaluate(subset)
+    assert report["labels"].startswith("lexicon") and "g2p=spn" in report["labels"]
+    assert report["num_utterances"] == 6 and report["per"] > 0
+
+
+def test_fp16_export_halves_the_size_and_loads_as_fp32(trained_run, exported, tmp_path):
+    half = tmp_path / "half"
+    assert main(["export", str(trained_run), str(half), "--dtype", "fp16"]) == 0
+    size = lambda folder: sum(p.stat().st_size for p in folder.glob("*.pt"))  # noqa: E731
+    assert size(half) < 0.55 * size(exported)
+    asr = ConditionalASR.from_pretrained(half)
+    assert {p.dtype for p in asr.encoder.parameters()} == {torch.float32}
+    full = ConditionalASR.from_pretrained(exported)
+    assert float(asr.encoder.controller.weight) == float(full.encoder.controller.weight)  # calibration kept exact
+    wav = torch.randn(16000) * 0.1
+    assert asr.transcribe_batch(wav)[0].num_frames == 49
+
+
+def test_export_refuses_a_folder_that_is_not_a_model(trained_run, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["export", str(trained_run), str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path}: exists and is not a model folder")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no native bf16 on this CPU")
+def test_bf16_inference(exported, mini_corpus):  # noqa: F811
+    flac = sorted((mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
+    fp32 = ConditionalASR.from_pretrained(exported).transcribe_file(flac)
+    bf16 = ConditionalASR.from_pretrained(exported, precision="bf16").transcribe_file(flac)
+    assert bf16.num_frames == fp32.num_frames and bf16.phones
+    assert float((bf16.p_big - fp32.p_big).abs().max()) < 0.05  # bf16 surprisal, same routing up to rounding
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_matches_cpu(exported, mini_corpus):  # noqa: F811
+    flac = sorted((mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
+    cpu = ConditionalASR.from_pretrained(exported).transcribe_file(flac)
+    gpu = ConditionalASR.from_pretrained(exported, device="cuda").transcribe_file(flac)
+    assert gpu.num_frames == cpu.num_frames
+    assert float((gpu.p_big - cpu.p_big).abs().max()) < 1e-3
+
+
+def test_default_model_folder_is_the_repository_pretrained_folder(monkeypatch, tmp_path):
+    assert default_model_dir() == REPO / "pretrained"
+    monkeypatch.setattr("surprisal_cc.inference.default_model_dir", lambda: tmp_path / "pretrained")
+    with pytest.raises(ModelFormatError, match="surprisal-cc export RUN_DIR"):
+        ConditionalASR.from_pretrained()

@@ -1,0 +1,56 @@
+"""Mixed precision: the precision setting, and routed execution under bf16 autocast."""
+from __future__ import annotations
+
+import pytest
+import torch
+from speechbrain.utils.run_opts import RunOptions
+
+from surprisal_cc.controllers import build_controller
+from surprisal_cc.encoders import ConditionalEncoder
+from surprisal_cc.recipe import ConfigurationError, resolve_precision
+
+
+def test_auto_precision_follows_the_cpu():
+    expected = "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    assert resolve_precision("auto", RunOptions()) == expected
+    assert resolve_precision("fp32", RunOptions()) == "fp32"
+    assert resolve_precision("bf16", RunOptions()) == "bf16"
+
+
+def test_command_line_precision_wins_over_the_yaml_key():
+    _, run_opts, _ = RunOptions.from_command_line_args(["x.yaml", "--precision=fp32"])
+    assert resolve_precision("bf16", run_opts) == "fp32"
+
+
+def test_unknown_precision_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match="precision must be one of"):
+        resolve_precision("fp8", RunOptions())
+
+
+@pytest.mark.parametrize("controller", ["random", "big_only", "small_only"])
+def test_routed_encoder_runs_under_bf16_autocast(controller):
+    torch.manual_seed(0)
+    enc = ConditionalEncoder.paper(input_size=16, num_outputs=5, controller=build_controller(controller))
+    x, lengths = torch.randn(3, 7, 16), torch.tensor([7, 4, 1])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = enc(x, lengths)
+        loss = out.log_probs.float().sum()
+    loss.backward()
+    assert torch.isfinite(out.log_probs.float()).all()
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in enc.parameters())
+
+
+@pytest.mark.parametrize("name", ["act", "pondernet"])
+@pytest.mark.parametrize("training", [True, False])
+def test_adaptive_encoders_run_under_bf16_autocast(name, training):
+    from surprisal_cc.encoders import build_encoder
+
+    torch.manual_seed(0)
+    enc = build_encoder(name, input_size=16, num_outputs=5, hidden_size=8).train(training)
+    x, lengths = torch.randn(3, 7, 16), torch.tensor([7, 4, 1])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = enc(x, lengths)
+        loss = out.log_probs.float().sum() + out.aux_loss.float()
+    if training:
+        loss.backward()
+    assert torch.isfinite(out.log_probs.float()).all() and out.stats["steps"].dtype == torch.float32

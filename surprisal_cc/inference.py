@@ -716,7 +716,7 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     """Turn the best checkpoint (min validation PER) of a finished recipe run into a model folder.
 
     Reads ``RUN_DIR/hyperparams.yaml`` (written by SpeechBrain; hparams files are code, load only
-    runs you trust), ``RUN_DIR/results.json`` and the checkpoints in ``RUN_DIR/save``; the APC
+    runs you trust), ``RUN_DIR/results.json`` (or ``results_test_only.json``) and ``RUN_DIR/save``; the APC
     model comes from the run's ``apc_path`` (or ``<experiment_root>/apc/apc.pt``) unless
     ``apc_path`` is given. ``dtype="fp16"`` stores weight matrices in fp16 (half the size; loaded
     back as fp32). Writes ``model.json``, ``encoder.pt``, ``apc.pt`` (when used) and ``README.md``.
@@ -730,8 +730,10 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         raise ConfigurationError(f"{run}: no such run folder")
     hp_file = _run_file(run, "hyperparams.yaml", "hparams.yaml", what="the hparams SpeechBrain writes into a recipe "
                         "run folder: is this the output_folder of a recipe run?")
-    results_file = _run_file(run, "results.json", what="the run has not finished its test stage: re-run its "
-                             "command to finish it, then export")
+    # results.json of a finished run, else the test-only evaluation of an unfinished run's best checkpoint
+    results_file = _run_file(run, "results.json", "results_test_only.json",
+                             what="the run has no test decoding yet: finish it, or evaluate its best checkpoint "
+                                  "with --test_only, then export")
     try:
         results = json.loads(results_file.read_text(encoding="utf-8"))
     except ValueError as err:

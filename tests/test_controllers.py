@@ -453,8 +453,10 @@ def test_learned_controller_gradient_equals_masked_formulation():
         torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_masked_mixture_gate_gradient():
-    """d(output)/d(gate) is big(x) - small(x) on every real frame, 0 on padding."""
+@pytest.mark.parametrize("scheme", ["masked", "routed"])
+def test_gate_gradient(scheme):
+    """d(output)/d(gate): masked, big(x) - small(x) on every real frame; routed, +big(x) on big
+    frames and -small(x) on small frames; 0 on padding."""
     torch.manual_seed(0)
     D = 8
     small, big = FrameNet([D, D]), FrameNet([D, 16, D])
@@ -464,9 +466,11 @@ def test_masked_mixture_gate_gradient():
     use_big = (p.detach() > 0.5) & mask
     gate = use_big.float() + p - p.detach()
     weights = torch.randn(3, 7, D)
-    (masked_mixture(x, lengths, use_big, small, big, gate=gate) * weights).sum().backward()
+    mix = masked_mixture if scheme == "masked" else route_frames
+    (mix(x, lengths, use_big, small, big, gate=gate) * weights).sum().backward()
     with torch.no_grad():
-        expected = (weights * (big(x) - small(x))).sum(-1) * mask
+        big_term, small_term = (weights * big(x)).sum(-1), (weights * small(x)).sum(-1)
+        expected = (big_term - small_term if scheme == "masked" else torch.where(use_big, big_term, -small_term)) * mask
     torch.testing.assert_close(p.grad, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -512,23 +516,6 @@ def test_learned_controller_routed_estimator_gradient():
     for g, p_ in zip(grads, ctrl.parameters()):
         torch.testing.assert_close(g, p_.grad, rtol=1e-4, atol=1e-6)
 
-
-def test_route_frames_gate_gradient():
-    """d(output)/d(gate) is +big(x) on big frames and -small(x) on small frames, 0 on padding."""
-    torch.manual_seed(0)
-    D = 8
-    small, big = FrameNet([D, D]), FrameNet([D, 16, D])
-    x, lengths = torch.randn(3, 7, D), torch.tensor([7, 5, 2])
-    mask = lengths_to_mask(lengths, 7)
-    p = torch.rand(3, 7, requires_grad=True)
-    use_big = (p.detach() > 0.5) & mask
-    gate = use_big.float() + p - p.detach()
-    weights = torch.randn(3, 7, D)
-    (route_frames(x, lengths, use_big, small, big, gate=gate) * weights).sum().backward()
-    with torch.no_grad():
-        expected = torch.where(use_big, (weights * big(x)).sum(-1), -(weights * small(x)).sum(-1)) * mask
-    torch.testing.assert_close(p.grad, expected, rtol=1e-5, atol=1e-6)
-    assert torch.all(p.grad[~mask] == 0)
 
 
 def test_learned_controller_is_trainable_and_registered():

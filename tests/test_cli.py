@@ -113,7 +113,7 @@ def test_export_errors(tmp_path, capsys):
     assert "no hyperparams.yaml" in error_lines(capsys)[0]
     shutil.copy(MLS_HPARAMS, tmp_path / "hyperparams.yaml")
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
-    assert "has not finished" in error_lines(capsys)[0]
+    assert "no test decoding yet" in error_lines(capsys)[0]
     (tmp_path / "results.json").write_text("{}")
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
     assert "no save/ folder" in error_lines(capsys)[0]

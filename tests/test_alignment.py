@@ -53,6 +53,13 @@ def variants(tokens, optional):
         yield tuple(t for i, t in enumerate(tokens) if i not in dropped)
 
 
+def brute_force_best(lp, tokens, optional):
+    """(score, labels) of the best frame path whose labels are a variant of ``tokens``; None if none fits."""
+    allowed = set(variants(tokens, optional))
+    feasible = [(score, seq) for seq, score in all_frame_paths(lp) if seq in allowed]
+    return max(feasible) if feasible else None
+
+
 def viterbi_reference(lp: np.ndarray, labels) -> float:
     """Plain CTC Viterbi score of one fixed label sequence (loops, textbook recursion)."""
     T = lp.shape[0]
@@ -114,17 +121,16 @@ def test_matches_brute_force_on_tiny_inputs(case):
             align_optional_silence(np.zeros((3, 4)), words, BLANK, SIL)
         return
     tokens, optional = word_tokens(words)
-    allowed = set(variants(tokens, optional))
     gen = torch.Generator().manual_seed(case)
     for T in range(1, 8):
         for scale in (0.5, 3.0):
             lp = random_log_probs(gen, T, 4, scale)
-            feasible = [(s, seq) for seq, s in all_frame_paths(lp) if seq in allowed]
-            if not feasible:
+            best = brute_force_best(lp, tokens, optional)
+            if best is None:
                 with pytest.raises(AlignmentError):
                     align_optional_silence(lp, words, BLANK, SIL)
                 continue
-            best_score, best_seq = max(feasible)
+            best_score, best_seq = best
             ali = align_optional_silence(lp, words, BLANK, SIL)
             assert ali.score == pytest.approx(best_score, abs=1e-9)
             assert tuple(ali.labels) == best_seq
@@ -163,13 +169,12 @@ def test_general_optional_tokens_match_brute_force():
                 optional[i] = True
         T = int(rng.integers(1, 7))
         lp = random_log_probs(gen, T, 4)
-        allowed = set(variants(tokens, optional))
-        feasible = [(s, seq) for seq, s in all_frame_paths(lp) if seq in allowed]
-        if not feasible:
+        best = brute_force_best(lp, tokens, optional)
+        if best is None:
             with pytest.raises(AlignmentError):
                 ctc_viterbi_optional(lp, tokens, optional, BLANK)
             continue
-        best_score, best_seq = max(feasible)
+        best_score, best_seq = best
         ali = ctc_viterbi_optional(lp, tokens, optional, BLANK)
         assert ali.score == pytest.approx(best_score, abs=1e-9) and tuple(ali.labels) == best_seq
 

@@ -285,10 +285,9 @@ def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
 
 def bf16_supported() -> bool:
     """Whether the CPU computes in bf16 natively (AVX-512-BF16 or AMX, as oneDNN reports it)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # pragma: no cover - builds without oneDNN
-        return False
+    from surprisal_cc.recipe import native_bf16
+
+    return native_bf16("cpu")
 
 
 def script_mode_path() -> None:

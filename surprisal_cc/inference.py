@@ -44,7 +44,7 @@ from .decoding import CTCBeamSearch
 from .encoders import Encoder, EncoderOutput, build_encoder
 from .features import FeatureConfig, FilterbankFrontEnd, lengths_to_mask
 from .flops import MacMeter, module_macs
-from .recipe import ConfigurationError
+from .recipe import ConfigurationError, native_bf16
 
 PathLike = Union[str, os.PathLike]
 FORMAT_VERSION = 1
@@ -125,10 +125,7 @@ def resolve_inference_precision(precision: str, device: torch.device) -> str:
     """``fp32``, or ``bf16`` where the device computes it natively (``auto`` picks the best)."""
     if precision not in PRECISIONS:
         raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if device.type == "cuda":
-        native = torch.cuda.is_bf16_supported()
-    else:
-        native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    native = native_bf16(device)
     if precision == "auto":
         return "bf16" if native else "fp32"
     if precision == "bf16" and not native:

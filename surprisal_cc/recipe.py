@@ -325,9 +325,18 @@ def resolve_precision(precision: str, run_opts) -> str:
     if precision != "auto":
         return precision
     device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
-    if str(device).startswith("cuda"):
-        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    return "bf16" if native_bf16(device) else "fp32"
+
+
+def native_bf16(device="cpu") -> bool:
+    """Whether ``device`` computes bf16 natively: a CPU with AVX-512-BF16 or AMX (as oneDNN reports
+    it), or a CUDA GPU of the Ampere generation or newer."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # pragma: no cover - builds without oneDNN
+        return False
 
 
 def check_consistency(hparams: Dict) -> None:

@@ -24,7 +24,6 @@ import csv
 import io
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -293,6 +292,7 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
     from speechbrain.utils.checkpoints import Checkpointer
 
     from .brain import ConditionalCTCBrain
+    from .inference import inert_overrides
     from .recipe import ConfigurationError, load_hparams
 
     run_dir = Path(run_dir)
@@ -300,10 +300,8 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
     if hparams_file is None:
         raise ConfigurationError(f"{run_dir} holds no hyperparams.yaml: pass the output folder of a recipe run")
     extra = dict(overrides) if isinstance(overrides, Mapping) else yaml.safe_load(overrides or "") or {}
-    text = hparams_file.read_text(encoding="utf-8")
-    for key in ("checkpointer", "apc_checkpointer"):  # loading creates no checkpoint folders
-        if re.search(rf"^{key}:", text, flags=re.M):
-            extra.setdefault(key, None)
+    for key, value in inert_overrides(hparams_file).items():  # loading creates no checkpoint folders
+        extra.setdefault(key, yaml.safe_load(value))
     hparams = load_hparams(str(hparams_file), yaml.safe_dump(extra) if extra else "")
     if hparams.get("target_unit", "phone") != "phone":
         raise ConfigurationError("realignment needs phone targets (target_unit: phone)")

@@ -113,11 +113,14 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
         logger.info("APC model %s exists: skipping pretraining", export)
         return export
     model: APCModel = hparams["apc_model"]
-    mean_frame = mean_training_frame(datasets["train"], hparams["apc_loader_options"]["batch_size"])
-    if not hparams["apc_checkpointer"].list_checkpoints():  # a fresh start, not a resume
-        model.init_output_bias(mean_frame)
+    fresh_start = not hparams["apc_checkpointer"].list_checkpoints()
     reference_file = Path(hparams["apc_output_folder"]) / "reference_surprisal.json"
-    if if_main_process() and not reference_file.exists():
+    needs_reference = if_main_process() and not reference_file.exists()
+    if fresh_start or needs_reference:
+        mean_frame = mean_training_frame(datasets["train"], hparams["apc_loader_options"]["batch_size"])
+    if fresh_start:
+        model.init_output_bias(mean_frame)
+    if needs_reference:
         reference = reference_surprisal(datasets["valid"], mean_frame)
         reference_file.write_text(json.dumps(reference, indent=2))
         logger.info("validation surprisal of predictors that learn nothing: %s", reference)

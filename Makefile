@@ -31,7 +31,7 @@ $(STAMP): requirements.lock setup.py
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --doctest-modules surprisal_cc tests
 
 mini_librispeech: $(STAMP)
 	$(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \

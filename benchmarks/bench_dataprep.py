@@ -8,12 +8,6 @@ Usage: ``python -m benchmarks.bench_dataprep [--json]``
 """
 from __future__ import annotations
 
-if __package__ in (None, ""):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import argparse
 import json
 import os

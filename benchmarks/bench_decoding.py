@@ -5,8 +5,8 @@ SpeechBrain's ``CTCBeamSearcher`` (its default pruning settings) in the same run
 
 Usage::
 
-    python benchmarks/bench_decoding.py                # Markdown table
-    python benchmarks/bench_decoding.py --n-utts 16 --skip-slow
+    python -m benchmarks.bench_decoding                # Markdown table
+    python -m benchmarks.bench_decoding --n-utts 16 --skip-slow
 
 Two posterior regimes: "peaky" (trained-like: log_softmax of 5*N(0,1) logits
 with +8 on blank, so blank dominates most frames) and "flat" (log_softmax of

@@ -30,12 +30,6 @@ Usage: ``python -m benchmarks.bench_inference [--quick|--smoke] [--json]``
 """
 from __future__ import annotations
 
-if __package__ in (None, ""):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import copy
 import time
 from typing import Dict, List, Optional

@@ -22,12 +22,6 @@ Usage: ``python -m benchmarks.bench_memory [--quick|--smoke] [--json]``
 """
 from __future__ import annotations
 
-if __package__ in (None, ""):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import argparse
 import json
 import os
@@ -99,9 +93,7 @@ def _command(config: str, batch: int, t_min: int, t_max: int, seed: int, threads
 
 def measure_all(configs, batch: int, t_min: int, t_max: int, seed: int, threads: int) -> Dict[str, Dict]:
     """One fresh subprocess per configuration, run concurrently (ru_maxrss is per process)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    procs = {c: subprocess.Popen(_command(c, batch, t_min, t_max, seed, threads), cwd=REPO, env=env,
+    procs = {c: subprocess.Popen(_command(c, batch, t_min, t_max, seed, threads), cwd=REPO,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in configs}
     out = {}
     for config, proc in procs.items():

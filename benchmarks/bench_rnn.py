@@ -10,12 +10,6 @@ Usage: ``python -m benchmarks.bench_rnn [--quick|--smoke] [--json]``
 """
 from __future__ import annotations
 
-if __package__ in (None, ""):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from typing import Optional
 
 import torch
@@ -26,7 +20,6 @@ from benchmarks.common import (
     PackedBiGRU,
     SummaryRow,
     check_size,
-    format_result,
     interleaved_times,
     lengths_mask,
     median,
@@ -43,7 +36,7 @@ SIZES = {
 
 
 def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> BenchResult:
-    from surprisal_cc.encoders import BiGRU
+    from surprisal_cc.nnet import BiGRU
 
     cfg = SIZES[check_size(size)]
     threads = set_threads(threads, size)

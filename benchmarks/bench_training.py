@@ -14,7 +14,7 @@ per-frame networks, BiGRU post-net.
   (no packing).
 * ours: APC features and surprisal read from the feature cache (tensors in memory: neither
   filterbank nor APC run), routed small/big networks (gather/scatter), BiGRUs as two
-  unidirectional GRUs with per-sequence reversal (``surprisal_cc.encoders.BiGRU``). In fp32, and
+  unidirectional GRUs with per-sequence reversal (``surprisal_cc.nnet.BiGRU``). In fp32, and
   in bf16 under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (forward and loss; the row is
   skipped where the CPU has no native bf16). The goal compares ours in the best precision
   (bf16 where native, else fp32) with the authors' step on the same batches: >= 5x.
@@ -36,12 +36,6 @@ Usage: ``python -m benchmarks.bench_training [--quick|--smoke] [--json]``
 """
 from __future__ import annotations
 
-if __package__ in (None, ""):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import contextlib
 from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional
@@ -56,7 +50,6 @@ from benchmarks.common import (
     SummaryRow,
     bf16_supported,
     check_size,
-    format_result,
     interleaved_times,
     median,
     seed_everything,

@@ -12,7 +12,6 @@ import os
 import platform
 import random
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -216,7 +215,7 @@ def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
 
 
 class _TorchBiGRU(nn.Module):
-    """``nn.GRU(batch_first=True, bidirectional=True)`` then dropout; drop-in for :class:`surprisal_cc.encoders.BiGRU`.
+    """``nn.GRU(batch_first=True, bidirectional=True)`` then dropout; drop-in for :class:`surprisal_cc.nnet.BiGRU`.
 
     Same call and parameters; :meth:`load_from` copies a BiGRU's weights so outputs can be compared.
     """
@@ -269,7 +268,7 @@ TORCH_BIGRUS = {"unpacked": UnpackedBiGRU, "packed": PackedBiGRU}
 def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
     """Replace the pre-net and post-net BiGRUs of a paper-architecture ConditionalEncoder by
     PyTorch's bidirectional ``nn.GRU``: ``kind`` "unpacked" (the authors' code) or "packed"."""
-    from surprisal_cc.encoders import BiGRU
+    from surprisal_cc.nnet import BiGRU
 
     cls = TORCH_BIGRUS[kind]
 
@@ -288,12 +287,6 @@ def bf16_supported() -> bool:
     from surprisal_cc.recipe import native_bf16
 
     return native_bf16("cpu")
-
-
-def script_mode_path() -> None:
-    """Make ``benchmarks`` importable when a file is run as ``python benchmarks/bench_x.py``."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
 
 
 def size_cli(run, doc: str, argv=None) -> int:

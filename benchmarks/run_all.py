@@ -1,22 +1,19 @@
 """Run the whole benchmark suite and print one combined table plus per-benchmark details.
 
-    surprisal-cc bench [--quick] [--json]          (from the repository root)
+    surprisal-cc bench [--quick] [--json] [--only training,rnn]
     python -m benchmarks.run_all [--quick|--smoke] [--json] [--only training,rnn] [--threads N]
+
+``python -m`` from the repository root; ``surprisal-cc bench`` runs it there from any folder.
 
 Every figure is a ratio against a baseline measured in the same process and run (the memory
 benchmark uses one fresh subprocess per configuration). Sizes: full (the plan's), quick (the
 whole suite in well under a minute on an idle machine), smoke (tiniest shapes, for the tests;
 timings meaningless, torch runs with 1 thread). Returns 0 when every benchmark ran (skips for
-missing data included), 1 when one raised. Unmet targets are shown in the table (``met?`` = NO),
-not turned into a failing exit status.
+missing data included), 1 when one raised or the command line names an unknown benchmark (one
+``error: ...`` line). Unmet targets are shown in the table (``met?`` = NO), not turned into a
+failing exit status.
 """
 from __future__ import annotations
-
-if __package__ in (None, ""):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import json
@@ -164,7 +161,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
     size = "smoke" if a.smoke else "quick" if a.quick else "full"
     only = [s for s in a.only.split(",") if s] or None
-    return run_benchmarks(as_json=a.json, size=size, only=only, threads=a.threads or None)
+    try:
+        return run_benchmarks(as_json=a.json, size=size, only=only, threads=a.threads or None)
+    except ValueError as err:  # an unknown benchmark name: raised before any benchmark runs
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

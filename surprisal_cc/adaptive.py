@@ -37,8 +37,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .encoders import BiGRU, Encoder, EncoderOutput, FrameNet, PostNet
-from .features import lengths_to_mask
+from .nnet import BiGRU, Encoder, EncoderOutput, FrameNet, PostNet, lengths_to_mask
 from .flops import module_macs, uniform_frame_macs
 
 
@@ -46,12 +45,29 @@ from .flops import module_macs, uniform_frame_macs
 # Building blocks and pure functions
 # ----------------------------------------------------------------------------------------------
 class StepBlock(nn.Module):
-    """One pondering step on (M, D) frame states: ``LayerNorm(s + net(s))`` (residual) or
-    ``LayerNorm(net(s))``, the Universal Transformer's transition block.
+    """One pondering step on (M, D) frame states: ``LayerNorm(s + net(s))`` or ``LayerNorm(net(s))``.
 
-    The normalisation keeps every step's state at the scale of the pre-net output. Without it the
-    norm grew about 6x per step (measured on a trained ACT model), which saturated the halting unit
-    after the first step and fed the post-net inputs far outside the range its GRUs work in.
+    The Universal Transformer's transition block, with ``net = FrameNet([D, hidden, D])``. The
+    normalisation keeps every step's state at the scale of the pre-net output. Without it the
+    norm grows about 6x per step on a trained ACT model, which saturates the halting unit after
+    the first step and feeds the post-net inputs far outside the range its GRUs work in.
+
+    Arguments
+    ---------
+    width : int
+        Width D of the frame states.
+    hidden : int
+        Hidden units of ``net``.
+    residual : bool
+        ``LayerNorm(s + net(s))`` (True) or ``LayerNorm(net(s))`` (False).
+
+    Example
+    -------
+    >>> import torch
+    >>> step = StepBlock(width=6, hidden=16)
+    >>> s = step(torch.randn(3, 6))
+    >>> s.shape, [round(abs(v), 4) for v in s.mean(-1).tolist()]  # layer-normalised rows
+    (torch.Size([3, 6]), [0.0, 0.0, 0.0])
     """
 
     def __init__(self, width: int, hidden: int, residual: bool = True):
@@ -61,6 +77,7 @@ class StepBlock(nn.Module):
         self.residual = residual
 
     def forward(self, s: Tensor) -> Tensor:
+        """(M, D) states -> (M, D) next states."""
         return self.norm(s + self.net(s) if self.residual else self.net(s))
 
 
@@ -69,6 +86,19 @@ class HaltingUnit(nn.Module):
 
     The weight starts at zero, so at initialisation every frame and step gets exactly
     ``sigmoid(bias_init)``; the weight still receives gradient (d logit / d W = s).
+
+    Arguments
+    ---------
+    width : int
+        Width D of the frame states.
+    bias_init : float
+        Initial bias (the logit of the initial halting probability).
+
+    Example
+    -------
+    >>> import torch
+    >>> HaltingUnit(width=4, bias_init=0.0)(torch.randn(3, 4)).tolist()
+    [0.5, 0.5, 0.5]
     """
 
     def __init__(self, width: int, bias_init: float = 0.0):
@@ -78,6 +108,7 @@ class HaltingUnit(nn.Module):
         nn.init.constant_(self.linear.bias, bias_init)
 
     def forward(self, s: Tensor) -> Tensor:
+        """(M, D) states -> (M,) halting probabilities."""
         return torch.sigmoid(self.linear(s)).squeeze(-1)
 
 
@@ -86,6 +117,31 @@ def act_step(cum: Tensor, h: Tensor, threshold: float, last: bool) -> Tuple[Tens
 
     A frame halts at the first n with ``cum + h_n >= threshold`` (= 1 - eps), or at the last step;
     it then gets the remainder ``R = 1 - cum`` instead of h_n.
+
+    Arguments
+    ---------
+    cum : torch.Tensor
+        (M,) sum of the halting probabilities of the earlier steps.
+    h : torch.Tensor
+        (M,) halting probabilities of this step.
+    threshold : float
+        1 - eps.
+    last : bool
+        Whether this is the last step (every frame halts).
+
+    Returns
+    -------
+    p : torch.Tensor
+        (M,) weight of this step's state.
+    halt : torch.Tensor
+        (M,) bool, True where the frame halts at this step.
+
+    Example
+    -------
+    >>> import torch
+    >>> p, halt = act_step(torch.tensor([0.0, 0.6]), torch.tensor([0.3, 0.5]), 0.99, last=False)
+    >>> [round(v, 4) for v in p.tolist()], halt.tolist()
+    ([0.3, 0.4], [False, True])
     """
     halt = torch.ones_like(h, dtype=torch.bool) if last else cum + h >= threshold
     return torch.where(halt, 1.0 - cum, h), halt
@@ -94,6 +150,27 @@ def act_step(cum: Tensor, h: Tensor, threshold: float, last: bool) -> Tuple[Tens
 def act_weights(h: Tensor, epsilon: float) -> Tuple[Tensor, Tensor, Tensor]:
     """ACT weights for given halting probabilities ``h`` (M, N) -> (p (M, N), steps N(t), R(t)).
 
+    The reference computation of the weights that :class:`ACTEncoder` forms step by step.
+
+    Arguments
+    ---------
+    h : torch.Tensor
+        (M, N) halting probabilities of N steps.
+    epsilon : float
+        A frame halts once its cumulative halting probability reaches 1 - epsilon.
+
+    Returns
+    -------
+    p : torch.Tensor
+        (M, N) weights of the step states (0 after the halting step).
+    steps : torch.Tensor
+        (M,) steps executed N(t), as floats.
+    remainder : torch.Tensor
+        (M,) remainder R(t), the weight of the halting step.
+
+    Example
+    -------
+    >>> import torch
     >>> p, steps, r = act_weights(torch.tensor([[0.3, 0.5, 0.4], [0.995, 0.5, 0.5]]), 0.01)
     >>> [[round(x, 4) for x in row] for row in p.tolist()], steps.tolist(), [round(x, 4) for x in r.tolist()]
     ([[0.3, 0.5, 0.2], [1.0, 0.0, 0.0]], [3.0, 1.0], [0.2, 1.0])
@@ -112,14 +189,49 @@ def act_weights(h: Tensor, epsilon: float) -> Tuple[Tensor, Tensor, Tensor]:
 
 
 def halting_distribution(lam: Tensor) -> Tensor:
-    """PonderNet p_n = lambda_n * prod_{j<n} (1 - lambda_j) for (M, N) lambdas; lambda_N is set to 1."""
+    """PonderNet p_n = lambda_n * prod_{j<n} (1 - lambda_j) for (M, N) lambdas; lambda_N is set to 1.
+
+    Arguments
+    ---------
+    lam : torch.Tensor
+        (M, N) halting probabilities lambda_n (the last column is not read).
+
+    Returns
+    -------
+    torch.Tensor
+        (M, N) halting distribution; each row sums to 1.
+
+    Example
+    -------
+    >>> import torch
+    >>> halting_distribution(torch.tensor([[0.5, 0.5, 0.2]])).tolist()
+    [[0.5, 0.25, 0.25]]
+    """
     lam = torch.cat([lam[:, :-1], torch.ones_like(lam[:, -1:])], dim=1)
     not_halted = torch.cumprod(torch.cat([torch.ones_like(lam[:, :1]), 1.0 - lam[:, :-1]], dim=1), dim=1)
     return lam * not_halted
 
 
 def truncated_geometric(lambda_p: float, max_steps: int) -> Tensor:
-    """Geometric(lambda_p) prior on steps 1..N, renormalised: g_n ∝ lambda_p (1 - lambda_p)^(n-1)."""
+    """Geometric(lambda_p) prior on steps 1..N, renormalised: g_n ∝ lambda_p (1 - lambda_p)^(n-1).
+
+    Arguments
+    ---------
+    lambda_p : float
+        Halting probability per step, in (0, 1).
+    max_steps : int
+        Number N of steps.
+
+    Returns
+    -------
+    torch.Tensor
+        (N,) float32 probabilities summing to 1.
+
+    Example
+    -------
+    >>> [round(g, 4) for g in truncated_geometric(0.5, 3).tolist()]
+    [0.5714, 0.2857, 0.1429]
+    """
     n = torch.arange(max_steps, dtype=torch.float64)
     g = lambda_p * (1.0 - lambda_p) ** n
     return (g / g.sum()).float()
@@ -130,8 +242,24 @@ def kl_to_prior(p: Tensor, prior: Tensor) -> Tensor:
 
     Finite (value and gradient) when some p_n are 0; ``prior`` must be positive.
 
-    >>> kl_to_prior(torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([0.5, 0.25, 0.25])).tolist()
-    [0.3465735912322998]
+    Arguments
+    ---------
+    p : torch.Tensor
+        (M, N) halting distributions.
+    prior : torch.Tensor
+        (N,) positive prior probabilities.
+
+    Returns
+    -------
+    torch.Tensor
+        (M,) KL divergences.
+
+    Example
+    -------
+    >>> import torch
+    >>> kl = kl_to_prior(torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([0.5, 0.25, 0.25]))
+    >>> [round(v, 4) for v in kl.tolist()]  # 0.5 log 2
+    [0.3466]
     """
     positive = p > 0
     safe = torch.where(positive, p, torch.ones_like(p))
@@ -143,7 +271,27 @@ def kl_to_prior(p: Tensor, prior: Tensor) -> Tensor:
 # Encoders
 # ----------------------------------------------------------------------------------------------
 class _AdaptiveEncoder(Encoder):
-    """Shared pre-net / step block / halting unit / post-net and output assembly."""
+    """Shared pre-net / step block / halting unit / post-net and output assembly.
+
+    Arguments
+    ---------
+    input_size : int
+        Width of the input features.
+    num_outputs : int
+        CTC outputs (labels and blank).
+    max_steps : int
+        Most steps N per frame.
+    step_hidden : int
+        Hidden units of the step block.
+    residual : bool
+        Residual step block (see :class:`StepBlock`).
+    halting_bias_init : float
+        Initial bias of the halting unit.
+    hidden_size : int
+        Units per direction of the pre-net and post-net BiGRUs (states are ``2 * hidden_size`` wide).
+    dropout : float
+        Dropout after the BiGRUs.
+    """
 
     def __init__(self, input_size: int, num_outputs: int, max_steps: int, step_hidden: int, residual: bool,
                  halting_bias_init: float, hidden_size: int, dropout: float):
@@ -158,6 +306,7 @@ class _AdaptiveEncoder(Encoder):
         self.post_net = PostNet(width, num_outputs, hidden_size, dropout=dropout)
 
     def component_macs(self) -> Dict[str, int]:
+        """MACs per frame of the pre-net, of one step (block and halting unit) and of the post-net."""
         return {
             "pre_net": module_macs(self.pre_net),
             "step_block": module_macs(self.step) + module_macs(self.halting),
@@ -169,16 +318,21 @@ class _AdaptiveEncoder(Encoder):
         raise NotImplementedError
 
     def _aux_weight(self) -> float:
+        """Weight of the per-frame auxiliary term in ``aux_loss``."""
         raise NotImplementedError
 
     def _advance(self, s: Tensor) -> Tuple[Tensor, Tensor]:
-        """One step: (next state, halting probability), both float32. Under bf16 autocast the block's
-        matrix products run in bf16, but states and halting sums stay float32: a bf16 cumulative sum
-        (8 bits of mantissa) could not resolve the 1 - eps threshold."""
+        """One step: (next state, halting probability), both float32.
+
+        Under bf16 autocast the block's matrix products run in bf16, but states and halting sums
+        stay float32: a bf16 cumulative sum (8 bits of mantissa) could not resolve the 1 - eps
+        threshold.
+        """
         s = self.step(s).float()
         return s, self.halting(s).float()
 
     def forward(self, feats: Tensor, lengths: Tensor, surprisal: Optional[Tensor] = None) -> EncoderOutput:
+        """Encode a padded batch (see :meth:`Encoder.forward`); ``surprisal`` is not read."""
         batch, time = feats.shape[:2]
         mask = lengths_to_mask(lengths.to(feats.device), time)
         x = self.pre_net(feats, lengths)
@@ -220,9 +374,28 @@ class ACTEncoder(_AdaptiveEncoder):
     gets gradient) and the ponder cost learns to shorten. Graves's +1 would start at
     h = 0.73, i.e. 2 steps with 73% of the weight on the first, close to shallow from step one.
 
+    Arguments
+    ---------
+    input_size, num_outputs, max_steps, step_hidden, hidden_size, dropout, residual
+        As for every adaptive encoder (``_AdaptiveEncoder``).
+    epsilon : float
+        Halting threshold 1 - epsilon on the cumulative halting probability, in (0, 1).
+    ponder_cost : float
+        Weight of the ponder cost in ``aux_loss``.
+    halting_bias_init : float, optional
+        Initial bias of the halting unit; None: logit(1 / N).
+
+    Example
+    -------
+    >>> import torch
     >>> enc = ACTEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32)
     >>> round(torch.sigmoid(enc.halting.linear.bias).item(), 6)  # 1 / max_steps
     0.25
+    >>> out = enc(torch.randn(2, 6, 20), torch.tensor([6, 3]))
+    >>> out.stats["steps"].tolist()  # at initialisation: every real frame runs all steps
+    [[4.0, 4.0, 4.0, 4.0, 4.0, 4.0], [4.0, 4.0, 4.0, 0.0, 0.0, 0.0]]
+    >>> sorted(out.frame_macs)
+    ['post_net', 'pre_net', 'step_block']
     """
 
     def __init__(self, input_size: int, num_outputs: int, max_steps: int = 4, step_hidden: int = 2048,
@@ -240,6 +413,7 @@ class ACTEncoder(_AdaptiveEncoder):
         return self.ponder_cost
 
     def _ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """ACT steps on the frames still running; aux is the ponder cost N(t) + R(t)."""
         m, n_steps = s.shape[0], self.max_steps
         out, weights = torch.zeros_like(s), s.new_zeros(m, n_steps)
         cum, steps, remainder = s.new_zeros(m), s.new_zeros(m), s.new_zeros(m)
@@ -274,6 +448,30 @@ class PonderNetEncoder(_AdaptiveEncoder):
 
     ``halting_bias_init=None`` sets the bias to logit(lambda_p), so p starts at the prior (KL ~ 0;
     every step keeps weight >= (1 - lambda_p)^(N-1) and receives gradient).
+
+    Arguments
+    ---------
+    input_size, num_outputs, max_steps, step_hidden, hidden_size, dropout, residual
+        As for every adaptive encoder (``_AdaptiveEncoder``).
+    beta : float
+        Weight of the KL term in ``aux_loss``.
+    lambda_p : float
+        Parameter of the geometric prior, in (0, 1).
+    inference : str
+        Evaluation mode, one of ``INFERENCE_MODES``: ``"sample"``, ``"threshold"`` or ``"expected"``.
+    halting_bias_init : float, optional
+        Initial bias of the halting unit; None: logit(lambda_p).
+
+    Example
+    -------
+    >>> import torch
+    >>> enc = PonderNetEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32,
+    ...                        inference="threshold").eval()
+    >>> out = enc(torch.randn(2, 6, 20), torch.tensor([6, 3]))
+    >>> out.stats["steps"].tolist()  # at initialisation lambda_1 = 0.5: the median halts at once
+    [[1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]]
+    >>> float(out.aux_loss)
+    0.0
     """
 
     INFERENCE_MODES = ("sample", "threshold", "expected")
@@ -297,11 +495,13 @@ class PonderNetEncoder(_AdaptiveEncoder):
         return self.beta
 
     def _ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """All N steps in training and in ``"expected"`` mode, else early exit."""
         if self.training or self.inference == "expected":
             return self._ponder_expected(s)
         return self._ponder_early_exit(s)
 
     def _ponder_expected(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Every step on every frame; output sum_n p_n s_n, aux KL(p || prior)."""
         states, lambdas = [], []
         for _ in range(self.max_steps):
             s, lam = self._advance(s)
@@ -313,6 +513,7 @@ class PonderNetEncoder(_AdaptiveEncoder):
         return out, steps, p, kl_to_prior(p, self.prior)
 
     def _ponder_early_exit(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Sampled or thresholded halting; output the halting step's state, aux 0."""
         m, n_steps = s.shape[0], self.max_steps
         out, weights, steps = torch.zeros_like(s), s.new_zeros(m, n_steps), s.new_zeros(m)
         not_halted = s.new_ones(m)  # prod_{j<n} (1 - lambda_j), for "threshold"
@@ -336,5 +537,3 @@ class PonderNetEncoder(_AdaptiveEncoder):
                 break
         return out, steps, weights, s.new_zeros(m)
 
-
-ADAPTIVE_ENCODERS = {"act": ACTEncoder, "pondernet": PonderNetEncoder}

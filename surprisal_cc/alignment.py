@@ -46,8 +46,8 @@ class AlignmentError(ValueError):
 class Alignment:
     """Best CTC path through a label sequence with optional tokens.
 
-    Attributes
-    ----------
+    Arguments
+    ---------
     labels : list of int
         The chosen label sequence: every obligatory token and the optional ones the path used.
     kept : numpy.ndarray of bool, shape (N,)
@@ -59,6 +59,14 @@ class Alignment:
     silences : list of int
         Word boundaries that got ``sil`` (0: before the first word, W: after the last); set by
         :func:`align_optional_silence` only.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> ali = Alignment(labels=[2, 3], kept=np.array([True, True]), score=-1.0,
+    ...                 frame_tokens=np.array([-1, 0, 0, -1, 1, -1]))
+    >>> ali.segments().tolist()
+    [[0, 4], [4, 6]]
     """
 
     labels: List[int]
@@ -72,6 +80,11 @@ class Alignment:
 
         A label starts at its first emitting frame and lasts until the next label starts (its
         trailing blank frames included); the first starts at frame 0, the last ends at T.
+
+        Returns
+        -------
+        numpy.ndarray
+            (len(labels), 2) int array of ``[start, end)`` frame indices.
         """
         kept_tokens = np.flatnonzero(self.kept)
         emitting = self.frame_tokens >= 0
@@ -93,8 +106,8 @@ def ctc_viterbi_optional(log_probs, tokens: Sequence[int], optional: Sequence[bo
     Standard CTC topology (blanks between labels, a blank required between equal neighbours,
     after optional tokens are left out too). Two optional tokens may not be adjacent.
 
-    Parameters
-    ----------
+    Arguments
+    ---------
     log_probs : array-like, shape (T, V)
         Per-frame log-probabilities of one utterance (numpy or torch).
     tokens : sequence of int
@@ -107,11 +120,26 @@ def ctc_viterbi_optional(log_probs, tokens: Sequence[int], optional: Sequence[bo
     Returns
     -------
     Alignment
+        The best path; ``silences`` is left empty.
 
     Raises
     ------
     AlignmentError
         When no path fits in T frames.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> lp = np.log(np.full((6, 4), 0.01))  # ids: 0 blank, 1 optional token, 2 and 3 labels
+    >>> for t, k in enumerate([2, 0, 1, 1, 3, 0]):
+    ...     lp[t, k] = np.log(0.97)
+    >>> ali = ctc_viterbi_optional(lp, [2, 1, 3], [False, True, False], blank=0)
+    >>> ali.labels, ali.kept.tolist(), ali.frame_tokens.tolist()
+    ([2, 1, 3], [True, True, True], [0, -1, 1, 1, 2, -1])
+    >>> ctc_viterbi_optional(lp[:1], [2, 3], [False, False], blank=0)
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.alignment.AlignmentError: no CTC path for 2 tokens (2 obligatory) in 1 frames
     """
     lp = _as_numpy(log_probs)
     tok = np.asarray(tokens, dtype=np.int64)
@@ -191,22 +219,24 @@ def ctc_viterbi_optional(log_probs, tokens: Sequence[int], optional: Sequence[bo
 def align_optional_silence(log_probs, words: Sequence[Sequence[int]], blank: int, sil: int) -> Alignment:
     """Align the words' phones with an optional ``sil`` at each word boundary and at both ends.
 
-    Parameters
-    ----------
+    Arguments
+    ---------
     log_probs : array-like, shape (T, V)
         Per-frame CTC log-probabilities of one utterance.
     words : sequence of sequences of int
         Phone ids of each word (each word non-empty, no ``sil`` at its ends).
-    blank, sil : int
-        Ids of the blank and of ``sil``.
+    blank : int
+        Id of the blank.
+    sil : int
+        Id of ``sil``.
 
     Returns
     -------
     Alignment
         ``labels`` holds the phones with the chosen ``sil``; ``silences`` the boundaries that got one.
 
-    Examples
-    --------
+    Example
+    -------
     >>> import numpy as np
     >>> lp = np.log(np.full((5, 4), 0.02))
     >>> for t, k in enumerate([1, 2, 0, 3, 3]):
@@ -229,6 +259,7 @@ def align_optional_silence(log_probs, words: Sequence[Sequence[int]], blank: int
 
 
 def _as_numpy(log_probs) -> np.ndarray:
+    """(T, V) float64 numpy array of numpy or torch log-probabilities, checked for shape."""
     if hasattr(log_probs, "detach"):
         log_probs = log_probs.detach().cpu().double().numpy()
     lp = np.asarray(log_probs, dtype=np.float64)
@@ -244,10 +275,26 @@ def _as_numpy(log_probs) -> np.ndarray:
 class RealignedUtterance:
     """New labels of one utterance.
 
-    ``phones`` holds the lexicon phones with the chosen ``sil``; ``word_lengths`` the number of
-    phones of each word; ``silences`` the word boundaries that got a ``sil`` (0 .. len(words));
-    ``segments`` the (start, end) frame span of each phone; ``fallback`` is True when no
-    alignment fitted and the lexicon labels (``sil`` at both ends) were kept.
+    Arguments
+    ---------
+    id : str
+        Utterance id.
+    wav : str
+        Path of its audio file.
+    words : list of str
+        Words of the transcript.
+    word_lengths : list of int
+        Number of phones of each word.
+    phones : list of str
+        The lexicon phones with the chosen ``sil``.
+    silences : list of int
+        Word boundaries that got a ``sil`` (0 .. len(words)).
+    segments : numpy.ndarray
+        (len(phones), 2) ``[start, end)`` frame span of each phone.
+    num_frames : int
+        Frames of the utterance.
+    fallback : bool
+        True when no alignment fitted and the lexicon labels (``sil`` at both ends) were kept.
     """
 
     id: str
@@ -266,6 +313,47 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
     """Realign one utterance given its per-word phones (strings) and log-probabilities (T, V).
 
     Falls back to the lexicon labels with ``sil`` at both ends when no path fits.
+
+    Arguments
+    ---------
+    log_probs : array-like, shape (T, V)
+        Per-frame CTC log-probabilities of the utterance (numpy or torch).
+    utt_id : str
+        Utterance id.
+    wav : str
+        Path of its audio file.
+    words : sequence of str
+        Words of the transcript.
+    word_phones : sequence of sequences of str
+        Lexicon phones of each word (no ``sil``).
+    label_encoder : speechbrain.dataio.encoder.CTCTextEncoder
+        Maps phones to the model's output ids.
+    blank : int
+        Id of the blank.
+    sil : str
+        The silence label.
+
+    Returns
+    -------
+    RealignedUtterance
+        The new labels, with ``fallback`` True when the lexicon labels were kept.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> from speechbrain.dataio.encoder import CTCTextEncoder
+    >>> enc = CTCTextEncoder()
+    >>> enc.insert_blank(index=0)
+    >>> enc.update_from_iterable([["sil", "AH", "B"]], sequence_input=True)
+    >>> enc.expect_len(4)
+    >>> lp = np.log(np.full((6, 4), 0.01))
+    >>> for t, k in enumerate([2, 0, 1, 1, 3, 0]):  # AH, blank, sil, sil, B, blank
+    ...     lp[t, k] = np.log(0.97)
+    >>> utt = realign_utterance(lp, "u1", "u1.flac", ["a", "be"], [["AH"], ["B"]], enc, blank=0)
+    >>> utt.phones, utt.silences, utt.segments.tolist(), utt.fallback
+    (['AH', 'sil', 'B'], [1], [[0, 2], [2, 4], [4, 6]], False)
+    >>> realign_utterance(lp[:1], "u1", "u1.flac", ["a", "be"], [["AH"], ["B"]], enc, blank=0).phones
+    ['sil', 'AH', 'B', 'sil']
     """
     ids = [label_encoder.encode_sequence(list(p)) for p in word_phones]
     lengths = [len(p) for p in word_phones]
@@ -287,6 +375,30 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
     ``run_dir`` holds ``hyperparams.yaml`` (as SpeechBrain saves it) and ``save/CKPT+*`` written by
     the recipe's Checkpointer; the checkpoint with the lowest ``selection_metric`` is loaded.
     Paths in the hparams are relative to the current folder (the repository root, as for recipes).
+
+    Arguments
+    ---------
+    run_dir : str or path
+        Output folder of a recipe run.
+    overrides : str or mapping, optional
+        Hparams overrides (YAML text or a dict), on top of those that keep loading free of side
+        effects (:func:`~surprisal_cc.inference.inert_overrides`).
+    device : str
+        Device of the Brain.
+
+    Returns
+    -------
+    hparams : dict
+        The loaded hparams (``precision`` set to ``"fp32"``).
+    brain : ConditionalCTCBrain
+        Brain holding the encoder, in eval mode.
+    checkpoint : speechbrain.utils.checkpoints.Checkpoint
+        The checkpoint that was loaded.
+
+    Raises
+    ------
+    ConfigurationError
+        When the folder holds no hparams file or no checkpoint, or the targets are not phones.
     """
     import yaml
     from speechbrain.utils.checkpoints import Checkpointer
@@ -328,11 +440,34 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     """Realign every utterance of one split of a finished run's data with its best model.
 
     Log-probabilities come from the run's Brain (``compute_forward`` at the test stage) on the
-    run's feature cache; words are pronounced by the run's lexicon (``g2p``). ``prepare`` makes
-    the run's manifests (default: :func:`~surprisal_cc.data.prepare_mini_librispeech` with the
-    run's ``prepare_options``; with unchanged options it only reads them). ``limit`` keeps the
-    shortest utterances only. ``info`` (a dict) receives ``forward_s`` and ``align_s`` (seconds),
-    ``checkpoint``, ``manifest`` and ``samples_per_frame`` (for :func:`write_alignment_csv`).
+    run's feature cache; words are pronounced by the run's lexicon (``g2p``).
+
+    Arguments
+    ---------
+    run_dir : str or path
+        Output folder of a recipe run (see :func:`load_run`).
+    split : str
+        One of the splits ``prepare`` returns, e.g. ``"train"``.
+    prepare : callable, optional
+        Makes the run's manifests from its ``prepare_options`` and returns ``{split: path}``;
+        default: :func:`~surprisal_cc.data.prepare_mini_librispeech` (with unchanged options it
+        only reads them).
+    overrides : str or mapping, optional
+        Hparams overrides, as for :func:`load_run`.
+    device : str
+        Device of the forward passes.
+    batch_size : int
+        Utterances per forward pass.
+    limit : int, optional
+        Keep only the ``limit`` shortest utterances.
+    info : dict, optional
+        Receives ``forward_s`` and ``align_s`` (seconds), ``checkpoint``, ``manifest`` and
+        ``samples_per_frame`` (for :func:`write_alignment_csv`).
+
+    Returns
+    -------
+    iterator of RealignedUtterance
+        One per utterance, shortest first.
     """
     import speechbrain as sb
     import torch
@@ -396,6 +531,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
 
 
 def _rows(manifest) -> Dict[str, Dict[str, str]]:
+    """Rows of a manifest CSV by utterance id."""
     with open(manifest, newline="", encoding="utf-8") as f:
         return {row["ID"]: row for row in csv.DictReader(f)}
 
@@ -409,6 +545,34 @@ def write_alignment_csv(path, utterances: Iterable[RealignedUtterance], samples_
     Columns as in ``dev-clean-2_mfa.csv``: ``phonemes_39`` (and ``phonemes_61``) the labels,
     ``phn`` the same as a list, ``phn_starts``/``phn_ends`` in samples, ``words`` with ``''`` for
     each ``sil``, ``wrd_starts``/``wrd_ends``. Rows are sorted by utterance id.
+
+    Arguments
+    ---------
+    path : str or path
+        The CSV file to write (replaced atomically).
+    utterances : iterable of RealignedUtterance
+        The new labels.
+    samples_per_frame : int
+        Audio samples per model frame (320: 20 ms frames at 16 kHz).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Example
+    -------
+    >>> import csv, tempfile
+    >>> import numpy as np
+    >>> from pathlib import Path
+    >>> utt = RealignedUtterance("u1", "u1.flac", ["a", "be"], [1, 1], ["AH", "sil", "B"], [1],
+    ...                          np.array([[0, 2], [2, 4], [4, 6]]), 6)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     csv_path = write_alignment_csv(Path(tmp) / "ali.csv", [utt])
+    ...     with open(csv_path, newline="") as f:
+    ...         row = next(csv.DictReader(f))
+    >>> row["phonemes_39"], row["phn_starts"], row["phn_ends"], row["words"]
+    ('AH sil B', '0 640 1280', '640 1280 1920', "['a', '', 'be']")
     """
     from .data.manifest import atomic_write_text
 
@@ -450,6 +614,29 @@ def find_mfa_reference(wav: Union[str, Path]) -> Optional[Path]:
     """The MFA export ``phone_labels/<subset>_mfa.csv`` next to the corpus of ``wav``, if any.
 
     Same places as the data preparation looks: beside ``LibriSpeech/`` or inside it.
+
+    Arguments
+    ---------
+    wav : str or path
+        An audio file ``<subset>/<speaker>/<chapter>/<utterance>.flac`` of a LibriSpeech corpus.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The export file, or None when there is none.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     wav = Path(tmp, "LibriSpeech", "dev-clean-2", "84", "121123", "84-121123-0000.flac")
+    ...     before = find_mfa_reference(wav)
+    ...     Path(tmp, "phone_labels").mkdir()
+    ...     _ = Path(tmp, "phone_labels", "dev-clean-2_mfa.csv").write_text("")
+    ...     after = find_mfa_reference(wav).relative_to(tmp).as_posix()
+    >>> before, after
+    (None, 'phone_labels/dev-clean-2_mfa.csv')
     """
     subset_dir = Path(os.path.abspath(wav)).parents[2]
     for base in (subset_dir.parent, subset_dir.parent.parent):
@@ -466,6 +653,29 @@ def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
     words come from the ``words`` column (``''`` marks a silence); the two ends from the labels
     themselves (``phonemes_39`` starting or ending with ``sil``), as the export's ``words`` column
     has a final ``''`` even where its labels end without ``sil``.
+
+    Arguments
+    ---------
+    path : str or path
+        An MFA export CSV (or one written by :func:`write_alignment_csv`).
+
+    Returns
+    -------
+    dict of str to (int, set of int)
+        Per utterance id (the audio file's name without extension), the number of words and the
+        boundaries with ``sil``.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from pathlib import Path
+    >>> utt = RealignedUtterance("u1", "u1.flac", ["a", "be"], [1, 1], ["sil", "AH", "sil", "B"], [0, 1],
+    ...                          np.array([[0, 1], [1, 2], [2, 4], [4, 6]]), 6)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     silences = read_boundary_silences(write_alignment_csv(Path(tmp) / "ali.csv", [utt]))
+    >>> silences
+    {'u1': (2, {0, 1})}
     """
     out: Dict[str, Tuple[int, Set[int]]] = {}
     with open(path, newline="", encoding="utf-8") as f:
@@ -495,6 +705,24 @@ def silence_precision_recall(hyp: Mapping[str, Tuple[int, Set[int]]], ref: Mappi
     :func:`read_boundary_silences`); utterances in both with the same number of words are scored,
     over the interior boundaries only (``interior_only``) or the two ends too.
 
+    Arguments
+    ---------
+    hyp : mapping of str to (int, set of int)
+        Hypothesised silences per utterance.
+    ref : mapping of str to (int, set of int)
+        Reference silences per utterance.
+    interior_only : bool
+        Score only the boundaries between words (True) or the two ends too.
+
+    Returns
+    -------
+    dict
+        ``precision``, ``recall`` and ``f1`` (nan when undefined), the counts
+        ``true_positives``, ``false_positives``, ``false_negatives``, ``boundaries`` (scored),
+        ``utterances`` (scored) and ``unmatched_utterances`` (hyp utterances not scored).
+
+    Example
+    -------
     >>> scores = silence_precision_recall({"u": (3, {0, 1, 3})}, {"u": (3, {2, 1})})
     >>> scores["precision"], scores["recall"], scores["boundaries"]
     (1.0, 0.5, 2)
@@ -517,7 +745,30 @@ def silence_precision_recall(hyp: Mapping[str, Tuple[int, Set[int]]], ref: Mappi
 
 
 def silence_statistics(utterances: Sequence[RealignedUtterance]) -> Dict[str, float]:
-    """How many ``sil`` the realignment inserted: per utterance, per word boundary, at the ends."""
+    """How many ``sil`` the realignment inserted: per utterance, per word boundary, at the ends.
+
+    Arguments
+    ---------
+    utterances : sequence of RealignedUtterance
+        Realigned utterances.
+
+    Returns
+    -------
+    dict
+        ``utterances``, ``interior_sil_per_utterance``, ``interior_boundaries_with_sil`` (fraction),
+        ``start_with_sil`` and ``end_with_sil`` (fractions of utterances; nan without utterances),
+        ``fallbacks`` and ``frames`` (counts).
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> spans = np.zeros((3, 2), dtype=int)
+    >>> a = RealignedUtterance("a", "a.flac", ["x", "y"], [1, 1], ["X", "sil", "Y"], [1], spans, 6)
+    >>> b = RealignedUtterance("b", "b.flac", ["x", "y"], [1, 1], ["sil", "X", "Y"], [0], spans, 4)
+    >>> stats = silence_statistics([a, b])
+    >>> stats["interior_boundaries_with_sil"], stats["start_with_sil"], stats["frames"]
+    (0.5, 0.5, 10)
+    """
     n = len(utterances)
     interior = sum(sum(1 for b in u.silences if 0 < b < len(u.words)) for u in utterances)
     boundaries = sum(max(len(u.words) - 1, 0) for u in utterances)
@@ -533,8 +784,27 @@ def silence_statistics(utterances: Sequence[RealignedUtterance]) -> Dict[str, fl
 
 
 def label_error_rate(hyp: Mapping[str, Sequence[str]], ref: Mapping[str, Sequence[str]]) -> float:
-    """Corpus PER (%) of label sequences ``hyp`` against ``ref`` over their common utterances
-    (repeated ``sil`` merged, as the recipe's PER)."""
+    """Corpus PER (%) of label sequences ``hyp`` against ``ref`` over their common utterances.
+
+    Repeated ``sil`` are merged on both sides, as in the recipes' PER.
+
+    Arguments
+    ---------
+    hyp : mapping of str to sequence of str
+        Hypothesised labels per utterance id.
+    ref : mapping of str to sequence of str
+        Reference labels per utterance id.
+
+    Returns
+    -------
+    float
+        (S + D + I) / N in percent.
+
+    Example
+    -------
+    >>> label_error_rate({"u": ["sil", "AH", "B", "sil", "sil"]}, {"u": ["sil", "AH", "D", "sil"]})
+    25.0
+    """
     from speechbrain.utils.edit_distance import wer_details_for_batch, wer_summary
 
     from .data.phones import merge_repeated

@@ -4,7 +4,7 @@ Frames are labelled with forced alignments (the CSV export of MFA alignments wit
 ``phn``/``phn_starts``/``phn_ends`` columns): a 20 ms frame gets the label of the segment that
 contains the centre of its analysis window. ``sil``, ``sp`` and empty labels are silence.
 
-    python -m surprisal_cc.analysis --apc results/LibriSpeech/apc/apc.pt \
+    surprisal-cc analyse --apc results/LibriSpeech/apc/apc.pt \
         --mfa ../shared/data/phone_labels/dev-clean-2_mfa.csv \
         --audio-root ../shared/data/LibriSpeech --plot docs/results/routing_example.png
 """
@@ -30,6 +30,30 @@ SILENCE_LABELS = {"sil", "sp", "", "<eps>"}
 
 @dataclass
 class AlignedUtterance:
+    """One utterance with its aligned segments (sample boundaries, end exclusive).
+
+    Arguments
+    ---------
+    utt_id : str
+        Utterance id.
+    audio : pathlib.Path
+        Audio file.
+    labels : list of str
+        Segment labels (phones, ``sil``, ``sp``).
+    starts : list of int
+        First sample of each segment.
+    ends : list of int
+        Sample after the last one of each segment.
+
+    Example
+    -------
+    >>> from pathlib import Path
+    >>> from surprisal_cc.features import FeatureConfig
+    >>> utt = AlignedUtterance("a", Path("a.flac"), ["sil", "AH", "sil"], [0, 640, 1280], [640, 1280, 1600])
+    >>> utt.frame_is_silence(6, FeatureConfig()).tolist()  # window centres 200, 520, ..., 1800
+    [True, True, False, False, True, True]
+    """
+
     utt_id: str
     audio: Path
     labels: List[str]
@@ -37,7 +61,22 @@ class AlignedUtterance:
     ends: List[int]
 
     def frame_is_silence(self, num_frames: int, config: FeatureConfig) -> torch.Tensor:
-        """Bool (num_frames,): the segment containing each frame's window centre is silence."""
+        """Whether the segment containing each frame's window centre is silence.
+
+        Frames outside every segment count as silence.
+
+        Arguments
+        ---------
+        num_frames : int
+            Frames of the utterance.
+        config : FeatureConfig
+            Frame shift, window and frame skip of the features.
+
+        Returns
+        -------
+        torch.Tensor
+            Bool (num_frames,).
+        """
         centres = (torch.arange(num_frames) * config.frame_skip * config.shift_samples
                    + config.window_samples // 2)
         silent = torch.ones(num_frames, dtype=torch.bool)  # outside every segment: silence
@@ -48,7 +87,33 @@ class AlignedUtterance:
 
 
 def read_aligned_csv(path: Path, audio_root: Path) -> Iterator[AlignedUtterance]:
-    """Utterances of an MFA CSV export (``path``, ``phn``, ``phn_starts``, ``phn_ends`` columns)."""
+    """Utterances of an MFA CSV export (``path``, ``phn``, ``phn_starts``, ``phn_ends`` columns).
+
+    Arguments
+    ---------
+    path : pathlib.Path
+        The CSV file: ``phn`` is a Python list literal of labels, ``phn_starts`` and ``phn_ends``
+        are space-separated sample indices.
+    audio_root : pathlib.Path
+        Folder the ``path`` column is relative to.
+
+    Returns
+    -------
+    iterator of AlignedUtterance
+        One per row; the utterance id is the audio file's stem.
+
+    Example
+    -------
+    >>> import csv, tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     with open(Path(folder) / "mfa.csv", "w", newline="") as f:
+    ...         csv.writer(f).writerows([["path", "phn", "phn_starts", "phn_ends"],
+    ...                                  ["spk/a.flac", "['sil', 'AH']", "0 640", "640 1280"]])
+    ...     utts = list(read_aligned_csv(Path(folder) / "mfa.csv", Path("corpus")))
+    >>> utts[0].utt_id, utts[0].audio.as_posix(), utts[0].labels, utts[0].ends
+    ('a', 'corpus/spk/a.flac', ['sil', 'AH'], [640, 1280])
+    """
     with open(path, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             labels = [str(x) for x in ast.literal_eval(row["phn"])]
@@ -65,7 +130,24 @@ def surprisal_by_class(apc: APCModel, utterances: Iterator[AlignedUtterance], co
                        max_utterances: Optional[int] = None, cache_root: Optional[Path] = None) -> Dict[str, float]:
     """Mean surprisal over silence frames and over speech frames (frame-weighted, whole corpus).
 
-    With ``cache_root``, surprisal already in the feature cache of this APC model is reused.
+    Arguments
+    ---------
+    apc : APCModel
+        The APC model (put in eval mode).
+    utterances : iterator of AlignedUtterance
+        The aligned utterances (e.g. :func:`read_aligned_csv`).
+    config : FeatureConfig, optional
+        Filterbank settings; None: the defaults.
+    max_utterances : int, optional
+        Stop after this many utterances.
+    cache_root : pathlib.Path, optional
+        Feature cache folder: surprisal already in the cache of this APC model is reused.
+
+    Returns
+    -------
+    dict
+        ``mean_surprisal_silence``, ``mean_surprisal_speech``, ``frames_silence``,
+        ``frames_speech`` and ``speech_to_silence_ratio``.
     """
     from .data.audio import read_audio
 
@@ -96,7 +178,26 @@ def surprisal_by_class(apc: APCModel, utterances: Iterator[AlignedUtterance], co
 @torch.no_grad()
 def routing_example(apc: APCModel, utt: AlignedUtterance, path: Path, controller: Optional[SurprisalController] = None,
                     config: Optional[FeatureConfig] = None) -> Path:
-    """Spectrogram, surprisal and (with a calibrated controller) the deterministic routing of one utterance."""
+    """Spectrogram, surprisal and (with a calibrated controller) the deterministic routing of one utterance.
+
+    Arguments
+    ---------
+    apc : APCModel
+        The APC model (put in eval mode).
+    utt : AlignedUtterance
+        The utterance; its silence segments are shaded.
+    path : pathlib.Path
+        Output PNG.
+    controller : SurprisalController, optional
+        Draws the routing ``p_big > 0.5``; None: spectrogram and surprisal only.
+    config : FeatureConfig, optional
+        Filterbank settings; None: the defaults.
+
+    Returns
+    -------
+    pathlib.Path
+        The written figure (see :func:`~surprisal_cc.plots.plot_routing`).
+    """
     from .data.audio import read_audio
     from .plots import plot_routing
 
@@ -110,8 +211,8 @@ def routing_example(apc: APCModel, utt: AlignedUtterance, path: Path, controller
     return plot_routing(fbank, surprisal, use_big, path, title=utt.utt_id, sil_mask=silent)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``surprisal-cc analyse``."""
     parser.add_argument("--apc", required=True, help="exported APC model file")
     parser.add_argument("--mfa", required=True, help="MFA CSV export with sample-level phone boundaries")
     parser.add_argument("--audio-root", required=True, help="folder the CSV's paths are relative to")
@@ -120,7 +221,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--calibration", help="calibration.json of a run: draws its routing in the plot")
     parser.add_argument("--plot", help="write a routing plot of the first utterance to this PNG")
     parser.add_argument("--json", help="also write the numbers to this file")
-    args = parser.parse_args(argv)
+
+
+def run_analysis(args: argparse.Namespace) -> int:
+    """``surprisal-cc analyse``: print (and optionally save) the surprisal by class, draw a routing plot."""
     apc = load_apc(args.apc)
     result = surprisal_by_class(apc, read_aligned_csv(Path(args.mfa), Path(args.audio_root)),
                                 max_utterances=args.max_utterances,
@@ -136,7 +240,3 @@ def main(argv: Optional[List[str]] = None) -> int:
         first = next(read_aligned_csv(Path(args.mfa), Path(args.audio_root)))
         print(routing_example(apc, first, Path(args.plot), controller))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -34,17 +34,33 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .features import lengths_to_mask
+from .nnet import lengths_to_mask
 
 
 class APCOutput(NamedTuple):
+    """Output of :class:`APCModel`: features h_t, predictions xhat_t and surprisal per frame."""
+
     features: Tensor  # (B, T, H): h_t, has seen x_1..x_t
     prediction: Tensor  # (B, T, D): xhat_t, from the state after x_{t-1}
     surprisal: Tensor  # (B, T): 0.5 * ||x_t - xhat_t||^2, zero on padding
 
 
 class AffineScale(nn.Module):
-    """y = weight * x + bias with scalar learnable weight and bias."""
+    """y = weight * x + bias with scalar learnable weight and bias.
+
+    Arguments
+    ---------
+    weight : float
+        Initial weight (0.1, as in the authors' code).
+    bias : float
+        Initial bias.
+
+    Example
+    -------
+    >>> import torch
+    >>> AffineScale(weight=0.5, bias=1.0)(torch.tensor([2.0, 4.0])).tolist()
+    [2.0, 3.0]
+    """
 
     def __init__(self, weight: float = 0.1, bias: float = 0.0):
         super().__init__()
@@ -52,11 +68,42 @@ class AffineScale(nn.Module):
         self.bias = nn.Parameter(torch.tensor(float(bias)))
 
     def forward(self, x: Tensor) -> Tensor:
+        """``weight * x + bias``, elementwise."""
         return self.weight * x + self.bias
 
 
 class APCModel(nn.Module):
-    """Causal GRU predictor of the next filterbank frame."""
+    """Causal GRU predictor of the next filterbank frame.
+
+    Arguments
+    ---------
+    input_size : int
+        Filterbank channels D (80).
+    hidden_size : int
+        Width H of the GRUs, the projections and the features h_t (512).
+    num_layers : int
+        Number of [GRU -> dropout -> Linear -> LeakyReLU] blocks (2).
+    dropout : float
+        Dropout before each projection.
+    leaky_slope : float
+        Negative slope of the LeakyReLU (0.125).
+    input_scale : bool
+        Apply a learnable :class:`AffineScale` to the encoder input.
+    residual : bool
+        Predict the change from the previous frame (see the module docstring).
+
+    Example
+    -------
+    >>> import torch
+    >>> apc = APCModel(hidden_size=16).eval()
+    >>> out = apc(torch.randn(2, 5, 80), torch.tensor([5, 3]))
+    >>> out.features.shape, out.prediction.shape
+    (torch.Size([2, 5, 16]), torch.Size([2, 5, 80]))
+    >>> out.surprisal[1, 3:].tolist()  # padding
+    [0.0, 0.0]
+    >>> APCModel().macs_per_frame(), APCModel(residual=True).macs_per_frame()
+    (3054672, 3054752)
+    """
 
     def __init__(
         self,
@@ -87,6 +134,16 @@ class APCModel(nn.Module):
 
         The GRUs are unidirectional, so padding at the end of a sequence never reaches its real
         frames; no packing is needed.
+
+        Arguments
+        ---------
+        x : torch.Tensor
+            (B, T, input_size) input frames.
+
+        Returns
+        -------
+        torch.Tensor
+            (B, T, hidden_size) states.
         """
         h = self.input_scale(x)
         for gru, projection in zip(self.grus, self.projections):
@@ -94,6 +151,21 @@ class APCModel(nn.Module):
         return h
 
     def forward(self, x: Tensor, lengths: Tensor) -> APCOutput:
+        """Features, predictions and surprisal of a batch of filterbank sequences.
+
+        Arguments
+        ---------
+        x : torch.Tensor
+            (B, T, input_size) filterbank frames.
+        lengths : torch.Tensor
+            (B,) number of real frames of each sequence.
+
+        Returns
+        -------
+        APCOutput
+            ``features`` (B, T, H) and ``surprisal`` (B, T), zero on padding, and
+            ``prediction`` (B, T, input_size).
+        """
         shifted = torch.cat([x.new_zeros(x.shape[0], 1, x.shape[2]), x], dim=1)
         states = self.encode(shifted)
         prediction = self.head(states[:, :-1])
@@ -111,6 +183,19 @@ class APCModel(nn.Module):
         thousands of small optimiser steps just to learn that offset. Starting from the data mean
         makes the untrained model a global-mean predictor. A residual head predicts changes, whose
         mean is about zero: its bias starts at zero (the copy-previous-frame predictor).
+
+        Arguments
+        ---------
+        frames : torch.Tensor
+            Filterbank frames, any shape ending in ``input_size``.
+
+        Example
+        -------
+        >>> import torch
+        >>> apc = APCModel(hidden_size=8)
+        >>> apc.init_output_bias(torch.full((4, 80), -3.0))
+        >>> apc.head.bias[:3].tolist()
+        [-3.0, -3.0, -3.0]
         """
         if self.residual:
             self.head.bias.zero_()
@@ -125,7 +210,15 @@ class APCModel(nn.Module):
         return sum(module_macs(layer) for layer in layers) + (self.input_size if self.residual else 0)
 
     def loss(self, x: Tensor, lengths: Tensor) -> Tensor:
-        """Training objective: mean surprisal over real frames (Gaussian maximum likelihood)."""
+        """Training objective: mean surprisal over real frames (Gaussian maximum likelihood).
+
+        Arguments as in :meth:`forward`.
+
+        Returns
+        -------
+        torch.Tensor
+            Scalar loss.
+        """
         return self(x, lengths).surprisal.sum() / lengths.sum().clamp(min=1)
 
 
@@ -134,6 +227,20 @@ class FrozenAPC(nn.Module):
 
     ``train()`` is a no-op for the wrapped model, so a Brain switching stages can never put the
     APC back into train mode (a bug of the paper's public code).
+
+    Arguments
+    ---------
+    apc : APCModel
+        The pretrained model; its parameters stop requiring gradients.
+
+    Example
+    -------
+    >>> import torch
+    >>> frozen = FrozenAPC(APCModel(hidden_size=8)).train()
+    >>> frozen.apc.training, any(p.requires_grad for p in frozen.parameters())
+    (False, False)
+    >>> frozen(torch.randn(1, 4, 80), torch.tensor([4])).surprisal.requires_grad
+    False
     """
 
     def __init__(self, apc: APCModel):
@@ -143,12 +250,14 @@ class FrozenAPC(nn.Module):
             p.requires_grad_(False)
 
     def train(self, mode: bool = True) -> "FrozenAPC":
+        """Set this wrapper's mode; the wrapped APC model stays in eval mode."""
         super().train(mode)
         self.apc.eval()
         return self
 
     @torch.no_grad()
     def forward(self, x: Tensor, lengths: Tensor) -> APCOutput:
+        """:meth:`APCModel.forward` without gradients."""
         return self.apc(x, lengths)
 
 
@@ -156,6 +265,29 @@ def load_apc(path, map_location="cpu", **model_kwargs) -> APCModel:
     """Load an exported APC model file (``{"config": ..., "state_dict": ...}``) safely.
 
     Uses ``torch.load(weights_only=True)``: no code from the file is executed.
+
+    Arguments
+    ---------
+    path : str or pathlib.Path
+        File written by :func:`save_apc`.
+    map_location : str or torch.device
+        Where to load the tensors.
+    **model_kwargs
+        Override entries of the stored configuration.
+
+    Returns
+    -------
+    APCModel
+        The model, in train mode.
+
+    Example
+    -------
+    >>> import os, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     save_apc(APCModel(hidden_size=8, residual=True), os.path.join(folder, "apc.pt"))
+    ...     model = load_apc(os.path.join(folder, "apc.pt"))
+    >>> model.hidden_size, model.residual
+    (8, True)
     """
     blob = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(blob, dict) or "state_dict" not in blob:
@@ -171,7 +303,15 @@ def load_apc(path, map_location="cpu", **model_kwargs) -> APCModel:
 
 
 def save_apc(model: APCModel, path) -> None:
-    """Export an APC model to one file that the ASR recipes load by path."""
+    """Export an APC model to one file that the ASR recipes load by path.
+
+    Arguments
+    ---------
+    model : APCModel
+        The model; its configuration is stored with the weights.
+    path : str or pathlib.Path
+        Output file (read back with :func:`load_apc`).
+    """
     config = dict(
         input_size=model.input_size,
         hidden_size=model.hidden_size,

@@ -18,14 +18,22 @@ from speechbrain.utils.distributed import if_main_process
 
 from .apc import APCModel, save_apc
 from .brain import FiniteLossBrain, absolute_lengths, unwrap
+from .nnet import lengths_to_mask
 
 logger = logging.getLogger(__name__)
 
 
 class APCBrain(FiniteLossBrain):
-    """Trains ``modules.apc`` (an :class:`APCModel`) on cached filterbanks (``batch.fbank``)."""
+    """Trains ``modules.apc`` (an :class:`APCModel`) on cached filterbanks (``batch.fbank``).
+
+    The loss of a batch is its mean surprisal per real frame; the validation loss of an epoch is
+    frame-weighted over the whole validation set. Each validation appends a line to
+    ``<output_folder>/apc_history.jsonl`` and saves a checkpoint (the two best by loss are kept).
+    ``hparams`` needs ``train_logger`` and ``output_folder`` (see :func:`pretrain_apc`).
+    """
 
     def compute_forward(self, batch, stage):
+        """Sum of the surprisal over the batch's real frames, and the number of those frames."""
         batch = batch.to(self.device)
         fbank = batch.fbank.data
         lengths = absolute_lengths(batch.fbank).to(fbank.device)
@@ -33,6 +41,7 @@ class APCBrain(FiniteLossBrain):
         return out.surprisal.sum(), lengths.sum()
 
     def compute_objectives(self, predictions, batch, stage):
+        """Mean surprisal per real frame; also counts the frames (and the validation totals)."""
         surprisal_sum, frames = predictions
         self.frames_seen += int(frames)
         if stage != sb.Stage.TRAIN:
@@ -41,10 +50,12 @@ class APCBrain(FiniteLossBrain):
         return surprisal_sum / frames.clamp(min=1)
 
     def on_stage_start(self, stage, epoch=None):
+        """Reset the frame counters and start the stage's clock."""
         self.frames_seen, self.eval_sum, self.eval_frames = 0, 0.0, 0
         self.stage_start = time.time()
 
     def on_stage_end(self, stage, stage_loss, epoch=None):
+        """Keep the training statistics; after validation log the epoch and save a checkpoint."""
         elapsed = time.time() - self.stage_start
         if stage == sb.Stage.TRAIN:
             self.train_stats = {"loss": stage_loss, "epoch_s": elapsed, "frames_per_s": self.frames_seen / elapsed}
@@ -61,7 +72,18 @@ class APCBrain(FiniteLossBrain):
         self.checkpointer.save_and_keep_only(meta={"loss": valid_loss}, min_keys=["loss"], num_to_keep=2)
 
     def export_best(self, path) -> Path:
-        """Load the checkpoint with the lowest validation loss and write it as one model file."""
+        """Load the checkpoint with the lowest validation loss and write it as one model file.
+
+        Arguments
+        ---------
+        path : str or pathlib.Path
+            Output file (:func:`~surprisal_cc.apc.save_apc`); written by the main process only.
+
+        Returns
+        -------
+        pathlib.Path
+            ``path``.
+        """
         self.checkpointer.recover_if_possible(min_key="loss")
         path = Path(path)
         if if_main_process():
@@ -71,14 +93,38 @@ class APCBrain(FiniteLossBrain):
 
 
 def mean_training_frame(dataset, batch_size: int, max_batches: int = 4):
-    """Mean filterbank frame over the real frames of the first few training batches."""
+    """Mean filterbank frame over the real frames of the first few training batches.
+
+    Arguments
+    ---------
+    dataset : speechbrain.dataio.dataset.DynamicItemDataset
+        Dataset with an ``fbank`` output key, (T, D) per item.
+    batch_size : int
+        Items per batch (read in order, not shuffled).
+    max_batches : int
+        Batches read.
+
+    Returns
+    -------
+    torch.Tensor
+        (D,) mean frame.
+
+    Example
+    -------
+    >>> import torch
+    >>> from speechbrain.dataio.dataset import DynamicItemDataset
+    >>> data = DynamicItemDataset({"a": {"fbank": torch.ones(3, 2)}, "b": {"fbank": torch.full((1, 2), 3.0)}})
+    >>> data.set_output_keys(["id", "fbank"])
+    >>> mean_training_frame(data, batch_size=2).tolist()  # padding of "b" left out
+    [1.5, 1.5]
+    """
     loader = sb.dataio.dataloader.make_dataloader(dataset, batch_size=batch_size, shuffle=False)
     total, frames = 0.0, 0
     for i, batch in enumerate(loader):
         if i == max_batches:
             break
         fbank, lengths = batch.fbank.data, absolute_lengths(batch.fbank)
-        mask = torch.arange(fbank.shape[1])[None] < lengths[:, None]
+        mask = lengths_to_mask(lengths, fbank.shape[1])
         total = total + fbank[mask].sum(0)
         frames += int(mask.sum())
     return total / max(frames, 1)
@@ -89,6 +135,24 @@ def reference_surprisal(dataset, mean_frame: torch.Tensor) -> Dict[str, float]:
 
     ``copy_previous_frame``: xhat_t = x_{t-1} (x_0 = 0, APC's causal zero frame);
     ``mean_frame``: xhat_t = ``mean_frame``. An APC model worth its name scores well below both.
+
+    Arguments
+    ---------
+    dataset : iterable of dict
+        Items with an ``fbank`` tensor (T, D).
+    mean_frame : torch.Tensor
+        (D,) the mean-frame predictor's constant prediction.
+
+    Returns
+    -------
+    dict
+        ``copy_previous_frame`` and ``mean_frame``: mean surprisal per frame.
+
+    Example
+    -------
+    >>> import torch
+    >>> reference_surprisal([{"fbank": torch.ones(3, 2)}, {"fbank": torch.full((1, 2), 3.0)}], torch.ones(2))
+    {'copy_previous_frame': 2.5, 'mean_frame': 1.0}
     """
     totals = {"copy_previous_frame": 0.0, "mean_frame": 0.0}
     frames = 0
@@ -104,9 +168,26 @@ def reference_surprisal(dataset, mean_frame: torch.Tensor) -> Dict[str, float]:
 def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], hparams: Dict, run_opts: Dict) -> Path:
     """Pretrain an APC model on ``datasets["train"]`` (validation on ``datasets["valid"]``) and export it.
 
-    ``hparams`` needs: apc_model (APCModel), apc_opt_class, apc_epoch_counter, apc_checkpointer,
-    train_logger, output_folder, apc_export_path, apc_loader_options. Resumes from its checkpoints;
-    returns the exported file (skips training when it already exists).
+    Resumes from its checkpoints; skips training when the exported file already exists. A fresh
+    start sets the head's bias from the mean training frame (:meth:`APCModel.init_output_bias`),
+    and the validation surprisal of the reference predictors (:func:`reference_surprisal`) is
+    written once to ``<apc_output_folder>/reference_surprisal.json``.
+
+    Arguments
+    ---------
+    datasets : mapping of str to DynamicItemDataset
+        ``train`` and ``valid`` datasets with an ``fbank`` output key.
+    hparams : dict
+        Needs ``apc_model`` (APCModel), ``apc_opt_class``, ``apc_epoch_counter``,
+        ``apc_checkpointer``, ``train_logger``, ``apc_output_folder``, ``apc_export_path`` and
+        ``apc_loader_options``; optional ``apc_max_grad_norm`` (default 5) and ``precision``.
+    run_opts : dict
+        SpeechBrain run options (device, ...).
+
+    Returns
+    -------
+    pathlib.Path
+        The exported model file.
     """
     export = Path(hparams["apc_export_path"])
     if export.exists():

@@ -1,12 +1,13 @@
 """SpeechBrain ``Brain`` shared by the TIMIT and Mini-LibriSpeech recipes.
 
-:class:`ConditionalCTCBrain` trains any :class:`~surprisal_cc.encoders.Encoder` with CTC on
+:class:`ConditionalCTCBrain` trains any :class:`~surprisal_cc.nnet.Encoder` with CTC on
 frozen APC features (or raw filterbanks), calibrates a surprisal controller before training,
 selects checkpoints by validation PER, decodes the test set with CTC beam search and writes a
 results file: error rates, MACs per frame counted from what ran, routing statistics.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -19,13 +20,14 @@ import numpy as np
 import speechbrain as sb
 import torch
 from speechbrain.utils.distributed import if_main_process, is_distributed_initialized, main_process_only
+from speechbrain.utils.run_opts import RunOptions
 from torch import Tensor
 
-from .apc import FrozenAPC
+from .apc import APCModel, FrozenAPC
 from .controllers import SurprisalController, calibrate_surprisal_controller, target_mean_for_budget
-from .encoders import Encoder, EncoderOutput
+from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, module_macs
-from .features import FilterbankFrontEnd
+from .nnet import Encoder, EncoderOutput, lengths_to_mask
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,10 @@ def absolute_lengths(padded) -> Tensor:
 @sb.utils.checkpoints.register_checkpoint_hooks
 class RNGState:
     """Checkpointed random state (torch CPU, CUDA when present, Python, NumPy).
+
+    SpeechBrain's ``SaveableGenerator`` checkpoints torch generators only and restores them when
+    the checkpoint is loaded; this recoverable also covers Python's and NumPy's generators and
+    restores a mid-epoch state at the first training batch, as explained below.
 
     Stochastic routing and dropout draw from these generators, so restoring them makes a run
     resumed after an interruption continue exactly as the uninterrupted run would have. Creating a
@@ -112,51 +118,59 @@ class RoutingStats:
                 "big_fraction": self.sum_big / self.n}
 
 
-class TrainingDivergedError(RuntimeError):
-    """More training batches of one epoch had a non-finite loss than ``nonfinite_patience`` allows."""
+def with_run_option(run_opts, **options):
+    """``run_opts`` (SpeechBrain's RunOptions, a dict or None) with ``options`` set as if given on
+    the command line; every other option keeps its standing (an hparams value still wins over a
+    run option that was not given).
+
+    Example
+    -------
+    >>> opts = with_run_option({"device": "cpu"}, skip_nonfinite_grads=True)
+    >>> opts.skip_nonfinite_grads, sorted(opts.overridden_args)
+    (True, ['device', 'skip_nonfinite_grads'])
+    """
+    if run_opts is None or isinstance(run_opts, dict):
+        run_opts = RunOptions.from_dictionary(dict(run_opts or {}))
+    return dataclasses.replace(run_opts, **options, overridden_args={*run_opts.overridden_args, *options})
 
 
 class FiniteLossBrain(sb.Brain):
-    """A Brain that never back-propagates or steps on a non-finite loss.
+    """A Brain that never updates the model from a batch whose loss is not finite.
 
-    SpeechBrain's ``fit_batch`` back-propagates a NaN/inf loss and steps the optimiser until
-    ``nonfinite_patience`` runs out, and one such step makes every parameter NaN. Here a batch whose
-    loss is not finite on any process is skipped by all processes (no backward, no step; DDP ranks
-    stay in step), its utterance ids are logged, and when more than ``nonfinite_patience`` batches of
-    one epoch were skipped the run stops with :class:`TrainingDivergedError`. That error names the
-    utterances and what to do; checkpoints already written stay as they are, so the same command
-    resumes from the last one once the cause is fixed.
+    SpeechBrain's own ``fit_batch`` back-propagates a NaN/inf loss and steps the optimiser until
+    ``nonfinite_patience`` runs out, and one such step makes every parameter NaN. This Brain turns
+    on SpeechBrain's ``skip_nonfinite_grads`` (non-finite gradients are dropped before the step, so
+    the batch leaves the weights as they were; under DDP the all-reduced gradients are non-finite on
+    every rank alike) and overrides the ``check_loss_isfinite`` hook: the utterance ids of such a
+    batch are logged, and when more than ``nonfinite_patience`` batches of one epoch had a
+    non-finite loss (on any process) the run stops with :class:`TrainingDivergedError`, which names
+    the utterances and what to do. Checkpoints already written stay as they are, so the same
+    command resumes from the last one once the cause is fixed. With gradient accumulation, the
+    other batches accumulated into the same step are dropped with it.
     """
 
-    def fit_batch(self, batch):
-        should_step = (self.step % self.grad_accumulation_factor) == 0
-        self.on_fit_batch_start(batch, should_step)
-        with self.no_sync(not should_step):
-            with self.training_ctx:
-                outputs = self.compute_forward(batch, sb.Stage.TRAIN)
-                loss = self.compute_objectives(outputs, batch, sb.Stage.TRAIN)
-            if not self.loss_is_finite_everywhere(loss):
-                self.skip_nonfinite_batch(batch, loss)
-                # leaves the running average of the training loss unchanged
-                return torch.tensor(float(getattr(self, "avg_train_loss", 0.0)))
-            self.scaler.scale(loss / self.grad_accumulation_factor).backward()
-        if should_step:
-            self.optimizers_step()
-        self.on_fit_batch_end(batch, outputs, loss, should_step)
-        return loss.detach().cpu()
+    def __init__(self, modules=None, opt_class=None, hparams=None, run_opts=None, checkpointer=None):
+        super().__init__(modules=modules, opt_class=opt_class, hparams=hparams,
+                         run_opts=with_run_option(run_opts, skip_nonfinite_grads=True), checkpointer=checkpointer)
+        self.batch_ids: List[str] = []
+        self.nonfinite_ids: List[str] = []
 
-    def loss_is_finite_everywhere(self, loss: Tensor) -> bool:
+    def on_fit_batch_start(self, batch, should_step):
+        self.batch_ids = [str(i) for i in getattr(batch, "id", [])]
+
+    def check_loss_isfinite(self, loss: Tensor) -> None:
         finite = torch.isfinite(loss.detach()).all().float().reshape(1)
         if is_distributed_initialized():
             torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
-        return bool(finite.item())
+        if not bool(finite.item()):
+            self.record_nonfinite_batch(float(loss.detach()))
 
-    def skip_nonfinite_batch(self, batch, loss: Tensor) -> None:
-        ids = list(getattr(batch, "id", []))
+    def record_nonfinite_batch(self, loss: float) -> None:
+        """Count and log a batch with a non-finite loss; past the patience, stop with the utterance ids."""
         self.nonfinite_count += 1  # SpeechBrain resets it at the start of every epoch
-        self.nonfinite_ids = (getattr(self, "nonfinite_ids", []) if self.nonfinite_count > 1 else []) + ids
-        logger.warning("non-finite training loss (%s) on batch %d, skipped without an update; utterances: %s",
-                       float(loss.detach()), self.step, ", ".join(map(str, ids)) or "(no ids)")
+        self.nonfinite_ids = (self.nonfinite_ids if self.nonfinite_count > 1 else []) + self.batch_ids
+        logger.warning("non-finite training loss (%s) on batch %d, no update from it; utterances: %s",
+                       loss, self.step, ", ".join(self.batch_ids) or "(no ids)")
         if self.nonfinite_count <= self.nonfinite_patience:
             return
         epoch = getattr(getattr(self.hparams, "epoch_counter", None), "current", "?")
@@ -178,12 +192,39 @@ class FiniteLossBrain(sb.Brain):
 class ConditionalCTCBrain(FiniteLossBrain):
     """CTC training of a conditional (or adaptive-depth) encoder.
 
-    Expected ``modules``: ``encoder`` (an Encoder), and ``apc`` (a FrozenAPC) when the inputs are
-    APC features or the controller needs surprisal and no feature cache is used.
-    Expected hparams: ``front_end``, ``input_features`` ("apc" | "fbank"), ``label_encoder``,
-    ``blank_index``, ``beam_searcher``, ``valid_search`` ("greedy" | "beam"), ``error_rate``
-    (a callable returning a fresh ErrorRate), ``results_file``.
+    Arguments
+    ---------
+    modules : dict
+        ``encoder``: an :class:`~surprisal_cc.nnet.Encoder`.
+    apc : APCModel, optional
+        The pretrained APC model, when the inputs are APC features or the controller needs
+        surprisal: charged in the MACs per frame, and run (frozen, as ``modules.apc``) on batches
+        that come without cached features.
+    manifests : dict, optional
+        Split name -> manifest file, recorded in the results.
+    opt_class, hparams, run_opts, checkpointer
+        As for ``speechbrain.Brain``. Hparams used: ``front_end``, ``input_features`` ("apc" |
+        "fbank"), ``label_encoder``, ``blank_index``, ``beam_searcher``, ``greedy_searcher``,
+        ``valid_search`` ("greedy" | "beam"), ``error_rate`` (a callable returning a fresh
+        ErrorRate), ``results_file`` and the controller calibration keys.
+
+    The random state (:class:`RNGState`) is one of the checkpointed recoverables. Call
+    :meth:`calibrate_controller` before :meth:`fit` when the controller is the surprisal one.
     """
+
+    def __init__(self, modules, opt_class=None, hparams=None, run_opts=None, checkpointer=None,
+                 apc: Optional[APCModel] = None, manifests: Optional[Dict[str, str]] = None):
+        modules = dict(modules)
+        if apc is not None:
+            modules["apc"] = FrozenAPC(apc)
+        super().__init__(modules=modules, opt_class=opt_class, hparams=hparams, run_opts=run_opts,
+                         checkpointer=checkpointer)
+        self.apc_model = apc
+        self.manifests = dict(manifests or {})
+        self.rng_state = RNGState()
+        self.train_batch_sampler = None
+        if self.checkpointer is not None:
+            self.checkpointer.add_recoverable("rng", self.rng_state)
 
     # ------------------------------------------------------------------ inputs
     def acoustic_inputs(self, batch, stage):
@@ -210,9 +251,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
 
     # ------------------------------------------------------------------ forward / loss
     def on_fit_batch_start(self, batch, should_step):
-        rng_state = getattr(self.hparams, "rng_state", None)
-        if rng_state is not None:
-            rng_state.apply_pending()
+        super().on_fit_batch_start(batch, should_step)
+        self.rng_state.apply_pending()
 
     def compute_forward(self, batch, stage) -> EncoderOutput:
         batch = batch.to(self.device)
@@ -251,7 +291,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         if self.hparams.target_unit == "sentencepiece":
             words = self.hparams.label_encoder.decode_words
             self.word_metrics.append(batch.id, [words(h) for h in hyp_ids], [w.split() for w in batch.wrd])
-        mask = torch.arange(out.log_probs.shape[1], device=out.lengths.device)[None] < out.lengths[:, None]
+        mask = lengths_to_mask(out.lengths, out.log_probs.shape[1])
         uniform = {"apc": self.apc_macs} if bool(out.stats.get("apc_ran", False)) else {}
         self.mac_meter.update(out.frame_macs, int(out.lengths.sum()), uniform=uniform)
         self.routing_stats.update(out.stats, mask)
@@ -262,10 +302,15 @@ class ConditionalCTCBrain(FiniteLossBrain):
     # ------------------------------------------------------------------ stages
     @property
     def apc_macs(self) -> int:
-        return module_macs(unwrap(self.hparams.apc_model)) if getattr(self.hparams, "apc_model", None) else 0
+        return module_macs(self.apc_model) if self.apc_model is not None else 0
+
+    def make_dataloader(self, dataset, stage, ckpt_prefix="dataloader-", **loader_kwargs):
+        if stage == sb.Stage.TRAIN:  # a length-bucketing batch sampler needs set_epoch every epoch
+            self.train_batch_sampler = loader_kwargs.get("batch_sampler")
+        return super().make_dataloader(dataset, stage, ckpt_prefix, **loader_kwargs)
 
     def on_stage_start(self, stage, epoch=None):
-        sampler = getattr(self, "train_batch_sampler", None)
+        sampler = self.train_batch_sampler
         if stage == sb.Stage.TRAIN and sampler is not None and self.train_sampler is None:
             sampler.set_epoch(epoch)  # SpeechBrain does this only for samplers it made itself
         if stage != sb.Stage.TRAIN:
@@ -374,7 +419,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "calibration": calibration,
             "seed": self.hparams.seed,
             "dataset": self.hparams.dataset,
-            "data": {split: str(path) for split, path in self.hparams.manifests.items()},
+            "data": {split: str(path) for split, path in self.manifests.items()},
             "epochs": self.hparams.epoch_counter.current,
             "target_unit": self.hparams.target_unit,
             "commit": git_commit(),
@@ -390,33 +435,54 @@ class ConditionalCTCBrain(FiniteLossBrain):
         logger.info("results written to %s", path)
 
     # ------------------------------------------------------------------ controller calibration
-    def on_fit_start(self):
-        # a checkpoint present before recovery means this session resumes an interrupted run
-        self.train_resumed = self.checkpointer is not None and self.checkpointer.find_checkpoint() is not None
-        super().on_fit_start()
-        self.fit_start_time = time.time()
-        controller = unwrap(self.modules.encoder).controller if hasattr(unwrap(self.modules.encoder), "controller") else None
-        if isinstance(controller, SurprisalController) and not bool(controller.calibrated):
-            self.calibrate(controller)
+    def calibrate_controller(self, train_set) -> Optional[Dict[str, float]]:
+        """Fit the surprisal controller's w, b to the target p_big statistics (paper Eq. 4).
 
-    def calibrate(self, controller: SurprisalController) -> None:
-        """One pass over the training set with the frozen APC; fits w, b to the target p_big statistics."""
+        One pass over ``train_set`` with the frozen APC (or the cached surprisal). Nothing to do for
+        other controllers, with ``--test_only``, or when a checkpoint exists: the calibrated
+        controller is part of it. Writes ``calibration.json``; returns the calibration or None.
+        """
+        controller = getattr(unwrap(self.modules.encoder), "controller", None)
+        if not isinstance(controller, SurprisalController) or self.test_only:
+            return None
+        if self.checkpointer is not None and self.checkpointer.find_checkpoint() is not None:
+            logger.info("a checkpoint exists: the controller's calibration is restored from it")
+            return None
         target_mean = self.hparams.controller_target_mean
         budget = getattr(self.hparams, "flops_budget", None)
         if budget:
             table = self.static_flop_rows()
             target_mean = target_mean_for_budget(budget, table["small-only"], table["big-only"])
         self.calibration = calibrate_surprisal_controller(
-            controller, self.training_surprisal(), target_mean, self.hparams.controller_target_var,
+            controller, self.training_surprisal(train_set), target_mean, self.hparams.controller_target_var,
             method=self.hparams.calibration_method, seed=self.hparams.seed)
         if if_main_process():
             Path(self.hparams.output_folder, "calibration.json").write_text(json.dumps(self.calibration, indent=2))
+        return self.calibration
 
-    def training_surprisal(self) -> Iterator[Tensor]:
+    def on_fit_start(self):
+        # a checkpoint present before recovery means this session resumes an interrupted run
+        self.train_resumed = self.checkpointer is not None and self.checkpointer.find_checkpoint() is not None
+        try:
+            super().on_fit_start()
+        except RuntimeError as err:
+            if not any(s in str(err) for s in ("size mismatch", "Missing key", "Unexpected key")):
+                raise
+            raise ConfigurationError(
+                f"the checkpoint in {self.checkpointer.checkpoints_dir} was written by a model of another shape "
+                f"({str(err).splitlines()[0]}): use another --output_folder, or delete that folder") from None
+        self.fit_start_time = time.time()
+        controller = getattr(unwrap(self.modules.encoder), "controller", None)
+        if isinstance(controller, SurprisalController) and not bool(controller.calibrated):
+            raise ConfigurationError("the surprisal controller is not calibrated: call "
+                                     "brain.calibrate_controller(train_set) before brain.fit")
+
+    def training_surprisal(self, train_set) -> Iterator[Tensor]:
+        """Surprisal of the real frames of every training utterance, one batch at a time."""
         # Every process reads the whole training set (no distributed sampler), so the calibration
         # is identical on all ranks.
         options = {k: v for k, v in self.hparams.train_loader_options.items() if k != "shuffle"}
-        loader = sb.dataio.dataloader.make_dataloader(self.hparams.train_set, shuffle=False, **options)
+        loader = sb.dataio.dataloader.make_dataloader(train_set, shuffle=False, **options)
         with torch.no_grad():
             for batch in loader:
                 batch = batch.to(self.device)
@@ -426,8 +492,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
                     wavs, wav_lens = batch.sig
                     fbank, lengths = self.hparams.front_end(wavs, (wav_lens * wavs.shape[1]).round().long())
                     surprisal = self.modules.apc(fbank, lengths.to(fbank.device)).surprisal
-                mask = torch.arange(surprisal.shape[1], device=surprisal.device)[None] < lengths.to(surprisal.device)[:, None]
+                mask = lengths_to_mask(lengths.to(surprisal.device), surprisal.shape[1])
                 yield surprisal[mask]
+
+    def set_test_bias_shift(self, shift: float) -> None:
+        """Shift the controller's logit at test time (Appendix B) for the evaluations that follow."""
+        unwrap(self.modules.encoder).test_bias_shift = float(shift)
 
     def static_flop_rows(self) -> Dict[str, float]:
         return static_flop_rows(unwrap(self.modules.encoder), self.apc_macs)

@@ -10,10 +10,12 @@ Example
 -------
 >>> import tempfile, torch
 >>> from surprisal_cc.apc import APCModel
->>> cache = FeatureCache(tempfile.mkdtemp(), APCModel(hidden_size=16).eval())
->>> cache.compute_batch(["u1"], torch.randn(1, 8000), torch.tensor([8000]))
->>> cache.load("u1")["surprisal"].shape
-torch.Size([24])
+>>> with tempfile.TemporaryDirectory() as root:
+...     cache = FeatureCache(root, APCModel(hidden_size=16).eval())
+...     cache.compute_batch(["u1"], torch.randn(1, 8000), torch.tensor([8000]))
+...     entry = cache.load("u1")
+>>> entry["fbank"].shape, entry["features"].shape, entry["surprisal"].shape
+(torch.Size([24, 80]), torch.Size([24, 16]), torch.Size([24]))
 """
 from __future__ import annotations
 
@@ -35,7 +37,30 @@ CACHE_FORMAT_VERSION = 1
 
 
 def cache_key(apc: Optional[APCModel], feature_config: FeatureConfig, dtype: torch.dtype) -> str:
-    """Hash of everything the cached values depend on."""
+    """Hash of everything the cached values depend on.
+
+    Arguments
+    ---------
+    apc : APCModel or None
+        The APC model (architecture and weights), or None for filterbanks only.
+    feature_config : FeatureConfig
+        Filterbank settings.
+    dtype : torch.dtype
+        Storage dtype of the entries.
+
+    Returns
+    -------
+    str
+        16 hexadecimal digits.
+
+    Example
+    -------
+    >>> import torch
+    >>> from surprisal_cc.features import FeatureConfig
+    >>> key = cache_key(None, FeatureConfig(), torch.float32)
+    >>> len(key), key == cache_key(None, FeatureConfig(), torch.float16)
+    (16, False)
+    """
     digest = hashlib.sha256()
     digest.update(json.dumps({"version": CACHE_FORMAT_VERSION, "features": feature_config.as_dict(),
                               "dtype": str(dtype)}, sort_keys=True).encode())
@@ -48,7 +73,36 @@ def cache_key(apc: Optional[APCModel], feature_config: FeatureConfig, dtype: tor
 
 
 class FeatureCache:
-    """Per-utterance cache of ``fbank`` (T, 80), and with an APC model ``features`` (T, H) and ``surprisal`` (T,)."""
+    """Per-utterance cache of ``fbank`` (T, 80), and with an APC model ``features`` (T, H) and ``surprisal`` (T,).
+
+    Entries live in ``root/<key>/<utt_id>.pt`` (see :func:`cache_key`), with the settings in
+    ``cache.json``.
+
+    Arguments
+    ---------
+    root : str or pathlib.Path
+        Folder holding one subfolder per cache key.
+    apc : APCModel, optional
+        Frozen APC model; None caches filterbanks only.
+    feature_config : FeatureConfig, optional
+        Filterbank settings; None: the defaults.
+    dtype : torch.dtype
+        Storage dtype of the entries (loaded back as float32).
+    device : str
+        Device the front end's output and the APC model run on.
+
+    Example
+    -------
+    >>> import tempfile, torch
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     cache = FeatureCache(root)
+    ...     computed = cache.build([("a", "a.wav"), ("b", "b.wav")], lambda path: torch.randn(4000),
+    ...                            progress=False)
+    ...     again = cache.build([("a", "a.wav")], lambda path: torch.randn(4000), progress=False)
+    ...     entry = cache.load("b")
+    >>> computed, again, sorted(entry), entry["fbank"].shape
+    (2, 0, ['fbank'], torch.Size([12, 80]))
+    """
 
     def __init__(self, root, apc: Optional[APCModel] = None, feature_config: Optional[FeatureConfig] = None,
                  dtype: torch.dtype = torch.float32, device: str = "cpu"):
@@ -65,12 +119,15 @@ class FeatureCache:
                                         "dtype": str(dtype), "version": CACHE_FORMAT_VERSION}, indent=2))
 
     def path(self, utt_id: str) -> Path:
+        """File of the entry of ``utt_id``."""
         return self.folder / f"{utt_id}.pt"
 
     def has(self, utt_id: str) -> bool:
+        """Whether the entry of ``utt_id`` exists."""
         return self.path(utt_id).exists()
 
     def load(self, utt_id: str) -> Dict[str, Tensor]:
+        """Entry of ``utt_id`` as float32 tensors; FileNotFoundError when it is not cached."""
         path = self.path(utt_id)
         try:
             entry = torch.load(path, map_location="cpu", weights_only=True)
@@ -81,7 +138,17 @@ class FeatureCache:
 
     @torch.no_grad()
     def compute_batch(self, utt_ids: Sequence[str], wavs: Tensor, lengths: Tensor) -> None:
-        """Compute and store the entries of one batch of waveforms (B, S) with sample lengths (B,)."""
+        """Compute and store the entries of one batch of waveforms.
+
+        Arguments
+        ---------
+        utt_ids : sequence of str
+            Utterance ids, one per waveform.
+        wavs : torch.Tensor
+            (B, S) padded waveforms.
+        lengths : torch.Tensor
+            (B,) sample counts.
+        """
         fbank, frames = self.front_end(wavs, lengths)
         fbank, frames = fbank.to(self.device), frames.to(self.device)
         apc_out = self.apc(fbank, frames) if self.apc is not None else None
@@ -98,7 +165,24 @@ class FeatureCache:
 
     def build(self, items: Iterable[Tuple[str, str]], read_audio: Callable[[str], Tensor], batch_size: int = 16,
               progress: bool = True) -> int:
-        """Fill the cache for ``(utt_id, audio_path)`` items that are missing; returns how many were computed."""
+        """Fill the cache for the ``(utt_id, audio_path)`` items that are missing.
+
+        Arguments
+        ---------
+        items : iterable of (str, str)
+            Utterance ids and audio paths.
+        read_audio : callable
+            Audio path -> 1-D waveform tensor.
+        batch_size : int
+            Utterances per batch.
+        progress : bool
+            Show a progress bar.
+
+        Returns
+        -------
+        int
+            How many entries were computed.
+        """
         todo: List[Tuple[str, str]] = [(u, p) for u, p in items if not self.has(u)]
         if not todo:
             return 0

@@ -1,6 +1,9 @@
-"""Command-line interface: ``surprisal-cc flops|report|bench|export|transcribe|evaluate``.
+"""Command-line interface: ``surprisal-cc analyse|flops|grid|report|bench|export|transcribe|evaluate``.
 
+    surprisal-cc analyse --apc APC.pt --mfa MFA.csv --audio-root DIR [--plot OUT.png] [--json OUT.json]
     surprisal-cc flops hparams/TIMIT/conditional_ctc.yaml [--key=value ...] [--json]
+    surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N] [--only SUBSTRING]
+        [--no-report] [--key=value ...]
     surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json] [--csv FILE]
     surprisal-cc report results/MiniLibriSpeech/grid --out docs/results/MiniLibriSpeech   # every table + plot
     surprisal-cc bench [--json] [--quick] [--only training,rnn]
@@ -8,9 +11,11 @@
     surprisal-cc transcribe AUDIO... [--model DIR] [--json] [--plot OUT.png]
     surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV] [--skip-bad] [--json]
 
-Without --model, transcribe and evaluate use the model in <repository>/pretrained. A configuration
-or data error ends the command with one line ``error: ...`` on stderr and exit status 1 (2 for a
-command-line usage error).
+``grid`` runs every run of a grid file that has not finished yet (``--key=value`` options go to every
+run), then writes the tables and figures; ``bench`` runs the repository's benchmarks/ folder
+(``python -m benchmarks.run_all``). Without --model, transcribe and evaluate use the model in
+<repository>/pretrained. A configuration or data error ends the command with one line ``error: ...``
+on stderr and exit status 1 (2 for a command-line usage error).
 """
 from __future__ import annotations
 
@@ -19,7 +24,9 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -87,8 +94,20 @@ def cmd_flops(args, unknown: List[str]) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# report, bench
+# grid, report, bench
 # ----------------------------------------------------------------------------------------------
+def cmd_analyse(args, unknown: List[str]) -> int:
+    from .analysis import run_analysis
+
+    return run_analysis(args)
+
+
+def cmd_grid(args, unknown: List[str]) -> int:
+    from .grid import run_grid
+
+    return run_grid(args, unknown)
+
+
 def cmd_report(args, unknown: List[str]) -> int:
     from .report import collect_results, format_markdown, write_csv
 
@@ -114,17 +133,49 @@ def cmd_report(args, unknown: List[str]) -> int:
     return 0
 
 
+# the source checkout holding this package (the benchmarks/ folder is there, not installed)
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
 def cmd_bench(args, unknown: List[str]) -> int:
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / "benchmarks" / "run_all.py").is_file() and str(repo) not in sys.path:
-        sys.path.insert(0, str(repo))
-    try:
-        from benchmarks.run_all import run_benchmarks
-    except ImportError as err:
-        raise FileNotFoundError(f"surprisal-cc bench needs the repository's benchmarks/ folder "
-                                f"(an editable install): {err}") from None
-    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
-    return run_benchmarks(as_json=args.json, quick=args.quick, only=only)
+    if not (REPOSITORY / "benchmarks" / "run_all.py").is_file():
+        raise FileNotFoundError(f"surprisal-cc bench runs the benchmarks/ folder of a source checkout, and there is "
+                                f"none next to this installation ({REPOSITORY}): install the package from a "
+                                "checkout with `pip install -e .`, or run `python -m benchmarks.run_all` there")
+    command = [sys.executable, "-m", "benchmarks.run_all"]
+    if args.json:
+        command.append("--json")
+    if args.quick:
+        command.append("--quick")
+    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else []
+    if only:
+        command.append(f"--only={','.join(only)}")
+    return _run_forwarding_output(command, cwd=REPOSITORY)
+
+
+def _run_forwarding_output(command: Sequence[str], cwd: Path) -> int:
+    """Run ``command`` in ``cwd``, copying its output line by line to ``sys.stdout`` and ``sys.stderr``.
+
+    Unlike inherited file descriptors, this output reaches whatever ``sys.stdout`` and ``sys.stderr``
+    are at the time (a caller's redirection, pytest's capture). Returns the command's exit status.
+
+    Example
+    -------
+    >>> _run_forwarding_output([sys.executable, "-c", "print('hello')"], cwd=Path("."))
+    hello
+    0
+    """
+    def copy(lines, target) -> None:
+        for line in lines:
+            target.write(line)
+            target.flush()
+
+    with subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        errors = threading.Thread(target=copy, args=(proc.stderr, sys.stderr), daemon=True)
+        errors.start()
+        copy(proc.stdout, sys.stdout)
+        errors.join()
+    return proc.returncode
 
 
 # ----------------------------------------------------------------------------------------------
@@ -242,16 +293,27 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
 # ----------------------------------------------------------------------------------------------
 # main
 # ----------------------------------------------------------------------------------------------
-COMMANDS = {"flops": cmd_flops, "report": cmd_report, "bench": cmd_bench, "export": cmd_export,
+COMMANDS = {"analyse": cmd_analyse, "flops": cmd_flops, "grid": cmd_grid, "report": cmd_report, "bench": cmd_bench, "export": cmd_export,
             "transcribe": cmd_transcribe, "evaluate": cmd_evaluate}
+# commands that take --key=value overrides besides their own options
+TAKE_OVERRIDES = ("flops", "grid")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import analysis, grid
+
     parser = _Parser(prog="surprisal-cc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("flops", help="per-component MACs per frame of an hparams file (--key=value overrides)")
     p.add_argument("hparams")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("grid", help="run an experiment grid (resumable, --key=value overrides for every run), "
+                                    "then write its tables and figures",
+                       description=grid.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    grid.add_arguments(p)
+    p = sub.add_parser("analyse", help="APC surprisal on silence vs speech frames (forced alignments), routing plot",
+                       description=analysis.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    analysis.add_arguments(p)
     p = sub.add_parser("report", help="Markdown table from results files or folders")
     p.add_argument("paths", nargs="+")
     p.add_argument("--json", action="store_true")
@@ -324,7 +386,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.getLogger("speechbrain").addHandler(_DISCARD)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command != "flops":
+    if unknown and args.command not in TAKE_OVERRIDES:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     from yaml import YAMLError
 

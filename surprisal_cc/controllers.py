@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 
 class Decision(NamedTuple):
+    """Output of a controller for one batch: probabilities, decisions, gate and auxiliary loss."""
+
     p_big: Tensor  # (B, T) probability of the big network, zero on padding
     use_big: Tensor  # (B, T) bool, False on padding
     gate: Optional[Tensor]  # (B, T) float equal to use_big with a straight-through gradient, or None
@@ -45,7 +47,17 @@ class Decision(NamedTuple):
 
 
 class Controller(nn.Module):
-    """Base class. Subclasses implement :meth:`probability` (and may override :meth:`forward`)."""
+    """Base class of the per-frame controllers.
+
+    Subclasses implement :meth:`probability` (and may override :meth:`forward`). The class
+    attribute ``uses_surprisal`` says whether the controller reads the APC surprisal;
+    ``both_networks_in_training`` whether the encoder must run both networks on every real frame
+    during training.
+
+    The methods share these arguments: ``features`` (B, T, D), the input features of the encoder;
+    ``surprisal`` (B, T), the APC surprisal, or None when no APC model runs; ``bias_shift``, a float
+    added to the controller's logit (the paper's test-time bias sweep).
+    """
 
     uses_surprisal = False
     # True: during training the encoder runs both networks on every real frame and mixes them
@@ -53,6 +65,15 @@ class Controller(nn.Module):
     both_networks_in_training = False
 
     def probability(self, features: Tensor, surprisal: Optional[Tensor], bias_shift: float = 0.0) -> Tensor:
+        """Probability p_big of the big network per frame.
+
+        ``features``, ``surprisal`` and ``bias_shift``: see the class docstring.
+
+        Returns
+        -------
+        torch.Tensor
+            (B, T) probabilities in [0, 1].
+        """
         raise NotImplementedError
 
     def macs_per_frame(self) -> int:
@@ -67,20 +88,76 @@ class Controller(nn.Module):
         stochastic: bool = True,
         bias_shift: float = 0.0,
     ) -> Decision:
+        """Decide per frame which network runs.
+
+        ``features``, ``surprisal`` and ``bias_shift``: see the class docstring.
+
+        Arguments
+        ---------
+        mask : torch.Tensor
+            (B, T) bool, True on real frames.
+        stochastic : bool
+            Bernoulli sampling (True) or the rule ``p_big > 0.5`` (False).
+
+        Returns
+        -------
+        Decision
+            ``p_big`` and ``use_big`` are zero / False on padding; no gate, zero auxiliary loss.
+        """
         p_big = self.probability(features, surprisal, bias_shift) * mask
         use_big = sample_decisions(p_big, stochastic) & mask
         return Decision(p_big, use_big, None, p_big.new_zeros(()))
 
 
 def sample_decisions(p_big: Tensor, stochastic: bool) -> Tensor:
-    """Bernoulli(p_big) when stochastic, else the deterministic rule p_big > 0.5."""
+    """Bernoulli(p_big) when stochastic, else the deterministic rule p_big > 0.5.
+
+    Arguments
+    ---------
+    p_big : torch.Tensor
+        Probabilities of the big network, any shape.
+    stochastic : bool
+        Sample (True) or threshold (False).
+
+    Returns
+    -------
+    torch.Tensor
+        Bool tensor of the shape of ``p_big``: True where the big network runs.
+
+    Example
+    -------
+    >>> import torch
+    >>> sample_decisions(torch.tensor([0.2, 0.5, 0.7]), stochastic=False).tolist()
+    [False, False, True]
+    >>> sample_decisions(torch.tensor([0.0, 1.0]), stochastic=True).tolist()
+    [False, True]
+    """
     if stochastic:
         return torch.rand_like(p_big) < p_big
     return p_big > 0.5
 
 
 class ConstantController(Controller):
-    """p_big fixed for every frame: random (0 < p < 1), big-only (p = 1) or small-only (p = 0)."""
+    """p_big fixed for every frame: random (0 < p < 1), big-only (p = 1) or small-only (p = 0).
+
+    A ``bias_shift`` moves p on the logit scale; it leaves p = 0 and p = 1 unchanged.
+
+    Arguments
+    ---------
+    p_big : float
+        Probability of the big network, in [0, 1].
+
+    Example
+    -------
+    >>> import torch
+    >>> ctrl = ConstantController(p_big=0.5)
+    >>> ctrl.probability(torch.zeros(1, 3, 8), None).tolist()
+    [[0.5, 0.5, 0.5]]
+    >>> round(float(ctrl.probability(torch.zeros(1, 1, 8), None, bias_shift=1.0)), 3)
+    0.731
+    >>> ctrl.macs_per_frame()
+    0
+    """
 
     def __init__(self, p_big: float = 0.5):
         super().__init__()
@@ -89,17 +166,39 @@ class ConstantController(Controller):
         self.p_big = float(p_big)
 
     def probability(self, features, surprisal, bias_shift: float = 0.0):
+        """(B, T) tensor filled with p_big (logit shifted by ``bias_shift``)."""
         p = self.p_big
         if bias_shift and 0.0 < p < 1.0:
             p = 1.0 / (1.0 + math.exp(-(math.log(p / (1.0 - p)) + bias_shift)))
         return features.new_full(features.shape[:2], p)
 
     def macs_per_frame(self) -> int:
+        """Zero: a constant costs nothing per frame."""
         return 0
 
 
 class SurprisalController(Controller):
-    """p_big = sigmoid(weight * surprisal + bias): two parameters, frozen after calibration."""
+    """p_big = sigmoid(weight * surprisal + bias): two parameters, frozen after calibration.
+
+    ``weight``, ``bias`` and the flag ``calibrated`` are buffers: no optimiser updates them, and
+    checkpoints save them.
+
+    Arguments
+    ---------
+    weight : float
+        Initial weight on the surprisal.
+    bias : float
+        Initial bias.
+
+    Example
+    -------
+    >>> import torch
+    >>> ctrl = SurprisalController()
+    >>> ctrl.set_parameters(weight=2.0, bias=-4.0)
+    >>> p = ctrl.probability(torch.zeros(1, 3, 8), torch.tensor([[0.0, 2.0, 4.0]]))
+    >>> [round(v, 3) for v in p[0].tolist()], bool(ctrl.calibrated)
+    ([0.018, 0.5, 0.982], True)
+    """
 
     uses_surprisal = True
 
@@ -112,14 +211,17 @@ class SurprisalController(Controller):
         self.register_buffer("calibrated", torch.tensor(False))
 
     def probability(self, features, surprisal, bias_shift: float = 0.0):
+        """(B, T) sigmoid(weight * surprisal + bias + bias_shift); ``features`` are not read."""
         if surprisal is None:
             raise ValueError("the surprisal controller needs surprisal: run the APC model (features: apc)")
         return torch.sigmoid(self.weight * surprisal + self.bias + bias_shift)
 
     def macs_per_frame(self) -> int:
+        """Two: one multiply-accumulate and one bias add."""
         return 2
 
     def set_parameters(self, weight: float, bias: float) -> None:
+        """Set the calibrated weight and bias and mark the controller calibrated."""
         self.weight.fill_(weight)
         self.bias.fill_(bias)
         self.calibrated.fill_(True)
@@ -136,16 +238,33 @@ class LearnedController(Controller):
     ``stochastic`` flag does not apply). In the backward pass the threshold is the identity:
     ``gate = s_t + z_t - stop_gradient(z_t)``, so d gate / d z_t = 1.
 
-    Parameters
-    ----------
-    input_size, hidden_size : MLP widths (the paper: 80 hidden units).
-    penalty_weight : lambda of ``lambda * sum_t (s_t - 0.5)^2``, summed over all real frames of
-        the batch (not averaged), as in the authors' code.
-    estimator : ``"both_networks"`` (default): during training both networks run on every real
-        frame and the output is ``s * big(x) + (1 - s) * small(x)``, so the gradient reaching s_t
-        is ``big(x_t) - small(x_t)`` on every frame (the paper's estimator). ``"routed"``: only the
+    Arguments
+    ---------
+    input_size : int
+        Width D of the features.
+    hidden_size : int
+        Hidden units of the MLP (the paper: 80).
+    penalty_weight : float
+        lambda of ``lambda * sum_t (s_t - 0.5)^2``, summed over all real frames of the batch
+        (not averaged), as in the authors' code.
+    estimator : str
+        ``"both_networks"`` (default): during training both networks run on every real frame and
+        the output is ``s * big(x) + (1 - s) * small(x)``, so the gradient reaching s_t is
+        ``big(x_t) - small(x_t)`` on every frame (the paper's estimator). ``"routed"``: only the
         chosen network runs, also in training, so that gradient is ``+big(x_t)`` on big frames and
         ``-small(x_t)`` on small frames. Evaluation routes in both cases.
+
+    Example
+    -------
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> ctrl = LearnedController(input_size=8, hidden_size=4)
+    >>> mask = torch.tensor([[True, True, True], [True, True, False]])
+    >>> d = ctrl(torch.randn(2, 3, 8), None, mask)
+    >>> d.gate.shape, torch.allclose(d.gate, d.use_big.float()), bool(d.use_big[1, 2])
+    (torch.Size([2, 3]), True, False)
+    >>> round(d.aux_loss.item(), 6)  # 1e-3 * 5 real frames * 0.25
+    0.00125
     """
 
     def __init__(self, input_size: int = 512, hidden_size: int = 80, penalty_weight: float = 1e-3,
@@ -161,6 +280,7 @@ class LearnedController(Controller):
 
     @property
     def both_networks_in_training(self) -> bool:
+        """True with the ``both_networks`` estimator."""
         return self.estimator == "both_networks"
 
     def logit(self, features: Tensor, bias_shift: float = 0.0) -> Tensor:
@@ -168,9 +288,20 @@ class LearnedController(Controller):
         return self.net(features).squeeze(-1) + bias_shift
 
     def probability(self, features, surprisal, bias_shift: float = 0.0):
+        """(B, T) sigmoid of the logit; ``surprisal`` is not read."""
         return torch.sigmoid(self.logit(features, bias_shift))
 
     def forward(self, features, surprisal, mask, stochastic: bool = True, bias_shift: float = 0.0) -> Decision:
+        """Deterministic decision ``z_t > 0`` with a straight-through gate and the penalty.
+
+        Arguments as in :meth:`Controller.forward`; ``stochastic`` is ignored.
+
+        Returns
+        -------
+        Decision
+            ``p_big = sigmoid(z_t)``, ``use_big``, ``gate`` (equal to ``use_big`` in value, with
+            the gradient of z_t) and ``aux_loss`` (the penalty times ``penalty_weight``).
+        """
         z = self.logit(features, bias_shift)
         use_big = (z.detach() > 0) & mask
         gate = use_big.to(z.dtype) + z - z.detach()  # value s_t, identity in the backward pass
@@ -192,6 +323,27 @@ def build_controller(name: str, **kwargs) -> Controller:
 
     Keyword arguments a controller does not take are ignored, so one hparams file can carry the
     settings of every controller and switch with one override (``--controller=random``).
+
+    Arguments
+    ---------
+    name : str
+        One of ``surprisal``, ``random``, ``learned``, ``big_only``, ``small_only``.
+    **kwargs
+        Settings of the controllers (``weight``, ``bias``, ``p_big``, ``input_size``,
+        ``hidden_size``, ``penalty_weight``, ``estimator``).
+
+    Returns
+    -------
+    Controller
+        The new controller.
+
+    Example
+    -------
+    >>> ctrl = build_controller("random", p_big=0.3, weight=2.0, hidden_size=80)
+    >>> type(ctrl).__name__, ctrl.p_big
+    ('ConstantController', 0.3)
+    >>> build_controller("big_only").p_big
+    1.0
     """
     if name not in CONTROLLERS:
         raise ValueError(f"unknown controller {name!r} (hparams key 'controller'); choose one of {sorted(CONTROLLERS)}")
@@ -209,7 +361,30 @@ def build_controller(name: str, **kwargs) -> Controller:
 def calibration_loss(p_big: Tensor, target_mean: float, target_var: float, unbiased: bool = False) -> Tensor:
     """Paper Eq. 4: 0.5 * (mean(p) - mu)^2 + 0.5 * (var(p) - sigma^2)^2.
 
-    ``unbiased`` selects the sample variance (ddof=1, the authors' code) instead of ddof=0.
+    Arguments
+    ---------
+    p_big : torch.Tensor
+        Probabilities of the big network, any shape (all elements count).
+    target_mean : float
+        mu, the target mean of p_big.
+    target_var : float
+        sigma^2, the target variance of p_big.
+    unbiased : bool
+        Use the sample variance (ddof=1, the authors' code) instead of ddof=0.
+
+    Returns
+    -------
+    torch.Tensor
+        Scalar loss.
+
+    Example
+    -------
+    >>> import torch
+    >>> p = torch.tensor([0.2, 0.4])
+    >>> round(float(calibration_loss(p, 0.3, 0.01)), 6)
+    0.0
+    >>> round(float(calibration_loss(p, 0.5, 0.0, unbiased=True)), 4)
+    0.0202
     """
     return 0.5 * (p_big.mean() - target_mean) ** 2 + 0.5 * (p_big.var(unbiased=unbiased) - target_var) ** 2
 
@@ -219,6 +394,25 @@ def target_mean_for_budget(budget_macs: float, small_only_macs: float, big_only_
 
     Expected cost = small_only + p_big * (big_only - small_only), because exactly one of the two
     networks runs per frame.
+
+    Arguments
+    ---------
+    budget_macs : float
+        Target MACs per frame, between the two bounds.
+    small_only_macs : float
+        MACs per frame of the model that always runs the small network.
+    big_only_macs : float
+        MACs per frame of the model that always runs the big network.
+
+    Returns
+    -------
+    float
+        The target mean of p_big, in [0, 1].
+
+    Example
+    -------
+    >>> target_mean_for_budget(3e6, small_only_macs=2e6, big_only_macs=6e6)
+    0.25
     """
     if not small_only_macs <= budget_macs <= big_only_macs:
         raise ValueError(
@@ -245,8 +439,7 @@ def calibrate_surprisal_controller(
 ) -> Dict[str, float]:
     """Fit (w, b) of ``p_big = sigmoid(w * surprisal + b)`` to a target mean and variance of p_big.
 
-    ``surprisal_batches`` yields 1-D tensors of surprisal values of real frames (one per
-    minibatch), read once. Methods (hparams key ``calibration_method``):
+    Methods (hparams key ``calibration_method``):
 
     * ``"full_batch"`` (default): keeps the pass's surprisal (up to ``max_frames``, a seeded uniform
       subsample beyond that) and minimises Eq. 4 (ddof=0 variance) on all of it with L-BFGS, in the
@@ -261,8 +454,40 @@ def calibrate_surprisal_controller(
       2 * surprisal, from w' = 0.1, b = -1; then w = 2 w'. One pass (one step per minibatch) may
       stop short of the target.
 
-    Returns w, b, the method, the frames seen, and the mean and variance (ddof=0) of p_big on the
-    kept frames.
+    Arguments
+    ---------
+    controller : SurprisalController
+        Receives the fitted (w, b) through :meth:`SurprisalController.set_parameters`.
+    surprisal_batches : iterable of torch.Tensor
+        1-D tensors of surprisal values of real frames (one per minibatch), read once.
+    target_mean : float
+        Target mean of p_big, in (0, 1) (see :func:`target_mean_for_budget`).
+    target_var : float
+        Target variance of p_big.
+    method : str
+        ``"full_batch"``, ``"sgd"`` or ``"authors_adam"``.
+    lr : float, optional
+        Learning rate of ``sgd`` (default 10) and ``authors_adam`` (default 0.01).
+    max_frames : int
+        Frames kept for ``full_batch`` and for the reported statistics.
+    seed : int
+        Seed of the subsampling.
+
+    Returns
+    -------
+    dict
+        ``weight``, ``bias``, ``method``, ``frames`` (frames seen), ``target_mean``,
+        ``target_var``, and ``mean_p_big`` and ``var_p_big`` (ddof=0) on the kept frames.
+
+    Example
+    -------
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> batches = [4 * torch.rand(1000) for _ in range(3)]
+    >>> ctrl = SurprisalController()
+    >>> out = calibrate_surprisal_controller(ctrl, batches, target_mean=0.3, target_var=0.02)
+    >>> round(out["mean_p_big"], 3), round(out["var_p_big"], 3), out["frames"], bool(ctrl.calibrated)
+    (0.3, 0.02, 3000, True)
     """
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"unknown calibration method {method!r} (hparams key 'calibration_method'): "
@@ -328,6 +553,7 @@ def calibrate_surprisal_controller(
 
 
 def _subsample(values: Tensor, max_frames: int, generator: torch.Generator) -> Tensor:
+    """At most ``max_frames`` of ``values``, a seeded uniform subsample when there are more."""
     if values.numel() <= max_frames:
         return values
     return values[torch.randperm(values.numel(), generator=generator)[:max_frames]]

@@ -88,30 +88,33 @@ def ctc_loss_optional(log_probs: Tensor, targets: Tensor, target_lengths: Tensor
     log space in float32 (also under autocast), vectorised over the batch and the states, with a
     Python loop over time; gradients by autograd.
 
-    Parameters
-    ----------
-    log_probs : Tensor (B, T, V)
-        Log-probabilities (batch first).
-    targets : Tensor (B, S)
-        Padded label ids (no blank).
-    target_lengths, input_lengths : Tensor (B,)
-        Tokens and frames of each utterance (note the order: targets first); frames >= 1.
-    optional : Tensor (B, S) bool, optional
-        Tokens that may be left out; None: none.
+    Arguments
+    ---------
+    log_probs : torch.Tensor
+        (B, T, V) log-probabilities (batch first).
+    targets : torch.Tensor
+        (B, S) padded label ids (no blank).
+    target_lengths : torch.Tensor
+        (B,) tokens of each utterance (note the order: targets before frames).
+    input_lengths : torch.Tensor
+        (B,) frames of each utterance, at least 1.
+    optional : torch.Tensor, optional
+        (B, S) bool, tokens that may be left out; None: none.
     blank : int
         Blank id.
-    reduction : {"sum", "mean", "none"}
-        ``mean``: each loss divided by its target length (optional tokens included, at least 1),
-        then averaged over the batch, as in torch.
+    reduction : str
+        ``"sum"``, ``"mean"`` or ``"none"``. ``mean``: each loss divided by its target length
+        (optional tokens included, at least 1), then averaged over the batch, as in torch.
 
     Returns
     -------
-    Tensor
+    torch.Tensor
         The loss; ``inf`` for an utterance that no variant fits in its frames (as
         ``zero_infinity=False``), whose gradient is then zero.
 
-    Examples
-    --------
+    Example
+    -------
+    >>> import torch
     >>> lp = torch.randn(2, 12, 5, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
     >>> tgt, lens, frames = torch.tensor([[1, 2, 2, 3], [1, 2, 3, 0]]), torch.tensor([4, 3]), torch.tensor([12, 10])
     >>> plain = torch.nn.functional.ctc_loss(lp.transpose(0, 1), tgt, frames, lens, reduction="sum")
@@ -178,10 +181,26 @@ def optional_silence_labels(phones: Sequence[str], words: Sequence[str], pronoun
                             sil: str = "sil") -> Optional[Tuple[List[str], List[bool]]]:
     """Lexicon labels with an optional ``sil`` at every interior word boundary.
 
-    ``phones`` must be the words' pronunciations, one after the other, with or without a ``sil``
-    at each end (kept, obligatory). Returns (labels, optional flags), or None when ``phones`` are
-    not that (MFA labels, for instance, which already mark their pauses).
+    Arguments
+    ---------
+    phones : sequence of str
+        The words' pronunciations, one after the other, with or without a ``sil`` at each end
+        (kept, obligatory).
+    words : sequence of str
+        The words of the utterance.
+    pronounce : callable
+        Word -> its phones (an empty sequence or None when unknown).
+    sil : str
+        The silence label.
 
+    Returns
+    -------
+    tuple of (list of str, list of bool) or None
+        Labels and their optional flags, or None when ``phones`` are not the words'
+        pronunciations (MFA labels, for instance, which already mark their pauses).
+
+    Example
+    -------
     >>> prons = {"A": ["AH"], "CAT": ["K", "AE", "T"]}
     >>> optional_silence_labels("sil AH K AE T sil".split(), ["A", "CAT"], prons.get)
     (['sil', 'AH', 'sil', 'K', 'AE', 'T', 'sil'], [False, False, True, False, False, False, False])
@@ -210,8 +229,22 @@ def optional_silence_targets(rows: Mapping[str, Mapping[str, str]], g2p: str,
                              sil: str = "sil") -> Dict[str, Tuple[List[str], List[bool]]]:
     """:func:`optional_silence_labels` for the manifest rows (``wrd``, ``phn``) whose labels are lexicon labels.
 
-    ``g2p`` is the OOV policy the labels were built with (see :class:`~surprisal_cc.data.lexicon.Lexicon`).
     Rows with other labels (MFA) are left out: they keep their labels and get no optional token.
+
+    Arguments
+    ---------
+    rows : mapping of str to mapping
+        Utterance id -> manifest row with space-separated ``wrd`` and ``phn``.
+    g2p : str
+        The OOV policy the labels were built with (see
+        :class:`~surprisal_cc.data.lexicon.Lexicon`).
+    sil : str
+        The silence label.
+
+    Returns
+    -------
+    dict
+        Utterance id -> (labels, optional flags), for the rows with lexicon labels only.
     """
     from .data.errors import DataPreparationError
     from .data.lexicon import Lexicon

@@ -2,8 +2,10 @@
 
 Everything here takes ``log_probs`` of shape ``[B, T, V]`` (log-softmax outputs
 of a CTC model, any device) and integer frame counts ``lengths`` of shape
-``[B]``; frames at or beyond an utterance's length are never read. Outputs are
-label-id sequences with blanks removed and repeats collapsed by the CTC rules.
+``[B]`` (a tensor or a sequence of int; where optional, None means all ``T``
+frames); frames at or beyond an utterance's length are never read. Decoders
+return one label-id sequence per utterance (a list of lists of int), blanks
+removed and repeats collapsed by the CTC rules.
 
 Example
 -------
@@ -41,6 +43,7 @@ BACKENDS = ("native", "torchaudio", "speechbrain")
 # helpers
 # --------------------------------------------------------------------------
 def _as_lengths(log_probs: Tensor, lengths: Tensor | Sequence[int] | None) -> list[int]:
+    """Checked integer frame counts, one per utterance (all ``T`` when ``lengths`` is None)."""
     B, T = int(log_probs.shape[0]), int(log_probs.shape[1])
     if lengths is None:
         return [T] * B
@@ -61,6 +64,7 @@ def _as_lengths(log_probs: Tensor, lengths: Tensor | Sequence[int] | None) -> li
 
 
 def _collapse(path: Sequence[int], blank: int) -> list[int]:
+    """Label sequence of a frame path: repeats collapsed, blanks removed."""
     out: list[int] = []
     prev = None
     for p in path:
@@ -75,6 +79,15 @@ def ctc_greedy_decode(
 ) -> list[list[int]]:
     """Best-path decoding: per-frame argmax, collapse repeats, drop blanks.
 
+    ``log_probs``, ``lengths`` and the returned label ids: see the module docstring.
+
+    Arguments
+    ---------
+    blank : int
+        Blank label id.
+
+    Example
+    -------
     >>> import torch
     >>> lp = torch.log_softmax(torch.tensor([[[0., 5, 0], [0, 5, 0], [5, 0, 0],
     ...                                       [0, 5, 0], [0, 0, 5]]]), -1)
@@ -94,7 +107,28 @@ def ctc_log_likelihood(
 ) -> Tensor:
     """Exact ``log p(labels | x)`` under CTC for each utterance (float64, ``[B]``).
 
-    ``-inf`` where the label sequence cannot be aligned in the given frames.
+    ``log_probs`` and ``lengths``: see the module docstring.
+
+    Arguments
+    ---------
+    labels : sequence of sequence of int
+        Label ids per utterance (no blank).
+    blank : int
+        Blank label id.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[B]`` float64 log-likelihoods; ``-inf`` where the label sequence cannot be aligned in
+        the given frames.
+
+    Example
+    -------
+    >>> import torch
+    >>> lp = torch.full((2, 2, 2), 0.5).log()  # two frames, blank and one label
+    >>> ll = ctc_log_likelihood(lp, [2, 2], [[1], [1, 1]])
+    >>> [round(v, 4) for v in ll.tolist()]  # log(3/4): paths 1-, -1, 11; [1, 1] needs 3 frames
+    [-0.2877, -inf]
     """
     lens = _as_lengths(log_probs, lengths)
     lp = log_probs.detach().cpu().double().transpose(0, 1)  # [T, B, V]
@@ -131,11 +165,31 @@ def prefix_beam_search_native(
     The result is the best prefix at the end. All work per frame is a handful
     of numpy operations on ``[B, K, V]`` arrays.
 
-    Args:
-        log_probs: ``[B, T, V]`` array of log posteriors (converted to float64).
-        lengths: frame count per utterance.
-        blank: blank label id.
-        beam_size: number of prefixes kept per frame (``K``).
+    Arguments
+    ---------
+    log_probs : numpy.ndarray
+        ``[B, T, V]`` log posteriors (converted to float64).
+    lengths : sequence of int
+        Frame count per utterance.
+    blank : int
+        Blank label id.
+    beam_size : int
+        Number of prefixes kept per frame (``K``).
+
+    Returns
+    -------
+    list of list of int
+        The best label sequence per utterance.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> import torch
+    >>> lp = np.log(np.array([[[0.6, 0.4], [0.6, 0.4], [0.6, 0.4]]]))
+    >>> prefix_beam_search_native(lp, [3], beam_size=4)  # P([1]) = 0.688 > P([]) = 0.216
+    [[1]]
+    >>> ctc_greedy_decode(torch.from_numpy(lp))  # the best path is all blanks
+    [[]]
     """
     lp_all = np.asarray(log_probs, dtype=np.float64)
     B, T, V = lp_all.shape
@@ -255,6 +309,7 @@ def prefix_beam_search_native(
 # wrappers around third-party decoders
 # --------------------------------------------------------------------------
 def _torchaudio_available() -> bool:
+    """Whether torchaudio's flashlight ``ctc_decoder`` imports and builds."""
     try:
         from torchaudio.models.decoder import ctc_decoder  # noqa: F401
 
@@ -265,6 +320,7 @@ def _torchaudio_available() -> bool:
 
 
 def _speechbrain_available() -> bool:
+    """Whether SpeechBrain's CTC beam searchers import."""
     try:
         from speechbrain.decoders.ctc import CTCBeamSearcher  # noqa: F401
     except Exception:
@@ -273,7 +329,18 @@ def _speechbrain_available() -> bool:
 
 
 def available_backends() -> list[str]:
-    """Backends usable in this environment (``native`` always is)."""
+    """Backends usable in this environment (``native`` always is).
+
+    Returns
+    -------
+    list of str
+        A subset of ``["native", "torchaudio", "speechbrain"]``, in that order.
+
+    Example
+    -------
+    >>> available_backends()[0]
+    'native'
+    """
     out = ["native"]
     if _torchaudio_available():
         out.append("torchaudio")
@@ -324,6 +391,7 @@ class _TorchaudioDecoder:
         )
 
     def __call__(self, lp: Tensor, lens: list[int]) -> list[list[int]]:
+        """Label ids per utterance of CPU log posteriors ``[B, T, V]``."""
         emissions = lp.to(torch.float32).contiguous()
         hyps = self.decoder(emissions, torch.tensor(lens, dtype=torch.int32))
         out: list[list[int]] = []
@@ -386,6 +454,7 @@ class _SpeechBrainDecoder:
             sb_logger.setLevel(level)
 
     def __call__(self, lp: Tensor, lens: list[int]) -> list[list[int]]:
+        """Label ids per utterance of CPU log posteriors ``[B, T, V]``, one utterance at a time."""
         arr = lp.to(torch.float32).numpy()
         out: list[list[int]] = []
         for b, L in enumerate(lens):
@@ -404,28 +473,33 @@ class _SpeechBrainDecoder:
 class CTCBeamSearch:
     """CTC prefix beam search without LM, returning label ids per utterance.
 
-    Args:
-        blank: blank label id.
-        beam_size: hypotheses kept per frame.
-        backend: ``"native"`` (numpy prefix beam search in this module; the
-            beam holds distinct prefixes), ``"torchaudio"`` (flashlight C++
-            lexicon-free decoder; the beam holds prefix/ending states),
-            ``"speechbrain"`` (SpeechBrain ``CTCBeamSearcher`` with pruning
-            heuristics off, pure Python), ``"speechbrain_prefix"``
-            (``CTCPrefixBeamSearcher``, same results as native) or
-            ``"auto"`` = native, which measured fastest (T=300, V=42, beam 10:
-            ~18 ms/utt alone, ~5 ms/utt in batches of 8, vs ~40-60 ms/utt for
-            flashlight and ~400 ms/utt for SpeechBrain; see
-            ``benchmarks/bench_decoding.py``) and is exact prefix beam search.
-
     Inputs may live on any device; decoding runs on CPU. With a beam at least
     as large as the number of reachable prefixes every backend returns the
     exact most probable label sequence; with small beams the backends may
     differ on flat posteriors because they count beam entries differently.
 
+    Arguments
+    ---------
+    blank : int
+        Blank label id.
+    beam_size : int
+        Hypotheses kept per frame.
+    backend : str
+        ``"native"`` (numpy prefix beam search in this module; the
+        beam holds distinct prefixes), ``"torchaudio"`` (flashlight C++
+        lexicon-free decoder; the beam holds prefix/ending states),
+        ``"speechbrain"`` (SpeechBrain ``CTCBeamSearcher`` with pruning
+        heuristics off, pure Python), ``"speechbrain_prefix"``
+        (``CTCPrefixBeamSearcher``, same results as native) or
+        ``"auto"`` = native, which measured fastest (T=300, V=42, beam 10:
+        ~18 ms/utt alone, ~5 ms/utt in batches of 8, vs ~40-60 ms/utt for
+        flashlight and ~400 ms/utt for SpeechBrain; see
+        ``benchmarks/bench_decoding.py``) and is exact prefix beam search.
+
+    Example
+    -------
     >>> import torch
-    >>> torch.manual_seed(0) is not None
-    True
+    >>> _ = torch.manual_seed(0)
     >>> lp = torch.randn(2, 20, 5).mul(5).log_softmax(-1)
     >>> dec = CTCBeamSearch(blank=0, beam_size=10, backend="native")
     >>> out = dec(lp, torch.tensor([20, 12]))
@@ -451,6 +525,7 @@ class CTCBeamSearch:
         self._impl: dict[int, Callable[[Tensor, list[int]], list[list[int]]]] = {}
 
     def _get_impl(self, V: int) -> Callable[[Tensor, list[int]], list[list[int]]]:
+        """The decoder of the backend for ``V`` labels, built once per ``V``."""
         impl = self._impl.get(V)
         if impl is None:
             if self.backend == "torchaudio":
@@ -471,6 +546,10 @@ class CTCBeamSearch:
     def __call__(
         self, log_probs: Tensor, lengths: Tensor | Sequence[int] | None = None
     ) -> list[list[int]]:
+        """Decode a batch.
+
+        ``log_probs``, ``lengths`` and the label ids returned: see the module docstring.
+        """
         if log_probs.ndim != 3:
             raise ValueError(f"log_probs must be [B, T, V], got {tuple(log_probs.shape)}")
         lens = _as_lengths(log_probs, lengths)

@@ -22,133 +22,15 @@ Example
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence
+from pathlib import Path
+from typing import Dict, List, Optional
 
 import torch
 from torch import Tensor, nn
 
 from .controllers import ConstantController, Controller
-from .features import lengths_to_mask
 from .flops import module_macs, uniform_frame_macs
-
-
-@dataclass
-class EncoderOutput:
-    log_probs: Tensor  # (B, T, V) CTC log-probabilities
-    lengths: Tensor  # (B,) frame counts
-    aux_loss: Tensor  # scalar added to the CTC loss (controller penalty, ponder cost, KL)
-    frame_macs: Dict[str, Tensor]  # component -> (B, T) MACs that ran per real frame
-    stats: Dict[str, Tensor] = field(default_factory=dict)  # per-frame statistics, e.g. p_big, steps
-
-
-class Encoder(nn.Module):
-    """Interface of all CTC encoders (conditional, ACT, PonderNet)."""
-
-    def needs_surprisal(self, training: bool) -> bool:
-        return False
-
-    def component_macs(self) -> Dict[str, int]:
-        """Static MACs per frame of each component (one step / one branch each)."""
-        raise NotImplementedError
-
-    def forward(self, feats: Tensor, lengths: Tensor, surprisal: Optional[Tensor] = None) -> EncoderOutput:
-        raise NotImplementedError
-
-
-# ----------------------------------------------------------------------------------------------
-# Building blocks
-# ----------------------------------------------------------------------------------------------
-def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
-    """Reverse every sequence of ``x`` (B, T, D) within its own length; padding stays at the end.
-
-    An involution: ``reverse_padded(reverse_padded(x, l), l)`` equals ``x``.
-    """
-    time = torch.arange(x.shape[1], device=x.device)[None, :]
-    lengths = lengths.to(x.device)[:, None]
-    index = torch.where(time < lengths, lengths - 1 - time, time)
-    return x.gather(1, index.unsqueeze(-1).expand_as(x))
-
-
-class BiGRU(nn.Module):
-    """Bidirectional GRU over real frames only, then dropout.
-
-    The backward direction runs on each sequence reversed within its own length, so padding
-    (kept at the end) never reaches a real frame: exact like a packed sequence, as fast as an
-    unpacked ``nn.GRU`` (which lets padding into the backward direction), and much faster than
-    PyTorch's packed GRU on the CPU (``benchmarks/bench_rnn.py``). Same parameters and MACs as
-    ``nn.GRU(bidirectional=True)``.
-    """
-
-    def __init__(self, input_size: int, hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.5):
-        super().__init__()
-        if num_layers != 1:
-            raise ValueError("BiGRU supports one layer; stack BiGRU modules for more")
-        self.forward_gru = nn.GRU(input_size, hidden_size, batch_first=True)
-        self.backward_gru = nn.GRU(input_size, hidden_size, batch_first=True)
-        self.dropout = nn.Dropout(dropout)
-        self.output_size = 2 * hidden_size
-
-    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
-        forward_out, _ = self.forward_gru(x)
-        backward_out, _ = self.backward_gru(reverse_padded(x, lengths))
-        out = torch.cat([forward_out, reverse_padded(backward_out, lengths)], dim=-1)
-        return self.dropout(out) * lengths_to_mask(lengths, x.shape[1]).unsqueeze(-1)
-
-
-class Conv1dPreNet(nn.Module):
-    """Conv1D over time ('same' length, zero outside real frames) -> LeakyReLU -> dropout (Appendix A)."""
-
-    def __init__(self, input_size: int, channels: int = 512, kernel_size: int = 11, dropout: float = 0.0,
-                 leaky_slope: float = 0.125):
-        super().__init__()
-        self.conv = nn.Conv1d(input_size, channels, kernel_size, padding=kernel_size // 2)
-        self.activation = nn.LeakyReLU(leaky_slope)
-        self.dropout = nn.Dropout(dropout)
-        self.output_size = channels
-
-    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
-        mask = lengths_to_mask(lengths, x.shape[1]).unsqueeze(-1)
-        y = self.conv((x * mask).transpose(1, 2)).transpose(1, 2)
-        return self.dropout(self.activation(y)) * mask
-
-
-class FrameNet(nn.Module):
-    """Per-frame network for the routed branches: [dropout] -> Linear/LeakyReLU stack.
-
-    ``sizes = [in, hidden..., out]``. With ``context = k > 1`` the first layer sees a window of k
-    frames centred on the frame (a Conv1D of length k evaluated only at the routed frames).
-    """
-
-    def __init__(self, sizes: Sequence[int], context: int = 1, input_dropout: float = 0.0,
-                 leaky_slope: float = 0.125, final_activation: bool = True):
-        super().__init__()
-        if context < 1 or context % 2 == 0:
-            raise ValueError(f"FrameNet context must be a positive odd number, got {context}")
-        self.context = context
-        layers = [nn.Dropout(input_dropout)] if input_dropout else []
-        dims = [sizes[0] * context, *sizes[1:]]
-        for i, (n_in, n_out) in enumerate(zip(dims[:-1], dims[1:])):
-            layers.append(nn.Linear(n_in, n_out))
-            if final_activation or i < len(dims) - 2:
-                layers.append(nn.LeakyReLU(leaky_slope))
-        self.net = nn.Sequential(*layers)
-        self.input_size, self.output_size = sizes[0], sizes[-1]
-
-    def forward(self, frames: Tensor) -> Tensor:
-        return self.net(frames)
-
-
-class PostNet(nn.Module):
-    """Post-net: BiGRU + dropout, then Linear to the CTC outputs (or Linear only if ``hidden_size`` is 0)."""
-
-    def __init__(self, input_size: int, num_outputs: int, hidden_size: int = 256, dropout: float = 0.5):
-        super().__init__()
-        self.rnn = BiGRU(input_size, hidden_size, dropout=dropout) if hidden_size else None
-        self.output = nn.Linear(2 * hidden_size if hidden_size else input_size, num_outputs)
-
-    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
-        return self.output(self.rnn(x, lengths) if self.rnn is not None else x)
+from .nnet import Encoder, EncoderOutput, FrameNet, lengths_to_mask
 
 
 def _gather_rows(flat: Tensor, time: int, lengths: Tensor, positions: Tensor, context: int = 1) -> Tensor:
@@ -313,8 +195,10 @@ class ConditionalEncoder(Encoder):
 
     @classmethod
     def paper(cls, input_size: int, num_outputs: int, controller: Controller, **kwargs) -> "ConditionalEncoder":
-        """The architecture of the paper's main experiments (Sec. 4.2, Table 1)."""
-        return cls(controller=controller, **conditional_architecture("paper", input_size, num_outputs), **kwargs)
+        """The architecture of the paper's main experiments (Sec. 4.2, Table 1) around ``controller``."""
+        parts = build_encoder("conditional", input_size, num_outputs, controller="big_only")
+        return cls(controller=controller, pre_net=parts.pre_net, small_net=parts.small_net, big_net=parts.big_net,
+                   post_net=parts.post_net, **kwargs)
 
     def active_controller(self) -> Controller:
         use_main = self.controller_at_train if self.training else self.controller_at_test
@@ -363,49 +247,85 @@ class ConditionalEncoder(Encoder):
         )
 
 
-ARCHITECTURES = ("paper", "model1", "model2", "model3")
+MODELS_DIR = Path(__file__).resolve().parents[1] / "hparams" / "models"
 
 
-def conditional_architecture(name: str, input_size: int, num_outputs: int, hidden_size: int = 256,
-                             dropout: float = 0.5, kernel_size: int = 11) -> Dict[str, Optional[nn.Module]]:
-    """Pre-net, small, big and post-net of the paper's main model or of Appendix A's models 1-3."""
-    width = 2 * hidden_size
-    if name == "paper":
-        return dict(pre_net=BiGRU(input_size, hidden_size, dropout=dropout), small_net=FrameNet([width, width]),
-                    big_net=FrameNet([width, 4 * width, width]),
-                    post_net=PostNet(width, num_outputs, hidden_size, dropout=dropout))
-    if name in ("model1", "model2"):  # Conv1D pre-net (model 2: + dropout), small/big output the logits
-        return dict(pre_net=Conv1dPreNet(input_size, width, kernel_size, dropout=dropout if name == "model2" else 0.0),
-                    small_net=FrameNet([width, num_outputs], final_activation=False),
-                    big_net=FrameNet([width, 4 * width, num_outputs], final_activation=False), post_net=None)
-    if name == "model3":  # no pre-net: small = Conv1D to the logits, big = Conv1D 512 + Linear
-        return dict(pre_net=None,
-                    small_net=FrameNet([input_size, num_outputs], context=kernel_size, input_dropout=dropout,
-                                       final_activation=False),
-                    big_net=FrameNet([input_size, width, num_outputs], context=kernel_size, input_dropout=dropout,
-                                     final_activation=False), post_net=None)
-    raise ValueError(f"unknown architecture {name!r} (hparams key 'architecture'); choose one of {ARCHITECTURES}")
+def model_file(name: str, architecture: str = "paper", models_dir: Optional[Path] = None) -> Path:
+    """The model file ``<models_dir>/<name>/<architecture>.yaml`` (default: ``hparams/models``).
+
+    Example
+    -------
+    >>> model_file("conditional", "model3").relative_to(MODELS_DIR).as_posix()
+    'conditional/model3.yaml'
+    """
+    models_dir = Path(models_dir) if models_dir is not None else MODELS_DIR
+    path = models_dir / name / f"{architecture}.yaml"
+    if path.is_file():
+        return path
+    encoders = sorted(d.name for d in models_dir.iterdir() if d.is_dir()) if models_dir.is_dir() else []
+    if name not in encoders:
+        raise ValueError(f"unknown encoder {name!r} (hparams key 'encoder'); choose one of {encoders} "
+                         f"(the folders of {models_dir})")
+    raise ValueError(f"no architecture {architecture!r} for encoder {name!r} (hparams key 'architecture'); "
+                     f"choose one of {architectures(name, models_dir)} (the files of {models_dir / name})")
+
+
+def architectures(name: str = "conditional", models_dir: Optional[Path] = None) -> List[str]:
+    """The architectures that have a model file for encoder ``name``.
+
+    Example
+    -------
+    >>> architectures("conditional")
+    ['model1', 'model2', 'model3', 'paper']
+    """
+    return sorted(p.stem for p in ((Path(models_dir) if models_dir else MODELS_DIR) / name).glob("*.yaml"))
 
 
 def build_encoder(name: str, input_size: int, num_outputs: int, controller: str = "surprisal",
                   architecture: str = "paper", controller_options: Optional[Dict] = None,
                   conditional_options: Optional[Dict] = None, adaptive_options: Optional[Dict] = None,
-                  hidden_size: int = 256, dropout: float = 0.5) -> Encoder:
-    """Encoder by name (the YAML key ``encoder``): ``conditional``, ``act`` or ``pondernet``.
+                  hidden_size: int = 256, dropout: float = 0.5, model_options: Optional[Dict] = None) -> Encoder:
+    """The encoder that the model file ``hparams/models/<name>/<architecture>.yaml`` describes.
 
-    Each family takes only its own options, so one hparams file carries all of them and a single
-    override switches (``--encoder=act``, ``--controller=learned``, ``--architecture=model3``).
+    The model files are the object graphs of the networks (pre-net, small and big networks,
+    post-net, or the adaptive-depth encoders); this function fills in the corpus file's settings,
+    so one hparams file carries the settings of every encoder and a single override switches
+    (``--encoder=act``, ``--controller=learned``, ``--architecture=model3``). ``adaptive_options``
+    maps an adaptive encoder's name to its options; ``model_options`` sets any other key of the
+    model file (e.g. ``{"kernel_size": 5}``). A key the model file does not have is an error.
+
+    Arguments
+    ---------
+    name : str
+        ``conditional``, ``act`` or ``pondernet`` (a folder of ``hparams/models``).
+    input_size, num_outputs : int
+        Feature width and CTC outputs (labels + blank).
+    controller : str
+        The conditional encoder's controller: ``surprisal``, ``random``, ``learned``, ``big_only``
+        or ``small_only``.
+    architecture : str
+        A file of that folder: ``paper`` or, for the conditional encoder, Appendix A's ``model1``-``model3``.
+
+    Example
+    -------
+    >>> enc = build_encoder("conditional", input_size=80, num_outputs=42, controller="random")
+    >>> type(enc).__name__, enc.pre_net.output_size, enc.big_net.output_size
+    ('ConditionalEncoder', 512, 512)
     """
-    from .controllers import build_controller
+    from hyperpyyaml import load_hyperpyyaml
 
+    path = model_file(name, architecture)
+    settings: Dict = {"input_size": input_size, "num_outputs": num_outputs, "hidden_size": hidden_size,
+                      "dropout": dropout}
     if name == "conditional":
-        ctrl = build_controller(controller, input_size=input_size, **(controller_options or {}))
-        parts = conditional_architecture(architecture, input_size, num_outputs, hidden_size, dropout)
-        return ConditionalEncoder(controller=ctrl, **parts, **(conditional_options or {}))
-    from .adaptive import ADAPTIVE_ENCODERS
-
-    if name in ADAPTIVE_ENCODERS:
-        return ADAPTIVE_ENCODERS[name](input_size=input_size, num_outputs=num_outputs, hidden_size=hidden_size,
-                                       dropout=dropout, **(adaptive_options or {}).get(name, {}))
-    raise ValueError(f"unknown encoder {name!r} (hparams key 'encoder'); "
-                     f"choose one of {['conditional', *sorted(ADAPTIVE_ENCODERS)]}")
+        settings.update(controller=controller, controller_options=dict(controller_options or {}),
+                        conditional_options=dict(conditional_options or {}))
+    elif (adaptive_options or {}).get(name):
+        settings["options"] = dict(adaptive_options[name])
+    settings.update(model_options or {})
+    with open(path, encoding="utf-8") as f:
+        try:
+            return load_hyperpyyaml(f, settings)["encoder"]
+        except (KeyError, ValueError, TypeError) as err:
+            raise ValueError(f"{path}: cannot build the encoder with settings {sorted(settings)}: "
+                             f"{type(err).__name__}: {err}") from None

@@ -25,7 +25,31 @@ from torchaudio.compliance import kaldi
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    """Everything that determines the features; part of the feature-cache key."""
+    """Everything that determines the features; part of the feature-cache key.
+
+    Arguments
+    ---------
+    sample_rate : int
+        Sample rate of the audio in Hz.
+    n_mels : int
+        Mel bins per frame.
+    frame_length_ms : float
+        Window length in milliseconds.
+    frame_shift_ms : float
+        Hop between windows in milliseconds (before frame skipping).
+    window_type : str
+        Window function, as ``torchaudio.compliance.kaldi.fbank`` names it.
+    dither : float
+        Dithering constant (0: none, so the features are deterministic).
+    frame_skip : int
+        Keep every ``frame_skip``-th frame (2: 20 ms frames).
+
+    Example
+    -------
+    >>> config = FeatureConfig()
+    >>> config.window_samples, config.shift_samples, config.num_frames(16000)
+    (400, 160, 49)
+    """
 
     sample_rate: int = 16000
     n_mels: int = 80
@@ -36,18 +60,29 @@ class FeatureConfig:
     frame_skip: int = 2
 
     def as_dict(self) -> Dict[str, object]:
+        """The fields as a plain dict (JSON-ready)."""
         return asdict(self)
 
     @property
     def window_samples(self) -> int:
+        """Samples per analysis window."""
         return int(round(self.sample_rate * self.frame_length_ms / 1000.0))
 
     @property
     def shift_samples(self) -> int:
+        """Samples between consecutive windows (before frame skipping)."""
         return int(round(self.sample_rate * self.frame_shift_ms / 1000.0))
 
     def num_frames(self, num_samples: int) -> int:
-        """Exact number of output frames for a signal of ``num_samples`` samples."""
+        """Exact number of output frames for a signal of ``num_samples`` samples.
+
+        Example
+        -------
+        >>> FeatureConfig().num_frames(399), FeatureConfig().num_frames(400)
+        (0, 1)
+        >>> FeatureConfig(frame_skip=1).num_frames(16000)
+        98
+        """
         if num_samples < self.window_samples:
             return 0
         full = 1 + (num_samples - self.window_samples) // self.shift_samples
@@ -59,6 +94,21 @@ class FilterbankFrontEnd(nn.Module):
 
     ``lengths`` are absolute sample counts (int). Each utterance is processed on its real
     samples only, so padding never leaks into features, and the frame counts are exact.
+
+    Arguments
+    ---------
+    config : FeatureConfig, optional
+        The feature definition; None: ``FeatureConfig(**overrides)``.
+    **overrides
+        Fields of :class:`FeatureConfig`, used when ``config`` is None.
+
+    Example
+    -------
+    >>> import torch
+    >>> front_end = FilterbankFrontEnd(frame_skip=1)
+    >>> feats, lengths = front_end(torch.randn(2, 16000), torch.tensor([16000, 399]))
+    >>> feats.shape, lengths.tolist()
+    (torch.Size([2, 98, 80]), [98, 0])
     """
 
     def __init__(self, config: FeatureConfig | None = None, **overrides):
@@ -66,7 +116,7 @@ class FilterbankFrontEnd(nn.Module):
         self.config = config or FeatureConfig(**overrides)
 
     def single(self, waveform: Tensor) -> Tensor:
-        """Features of one 1-D waveform: (T, n_mels)."""
+        """Features of one 1-D waveform: (T, n_mels); T is 0 when it is shorter than one window."""
         cfg = self.config
         if waveform.numel() < cfg.window_samples:
             return waveform.new_zeros(0, cfg.n_mels)
@@ -84,13 +134,23 @@ class FilterbankFrontEnd(nn.Module):
 
     @torch.no_grad()
     def forward(self, wavs: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
+        """Features of a padded batch.
+
+        Arguments
+        ---------
+        wavs : torch.Tensor
+            (B, S) waveforms in [-1, 1], padded at the end.
+        lengths : torch.Tensor
+            (B,) sample counts (integers, not relative lengths).
+
+        Returns
+        -------
+        feats : torch.Tensor
+            (B, T, n_mels) features, zero-padded after each utterance's frames.
+        frame_lengths : torch.Tensor
+            (B,) frame counts, on the device of ``wavs``.
+        """
         per_utt = [self.single(w[: int(n)]) for w, n in zip(wavs, lengths.tolist())]
         frame_lengths = torch.tensor([f.shape[0] for f in per_utt], dtype=torch.long)
         feats = nn.utils.rnn.pad_sequence(per_utt, batch_first=True)
         return feats, frame_lengths.to(wavs.device)
-
-
-def lengths_to_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
-    """Boolean mask (B, T), True on real frames."""
-    max_len = int(lengths.max()) if max_len is None else max_len
-    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]

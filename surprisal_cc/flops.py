@@ -28,7 +28,28 @@ MATMUL_LAYERS = (nn.Linear, nn.Conv1d, nn.GRU, nn.LSTM, nn.RNN)
 
 
 def module_macs(module: Optional[nn.Module]) -> int:
-    """MACs per frame of a module made of Linear / GRU / LSTM / Conv1d / LayerNorm layers (and parameter-free ones)."""
+    """MACs per frame of a module made of Linear / GRU / LSTM / Conv1d / LayerNorm layers (and parameter-free ones).
+
+    A module with a ``macs_per_frame()`` method reports its own count.
+
+    Arguments
+    ---------
+    module : torch.nn.Module or None
+        The module; None counts 0.
+
+    Returns
+    -------
+    int
+        MACs per input frame.
+
+    Example
+    -------
+    >>> from torch import nn
+    >>> module_macs(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.LayerNorm(3)))
+    21
+    >>> module_macs(None)
+    0
+    """
     if module is None:
         return 0
     if hasattr(module, "macs_per_frame"):
@@ -39,8 +60,27 @@ def module_macs(module: Optional[nn.Module]) -> int:
 
 
 def weight_only_macs(module: nn.Module) -> int:
-    """MACs of the matrix products without bias adds: what ``torch.utils.flop_counter`` counts
-    (divided by 2). Elementwise parameters (an input scale, LayerNorm) are not counted."""
+    """MACs of the matrix products without bias adds.
+
+    This is what ``torch.utils.flop_counter`` counts (divided by 2). Elementwise parameters (an
+    input scale, LayerNorm) are not counted.
+
+    Arguments
+    ---------
+    module : torch.nn.Module
+        The module.
+
+    Returns
+    -------
+    int
+        Weights of its Linear / Conv1d / GRU / LSTM / RNN layers.
+
+    Example
+    -------
+    >>> from torch import nn
+    >>> weight_only_macs(nn.Linear(4, 3)), module_macs(nn.Linear(4, 3))
+    (12, 15)
+    """
     return sum(p.numel() for layer in module.modules() if isinstance(layer, MATMUL_LAYERS)
                for name, p in layer.named_parameters(recurse=False) if not name.startswith("bias"))
 
@@ -48,6 +88,8 @@ def weight_only_macs(module: nn.Module) -> int:
 class MacMeter:
     """Accumulates MACs that ran, per component, and the number of real frames.
 
+    Example
+    -------
     >>> import torch
     >>> meter = MacMeter()
     >>> meter.update({"big_net": torch.tensor([[10., 0.], [10., 0.]])}, num_frames=3)
@@ -60,8 +102,17 @@ class MacMeter:
         self.frames = 0
 
     def update(self, frame_macs: Mapping[str, Tensor], num_frames: int, uniform: Mapping[str, int] = ()) -> None:
-        """``frame_macs``: component -> (B, T) MACs that ran per frame (zero on padding);
-        ``uniform``: component -> MACs per frame for components that run on every real frame."""
+        """Add the MACs of one batch.
+
+        Arguments
+        ---------
+        frame_macs : mapping of str to torch.Tensor
+            Component -> (B, T) MACs that ran per frame (zero on padding).
+        num_frames : int
+            Real frames in the batch.
+        uniform : mapping of str to int
+            Component -> MACs per frame, for components that run on every real frame.
+        """
         for name, macs in frame_macs.items():
             self.totals[name] = self.totals.get(name, 0.0) + float(macs.detach().double().sum())
         for name, macs in dict(uniform).items():
@@ -69,6 +120,7 @@ class MacMeter:
         self.frames += int(num_frames)
 
     def per_frame(self) -> Dict[str, float]:
+        """Mean MACs per real frame of each component, and their sum as ``total``."""
         frames = max(self.frames, 1)
         table = {name: total / frames for name, total in self.totals.items()}
         table["total"] = sum(table.values())
@@ -76,12 +128,40 @@ class MacMeter:
 
 
 def uniform_frame_macs(macs: int, mask: Tensor) -> Tensor:
-    """(B, T) tensor with ``macs`` on real frames and 0 on padding."""
+    """(B, T) tensor with ``macs`` on real frames and 0 on padding.
+
+    Example
+    -------
+    >>> import torch
+    >>> uniform_frame_macs(5, torch.tensor([[True, True, False]])).tolist()
+    [[5.0, 5.0, 0.0]]
+    """
     return mask.to(torch.float64) * float(macs)
 
 
 def format_flop_table(rows: Mapping[str, float], unit: float = 1e6) -> str:
-    """Markdown table of MACs per frame, in millions."""
+    """Markdown table of MACs per frame, in millions (values below 1000 as plain counts).
+
+    Arguments
+    ---------
+    rows : mapping of str to float
+        Component -> MACs per frame (e.g. :meth:`MacMeter.per_frame`).
+    unit : float
+        Divisor of the values of 1000 and more.
+
+    Returns
+    -------
+    str
+        The table, without a final newline.
+
+    Example
+    -------
+    >>> print(format_flop_table({"big_net": 2.5e6, "controller": 2}))
+    | component | MACs per frame |
+    |---|---:|
+    | big_net | 2.50M |
+    | controller | 2 |
+    """
     lines = ["| component | MACs per frame |", "|---|---:|"]
     for name, value in rows.items():
         shown = f"{value / unit:.2f}M" if value >= 1000 else f"{value:.0f}"

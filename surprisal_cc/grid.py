@@ -1,7 +1,9 @@
 """Experiment grids: expand a grid YAML into recipe runs, run them (resumably, N at a time), report.
 
-    python recipes/run_grid.py hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N]
+    surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N]
         [--only SUBSTRING] [--no-report] [--key=value ...]
+
+Extra ``--key=value`` options are passed to every run (e.g. ``--device=cuda:0``).
 
 Grid file (plain YAML)::
 
@@ -47,8 +49,12 @@ import yaml
 
 from .report import load_yaml_tolerant
 
-__all__ = ["Run", "GridSpec", "load_grid", "expand", "override_value", "results_files", "execute", "publish_run",
-           "format_summary", "main"]
+__all__ = ["Run", "GridSpec", "GridError", "load_grid", "expand", "override_value", "results_files", "execute",
+           "publish_run", "format_summary", "add_arguments", "run_grid"]
+
+
+class GridError(ValueError):
+    """A malformed grid file or grid command line."""
 
 
 @dataclass
@@ -85,14 +91,16 @@ class Run:
 
 
 def load_grid(path: str) -> GridSpec:
-    """Read and check a grid file."""
+    """Read and check a grid file; raises :class:`GridError` when it is missing or malformed."""
+    if not Path(path).is_file():
+        raise GridError(f"grid file {path} does not exist")
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     missing = [k for k in ("recipe", "hparams", "groups") if k not in data]
     if missing:
-        raise SystemExit(f"grid file {path} lacks {', '.join(missing)}")
+        raise GridError(f"grid file {path} lacks {', '.join(missing)}")
     names = [g.get("name") for g in data["groups"]]
     if None in names or len(set(names)) != len(names):
-        raise SystemExit(f"grid file {path}: every group needs a distinct name")
+        raise GridError(f"grid file {path}: every group needs a distinct name")
     hparams_root = load_yaml_tolerant(data["hparams"]).get("experiment_root", "results")
     return GridSpec(recipe=data["recipe"], hparams=data["hparams"],
                     experiment_root=str(data.get("experiment_root") or hparams_root),
@@ -265,21 +273,47 @@ def format_summary(runs: Sequence[Run], status: Dict[str, Tuple[str, float]]) ->
     return "\n".join(lines) + "\n\n" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + "\n"
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Command-line entry point of ``recipes/run_grid.py``; exit status 1 when a run failed."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``surprisal-cc grid``: ``GRID [--dry-run] [--jobs N] [--only S] [--no-report]``.
+
+    The ``--key=value`` overrides for every run are what ``parser.parse_known_args`` leaves over.
+
+    Example
+    -------
+    >>> parser = argparse.ArgumentParser()
+    >>> add_arguments(parser)
+    >>> args, overrides = parser.parse_known_args(["grid.yaml", "--jobs", "2", "--device=cuda:0"])
+    >>> args.grid, args.jobs, args.dry_run, overrides
+    ('grid.yaml', 2, False, ['--device=cuda:0'])
+    """
     parser.add_argument("grid", help="grid YAML file")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (threads per run = cores // jobs)")
     parser.add_argument("--only", action="append", default=[],
                         help="only runs whose name (group/key-value+.../seedN) contains this (repeatable)")
     parser.add_argument("--no-report", action="store_true", help="skip tables and figures at the end")
-    args, extra = parser.parse_known_args(argv)
-    bad = [e for e in extra if not (e.startswith("--") and "=" in e)]
+
+
+def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
+    """Run the grid of a command line parsed with :func:`add_arguments`, then write its report.
+
+    Arguments
+    ---------
+    args : argparse.Namespace
+        The parsed options (``grid``, ``dry_run``, ``jobs``, ``only``, ``no_report``).
+    overrides : sequence of str
+        ``--key=value`` options appended to every run's command; anything else raises :class:`GridError`.
+
+    Returns
+    -------
+    int
+        The exit status: 1 when a run failed, else 0.
+    """
+    bad = [o for o in overrides if not (o.startswith("--") and "=" in o)]
     if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
+        raise GridError(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
     spec = load_grid(args.grid)
-    runs = [r for r in expand(spec, extra) if not args.only or any(s in r.name for s in args.only)]
+    runs = [r for r in expand(spec, overrides) if not args.only or any(s in r.name for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
     status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish)
     print(format_summary(runs, status))

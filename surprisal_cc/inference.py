@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import json
 import os
 import time
@@ -41,8 +42,11 @@ from torch import Tensor
 from .apc import APCModel, FrozenAPC, load_apc
 from .data.errors import DataPreparationError, DataPreparationWarning
 from .decoding import CTCBeamSearch
-from .encoders import Encoder, EncoderOutput, build_encoder
-from .features import FeatureConfig, FilterbankFrontEnd, lengths_to_mask
+from .encoders import build_encoder
+from .hparams_files import expand_hparams
+from .nnet import Encoder, EncoderOutput
+from .features import FeatureConfig, FilterbankFrontEnd
+from .nnet import lengths_to_mask
 from .flops import MacMeter, module_macs
 from .recipe import ConfigurationError, native_bf16
 
@@ -61,7 +65,17 @@ class ModelFormatError(ValueError):
 
 
 class BadAudioError(DataPreparationError):
-    """Audio files that cannot be used; ``problems`` holds one ``"path: reason"`` line per file."""
+    """Audio files that cannot be used; ``problems`` holds one ``"path: reason"`` line per file.
+
+    Arguments
+    ---------
+    problems : sequence of str
+        One ``"path: reason"`` line per unusable file.
+    total : int
+        Number of files checked.
+    hint : str
+        What to do about it, appended to the message.
+    """
 
     def __init__(self, problems: Sequence[str], total: int, hint: str = ""):
         self.problems, self.total, self.hint = list(problems), total, hint
@@ -69,7 +83,13 @@ class BadAudioError(DataPreparationError):
 
 
 def default_model_dir() -> Path:
-    """``<repository>/pretrained``: where ``--model`` points when it is not given."""
+    """``<repository>/pretrained``: where ``--model`` points when it is not given.
+
+    Example
+    -------
+    >>> default_model_dir().name
+    'pretrained'
+    """
     return Path(__file__).resolve().parents[1] / "pretrained"
 
 
@@ -80,9 +100,42 @@ def default_model_dir() -> Path:
 class Transcription:
     """One utterance: phones and, per frame, what the model computed.
 
-    ``surprisal`` is None when no APC ran; ``p_big``/``use_big`` are None for ACT and PonderNet,
-    which report ``steps`` instead. ``rtf`` is the compute time of the utterance's batch (features,
-    APC, encoder, beam search) divided by the batch's audio duration.
+    Arguments
+    ---------
+    phones : list of str
+        The recognised phones.
+    num_frames : int
+        Frames of the utterance.
+    duration_s : float
+        Audio duration in seconds.
+    flops_per_frame : float
+        MACs per frame that ran, all components together (APC included when it ran).
+    flops_components : dict of str to float
+        MACs per frame of each component.
+    rtf : float
+        Real-time factor: compute time of the utterance's batch (features, APC, encoder, beam
+        search) divided by the batch's audio duration.
+    surprisal : torch.Tensor, optional
+        (T,) APC surprisal; None when no APC ran.
+    p_big : torch.Tensor, optional
+        (T,) probability of the big network; None for ACT and PonderNet.
+    use_big : torch.Tensor, optional
+        (T,) bool, where the big network ran; None for ACT and PonderNet.
+    steps : torch.Tensor, optional
+        (T,) steps executed per frame (ACT and PonderNet).
+    fbank : torch.Tensor, optional
+        (T, n_mels) filterbank features.
+    path : str, optional
+        The audio file, when transcribed from a file.
+
+    Example
+    -------
+    >>> import torch
+    >>> t = Transcription(["sil", "AH", "sil"], num_frames=4, duration_s=0.08, flops_per_frame=1000.0,
+    ...                   flops_components={"encoder": 1000.0}, rtf=0.1,
+    ...                   use_big=torch.tensor([True, False, False, True]))
+    >>> t.big_fraction, t.to_dict()["use_big"]
+    (0.5, [True, False, False, True])
     """
 
     phones: List[str]
@@ -122,7 +175,31 @@ PRECISIONS = ("fp32", "bf16", "auto")
 
 
 def resolve_inference_precision(precision: str, device: torch.device) -> str:
-    """``fp32``, or ``bf16`` where the device computes it natively (``auto`` picks the best)."""
+    """``fp32``, or ``bf16`` where the device computes it natively (``auto`` picks the best).
+
+    Arguments
+    ---------
+    precision : str
+        ``"fp32"``, ``"bf16"`` or ``"auto"``.
+    device : torch.device
+        The device the model runs on.
+
+    Returns
+    -------
+    str
+        ``"fp32"`` or ``"bf16"``.
+
+    Raises
+    ------
+    ConfigurationError
+        For an unknown precision, or ``bf16`` on a device without native bf16.
+
+    Example
+    -------
+    >>> import torch
+    >>> resolve_inference_precision("fp32", torch.device("cpu"))
+    'fp32'
+    """
     if precision not in PRECISIONS:
         raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     native = native_bf16(device)
@@ -135,6 +212,13 @@ def resolve_inference_precision(precision: str, device: torch.device) -> str:
 
 
 def resolve_device(device: Union[str, torch.device]) -> torch.device:
+    """``torch.device(device)``; :class:`ConfigurationError` for an invalid name or missing CUDA.
+
+    Example
+    -------
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
     try:
         dev = torch.device(device)
     except RuntimeError as err:
@@ -147,8 +231,8 @@ def resolve_device(device: Union[str, torch.device]) -> torch.device:
 class ConditionalASR:
     """A trained conditional-computation CTC phone recogniser, ready for inference.
 
-    Parameters
-    ----------
+    Arguments
+    ---------
     config : dict
         The ``model.json`` content (see :func:`export_run`).
     encoder : Encoder
@@ -160,6 +244,19 @@ class ConditionalASR:
     precision : str
         ``"fp32"`` (default), ``"bf16"`` (torch.autocast; only where the device has native bf16)
         or ``"auto"``.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from surprisal_cc.recipe import phone_set
+    >>> asr = ConditionalASR.untrained(phone_set("librispeech"), controller="random")
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     folder = asr.save(Path(tmp) / "model")
+    ...     files = sorted(p.name for p in folder.iterdir())
+    ...     loaded = ConditionalASR.from_pretrained(folder, deterministic=True)
+    >>> files, loaded.labels == asr.labels
+    (['README.md', 'encoder.pt', 'model.json'], True)
     """
 
     def __init__(self, config: Dict[str, Any], encoder: Encoder, apc: Optional[APCModel] = None,
@@ -189,8 +286,27 @@ class ConditionalASR:
                         precision: str = "fp32", deterministic: bool = False) -> "ConditionalASR":
         """Load an exported model folder (default: :func:`default_model_dir`).
 
-        ``deterministic=True`` routes with ``p_big > 0.5`` (PonderNet: halts at the threshold)
-        instead of sampling, whatever the model was tested with.
+        Arguments
+        ---------
+        source : str or path, optional
+            An exported model folder (see :func:`export_run`); None: :func:`default_model_dir`.
+        device : str or torch.device
+            ``"cpu"`` or ``"cuda"``/``"cuda:N"``.
+        precision : str
+            ``"fp32"``, ``"bf16"`` or ``"auto"`` (see :func:`resolve_inference_precision`).
+        deterministic : bool
+            Route with ``p_big > 0.5`` (PonderNet: halt at the threshold) instead of sampling,
+            whatever the model was tested with.
+
+        Returns
+        -------
+        ConditionalASR
+            The model, with ``source`` set to the folder.
+
+        Raises
+        ------
+        ModelFormatError
+            When the folder is missing, incomplete, damaged or of another format version.
         """
         folder = Path(source) if source is not None else default_model_dir()
         config, encoder, apc = load_model_folder(folder)
@@ -203,7 +319,34 @@ class ConditionalASR:
     @classmethod
     def untrained(cls, labels: Sequence[str], encoder: str = "conditional", controller: str = "random",
                   input_features: str = "fbank", device: str = "cpu", **encoder_options) -> "ConditionalASR":
-        """A randomly initialised model over ``labels`` (blank added at index 0), for tests and examples."""
+        """A randomly initialised model over ``labels`` (blank added at index 0), for tests and examples.
+
+        Arguments
+        ---------
+        labels : sequence of str
+            The phones (without blank).
+        encoder : str
+            Encoder name, as :func:`~surprisal_cc.encoders.build_encoder` takes it.
+        controller : str
+            Controller name (conditional encoder).
+        input_features : str
+            ``"fbank"`` or ``"apc"``; a random APC model is built when needed.
+        device : str
+            Device of the model.
+        **encoder_options
+            Further arguments of :func:`~surprisal_cc.encoders.build_encoder`.
+
+        Returns
+        -------
+        ConditionalASR
+            The model.
+
+        Example
+        -------
+        >>> asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
+        >>> asr.labels, asr.uses_apc
+        (['<blank>', 'AH', 'B', 'sil'], False)
+        """
         from .recipe import input_size_for
 
         kwargs = dict(name=encoder, input_size=input_size_for(input_features), num_outputs=len(labels) + 1,
@@ -215,7 +358,20 @@ class ConditionalASR:
         return cls(config, build_encoder(**kwargs), apc, device=device)
 
     def save(self, folder: PathLike, dtype: str = "fp32") -> Path:
-        """Write this model as a model folder (``from_pretrained`` loads it back)."""
+        """Write this model as a model folder (``from_pretrained`` loads it back).
+
+        Arguments
+        ---------
+        folder : str or path
+            New, empty or existing model folder.
+        dtype : str
+            ``"fp32"`` or ``"fp16"`` (weight matrices stored in half precision).
+
+        Returns
+        -------
+        pathlib.Path
+            The folder.
+        """
         import io
 
         from .apc import save_apc
@@ -242,6 +398,7 @@ class ConditionalASR:
 
     # ------------------------------------------------------------------ forward
     def _autocast(self):
+        """bf16 autocast context when ``precision`` is bf16, else a null context."""
         if self.precision == "bf16":
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
@@ -274,13 +431,31 @@ class ConditionalASR:
     def transcribe_batch(self, wavs: Tensor, lengths: Optional[Tensor] = None) -> List[Transcription]:
         """Transcribe a padded batch of 16 kHz waveforms.
 
-        Parameters
-        ----------
-        wavs : Tensor
+        Arguments
+        ---------
+        wavs : torch.Tensor
             (B, S) or (S,) mono audio at the model's sample rate, in [-1, 1].
-        lengths : Tensor, optional
+        lengths : torch.Tensor, optional
             Relative lengths in (0, 1] (floating point, as in SpeechBrain) or sample counts
             (integer). None: every waveform is whole.
+
+        Returns
+        -------
+        list of Transcription
+            One per utterance, in batch order.
+
+        Raises
+        ------
+        DataPreparationError
+            When an utterance is shorter than one analysis window.
+
+        Example
+        -------
+        >>> import torch
+        >>> asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
+        >>> result = asr.transcribe_batch(torch.randn(2, 8000), torch.tensor([8000, 4000]))
+        >>> [r.num_frames for r in result], [r.big_fraction for r in result]
+        ([24, 12], [1.0, 1.0])
         """
         wavs = torch.as_tensor(wavs)
         if wavs.ndim == 1:
@@ -309,7 +484,37 @@ class ConditionalASR:
         return results
 
     def transcribe_file(self, path: PathLike) -> Transcription:
-        """Transcribe one audio file (resampled to 16 kHz and downmixed to mono, with a warning)."""
+        """Transcribe one audio file (resampled to 16 kHz and downmixed to mono, with a warning).
+
+        Arguments
+        ---------
+        path : str or path
+            Any format libsndfile decodes (FLAC, WAV, ...).
+
+        Returns
+        -------
+        Transcription
+            With ``path`` set.
+
+        Raises
+        ------
+        BadAudioError
+            When the file cannot be decoded.
+
+        Example
+        -------
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> import numpy as np
+        >>> import soundfile
+        >>> asr = ConditionalASR.untrained(["AH", "B", "sil"])
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     wav = Path(tmp) / "utt.flac"
+        ...     soundfile.write(wav, np.random.default_rng(0).uniform(-0.5, 0.5, 8000), 16000)
+        ...     result = asr.transcribe_file(wav)
+        >>> result.num_frames, result.duration_s, Path(result.path).name
+        (24, 0.5, 'utt.flac')
+        """
         check_audio(path, self.feature_config.sample_rate)
         return self.transcribe_checked_file(path)
 
@@ -327,13 +532,15 @@ class ConditionalASR:
                  timit_split: str = "test", progress: bool = False) -> Dict[str, Any]:
         """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF on a labelled corpus.
 
-        Parameters
-        ----------
-        data : path
+        Arguments
+        ---------
+        data : str or path
             A LibriSpeech-format folder (``speaker/chapter/*.flac`` + ``*.trans.txt``; labels from
             CMUdict with the model's training G2P policy, or MFA labels from ``mfa_labels``), a
             TIMIT folder (``timit_split``: the core ``test`` set, the ``valid`` speakers or ``train``)
             or a manifest CSV as the recipes write (``ID``, ``wav``, ``phn`` columns).
+        mfa_labels : str or path, optional
+            MFA export CSV with the labels of a LibriSpeech-format folder.
         skip_bad : bool
             Score the usable files when some are not (they are listed in ``skipped``); otherwise
             :class:`BadAudioError` lists them all.
@@ -341,6 +548,28 @@ class ConditionalASR:
             Utterances per forward pass (default: the run's batch size).
         seed : int, optional
             Seeds the random routing decisions for this call (the global RNG is restored after).
+        g2p : str, optional
+            G2P policy for out-of-vocabulary words (default: the model's training policy).
+        timit_split : str
+            ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
+        progress : bool
+            Show a progress bar.
+
+        Returns
+        -------
+        dict
+            ``per``, ``substitutions``, ``deletions``, ``insertions``, ``num_ref_tokens``,
+            ``num_utterances``, ``flops_per_frame``, ``flops_components``, ``p_big_mean``,
+            ``p_big_var`` and ``big_fraction`` (small/big routing), ``mean_steps`` (ACT, PonderNet), ``rtf``,
+            ``compute_s``, ``audio_s`` and what was evaluated (``data``, ``labels``, ``skipped``,
+            ``model``, ``device``, ``precision``, ``beam_size``).
+
+        Raises
+        ------
+        BadAudioError
+            When some audio files are unusable and ``skip_bad`` is False.
+        DataPreparationError
+            When the corpus, its labels or its audio cannot be used.
         """
         from .brain import RoutingStats
         from .data.audio import read_audio
@@ -408,7 +637,20 @@ class ConditionalASR:
 # Audio checks
 # ----------------------------------------------------------------------------------------------
 def check_audio_many(paths: Sequence[PathLike]) -> Tuple[Dict[str, Any], List[str]]:
-    """Decode every file once: ``({path: AudioInfo} of usable files, ["path: problem", ...])``."""
+    """Decode every file once: ``({path: AudioInfo} of usable files, ["path: problem", ...])``.
+
+    Arguments
+    ---------
+    paths : sequence of str or path
+        Audio files.
+
+    Returns
+    -------
+    infos : dict of str to AudioInfo
+        Duration, sample rate and channels of each usable file, by path.
+    problems : list of str
+        One ``"path: problem"`` line per unusable file.
+    """
     from .data.audio import _check_one
 
     infos, problems = {}, []
@@ -422,8 +664,24 @@ def check_audio_many(paths: Sequence[PathLike]) -> Tuple[Dict[str, Any], List[st
 
 
 def check_audio(path: PathLike, sample_rate: int = 16000) -> None:
-    """Raise :class:`BadAudioError` (one line naming the file) unless ``path`` is usable audio;
-    warn when it will be resampled or downmixed."""
+    """Raise :class:`BadAudioError` unless ``path`` is usable audio; warn when it will be converted.
+
+    The error has one line naming the file; the :class:`DataPreparationWarning` says that the file
+    will be resampled to ``sample_rate`` or downmixed to mono.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     bad = Path(tmp) / "bad.wav"
+    ...     _ = bad.write_text("not audio")
+    ...     try:
+    ...         check_audio(bad)
+    ...     except BadAudioError as err:
+    ...         print(len(err.problems), err.problems[0].startswith(str(bad)))
+    1 True
+    """
     infos, problems = check_audio_many([path])
     if problems:
         raise BadAudioError(problems, 1)
@@ -431,7 +689,15 @@ def check_audio(path: PathLike, sample_rate: int = 16000) -> None:
 
 
 def warn_converted(infos: Dict[str, Any], sample_rate: int = 16000) -> None:
-    """One warning per file (up to 20) that is resampled or downmixed on load."""
+    """One warning per file (up to 20) that is resampled or downmixed on load.
+
+    Arguments
+    ---------
+    infos : dict of str to AudioInfo
+        Usable files, as :func:`check_audio_many` returns them.
+    sample_rate : int
+        The model's sample rate.
+    """
     notes = []
     for path, info in infos.items():
         if info.sample_rate != sample_rate:
@@ -453,7 +719,34 @@ Item = Tuple[str, str, List[str]]  # utterance id, audio path, reference phones
 
 def corpus_items(data: PathLike, asr: ConditionalASR, mfa_labels: Optional[PathLike] = None,
                  g2p: Optional[str] = None, timit_split: str = "test") -> Tuple[List[Item], str]:
-    """(utterance id, audio path, reference phones) of a corpus, and where the labels came from."""
+    """(utterance id, audio path, reference phones) of a corpus, and where the labels came from.
+
+    Arguments
+    ---------
+    data : str or path
+        A LibriSpeech-format folder, a TIMIT folder or a manifest CSV (see
+        :meth:`ConditionalASR.evaluate`).
+    asr : ConditionalASR
+        The model: its label set and its training label policy.
+    mfa_labels : str or path, optional
+        MFA export CSV with the labels of a LibriSpeech-format folder.
+    g2p : str, optional
+        G2P policy for out-of-vocabulary words (default: the model's).
+    timit_split : str
+        ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
+
+    Returns
+    -------
+    items : list of (str, str, list of str)
+        Utterance id, audio path and reference phones of each utterance.
+    source : str
+        Where the labels came from, in words.
+
+    Raises
+    ------
+    DataPreparationError
+        When the corpus cannot be read or its labels are not the model's label set.
+    """
     path = Path(data)
     if not path.exists():
         raise DataPreparationError(f"{path}: no such file or folder")
@@ -480,12 +773,14 @@ def corpus_items(data: PathLike, asr: ConditionalASR, mfa_labels: Optional[PathL
 
 
 def _is_timit(path: Path) -> bool:
+    """Whether ``path`` (or ``path/TIMIT``) has a TRAIN or TEST folder, in any letter case."""
     from .data.timit import _child
 
     return any(_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
 
 
 def _manifest_items(path: Path) -> List[Item]:
+    """Items of a manifest CSV (``ID``, ``wav``, ``phn`` columns)."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         missing = {"ID", "wav", "phn"} - set(reader.fieldnames or [])
@@ -502,6 +797,7 @@ def _manifest_items(path: Path) -> List[Item]:
 
 
 def _timit_items(path: Path, split: str) -> List[Item]:
+    """Items of one TIMIT split, labels folded to 39 phones, sorted by utterance id."""
     from .data.phones import fold_timit
     from .data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS, _read_phn, _sibling, scan_timit
 
@@ -531,6 +827,7 @@ def _timit_items(path: Path, split: str) -> List[Item]:
 
 def _librispeech_items(path: Path, asr: ConditionalASR, mfa_labels: Optional[PathLike],
                        g2p: Optional[str]) -> Tuple[List[Item], str]:
+    """Items of a LibriSpeech-format folder with MFA or lexicon labels, and the label source."""
     from .data.lexicon import Lexicon
     from .data.librispeech import scan_subset
     from .data.mfa import load_mfa_labels
@@ -562,12 +859,44 @@ def _librispeech_items(path: Path, asr: ConditionalASR, mfa_labels: Optional[Pat
 # Model folders
 # ----------------------------------------------------------------------------------------------
 def _export_hint(folder: Path) -> str:
+    """How to get a model folder at ``folder``, for error messages."""
     return (f"pass --model DIR (from_pretrained(DIR)) with an exported model, or export a finished recipe run: "
             f"surprisal-cc export RUN_DIR {folder}")
 
 
 def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[APCModel]]:
-    """(config, encoder with weights, APC model or None) of an exported model folder."""
+    """(config, encoder with weights, APC model or None) of an exported model folder.
+
+    Arguments
+    ---------
+    folder : pathlib.Path
+        A model folder, as :func:`write_model_folder` writes it.
+
+    Returns
+    -------
+    config : dict
+        The content of ``model.json``.
+    encoder : Encoder
+        The encoder with its weights.
+    apc : APCModel or None
+        The APC model, when the model uses one.
+
+    Raises
+    ------
+    ModelFormatError
+        When the folder is missing, incomplete, damaged or of another format version.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     try:
+    ...         load_model_folder(Path(tmp))
+    ...     except ModelFormatError as err:
+    ...         print("no model.json" in str(err))
+    True
+    """
     if not folder.is_dir():
         raise ModelFormatError(f"{folder}: no model folder there; {_export_hint(folder)}")
     config_path = folder / MODEL_FILE
@@ -607,6 +936,7 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
 
 
 def _load_tensors(path: Path) -> Dict[str, Tensor]:
+    """State dict of a tensor file (``weights_only=True``); :class:`ModelFormatError` if unusable."""
     if not path.is_file():
         raise ModelFormatError(f"{path}: missing")
     try:
@@ -620,11 +950,17 @@ def _load_tensors(path: Path) -> Dict[str, Tensor]:
 
 
 def _cast(state: Dict[str, Tensor], dtype: torch.dtype) -> Dict[str, Tensor]:
-    """Weight matrices (2-D and up) to ``dtype``; scalars, vectors and integer buffers unchanged."""
-    return {k: v.to(dtype) if v.is_floating_point() and v.ndim >= 2 else v for k, v in state.items()}
+    """Weight matrices (2-D and up) to ``dtype``; scalars, vectors and integer buffers unchanged.
+
+    Every tensor is copied to the CPU into its own storage: a view (e.g. of the flat weight buffer
+    cuDNN keeps for a GRU on a GPU) would otherwise save the whole buffer it belongs to.
+    """
+    return {k: (v.to(dtype) if v.is_floating_point() and v.ndim >= 2 else v).detach().cpu().clone()
+            for k, v in state.items()}
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename it to ``path``."""
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
@@ -634,9 +970,34 @@ def _atomic_save(obj: Any, path: Path) -> None:
 # Export
 # ----------------------------------------------------------------------------------------------
 def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
-    """Overrides (key -> YAML value) that keep loading an hparams file free of side effects: no
-    checkpoint folders are created, and top-level ``!PLACEHOLDER`` values get a dummy (building
-    the modules needs no data)."""
+    """Overrides (key -> YAML value) that keep loading an hparams file free of side effects.
+
+    No checkpoint folders are created (``checkpointer`` and ``apc_checkpointer`` become null), and
+    top-level ``!PLACEHOLDER`` values get a dummy (building the modules needs no data).
+
+    Arguments
+    ---------
+    hparams_file : str or path
+        An hparams file; a missing file gives no overrides.
+
+    Returns
+    -------
+    dict of str to str
+        Key -> YAML value.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     hparams = Path(tmp) / "hparams.yaml"
+    ...     _ = hparams.write_text("data_folder: !PLACEHOLDER\\nlr: 0.1\\n"
+    ...                            "checkpointer: !new:speechbrain.utils.checkpoints.Checkpointer\\n"
+    ...                            "    checkpoints_dir: save\\n")
+    ...     overrides = inert_overrides(hparams)
+    >>> overrides
+    {'checkpointer': 'null', 'data_folder': 'placeholder'}
+    """
     import re
 
     from .report import load_yaml_tolerant
@@ -646,7 +1007,10 @@ def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
         return {}
     keys = load_yaml_tolerant(path)
     overrides = {key: "null" for key in ("checkpointer", "apc_checkpointer") if key in keys}
-    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        text = expand_hparams(path)
+    except ValueError:
+        text = path.read_text(encoding="utf-8", errors="replace")
     overrides.update({key: "placeholder" for key in re.findall(r"^(\w+):[ \t]*!PLACEHOLDER", text, flags=re.M)})
     return overrides
 
@@ -659,8 +1023,7 @@ def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
     from .report import _TolerantLoader
 
     try:
-        with open(hparams_file, encoding="utf-8") as f:
-            text = resolve_references(f, overrides).getvalue()
+        text = resolve_references(io.StringIO(expand_hparams(hparams_file)), overrides).getvalue()
         data = yaml.load(text, Loader=_TolerantLoader)
     except (ValueError, KeyError, yaml.YAMLError) as err:
         raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
@@ -668,6 +1031,7 @@ def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
 
 
 def _run_file(run: Path, *names: str, what: str) -> Path:
+    """The first of ``names`` that is a file in ``run``; else :class:`ConfigurationError` (``what``)."""
     for name in names:
         if (run / name).is_file():
             return run / name
@@ -675,6 +1039,7 @@ def _run_file(run: Path, *names: str, what: str) -> Path:
 
 
 def _locate_apc(hparams: Dict[str, Any], run: Path, explicit: Optional[PathLike]) -> Path:
+    """The run's APC model file: ``explicit``, else the hparams' ``apc_path`` or its default place."""
     if explicit is not None:
         if not Path(explicit).is_file():
             raise ConfigurationError(f"--apc {explicit}: no such file")
@@ -697,6 +1062,7 @@ def _locate_apc(hparams: Dict[str, Any], run: Path, explicit: Optional[PathLike]
 
 
 def _checkpoint(run: Path, metric: str):
+    """The checkpoint of ``run/save`` with the lowest ``metric``."""
     from speechbrain.utils.checkpoints import Checkpointer
 
     save = run / "save"
@@ -713,10 +1079,31 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     """Turn the best checkpoint (min validation PER) of a finished recipe run into a model folder.
 
     Reads ``RUN_DIR/hyperparams.yaml`` (written by SpeechBrain; hparams files are code, load only
-    runs you trust), ``RUN_DIR/results.json`` (or ``results_test_only.json``) and ``RUN_DIR/save``; the APC
-    model comes from the run's ``apc_path`` (or ``<experiment_root>/apc/apc.pt``) unless
-    ``apc_path`` is given. ``dtype="fp16"`` stores weight matrices in fp16 (half the size; loaded
-    back as fp32). Writes ``model.json``, ``encoder.pt``, ``apc.pt`` (when used) and ``README.md``.
+    runs you trust), ``RUN_DIR/results.json`` (or ``results_test_only.json``) and ``RUN_DIR/save``.
+    Writes ``model.json``, ``encoder.pt``, ``apc.pt`` (when used) and ``README.md``.
+
+    Arguments
+    ---------
+    run_dir : str or path
+        Output folder of a recipe run.
+    out_dir : str or path
+        The model folder to write (new, empty, or a model folder to replace).
+    dtype : str
+        ``"fp32"``, or ``"fp16"``: weight matrices stored in fp16 (half the size; loaded back as
+        fp32).
+    apc_path : str or path, optional
+        The APC model; default: the run's ``apc_path`` (or ``<experiment_root>/apc/apc.pt``).
+
+    Returns
+    -------
+    pathlib.Path
+        The model folder.
+
+    Raises
+    ------
+    ConfigurationError
+        When the run folder lacks its hparams, results, checkpoints or APC model, or the
+        checkpoint does not fit the hparams.
     """
     from .recipe import load_hparams
 
@@ -808,7 +1195,30 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
 
 def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[str, Tensor],
                        apc_blob: Optional[Dict[str, Any]]) -> Path:
-    """Write ``model.json``, ``encoder.pt``, ``apc.pt`` (with ``apc_blob``) and ``README.md`` into ``out``."""
+    """Write ``model.json``, ``encoder.pt``, ``apc.pt`` (with ``apc_blob``) and ``README.md`` into ``out``.
+
+    Arguments
+    ---------
+    out : pathlib.Path
+        New, empty or existing model folder.
+    config : dict
+        The ``model.json`` content; its ``weights_dtype`` (``"fp32"`` or ``"fp16"``) sets the
+        dtype of the stored weight matrices.
+    encoder_state : dict of str to torch.Tensor
+        The encoder's state dict.
+    apc_blob : dict, optional
+        The APC model file's content (``state_dict`` and configuration); None: no ``apc.pt``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out``.
+
+    Raises
+    ------
+    ConfigurationError
+        When ``out`` exists and is neither empty nor a model folder.
+    """
     out = Path(out)
     dtype = WEIGHT_DTYPES[config["weights_dtype"]]
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MODEL_FILE).is_file())):
@@ -839,11 +1249,25 @@ def _check_apc_matches_cache(apc: APCModel, hparams: Dict[str, Any]) -> None:
 
 
 def _millions(value: Optional[float]) -> str:
+    """``"1.23M"``, or a dash for None."""
     return "–" if value is None else f"{value / 1e6:.2f}M"
 
 
 def model_card(config: Dict[str, Any], out: Path) -> str:
-    """The model folder's README.md, from ``model.json`` (its ``source`` part: the run it came from)."""
+    """The model folder's README.md, from ``model.json`` (its ``source`` part: the run it came from).
+
+    Arguments
+    ---------
+    config : dict
+        The ``model.json`` content.
+    out : pathlib.Path
+        The model folder (its name and the size of its ``.pt`` files appear in the card).
+
+    Returns
+    -------
+    str
+        Markdown text.
+    """
     enc, src = config["encoder"], config.get("source") or {}
     test, details = src.get("test") or {}, src.get("error_rate_details") or {}
     calibration, policy = src.get("calibration") or {}, config.get("label_policy") or {}
@@ -905,17 +1329,33 @@ surprisal-cc evaluate LibriSpeech/dev-clean-2 --model {out.name} [--mfa-labels d
 
 
 def _policy(policy: Dict[str, Any]) -> str:
+    """The training label policy in words."""
     labels = policy.get("labels")
     text = ", ".join(f"{k} {v}" for k, v in labels.items()) if isinstance(labels, dict) else str(labels or "–")
     return text + (f" (g2p {policy['g2p']})" if policy.get("g2p") else "")
 
 
 def _fmt(value: Optional[float]) -> str:
+    """Two decimals, or a dash for None."""
     return "–" if value is None else f"{value:.2f}"
 
 
 def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:
-    """The given paths; a folder stands for the audio files under it (sorted)."""
+    """The given paths; a folder stands for the audio files under it (sorted).
+
+    Audio files are those ending in ``.flac``, ``.wav``, ``.sph``, ``.ogg`` or ``.mp3``.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     for name in ("b.flac", "a.wav", "notes.txt"):
+    ...         _ = Path(tmp, name).write_text("")
+    ...     names = [p.name for p in iter_audio_paths([tmp])]
+    >>> names
+    ['a.wav', 'b.flac']
+    """
     from .data.manifest import list_files
 
     for path in map(Path, paths):

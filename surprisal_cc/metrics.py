@@ -21,21 +21,9 @@ from typing import Sequence
 
 from speechbrain.utils.metric_stats import ErrorRateStats
 
-__all__ = ["merge_repeated", "ErrorRate", "phone_error_rate", "word_error_rate"]
+from .data.phones import merge_repeated
 
-
-def merge_repeated(seq: Sequence[str], token: str = "sil") -> list[str]:
-    """Collapse runs of consecutive ``token`` into one; other tokens untouched.
-
-    >>> merge_repeated(["sil", "sil", "a", "a", "sil", "sil", "sil"])
-    ['sil', 'a', 'a', 'sil']
-    """
-    out: list[str] = []
-    for x in seq:
-        if x == token and out and out[-1] == token:
-            continue
-        out.append(x)
-    return out
+__all__ = ["ErrorRate", "phone_error_rate", "word_error_rate"]
 
 
 class ErrorRate:
@@ -60,7 +48,7 @@ class ErrorRate:
 
     def _prep(self, seqs: Sequence[Sequence[str]]) -> list[list[str]]:
         if self.merge_sil:
-            return [merge_repeated(list(s), self.sil_token) for s in seqs]
+            return [merge_repeated(s, self.sil_token) for s in seqs]
         return [list(s) for s in seqs]
 
     def append(

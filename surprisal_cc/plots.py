@@ -1,8 +1,16 @@
-"""Figures (matplotlib, Agg, small PNGs): PER vs FLOPs with the Pareto front, validation curves
-(paper Fig. 2), bias sweep (Fig. 3), lambda sweep (Fig. 4) and per-frame routing of one utterance.
+"""Figures of the results, as small PNGs (matplotlib, Agg backend).
+
+PER vs FLOPs with the Pareto front, validation curves (paper Fig. 2), bias sweep (Fig. 3),
+lambda sweep (Fig. 4) and per-frame routing of one utterance. Typical use::
 
     make_all_plots("results/MiniLibriSpeech/grid", "results/MiniLibriSpeech/report")
     plot_routing(fbank, surprisal, use_big, "routing.png", sil_mask=sil)   # (T, 80), (T,), (T,), (T,)
+
+Every ``plot_*`` function draws one figure, writes it as a PNG to ``path`` (str or
+:class:`pathlib.Path`; parent folders are created) and returns that path as a
+:class:`pathlib.Path`. Its ``rows`` are results rows (:func:`~surprisal_cc.report.collect_results`)
+or aggregated rows (:func:`~surprisal_cc.report.aggregate`); ``dataset``, where it has one, draws
+only that dataset's rows (None: any).
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ __all__ = ["plot_per_vs_flops", "plot_validation_curves", "plot_bias_sweep", "pl
 
 
 def _save(fig: "plt.Figure", path: PathLike) -> Path:
+    """Write ``fig`` to ``path`` (parent folders created), close it and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -37,12 +46,34 @@ def _save(fig: "plt.Figure", path: PathLike) -> Path:
 
 
 def _errorbar(ax: "plt.Axes", rows: Sequence[Row], x: str, label: Optional[str] = None) -> None:
+    """PER (± its std over seeds) of aggregated ``rows`` against their key ``x``."""
     ax.errorbar([r[x] for r in rows], [r["PER"] for r in rows], yerr=[r["PER_std"] or 0.0 for r in rows],
                 marker="o", capsize=3, label=label)
 
 
 def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PER vs FLOPs") -> Path:
-    """One point per configuration (error bar: std over seeds), Pareto front as a dashed step line."""
+    """Test PER against FLOPs per frame, one point per configuration, with the Pareto front.
+
+    Error bars are the std over seeds; the Pareto front is a dashed step line. Rows without PER
+    or FLOPs are left out. ``rows``, ``path`` and the return value: see the module docstring.
+
+    Arguments
+    ---------
+    title : str
+        Figure title.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> rows = [{"controller": "surprisal", "seed": 1, "PER": 20.0, "flops_per_frame": 3e6},
+    ...         {"controller": "surprisal", "seed": 2, "PER": 21.0, "flops_per_frame": 3e6},
+    ...         {"controller": "big_only", "seed": 1, "PER": 19.0, "flops_per_frame": 6e6}]
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     png = plot_per_vs_flops(rows, Path(folder) / "per_vs_flops.png")
+    ...     written = png.stat().st_size > 0
+    >>> png.name, written
+    ('per_vs_flops.png', True)
+    """
     agg = [r for r in ensure_aggregated(rows) if r.get("flops_M") is not None and r.get("PER") is not None]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     front = pareto_front(agg, x="flops_M")
@@ -70,8 +101,30 @@ def _run_label(run_dir: Path) -> str:
 
 def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: str = "PER",
                            title: str = "Validation PER over training") -> Path:
-    """Validation ``key`` per epoch (history.jsonl), mean over the seeds of each configuration
-    with a ±std band (paper Fig. 2)."""
+    """Validation ``key`` per epoch, mean over the seeds of each configuration with a ±std band (paper Fig. 2).
+
+    ``path`` and the return value: see the module docstring.
+
+    Arguments
+    ---------
+    run_dirs : sequence of str or pathlib.Path
+        Run folders with a ``history.jsonl``; runs of one configuration (named from
+        ``results.json`` or ``hyperparams.yaml``, else the folder name) share a curve.
+    key : str
+        The metric of ``history.jsonl`` to draw.
+    title : str
+        Figure title.
+
+    Example
+    -------
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as run:
+    ...     _ = (Path(run) / "history.jsonl").write_text(
+    ...         "\\n".join(json.dumps({"epoch": e, "PER": 40.0 - e}) for e in (1, 2, 3)))
+    ...     written = plot_validation_curves([run], Path(run) / "curves.png").exists()
+    >>> written
+    True
+    """
     curves: Dict[str, Dict[int, List[float]]] = {}
     for run_dir in map(Path, run_dirs):
         label = _run_label(run_dir)
@@ -93,7 +146,21 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
 
 
 def plot_bias_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] = None) -> Path:
-    """Test PER against the controller bias shift (Appendix B, Fig. 3); big-only PER for reference."""
+    """Test PER against the controller bias shift (Appendix B, Fig. 3); big-only PER for reference.
+
+    Draws the rows of :func:`~surprisal_cc.report.table_bias_sweep`. ``rows``, ``path``,
+    ``dataset`` and the return value: see the module docstring.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> rows = [{"controller": "surprisal", "seed": 1, "PER": 20.0 - s, "test_bias_shift": s}
+    ...         for s in (-1.0, 0.0, 1.0)]
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     written = plot_bias_sweep(rows, Path(folder) / "bias_sweep.png").exists()
+    >>> written
+    True
+    """
     agg = ensure_aggregated(rows)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     _errorbar(ax, table_bias_sweep(agg, dataset).rows, "test_bias_shift", "surprisal controller")
@@ -106,7 +173,21 @@ def plot_bias_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] 
 
 
 def plot_lambda_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] = None) -> Path:
-    """Test PER (and FLOPs, right axis) of the learned controller against lambda (Appendix D, Fig. 4)."""
+    """Test PER (and FLOPs, right axis) of the learned controller against lambda (Appendix D, Fig. 4).
+
+    Draws the rows of :func:`~surprisal_cc.report.table_lambda` that have a penalty. ``rows``,
+    ``path``, ``dataset`` and the return value: see the module docstring.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> rows = [{"controller": "learned", "seed": 1, "PER": 20.0, "penalty": 1e-3, "flops_per_frame": 5e6},
+    ...         {"controller": "learned", "seed": 1, "PER": 22.0, "penalty": 1e-2, "flops_per_frame": 4e6}]
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     written = plot_lambda_sweep(rows, Path(folder) / "lambda_sweep.png").exists()
+    >>> written
+    True
+    """
     table = [r for r in table_lambda(rows, dataset).rows if r.get("penalty")]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     _errorbar(ax, table, "penalty", "PER")
@@ -121,6 +202,7 @@ def plot_lambda_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str
 
 
 def _numpy(x: Any) -> np.ndarray:
+    """Float numpy array of a tensor, array or sequence."""
     if hasattr(x, "detach"):
         x = x.detach().cpu().float().numpy()
     return np.asarray(x, dtype=float)
@@ -128,9 +210,36 @@ def _numpy(x: Any) -> np.ndarray:
 
 def plot_routing(fbank: Any, surprisal: Any, use_big: Any, path: PathLike, title: Optional[str] = None,
                  frame_shift_s: float = 0.02, sil_mask: Any = None) -> Path:
-    """Stacked panels on one time axis: log-mel spectrogram (T, n_mels), APC surprisal (T,), and
-    which network ran on each frame (T,; 1 = big). ``use_big=None`` draws the first two only;
-    ``sil_mask`` (T,; True = silence) shades silent frames on every panel."""
+    """Spectrogram, surprisal and routing of one utterance, stacked on one time axis.
+
+    ``path`` and the return value: see the module docstring.
+
+    Arguments
+    ---------
+    fbank : array-like
+        (T, n_mels) log-mel spectrogram (tensor or array).
+    surprisal : array-like
+        (T,) APC surprisal.
+    use_big : array-like or None
+        (T,) which network ran on each frame (1 = big); None draws the first two panels only.
+    title : str, optional
+        Title above the spectrogram.
+    frame_shift_s : float
+        Seconds per frame.
+    sil_mask : array-like, optional
+        (T,) True on silence: shaded on the surprisal and routing panels.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> frames = np.arange(50)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     png = plot_routing(np.zeros((50, 80)), frames * 0.1, frames % 2, Path(folder) / "routing.png",
+    ...                        sil_mask=frames < 10)
+    ...     written = png.exists()
+    >>> written
+    True
+    """
     spec, surp = _numpy(fbank), _numpy(surprisal)
     n_frames = spec.shape[0]
     times = np.arange(n_frames) * frame_shift_s
@@ -159,9 +268,34 @@ def plot_routing(fbank: Any, surprisal: Any, use_big: Any, path: PathLike, title
 
 
 def make_all_plots(results_root: PathLike, out_dir: PathLike) -> List[Path]:
-    """Every figure the results under ``results_root`` allow, as ``<dataset>_<figure>.png`` (PER vs
-    FLOPs of the Table 2 rows, validation curves, bias and lambda sweeps); also
-    ``routing*.npz`` files found there (arrays fbank, surprisal[, use_big, sil_mask])."""
+    """Every figure the results under ``results_root`` allow.
+
+    Per dataset, ``<dataset>_<figure>.png``: PER vs FLOPs of the Table 2 rows, validation curves,
+    bias and lambda sweeps (each where there are results for it); also one figure per
+    ``routing*.npz`` file found there (arrays fbank, surprisal[, use_big, sil_mask]).
+
+    Arguments
+    ---------
+    results_root : str or pathlib.Path
+        Folder searched recursively for results files.
+    out_dir : str or pathlib.Path
+        Folder of the figures.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The written figures.
+
+    Example
+    -------
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "results.json").write_text(json.dumps(
+    ...         {"dataset": "Mini", "controller": "surprisal", "seed": 1, "PER": 20.0, "flops_per_frame": 3e6}))
+    ...     names = [p.name for p in make_all_plots(folder, Path(folder) / "figures")]
+    >>> names
+    ['Mini_per_vs_flops.png']
+    """
     out, root = Path(out_dir), Path(results_root)
     rows = collect_results(root)
     agg = aggregate(rows) if rows else []

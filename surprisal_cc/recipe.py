@@ -1,56 +1,122 @@
-"""Recipe orchestration shared by the corpus recipes (the scripts under recipes/ stay thin).
+"""Library functions behind the recipe scripts (each ``recipes/*/train.py`` shows the pipeline).
 
-Steps: parse arguments and hparams -> prepare manifests (main process) -> load or pretrain APC ->
-build the feature cache (main process) -> datasets -> calibrate the controller -> train with
-checkpoint selection on the validation split -> decode the test set (CTC beam search) -> results.
+The steps, in the order a recipe calls them: :func:`parse_arguments` and :func:`load_hparams`;
+the corpus's ``prepare_*`` function (run on the main process); :func:`obtain_apc` (load or
+pretrain the frozen APC model); :func:`feature_cache` (filterbanks, APC features and
+surprisal of every utterance, computed once); :func:`build_datasets` (DynamicItemDataset
+pipelines); then the Brain (:class:`~surprisal_cc.brain.ConditionalCTCBrain`) calibrates the
+controller, trains with checkpoint selection on the validation split and decodes the test set.
+:func:`recipe_errors` turns configuration and data errors into one line ``error: ...``.
 """
 from __future__ import annotations
 
-import json
+import contextlib
+import io
 import logging
+import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import speechbrain as sb
 import torch
 from hyperpyyaml import load_hyperpyyaml
 from speechbrain.dataio.dataset import DynamicItemDataset
 from speechbrain.dataio.encoder import CTCTextEncoder
-from speechbrain.utils.distributed import run_on_main
+from speechbrain.utils.distributed import if_main_process, run_on_main
 
-from .apc import APCModel, FrozenAPC, load_apc
-from .brain import ConditionalCTCBrain, RNGState
+from .apc import APCModel, load_apc
 from .cache import FeatureCache
-from .features import FeatureConfig
+from .errors import ConfigurationError, TrainingDivergedError
+from .hparams_files import expand_hparams
 
 logger = logging.getLogger(__name__)
 
 
-class ConfigurationError(ValueError):
-    """A problem with the hparams file or command-line overrides."""
+def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
+    """SpeechBrain's ``parse_arguments``, with stray words refused instead of passed on as overrides.
+
+    Returns ``(hparams_file, run_opts, overrides)``; every override must be ``--key=value`` (or
+    ``--key value``) and name a key of the hparams file (checked by :func:`load_hparams`).
+    """
+    hparams_file, run_opts, overrides = sb.parse_arguments(list(argv))
+    stray = [line for line in overrides.splitlines() if line.strip() and ":" not in line]
+    if stray:
+        raise ConfigurationError(f"unexpected argument {stray[0]!r}: after the hparams file, give overrides as "
+                                 "--key=value (keys of that file) or SpeechBrain's options (--device, --test_only, ...)")
+    return hparams_file, run_opts, overrides
 
 
-def load_hparams(hparams_file: str, overrides: str = "") -> Dict:
+def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapping] = None) -> Dict:
     """Load a hyperpyyaml file with overrides; unknown keys and bad values get a clear error.
 
-    Note: hparams files are code (``!new:``/``!apply:`` run Python); only load files you trust.
+    With ``run_opts`` (a recipe run) the training ``precision`` is resolved (:func:`resolve_precision`)
+    and the label settings are checked. Note: hparams files are code (``!new:``/``!apply:`` run
+    Python); only load files you trust.
     """
     path = Path(hparams_file)
     if not path.is_file():
         raise ConfigurationError(f"hparams file {hparams_file} does not exist")
     try:
-        with open(path, encoding="utf-8") as f:
-            return load_hyperpyyaml(f, overrides)
+        hparams = load_hyperpyyaml(io.StringIO(expand_hparams(path)), overrides)
     except KeyError as err:
-        raise ConfigurationError(f"{hparams_file}: {err.args[0].split(' not found')[0]} is not a key of this file "
+        raise ConfigurationError(f"{hparams_file}: {err.args[0].split(' not found')[0]} is not a key of this configuration "
                                  "(check the spelling; every --key=value override must name an existing key)") from None
     except (ValueError, TypeError, ImportError, AttributeError) as err:
         raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
+    if run_opts is not None:
+        if "precision" in hparams:
+            hparams["precision"] = resolve_precision(hparams["precision"], run_opts)
+        if hparams.get("target_unit", "phone") not in ("phone", "sentencepiece"):
+            raise ConfigurationError(f"target_unit must be 'phone' or 'sentencepiece', got {hparams['target_unit']!r}")
+        if hparams.get("target_unit") == "phone":
+            check_consistency(hparams)
+    return hparams
+
+
+def create_experiment_directory(experiment_directory: str, hparams_file: str, overrides: str = "") -> None:
+    """SpeechBrain's ``create_experiment_directory`` (folder, log, environment, resolved
+    ``hyperparams.yaml``) for an hparams file that may start from another one: the saved
+    ``hyperparams.yaml`` holds the whole configuration (:func:`~surprisal_cc.hparams_files.expand_hparams`)."""
+    with tempfile.TemporaryDirectory() as folder:
+        expanded = Path(folder) / Path(hparams_file).name
+        expanded.write_text(expand_hparams(hparams_file), encoding="utf-8")
+        sb.create_experiment_directory(experiment_directory=experiment_directory,
+                                       hyperparams_to_save=str(expanded), overrides=overrides)
+        saved = Path(experiment_directory) / "hyperparams.yaml"
+        if if_main_process() and saved.is_file():  # name the file the configuration came from
+            saved.write_text(saved.read_text(encoding="utf-8").replace(
+                os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def recipe_errors():
+    """Configuration, data and divergence errors end the script with one line ``error: ...`` (exit 1).
+
+    Example
+    -------
+    >>> with recipe_errors():
+    ...     raise ConfigurationError("num_outputs is 40")
+    Traceback (most recent call last):
+    SystemExit: error: num_outputs is 40
+    """
+    from .data import DataPreparationError
+
+    try:
+        yield
+    except (ConfigurationError, DataPreparationError, TrainingDivergedError) as err:
+        sys.exit(f"error: {err}")
 
 
 def phone_set(name: str) -> List[str]:
-    """The label set of a corpus: ``librispeech`` (41: 39 ARPAbet + sil + spn) or ``timit`` (39 folded)."""
+    """The label set of a corpus: ``librispeech`` (41: 39 ARPAbet + sil + spn) or ``timit`` (39 folded).
+
+    Example
+    -------
+    >>> len(phone_set("librispeech")), len(phone_set("timit")), phone_set("timit")[:3]
+    (41, 39, ['aa', 'ae', 'ah'])
+    """
     from .data import phones
 
     sets = {"librispeech": phones.LIBRISPEECH_PHONES, "timit": phones.TIMIT_PHONES_39}
@@ -60,14 +126,27 @@ def phone_set(name: str) -> List[str]:
 
 
 def input_size_for(input_features: str, apc_hidden_size: int = 512, n_mels: int = 80) -> int:
-    """Encoder input width: APC features (``apc``) or raw filterbanks (``fbank``)."""
+    """Encoder input width: APC features (``apc``) or raw filterbanks (``fbank``).
+
+    Example
+    -------
+    >>> input_size_for("apc"), input_size_for("fbank")
+    (512, 80)
+    """
     if input_features not in ("apc", "fbank"):
         raise ConfigurationError(f"input_features must be 'apc' or 'fbank', got {input_features!r}")
     return apc_hidden_size if input_features == "apc" else n_mels
 
 
 def label_encoder_for(labels: Sequence[str], blank: str = "<blank>") -> CTCTextEncoder:
-    """CTC label encoder with the blank at index 0 and the given labels in order (fixed, not data-derived)."""
+    """CTC label encoder with the blank at index 0 and the given labels in order (fixed, not data-derived).
+
+    Example
+    -------
+    >>> encoder = label_encoder_for(["sil", "AH", "B"])
+    >>> encoder.encode_sequence(["AH", "B", "sil"]), encoder.ind2lab[0]
+    ([2, 3, 1], '<blank>')
+    """
     encoder = CTCTextEncoder()
     encoder.insert_blank(blank_label=blank, index=0)
     encoder.update_from_iterable(labels, sequence_input=False)
@@ -100,7 +179,25 @@ class SentencePieceLabels:
 
 
 def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[FeatureCache]) -> Dict[str, DynamicItemDataset]:
-    """DynamicItemDatasets with pipelines: targets from ``phn``, features from the cache or audio from ``wav``."""
+    """DynamicItemDatasets of every split, with their pipelines.
+
+    Arguments
+    ---------
+    hparams : dict
+        Uses ``label_encoder``, ``target_unit``, ``sorting``, ``optional_silence`` (and ``g2p``).
+    manifests : dict
+        Split name -> manifest CSV (columns ID, duration, wav, wrd, phn).
+    cache : FeatureCache or None
+        Features come from the cache (``fbank``, and ``features`` / ``surprisal`` with APC), or,
+        without one, the audio is read (``sig``).
+
+    Returns
+    -------
+    dict
+        Split name -> DynamicItemDataset giving ``id``, ``tokens`` (targets from ``phn``, or
+        SentencePiece units of ``wrd``), ``wrd``, the features, and for an optional-silence
+        training split ``optional`` (which targets may be skipped).
+    """
     from .data.audio import read_audio
 
     datasets = {}
@@ -190,7 +287,19 @@ def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: in
 
 
 def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Optional[APCModel]:
-    """The frozen APC model: loaded from ``apc_path``, or pretrained on the training split when it is null."""
+    """The APC model the run needs: loaded from ``apc_path``, or pretrained on the training split
+    when ``apc_path`` is null; None when the inputs are filterbanks and no controller needs surprisal.
+
+    Arguments
+    ---------
+    hparams : dict
+        Uses ``encoder_module``, ``input_features``, ``apc_path`` and, for pretraining, the
+        ``apc_*`` keys of ``hparams/common/apc.yaml``.
+    manifests : dict
+        Split name -> manifest; pretraining uses ``train`` and ``valid``.
+    run_opts : dict
+        SpeechBrain's run options (device, precision...) for pretraining.
+    """
     encoder = hparams["encoder_module"]
     needed = hparams["input_features"] == "apc" or encoder.needs_surprisal(True) or encoder.needs_surprisal(False)
     if not needed:
@@ -206,7 +315,15 @@ def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> O
 
 
 def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Path:
-    """Pretrain APC on the ``train`` manifest (validation loss on ``valid``); returns the exported file."""
+    """Pretrain APC on the ``train`` manifest (validation loss on ``valid``) from cached filterbanks.
+
+    Resumes from its checkpoints and skips training when ``apc_export_path`` exists.
+
+    Returns
+    -------
+    pathlib.Path
+        The exported model file (``apc_export_path``).
+    """
     from .apc_training import pretrain_apc
 
     fbank_cache = FeatureCache(hparams["cache_folder"], None, hparams["feature_config"])
@@ -217,77 +334,25 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
     return pretrain_apc(datasets, hparams, run_opts)
 
 
-def run_apc_recipe(argv: Sequence[str]) -> Path:
-    """APC pretraining recipe: prepare audio-only manifests of LibriSpeech subsets, train, export."""
-    from .data import prepare_librispeech
-
-    hparams_file, run_opts, overrides = sb.parse_arguments(list(argv))
-    sb.utils.distributed.ddp_init_group(run_opts)
-    hparams = load_hparams(hparams_file, overrides)
-    hparams["precision"] = resolve_precision(hparams.get("precision", "fp32"), run_opts)
-    sb.create_experiment_directory(experiment_directory=hparams["apc_output_folder"],
-                                   hyperparams_to_save=hparams_file, overrides=overrides)
-    run_on_main(prepare_librispeech, kwargs=hparams["prepare_options"])
-    manifests = prepare_librispeech(**hparams["prepare_options"])
-    return pretrain_apc_on(hparams, {"train": manifests["train"], "valid": manifests["valid"]}, run_opts)
+def prepare_labels(hparams: Dict, manifests: Mapping[str, str]) -> None:
+    """With ``target_unit: sentencepiece``, train the units on the training words (main process)
+    and make them ``hparams["label_encoder"]``; phone targets need nothing."""
+    if hparams["target_unit"] != "sentencepiece":
+        return
+    sp_dir = Path(hparams["prepared_folder"]) / f"sentencepiece_{hparams['sp_vocab_size']}"
+    run_on_main(SentencePieceLabels, args=[sp_dir, hparams["sp_vocab_size"], manifests["train"]])
+    hparams["label_encoder"] = SentencePieceLabels(sp_dir, hparams["sp_vocab_size"], manifests["train"])
+    check_consistency(hparams)
 
 
-def run_asr_recipe(argv: Sequence[str], prepare: Callable[..., Mapping[str, str]]) -> Dict[str, object]:
-    """The whole recipe; ``prepare(**hparams['prepare_options'])`` returns split -> manifest path."""
-    hparams_file, run_opts, overrides = sb.parse_arguments(list(argv))
-    sb.utils.distributed.ddp_init_group(run_opts)
-    hparams = load_hparams(hparams_file, overrides)
-    hparams["precision"] = resolve_precision(hparams.get("precision", "fp32"), run_opts)
-    sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
-                                   hyperparams_to_save=hparams_file, overrides=overrides)
-    if hparams["target_unit"] not in ("phone", "sentencepiece"):
-        raise ConfigurationError(f"target_unit must be 'phone' or 'sentencepiece', got {hparams['target_unit']!r}")
-    if hparams["target_unit"] == "phone":
-        check_consistency(hparams)
-
-    run_on_main(prepare, kwargs=hparams["prepare_options"])
-    manifests = prepare(**hparams["prepare_options"])  # idempotent: returns at once on every process
-    if hparams["target_unit"] == "sentencepiece":
-        sp_dir = Path(hparams["prepared_folder"]) / f"sentencepiece_{hparams['sp_vocab_size']}"
-        run_on_main(SentencePieceLabels, args=[sp_dir, hparams["sp_vocab_size"], manifests["train"]])
-        hparams["label_encoder"] = SentencePieceLabels(sp_dir, hparams["sp_vocab_size"], manifests["train"])
-        check_consistency(hparams)
-
-    apc = obtain_apc(hparams, manifests, run_opts)
-    hparams["apc_model"] = apc
-    cache = None
-    if hparams["use_feature_cache"]:
-        cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"])
-        run_on_main(fill_cache, args=[cache, manifests, hparams["cache_batch_size"]])
-    datasets = build_datasets(hparams, manifests, cache)
-    hparams["train_set"] = datasets["train"]
-    hparams["manifests"] = manifests
-
-    modules = {"encoder": hparams["encoder_module"]}
-    if apc is not None:
-        modules["apc"] = FrozenAPC(apc)
-    hparams["rng_state"] = RNGState()
-    hparams["checkpointer"].add_recoverable("rng", hparams["rng_state"])
-    brain = ConditionalCTCBrain(modules=modules, opt_class=hparams["opt_class"], hparams=hparams,
-                                run_opts=run_opts, checkpointer=hparams["checkpointer"])
-    train_loader_kwargs = training_loader_options(hparams, datasets["train"])
-    brain.train_batch_sampler = train_loader_kwargs.get("batch_sampler")
-    try:
-        brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],  # returns at once with --test_only
-                  train_loader_kwargs=train_loader_kwargs,
-                  valid_loader_kwargs=hparams["test_loader_options"])
-    except RuntimeError as err:
-        if "size mismatch" in str(err) or "Missing key" in str(err) or "Unexpected key" in str(err):
-            raise ConfigurationError(
-                f"the checkpoint in {hparams['save_folder']} was written by a model of another shape "
-                f"({str(err).splitlines()[0]}): use another --output_folder, or delete that folder") from None
-        raise
-    encoder = brain.modules.encoder
-    for shift in hparams["test_bias_shifts"]:
-        getattr(encoder, "module", encoder).test_bias_shift = float(shift)
-        brain.evaluate(datasets["test"], min_key=hparams["selection_metric"],
-                       test_loader_kwargs=hparams["test_loader_options"])
-    return {"output_folder": hparams["output_folder"]}
+def feature_cache(hparams: Dict, manifests: Mapping[str, str], apc: Optional[APCModel]) -> Optional[FeatureCache]:
+    """The feature cache of every utterance of ``manifests`` (filterbanks; with APC also its
+    features and surprisal), filled on the main process; None with ``use_feature_cache: False``."""
+    if not hparams["use_feature_cache"]:
+        return None
+    cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"])
+    run_on_main(fill_cache, args=[cache, manifests, hparams["cache_batch_size"]])
+    return cache
 
 
 def training_loader_options(hparams: Dict, train_set: DynamicItemDataset) -> Dict:
@@ -345,20 +410,3 @@ def check_consistency(hparams: Dict) -> None:
     if hparams["num_outputs"] != expected:
         raise ConfigurationError(f"num_outputs is {hparams['num_outputs']} but the label set has {expected - 1} "
                                  f"labels + blank = {expected}: set --num_outputs={expected}")
-
-
-def main_entry(prepare: Optional[Callable[..., Mapping[str, str]]] = None) -> None:
-    """Entry point of the recipe scripts (ASR with ``prepare``, APC pretraining without).
-
-    Configuration and data errors end the run with one clear message instead of a traceback.
-    """
-    from .brain import TrainingDivergedError
-    from .data import DataPreparationError
-
-    try:
-        if prepare is None:
-            run_apc_recipe(sys.argv[1:])
-        else:
-            run_asr_recipe(sys.argv[1:], prepare)
-    except (ConfigurationError, DataPreparationError, TrainingDivergedError) as err:
-        sys.exit(f"error: {err}")

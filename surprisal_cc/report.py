@@ -1,5 +1,7 @@
 """Results tables: collect ``results*.json`` files, aggregate over seeds, build the paper's tables.
 
+Typical use::
+
     rows = collect_results(["results/MiniLibriSpeech/grid"])   # one row per results file
     print(format_markdown(rows))                                # one row per configuration
     text = write_report("results/MiniLibriSpeech/grid", "results/MiniLibriSpeech/report")
@@ -9,7 +11,9 @@ the paper's grey rows): ``table_controllers`` (Table 2, plus ACT/PonderNet), ``t
 (Tables 3-7), ``table_stochastic`` (Tables 8/9), ``table_lambda`` (Appendix D),
 ``table_bias_sweep`` (Appendix B). An aggregated row is the mean over the n seeds of one
 configuration, ± the sample standard deviation (ddof=1); a row of one seed has no ±. Every table
-shows n.
+shows n. Every ``table_*`` function takes ``rows`` (results rows or aggregated rows) and, where it
+has one, ``dataset`` (only that dataset's rows; None: any), and returns a :class:`Table`;
+:func:`format_markdown`, :func:`write_csv` and :func:`report_tables` take the same ``rows``.
 """
 from __future__ import annotations
 
@@ -60,6 +64,7 @@ class _TolerantLoader(yaml.SafeLoader):
 
 
 def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    """The node under any ``!`` tag as a plain mapping, list or string."""
     if isinstance(node, yaml.MappingNode):
         return loader.construct_mapping(node, deep=True)
     if isinstance(node, yaml.SequenceNode):
@@ -71,12 +76,45 @@ _TolerantLoader.add_multi_constructor("!", _construct_tagged)
 
 
 def load_yaml_tolerant(path: PathLike) -> Dict[str, Any]:
-    """Top-level mapping of a (hyper)YAML file without running any tag; {} if unreadable."""
+    """Top-level mapping of a (hyper)YAML file without running any tag; {} if unreadable.
+
+    Tagged nodes (``!new:``, ``!ref``, ``!name:``...) are read as their plain contents.
+
+    Arguments
+    ---------
+    path : str or pathlib.Path
+        The YAML file.
+
+    Returns
+    -------
+    dict
+        The mapping; {} when the file is missing, not YAML or not a mapping.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "hparams.yaml").write_text(
+    ...         "lr: 0.1\\nmodel: !new:torch.nn.Linear\\n  in_features: 2\\nlr_copy: !ref <lr>\\n")
+    ...     hparams = load_yaml_tolerant(Path(folder) / "hparams.yaml")
+    ...     missing = load_yaml_tolerant(Path(folder) / "missing.yaml")
+    >>> hparams, missing
+    ({'lr': 0.1, 'model': {'in_features': 2}, 'lr_copy': '<lr>'}, {})
+    """
+    from .hparams_files import expand_hparams
+
     try:
-        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_TolerantLoader)
-    except (OSError, yaml.YAMLError):
+        data = yaml.load(expand_hparams(path), Loader=_TolerantLoader)
+    except (OSError, ValueError, yaml.YAMLError, ruamel_errors()):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def ruamel_errors():
+    """The exception class of ruamel.yaml's parse errors."""
+    import ruamel.yaml
+
+    return ruamel.yaml.YAMLError
 
 
 def _hparam(hparams: Dict[str, Any], *keys: str) -> Any:
@@ -93,6 +131,7 @@ def _hparam(hparams: Dict[str, Any], *keys: str) -> Any:
 
 
 def _as_float(value: Any) -> Optional[float]:
+    """``float(value)``, or None when it is not a number."""
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -100,7 +139,27 @@ def _as_float(value: Any) -> Optional[float]:
 
 
 def read_history(run_dir: Path) -> List[Row]:
-    """Rows of ``history.jsonl`` (one per validated epoch); [] when absent."""
+    """Rows of ``history.jsonl`` (one per validated epoch); [] when absent.
+
+    Arguments
+    ---------
+    run_dir : pathlib.Path
+        A run folder.
+
+    Returns
+    -------
+    list of dict
+        One entry per line of the file.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "history.jsonl").write_text('{"epoch": 1, "PER": 30.5}\\n')
+    ...     history = read_history(Path(folder))
+    >>> history
+    [{'epoch': 1, 'PER': 30.5}]
+    """
     path = run_dir / "history.jsonl"
     if not path.exists():
         return []
@@ -128,6 +187,24 @@ def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: st
     A training run writes ``results.json`` (``results_bias+2.json`` with a shifted controller bias); a
     ``--test_only`` evaluation writes ``results_test_only.json`` (``results_test_only_bias+2.json``).
 
+    Arguments
+    ---------
+    bias_shift : float
+        Controller bias shift at test time (0: none).
+    test_only : bool
+        The evaluation of a trained model by ``--test_only``.
+    stem : str
+        Name before the suffixes.
+    suffix : str
+        File extension.
+
+    Returns
+    -------
+    str
+        The file name.
+
+    Example
+    -------
     >>> results_file_name(), results_file_name(1.0), results_file_name(0.0, True), results_file_name(-0.5, True)
     ('results.json', 'results_bias+1.json', 'results_test_only.json', 'results_test_only_bias-0.5.json')
     """
@@ -136,6 +213,7 @@ def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: st
 
 
 def _results_files(path: Path) -> List[Path]:
+    """``path`` itself if it is a file, else the results files found under it."""
     if path.is_file():
         return [path]
     return sorted(p for p in path.rglob("results*.json") if RESULTS_PATTERN.match(p.name))
@@ -149,6 +227,28 @@ def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
     (learned-controller lambda), ``learned_estimator``,
     ``act_ponder_cost``, ``pondernet_beta``, ``number_of_epochs`` (hyperparams.yaml) and
     ``train_loss`` (last epoch of history.jsonl), unless the results file has them.
+
+    Arguments
+    ---------
+    paths : str or pathlib.Path, or a sequence of them
+        Results files, or folders searched recursively.
+
+    Returns
+    -------
+    list of dict
+        One row per results file.
+
+    Example
+    -------
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     run = Path(folder) / "learned_seed1"
+    ...     run.mkdir()
+    ...     _ = (run / "results.json").write_text(json.dumps({"controller": "learned", "seed": 1, "PER": 20.0}))
+    ...     _ = (run / "hyperparams.yaml").write_text("learned_penalty: 0.01\\nnumber_of_epochs: 30\\n")
+    ...     rows = collect_results(folder)
+    >>> len(rows), rows[0]["penalty"], rows[0]["number_of_epochs"], Path(rows[0]["path"]).name
+    (1, 0.01, 30, 'results.json')
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -169,11 +269,30 @@ def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
 
 # ---------------------------------------------------------------------------- aggregation
 def _metric(row: Row) -> Optional[float]:
+    """The error rate of a row: PER, else TER."""
     return _as_float(row.get("PER", row.get("TER")))
 
 
 def config_of(row: Row) -> Row:
-    """The configuration a run was made with; settings irrelevant to its model are dropped."""
+    """The configuration a run was made with; settings irrelevant to its model are dropped.
+
+    Arguments
+    ---------
+    row : dict
+        A results row (or any mapping with configuration keys).
+
+    Returns
+    -------
+    dict
+        Every key of ``CONFIG_DEFAULTS``, with its default where ``row`` lacks it; settings of
+        other controllers and encoders are None.
+
+    Example
+    -------
+    >>> config = config_of({"controller": "random", "penalty": 0.01, "test_bias_shift": None})
+    >>> config["controller"], config["penalty"], config["test_bias_shift"], config["encoder"]
+    ('random', None, 0.0, 'conditional')
+    """
     config = {key: row.get(key, default) for key, default in CONFIG_DEFAULTS.items()}
     config["test_bias_shift"] = float(config["test_bias_shift"] or 0.0)
     if config["controller"] != "learned":
@@ -186,7 +305,27 @@ def config_of(row: Row) -> Row:
 
 
 def model_name(config: Row) -> str:
-    """Human-readable name of a configuration, e.g. ``Learned controller (λ=0.01)``."""
+    """Human-readable name of a configuration, e.g. ``Learned controller (λ=0.01)``.
+
+    Arguments
+    ---------
+    config : dict
+        A configuration (:func:`config_of`); missing keys take their defaults.
+
+    Returns
+    -------
+    str
+        The name, with departures from the paper's setup in brackets.
+
+    Example
+    -------
+    >>> model_name({"controller": "learned", "penalty": 0.01})
+    'Learned controller (λ=0.01)'
+    >>> model_name({"encoder": "act", "act_ponder_cost": 0.001})
+    'ACT (τ=0.001)'
+    >>> model_name({"controller": "surprisal", "input_features": "fbank", "test_bias_shift": 1.0})
+    'Surprisal-based controller [fbank features, bias +1]'
+    """
     if config.get("encoder") == "act":
         name = "ACT" + (f" (τ={config['act_ponder_cost']:g})" if config.get("act_ponder_cost") is not None else "")
     elif config.get("encoder") == "pondernet":
@@ -229,6 +368,29 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
     std, ddof=1, over seeds; std None for one seed), ``flops_per_frame`` (mean MACs), ``flops_M``, ``p_big_mean``, ``big_fraction``,
     ``mean_steps``, ``test_loss``/``test_loss_std``, ``train_loss``/``train_loss_std``, ``epochs``,
     ``run_dirs``. A seed found twice in one configuration counts once (the newest file).
+
+    Arguments
+    ---------
+    rows : sequence of dict
+        Results rows (:func:`collect_results`).
+    by : sequence of str
+        Configuration keys that define a configuration.
+
+    Returns
+    -------
+    list of dict
+        Aggregated rows.
+
+    Example
+    -------
+    >>> rows = [{"controller": "surprisal", "seed": 1, "PER": 20.0, "flops_per_frame": 3e6},
+    ...         {"controller": "surprisal", "seed": 2, "PER": 22.0, "flops_per_frame": 3e6},
+    ...         {"controller": "big_only", "seed": 1, "PER": 19.0, "flops_per_frame": 6e6}]
+    >>> agg = aggregate(rows)
+    >>> [(r["model"], r["n_seeds"], r["PER"], r["flops_M"]) for r in agg]
+    [('Surprisal-based controller', 2, 21.0, 3.0), ('Big network only', 1, 19.0, 6.0)]
+    >>> round(agg[0]["PER_std"], 3), agg[1]["PER_std"]  # sample std (ddof=1); none for one seed
+    (1.414, None)
     """
     groups: Dict[Tuple, Dict[Any, Row]] = {}
     for row in sorted(rows, key=lambda r: (str(r.get("date", "")), r.get("path", ""))):
@@ -255,7 +417,31 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
 
 
 def pareto_front(rows: Sequence[Row], x: str = "flops_per_frame", y: str = "PER") -> Set[int]:
-    """Indices of rows no other row beats on both ``x`` and ``y`` (lower is better for both)."""
+    """Indices of rows no other row beats on both ``x`` and ``y`` (lower is better for both).
+
+    Rows lacking ``x`` or ``y`` are never on the front.
+
+    Arguments
+    ---------
+    rows : sequence of dict
+        The rows.
+    x : str
+        Cost key.
+    y : str
+        Error key.
+
+    Returns
+    -------
+    set of int
+        Indices of the Pareto-optimal rows.
+
+    Example
+    -------
+    >>> rows = [{"flops_per_frame": 1, "PER": 30}, {"flops_per_frame": 2, "PER": 20},
+    ...         {"flops_per_frame": 3, "PER": 25}, {"flops_per_frame": 4}]
+    >>> sorted(pareto_front(rows))
+    [0, 1]
+    """
     points = {i: (float(r[x]), float(r[y])) for i, r in enumerate(rows)
               if r.get(x) is not None and r.get(y) is not None}
     return {i for i, (xi, yi) in points.items()
@@ -263,6 +449,7 @@ def pareto_front(rows: Sequence[Row], x: str = "flops_per_frame", y: str = "PER"
 
 
 def ensure_aggregated(rows: Sequence[Row]) -> List[Row]:
+    """``rows`` if they are all aggregated rows, else :func:`aggregate` of them."""
     return list(rows) if all("n_seeds" in r for r in rows) else aggregate(rows)
 
 
@@ -271,6 +458,7 @@ Column = Tuple[str, Callable[[Row], str]]
 
 
 def _fmt(value: Optional[float], spec: str = ".2f", suffix: str = "") -> str:
+    """``value`` formatted with ``spec`` and ``suffix``; a dash for None."""
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
@@ -285,6 +473,7 @@ def _mean_pm(key: str, suffix: str = "") -> Callable[[Row], str]:
 
 
 def _flag(key: str) -> Callable[[Row], str]:
+    """Cell formatter: a tick where the row's ``key`` is true, else a cross."""
     return lambda r: "✓" if r.get(key) else "✗"
 
 
@@ -301,7 +490,34 @@ CSV_KEYS = ("model", "PER", "PER_std", "flops_M", "p_big_mean", "big_fraction", 
 
 @dataclass
 class Table:
-    """A results table: ``rows`` are aggregated rows; ``columns`` format Markdown cells."""
+    """A results table of aggregated rows, written as Markdown and CSV.
+
+    Arguments
+    ---------
+    name : str
+        File stem of the table.
+    title : str
+        Heading of the table.
+    rows : list of dict
+        Aggregated rows (:func:`aggregate`).
+    columns : list of (str, callable)
+        Markdown columns: header and row -> cell text.
+    csv_keys : sequence of str
+        Row keys written, unformatted, to the CSV file.
+    pareto : set of int
+        Indices of the rows shown in bold; empty: the Pareto front in PER and FLOPs.
+
+    Example
+    -------
+    >>> rows = [{"model": "a", "PER": 20.0, "PER_std": None, "flops_per_frame": 1.0},
+    ...         {"model": "b", "PER": 25.0, "PER_std": 1.0, "flops_per_frame": 2.0}]
+    >>> table = Table("demo", "Demo", rows, [COL_MODEL, COL_PER])
+    >>> print(table.markdown(), end="")
+    | Model | PER |
+    |---|---|
+    | **a** | **20.00%** |
+    | b | 25.00% ± 1.00% |
+    """
 
     name: str
     title: str
@@ -311,6 +527,7 @@ class Table:
     pareto: Set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        """Fill ``pareto`` with the Pareto front when none is given."""
         if not self.pareto:
             self.pareto = pareto_front(self.rows)
 
@@ -340,8 +557,34 @@ BASE_SELECTION: Row = {"encoder": "conditional", "architecture": "paper", "input
 
 
 def select_rows(rows: Sequence[Row], dataset: Optional[str] = None, **criteria: Any) -> List[Row]:
-    """Rows matching BASE_SELECTION updated with ``criteria``; a None criterion matches anything,
-    a tuple/list/set criterion matches any of its values."""
+    """Rows matching ``BASE_SELECTION`` (the paper's setup) updated with ``criteria``.
+
+    A None criterion matches anything, a tuple/list/set criterion matches any of its values.
+
+    Arguments
+    ---------
+    rows : sequence of dict
+        Aggregated rows.
+    dataset : str, optional
+        Dataset of the rows; None: any.
+    **criteria
+        Key -> wanted value(s), overriding ``BASE_SELECTION``.
+
+    Returns
+    -------
+    list of dict
+        The matching rows, in their order.
+
+    Example
+    -------
+    >>> agg = aggregate([{"controller": "surprisal", "seed": 1, "PER": 20.0},
+    ...                  {"controller": "big_only", "seed": 1, "PER": 19.0},
+    ...                  {"controller": "surprisal", "input_features": "fbank", "seed": 1, "PER": 22.0}])
+    >>> [r["model"] for r in select_rows(agg, controller="surprisal")]
+    ['Surprisal-based controller']
+    >>> [r["model"] for r in select_rows(agg, controller="surprisal", input_features=None)]
+    ['Surprisal-based controller [fbank features]', 'Surprisal-based controller']
+    """
     wanted = {**BASE_SELECTION, **criteria, "dataset": dataset}
     def ok(row: Row) -> bool:
         for key, want in wanted.items():
@@ -365,7 +608,10 @@ def _sorted(rows: List[Row], *keys: str, order: Optional[Dict[str, Sequence[Any]
 
 
 def table_summary(rows: Sequence[Row]) -> Table:
-    """Every configuration: model, PER mean ± std, FLOPs/frame, p_big, big fraction, seeds, epochs."""
+    """Every configuration: model, PER mean ± std, FLOPs/frame, p_big, big fraction, seeds, epochs.
+
+    Table ``all_configurations``, of all the rows (no ``dataset`` selection).
+    """
     agg = ensure_aggregated(rows)
     return Table("all_configurations", "All configurations", agg,
                  [COL_MODEL, ("Dataset", lambda r: str(r.get("dataset", ""))), COL_PER, COL_FLOPS, COL_PBIG,
@@ -373,7 +619,19 @@ def table_summary(rows: Sequence[Row]) -> Table:
 
 
 def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
-    """Paper Table 2: controllers (learned at lambda=0.001 when present) plus ACT and PonderNet."""
+    """Paper Table 2: controllers (learned at lambda=0.001 when present) plus ACT and PonderNet.
+
+    Table ``controllers``.
+
+    Example
+    -------
+    >>> rows = [{"controller": "surprisal", "seed": 1, "PER": 20.0, "flops_per_frame": 3e6},
+    ...         {"controller": "big_only", "seed": 1, "PER": 19.0, "flops_per_frame": 6e6},
+    ...         {"controller": "random", "seed": 1, "PER": 24.0, "flops_per_frame": 4.5e6}]
+    >>> table = table_controllers(rows)
+    >>> [r["model"] for r in table.rows], sorted(table.pareto)
+    (['Random controller', 'Surprisal-based controller', 'Big network only'], [1, 2])
+    """
     agg = ensure_aggregated(rows)
     picked = select_rows(agg, dataset, controller=CONTROLLER_ORDER)
     learned = [r for r in picked if r["controller"] == "learned"]
@@ -387,8 +645,16 @@ def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Tab
 
 
 def table_ablation(rows: Sequence[Row], dataset: Optional[str] = None, architecture: str = "paper") -> Table:
-    """Paper Tables 3/4 (Appendix A Tables 5-7 for other architectures): AR features x surprisal
-    during training x surprisal during testing, then small-only and big-only rows."""
+    """Paper Tables 3/4 (Appendix A Tables 5-7 for other architectures): the surprisal ablation.
+
+    Table ``ablation`` (``ablation_<architecture>`` for the others). Rows: AR features x
+    surprisal during training x surprisal during testing, then the small-only and big-only rows.
+
+    Arguments
+    ---------
+    architecture : str
+        ``paper``, ``model1``, ``model2`` or ``model3``.
+    """
     agg = ensure_aggregated(rows)
     flags = ("input_features", "controller_at_train", "controller_at_test")
     ablated = select_rows(agg, dataset, architecture=architecture, controller="surprisal",
@@ -411,7 +677,10 @@ def table_ablation(rows: Sequence[Row], dataset: Optional[str] = None, architect
 
 
 def table_stochastic(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
-    """Paper Tables 8/9: stochastic vs deterministic execution at training and test time."""
+    """Paper Tables 8/9: stochastic vs deterministic execution at training and test time.
+
+    Table ``stochastic``.
+    """
     agg = ensure_aggregated(rows)
     flags = ("train_stochastic", "test_stochastic")
     table_rows = _sorted(select_rows(agg, dataset, controller="surprisal", train_stochastic=None, test_stochastic=None),
@@ -425,7 +694,10 @@ def table_stochastic(rows: Sequence[Row], dataset: Optional[str] = None) -> Tabl
 
 
 def table_lambda(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
-    """Appendix D: learned controller, PER and FLOPs against the penalty weight lambda."""
+    """Appendix D: learned controller, PER and FLOPs against the penalty weight lambda.
+
+    Table ``lambda``, largest lambda first.
+    """
     agg = ensure_aggregated(rows)
     table_rows = sorted(select_rows(agg, dataset, controller="learned"),
                         key=lambda r: -(r["penalty"] if r.get("penalty") is not None else math.inf))
@@ -435,7 +707,10 @@ def table_lambda(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
 
 
 def table_bias_sweep(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
-    """Appendix B: surprisal controller with its bias shifted at test time."""
+    """Appendix B: surprisal controller with its bias shifted at test time.
+
+    Table ``bias_sweep``, by increasing shift.
+    """
     agg = ensure_aggregated(rows)
     table_rows = sorted(select_rows(agg, dataset, controller="surprisal", test_bias_shift=None),
                         key=lambda r: r["test_bias_shift"])
@@ -445,19 +720,51 @@ def table_bias_sweep(rows: Sequence[Row], dataset: Optional[str] = None) -> Tabl
 
 
 def format_markdown(rows: Sequence[Row]) -> str:
-    """Markdown table with one row per configuration (``surprisal-cc report``)."""
+    """Markdown of :func:`table_summary`, one row per configuration (``surprisal-cc report``).
+
+    Returns
+    -------
+    str
+        The table and a note on bold rows and ±.
+
+    Example
+    -------
+    >>> rows = [{"controller": "surprisal", "seed": 1, "PER": 20.0},
+    ...         {"controller": "surprisal", "seed": 2, "PER": 22.0}]
+    >>> format_markdown(rows).splitlines()[2]
+    '| Surprisal-based controller |  | 21.00% ± 1.41% | – | – | – | – | 2 | – |'
+    """
     table = table_summary(rows)
     return table.markdown() + ("\nBold rows are Pareto-optimal (no other row has lower PER and FLOPs); ± is the "
                                "sample standard deviation (ddof=1) over the n seeds of a row (none for one seed).\n")
 
 
 def write_csv(rows: Sequence[Row], path: PathLike) -> None:
-    """CSV of the table ``format_markdown`` prints (raw numbers, one row per configuration)."""
+    """CSV of the table ``format_markdown`` prints (raw numbers, one row per configuration).
+
+    Arguments
+    ---------
+    path : str or pathlib.Path
+        Output file (parent folders are created).
+    """
     table_summary(rows).write_csv(path)
 
 
 def report_tables(rows: Sequence[Row]) -> Dict[str, List[Table]]:
-    """All non-empty tables of each dataset found in ``rows``."""
+    """All non-empty tables of each dataset found in ``rows``.
+
+    Returns
+    -------
+    dict
+        Dataset -> its tables (controllers, ablations, stochastic, lambda, bias sweep).
+
+    Example
+    -------
+    >>> rows = [{"dataset": "Mini", "controller": "surprisal", "seed": 1, "PER": 20.0},
+    ...         {"dataset": "Mini", "controller": "big_only", "seed": 1, "PER": 19.0}]
+    >>> {dataset: [t.name for t in tables] for dataset, tables in report_tables(rows).items()}
+    {'Mini': ['controllers', 'ablation', 'stochastic', 'bias_sweep']}
+    """
     agg = ensure_aggregated(rows)
     out = {}
     for dataset in sorted({str(r.get("dataset", "")) for r in agg}):
@@ -470,8 +777,35 @@ def report_tables(rows: Sequence[Row]) -> Dict[str, List[Table]]:
 
 
 def write_report(results_root: Union[PathLike, Sequence[PathLike]], out_dir: PathLike) -> str:
-    """Write every table as ``<dataset>_<table>.md`` and ``.csv`` (plus ``all_configurations`` and
-    ``report.md``) into ``out_dir``; return the Markdown of all tables with headings."""
+    """Write every table as ``<dataset>_<table>.md`` and ``.csv``, plus ``report.md``, into ``out_dir``.
+
+    The tables of each dataset are those of :func:`report_tables` and ``all_configurations``.
+
+    Arguments
+    ---------
+    results_root : str or pathlib.Path, or a sequence of them
+        Results files, or folders searched recursively.
+    out_dir : str or pathlib.Path
+        Output folder (created).
+
+    Returns
+    -------
+    str
+        The Markdown of all tables with headings (``report.md``), or ``"No results yet.\\n"``.
+
+    Example
+    -------
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     run = Path(folder) / "grid" / "surprisal_seed1"
+    ...     run.mkdir(parents=True)
+    ...     _ = (run / "results.json").write_text(json.dumps({"dataset": "Mini", "controller": "surprisal",
+    ...                                                       "seed": 1, "PER": 20.0}))
+    ...     text = write_report(Path(folder) / "grid", Path(folder) / "report")
+    ...     written = sorted(p.name for p in (Path(folder) / "report").glob("*.md"))
+    >>> text.splitlines()[0], written[:2]
+    ('## Mini', ['Mini_ablation.md', 'Mini_all_configurations.md'])
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = collect_results(results_root)

@@ -1,20 +1,38 @@
-"""Shared helpers for the tests/test_data_*.py files (kept out of conftest.py on purpose)."""
+"""Corpora on disk for the tests, and where the real Mini-LibriSpeech audio is.
+
+* Synthetic corpora (nothing in them is real speech): a small TIMIT tree of NIST SPHERE files
+  (:func:`make_timit_fixture`), a tiny LibriSpeech tree (:func:`make_librispeech_fixture`), broken
+  audio files (:func:`make_bad_audio_fixture`) and MFA label exports (:func:`write_mfa_csv`).
+* Real audio: :func:`require_dev_clean_2` finds the shared dev-clean-2 (skips without it, fails under
+  CI); :func:`make_mini_librispeech_subset` links a few of its speakers into a Mini-LibriSpeech layout
+  and the fixture :func:`mini_corpus` builds one per test module.
+
+Test modules import what they use (``from data_fixtures import mini_corpus``): pytest puts ``tests/``
+on ``sys.path`` because the folder has no ``__init__.py``. The fixture lives here rather than in a
+``conftest.py`` so that every test module names the fixtures it uses.
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import pytest
+import soundfile as sf
 
+PathLike = Union[str, os.PathLike]
 REPO = Path(__file__).resolve().parents[1]
 
 
+# ---------------------------------------------------------------------------------------------- real audio
 def shared_data() -> Path:
     """``$SURPRISAL_CC_DATA`` or ``<repo>/../shared/data``."""
     return Path(os.environ.get("SURPRISAL_CC_DATA", REPO.parent / "shared" / "data"))
 
 
 def require_dev_clean_2() -> Path:
+    """The shared data folder holding ``LibriSpeech/dev-clean-2``; skips the test without it (fails under CI)."""
     root = shared_data()
     if not (root / "LibriSpeech" / "dev-clean-2").is_dir():
         message = f"Mini-LibriSpeech dev-clean-2 not found under {root} (set SURPRISAL_CC_DATA)"
@@ -22,6 +40,186 @@ def require_dev_clean_2() -> Path:
             pytest.fail(f"{message}: CI needs it for the integration tests on real audio", pytrace=False)
         pytest.skip(message)
     return root
+
+
+def _speaker_utterances(subset_dir: Path) -> Dict[str, List[Path]]:
+    by_speaker: Dict[str, List[Path]] = {}
+    for flac in sorted(subset_dir.glob("*/*/*.flac")):
+        by_speaker.setdefault(flac.parts[-3], []).append(flac)
+    return by_speaker
+
+
+def make_mini_librispeech_subset(
+    source_dev_clean_2: Path,
+    root: Path,
+    train_speakers: int = 4,
+    test_speakers: int = 2,
+    utterances_per_speaker: int = 4,
+    mfa_csv: Optional[Path] = None,
+) -> Path:
+    """Create ``root/LibriSpeech/{train-clean-5,dev-clean-2}`` from speakers of a real dev-clean-2.
+
+    The audio files are symbolic links to the source's, the transcripts are filtered to match, so the
+    real recipes run end to end on real speech in seconds. Speakers are taken in sorted order: the
+    first ``train_speakers`` form the stand-in train-clean-5, the next ``test_speakers`` the stand-in
+    dev-clean-2. With ``mfa_csv``, a symbolic link ``root/phone_labels/dev-clean-2_mfa.csv`` points to
+    it. Returns ``root``.
+    """
+    source_dev_clean_2 = Path(source_dev_clean_2)
+    speakers = _speaker_utterances(source_dev_clean_2)
+    names: Sequence[str] = sorted(speakers)
+    if len(names) < train_speakers + test_speakers:
+        raise ValueError(f"{source_dev_clean_2} has {len(names)} speakers; need {train_speakers + test_speakers}")
+    plan = {"train-clean-5": names[:train_speakers], "dev-clean-2": names[train_speakers:train_speakers + test_speakers]}
+    for subset, chosen in plan.items():
+        for speaker in chosen:
+            for flac in speakers[speaker][:utterances_per_speaker]:
+                chapter_dir = root / "LibriSpeech" / subset / flac.parts[-3] / flac.parts[-2]
+                chapter_dir.mkdir(parents=True, exist_ok=True)
+                link = chapter_dir / flac.name
+                if not link.exists():
+                    os.symlink(flac.resolve(), link)
+                trans_name = f"{flac.parts[-3]}-{flac.parts[-2]}.trans.txt"
+                source_lines = (flac.parent / trans_name).read_text().splitlines()
+                line = next(l for l in source_lines if l.split(" ", 1)[0] == flac.stem)
+                with open(chapter_dir / trans_name, "a", encoding="utf-8") as f:
+                    f.write(line + "\n")
+    speakers_txt = source_dev_clean_2.parent / "SPEAKERS.TXT"
+    if speakers_txt.exists() and not (root / "LibriSpeech" / "SPEAKERS.TXT").exists():
+        os.symlink(speakers_txt.resolve(), root / "LibriSpeech" / "SPEAKERS.TXT")
+    if mfa_csv is not None:
+        (root / "phone_labels").mkdir(parents=True, exist_ok=True)
+        link = root / "phone_labels" / "dev-clean-2_mfa.csv"
+        if not link.exists():
+            os.symlink(Path(mfa_csv).resolve(), link)
+    return root
+
+
+@pytest.fixture(scope="module")
+def mini_corpus(tmp_path_factory):
+    """A stand-in Mini-LibriSpeech (``<root>/corpus``) from a few real dev-clean-2 speakers (symbolic links):
+    4 speakers as train-clean-5, 2 as dev-clean-2, 3 utterances each, MFA labels linked. Returns ``<root>``.
+    Import it into a test module to use it there (``from data_fixtures import mini_corpus``)."""
+    shared = require_dev_clean_2()
+    root = tmp_path_factory.mktemp("mls")
+    make_mini_librispeech_subset(shared / "LibriSpeech" / "dev-clean-2", root / "corpus", train_speakers=4,
+                                 test_speakers=2, utterances_per_speaker=3,
+                                 mfa_csv=shared / "phone_labels" / "dev-clean-2_mfa.csv")
+    return root
+
+
+# ---------------------------------------------------------------------------------------------- synthetic corpora
+def tone(seconds: float = 0.3, sample_rate: int = 16000, freq: float = 220.0) -> np.ndarray:
+    """A short int16 sine wave."""
+    t = np.arange(int(seconds * sample_rate)) / sample_rate
+    return (0.3 * 32767 * np.sin(2 * np.pi * freq * t)).astype(np.int16)
+
+
+def write_sphere(path: PathLike, samples: np.ndarray, sample_rate: int = 16000) -> Path:
+    """Write int16 mono ``samples`` as a NIST SPHERE file (1024-byte ``NIST_1A`` header)."""
+    header = (
+        "NIST_1A\n   1024\n"
+        f"sample_count -i {len(samples)}\nsample_n_bytes -i 2\nchannel_count -i 1\n"
+        f"sample_byte_format -s2 01\nsample_rate -i {sample_rate}\nsample_coding -s3 pcm\n"
+        "end_head\n"
+    ).encode("ascii")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(header.ljust(1024, b" ") + samples.astype("<i2").tobytes())
+    return path
+
+
+# (61-phone transcription, expected 39-phone folding) -- hand-written
+TIMIT_PHN_CASES: Dict[str, Tuple[str, str]] = {
+    "sa": ("h# sh ix hv eh dcl jh ih dcl d ah kcl k q h#", "sil sh ih hh eh sil jh ih sil d ah sil k sil"),
+    "si": ("h# ax-h bcl b ao tcl t q ix pau epi axr el em h#", "sil ah sil b aa sil t ih sil er l m sil"),
+    "sx": ("h# en nx eng zh ux gcl g pcl p dx hh h#", "sil n n ng sh uw sil g sil p dx hh sil"),
+}
+TIMIT_WORDS = "she had"
+
+# speaker -> (part, dialect region, upper-case names?)
+TIMIT_FIXTURE_SPEAKERS: Dict[str, Tuple[str, str, bool]] = {
+    "FCJF0": ("TRAIN", "DR1", True),
+    "mdwk0": ("TRAIN", "DR2", False),
+    "MDAB0": ("TEST", "DR1", True),   # core test
+    "mjsw0": ("TEST", "DR3", False),  # development set
+    "FCMR0": ("TEST", "DR1", True),   # plain test speaker: in neither split
+}
+TIMIT_FIXTURE_SENTENCES = ("SA1", "SA2", "SI1027", "SX127")
+
+
+def make_timit_fixture(root: PathLike) -> Path:
+    """Create a TIMIT-layout tree under ``root``; returns ``root``.
+
+    ``TRAIN/`` is upper case, ``test/`` lower case; speaker folders and file names follow the
+    per-speaker case in :data:`TIMIT_FIXTURE_SPEAKERS`.  Every speaker has SA1, SA2, SI1027, SX127;
+    their ``.PHN`` content comes from :data:`TIMIT_PHN_CASES` (by sentence type).
+    """
+    root = Path(root)
+    for spk, (part, region, upper) in TIMIT_FIXTURE_SPEAKERS.items():
+        part_name = part if part == "TRAIN" else part.lower()
+        folder = root / part_name / (region if upper else region.lower()) / spk
+        for sent in TIMIT_FIXTURE_SENTENCES:
+            name = sent if upper else sent.lower()
+            ext = (lambda e: e.upper() if upper else e.lower())
+            samples = tone(0.3)
+            write_sphere(folder / f"{name}{ext('.wav')}", samples)
+            phones = TIMIT_PHN_CASES[sent[:2].lower()][0].split()
+            bounds = np.linspace(0, len(samples), len(phones) + 1).astype(int)
+            (folder / f"{name}{ext('.phn')}").write_text(
+                "".join(f"{a} {b} {p}\n" for a, b, p in zip(bounds[:-1], bounds[1:], phones))
+            )
+            words = TIMIT_WORDS.split()
+            (folder / f"{name}{ext('.wrd')}").write_text(
+                "".join(f"{i * 100} {(i + 1) * 100} {w}\n" for i, w in enumerate(words))
+            )
+            (folder / f"{name}{ext('.txt')}").write_text(f"0 {len(samples)} She had.\n")
+    return root
+
+
+def make_librispeech_fixture(
+    root: PathLike,
+    subsets: Mapping[str, Mapping[str, Sequence[str]]],
+    genders: Mapping[str, str] = (),  # type: ignore[assignment]
+    sample_rate: int = 16000,
+) -> Path:
+    """Tiny LibriSpeech tree: ``subsets = {subset: {"<spk>-<chapter>": [transcript, ...]}}``.
+
+    Writes ``root/LibriSpeech/<subset>/<spk>/<chapter>/<spk>-<chapter>-NNNN.flac`` (0.2 s tones),
+    the ``.trans.txt`` files and ``SPEAKERS.TXT`` (from ``genders``).
+    """
+    base = Path(root) / "LibriSpeech"
+    for subset, chapters in subsets.items():
+        for spk_chapter, lines in chapters.items():
+            spk, chapter = spk_chapter.split("-")
+            folder = base / subset / spk / chapter
+            folder.mkdir(parents=True, exist_ok=True)
+            trans = []
+            for i, text in enumerate(lines):
+                utt = f"{spk_chapter}-{i:04d}"
+                sf.write(folder / f"{utt}.flac", tone(0.2, sample_rate), sample_rate)
+                trans.append(f"{utt} {text}\n")
+            (folder / f"{spk_chapter}.trans.txt").write_text("".join(trans))
+    rows = "".join(f"{s:<5}| {g} | subset | 1.00 | Reader {s}\n" for s, g in dict(genders).items())
+    (base / "SPEAKERS.TXT").write_text(";ID  |SEX| SUBSET |MINUTES| NAME\n" + rows)
+    return Path(root)
+
+
+def make_bad_audio_fixture(root: PathLike) -> Dict[str, Path]:
+    """Broken/unusual audio: ``corrupt``, ``empty`` (0 bytes), ``no_samples``, ``too_short``
+    (10 ms), ``rate_8k``, ``stereo`` and a ``good`` file; returns ``{kind: path}``."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {k: root / f"{k}.flac" for k in ("good", "corrupt", "empty", "too_short", "rate_8k", "stereo")}
+    paths["no_samples"] = root / "no_samples.wav"  # valid WAV header, 0 frames
+    sf.write(paths["good"], tone(0.2), 16000)
+    paths["corrupt"].write_bytes(b"fLaC" + bytes(range(256)) * 4)
+    paths["empty"].write_bytes(b"")
+    sf.write(paths["no_samples"], np.zeros(0, dtype=np.int16), 16000)
+    sf.write(paths["too_short"], tone(0.01), 16000)
+    sf.write(paths["rate_8k"], tone(0.2, 8000), 8000)
+    sf.write(paths["stereo"], np.stack([tone(0.2), tone(0.2, freq=330)], axis=1), 16000)
+    return paths
 
 
 MFA_CSV_HEADER = "path,wrd,phonemes_39,phonemes_61,phn,phn_starts,phn_ends,words,wrd_starts,wrd_ends\n"
@@ -36,18 +234,3 @@ def write_mfa_csv(path: Path, subset: str, labels: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(MFA_CSV_HEADER + "".join(rows))
     return path
-
-
-@pytest.fixture(scope="module")
-def mini_corpus(tmp_path_factory):
-    """A stand-in Mini-LibriSpeech (``<root>/corpus``) from a few real dev-clean-2 speakers (symbolic links):
-    4 speakers as train-clean-5, 2 as dev-clean-2, 3 utterances each, MFA labels linked. Returns ``<root>``.
-    Import it into a test module to use it there (``from data_fixtures import mini_corpus``)."""
-    from surprisal_cc.fixtures import make_mini_librispeech_subset
-
-    shared = require_dev_clean_2()
-    root = tmp_path_factory.mktemp("mls")
-    make_mini_librispeech_subset(shared / "LibriSpeech" / "dev-clean-2", root / "corpus", train_speakers=4,
-                                 test_speakers=2, utterances_per_speaker=3,
-                                 mfa_csv=shared / "phone_labels" / "dev-clean-2_mfa.csv")
-    return root

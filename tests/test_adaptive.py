@@ -12,7 +12,6 @@ from torch import Tensor, nn
 
 import surprisal_cc.adaptive as adaptive
 from surprisal_cc.adaptive import (
-    ADAPTIVE_ENCODERS,
     ACTEncoder,
     PonderNetEncoder,
     StepBlock,
@@ -21,6 +20,7 @@ from surprisal_cc.adaptive import (
     kl_to_prior,
     truncated_geometric,
 )
+from surprisal_cc.encoders import build_encoder
 from surprisal_cc.flops import module_macs
 
 torch.set_num_threads(1)
@@ -342,9 +342,9 @@ def test_argument_validation():
         ACTEncoder(**SMALL, max_steps=0)
 
 
-def test_registry_and_interface():
-    assert ADAPTIVE_ENCODERS == {"act": ACTEncoder, "pondernet": PonderNetEncoder}
-    for cls in ADAPTIVE_ENCODERS.values():
+def test_model_files_and_interface():
+    for name, cls in (("act", ACTEncoder), ("pondernet", PonderNetEncoder)):
+        assert type(build_encoder(name, input_size=20, num_outputs=5, hidden_size=8)) is cls
         enc = cls(**SMALL)
         assert not enc.needs_surprisal(True) and not enc.needs_surprisal(False)
         assert set(enc.component_macs()) == {"pre_net", "step_block", "post_net"}

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from data_fixtures import REPO, require_dev_clean_2, write_mfa_csv
+from data_fixtures import (
+    REPO,
+    make_librispeech_fixture,
+    make_mini_librispeech_subset,
+    require_dev_clean_2,
+    write_mfa_csv,
+)
 from surprisal_cc.alignment import (
     AlignmentError,
     RealignedUtterance,
@@ -23,7 +29,6 @@ from surprisal_cc.alignment import (
 from surprisal_cc.data import load_mfa_labels, prepare_mini_librispeech
 from surprisal_cc.data.mfa import read_mfa_csv
 from surprisal_cc.recipe import label_encoder_for, phone_set
-from surprisal_cc.testing import make_librispeech_fixture
 
 BLANK, SIL = 0, 1
 
@@ -338,10 +343,7 @@ def test_mfa_export_silences_match_its_phone_labels():
 
 def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
     """A run folder with a (tiny, untrained) checkpoint: the script realigns it and the CSV prepares data."""
-    import speechbrain as sb
-
-    from surprisal_cc.fixtures import make_mini_librispeech_subset
-    from surprisal_cc.recipe import load_hparams
+    from surprisal_cc.recipe import create_experiment_directory, load_hparams
 
     shared = require_dev_clean_2()
     make_mini_librispeech_subset(shared / "LibriSpeech" / "dev-clean-2", tmp_path / "corpus", train_speakers=3,
@@ -353,8 +355,7 @@ def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
         "data_folder": tmp_path / "corpus", "experiment_root": tmp_path / "exp", "output_folder": run,
         "valid_speakers": 1, "input_features": "fbank", "controller": "big_only", "hidden_size": 8}.items())
     hparams = load_hparams(str(hparams_file), overrides)
-    sb.create_experiment_directory(experiment_directory=str(run), hyperparams_to_save=str(hparams_file),
-                                   overrides=overrides)
+    create_experiment_directory(str(run), str(hparams_file), overrides)
     hparams["checkpointer"].save_checkpoint(meta={"PER": 90.0})
 
     monkeypatch.syspath_prepend(str(REPO / "recipes" / "MiniLibriSpeech"))

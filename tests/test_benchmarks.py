@@ -6,20 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from data_fixtures import write_mfa_csv  # noqa: E402
-
-from benchmarks.run_all import BENCHMARKS, run_benchmarks  # noqa: E402
-from surprisal_cc.testing import make_librispeech_fixture  # noqa: E402
+from benchmarks.run_all import BENCHMARKS, run_benchmarks
+from data_fixtures import make_librispeech_fixture, write_mfa_csv
 
 
 @pytest.fixture

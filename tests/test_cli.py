@@ -17,12 +17,14 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+import yaml
 
-from data_fixtures import REPO, require_dev_clean_2
+from data_fixtures import REPO, make_bad_audio_fixture, make_timit_fixture, require_dev_clean_2
+from surprisal_cc import cli
 from surprisal_cc.cli import main
 from surprisal_cc.data.phones import LIBRISPEECH_PHONES, TIMIT_PHONES_39
+from surprisal_cc.hparams_files import expand_hparams
 from surprisal_cc.inference import ConditionalASR
-from surprisal_cc.testing import make_bad_audio_fixture, make_timit_fixture
 
 TIMIT_HPARAMS = REPO / "hparams" / "TIMIT" / "conditional_ctc.yaml"
 MLS_HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
@@ -76,6 +78,42 @@ def test_flops_errors(args, expected, tmp_path, monkeypatch, capsys):
     assert expected in error_lines(capsys)[0]
 
 
+# ---------------------------------------------------------------------------------------------- grid
+def write_grid(path: Path, experiment_root: Path) -> Path:
+    """A grid of two Mini-LibriSpeech runs (surprisal and random controller, seed 1)."""
+    spec = {"recipe": "recipes/MiniLibriSpeech/train.py", "hparams": str(MLS_HPARAMS),
+            "experiment_root": str(experiment_root), "seeds": [1],
+            "groups": [{"name": "controllers", "vary": {"controller": ["surprisal", "random"]}}]}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_grid_dry_run_prints_the_planned_runs(tmp_path, capsys):
+    grid_file = write_grid(tmp_path / "grid.yaml", tmp_path / "exp")
+    assert main(["grid", str(grid_file), "--dry-run", "--device=cuda:0"]) == 0
+    out = capsys.readouterr().out
+    commands = [line for line in out.splitlines() if "recipes/MiniLibriSpeech/train.py" in line]
+    assert len(commands) == 2 and all("--device=cuda:0" in c and "--seed=1" in c for c in commands)
+    assert "--controller=surprisal" in commands[0] and "--controller=random" in commands[1]
+    assert "| controllers/controller-random/seed1 | dry-run |" in out and "dry-run: 2" in out
+    assert not (tmp_path / "exp").exists()
+
+
+def test_grid_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["grid", "nowhere.yaml"]) == 1
+    assert error_lines(capsys) == ["error: grid file nowhere.yaml does not exist"]
+    grid_file = str(write_grid(tmp_path / "grid.yaml", tmp_path / "exp"))
+    assert main(["grid", grid_file, "--dry-run", "controller=random"]) == 1
+    lines = error_lines(capsys)
+    assert len(lines) == 1 and "extra overrides must look like --key=value" in lines[0]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["grid", grid_file, "--jobs", "two"])
+    assert exit_info.value.code == 2
+    assert error_lines(capsys)[0].startswith("error: argument --jobs: invalid int value")
+    assert not (tmp_path / "exp").exists()
+
+
 # ---------------------------------------------------------------------------------------------- report, bench
 def test_report(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nowhere")]) == 1
@@ -103,6 +141,9 @@ def test_bench(monkeypatch, tmp_path, capsys):
         main(["bench", "--bogus"])
     assert exit_info.value.code == 2
     assert error_lines(capsys)[0].startswith("error: unrecognized arguments: --bogus")
+    monkeypatch.setattr(cli, "REPOSITORY", tmp_path)  # an installed package, without the repository beside it
+    assert main(["bench", "--only", "dataprep"]) == 1
+    assert "benchmarks/ folder of a source checkout" in error_lines(capsys)[0]
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -111,7 +152,7 @@ def test_export_errors(tmp_path, capsys):
     assert "nowhere: no such run folder" in error_lines(capsys)[0]
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
     assert "no hyperparams.yaml" in error_lines(capsys)[0]
-    shutil.copy(MLS_HPARAMS, tmp_path / "hyperparams.yaml")
+    (tmp_path / "hyperparams.yaml").write_text(expand_hparams(MLS_HPARAMS))  # as a run folder holds it
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
     assert "no test decoding yet" in error_lines(capsys)[0]
     (tmp_path / "results.json").write_text("{}")
@@ -285,8 +326,22 @@ def test_evaluate_data_errors(model, tmp_path, capsys):
     assert "not the model's label set" in error_lines(capsys)[0]
 
 
-def test_console_script_prints_one_line_and_no_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "surprisal_cc.cli", "flops", str(TIMIT_HPARAMS),
-                           "--controller=oracle"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("args", [["flops", str(TIMIT_HPARAMS), "--controller=oracle"], ["grid", "nowhere.yaml"]])
+def test_console_script_prints_one_line_and_no_traceback(args, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "surprisal_cc.cli", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------- analyse
+def test_analyse_surprisal_by_class(tmp_path, capsys):
+    """The shipped model's APC on two real utterances: silence frames are less surprising than speech."""
+    shared = require_dev_clean_2()
+    out = tmp_path / "analysis.json"
+    assert main(["analyse", "--apc", str(REPO / "pretrained" / "apc.pt"),
+                 "--mfa", str(shared / "phone_labels" / "dev-clean-2_mfa.csv"),
+                 "--audio-root", str(shared / "LibriSpeech"), "--max-utterances", "2", "--json", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text()) and printed["frames_silence"] > 0
+    assert printed["mean_surprisal_silence"] < printed["mean_surprisal_speech"]

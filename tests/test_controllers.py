@@ -19,8 +19,9 @@ from surprisal_cc.controllers import (
     sample_decisions,
     target_mean_for_budget,
 )
-from surprisal_cc.encoders import ConditionalEncoder, FrameNet, masked_mixture, route_frames
-from surprisal_cc.features import lengths_to_mask
+from surprisal_cc.encoders import ConditionalEncoder, masked_mixture, route_frames
+from surprisal_cc.nnet import FrameNet
+from surprisal_cc.nnet import lengths_to_mask
 
 torch.set_num_threads(1)
 

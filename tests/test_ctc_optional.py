@@ -183,10 +183,8 @@ def test_build_datasets_gives_training_targets_an_optional_mask(tmp_path):
 
 
 COUNTING_RECIPE = """
-import atexit, sys
+import atexit, runpy, sys
 import surprisal_cc.ctc as ctc
-from surprisal_cc.data import prepare_mini_librispeech
-from surprisal_cc.recipe import main_entry
 
 calls, loss = [], ctc.ctc_loss_optional
 def counted(*args, **kwargs):
@@ -194,7 +192,7 @@ def counted(*args, **kwargs):
     return loss(*args, **kwargs)
 ctc.ctc_loss_optional = counted
 atexit.register(lambda: print("ctc_loss_optional calls:", len(calls)))
-main_entry(prepare_mini_librispeech)
+runpy.run_path("recipes/MiniLibriSpeech/train.py", run_name="__main__")
 """
 
 

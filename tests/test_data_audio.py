@@ -1,9 +1,9 @@
 import pytest
 import torch
 
+from data_fixtures import make_bad_audio_fixture
 from surprisal_cc.data import DataPreparationError, DataPreparationWarning
 from surprisal_cc.data.audio import check_audio_files, inspect_audio, read_audio
-from surprisal_cc.testing import make_bad_audio_fixture
 
 
 @pytest.fixture(scope="module")

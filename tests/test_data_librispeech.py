@@ -6,14 +6,13 @@ import time
 
 import pytest
 
-from data_fixtures import require_dev_clean_2, write_mfa_csv
+from data_fixtures import make_librispeech_fixture, require_dev_clean_2, write_mfa_csv
 from surprisal_cc.data import (
     DataPreparationError, DataPreparationWarning, LIBRISPEECH_PHONES, prepare_librispeech,
     prepare_mini_librispeech,
 )
 from surprisal_cc.data import librispeech
 from surprisal_cc.data.librispeech import safe_extract, select_valid_speakers, verify_checksum
-from surprisal_cc.testing import make_librispeech_fixture
 
 TRAIN_SPEAKERS = {"11": "F", "12": "M", "13": "F", "14": "M", "15": "F", "16": "M"}
 DEV_LABELS = {"21-5-0000": "sil DH AH K AE T sil", "21-5-0001": "sil sil AH D sil", "22-6-0000": "sil S T AA P sil"}

@@ -35,6 +35,13 @@ def test_fold_drops_q_and_merges_sil():
     assert merge_repeated(["sil", "sil", "AA", "AA"]) == ["sil", "AA", "AA"]
 
 
+def test_merge_repeated_collapses_only_the_given_symbol():
+    assert merge_repeated([]) == []
+    assert merge_repeated(["sil"]) == ["sil"]
+    assert merge_repeated(["sil", "sil", "a", "a", "sil", "sil"]) == ["sil", "a", "a", "sil"]
+    assert merge_repeated(["h#", "h#", "x"], symbol="h#") == ["h#", "x"]
+
+
 def test_strip_stress():
     assert [strip_stress(p) for p in ["AH0", "EY1", "OW2", "sil", "spn"]] == ["AH", "EY", "OW", "sil", "spn"]
 

@@ -3,9 +3,9 @@ import time
 
 import pytest
 
+from data_fixtures import TIMIT_PHN_CASES, make_timit_fixture, tone, write_sphere
 from surprisal_cc.data import DataPreparationError, prepare_timit
 from surprisal_cc.data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS
-from surprisal_cc.testing import TIMIT_PHN_CASES, make_timit_fixture, write_sphere, tone
 
 
 def read(path):

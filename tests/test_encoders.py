@@ -10,21 +10,15 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from surprisal_cc.controllers import ConstantController, LearnedController, SurprisalController
 from surprisal_cc.encoders import (
-    ARCHITECTURES,
-    BiGRU,
     ConditionalEncoder,
-    Conv1dPreNet,
-    FrameNet,
-    PostNet,
+    architectures,
     build_encoder,
-    conditional_architecture,
     gather_frames,
     masked_mixture,
-    reverse_padded,
     route_frames,
 )
-from surprisal_cc.features import lengths_to_mask
 from surprisal_cc.flops import module_macs
+from surprisal_cc.nnet import BiGRU, Conv1dPreNet, FrameNet, PostNet, lengths_to_mask, reverse_padded
 
 torch.set_num_threads(1)
 
@@ -202,9 +196,10 @@ def test_routed_equals_masked(controller):
 
 def test_routed_equals_masked_model3_with_context():
     torch.manual_seed(0)
-    parts = conditional_architecture("model3", D, V, kernel_size=5, dropout=0.0)
-    assert parts["small_net"].context == 5 and parts["pre_net"] is None and parts["post_net"] is None
-    routed = ConditionalEncoder(controller=SurprisalController(1.0, -2.0), test_stochastic=False, **parts).eval()
+    routed = build_encoder("conditional", D, V, architecture="model3", dropout=0.0, model_options={"kernel_size": 5},
+                           controller_options={"weight": 1.0, "bias": -2.0},
+                           conditional_options={"test_stochastic": False}).eval()
+    assert routed.small_net.context == 5 and routed.pre_net is None and routed.post_net is None
     masked = copy.deepcopy(routed)
     masked.execution = "masked"
     x = noisy_padding(torch.randn(3, T, D), LENGTHS)
@@ -481,7 +476,8 @@ def test_build_encoder_unknown_names():
         assert name in str(info.value)
     with pytest.raises(ValueError) as info:
         build_encoder("conditional", D, V, architecture="model9")
-    for name in ("model9", *ARCHITECTURES):
+    assert architectures("conditional") == ["model1", "model2", "model3", "paper"]
+    for name in ("model9", *architectures("conditional")):
         assert name in str(info.value)
     with pytest.raises(ValueError, match="small_only"):
         build_encoder("conditional", D, V, controller="oracle")

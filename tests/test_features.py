@@ -5,7 +5,8 @@ import pytest
 import torch
 from torchaudio.compliance import kaldi
 
-from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd, lengths_to_mask
+from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd
+from surprisal_cc.nnet import lengths_to_mask
 from numerics import assert_close_up_to_summation_order
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.grid with a fake recipe script (no training)."""
+"""Tests for surprisal_cc.grid and ``surprisal-cc grid`` with a fake recipe script (no training)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from surprisal_cc import grid
+from surprisal_cc.cli import main
 
 FAKE_RECIPE = '''
 import json, sys
@@ -69,14 +70,14 @@ def test_override_value_and_results_files(tmp_path: Path) -> None:
 
 def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture) -> None:
-    assert grid.main([str(grid_file), "--dry-run", "--only", "seed1"]) == 0
+    assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0
     out = capsys.readouterr().out
     assert out.count("fake_recipe.py") == 3 and "OMP_NUM_THREADS=" in out and "dry-run: 3" in out
     assert not (tmp_path / "exp" / "grid").exists()
 
 
 def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert grid.main([str(grid_file), "--jobs", "2"]) == 0
+    assert main(["grid", str(grid_file), "--jobs", "2"]) == 0
     out = capsys.readouterr().out
     assert "done: 6" in out
     folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
@@ -87,12 +88,12 @@ def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.Cap
     assert (report_dir / "report.md").exists() and (report_dir / "Fake_controllers.csv").exists()
     assert (report_dir / "Fake_per_vs_flops.png").exists()
 
-    assert grid.main([str(grid_file), "--no-report"]) == 0  # everything complete: nothing relaunched
+    assert main(["grid", str(grid_file), "--no-report"]) == 0  # everything complete: nothing relaunched
     assert "skipped: 6" in capsys.readouterr().out
     assert len((folder / "calls.txt").read_text().splitlines()) == 2
 
     (tmp_path / "exp/grid/controllers/controller-random/seed2/results.json").unlink()
-    assert grid.main([str(grid_file), "--no-report", "--only", "random"]) == 0
+    assert main(["grid", str(grid_file), "--no-report", "--only", "random"]) == 0
     assert "done: 1, skipped: 1" in capsys.readouterr().out
 
 
@@ -104,7 +105,7 @@ def test_failed_run_blocks_its_test_only_runs(grid_file: Path, tmp_path: Path,
                       {"name": "b", "folder_of": "c", "vary": {"controller": ["fail"]},
                        "set": {"test_only": True, "test_bias_shifts": [1.0]}}]
     grid_file.write_text(yaml.safe_dump(spec))
-    assert grid.main([str(grid_file), "--no-report"]) == 1
+    assert main(["grid", str(grid_file), "--no-report"]) == 1
     assert "blocked: 1, failed: 1" in capsys.readouterr().out
     assert "boom" in (tmp_path / "exp/grid/c/controller-fail/seed1/grid.log").read_text()
     assert json.loads(json.dumps(grid.override_value(1e-05))) == "1e-05"
@@ -114,8 +115,20 @@ def test_finished_runs_are_published(grid_file: Path, tmp_path: Path, capsys: py
     spec = yaml.safe_load(grid_file.read_text())
     spec["publish"] = str(tmp_path / "published")
     grid_file.write_text(yaml.safe_dump(spec))
-    assert grid.main([str(grid_file), "--no-report", "--only", "controllers/controller-random/seed1"]) == 0
+    assert main(["grid", str(grid_file), "--no-report", "--only", "controllers/controller-random/seed1"]) == 0
     published = tmp_path / "published" / "controllers" / "controller-random" / "seed1"
     assert json.loads((published / "results.json").read_text())["controller"] == "random"
     assert not (published / "calls.txt").exists()  # only results, history and calibration files
     assert not (tmp_path / "published" / "controllers" / "controller-surprisal").exists()  # not run yet
+
+
+def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
+    path = tmp_path / "grid.yaml"
+    with pytest.raises(grid.GridError, match="does not exist"):
+        grid.load_grid(str(path))
+    path.write_text("recipe: r.py\nhparams: h.yaml\n")
+    with pytest.raises(grid.GridError, match="lacks groups"):
+        grid.load_grid(str(path))
+    path.write_text(yaml.safe_dump({"recipe": "r.py", "hparams": "h.yaml", "groups": [{"name": "a"}, {"name": "a"}]}))
+    with pytest.raises(grid.GridError, match="distinct name"):
+        grid.load_grid(str(path))

@@ -7,7 +7,7 @@ import random
 import jiwer
 import pytest
 
-from surprisal_cc.metrics import ErrorRate, merge_repeated, phone_error_rate, word_error_rate
+from surprisal_cc.metrics import ErrorRate, phone_error_rate, word_error_rate
 
 PHONES = ["aa", "ae", "b", "d", "iy", "k", "s", "t", "sil"]
 
@@ -86,11 +86,7 @@ def test_no_truncation_over_100_percent() -> None:
     assert phone_error_rate([["a"]], [["b", "c", "d"]]) == pytest.approx(300.0)
 
 
-def test_merge_repeated_and_sil_merging() -> None:
-    assert merge_repeated([]) == []
-    assert merge_repeated(["sil"]) == ["sil"]
-    assert merge_repeated(["sil", "sil", "a", "a", "sil", "sil"]) == ["sil", "a", "a", "sil"]
-    assert merge_repeated(["h#", "h#", "x"], token="h#") == ["h#", "x"]
+def test_sil_merging() -> None:
     refs = [["sil", "a", "b", "sil"]]
     hyps = [["sil", "sil", "a", "b", "sil", "sil", "sil"]]
     assert phone_error_rate(refs, hyps, merge_sil=True) == 0.0

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from data_fixtures import REPO, mini_corpus  # noqa: F401  (a fixture)
-from surprisal_cc.testing import make_timit_fixture
+from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (a fixture)
 
 MLS_HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
 MLS_RECIPE = REPO / "recipes" / "MiniLibriSpeech" / "train.py"

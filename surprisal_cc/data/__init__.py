@@ -7,8 +7,8 @@
 from .audio import AudioInfo, check_audio_files, inspect_audio, read_audio
 from .errors import DataPreparationError, DataPreparationWarning
 from .lexicon import Lexicon
-from .librispeech import prepare_librispeech, prepare_mini_librispeech
-from .mfa import lexicon_vs_mfa_per, load_mfa_labels, run_mfa
+from .librispeech import lexicon_vs_mfa_per, prepare_librispeech, prepare_mini_librispeech
+from .mfa import load_mfa_labels, run_mfa
 from .phones import (
     ARPABET_39,
     LIBRISPEECH_PHONES,

@@ -1,0 +1,314 @@
+"""Neural building blocks and the encoder interface shared by every CTC encoder.
+
+:class:`Encoder` is the interface of the conditional (:mod:`surprisal_cc.encoders`) and the
+adaptive-depth (:mod:`surprisal_cc.adaptive`) encoders; :class:`EncoderOutput` is what they return.
+The blocks (:class:`BiGRU`, :class:`Conv1dPreNet`, :class:`FrameNet`, :class:`PostNet`) are what
+the model files under ``hparams/models/`` assemble.
+
+Example
+-------
+>>> import torch
+>>> lengths = torch.tensor([5, 3])
+>>> pre = Conv1dPreNet(input_size=8, channels=6, kernel_size=3)
+>>> gru = BiGRU(input_size=6, hidden_size=4, dropout=0.0)
+>>> post = PostNet(input_size=8, num_outputs=5, hidden_size=4, dropout=0.0)
+>>> h = gru(pre(torch.randn(2, 5, 8), lengths), lengths)
+>>> h.shape, bool((h[1, 3:] == 0).all()), post(h, lengths).shape
+(torch.Size([2, 5, 8]), True, torch.Size([2, 5, 5]))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Sequence
+
+import torch
+from speechbrain.dataio.dataio import length_to_mask
+from torch import Tensor, nn
+
+
+def lengths_to_mask(lengths: Tensor, max_len: Optional[int] = None) -> Tensor:
+    """Boolean mask (B, T), True on real frames (SpeechBrain's ``length_to_mask`` in bool).
+
+    Arguments
+    ---------
+    lengths : torch.Tensor
+        (B,) frame counts (integers).
+    max_len : int, optional
+        Width T of the mask; None: the longest length.
+
+    Returns
+    -------
+    torch.Tensor
+        (B, T) bool, on the device of ``lengths``.
+
+    Example
+    -------
+    >>> import torch
+    >>> lengths_to_mask(torch.tensor([3, 1]), 4)
+    tensor([[ True,  True,  True, False],
+            [ True, False, False, False]])
+    """
+    return length_to_mask(lengths, max_len, dtype=torch.bool, device=lengths.device)
+
+
+@dataclass
+class EncoderOutput:
+    """What an :class:`Encoder` returns for one batch.
+
+    Arguments
+    ---------
+    log_probs : torch.Tensor
+        (B, T, V) CTC log-probabilities.
+    lengths : torch.Tensor
+        (B,) frame counts.
+    aux_loss : torch.Tensor
+        Scalar added to the CTC loss (controller penalty, ponder cost or KL term).
+    frame_macs : dict of str to torch.Tensor
+        Per component, the (B, T) multiply-accumulates that ran on each real frame (0 on padding).
+    stats : dict of str to torch.Tensor
+        Per-frame statistics, e.g. ``"p_big"``, ``"use_big"`` (conditional) or ``"steps"``
+        (adaptive depth).
+    """
+
+    log_probs: Tensor  # (B, T, V) CTC log-probabilities
+    lengths: Tensor  # (B,) frame counts
+    aux_loss: Tensor  # scalar added to the CTC loss (controller penalty, ponder cost, KL)
+    frame_macs: Dict[str, Tensor]  # component -> (B, T) MACs that ran per real frame
+    stats: Dict[str, Tensor] = field(default_factory=dict)  # per-frame statistics, e.g. p_big, steps
+
+
+class Encoder(nn.Module):
+    """Interface of all CTC encoders (conditional, ACT, PonderNet).
+
+    Subclasses implement :meth:`component_macs` and :meth:`forward`, and override
+    :meth:`needs_surprisal` when they read the APC surprisal.
+    """
+
+    def needs_surprisal(self, training: bool) -> bool:
+        """Whether :meth:`forward` needs the APC surprisal in training (True) or evaluation (False)."""
+        return False
+
+    def component_macs(self) -> Dict[str, int]:
+        """Static MACs per frame of each component (one step / one branch each)."""
+        raise NotImplementedError
+
+    def forward(self, feats: Tensor, lengths: Tensor, surprisal: Optional[Tensor] = None) -> EncoderOutput:
+        """Encode a padded batch.
+
+        Arguments
+        ---------
+        feats : torch.Tensor
+            (B, T, D) input features.
+        lengths : torch.Tensor
+            (B,) frame counts.
+        surprisal : torch.Tensor, optional
+            (B, T) APC surprisal, for encoders whose :meth:`needs_surprisal` is True.
+
+        Returns
+        -------
+        EncoderOutput
+            Log-probabilities, lengths, auxiliary loss, per-frame MACs and statistics.
+        """
+        raise NotImplementedError
+
+
+
+# ----------------------------------------------------------------------------------------------
+# Building blocks
+# ----------------------------------------------------------------------------------------------
+def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse every sequence of ``x`` (B, T, D) within its own length; padding stays at the end.
+
+    An involution: ``reverse_padded(reverse_padded(x, l), l)`` equals ``x``.
+
+    Arguments
+    ---------
+    x : torch.Tensor
+        (B, T, D) padded batch, padding at the end.
+    lengths : torch.Tensor
+        (B,) frame counts.
+
+    Returns
+    -------
+    torch.Tensor
+        (B, T, D): frames ``0 .. lengths[b] - 1`` of each sequence in reverse order, padding unmoved.
+
+    Example
+    -------
+    >>> import torch
+    >>> x = torch.tensor([[1., 2., 3., 0.], [4., 5., 0., 0.]]).unsqueeze(-1)
+    >>> reverse_padded(x, torch.tensor([3, 2])).squeeze(-1).tolist()
+    [[3.0, 2.0, 1.0, 0.0], [5.0, 4.0, 0.0, 0.0]]
+    """
+    time = torch.arange(x.shape[1], device=x.device)[None, :]
+    lengths = lengths.to(x.device)[:, None]
+    index = torch.where(time < lengths, lengths - 1 - time, time)
+    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
+class BiGRU(nn.Module):
+    """Bidirectional GRU over real frames only, then dropout.
+
+    The backward direction runs on each sequence reversed within its own length, so padding
+    (kept at the end) never reaches a real frame: exact like a packed sequence, as fast as an
+    unpacked ``nn.GRU`` (which lets padding into the backward direction), and much faster than
+    PyTorch's packed GRU on the CPU (``benchmarks/bench_rnn.py``). Same parameters and MACs as
+    ``nn.GRU(bidirectional=True)``.
+
+    Arguments
+    ---------
+    input_size : int
+        Width of the input frames.
+    hidden_size : int
+        Units per direction; the output has ``2 * hidden_size`` (``output_size``).
+    num_layers : int
+        Must be 1 (stack BiGRU modules for more layers).
+    dropout : float
+        Dropout on the output.
+
+    Example
+    -------
+    >>> import torch
+    >>> gru = BiGRU(input_size=8, hidden_size=4, dropout=0.0)
+    >>> out = gru(torch.randn(2, 5, 8), torch.tensor([5, 3]))
+    >>> out.shape, gru.output_size, bool((out[1, 3:] == 0).all())
+    (torch.Size([2, 5, 8]), 8, True)
+    """
+
+    def __init__(self, input_size: int, hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.5):
+        super().__init__()
+        if num_layers != 1:
+            raise ValueError("BiGRU supports one layer; stack BiGRU modules for more")
+        self.forward_gru = nn.GRU(input_size, hidden_size, batch_first=True)
+        self.backward_gru = nn.GRU(input_size, hidden_size, batch_first=True)
+        self.dropout = nn.Dropout(dropout)
+        self.output_size = 2 * hidden_size
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """(B, T, input_size) frames, (B,) lengths -> (B, T, 2 * hidden_size), zero on padding."""
+        forward_out, _ = self.forward_gru(x)
+        backward_out, _ = self.backward_gru(reverse_padded(x, lengths))
+        out = torch.cat([forward_out, reverse_padded(backward_out, lengths)], dim=-1)
+        return self.dropout(out) * lengths_to_mask(lengths, x.shape[1]).unsqueeze(-1)
+
+
+class Conv1dPreNet(nn.Module):
+    """Conv1D over time ('same' length, zero outside real frames) -> LeakyReLU -> dropout (Appendix A).
+
+    Arguments
+    ---------
+    input_size : int
+        Width of the input frames.
+    channels : int
+        Output channels (``output_size``).
+    kernel_size : int
+        Frames the convolution sees (odd, so that the output keeps the input's length).
+    dropout : float
+        Dropout on the output.
+    leaky_slope : float
+        Negative slope of the LeakyReLU.
+
+    Example
+    -------
+    >>> import torch
+    >>> pre = Conv1dPreNet(input_size=8, channels=6, kernel_size=3)
+    >>> y = pre(torch.randn(2, 5, 8), torch.tensor([5, 2]))
+    >>> y.shape, bool((y[1, 2:] == 0).all())
+    (torch.Size([2, 5, 6]), True)
+    """
+
+    def __init__(self, input_size: int, channels: int = 512, kernel_size: int = 11, dropout: float = 0.0,
+                 leaky_slope: float = 0.125):
+        super().__init__()
+        self.conv = nn.Conv1d(input_size, channels, kernel_size, padding=kernel_size // 2)
+        self.activation = nn.LeakyReLU(leaky_slope)
+        self.dropout = nn.Dropout(dropout)
+        self.output_size = channels
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """(B, T, input_size) frames, (B,) lengths -> (B, T, channels), zero on padding."""
+        mask = lengths_to_mask(lengths, x.shape[1]).unsqueeze(-1)
+        y = self.conv((x * mask).transpose(1, 2)).transpose(1, 2)
+        return self.dropout(self.activation(y)) * mask
+
+
+class FrameNet(nn.Module):
+    """Per-frame network for the routed branches: [dropout] -> Linear/LeakyReLU stack.
+
+    ``sizes = [in, hidden..., out]``. With ``context = k > 1`` the first layer sees a window of k
+    frames centred on the frame (a Conv1D of length k evaluated only at the routed frames).
+
+    Arguments
+    ---------
+    sizes : sequence of int
+        ``[in, hidden..., out]``: width of a frame, of the hidden layers and of the output.
+    context : int
+        Frames per input window (odd); the input rows are ``in * context`` wide, the k frames
+        concatenated (see :func:`~surprisal_cc.encoders.gather_frames`).
+    input_dropout : float
+        Dropout on the input (none when 0).
+    leaky_slope : float
+        Negative slope of the LeakyReLUs.
+    final_activation : bool
+        Whether the last Linear is followed by a LeakyReLU too.
+
+    Example
+    -------
+    >>> import torch
+    >>> net = FrameNet([4, 16, 2], context=3)
+    >>> net(torch.randn(7, 12)).shape, net.input_size, net.output_size
+    (torch.Size([7, 2]), 4, 2)
+    """
+
+    def __init__(self, sizes: Sequence[int], context: int = 1, input_dropout: float = 0.0,
+                 leaky_slope: float = 0.125, final_activation: bool = True):
+        super().__init__()
+        if context < 1 or context % 2 == 0:
+            raise ValueError(f"FrameNet context must be a positive odd number, got {context}")
+        self.context = context
+        layers = [nn.Dropout(input_dropout)] if input_dropout else []
+        dims = [sizes[0] * context, *sizes[1:]]
+        for i, (n_in, n_out) in enumerate(zip(dims[:-1], dims[1:])):
+            layers.append(nn.Linear(n_in, n_out))
+            if final_activation or i < len(dims) - 2:
+                layers.append(nn.LeakyReLU(leaky_slope))
+        self.net = nn.Sequential(*layers)
+        self.input_size, self.output_size = sizes[0], sizes[-1]
+
+    def forward(self, frames: Tensor) -> Tensor:
+        """(N, in * context) frame windows -> (N, out)."""
+        return self.net(frames)
+
+
+class PostNet(nn.Module):
+    """Post-net: BiGRU + dropout, then Linear to the CTC outputs (or Linear only if ``hidden_size`` is 0).
+
+    Arguments
+    ---------
+    input_size : int
+        Width of the input frames.
+    num_outputs : int
+        CTC outputs (labels and blank).
+    hidden_size : int
+        Units per direction of the BiGRU; 0: no BiGRU.
+    dropout : float
+        Dropout after the BiGRU.
+
+    Example
+    -------
+    >>> import torch
+    >>> post = PostNet(input_size=8, num_outputs=5, hidden_size=4, dropout=0.0)
+    >>> post(torch.randn(2, 5, 8), torch.tensor([5, 3])).shape
+    torch.Size([2, 5, 5])
+    """
+
+    def __init__(self, input_size: int, num_outputs: int, hidden_size: int = 256, dropout: float = 0.5):
+        super().__init__()
+        self.rnn = BiGRU(input_size, hidden_size, dropout=dropout) if hidden_size else None
+        self.output = nn.Linear(2 * hidden_size if hidden_size else input_size, num_outputs)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """(B, T, input_size) frames, (B,) lengths -> (B, T, num_outputs) logits."""
+        return self.output(self.rnn(x, lengths) if self.rnn is not None else x)
+
+

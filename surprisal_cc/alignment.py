@@ -269,6 +269,112 @@ def _as_numpy(log_probs) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
+# Pauses from the audio
+# ---------------------------------------------------------------------------------------------
+def silent_frames(fbank, threshold: float = 0.25, low: float = 5.0, high: float = 95.0) -> np.ndarray:
+    """Frames quieter than the utterance's own silence level plus ``threshold`` of its dynamic range.
+
+    The frame level is the mean log-mel energy; the silence and speech levels are its ``low`` and
+    ``high`` percentiles within the utterance, so the rule adapts to each recording's gain and noise.
+
+    Arguments
+    ---------
+    fbank : array-like, shape (T, n_mels)
+        Log-mel filterbank frames of one utterance.
+    threshold : float
+        Fraction of the range between the two levels below which a frame is silent.
+    low, high : float
+        Percentiles taken as the silence and speech levels.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (T,)
+
+    Example
+    -------
+    >>> frames = np.array([[-10.0], [-9.8], [2.0], [1.5], [-9.9], [2.2]])
+    >>> silent_frames(frames).tolist()
+    [True, True, False, False, True, False]
+    """
+    energy = _as_numpy(fbank).mean(axis=1)
+    quiet, loud = np.percentile(energy, [low, high])
+    return energy < quiet + threshold * (loud - quiet)
+
+
+def _longest_run(mask: np.ndarray) -> Tuple[int, int]:
+    """``(start, length)`` of the longest run of True in a 1-D bool array ((0, 0) without one)."""
+    padded = np.r_[False, mask, False].astype(np.int8)
+    edges = np.flatnonzero(np.diff(padded))
+    if not len(edges):
+        return 0, 0
+    starts, ends = edges[::2], edges[1::2]
+    i = int(np.argmax(ends - starts))
+    return int(starts[i]), int(ends[i] - starts[i])
+
+
+def insert_pauses(utterance: "RealignedUtterance", silent: np.ndarray, min_frames: int = 5,
+                  sil: str = "sil") -> "RealignedUtterance":
+    """Add a ``sil`` at every word boundary whose frames hold a silent run of at least ``min_frames``.
+
+    A boundary's frames are those of the last phone of the word before it (from that phone's CTC
+    spike to the next word's first spike), where a CTC model puts the pause. This finds the pauses
+    that a model trained without interior ``sil`` cannot label itself.
+
+    Arguments
+    ---------
+    utterance : RealignedUtterance
+        Labels from :func:`realign_utterance`.
+    silent : numpy.ndarray of bool, shape (T,)
+        Silent frames (:func:`silent_frames`).
+    min_frames : int
+        Shortest pause, in frames (5: 100 ms at 20 ms per frame).
+    sil : str
+        The silence label.
+
+    Returns
+    -------
+    RealignedUtterance
+        The same utterance with the added ``sil`` (phones, silences and segments).
+
+    Example
+    -------
+    >>> utt = RealignedUtterance("u", "u.flac", ["a", "b"], [1, 1], ["sil", "AH", "B", "sil"], [0, 2],
+    ...                          np.array([[0, 2], [2, 10], [10, 12], [12, 14]]), 14)
+    >>> silent = np.zeros(14, dtype=bool); silent[4:9] = True
+    >>> new = insert_pauses(utt, silent)
+    >>> new.phones, new.silences, new.segments.tolist()
+    (['sil', 'AH', 'sil', 'B', 'sil'], [0, 1, 2], [[0, 2], [2, 4], [4, 9], [9, 12], [12, 14]])
+    """
+    if utterance.fallback or len(utterance.words) < 2:
+        return utterance
+    phones, segments = list(utterance.phones), [list(s) for s in utterance.segments]
+    silences = set(utterance.silences)
+    # index in phones of the last phone of each word
+    position, last_phone = 1 if 0 in silences else 0, []
+    for w, n in enumerate(utterance.word_lengths):
+        position += n
+        last_phone.append(position - 1)
+        if w + 1 in silences:
+            position += 1
+    for w in reversed(range(len(utterance.words) - 1)):  # right to left: earlier indices stay valid
+        if w + 1 in silences:
+            continue
+        i = last_phone[w]
+        start, end = segments[i]
+        run_start, run_length = _longest_run(np.asarray(silent[start + 1:end], dtype=bool))  # the phone keeps its spike
+        if run_length < min_frames:
+            continue
+        pause = [start + 1 + run_start, start + 1 + run_start + run_length]
+        segments[i] = [start, pause[0]]
+        segments[i + 1][0] = pause[1]
+        phones.insert(i + 1, sil)
+        segments.insert(i + 1, pause)
+        silences.add(w + 1)
+    return RealignedUtterance(utterance.id, utterance.wav, utterance.words, utterance.word_lengths, phones,
+                              sorted(silences), np.asarray(segments, dtype=int), utterance.num_frames)
+
+
+# ---------------------------------------------------------------------------------------------
 # Relabelling a corpus with a trained model
 # ---------------------------------------------------------------------------------------------
 @dataclass
@@ -435,7 +541,7 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
 
 
 def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, device: str = "cpu",
-                batch_size: int = 8, limit: Optional[int] = None,
+                batch_size: int = 8, limit: Optional[int] = None, pauses: Optional[Mapping[str, float]] = None,
                 info: Optional[Dict[str, object]] = None) -> Iterator[RealignedUtterance]:
     """Realign every utterance of one split of a finished run's data with its best model.
 
@@ -460,6 +566,9 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         Utterances per forward pass.
     limit : int, optional
         Keep only the ``limit`` shortest utterances.
+    pauses : dict, optional
+        Also add a ``sil`` at word boundaries that the audio shows to be pauses
+        (:func:`insert_pauses`); keys ``threshold`` (of :func:`silent_frames`) and ``min_frames``.
     info : dict, optional
         Receives ``forward_s`` and ``align_s`` (seconds), ``checkpoint``, ``manifest`` and
         ``samples_per_frame`` (for :func:`write_alignment_csv`).
@@ -519,6 +628,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         with torch.no_grad():
             out = brain.compute_forward(batch, sb.Stage.TEST)
         log_probs, lengths = out.log_probs.float().cpu().numpy(), out.lengths.cpu().tolist()
+        fbank = _batch_fbank(batch, hparams["front_end"]) if pauses is not None else None
         info["forward_s"] += time.perf_counter() - start
         for i, utt_id in enumerate(batch.id):
             words = batch.wrd[i].split()
@@ -526,8 +636,20 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
             start = time.perf_counter()
             result = realign_utterance(log_probs[i, :lengths[i]], utt_id, rows[utt_id]["wav"], words, word_phones,
                                        label_encoder, blank)
+            if fbank is not None:
+                silent = silent_frames(fbank[i, :lengths[i]], threshold=pauses.get("threshold", 0.25))
+                result = insert_pauses(result, silent, min_frames=int(pauses.get("min_frames", 5)))
             info["align_s"] += time.perf_counter() - start
             yield result
+
+
+def _batch_fbank(batch, front_end) -> np.ndarray:
+    """(B, T, n_mels) log-mel frames of a batch: cached (``fbank``) or computed from the audio."""
+    if hasattr(batch, "fbank"):
+        return batch.fbank.data.float().cpu().numpy()
+    wavs, wav_lens = batch.sig
+    feats, _ = front_end(wavs, (wav_lens * wavs.shape[1]).round().long())
+    return feats.float().cpu().numpy()
 
 
 def _rows(manifest) -> Dict[str, Dict[str, str]]:

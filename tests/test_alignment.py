@@ -371,6 +371,22 @@ def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
     stats = realign_labels.main([str(run), str(tmp_path / "test.csv"), "--split", "test"])
     assert stats["sil_vs_reference_interior"]["utterances"] == 2
     assert 0 <= stats["per_vs_reference_realigned"] <= 100
+    # pauses heard in the audio: an untrained model inserts no sil itself, the audio adds some
+    paused = realign_labels.main([str(run), str(tmp_path / "test_pauses.csv"), "--split", "test", "--pauses",
+                                  "--min_pause_frames", "3"])
+    assert paused["pauses"] == {"threshold": 0.25, "min_frames": 3}
+    assert paused["interior_boundaries_with_sil"] >= stats["interior_boundaries_with_sil"]
+
+
+def test_silent_frames_follow_the_recording_level():
+    """The same utterance 20 dB louder (log-mel + log(100)) or with a noise floor has the same pauses."""
+    from surprisal_cc.alignment import silent_frames
+
+    rng = np.random.default_rng(0)
+    speech = rng.normal(2.0, 0.5, size=(40, 8))
+    speech[10:18] = rng.normal(-8.0, 0.3, size=(8, 8))  # a pause
+    assert silent_frames(speech).tolist() == silent_frames(speech + np.log(100.0)).tolist()
+    assert silent_frames(speech)[10:18].all() and not silent_frames(speech)[20:].any()
 
 
 def test_doctests():

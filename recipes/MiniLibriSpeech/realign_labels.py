@@ -11,7 +11,10 @@ format, which the data preparation reads with ``labels: mfa``:
         --mfa_labels="{train: realigned.csv, valid: realigned.csv}" \\
         --prepared_folder=results/MiniLibriSpeech/manifests_realigned --output_folder=...
 
-``--split test`` realigns dev-clean-2 instead and scores the inserted ``sil`` against its MFA labels.
+A model trained on lexicon labels (``sil`` only at the two ends) hears no pause between words;
+``--pauses`` adds a ``sil`` where the audio itself is silent for at least ``--min_pause_frames``
+frames at a word boundary (surprisal_cc.alignment.insert_pauses). ``--split test`` realigns
+dev-clean-2 instead and scores the inserted ``sil`` against its MFA labels.
 Run from the repository root (the run's hparams hold paths relative to it).
 """
 import argparse
@@ -49,14 +52,22 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--limit", type=int, default=None, help="only the N shortest utterances of each split")
+    parser.add_argument("--pauses", action="store_true",
+                        help="also add sil where the audio pauses between words (a model trained on lexicon "
+                             "labels emits none there): a run of silent frames of at least --min_pause_frames")
+    parser.add_argument("--pause_threshold", type=float, default=0.25,
+                        help="silent: below the utterance's silence level + this fraction of its dynamic range")
+    parser.add_argument("--min_pause_frames", type=int, default=5, help="shortest pause in frames (5: 100 ms)")
     args = parser.parse_args(argv)
+    pauses = {"threshold": args.pause_threshold, "min_frames": args.min_pause_frames} if args.pauses else None
 
     start = time.time()
     utterances, info = [], {}
     for split in args.split:
         info_split = {}
         utterances += list(realign_run(args.run_dir, split, overrides=args.overrides, device=args.device,
-                                       batch_size=args.batch_size, limit=args.limit, info=info_split))
+                                       batch_size=args.batch_size, limit=args.limit, pauses=pauses,
+                                       info=info_split))
         for key in ("forward_s", "align_s"):
             info[key] = info.get(key, 0.0) + info_split[key]
         info["checkpoint"], info["samples_per_frame"] = info_split["checkpoint"], info_split["samples_per_frame"]
@@ -67,7 +78,7 @@ def main(argv=None) -> dict:
     n = max(len(utterances), 1)
     frames = np.array([u.num_frames for u in utterances])
     stats.update({
-        "checkpoint": info["checkpoint"], "splits": args.split, "out_csv": args.out_csv,
+        "checkpoint": info["checkpoint"], "splits": args.split, "out_csv": args.out_csv, "pauses": pauses,
         "forward_s": info["forward_s"], "align_s": info["align_s"], "wall_s": wall,
         "align_ms_per_utterance": 1e3 * info["align_s"] / n,
         "mean_frames": float(frames.mean()) if len(frames) else 0.0,

@@ -645,10 +645,11 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
 
 def _batch_fbank(batch, front_end) -> np.ndarray:
     """(B, T, n_mels) log-mel frames of a batch: cached (``fbank``) or computed from the audio."""
+    from .brain import absolute_lengths
+
     if hasattr(batch, "fbank"):
         return batch.fbank.data.float().cpu().numpy()
-    wavs, wav_lens = batch.sig
-    feats, _ = front_end(wavs, (wav_lens * wavs.shape[1]).round().long())
+    feats, _ = front_end(batch.sig.data, absolute_lengths(batch.sig))
     return feats.float().cpu().numpy()
 
 

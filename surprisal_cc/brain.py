@@ -238,9 +238,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             lengths = absolute_lengths(getattr(batch, key))
             surprisal = batch.surprisal.data if need_surprisal else None
         else:
-            wavs, wav_lens = batch.sig
-            samples = (wav_lens * wavs.shape[1]).round().long()
-            feats, lengths = self.hparams.front_end(wavs, samples)
+            feats, lengths = self.hparams.front_end(batch.sig.data, absolute_lengths(batch.sig))
             surprisal = None
             if use_apc_features or need_surprisal:
                 apc_out = self.modules.apc(feats, lengths)
@@ -489,8 +487,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
                 if hasattr(batch, "surprisal"):
                     surprisal, lengths = batch.surprisal.data, absolute_lengths(batch.surprisal)
                 else:
-                    wavs, wav_lens = batch.sig
-                    fbank, lengths = self.hparams.front_end(wavs, (wav_lens * wavs.shape[1]).round().long())
+                    fbank, lengths = self.hparams.front_end(batch.sig.data, absolute_lengths(batch.sig))
                     surprisal = self.modules.apc(fbank, lengths.to(fbank.device)).surprisal
                 mask = lengths_to_mask(lengths.to(surprisal.device), surprisal.shape[1])
                 yield surprisal[mask]

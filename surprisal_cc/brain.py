@@ -318,6 +318,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.routing_stats = RoutingStats()
             self.steps_total, self.steps_frames = 0.0, 0
             self.nonfinite_eval_ids = []
+        else:
+            self.epoch_start_time = time.time()
         self.stage_start_time = time.time()
 
     def stage_summary(self) -> Dict[str, object]:
@@ -357,7 +359,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
                 sb.nnet.schedulers.update_learning_rate(self.optimizer, new_lr)
             self.append_history({"epoch": epoch, "lr": lr, "train_loss": self.train_loss, "valid_loss": stage_loss,
                                  **{k: v for k, v in summary.items() if k != "flops_components"},
-                                 "elapsed_s": time.time() - self.stage_start_time})
+                                 "elapsed_s": time.time() - self.stage_start_time,  # validation
+                                 "epoch_s": time.time() - getattr(self, "epoch_start_time", self.stage_start_time)})
             self.checkpointer.save_and_keep_only(meta={metric_key: summary[metric_key]}, min_keys=[metric_key],
                                                  num_to_keep=self.hparams.checkpoints_to_keep)
         else:

@@ -1,4 +1,4 @@
-"""Command-line interface: ``surprisal-cc analyse|flops|grid|report|bench|export|transcribe|evaluate``.
+"""Command-line interface: ``surprisal-cc analyse|flops|grid|report|curves|bench|export|transcribe|evaluate``.
 
     surprisal-cc analyse --apc APC.pt --mfa MFA.csv --audio-root DIR [--plot OUT.png] [--json OUT.json]
     surprisal-cc flops hparams/TIMIT/conditional_ctc.yaml [--key=value ...] [--json]
@@ -6,8 +6,9 @@
         [--no-report] [--key=value ...]
     surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json] [--csv FILE]
     surprisal-cc report results/MiniLibriSpeech/grid --out docs/results/MiniLibriSpeech   # every table + plot
+    surprisal-cc curves RUN_DIR[=LABEL] ... [--key PER] [--plot OUT.png]   # runs in progress too
     surprisal-cc bench [--json] [--quick] [--only training,rnn]
-    surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt]
+    surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N]
     surprisal-cc transcribe AUDIO... [--model DIR] [--json] [--plot OUT.png]
     surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV] [--skip-bad] [--json]
 
@@ -133,6 +134,25 @@ def cmd_report(args, unknown: List[str]) -> int:
     return 0
 
 
+def cmd_curves(args, unknown: List[str]) -> int:
+    from .report import format_learning_curves
+
+    runs = {}
+    for spec in args.runs:
+        folder, _, label = spec.partition("=")
+        if not (Path(folder) / "history.jsonl").exists():
+            raise FileNotFoundError(f"{folder}: no history.jsonl (give run folders of the recipes)")
+        runs[label or folder] = folder
+    print(format_learning_curves(runs, key=args.key))
+    if args.plot:
+        from .plots import plot_validation_curves
+
+        written = plot_validation_curves(list(runs.values()), args.plot, key=args.key, labels=list(runs),
+                                         title=args.title or f"Validation {args.key} by epoch")
+        print(f"wrote {written}")
+    return 0
+
+
 # the source checkout holding this package (the benchmarks/ folder is there, not installed)
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -184,13 +204,14 @@ def _run_forwarding_output(command: Sequence[str], cwd: Path) -> int:
 def cmd_export(args, unknown: List[str]) -> int:
     from .inference import export_run
 
-    out = export_run(args.run_dir, args.out_dir, dtype=args.dtype, apc_path=args.apc)
+    out = export_run(args.run_dir, args.out_dir, dtype=args.dtype, apc_path=args.apc, average=args.average)
     config = json.loads((out / "model.json").read_text(encoding="utf-8"))
     size = sum(f.stat().st_size for f in out.iterdir() if f.suffix == ".pt")
     files = ", ".join(sorted(f.name for f in out.iterdir()))
     test = config["source"].get("test", {})
     per = f"test PER {test['PER']:.2f} %, " if test.get("PER") is not None else ""
-    print(f"exported {config['source']['checkpoint']} (epoch {config['source'].get('epoch')}) of {args.run_dir} "
+    averaged = f", averaged with the next {args.average - 1} best" if args.average > 1 else ""
+    print(f"exported {config['source']['checkpoint']} (epoch {config['source'].get('epoch')}{averaged}) of {args.run_dir} "
           f"to {out}: {files}; {per}{size / 2 ** 20:.1f} MiB ({args.dtype})")
     return 0
 
@@ -294,6 +315,7 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
 # main
 # ----------------------------------------------------------------------------------------------
 COMMANDS = {"analyse": cmd_analyse, "flops": cmd_flops, "grid": cmd_grid, "report": cmd_report, "bench": cmd_bench, "export": cmd_export,
+            "curves": cmd_curves,
             "transcribe": cmd_transcribe, "evaluate": cmd_evaluate}
 # commands that take --key=value overrides besides their own options
 TAKE_OVERRIDES = ("flops", "grid")
@@ -320,6 +342,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", help="also write the table as CSV to this file")
     p.add_argument("--out", help="write every paper-style table (Markdown + CSV) and every plot into this "
                                  "folder (from one results folder)")
+    p = sub.add_parser("curves", help="learning curves of runs, finished or in progress: Markdown table "
+                                      "(lr, validation metric, minutes per epoch) and plot")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR[=LABEL]", help="recipe run folders (label: column name)")
+    p.add_argument("--key", default="PER", help="validation metric of history.jsonl (default: PER)")
+    p.add_argument("--plot", help="also draw the curves into this PNG file")
+    p.add_argument("--title", help="title of the plot")
     p = sub.add_parser("bench", help="run the benchmarks and print a table")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="smaller sizes (seconds instead of minutes)")
@@ -330,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
                    help="weight storage (fp16: half the size, loaded back as fp32)")
     p.add_argument("--apc", help="APC model file (default: the run's apc_path or <experiment_root>/apc/apc.pt)")
+    p.add_argument("--average", type=int, default=1, metavar="N",
+                   help="average the weights of the N best checkpoints (default 1: the best one)")
     for name, help_text in (("transcribe", "phones, routing, FLOPs and RTF of audio files"),
                             ("evaluate", "PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT or manifest corpus")):
         p = sub.add_parser(name, help=help_text)

@@ -34,7 +34,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -56,7 +56,7 @@ MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc
 WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 MAX_LISTED = 20
 
-__all__ = ["ConditionalASR", "Transcription", "ModelFormatError", "BadAudioError", "export_run",
+__all__ = ["ConditionalASR", "Transcription", "ModelFormatError", "BadAudioError", "export_run", "average_float_state_dicts",
            "default_model_dir", "FORMAT_VERSION"]
 
 
@@ -1061,22 +1061,45 @@ def _locate_apc(hparams: Dict[str, Any], run: Path, explicit: Optional[PathLike]
                              "pass --apc PATH (export_run(apc_path=...))")
 
 
-def _checkpoint(run: Path, metric: str):
-    """The checkpoint of ``run/save`` with the lowest ``metric``."""
+def _checkpoints(run: Path, metric: str, number: int = 1) -> list:
+    """The ``number`` checkpoints of ``run/save`` with the lowest ``metric``, best first."""
     from speechbrain.utils.checkpoints import Checkpointer
 
     save = run / "save"
     if not save.is_dir():
         raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
-    checkpoint = Checkpointer(save).find_checkpoint(min_key=metric)
-    if checkpoint is None:
+    checkpoints = Checkpointer(save).find_checkpoints(min_key=metric, max_num_checkpoints=number)
+    if not checkpoints:
         raise ConfigurationError(f"{save}: no checkpoint with a validation {metric} (has the run finished an epoch?)")
-    return checkpoint
+    if len(checkpoints) < number:
+        raise ConfigurationError(f"{save}: {len(checkpoints)} checkpoints with a validation {metric}, not {number} "
+                                 "(the recipe keeps checkpoints_to_keep of them): average fewer")
+    return checkpoints
+
+
+def average_float_state_dicts(state_dicts: Iterable[Dict[str, Tensor]]) -> Dict[str, Tensor]:
+    """Mean of the floating-point tensors of several state dicts (SpeechBrain's ``average_state_dicts``);
+    integer and boolean buffers (counters, flags) are taken from the first one.
+
+    Example
+    -------
+    >>> first = {"w": torch.tensor([1.0, 2.0]), "calibrated": torch.tensor(True)}
+    >>> second = {"w": torch.tensor([3.0, 6.0]), "calibrated": torch.tensor(True)}
+    >>> average_float_state_dicts([first, second])
+    {'w': tensor([2., 4.]), 'calibrated': tensor(True)}
+    """
+    from speechbrain.utils.checkpoints import average_state_dicts
+
+    state_dicts = list(state_dicts)
+    floating = [k for k, v in state_dicts[0].items() if torch.is_floating_point(v)]
+    mean = average_state_dicts([{k: d[k].clone() for k in floating} for d in state_dicts])
+    return {k: mean[k] if k in mean else v for k, v in state_dicts[0].items()}
 
 
 def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
-               apc_path: Optional[PathLike] = None) -> Path:
-    """Turn the best checkpoint (min validation PER) of a finished recipe run into a model folder.
+               apc_path: Optional[PathLike] = None, average: int = 1) -> Path:
+    """Turn the best checkpoint (min validation PER) of a finished recipe run, or the average of
+    its best ``average`` checkpoints, into a model folder.
 
     Reads ``RUN_DIR/hyperparams.yaml`` (written by SpeechBrain; hparams files are code, load only
     runs you trust), ``RUN_DIR/results.json`` (or ``results_test_only.json``) and ``RUN_DIR/save``.
@@ -1093,6 +1116,9 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         fp32).
     apc_path : str or path, optional
         The APC model; default: the run's ``apc_path`` (or ``<experiment_root>/apc/apc.pt``).
+    average : int
+        1: the best checkpoint; N > 1: the weights averaged over the N best checkpoints
+        (:func:`average_float_state_dicts`; the run must have kept N, ``checkpoints_to_keep``).
 
     Returns
     -------
@@ -1139,8 +1165,11 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     if repr(encoder) != repr(hparams["encoder_module"]):
         raise ConfigurationError(f"{hp_file}: the encoder_module arguments do not rebuild the run's encoder")
     metric = hparams.get("selection_metric", "PER")
-    checkpoint = _checkpoint(run, metric)
-    state = _load_tensors(checkpoint.path / "encoder.ckpt")
+    if average < 1:
+        raise ConfigurationError(f"average must be at least 1 checkpoint, got {average}")
+    checkpoints = _checkpoints(run, metric, average)
+    checkpoint = checkpoints[0]
+    state = average_float_state_dicts(_load_tensors(c.path / "encoder.ckpt") for c in checkpoints)
     try:
         encoder.load_state_dict(state)
     except RuntimeError as err:
@@ -1182,6 +1211,8 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         "seed": hparams.get("seed"),
         "source": {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": epoch,
                    f"valid_{metric}": checkpoint.meta.get(metric), "apc": str(apc_file) if apc_file else None,
+                   "averaged_checkpoints": [{"checkpoint": c.path.name, f"valid_{metric}": c.meta.get(metric)}
+                                            for c in checkpoints] if average > 1 else None,
                    "test": {k: results.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
                                                          "mean_steps", "epochs", "commit", "data", "date")
                             if k in results},
@@ -1283,8 +1314,14 @@ def model_card(config: Dict[str, Any], out: Path) -> str:
         ("labels", f"{len(config['labels']) - 1} phones + blank; training labels: {_policy(policy)}"),
         ("epochs", f"{src.get('epochs_trained', '–')} trained; best checkpoint: epoch {src.get('epoch', '–')} "
                    f"(validation PER {_fmt(src.get('valid_PER'))} %)"),
+    ]
+    averaged = src.get("averaged_checkpoints")
+    if averaged:
+        rows.append(("weights averaged", f"over the {len(averaged)} best checkpoints (validation PER "
+                                         + ", ".join(f"{_fmt(c.get('valid_PER'))}" for c in averaged) + " %)"))
+    rows += [
         ("seed", str(config.get("seed", "–"))),
-        ("test PER", f"{_fmt(test.get('PER'))} % (S {details.get('substitutions', '–')} / D "
+        ("test PER" + (" (of the best checkpoint alone)" if averaged else ""), f"{_fmt(test.get('PER'))} % (S {details.get('substitutions', '–')} / D "
                      f"{details.get('deletions', '–')} / I {details.get('insertions', '–')}, "
                      f"{details.get('num_ref_tokens', '–')} reference phones, {details.get('num_utterances', '–')} "
                      f"utterances), CTC beam search width {config.get('beam_size', 10)}"),

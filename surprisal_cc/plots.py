@@ -100,7 +100,8 @@ def _run_label(run_dir: Path) -> str:
 
 
 def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: str = "PER",
-                           title: str = "Validation PER over training") -> Path:
+                           title: str = "Validation PER over training",
+                           labels: Optional[Sequence[str]] = None) -> Path:
     """Validation ``key`` per epoch, mean over the seeds of each configuration with a ±std band (paper Fig. 2).
 
     ``path`` and the return value: see the module docstring.
@@ -114,6 +115,8 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
         The metric of ``history.jsonl`` to draw.
     title : str
         Figure title.
+    labels : sequence of str, optional
+        The curve of each run folder (same label: one curve over seeds); default: named as above.
 
     Example
     -------
@@ -126,8 +129,10 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
     True
     """
     curves: Dict[str, Dict[int, List[float]]] = {}
-    for run_dir in map(Path, run_dirs):
-        label = _run_label(run_dir)
+    if labels is not None and len(labels) != len(run_dirs):
+        raise ValueError(f"{len(labels)} labels for {len(run_dirs)} run folders")
+    for i, run_dir in enumerate(map(Path, run_dirs)):
+        label = labels[i] if labels is not None else _run_label(run_dir)
         for entry in read_history(run_dir):
             if entry.get(key) is not None:
                 curves.setdefault(label, {}).setdefault(int(entry["epoch"]), []).append(float(entry[key]))

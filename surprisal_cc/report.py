@@ -55,6 +55,7 @@ SORT_ORDER: Dict[str, Sequence[Any]] = {
 __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
            "table_controllers", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
+           "epoch_minutes", "format_learning_curves",
            "ensure_aggregated", "select_rows", "config_of", "results_file_name"]
 
 
@@ -164,6 +165,94 @@ def read_history(run_dir: Path) -> List[Row]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ - .* - (?:Going into epoch (\d+)|epoch: (\d+),)")
+
+
+def epoch_minutes(run_dir: PathLike) -> Dict[int, float]:
+    """Wall-clock minutes of each epoch (training and validation) of a run folder.
+
+    From ``epoch_s`` of ``history.jsonl``; for epochs without it, from the time stamps of
+    SpeechBrain's ``Going into epoch N`` and ``epoch: N, ...`` lines in ``log.txt``.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "history.jsonl").write_text('{"epoch": 2, "PER": 30.5, "epoch_s": 90}\\n')
+    ...     _ = (Path(folder) / "log.txt").write_text(
+    ...         "2026-01-01 10:00:00,1 - speechbrain.core - INFO - Going into epoch 1\\n"
+    ...         "2026-01-01 10:06:30,1 - speechbrain.utils.train_logger - INFO - epoch: 1, lr: 0.001\\n")
+    ...     minutes = epoch_minutes(folder)
+    >>> minutes
+    {1: 6.5, 2: 1.5}
+    """
+    import datetime
+
+    run_dir = Path(run_dir)
+    minutes: Dict[int, float] = {}
+    log = run_dir / "log.txt"
+    if log.exists():
+        started: Dict[int, datetime.datetime] = {}
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+            match = _LOG_LINE.match(line)
+            if not match:
+                continue
+            stamp = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
+            if match.group(2):
+                started[int(match.group(2))] = stamp
+            elif int(match.group(3)) in started:
+                epoch = int(match.group(3))
+                minutes[epoch] = (stamp - started[epoch]).total_seconds() / 60
+    for entry in read_history(run_dir):
+        if entry.get("epoch_s") is not None:
+            minutes[int(entry["epoch"])] = float(entry["epoch_s"]) / 60
+    return dict(sorted(minutes.items()))
+
+
+def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER") -> str:
+    """Markdown table of validation curves, finished runs or runs in progress: per epoch and run,
+    the learning rate, the validation ``key`` and the epoch's wall-clock minutes (:func:`epoch_minutes`).
+
+    Arguments
+    ---------
+    runs : dict of str to path
+        Column label -> run folder (with ``history.jsonl``).
+    key : str
+        The validation metric of ``history.jsonl``.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "history.jsonl").write_text(
+    ...         '{"epoch": 1, "lr": 0.001, "PER": 80.0, "epoch_s": 360}\\n{"epoch": 2, "lr": 0.0008, "PER": 60.25}\\n')
+    ...     print(format_learning_curves({"big-only": folder}))
+    | epoch | big-only: lr | PER | min |
+    |---:|---:|---:|---:|
+    | 1 | 0.001 | 80.00 % | 6.0 |
+    | 2 | 0.0008 | 60.25 % | – |
+    """
+    columns = {}
+    for label, folder in runs.items():
+        history = {int(e["epoch"]): e for e in read_history(Path(folder)) if e.get(key) is not None}
+        columns[label] = (history, epoch_minutes(folder))
+    last = max((max(h) for h, _ in columns.values() if h), default=0)
+    lines = ["| epoch | " + " | ".join(f"{label}: lr | {key} | min" for label in columns) + " |",
+             "|---:|" + "---:|---:|---:|" * len(columns)]
+    for epoch in range(1, last + 1):
+        cells = []
+        for history, minutes in columns.values():
+            entry = history.get(epoch)
+            if entry is None:
+                cells += ["", "", ""]
+                continue
+            lr = entry.get("lr")
+            cells += [f"{lr:.3g}" if lr is not None else "–", f"{entry[key]:.2f} %",
+                      f"{minutes[epoch]:.1f}" if epoch in minutes else "–"]
+        lines.append(f"| {epoch} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _run_info(run_dir: Path) -> Row:

@@ -131,6 +131,21 @@ def test_report(tmp_path, capsys):
     error_lines(capsys)
 
 
+def test_curves_of_runs_in_progress(tmp_path, capsys):
+    assert main(["curves", str(tmp_path)]) == 1
+    assert "no history.jsonl" in error_lines(capsys)[0]
+    for name, pers in (("a", [90.0, 70.5]), ("b", [95.0])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "history.jsonl").write_text("".join(
+            json.dumps({"epoch": e + 1, "lr": 1e-3, "PER": per, "epoch_s": 120}) + "\n" for e, per in enumerate(pers)))
+    plot = tmp_path / "curves.png"
+    assert main(["curves", f"{tmp_path / 'a'}=big-only", str(tmp_path / "b"), "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"| epoch | big-only: lr | PER | min | {tmp_path / 'b'}: lr | PER | min |"
+    assert out[2:4] == ["| 1 | 0.001 | 90.00 % | 2.0 | 0.001 | 95.00 % | 2.0 |", "| 2 | 0.001 | 70.50 % | 2.0 |  |  |  |"]
+    assert plot.stat().st_size > 0
+
+
 def test_bench(monkeypatch, tmp_path, capsys):
     assert main(["bench", "--only", "bogus"]) == 1
     assert "unknown benchmarks" in error_lines(capsys)[0]

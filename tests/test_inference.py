@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from data_fixtures import REPO, mini_corpus  # noqa: F401  (a fixture)
 from surprisal_cc.cli import main
@@ -114,6 +116,33 @@ def test_fp16_export_halves_the_size_and_loads_as_fp32(trained_run, exported, tm
     assert float(asr.encoder.controller.weight) == float(full.encoder.controller.weight)  # calibration kept exact
     wav = torch.randn(16000) * 0.1
     assert asr.transcribe_batch(wav)[0].num_frames == 49
+
+
+def test_export_averages_the_best_checkpoints(trained_run, exported, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("*.flac"))
+    best = next(p for p in (run / "save").iterdir() if p.name.startswith("CKPT+"))
+    other = best.with_name(best.name + "-worse")
+    shutil.copytree(best, other)
+    meta = yaml.safe_load((other / "CKPT.yaml").read_text())
+    (other / "CKPT.yaml").write_text(yaml.safe_dump({**meta, "PER": meta["PER"] + 1.0}))
+    state = torch.load(other / "encoder.ckpt", weights_only=True)
+    torch.save({k: v * 3 if torch.is_floating_point(v) and v.dim() >= 2 else v for k, v in state.items()},
+               other / "encoder.ckpt")
+    assert main(["export", str(run), str(tmp_path / "avg"), "--average", "2"]) == 0
+    assert "averaged with the next 1 best" in capsys.readouterr().out
+    averaged = torch.load(tmp_path / "avg" / "encoder.pt", weights_only=True)
+    single = torch.load(exported / "encoder.pt", weights_only=True)
+    for key, value in single.items():
+        if torch.is_floating_point(value) and value.dim() >= 2:  # (1 + 3) / 2
+            assert torch.allclose(averaged[key], 2 * value, rtol=1e-6, atol=0), key
+        else:  # vectors equal in both checkpoints; flags and counters from the best
+            assert torch.equal(averaged[key], value), key
+    config = json.loads((tmp_path / "avg" / "model.json").read_text())
+    assert [c["valid_PER"] for c in config["source"]["averaged_checkpoints"]] == [meta["PER"], meta["PER"] + 1.0]
+    assert "weights averaged | over the 2 best checkpoints" in (tmp_path / "avg" / "README.md").read_text()
+    assert main(["export", str(run), str(tmp_path / "avg3"), "--average", "3"]) == 1
+    assert "2 checkpoints with a validation PER, not 3" in capsys.readouterr().err
 
 
 def test_export_refuses_a_folder_that_is_not_a_model(trained_run, tmp_path, capsys):

@@ -64,6 +64,7 @@ def test_surprisal_recipe_end_to_end(pretrained):
     history = [json.loads(l) for l in (pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed3"
                                        / "history.jsonl").read_text().splitlines()]
     assert history[-1]["epoch"] == 1 and "PER" in history[-1]
+    assert history[-1]["epoch_s"] >= history[-1]["elapsed_s"] > 0  # epoch (train + valid) vs validation time
 
 
 @pytest.mark.parametrize("controller,expected_flops", [

@@ -382,7 +382,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         calibration of a run that was resumed, or evaluated with ``--test_only``, is read back from
         ``calibration.json`` (or, without it, from the controller loaded from the checkpoint).
         """
-        from .report import results_file_name
+        from .report import results_file_name, train_labels_name
 
         encoder = unwrap(self.modules.encoder)
         controller = getattr(encoder, "controller", None)
@@ -416,6 +416,9 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "test_bias_shift": shift,
             "learned_estimator": getattr(controller, "estimator", None),
             "test_only": test_only,
+            "precision": self.precision,
+            "train_labels": train_labels_name(getattr(self.hparams, "labels", None),
+                                              getattr(self.hparams, "mfa_labels", None)),
             "component_macs": {"apc": self.apc_macs, **encoder.component_macs()},
             "calibration": calibration,
             "seed": self.hparams.seed,

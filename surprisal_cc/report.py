@@ -38,7 +38,7 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "input_features": "apc", "controller_at_train": True, "controller_at_test": True,
     "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
     "penalty": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
-    "number_of_epochs": None,
+    "number_of_epochs": None, "train_labels": None, "precision": None,
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
@@ -55,7 +55,7 @@ SORT_ORDER: Dict[str, Sequence[Any]] = {
 __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
            "table_controllers", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
-           "epoch_minutes", "format_learning_curves",
+           "epoch_minutes", "format_learning_curves", "train_labels_name",
            "ensure_aggregated", "select_rows", "config_of", "results_file_name"]
 
 
@@ -255,6 +255,27 @@ def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER") -> str:
     return "\n".join(lines)
 
 
+def train_labels_name(labels: Optional[Dict[str, str]], mfa_labels: Optional[Dict[str, object]]) -> Optional[str]:
+    """Where the training labels came from: ``lexicon``, ``mfa`` (the corpus' MFA alignments) or
+    ``mfa:<file stem>`` (another label file, e.g. a relabelling); None when the recipe has no choice.
+
+    Example
+    -------
+    >>> train_labels_name({"train": "lexicon", "test": "mfa"}, {"train": None})
+    'lexicon'
+    >>> train_labels_name({"train": "mfa"}, {"train": "labels/realigned_pauses.csv"})
+    'mfa:realigned_pauses'
+    >>> train_labels_name(None, None) is None
+    True
+    """
+    if not isinstance(labels, dict) or labels.get("train") is None:
+        return None
+    source = mfa_labels.get("train") if isinstance(mfa_labels, dict) else mfa_labels
+    if labels["train"] != "mfa" or not source:
+        return str(labels["train"])
+    return f"mfa:{Path(str(source)).stem}"
+
+
 def _run_info(run_dir: Path) -> Row:
     """What a results file lacks: penalty and ponder settings (hyperparams.yaml), last train loss."""
     hp = load_yaml_tolerant(run_dir / "hyperparams.yaml")
@@ -265,6 +286,7 @@ def _run_info(run_dir: Path) -> Row:
         "act_ponder_cost": _as_float(_hparam(hp, "act_ponder_cost", "encoder_module.adaptive_options.act.ponder_cost")),
         "pondernet_beta": _as_float(_hparam(hp, "pondernet_beta", "encoder_module.adaptive_options.pondernet.beta")),
         "number_of_epochs": _hparam(hp, "number_of_epochs"),
+        "train_labels": train_labels_name(hp.get("labels"), hp.get("mfa_labels")) if hp else None,
         "train_loss": history[-1].get("train_loss") if history else None,
     }
 
@@ -314,7 +336,7 @@ def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
     Files: ``results.json`` and ``results_test_only.json`` (and their ``_bias+S`` variants,
     :func:`results_file_name`). Adds ``path``, ``run_dir``, and from the run folder: ``penalty``
     (learned-controller lambda), ``learned_estimator``,
-    ``act_ponder_cost``, ``pondernet_beta``, ``number_of_epochs`` (hyperparams.yaml) and
+    ``act_ponder_cost``, ``pondernet_beta``, ``number_of_epochs``, ``train_labels`` (hyperparams.yaml) and
     ``train_loss`` (last epoch of history.jsonl), unless the results file has them.
 
     Arguments
@@ -414,6 +436,8 @@ def model_name(config: Row) -> str:
     'ACT (τ=0.001)'
     >>> model_name({"controller": "surprisal", "input_features": "fbank", "test_bias_shift": 1.0})
     'Surprisal-based controller [fbank features, bias +1]'
+    >>> model_name({"controller": "big_only", "train_labels": "mfa:realigned", "precision": "fp32"})
+    'Big network only [training labels realigned, fp32 training]'
     """
     if config.get("encoder") == "act":
         name = "ACT" + (f" (τ={config['act_ponder_cost']:g})" if config.get("act_ponder_cost") is not None else "")
@@ -436,6 +460,11 @@ def model_name(config: Row) -> str:
                                      ("test_stochastic", "deterministic test")) if config.get(key) is False]
     if config.get("test_bias_shift"):
         notes.append(f"bias {config['test_bias_shift']:+g}")
+    labels = config.get("train_labels")
+    if labels and labels != "lexicon":
+        notes.append("MFA training labels" if labels == "mfa" else f"training labels {labels.split(':', 1)[-1]}")
+    if config.get("precision") == "fp32":
+        notes.append("fp32 training")
     return name + (f" [{', '.join(notes)}]" if notes else "")
 
 

@@ -1,5 +1,5 @@
 # Entry points. Each target creates the virtual environment (.venv) when it is missing.
-#   make mini_librispeech   the Mini-LibriSpeech recipe end to end (CPU profile)
+#   make mini_librispeech   the Mini-LibriSpeech recipe end to end (CPU profile, relabelled training data)
 #   make test               the test suite (what CI runs)
 #   make bench              the benchmark table
 PYTHON ?= python3
@@ -16,8 +16,16 @@ CONTROLLER ?= surprisal
 # CPU profile: the paper's model; bf16 where the CPU has it (precision: auto), length-bucketed batches
 # of 400 s of audio, Adam 1e-3 annealed by 0.8 whenever the validation loss stalls (NewBob), APC with
 # a residual head. See recipes/MiniLibriSpeech/README.md for its learning curves and hours.
-CPU_PROFILE ?= --number_of_epochs=30 --dynamic_batching=True --max_batch_length=400 --lr=0.001 \
-	--lr_annealing_factor=0.8 --apc_residual=True --apc_epochs=8 --apc_batch_size=16 --apc_lr=0.001
+CPU_PROFILE ?= --dynamic_batching=True --max_batch_length=400 --lr=0.001 --lr_annealing_factor=0.8 \
+	--apc_residual=True --apc_epochs=8 --apc_batch_size=16 --apc_lr=0.001
+EPOCHS ?= 30
+# Training labels with the pauses of the audio (the MFA test labels mark them): a filterbank big-only
+# model trained ALIGNER_EPOCHS on the lexicon's labels relabels train-clean-5 (realign_labels.py --pauses).
+ALIGNER_EPOCHS ?= 9
+ALIGNER := $(EXP)/aligner/fbank-big_only/seed$(SEED)
+LABELS := $(EXP)/labels/realigned_pauses_seed$(SEED).csv
+RELABELLED = --labels="{train: mfa, valid: mfa, test: mfa}" \
+	--mfa_labels="{train: $(LABELS), valid: $(LABELS), test: null}" --prepared_folder=$(EXP)/manifests_realigned
 
 .PHONY: venv test mini_librispeech bench clean-venv
 
@@ -33,14 +41,23 @@ $(STAMP): requirements.lock setup.py
 test: $(STAMP)
 	$(PY) -m pytest -q --doctest-modules surprisal_cc tests
 
-mini_librispeech: $(STAMP)
+# Resumable: run it again after an interruption (each stage resumes from its checkpoints or is skipped).
+mini_librispeech: $(LABELS) | $(STAMP)
 	$(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \
 		--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) \
-		--controller=$(CONTROLLER) --seed=$(SEED) $(CPU_PROFILE)
-	$(VENV)/bin/surprisal-cc report $(EXP)
+		--controller=$(CONTROLLER) --seed=$(SEED) --number_of_epochs=$(EPOCHS) $(CPU_PROFILE) $(RELABELLED) \
+		--output_folder=$(EXP)/conditional-$(CONTROLLER)-paper-apc-relabelled/seed$(SEED)
+	$(PY) -m surprisal_cc.cli report $(EXP)
+
+$(LABELS): | $(STAMP)
+	$(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \
+		--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) \
+		--controller=big_only --input_features=fbank --seed=$(SEED) --number_of_epochs=$(ALIGNER_EPOCHS) \
+		$(CPU_PROFILE) --output_folder=$(ALIGNER)
+	$(PY) recipes/MiniLibriSpeech/realign_labels.py $(ALIGNER) $(LABELS) --pauses
 
 bench: $(STAMP)
-	$(VENV)/bin/surprisal-cc bench
+	$(PY) -m surprisal_cc.cli bench
 
 clean-venv:
 	rm -rf $(VENV)

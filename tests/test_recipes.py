@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -247,3 +248,22 @@ def test_diverging_training_stops_with_a_clear_message(pretrained, tmp_path):
     assert message.startswith("error: 1 training batches of epoch 1 had a non-finite loss")
     assert "lr: 1e+30" in message and str(tmp_path / "nan" / "save") in message
     assert (pretrained / "exp" / "apc" / "apc.pt").is_file()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_mini_librispeech_relabels_then_trains(mini_corpus, tmp_path):  # noqa: F811
+    """The README's main job, at toy size: aligner run -> realigned labels -> the model trained on them."""
+    exp = tmp_path / "exp"
+    profile = "--batch_size=4 --apc_epochs=1 --apc_batch_size=4 --valid_speakers=2"
+    proc = subprocess.run(["make", "-s", "mini_librispeech", f"PY={sys.executable}", "STAMP=",
+                           f"DATA={mini_corpus / 'corpus'}", f"EXP={exp}", "SEED=3", "EPOCHS=1", "ALIGNER_EPOCHS=1",
+                           f"CPU_PROFILE={profile}"],
+                          cwd=REPO, env={**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "2"},
+                          capture_output=True, text=True, timeout=900)
+    ok(proc)
+    labels = exp / "labels" / "realigned_pauses_seed3.csv"
+    assert labels.is_file() and (exp / "aligner" / "fbank-big_only" / "seed3" / "results.json").is_file()
+    res = json.loads((exp / "conditional-surprisal-paper-apc-relabelled" / "seed3" / "results.json").read_text())
+    assert res["train_labels"] == "mfa:realigned_pauses_seed3"
+    assert res["error_rate_details"]["num_utterances"] == 6  # dev-clean-2 scored against its MFA labels
+    assert "Surprisal-based controller [training labels realigned_pauses_seed3]" in proc.stdout  # the report

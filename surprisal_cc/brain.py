@@ -255,6 +255,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def compute_forward(self, batch, stage) -> EncoderOutput:
         batch = batch.to(self.device)
         feats, lengths, surprisal, apc_ran = self.acoustic_inputs(batch, stage)
+        if stage == sb.Stage.TRAIN and getattr(self.hparams, "augment", False):
+            feats = self.hparams.feature_masking(feats)  # the surprisal stays that of the clean audio
         out = self.modules.encoder(feats, lengths, surprisal)
         out.stats["apc_ran"] = torch.tensor(apc_ran)
         return out
@@ -417,6 +419,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "learned_estimator": getattr(controller, "estimator", None),
             "test_only": test_only,
             "precision": self.precision,
+            "augment": bool(getattr(self.hparams, "augment", False)),
             "train_labels": train_labels_name(getattr(self.hparams, "labels", None),
                                               getattr(self.hparams, "mfa_labels", None)),
             "component_macs": {"apc": self.apc_macs, **encoder.component_macs()},

@@ -1,6 +1,6 @@
 """Experiment grids: expand a grid YAML into recipe runs, run them (resumably, N at a time), report.
 
-    surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N]
+    surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N] [--threads N]
         [--only SUBSTRING] [--no-report] [--key=value ...]
 
 Extra ``--key=value`` options are passed to every run (e.g. ``--device=cuda:0``).
@@ -179,13 +179,16 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
     return runs
 
 
-def _threads(jobs: int) -> int:
+def _threads(jobs: int, threads: Optional[int] = None) -> int:
+    """Torch threads per run: ``threads``, else the cores divided among the ``jobs``."""
+    if threads:
+        return threads
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores // max(1, jobs))
 
 
-def _env(jobs: int) -> Dict[str, str]:
-    n = str(_threads(jobs))
+def _env(jobs: int, threads: Optional[int] = None) -> Dict[str, str]:
+    n = str(_threads(jobs, threads))
     return {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
 
 
@@ -208,10 +211,12 @@ def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
 
 
 def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: float = 0.5,
-            log: Optional[IO[str]] = None, publish: Optional[Tuple[Path, Path]] = None) -> Dict[str, Tuple[str, float]]:
-    """Run what is not complete, ``jobs`` at a time; returns name -> (status, seconds), status one of
-    done / skipped / failed / blocked (its training run failed) / dry-run. With ``publish = (grid_root,
-    destination)``, each run's result files are copied there when it is done (or found complete)."""
+            log: Optional[IO[str]] = None, publish: Optional[Tuple[Path, Path]] = None,
+            threads: Optional[int] = None) -> Dict[str, Tuple[str, float]]:
+    """Run what is not complete, ``jobs`` at a time (``threads`` torch threads each; default: the
+    cores divided among the jobs); returns name -> (status, seconds), status one of done / skipped /
+    failed / blocked (its training run failed) / dry-run. With ``publish = (grid_root, destination)``,
+    each run's result files are copied there when it is done (or found complete)."""
     log = log or sys.stdout
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
@@ -226,12 +231,12 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     trainers = {run.name: [r.name for r in runs if not r.test_only and r.output_folder == run.output_folder]
                 for run in runs if run.test_only}
     if dry_run:
-        prefix = f"OMP_NUM_THREADS={_threads(jobs)} "
+        prefix = f"OMP_NUM_THREADS={_threads(jobs, threads)} "
         for run in runs:
             print(("# done: " if run.name in status else "") + prefix + shlex.join(run.command), file=log)
         return {**{r.name: ("dry-run", 0.0) for r in pending}, **status}
     running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
-    env = _env(jobs)
+    env = _env(jobs, threads)
     while pending or running:
         for run in list(pending):
             deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
@@ -288,7 +293,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument("grid", help="grid YAML file")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (threads per run = cores // jobs)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per run (default: cores // jobs)")
     parser.add_argument("--only", action="append", default=[],
                         help="only runs whose name (group/key-value+.../seedN) contains this (repeatable)")
     parser.add_argument("--no-report", action="store_true", help="skip tables and figures at the end")
@@ -315,7 +322,8 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     spec = load_grid(args.grid)
     runs = [r for r in expand(spec, overrides) if not args.only or any(s in r.name for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
-    status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish)
+    status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish,
+                     threads=getattr(args, "threads", None))
     print(format_summary(runs, status))
     if not args.dry_run and not args.no_report:
         from .plots import make_all_plots

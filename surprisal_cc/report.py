@@ -38,7 +38,7 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "input_features": "apc", "controller_at_train": True, "controller_at_test": True,
     "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
     "penalty": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
-    "number_of_epochs": None, "train_labels": None, "precision": None,
+    "number_of_epochs": None, "train_labels": None, "precision": None, "augment": False,
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
@@ -436,8 +436,8 @@ def model_name(config: Row) -> str:
     'ACT (τ=0.001)'
     >>> model_name({"controller": "surprisal", "input_features": "fbank", "test_bias_shift": 1.0})
     'Surprisal-based controller [fbank features, bias +1]'
-    >>> model_name({"controller": "big_only", "train_labels": "mfa:realigned", "precision": "fp32"})
-    'Big network only [training labels realigned, fp32 training]'
+    >>> model_name({"controller": "big_only", "train_labels": "mfa:realigned", "precision": "fp32", "augment": True})
+    'Big network only [training labels realigned, fp32 training, masked inputs]'
     """
     if config.get("encoder") == "act":
         name = "ACT" + (f" (τ={config['act_ponder_cost']:g})" if config.get("act_ponder_cost") is not None else "")
@@ -465,6 +465,8 @@ def model_name(config: Row) -> str:
         notes.append("MFA training labels" if labels == "mfa" else f"training labels {labels.split(':', 1)[-1]}")
     if config.get("precision") == "fp32":
         notes.append("fp32 training")
+    if config.get("augment"):
+        notes.append("masked inputs")
     return name + (f" [{', '.join(notes)}]" if notes else "")
 
 

@@ -97,6 +97,9 @@ def test_grid_dry_run_prints_the_planned_runs(tmp_path, capsys):
     assert "--controller=surprisal" in commands[0] and "--controller=random" in commands[1]
     assert "| controllers/controller-random/seed1 | dry-run |" in out and "dry-run: 2" in out
     assert not (tmp_path / "exp").exists()
+    assert main(["grid", str(grid_file), "--dry-run", "--jobs", "2", "--threads", "3"]) == 0
+    assert all(line.startswith("OMP_NUM_THREADS=3 ") for line in capsys.readouterr().out.splitlines()
+               if "train.py" in line)
 
 
 def test_grid_errors(tmp_path, monkeypatch, capsys):

@@ -96,6 +96,20 @@ def test_adaptive_encoders_run(pretrained, encoder):
     assert res["flops_per_frame"] == pytest.approx(APC + PRE + POST42 + res["mean_steps"] * step, rel=1e-9)
 
 
+def test_masked_inputs_change_training(pretrained):
+    """--augment=True masks the encoder's inputs in training: same seed, other training loss."""
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    losses = {}
+    for augment in (False, True):
+        folder = pretrained / "exp" / f"augment-{augment}"
+        ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, seed=5, controller="big_only", apc_path=apc),
+                f"--augment={augment}", f"--output_folder={folder}"]))
+        results = json.loads((folder / "results.json").read_text())
+        assert results["augment"] is augment
+        losses[augment] = [json.loads(line)["train_loss"] for line in (folder / "history.jsonl").read_text().splitlines()]
+    assert losses[True] != losses[False]
+
+
 def test_fbank_ablation_skips_apc(pretrained):
     """Raw filterbank inputs with a controller that needs no surprisal: APC is not run, not charged."""
     ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--input_features=fbank", "--controller=random"]))

@@ -141,7 +141,7 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
         epochs = sorted(by_epoch)
         mean = np.array([np.mean(by_epoch[e]) for e in epochs])
         std = np.array([np.std(by_epoch[e]) for e in epochs])
-        ax.plot(epochs, mean, label=label)
+        ax.plot(epochs, mean, label=label, marker="o", markersize=2.5)
         ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
     ax.set(xlabel="Epoch", ylabel=f"Validation {key} (%)", title=title)
     if curves:

@@ -12,8 +12,8 @@ Grid file (plain YAML)::
     experiment_root: results/MiniLibriSpeech      # also passed to every run
     seeds: [1, 2, 3]                              # unless a group varies ``seed`` itself
     overrides: {data_folder: data/MiniLibriSpeech, number_of_epochs: 50}   # every run
-    publish: docs/results/MiniLibriSpeech/runs    # optional: results*.json, history.jsonl, calibration.json
-                                                  # of each finished run are copied here (same sub-folders)
+    publish: docs/results/MiniLibriSpeech/runs    # optional: results*.json, history.jsonl, calibration.json,
+                                                  # hyperparams.yaml of each finished run are copied here (same sub-folders)
     groups:
       - name: controllers
         vary: {controller: [surprisal, random]}   # cartesian product (x seeds)
@@ -192,7 +192,7 @@ def _env(jobs: int, threads: Optional[int] = None) -> Dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
 
 
-PUBLISHED_FILES = ("results*.json", "history.jsonl", "calibration.json")
+PUBLISHED_FILES = ("results*.json", "history.jsonl", "calibration.json", "hyperparams.yaml")
 
 
 def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:

@@ -118,7 +118,7 @@ def test_finished_runs_are_published(grid_file: Path, tmp_path: Path, capsys: py
     assert main(["grid", str(grid_file), "--no-report", "--only", "controllers/controller-random/seed1"]) == 0
     published = tmp_path / "published" / "controllers" / "controller-random" / "seed1"
     assert json.loads((published / "results.json").read_text())["controller"] == "random"
-    assert not (published / "calls.txt").exists()  # only results, history and calibration files
+    assert not (published / "calls.txt").exists()  # only results, history, calibration and hyperparams files
     assert not (tmp_path / "published" / "controllers" / "controller-surprisal").exists()  # not run yet
 
 

@@ -66,16 +66,18 @@ def test_training_benchmark_rows_smoke():
     table = res.details[0]
     assert "real frames/s" in table["headers"] and "s/step (median)" in table["headers"]
     rows = {row[0]: row for row in table["rows"]}
-    for name in (bt.OURS, bt.OURS_BF16, bt.OURS_BUCKETED, bt.AUTHORS, bt.PACKED, *bt.FACTORS.values()):
+    for name in (bt.OURS, bt.OURS_BF16, bt.OURS_BUCKETED, bt.AUTHORS, bt.AUTHORS_BF16, bt.PACKED, *bt.FACTORS.values()):
         assert name in rows, name
     fps = table["headers"].index("real frames/s")
-    measured = [row for name, row in rows.items() if not (name == bt.OURS_BF16 and not bt.bf16_supported())]
+    bf16_rows = (bt.OURS_BF16, bt.AUTHORS_BF16)
+    measured = [row for name, row in rows.items() if not (name in bf16_rows and not bt.bf16_supported())]
     assert all(_numeric(row[fps]) and row[fps] > 0 for row in measured)
     names = [row.benchmark for row in res.summary]
     goal = res.summary[0]
     assert "authors' step" in goal.benchmark and goal.target == ">= 5x" and goal.met == (goal.ratio >= 5.0)
     assert "real frames/s" in goal.note
     assert any("length-bucketed" in n for n in names)
+    assert any("both in bf16 autocast" in n for n in names) == bt.bf16_supported()
     assert any("packed nn.GRU, which the authors' code did not use" in n for n in names)
     for factor in bt.FACTORS:
         assert f"training factor: {factor}" in names

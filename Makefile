@@ -24,6 +24,9 @@ EPOCHS ?= 30
 ALIGNER_EPOCHS ?= 9
 ALIGNER := $(EXP)/aligner/fbank-big_only/seed$(SEED)
 LABELS := $(EXP)/labels/realigned_pauses_seed$(SEED).csv
+# The Mini-LibriSpeech recipe on this corpus and experiment folder, as both stages run it.
+TRAIN = $(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \
+	--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) --seed=$(SEED)
 RELABELLED = --labels="{train: mfa, valid: mfa, test: mfa}" \
 	--mfa_labels="{train: $(LABELS), valid: $(LABELS), test: null}" --prepared_folder=$(EXP)/manifests_realigned
 
@@ -43,16 +46,12 @@ test: $(STAMP)
 
 # Resumable: run it again after an interruption (each stage resumes from its checkpoints or is skipped).
 mini_librispeech: $(LABELS) | $(STAMP)
-	$(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \
-		--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) \
-		--controller=$(CONTROLLER) --seed=$(SEED) --number_of_epochs=$(EPOCHS) $(CPU_PROFILE) $(RELABELLED) \
+	$(TRAIN) --controller=$(CONTROLLER) --number_of_epochs=$(EPOCHS) $(CPU_PROFILE) $(RELABELLED) \
 		--output_folder=$(EXP)/conditional-$(CONTROLLER)-paper-apc-relabelled/seed$(SEED)
 	$(PY) -m surprisal_cc.cli report $(EXP)
 
 $(LABELS): | $(STAMP)
-	$(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \
-		--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) \
-		--controller=big_only --input_features=fbank --seed=$(SEED) --number_of_epochs=$(ALIGNER_EPOCHS) \
+	$(TRAIN) --controller=big_only --input_features=fbank --number_of_epochs=$(ALIGNER_EPOCHS) \
 		$(CPU_PROFILE) --output_folder=$(ALIGNER)
 	$(PY) recipes/MiniLibriSpeech/realign_labels.py $(ALIGNER) $(LABELS) --pauses
 

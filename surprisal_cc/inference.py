@@ -1136,6 +1136,8 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     run, out = Path(run_dir), Path(out_dir)
     if dtype not in WEIGHT_DTYPES:
         raise ConfigurationError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {dtype!r}")
+    if average < 1:
+        raise ConfigurationError(f"average must be at least 1 checkpoint, got {average}")
     if not run.is_dir():
         raise ConfigurationError(f"{run}: no such run folder")
     hp_file = _run_file(run, "hyperparams.yaml", "hparams.yaml", what="the hparams SpeechBrain writes into a recipe "
@@ -1165,8 +1167,6 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     if repr(encoder) != repr(hparams["encoder_module"]):
         raise ConfigurationError(f"{hp_file}: the encoder_module arguments do not rebuild the run's encoder")
     metric = hparams.get("selection_metric", "PER")
-    if average < 1:
-        raise ConfigurationError(f"average must be at least 1 checkpoint, got {average}")
     checkpoints = _checkpoints(run, metric, average)
     checkpoint = checkpoints[0]
     state = average_float_state_dicts(_load_tensors(c.path / "encoder.ckpt") for c in checkpoints)

@@ -29,7 +29,9 @@ other run is launched again with the same command (SpeechBrain's checkpointer re
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
 earlier run's is dropped as a duplicate. Test-only runs wait for the training run of their folder.
 Output of each run goes to ``<run folder>/grid.log``; afterwards the tables and figures are written
-to ``<experiment_root>/report``.
+to ``<experiment_root>/report``. With ``publish``, each finished run's small result files are copied
+there at once, and the tables and figures of everything published so far are rewritten to
+``<publish>/report``, so that the published results grow run by run.
 """
 from __future__ import annotations
 
@@ -43,14 +45,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
 from .report import load_yaml_tolerant
 
 __all__ = ["Run", "GridSpec", "GridError", "load_grid", "expand", "override_value", "results_files", "execute",
-           "publish_run", "format_summary", "add_arguments", "run_grid"]
+           "publish_run", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
 
 
 class GridError(ValueError):
@@ -212,7 +214,8 @@ def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
 
 def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: float = 0.5,
             log: Optional[IO[str]] = None, publish: Optional[Tuple[Path, Path]] = None,
-            threads: Optional[int] = None) -> Dict[str, Tuple[str, float]]:
+            threads: Optional[int] = None, on_published: Optional[Callable[[], None]] = None
+            ) -> Dict[str, Tuple[str, float]]:
     """Run what is not complete, ``jobs`` at a time (``threads`` torch threads each; default: the
     cores divided among the jobs); returns name -> (status, seconds), status one of done / skipped /
     failed / blocked (its training run failed) / dry-run. With ``publish = (grid_root, destination)``,
@@ -261,6 +264,11 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
             status[name] = ("done" if ok else "failed", time.time() - start)
             if ok and publish is not None:
                 publish_run(run, *publish)
+                if on_published is not None:
+                    try:
+                        on_published()
+                    except Exception as err:  # a table or figure problem must not stop the grid's runs
+                        print(f"[warning] the published report was not updated: {err!r}", file=log, flush=True)
             print(f"[{status[name][0]}] {name} ({status[name][1]:.0f} s, log {run.output_folder / 'grid.log'})",
                   file=log, flush=True)
         if running:
@@ -322,15 +330,27 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     spec = load_grid(args.grid)
     runs = [r for r in expand(spec, overrides) if not args.only or any(s in r.name for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
+    report_published = None
+    if publish is not None and not args.no_report:
+        def report_published() -> None:
+            write_grid_report(publish[1], publish[1] / "report")
     status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish,
-                     threads=getattr(args, "threads", None))
+                     threads=getattr(args, "threads", None), on_published=report_published)
     print(format_summary(runs, status))
     if not args.dry_run and not args.no_report:
-        from .plots import make_all_plots
-        from .report import write_report
-
         out = Path(spec.experiment_root) / "report"
-        write_report(Path(spec.experiment_root) / "grid", out)
-        figures = make_all_plots(Path(spec.experiment_root) / "grid", out)
+        figures = write_grid_report(Path(spec.experiment_root) / "grid", out)
         print(f"report: {out / 'report.md'} ({len(figures)} figures)")
+        if report_published is not None:
+            report_published()
     return 1 if any(s == "failed" for s, _ in status.values()) else 0
+
+
+def write_grid_report(results_root: Path, out: Path) -> List[Path]:
+    """Tables (``report.md``, Markdown and CSV) and figures of the results under ``results_root``,
+    written to ``out``; returns the figures."""
+    from .plots import make_all_plots
+    from .report import write_report
+
+    write_report(results_root, out)
+    return make_all_plots(results_root, out)

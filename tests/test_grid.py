@@ -122,6 +122,36 @@ def test_finished_runs_are_published(grid_file: Path, tmp_path: Path, capsys: py
     assert not (tmp_path / "published" / "controllers" / "controller-surprisal").exists()  # not run yet
 
 
+def test_published_report_grows_run_by_run(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["publish"] = str(tmp_path / "published")
+    grid_file.write_text(yaml.safe_dump(spec))
+    assert main(["grid", str(grid_file), "--only", "controllers/controller-random/seed1"]) == 0
+    report = (tmp_path / "published" / "report" / "report.md").read_text()
+    assert "Random controller" in report and "Surprisal" not in report
+    assert main(["grid", str(grid_file), "--only", "controllers/controller-surprisal/seed1"]) == 0
+    report = (tmp_path / "published" / "report" / "report.md").read_text()
+    assert "Random controller" in report and "Surprisal-based controller" in report
+    assert (tmp_path / "exp" / "report" / "report.md").is_file()
+
+
+def test_a_failing_report_does_not_stop_the_grid(grid_file: Path, tmp_path: Path) -> None:
+    import io
+
+    runs = grid.expand(grid.load_grid(str(grid_file)))[:2]
+    calls = []
+
+    def broken_report() -> None:
+        calls.append(1)
+        raise ValueError("no figure today")
+
+    log = io.StringIO()
+    status = grid.execute(runs, log=log, publish=(tmp_path / "exp" / "grid", tmp_path / "published"),
+                          on_published=broken_report)
+    assert [s for s, _ in status.values()] == ["done", "done"] and len(calls) == 2
+    assert "the published report was not updated: ValueError('no figure today')" in log.getvalue()
+
+
 def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     path = tmp_path / "grid.yaml"
     with pytest.raises(grid.GridError, match="does not exist"):

@@ -36,6 +36,7 @@ there at once, and the tables and figures of everything published so far are rew
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import re
@@ -214,7 +215,7 @@ def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
 
 def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: float = 0.5,
             log: Optional[IO[str]] = None, publish: Optional[Tuple[Path, Path]] = None,
-            threads: Optional[int] = None, on_published: Optional[Callable[[], None]] = None
+            threads: Optional[int] = None, on_published: Optional[Callable[[], Any]] = None
             ) -> Dict[str, Tuple[str, float]]:
     """Run what is not complete, ``jobs`` at a time (``threads`` torch threads each; default: the
     cores divided among the jobs); returns name -> (status, seconds), status one of done / skipped /
@@ -330,10 +331,8 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     spec = load_grid(args.grid)
     runs = [r for r in expand(spec, overrides) if not args.only or any(s in r.name for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
-    report_published = None
-    if publish is not None and not args.no_report:
-        def report_published() -> None:
-            write_grid_report(publish[1], publish[1] / "report")
+    report_published = (functools.partial(write_grid_report, publish[1], publish[1] / "report")
+                        if publish is not None and not args.no_report else None)
     status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish,
                      threads=getattr(args, "threads", None), on_published=report_published)
     print(format_summary(runs, status))

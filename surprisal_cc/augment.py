@@ -1,19 +1,97 @@
-"""SpecAugment-style masking of the encoder's input frames during training (not in the paper).
+"""Training-data augmentation (neither is in the paper); both are off by default.
 
-The masks are SpeechBrain's ``SpectrogramDrop`` along time and along the feature channels. The
-channel masks' width is a fraction of the feature width, so that one setting fits the 80
-filterbank channels and the 512 APC features alike. The surprisal that drives the controller is
-computed from the clean audio and is not masked. Switched on with ``--augment=True``
-(``feature_masking`` in ``hparams/common/conditional_ctc.yaml``).
+:class:`FeatureMasking`: SpecAugment-style masks on the encoder's input frames. The masks are
+SpeechBrain's ``SpectrogramDrop`` along time and along the feature channels. The channel masks'
+width is a fraction of the feature width, so that one setting fits the 80 filterbank channels and
+the 512 APC features alike. The surprisal that drives the controller is computed from the clean
+audio and is not masked. Switched on with ``--augment=True`` (``feature_masking`` in
+``hparams/common/conditional_ctc.yaml``).
+
+:class:`SpeedPerturbation`: each training utterance is heard, each epoch, at a speed drawn from
+1.0 and the given factors (Kaldi's 0.9/1.0/1.1 recipe, done per utterance and epoch as
+SpeechBrain's ``SpeedPerturb`` does, so an epoch keeps its size). Switched on with
+``--speed_perturb=[0.9,1.1]``. The perturbed versions are features of their own in the feature
+cache (APC features and surprisal included), computed once; validation, test and the controller's
+calibration see the clean audio only.
 """
 from __future__ import annotations
 
+import random
 from typing import Dict, Sequence
 
+import torchaudio
 from speechbrain.augment.freq_domain import SpectrogramDrop
 from torch import Tensor, nn
 
-__all__ = ["FeatureMasking"]
+__all__ = ["FeatureMasking", "SpeedPerturbation", "change_speed"]
+
+
+def change_speed(wav: Tensor, factor: float, sample_rate: int = 16000) -> Tensor:
+    """``wav`` played ``factor`` times as fast: duration divided by ``factor``, pitch multiplied by
+    it (sox's and Kaldi's ``speed``). The signal is read as if sampled at ``factor * sample_rate``
+    and resampled to ``sample_rate`` (:func:`torchaudio.functional.resample`).
+
+    Example
+    -------
+    >>> import torch
+    >>> change_speed(torch.randn(16000), 1.1).shape, change_speed(torch.randn(16000), 0.9).shape
+    (torch.Size([14546]), torch.Size([17778]))
+    """
+    if factor == 1.0:
+        return wav
+    return torchaudio.functional.resample(wav, orig_freq=round(sample_rate * factor), new_freq=sample_rate)
+
+
+class SpeedPerturbation:
+    """Per-utterance random speed for the training split.
+
+    Arguments
+    ---------
+    factors : sequence of float
+        Speeds besides 1.0 (empty: no perturbation). Each lies in [0.5, 2] and is not 1.
+    sample_rate : int
+        Audio sample rate.
+
+    The draw (:meth:`choose`) is 1.0 until ``active`` is set: the Brain sets it for its training
+    stages only, so that the controller's calibration, run before training, sees clean audio.
+    Draws use Python's ``random``, which the recipes seed and checkpoint.
+
+    Example
+    -------
+    >>> perturbation = SpeedPerturbation([0.9, 1.1])
+    >>> perturbation.choose(), perturbation.cache_id("1272-128104-0000", 0.9)
+    (1.0, '1272-128104-0000@speed0.9')
+    >>> perturbation.active = True
+    >>> perturbation.choose() in (0.9, 1.0, 1.1)
+    True
+    """
+
+    def __init__(self, factors: Sequence[float] = (), sample_rate: int = 16000):
+        factors = tuple(float(f) for f in (factors or ()))
+        bad = [f for f in factors if not 0.5 <= f <= 2.0 or f == 1.0]
+        if bad or len(set(factors)) != len(factors):
+            raise ValueError(f"speed_perturb: {list(factors)} is not a list of distinct speeds in [0.5, 2] other "
+                             "than 1.0 (1.0 is always included); e.g. --speed_perturb=[0.9,1.1], or [] for none")
+        self.factors, self.sample_rate, self.active = factors, int(sample_rate), False
+
+    def __bool__(self) -> bool:
+        return bool(self.factors)
+
+    def __repr__(self) -> str:
+        return f"SpeedPerturbation(factors={list(self.factors)})"
+
+    def choose(self) -> float:
+        """A random speed among 1.0 and the factors while active, else 1.0."""
+        return random.choice((1.0,) + self.factors) if self.active and self.factors else 1.0
+
+    @staticmethod
+    def cache_id(utt_id: str, factor: float) -> str:
+        """Feature-cache id of ``utt_id`` at speed ``factor`` (the id itself at 1.0)."""
+        return utt_id if factor == 1.0 else f"{utt_id}@speed{factor:g}"
+
+    def __call__(self, wav: Tensor, factor: float) -> Tensor:
+        """``wav`` at speed ``factor`` (:func:`change_speed`)."""
+        return change_speed(wav, factor, self.sample_rate)
 
 
 class FeatureMasking(nn.Module):

@@ -310,6 +310,9 @@ class ConditionalCTCBrain(FiniteLossBrain):
         return super().make_dataloader(dataset, stage, ckpt_prefix, **loader_kwargs)
 
     def on_stage_start(self, stage, epoch=None):
+        perturbation = getattr(self.hparams, "speed_perturbation", None)
+        if perturbation is not None:  # perturbed audio in training only (not in calibration)
+            perturbation.active = stage == sb.Stage.TRAIN
         sampler = self.train_batch_sampler
         if stage == sb.Stage.TRAIN and sampler is not None and self.train_sampler is None:
             sampler.set_epoch(epoch)  # SpeechBrain does this only for samplers it made itself
@@ -420,6 +423,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "test_only": test_only,
             "precision": self.precision,
             "augment": bool(getattr(self.hparams, "augment", False)),
+            "speed_perturb": list(getattr(getattr(self.hparams, "speed_perturbation", None), "factors", ())),
             "train_labels": train_labels_name(getattr(self.hparams, "labels", None),
                                               getattr(self.hparams, "mfa_labels", None)),
             "component_macs": {"apc": self.apc_macs, **encoder.component_macs()},

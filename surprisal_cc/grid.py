@@ -25,7 +25,8 @@ Grid file (plain YAML)::
 
 Each run's folder is ``<experiment_root>/grid/<group or folder_of>/<key-value+...>/seed<seed>`` (the varied
 keys, sorted), passed as ``--output_folder``. A run whose results files all exist is skipped; any
-other run is launched again with the same command (SpeechBrain's checkpointer resumes it). A run
+other run is launched again with the same command (SpeechBrain's checkpointer resumes it); runs
+that left a checkpoint go first, so an interrupted grid finishes what it started. A run
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
 earlier run's is dropped as a duplicate. Test-only runs wait for the training run of their folder.
 Output of each run goes to ``<run folder>/grid.log``; afterwards the tables and figures are written
@@ -91,6 +92,10 @@ class Run:
         """Whether every results file this run writes exists."""
         return all(p.exists() for p in results_files(self.output_folder, self.overrides.get("test_bias_shifts"),
                                                      self.test_only))
+
+    def started(self) -> bool:
+        """Whether an earlier launch left a checkpoint to resume from."""
+        return any((self.output_folder / "save").glob("CKPT+*"))
 
 
 def load_grid(path: str) -> GridSpec:
@@ -231,6 +236,8 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
                 publish_run(run, *publish)
         else:
             pending.append(run)
+    # interrupted runs resume before new ones start (stable: the grid's order otherwise)
+    pending.sort(key=lambda run: not run.started())
     # a test-only run waits for the runs of the same grid that train its folder
     trainers = {run.name: [r.name for r in runs if not r.test_only and r.output_folder == run.output_folder]
                 for run in runs if run.test_only}

@@ -27,6 +27,7 @@ from speechbrain.dataio.encoder import CTCTextEncoder
 from speechbrain.utils.distributed import if_main_process, run_on_main
 
 from .apc import APCModel, load_apc
+from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
 from .hparams_files import expand_hparams
@@ -184,7 +185,8 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     Arguments
     ---------
     hparams : dict
-        Uses ``label_encoder``, ``target_unit``, ``sorting``, ``optional_silence`` (and ``g2p``).
+        Uses ``label_encoder``, ``target_unit``, ``sorting``, ``optional_silence`` (and ``g2p``),
+        ``speed_perturbation`` (training split only).
     manifests : dict
         Split name -> manifest CSV (columns ID, duration, wav, wrd, phn).
     cache : FeatureCache or None
@@ -216,15 +218,22 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
         return torch.LongTensor(label_encoder.encode_sequence(text.split()))
 
     outputs = ["id", "tokens", "wrd"]
+    speed_perturbation = hparams.get("speed_perturbation")
     if cache is not None:
         pipeline, outputs = cached_features(cache), outputs + cache_items(cache)
+        train_pipeline = cached_features(cache, speed_perturbation) if speed_perturbation else pipeline
     else:
-        @sb.utils.data_pipeline.takes("wav")
-        @sb.utils.data_pipeline.provides("sig")
-        def audio(wav: str):
-            return read_audio(wav)
+        def audio_pipeline(perturbation: Optional[SpeedPerturbation]):
+            @sb.utils.data_pipeline.takes("wav")
+            @sb.utils.data_pipeline.provides("sig")
+            def audio(wav: str):
+                signal = read_audio(wav)
+                return perturbation(signal, perturbation.choose()) if perturbation else signal
 
-        pipeline, outputs = audio, outputs + ["sig"]
+            return audio
+
+        pipeline, outputs = audio_pipeline(None), outputs + ["sig"]
+        train_pipeline = audio_pipeline(speed_perturbation) if speed_perturbation else pipeline
     plain = [d for split, d in datasets.items() if split != "train" or not hparams.get("optional_silence", False)]
     if len(plain) < len(datasets):  # training targets: an optional sil at every word boundary
         from .ctc import optional_silence_targets
@@ -247,7 +256,9 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
 
         sb.dataio.dataset.add_dynamic_item([datasets["train"]], optional_targets)
     sb.dataio.dataset.add_dynamic_item(plain, targets)
-    sb.dataio.dataset.add_dynamic_item(list(datasets.values()), pipeline)
+    sb.dataio.dataset.add_dynamic_item([d for split, d in datasets.items() if split != "train"], pipeline)
+    if "train" in datasets:
+        sb.dataio.dataset.add_dynamic_item([datasets["train"]], train_pipeline)
     sb.dataio.dataset.set_output_keys(plain, outputs)
     if len(plain) < len(datasets):
         sb.dataio.dataset.set_output_keys([datasets["train"]], outputs + ["optional"])
@@ -258,13 +269,16 @@ def cache_items(cache: FeatureCache) -> List[str]:
     return ["fbank", "features", "surprisal"] if cache.apc is not None else ["fbank"]
 
 
-def cached_features(cache: FeatureCache):
-    """Dynamic item: utterance id -> the cached tensors named by :func:`cache_items`."""
+def cached_features(cache: FeatureCache, speed_perturbation: Optional[SpeedPerturbation] = None):
+    """Dynamic item: utterance id -> the cached tensors named by :func:`cache_items` (with a
+    ``speed_perturbation``, those of the utterance at the speed it draws)."""
     names = cache_items(cache)
 
     @sb.utils.data_pipeline.takes("id")
     @sb.utils.data_pipeline.provides(*names)
     def cached(utt_id: str):
+        if speed_perturbation:
+            utt_id = speed_perturbation.cache_id(utt_id, speed_perturbation.choose())
         entry = cache.load(utt_id)
         for name in names:
             yield entry[name]
@@ -272,18 +286,28 @@ def cached_features(cache: FeatureCache):
     return cached
 
 
-def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: int) -> None:
-    """Compute missing cache entries for every utterance of the manifests, longest first."""
+def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: int,
+               speed_perturbation: Optional[SpeedPerturbation] = None) -> None:
+    """Compute missing cache entries for every utterance of the manifests, longest first; with a
+    ``speed_perturbation``, also the training split at each of its speeds."""
     import csv
 
     from .data.audio import read_audio
 
-    rows = []
-    for manifest in manifests.values():
-        with open(manifest, newline="", encoding="utf-8") as f:
-            rows.extend(csv.DictReader(f))
-    rows.sort(key=lambda r: -float(r["duration"]))
-    cache.build([(r["ID"], r["wav"]) for r in rows], read_audio, batch_size=batch_size)
+    def rows_of(manifest_paths) -> List[Dict[str, str]]:
+        rows = []
+        for manifest in manifest_paths:
+            with open(manifest, newline="", encoding="utf-8") as f:
+                rows.extend(csv.DictReader(f))
+        return sorted(rows, key=lambda r: -float(r["duration"]))
+
+    cache.build([(r["ID"], r["wav"]) for r in rows_of(manifests.values())], read_audio, batch_size=batch_size)
+    if speed_perturbation and "train" in manifests:
+        train_rows = rows_of([manifests["train"]])
+        for factor in speed_perturbation.factors:
+            cache.build([(speed_perturbation.cache_id(r["ID"], factor), r["wav"]) for r in train_rows],
+                        lambda path, factor=factor: speed_perturbation(read_audio(path), factor),
+                        batch_size=batch_size)
 
 
 def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Optional[APCModel]:
@@ -351,7 +375,7 @@ def feature_cache(hparams: Dict, manifests: Mapping[str, str], apc: Optional[APC
     if not hparams["use_feature_cache"]:
         return None
     cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"])
-    run_on_main(fill_cache, args=[cache, manifests, hparams["cache_batch_size"]])
+    run_on_main(fill_cache, args=[cache, manifests, hparams["cache_batch_size"], hparams.get("speed_perturbation")])
     return cache
 
 

@@ -39,6 +39,7 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
     "penalty": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
     "number_of_epochs": None, "train_labels": None, "precision": None, "augment": False,
+    "speed_perturb": (),
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
@@ -406,6 +407,7 @@ def config_of(row: Row) -> Row:
     """
     config = {key: row.get(key, default) for key, default in CONFIG_DEFAULTS.items()}
     config["test_bias_shift"] = float(config["test_bias_shift"] or 0.0)
+    config["speed_perturb"] = tuple(float(f) for f in config["speed_perturb"] or ())
     if config["controller"] != "learned":
         config["penalty"] = config["learned_estimator"] = None
     if config["encoder"] != "act":
@@ -438,6 +440,8 @@ def model_name(config: Row) -> str:
     'Surprisal-based controller [fbank features, bias +1]'
     >>> model_name({"controller": "big_only", "train_labels": "mfa:realigned", "precision": "fp32", "augment": True})
     'Big network only [training labels realigned, fp32 training, masked inputs]'
+    >>> model_name({"controller": "surprisal", "speed_perturb": [0.9, 1.1]})
+    'Surprisal-based controller [speeds 0.9/1/1.1]'
     """
     if config.get("encoder") == "act":
         name = "ACT" + (f" (τ={config['act_ponder_cost']:g})" if config.get("act_ponder_cost") is not None else "")
@@ -467,6 +471,8 @@ def model_name(config: Row) -> str:
         notes.append("fp32 training")
     if config.get("augment"):
         notes.append("masked inputs")
+    if config.get("speed_perturb"):
+        notes.append("speeds " + "/".join(f"{f:g}" for f in sorted({1.0, *map(float, config["speed_perturb"])})))
     return name + (f" [{', '.join(notes)}]" if notes else "")
 
 

@@ -184,3 +184,45 @@ def test_compute_batch_padding_invariance(tmp_path):
     assert a["surprisal"].shape == b["surprisal"].shape == (FeatureConfig().num_frames(2000),)
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-5)
+
+
+def test_fill_cache_adds_training_utterances_at_each_speed(tmp_path):
+    """fill_cache with a speed perturbation: every utterance clean, the training split also at each
+    speed (frames scaled by 1/speed); the training pipeline reads the speed it draws."""
+    import csv
+    import random
+
+    import numpy as np
+    import soundfile as sf
+    import speechbrain as sb
+
+    from surprisal_cc.augment import SpeedPerturbation
+    from surprisal_cc.recipe import cached_features, fill_cache
+
+    manifests = {}
+    for split, utts in {"train": ["t1", "t2"], "valid": ["v1"]}.items():
+        manifests[split] = tmp_path / f"{split}.csv"
+        with open(manifests[split], "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["ID", "duration", "wav"])
+            for i, utt in enumerate(utts):
+                wav = tmp_path / f"{utt}.wav"
+                sf.write(wav, np.random.default_rng(i).standard_normal(16000 + 4000 * i).astype("float32") * 0.1, 16000)
+                writer.writerow([utt, 1.0 + 0.25 * i, wav])
+    cache = FeatureCache(tmp_path / "cache", small_apc())
+    perturbation = SpeedPerturbation([0.8, 1.25])
+    fill_cache(cache, manifests, batch_size=2, speed_perturbation=perturbation)
+    stored = {path.stem for path in cache.folder.glob("*.pt")}
+    assert stored == {"t1", "t2", "v1", "t1@speed0.8", "t2@speed0.8", "t1@speed1.25", "t2@speed1.25"}
+    frames = {utt: cache.load(utt)["fbank"].shape[0] for utt in stored}
+    assert frames["t1@speed0.8"] == pytest.approx(frames["t1"] / 0.8, abs=2)
+    assert frames["t2@speed1.25"] == pytest.approx(frames["t2"] / 1.25, abs=2)
+
+    train = sb.dataio.dataset.DynamicItemDataset.from_csv(str(manifests["train"]))
+    sb.dataio.dataset.add_dynamic_item([train], cached_features(cache, perturbation))
+    sb.dataio.dataset.set_output_keys([train], ["id", "fbank"])
+    assert train[0]["fbank"].shape[0] == frames["t1"]  # inactive: clean
+    perturbation.active = True
+    random.seed(0)
+    seen = {train[0]["fbank"].shape[0] for _ in range(30)}
+    assert seen == {frames["t1"], frames["t1@speed0.8"], frames["t1@speed1.25"]}

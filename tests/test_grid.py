@@ -152,6 +152,19 @@ def test_a_failing_report_does_not_stop_the_grid(grid_file: Path, tmp_path: Path
     assert "the published report was not updated: ValueError('no figure today')" in log.getvalue()
 
 
+def test_interrupted_runs_resume_before_new_ones(grid_file: Path, tmp_path: Path) -> None:
+    import io
+
+    runs = grid.expand(grid.load_grid(str(grid_file)))[:4]
+    checkpoint = runs[3].output_folder / "save" / "CKPT+2026-01-01+00-00-00+00"
+    checkpoint.mkdir(parents=True)  # controller-random/seed2 was cut off mid-training
+    assert [r.started() for r in runs] == [False, False, False, True]
+    log = io.StringIO()
+    grid.execute(runs, jobs=1, log=log)
+    starts = [line.split()[1] for line in log.getvalue().splitlines() if line.startswith("[start]")]
+    assert starts == [runs[3].name, runs[0].name, runs[1].name, runs[2].name]
+
+
 def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     path = tmp_path / "grid.yaml"
     with pytest.raises(grid.GridError, match="does not exist"):

@@ -96,18 +96,26 @@ def test_adaptive_encoders_run(pretrained, encoder):
     assert res["flops_per_frame"] == pytest.approx(APC + PRE + POST42 + res["mean_steps"] * step, rel=1e-9)
 
 
-def test_masked_inputs_change_training(pretrained):
-    """--augment=True masks the encoder's inputs in training: same seed, other training loss."""
+def test_augmentation_changes_training(pretrained):
+    """--augment=True (masked inputs) and --speed_perturb=[...] change training: same seed, other
+    training loss. Every training utterance, and no other, has cache entries at the two speeds."""
     apc = pretrained / "exp" / "apc" / "apc.pt"
-    losses = {}
-    for augment in (False, True):
-        folder = pretrained / "exp" / f"augment-{augment}"
+    runs = {"none": [], "masks": ["--augment=True"], "speeds": ["--speed_perturb=[0.9,1.1]"]}
+    losses, results = {}, {}
+    for name, options in runs.items():
+        folder = pretrained / "exp" / f"augmentation-{name}"
         ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, seed=5, controller="big_only", apc_path=apc),
-                f"--augment={augment}", f"--output_folder={folder}"]))
-        results = json.loads((folder / "results.json").read_text())
-        assert results["augment"] is augment
-        losses[augment] = [json.loads(line)["train_loss"] for line in (folder / "history.jsonl").read_text().splitlines()]
-    assert losses[True] != losses[False]
+                *options, f"--output_folder={folder}"]))
+        results[name] = json.loads((folder / "results.json").read_text())
+        losses[name] = [json.loads(line)["train_loss"] for line in (folder / "history.jsonl").read_text().splitlines()]
+    assert [results[name]["augment"] for name in runs] == [False, True, False]
+    assert [results[name]["speed_perturb"] for name in runs] == [[], [], [0.9, 1.1]]
+    assert losses["masks"] != losses["none"] and losses["speeds"] != losses["none"]
+    train_ids = {line.split(",", 1)[0] for line in (pretrained / "exp" / "manifests" / "train.csv").read_text().splitlines()[1:]}
+    cached = {path.stem for path in (pretrained / "exp" / "feature_cache").glob("*/*.pt")}
+    for factor in ("0.9", "1.1"):
+        assert {f"{utt}@speed{factor}" for utt in train_ids} <= cached
+    assert not any("@speed" in name and name.split("@")[0] not in train_ids for name in cached)
 
 
 def test_fbank_ablation_skips_apc(pretrained):

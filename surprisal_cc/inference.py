@@ -1216,7 +1216,7 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
                    "test": {k: results.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
                                                          "mean_steps", "epochs", "commit", "data", "date")
                             if k in results},
-                   "epochs_trained": results.get("epochs"), "commit": results.get("commit"),
+                   "epochs_trained": _epochs_trained(run) or results.get("epochs"), "commit": results.get("commit"),
                    "error_rate_details": results.get("error_rate_details"),
                    "calibration": results.get("calibration")},
     }
@@ -1282,6 +1282,16 @@ def _check_apc_matches_cache(apc: APCModel, hparams: Dict[str, Any]) -> None:
 def _millions(value: Optional[float]) -> str:
     """``"1.23M"``, or a dash for None."""
     return "–" if value is None else f"{value / 1e6:.2f}M"
+
+
+def _epochs_trained(run: Path) -> Optional[int]:
+    """The last epoch in the run's ``history.jsonl`` (results.json's ``epochs`` is the evaluated
+    checkpoint's epoch counter), or None without a history."""
+    path = Path(run) / "history.jsonl"
+    if not path.is_file():
+        return None
+    epochs = [json.loads(line).get("epoch") for line in path.read_text().splitlines() if line.strip()]
+    return max((int(e) for e in epochs if e is not None), default=None)
 
 
 def model_card(config: Dict[str, Any], out: Path) -> str:

@@ -175,3 +175,13 @@ def test_default_model_folder_is_the_repository_pretrained_folder(monkeypatch, t
     monkeypatch.setattr("surprisal_cc.inference.default_model_dir", lambda: tmp_path / "pretrained")
     with pytest.raises(ModelFormatError, match="surprisal-cc export RUN_DIR"):
         ConditionalASR.from_pretrained()
+
+
+def test_card_counts_the_epochs_trained_from_the_history(tmp_path):
+    """results.json's ``epochs`` is the evaluated (best) checkpoint's counter; the card's "trained"
+    count is the history's last epoch."""
+    from surprisal_cc.inference import _epochs_trained
+
+    assert _epochs_trained(tmp_path) is None
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps({"epoch": e, "PER": 40.0 - e}) + "\n" for e in (1, 2, 3)))
+    assert _epochs_trained(tmp_path) == 3

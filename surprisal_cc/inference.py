@@ -1287,11 +1287,9 @@ def _millions(value: Optional[float]) -> str:
 def _epochs_trained(run: Path) -> Optional[int]:
     """The last epoch in the run's ``history.jsonl`` (results.json's ``epochs`` is the evaluated
     checkpoint's epoch counter), or None without a history."""
-    path = Path(run) / "history.jsonl"
-    if not path.is_file():
-        return None
-    epochs = [json.loads(line).get("epoch") for line in path.read_text().splitlines() if line.strip()]
-    return max((int(e) for e in epochs if e is not None), default=None)
+    from .report import read_history
+
+    return max((int(row["epoch"]) for row in read_history(Path(run)) if row.get("epoch") is not None), default=None)
 
 
 def model_card(config: Dict[str, Any], out: Path) -> str:

@@ -217,23 +217,21 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     def targets(text: str):
         return torch.LongTensor(label_encoder.encode_sequence(text.split()))
 
-    outputs = ["id", "tokens", "wrd"]
-    speed_perturbation = hparams.get("speed_perturbation")
-    if cache is not None:
-        pipeline, outputs = cached_features(cache), outputs + cache_items(cache)
-        train_pipeline = cached_features(cache, speed_perturbation) if speed_perturbation else pipeline
-    else:
-        def audio_pipeline(perturbation: Optional[SpeedPerturbation]):
-            @sb.utils.data_pipeline.takes("wav")
-            @sb.utils.data_pipeline.provides("sig")
-            def audio(wav: str):
-                signal = read_audio(wav)
-                return perturbation(signal, perturbation.choose()) if perturbation else signal
+    outputs = ["id", "tokens", "wrd"] + (cache_items(cache) if cache is not None else ["sig"])
 
-            return audio
+    def features(perturbation: Optional[SpeedPerturbation]):
+        """The cached features, or without a cache the audio (``sig``), at the drawn speed."""
+        if cache is not None:
+            return cached_features(cache, perturbation)
 
-        pipeline, outputs = audio_pipeline(None), outputs + ["sig"]
-        train_pipeline = audio_pipeline(speed_perturbation) if speed_perturbation else pipeline
+        @sb.utils.data_pipeline.takes("wav")
+        @sb.utils.data_pipeline.provides("sig")
+        def audio(wav: str):
+            signal = read_audio(wav)
+            return perturbation(signal, perturbation.choose()) if perturbation else signal
+
+        return audio
+
     plain = [d for split, d in datasets.items() if split != "train" or not hparams.get("optional_silence", False)]
     if len(plain) < len(datasets):  # training targets: an optional sil at every word boundary
         from .ctc import optional_silence_targets
@@ -256,9 +254,9 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
 
         sb.dataio.dataset.add_dynamic_item([datasets["train"]], optional_targets)
     sb.dataio.dataset.add_dynamic_item(plain, targets)
-    sb.dataio.dataset.add_dynamic_item([d for split, d in datasets.items() if split != "train"], pipeline)
+    sb.dataio.dataset.add_dynamic_item([d for split, d in datasets.items() if split != "train"], features(None))
     if "train" in datasets:
-        sb.dataio.dataset.add_dynamic_item([datasets["train"]], train_pipeline)
+        sb.dataio.dataset.add_dynamic_item([datasets["train"]], features(hparams.get("speed_perturbation")))
     sb.dataio.dataset.set_output_keys(plain, outputs)
     if len(plain) < len(datasets):
         sb.dataio.dataset.set_output_keys([datasets["train"]], outputs + ["optional"])
@@ -294,16 +292,18 @@ def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: in
 
     from .data.audio import read_audio
 
-    def rows_of(manifest_paths) -> List[Dict[str, str]]:
-        rows = []
-        for manifest in manifest_paths:
-            with open(manifest, newline="", encoding="utf-8") as f:
-                rows.extend(csv.DictReader(f))
-        return sorted(rows, key=lambda r: -float(r["duration"]))
+    rows = {}
+    for split, manifest in manifests.items():
+        with open(manifest, newline="", encoding="utf-8") as f:
+            rows[split] = list(csv.DictReader(f))
 
-    cache.build([(r["ID"], r["wav"]) for r in rows_of(manifests.values())], read_audio, batch_size=batch_size)
-    if speed_perturbation and "train" in manifests:
-        train_rows = rows_of([manifests["train"]])
+    def longest_first(split_rows: List[Dict[str, str]]) -> List[Dict[str, str]]:
+        return sorted(split_rows, key=lambda r: -float(r["duration"]))
+
+    every_row = longest_first([r for split_rows in rows.values() for r in split_rows])
+    cache.build([(r["ID"], r["wav"]) for r in every_row], read_audio, batch_size=batch_size)
+    if speed_perturbation and "train" in rows:
+        train_rows = longest_first(rows["train"])
         for factor in speed_perturbation.factors:
             cache.build([(speed_perturbation.cache_id(r["ID"], factor), r["wav"]) for r in train_rows],
                         lambda path, factor=factor: speed_perturbation(read_audio(path), factor),

@@ -6,7 +6,10 @@ uniform in [T/2, T]) and checks that with the same weights they give the same ou
 same input gradients (max abs difference over real frames). Forward is timed in eval mode
 under ``no_grad``; forward+backward in train mode (dropout 0) with a random upstream gradient.
 
-Usage: ``python -m benchmarks.bench_rnn [--quick|--smoke] [--json]``
+On a GPU (``--device cuda``) both run there (PyTorch's packed GRU is cuDNN's), timed until the
+GPU has finished.
+
+Usage: ``python -m benchmarks.bench_rnn [--quick|--smoke] [--json] [--device cuda]``
 """
 from __future__ import annotations
 
@@ -22,7 +25,10 @@ from benchmarks.common import (
     check_size,
     interleaved_times,
     lengths_mask,
+    full_fp32,
     median,
+    repeats_on,
+    resolve_device,
     seed_everything,
     set_threads,
     synthetic_lengths,
@@ -35,10 +41,11 @@ SIZES = {
 }
 
 
-def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> BenchResult:
+def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device: str = "cpu") -> BenchResult:
     from surprisal_cc.nnet import BiGRU
 
     cfg = SIZES[check_size(size)]
+    device = str(resolve_device(device))
     threads = set_threads(threads, size)
     seed_everything(seed)
     g = torch.Generator().manual_seed(seed)
@@ -49,6 +56,8 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
     grad_out = torch.randn(B, T, 2 * cfg["hidden"], generator=g) * mask
     ours = BiGRU(cfg["input"], cfg["hidden"], dropout=0.0)
     packed = PackedBiGRU(cfg["input"], cfg["hidden"], dropout=0.0).load_from(ours)
+    ours, packed = ours.to(device), packed.to(device)
+    x, grad_out, lengths, mask = (t.to(device) for t in (x, grad_out, lengths, mask))
     models = {"reversal": ours, "packed": packed}
 
     def forward(model):
@@ -67,18 +76,20 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
     for name, model in models.items():
         fns[f"{name} fwd"] = lambda m=model: forward(m)
         fns[f"{name} fwd+bwd"] = lambda m=model: forward_backward(m)
-    # equality check first: it is also the warm-up round of every timed function
-    out_diff = float(((forward(ours) - forward(packed)) * mask).abs().max())
-    grad_diff = float(((forward_backward(ours) - forward_backward(packed)) * mask).abs().max())
-    weight_grad_diff = max(
-        float((getattr(ours.forward_gru, n).grad - getattr(packed.gru, n).grad).abs().max())
-        for n in ("weight_ih_l0", "weight_hh_l0"))
-    times = interleaved_times(fns, repeats=cfg["repeats"], warmup=cfg["warmup"])
+    # equality check first (in exact fp32: no TF32 on a GPU): it is also the warm-up round of every timed function
+    with full_fp32():
+        out_diff = float(((forward(ours) - forward(packed)) * mask).abs().max())
+        grad_diff = float(((forward_backward(ours) - forward_backward(packed)) * mask).abs().max())
+        weight_grad_diff = max(
+            float((getattr(ours.forward_gru, n).grad - getattr(packed.gru, n).grad).abs().max())
+            for n in ("weight_ih_l0", "weight_hh_l0"))
+    repeats = repeats_on(device, cfg["repeats"])
+    times = interleaved_times(fns, repeats=repeats, warmup=cfg["warmup"], device=device)
     t = {k: median(v) for k, v in times.items()}
 
     res = BenchResult("rnn", params=dict(size=size, batch=B, T=T, lengths=f"{T // 2}-{T}",
-                                         sizes=f"{cfg['input']}->{cfg['hidden']}x2", repeats=cfg["repeats"],
-                                         threads=threads, seed=seed))
+                                         sizes=f"{cfg['input']}->{cfg['hidden']}x2", repeats=repeats,
+                                         device=device, threads=threads, seed=seed))
     for phase in ("fwd", "fwd+bwd"):
         r = t[f"packed {phase}"] / t[f"reversal {phase}"]
         res.summary.append(SummaryRow(f"BiGRU {phase}: reversal vs packed", t[f"reversal {phase}"],
@@ -89,7 +100,7 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
     res.summary.append(SummaryRow("BiGRU outputs: reversal vs packed", out_diff, 0.0, "max abs diff", None, "-",
                                   f"<= {tol:g}", out_diff <= tol and grad_diff <= tol,
                                   note=f"input-grad diff {grad_diff:.1e}"))
-    res.add_detail(f"BiGRU B={B}, T={T}, {cfg['input']}->{cfg['hidden']} per direction (median of {cfg['repeats']})",
+    res.add_detail(f"BiGRU B={B}, T={T}, {cfg['input']}->{cfg['hidden']} per direction (median of {repeats})",
                    ["implementation", "fwd s", "fwd+bwd s", "fwd / reversal", "fwd+bwd / reversal"],
                    [[name, t[f"{name} fwd"], t[f"{name} fwd+bwd"], t[f"{name} fwd"] / t["reversal fwd"],
                      t[f"{name} fwd+bwd"] / t["reversal fwd+bwd"]] for name in models])

@@ -32,7 +32,11 @@ routing cost depends only on the fraction of big frames. Steps of all configurat
 interleaved (A B C ... A B C ...), after one warm-up step each; the median step time is reported,
 with real (unpadded) frames per second = real frames of the batch / step time.
 
-Usage: ``python -m benchmarks.bench_training [--quick|--smoke] [--json]``
+On a GPU (``--device cuda``) the same steps run there, bf16 under ``torch.autocast("cuda")``;
+the batches are made on the CPU and moved to the GPU before timing, and each step is timed until
+the GPU has finished it.
+
+Usage: ``python -m benchmarks.bench_training [--quick|--smoke] [--json] [--device cuda]``
 """
 from __future__ import annotations
 
@@ -52,6 +56,8 @@ from benchmarks.common import (
     check_size,
     interleaved_times,
     median,
+    repeats_on,
+    resolve_device,
     seed_everything,
     set_threads,
     synthetic_lengths,
@@ -94,19 +100,22 @@ FACTORS = {  # factor -> config with only that choice switched away from ours
 PACKED_FACTOR = "reversal BiGRU vs packed nn.GRU, which the authors' code did not use"
 
 
-def best_precision() -> str:
-    """bf16 where the CPU computes in it natively, else fp32 (the recipes' ``precision: auto``)."""
-    return "bf16" if bf16_supported() else "fp32"
+def best_precision(device: str = "cpu") -> str:
+    """The recipes' ``precision: auto`` on ``device`` (bf16 on a CPU with native bf16, else fp32), and never bf16
+    where the device has no native bf16."""
+    from surprisal_cc.recipe import auto_precision
+
+    return "bf16" if bf16_supported(device) and auto_precision(device) == "bf16" else "fp32"
 
 
-def configs() -> Dict[str, StepConfig]:
+def configs(device: str = "cpu") -> Dict[str, StepConfig]:
     """Every timed configuration; the bf16 one only where bf16 is native."""
     out = {OURS: StepConfig()}
-    if bf16_supported():
+    if bf16_supported(device):
         out[OURS_BF16] = StepConfig(precision="bf16")
-    out[OURS_BUCKETED] = StepConfig(precision=best_precision(), batching="bucketed")
+    out[OURS_BUCKETED] = StepConfig(precision=best_precision(device), batching="bucketed")
     out[AUTHORS] = StepConfig(features="recompute", execution="masked", rnn="unpacked")
-    if bf16_supported():
+    if bf16_supported(device):
         out[AUTHORS_BF16] = StepConfig(features="recompute", execution="masked", rnn="unpacked", precision="bf16")
     out[FACTORS["feature cache vs fbank + APC every step"]] = StepConfig(features="recompute")
     out[FACTORS["routed vs masked"]] = StepConfig(execution="masked")
@@ -134,6 +143,9 @@ class Batch(NamedTuple):
     @property
     def padded_frames(self) -> int:
         return int(self.lengths.numel() * self.lengths.max())
+
+    def to(self, device: str) -> "Batch":
+        return Batch(*(None if t is None else t.to(device) for t in self))
 
 
 def samples_for_frames(frames: Tensor) -> Tensor:
@@ -185,7 +197,7 @@ class StepModel(NamedTuple):
     optimizer: torch.optim.Optimizer
 
 
-def build_model(config: StepConfig, seed: int = 0) -> StepModel:
+def build_model(config: StepConfig, seed: int = 0, device: str = "cpu") -> StepModel:
     """Encoder (and front end + APC when recomputed) and Adam, identically initialised for every configuration."""
     from surprisal_cc.apc import APCModel
     from surprisal_cc.controllers import ConstantController
@@ -201,7 +213,8 @@ def build_model(config: StepConfig, seed: int = 0) -> StepModel:
     if config.features == "recompute":
         front_end = FilterbankFrontEnd(sample_rate=SAMPLE_RATE, n_mels=80, frame_skip=2)
         apc = APCModel().requires_grad_(False).train()  # frozen, but left in train mode as in the authors' code
-    encoder.train()
+    encoder.to(device).train()
+    front_end, apc = (None if m is None else m.to(device) for m in (front_end, apc))
     return StepModel(config, encoder, front_end, apc, torch.optim.Adam(encoder.parameters(), lr=3e-4))
 
 
@@ -209,7 +222,7 @@ def training_step(model: StepModel, batch: Batch) -> float:
     config, encoder, optimizer = model.config, model.encoder, model.optimizer
     optimizer.zero_grad(set_to_none=True)
     lengths = batch.lengths
-    precision = (torch.autocast("cpu", dtype=torch.bfloat16) if config.precision == "bf16"
+    precision = (torch.autocast(lengths.device.type, dtype=torch.bfloat16) if config.precision == "bf16"
                  else contextlib.nullcontext())
     with precision:
         if config.features == "recompute":
@@ -231,15 +244,18 @@ def training_step(model: StepModel, batch: Batch) -> float:
 # ----------------------------------------------------------------------------------------------
 # Benchmark
 # ----------------------------------------------------------------------------------------------
-def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> BenchResult:
+def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device: str = "cpu") -> BenchResult:
     cfg = SIZES[check_size(size)]
+    device = str(resolve_device(device))
     threads = set_threads(threads, size)
     seed_everything(seed)
-    n = cfg["steps"] + cfg["warmup"]
+    steps = repeats_on(device, cfg["steps"])
+    n = steps + cfg["warmup"]
     data = {"random": make_batches(n, cfg["batch"], cfg["t_min"], cfg["t_max"], seed, waveforms=True),
             "bucketed": make_batches(n, cfg["batch"], cfg["t_min"], cfg["t_max"], seed, bucketed=True)}
-    specs = configs()
-    models = {name: build_model(spec, seed=seed) for name, spec in specs.items()}
+    data = {kind: [b.to(device) for b in batches] for kind, batches in data.items()}
+    specs = configs(device)
+    models = {name: build_model(spec, seed=seed, device=device) for name, spec in specs.items()}
     step_index = {"i": 0}
     fns = {name: (lambda m=m: training_step(m, data[m.config.batching][step_index["i"]]))
            for name, m in models.items()}
@@ -248,19 +264,20 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
         step_index["i"] = i
         torch.manual_seed(seed + i)  # same routing draws for every configuration at step i
 
-    times = interleaved_times(fns, repeats=cfg["steps"], warmup=cfg["warmup"], before_each=before)
+    times = interleaved_times(fns, repeats=steps, warmup=cfg["warmup"], before_each=before, device=device)
     t = {name: median(v) for name, v in times.items()}
     timed = slice(cfg["warmup"], None)
-    real = {name: sum(b.real_frames for b in data[s.batching][timed]) / cfg["steps"] for name, s in specs.items()}
-    padded = {name: sum(b.padded_frames for b in data[s.batching][timed]) / cfg["steps"]
+    real = {name: sum(b.real_frames for b in data[s.batching][timed]) / steps for name, s in specs.items()}
+    padded = {name: sum(b.padded_frames for b in data[s.batching][timed]) / steps
               for name, s in specs.items()}
     fps = {name: real[name] / t[name] for name in specs}
 
-    best = best_precision()
+    best = best_precision(device)
     res = BenchResult("training", params=dict(size=size, batch=cfg["batch"], frames=f"{cfg['t_min']}-{cfg['t_max']}",
-                                              timed_steps=cfg["steps"], warmup=cfg["warmup"], p_big=P_BIG,
-                                              threads=threads, seed=seed, bf16_native=bf16_supported(),
-                                              best_precision=best))
+                                              timed_steps=steps, warmup=cfg["warmup"], p_big=P_BIG,
+                                              device=device, threads=threads, seed=seed,
+                                              bf16_native=bf16_supported(device), best_precision=best))
+    no_bf16 = f"skipped: this {'GPU' if device.startswith('cuda') else 'CPU'} has no native bf16"
 
     def fps_note(name: str) -> str:
         return f"{fps[name]:,.0f} vs {fps[AUTHORS]:,.0f} real frames/s"
@@ -280,7 +297,7 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
                                       note=f"{fps[OURS_BF16]:,.0f} vs {fps[AUTHORS_BF16]:,.0f} real frames/s"))
     else:
         res.summary.append(SummaryRow("training step: ours bf16 autocast vs the authors' step", None, None, "s/step",
-                                      None, "-", "info", None, note="skipped: this CPU has no native bf16"))
+                                      None, "-", "info", None, note=no_bf16))
     res.summary.append(SummaryRow(f"training throughput: ours ({best}), length-bucketed batches vs the authors' step "
                                   f"(random batches)", fps[OURS_BUCKETED], fps[AUTHORS], "real frames/s",
                                   fps[OURS_BUCKETED] / fps[AUTHORS], "ours/baseline", "info", None,
@@ -295,8 +312,8 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
         rows.append([name, spec.precision, spec.batching, t[name], min(times[name]), max(times[name]), real[name],
                      f"{1 - real[name] / padded[name]:.0%}", fps[name], fps[name] / fps[AUTHORS], t[name] / t[OURS]])
     if best != "bf16":
-        rows.insert(1, [OURS_BF16, "bf16", "random", "skipped: this CPU has no native bf16"] + [None] * 7)
-        rows.append([AUTHORS_BF16, "bf16", "random", "skipped: this CPU has no native bf16"] + [None] * 7)
+        rows.insert(1, [OURS_BF16, "bf16", "random", no_bf16] + [None] * 7)
+        rows.append([AUTHORS_BF16, "bf16", "random", no_bf16] + [None] * 7)
     res.add_detail("Time per training step (median of interleaved steps); speed = real frames/s relative to the "
                    "authors' step",
                    ["configuration", "precision", "batches", "s/step (median)", "min", "max", "real frames/step",

@@ -7,6 +7,7 @@ minute) and ``smoke`` (the tiniest shapes, for the unit test; timings meaningles
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
@@ -63,7 +64,44 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_info() -> Dict[str, Any]:
+def resolve_device(device: str = "cpu") -> torch.device:
+    """``torch.device(device)``; a ``ValueError`` that says so when it names CUDA and there is none."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available on this machine; use cpu")
+    return dev
+
+
+def device_name(device: str = "cpu") -> str:
+    """The GPU's name for a CUDA device, else the CPU model."""
+    dev = torch.device(device)
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_model()
+
+
+def synchronize(device: str = "cpu") -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously); nothing to do on the CPU."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def repeats_on(device: str, repeats: int) -> int:
+    """Timed repeats on ``device``: 5x as many on a GPU, whose steps take milliseconds, for stable medians."""
+    return repeats * 5 if torch.device(device).type == "cuda" else repeats
+
+
+@contextlib.contextmanager
+def full_fp32():
+    """TF32 off for CUDA matrix products and cuDNN inside the block (exact fp32, for equality checks)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def machine_info(device: str = "cpu") -> Dict[str, Any]:
     try:
         load = os.getloadavg()
     except OSError:  # pragma: no cover
@@ -72,6 +110,7 @@ def machine_info() -> Dict[str, Any]:
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
+        "device": str(device) if torch.device(device).type == "cpu" else f"{device} ({device_name(device)})",
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
@@ -177,19 +216,23 @@ def format_result(result: BenchResult) -> str:
 # Timing
 # ----------------------------------------------------------------------------------------------
 def interleaved_times(fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: int = 1,
-                      before_each: Optional[Callable[[str, int], None]] = None) -> Dict[str, List[float]]:
+                      before_each: Optional[Callable[[str, int], None]] = None,
+                      device: str = "cpu") -> Dict[str, List[float]]:
     """Wall-clock seconds of every function, interleaved (A B C A B C ...) after ``warmup`` rounds.
 
     Interleaving spreads slow phases of a shared machine over all candidates alike.
-    ``before_each(name, i)`` runs untimed before each call (e.g. to reseed).
+    ``before_each(name, i)`` runs untimed before each call (e.g. to reseed). On a CUDA ``device``
+    each call is timed from an idle GPU until its queued work has finished.
     """
     times: Dict[str, List[float]] = {name: [] for name in fns}
     for i in range(warmup + repeats):
         for name, fn in fns.items():
             if before_each is not None:
                 before_each(name, i)
+            synchronize(device)
             t0 = time.perf_counter()
             fn()
+            synchronize(device)
             dt = time.perf_counter() - t0
             if i >= warmup:
                 times[name].append(dt)
@@ -282,23 +325,30 @@ def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
     return encoder
 
 
-def bf16_supported() -> bool:
-    """Whether the CPU computes in bf16 natively (AVX-512-BF16 or AMX, as oneDNN reports it)."""
+def bf16_supported(device: str = "cpu") -> bool:
+    """Whether ``device`` computes in bf16 natively: a CPU with AVX-512-BF16 or AMX (as oneDNN
+    reports it), a CUDA GPU of the Ampere generation or newer."""
     from surprisal_cc.recipe import native_bf16
 
-    return native_bf16("cpu")
+    return native_bf16(device)
 
 
 def size_cli(run, doc: str, argv=None) -> int:
-    """Shared command line of the size-levelled benchmarks: ``[--quick|--smoke] [--json]``."""
+    """Shared command line of the size-levelled benchmarks: ``[--quick|--smoke] [--json] [--device D]``
+    (``--device`` for the benchmarks whose ``run`` takes one)."""
     import argparse
+    import inspect
     import json
 
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", action="store_true")
+    takes_device = "device" in inspect.signature(run).parameters
+    if takes_device:
+        ap.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     a = ap.parse_args(argv)
-    res = run("smoke" if a.smoke else "quick" if a.quick else "full")
+    kwargs = {"device": str(resolve_device(a.device))} if takes_device else {}
+    res = run("smoke" if a.smoke else "quick" if a.quick else "full", **kwargs)
     print(json.dumps(res.as_dict(), indent=2) if a.json else format_result(res))
     return 0

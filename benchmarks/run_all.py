@@ -1,7 +1,7 @@
 """Run the whole benchmark suite and print one combined table plus per-benchmark details.
 
     surprisal-cc bench [--quick] [--json] [--only training,rnn]
-    python -m benchmarks.run_all [--quick|--smoke] [--json] [--only training,rnn] [--threads N]
+    python -m benchmarks.run_all [--quick|--smoke] [--json] [--only training,rnn] [--threads N] [--device cuda]
 
 ``python -m`` from the repository root; ``surprisal-cc bench`` runs it there from any folder.
 
@@ -11,7 +11,9 @@ whole suite in well under a minute on an idle machine), smoke (tiniest shapes, f
 timings meaningless, torch runs with 1 thread). Returns 0 when every benchmark ran (skips for
 missing data included), 1 when one raised or the command line names an unknown benchmark (one
 ``error: ...`` line). Unmet targets are shown in the table (``met?`` = NO), not turned into a
-failing exit status.
+failing exit status. ``--device cuda`` runs the GPU-capable benchmarks (``training`` and ``rnn``)
+on the GPU and reports the others as skipped (they measure CPU work: decoding, data preparation,
+CPU inference and memory).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from benchmarks.common import (
     format_result,
     machine_info,
     markdown_table,
+    resolve_device,
     set_threads,
     summary_cells,
 )
@@ -88,12 +91,15 @@ def _runners() -> Dict[str, Callable[[str], BenchResult]]:
 
 
 BENCHMARKS = ("training", "inference", "rnn", "decoding", "dataprep", "memory")
+ON_ANY_DEVICE = ("training", "rnn")  # the others measure CPU work
 
 
 def collect(size: str = "full", only: Optional[Sequence[str]] = None, threads: Optional[int] = None,
-            log: Callable[[str], None] = lambda s: None) -> Dict:
+            log: Callable[[str], None] = lambda s: None, device: str = "cpu") -> Dict:
     """Run the benchmarks; returns ``{"machine", "size", "benchmarks": {name: result dict}, "errors"}``."""
     check_size(size)
+    device = str(resolve_device(device))
+    on_cpu = device == "cpu"
     names = list(only) if only else list(BENCHMARKS)
     unknown = set(names) - set(BENCHMARKS)
     if unknown:
@@ -101,7 +107,7 @@ def collect(size: str = "full", only: Optional[Sequence[str]] = None, threads: O
     runners = _runners()
     threads_before = torch.get_num_threads()
     set_threads(threads, size)
-    machine = machine_info()
+    machine = machine_info(device)
     results: Dict[str, BenchResult] = {}
     errors: Dict[str, str] = {}
     for name in names:
@@ -109,7 +115,12 @@ def collect(size: str = "full", only: Optional[Sequence[str]] = None, threads: O
         t0 = time.perf_counter()
         try:
             kwargs = {"threads": threads} if threads and name in ("training", "inference", "rnn", "memory") else {}
-            result = runners[name](size, **kwargs)
+            if not on_cpu and name in ON_ANY_DEVICE:
+                kwargs["device"] = device
+            if not on_cpu and name not in ON_ANY_DEVICE:
+                result = BenchResult(name, skipped=f"measures CPU work: run it without --device {device}")
+            else:
+                result = runners[name](size, **kwargs)
         except Exception as err:  # report and go on with the other benchmarks
             errors[name] = "".join(traceback.format_exception_only(type(err), err)).strip()
             log(traceback.format_exc())
@@ -130,7 +141,8 @@ def format_report(report: Dict) -> str:
     m = report["machine"]
     results: Dict[str, BenchResult] = report["_results"]
     head = (f"# surprisal_cc benchmarks ({report['size']} sizes)\n\n"
-            f"date {m['date']}; CPU {m['cpu']}; {m['cores']} cores; torch {m['torch']} with {m['torch_threads']} "
+            f"date {m['date']}; device {m['device']}; CPU {m['cpu']}; {m['cores']} cores; torch {m['torch']} with "
+            f"{m['torch_threads']} "
             f"threads (decoding: 1); Python {m['python']}; load average before {m['load_average_1_5_15']}, "
             f"after {m['load_average_after']} (1/5/15 min)")
     rows: List[List[str]] = [summary_cells(r) for res in results.values() for r in res.summary]
@@ -140,10 +152,10 @@ def format_report(report: Dict) -> str:
 
 
 def run_benchmarks(as_json: bool = False, quick: bool = False, size: Optional[str] = None,
-                   only: Optional[Sequence[str]] = None, threads: Optional[int] = None) -> int:
+                   only: Optional[Sequence[str]] = None, threads: Optional[int] = None, device: str = "cpu") -> int:
     """Run the suite and print Markdown (or JSON); the entry point of ``surprisal-cc bench``."""
     size = size or ("quick" if quick else "full")
-    report = collect(size, only, threads, log=lambda s: print(s, file=sys.stderr, flush=True))
+    report = collect(size, only, threads, log=lambda s: print(s, file=sys.stderr, flush=True), device=device)
     if as_json:
         print(json.dumps({k: v for k, v in report.items() if not k.startswith("_")}, indent=2, default=str))
     else:
@@ -158,12 +170,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", default="", help=f"comma-separated subset of {','.join(BENCHMARKS)}")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: os.cpu_count())")
+    ap.add_argument("--device", default="cpu", help=f"cpu (default) or cuda[:N]: runs {', '.join(ON_ANY_DEVICE)} there")
     a = ap.parse_args(argv)
     size = "smoke" if a.smoke else "quick" if a.quick else "full"
     only = [s for s in a.only.split(",") if s] or None
     try:
-        return run_benchmarks(as_json=a.json, size=size, only=only, threads=a.threads or None)
-    except ValueError as err:  # an unknown benchmark name: raised before any benchmark runs
+        return run_benchmarks(as_json=a.json, size=size, only=only, threads=a.threads or None, device=a.device)
+    except ValueError as err:  # an unknown benchmark name or a missing CUDA device: raised before any benchmark runs
         print(f"error: {err}", file=sys.stderr)
         return 1
 

@@ -7,7 +7,7 @@
     surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json] [--csv FILE]
     surprisal-cc report results/MiniLibriSpeech/grid --out docs/results/MiniLibriSpeech   # every table + plot
     surprisal-cc curves RUN_DIR[=LABEL] ... [--key PER] [--plot OUT.png]   # runs in progress too
-    surprisal-cc bench [--json] [--quick] [--only training,rnn]
+    surprisal-cc bench [--json] [--quick] [--only training,rnn] [--device cuda]
     surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N]
     surprisal-cc transcribe AUDIO... [--model DIR] [--json] [--plot OUT.png]
     surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV] [--skip-bad] [--json]
@@ -170,6 +170,8 @@ def cmd_bench(args, unknown: List[str]) -> int:
     only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else []
     if only:
         command.append(f"--only={','.join(only)}")
+    if args.device != "cpu":
+        command.append(f"--device={args.device}")
     return _run_forwarding_output(command, cwd=REPOSITORY)
 
 
@@ -352,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="smaller sizes (seconds instead of minutes)")
     p.add_argument("--only", help="comma-separated benchmarks (training,inference,rnn,decoding,dataprep,memory)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: the training and rnn benchmarks there")
     p = sub.add_parser("export", help="model folder from the best checkpoint of a finished recipe run")
     p.add_argument("run_dir", help="the recipe run's output_folder (hyperparams.yaml, results.json, save/)")
     p.add_argument("out_dir")

@@ -48,7 +48,7 @@ from .nnet import Encoder, EncoderOutput
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import lengths_to_mask
 from .flops import MacMeter, module_macs
-from .recipe import ConfigurationError, native_bf16
+from .recipe import ConfigurationError, auto_precision, native_bf16
 
 PathLike = Union[str, os.PathLike]
 FORMAT_VERSION = 1
@@ -202,10 +202,9 @@ def resolve_inference_precision(precision: str, device: torch.device) -> str:
     """
     if precision not in PRECISIONS:
         raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    native = native_bf16(device)
     if precision == "auto":
-        return "bf16" if native else "fp32"
-    if precision == "bf16" and not native:
+        return auto_precision(device)
+    if precision == "bf16" and not native_bf16(device):
         raise ConfigurationError(f"precision bf16: this {device.type.upper()} has no native bf16 "
                                  "(CPU: AVX-512-BF16 or AMX; GPU: Ampere or newer); use fp32")
     return precision

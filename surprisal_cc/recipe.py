@@ -401,11 +401,9 @@ PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 
 
 def resolve_precision(precision: str, run_opts) -> str:
-    """The training precision: ``auto`` becomes ``bf16`` where the device computes bf16 natively.
+    """The training precision: ``auto`` becomes :func:`auto_precision` of the run's device.
 
-    On the CPU that means AVX-512-BF16 or AMX (oneDNN reports bf16 support); without them bf16
-    is emulated and slower than fp32, so ``auto`` gives ``fp32``. On CUDA it means a GPU with bf16
-    (Ampere or newer). ``--precision`` on the command line (SpeechBrain's flag) wins over the YAML key.
+    ``--precision`` on the command line (SpeechBrain's flag) wins over the YAML key.
     """
     if "precision" in getattr(run_opts, "overridden_args", ()):
         return run_opts["precision"]
@@ -414,6 +412,23 @@ def resolve_precision(precision: str, run_opts) -> str:
     if precision != "auto":
         return precision
     device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
+    return auto_precision(device)
+
+
+def auto_precision(device="cpu") -> str:
+    """What ``precision: auto`` means on ``device``: the faster of bf16 autocast and fp32 there.
+
+    A CPU with native bf16 (AVX-512-BF16 or AMX) trains about 1.5x faster in bf16 autocast
+    (``benchmarks/bench_training.py``); without it bf16 is emulated and slower, so fp32. On CUDA
+    fp32: these networks are small (GRUs of 256 units), the step is bound by kernel launches, not
+    arithmetic, and bf16 autocast only adds casts (1.39x slower than fp32 on an H100,
+    ``python -m benchmarks.run_all --only training --device cuda``).
+
+    >>> auto_precision("cuda")
+    'fp32'
+    """
+    if torch.device(device).type == "cuda":
+        return "fp32"
     return "bf16" if native_bf16(device) else "fp32"
 
 

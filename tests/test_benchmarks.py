@@ -113,7 +113,7 @@ def test_training_benchmark_without_bf16(monkeypatch):
     """Where the CPU has no native bf16 the bf16 row says skipped and the goal uses fp32."""
     from benchmarks import bench_training as bt
 
-    monkeypatch.setattr(bt, "bf16_supported", lambda: False)
+    monkeypatch.setattr(bt, "bf16_supported", lambda device="cpu": False)
     res = bt.run("smoke")
     assert bt.OURS_BF16 not in bt.configs()
     assert "ours (fp32)" in res.summary[0].benchmark
@@ -170,3 +170,19 @@ def test_inference_benchmark_without_bf16(monkeypatch):
     res = bi.run("smoke")
     bf16 = [row for row in res.summary if "RTF" in row.benchmark and "bf16" in row.benchmark]
     assert len(bf16) == 1 and bf16[0].ratio is None and "skipped" in bf16[0].note
+
+
+def test_device_option(capsys):
+    """``--device cuda`` runs training and rnn on the GPU and skips the CPU benchmarks; without CUDA it is
+    one clear error before anything runs."""
+    from benchmarks.run_all import main
+
+    status = main(["--smoke", "--only", "rnn,decoding", "--device", "cuda", "--json"])
+    captured = capsys.readouterr()
+    if not torch.cuda.is_available():
+        assert status == 1 and "CUDA is not available" in captured.err
+        return
+    report = json.loads(captured.out)
+    assert status == 0, report["errors"]
+    assert report["benchmarks"]["rnn"]["params"]["device"] == "cuda" and "cuda" in report["machine"]["device"]
+    assert "measures CPU work" in report["benchmarks"]["decoding"]["skipped"]

@@ -17,6 +17,13 @@ def test_auto_precision_follows_the_cpu():
     assert resolve_precision("bf16", RunOptions()) == "bf16"
 
 
+def test_auto_precision_is_fp32_on_cuda():
+    """GPUs train these small networks faster in fp32 (launch-bound step); no GPU is needed to check the rule."""
+    _, run_opts, _ = RunOptions.from_command_line_args(["x.yaml", "--device=cuda:0"])
+    assert resolve_precision("auto", run_opts) == "fp32"
+    assert resolve_precision("bf16", run_opts) == "bf16"
+
+
 def test_command_line_precision_wins_over_the_yaml_key():
     _, run_opts, _ = RunOptions.from_command_line_args(["x.yaml", "--precision=fp32"])
     assert resolve_precision("bf16", run_opts) == "fp32"

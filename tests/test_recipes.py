@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (a fixture)
 
@@ -84,6 +85,21 @@ def test_each_controller_runs(pretrained, controller, expected_flops):
         assert res["flops_per_frame"] == pytest.approx(expected_flops, rel=1e-9)
     else:
         assert APC + PRE + SMALL + POST42 < res["flops_per_frame"] < APC + PRE + BIG + POST42 + 50_000
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_recipe_trains_on_cuda(pretrained):
+    """``--device=cuda:0``: feature cache, calibration, training and test decoding on the GPU (fp32 by ``auto``)."""
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, experiment_root=pretrained / "exp_cuda"),
+            "--device=cuda:0", f"--apc_path={apc}"]))
+    res = json.loads((pretrained / "exp_cuda" / "conditional-surprisal-paper-apc" / "seed3" / "results.json")
+                     .read_text())
+    assert res["device"] == "cuda:0" and res["precision"] == "fp32"
+    assert res["calibration"]["mean_p_big"] == pytest.approx(0.65, abs=1e-3)
+    assert res["PER"] > 0 and 0 < res["big_fraction"] < 1
+    expected = APC + PRE + POST42 + 2 + SMALL + res["big_fraction"] * (BIG - SMALL)
+    assert res["flops_per_frame"] == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.parametrize("encoder", ["act", "pondernet"])

@@ -54,7 +54,7 @@ SORT_ORDER: Dict[str, Sequence[Any]] = {
                                         "test_stochastic")}}
 
 __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
-           "table_controllers", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
+           "table_controllers", "table_paired", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
            "epoch_minutes", "format_learning_curves", "train_labels_name",
            "ensure_aggregated", "select_rows", "config_of", "results_file_name"]
@@ -491,7 +491,7 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
     """One row per configuration (runs that differ only by seed), sorted by ``by`` (SORT_ORDER).
 
     Keys: the ``by`` keys, ``model``, ``n_seeds``, ``seeds``, ``PER``/``PER_std`` (mean and sample
-    std, ddof=1, over seeds; std None for one seed), ``flops_per_frame`` (mean MACs), ``flops_M``, ``p_big_mean``, ``big_fraction``,
+    std, ddof=1, over seeds; std None for one seed), ``PER_by_seed`` (seed -> PER), ``flops_per_frame`` (mean MACs), ``flops_M``, ``p_big_mean``, ``big_fraction``,
     ``mean_steps``, ``test_loss``/``test_loss_std``, ``train_loss``/``train_loss_std``, ``epochs``,
     ``run_dirs``. A seed found twice in one configuration counts once (the newest file).
 
@@ -530,6 +530,7 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
         agg: Row = {**config, "model": model_name({**config_of(runs[0]), **config}), "n_seeds": len(runs),
                     "seeds": sorted((r.get("seed") for r in runs), key=str)}
         agg["PER"], agg["PER_std"] = _mean_std(_metric(r) for r in runs)
+        agg["PER_by_seed"] = {seed: _metric(r) for seed, r in by_seed.items() if _metric(r) is not None}
         for name in ("test_loss", "train_loss"):
             agg[name], agg[f"{name}_std"] = _mean_std(r.get(name) for r in runs)
         for name in ("flops_per_frame", "p_big_mean", "big_fraction", "mean_steps"):
@@ -770,6 +771,109 @@ def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Tab
                  [COL_MODEL, COL_PER, COL_FLOPS, COL_PBIG, COL_BIG, COL_STEPS, COL_SEEDS, COL_EPOCHS])
 
 
+# the paper's claims, as pairs (controller, reference): surprisal keeps big-only accuracy at fewer FLOPs
+# and beats random routing
+PAIRED_COMPARISONS: Tuple[Tuple[str, str], ...] = (("surprisal", "big_only"), ("surprisal", "random"),
+                                                   ("random", "big_only"), ("learned", "big_only"),
+                                                   ("learned", "surprisal"))
+
+
+def paired_difference(a: Row, b: Row) -> Optional[Row]:
+    """PER of ``a`` minus PER of ``b``, paired by seed, over the seeds both aggregated rows have.
+
+    Returns None without a common seed, else ``delta_PER`` (mean, points), ``delta_PER_std``
+    (sample std, ddof=1), ``ci95`` (half-width of the 95 % t interval of the mean), ``n_seeds``,
+    ``seeds``, ``flops_change`` (FLOPs of ``a`` relative to ``b``, minus 1) and ``verdict``:
+    ``within noise`` when the interval contains 0, else ``lower PER``/``higher PER``
+    (``one seed`` when there is no spread to judge by).
+
+    Example
+    -------
+    >>> a = {"PER_by_seed": {1: 33.5, 2: 33.0, 3: 34.1}, "flops_per_frame": 6.9e6}
+    >>> b = {"PER_by_seed": {1: 32.6, 2: 33.2, 3: 33.0}, "flops_per_frame": 7.5e6}
+    >>> d = paired_difference(a, b)
+    >>> round(d["delta_PER"], 2), round(d["delta_PER_std"], 2), round(d["ci95"], 2), d["verdict"]
+    (0.6, 0.7, 1.74, 'within noise')
+    >>> round(d["flops_change"], 3)
+    -0.08
+    """
+    pa, pb = a.get("PER_by_seed") or {}, b.get("PER_by_seed") or {}
+    seeds = sorted(set(pa) & set(pb), key=str)
+    if not seeds:
+        return None
+    mean, std = _mean_std(pa[seed] - pb[seed] for seed in seeds)
+    ci95 = None
+    if std is not None:
+        from scipy.stats import t
+
+        ci95 = float(t.ppf(0.975, len(seeds) - 1)) * std / math.sqrt(len(seeds))
+    if ci95 is None:
+        verdict = "one seed"
+    elif abs(mean) <= ci95:
+        verdict = "within noise"
+    else:
+        verdict = "lower PER" if mean < 0 else "higher PER"
+    fa, fb = a.get("flops_per_frame"), b.get("flops_per_frame")
+    return {"delta_PER": mean, "delta_PER_std": std, "ci95": ci95, "n_seeds": len(seeds), "seeds": seeds,
+            "flops_change": fa / fb - 1 if fa is not None and fb else None, "verdict": verdict}
+
+
+def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
+    """The paper's claims tested seed by seed: each pair of ``PAIRED_COMPARISONS`` whose two controllers were
+    trained in the same configuration (the same labels, precision, epochs, augmentation...).
+
+    Table ``paired``. PER differences are in points, ``a − b`` over the seeds both have.
+
+    Example
+    -------
+    >>> rows = [{"controller": c, "seed": s, "PER": per, "flops_per_frame": f} for c, f, pers in
+    ...         [("surprisal", 6.9e6, (33.5, 33.0, 34.1)), ("big_only", 7.5e6, (32.6, 33.2, 33.0)),
+    ...          ("random", 6.6e6, (33.6, 34.0, 34.4))] for s, per in zip((1, 2, 3), pers)]
+    >>> print(table_paired(rows).markdown(), end="")
+    | Comparison | ΔPER (points) | 95 % CI | n (seeds) | FLOPs | Verdict |
+    |---|---|---|---|---|---|
+    | Surprisal-based controller − Big network only | +0.60 ± 0.70 | [-1.14, +2.34] | 3 | -8.0% | within noise |
+    | Surprisal-based controller − Random controller | -0.47 ± 0.47 | [-1.64, +0.71] | 3 | +4.5% | within noise |
+    | Random controller − Big network only | +1.07 ± 0.31 | [+0.31, +1.83] | 3 | -12.0% | higher PER |
+    """
+    agg = ensure_aggregated(rows)
+    groups: Dict[Tuple, Dict[str, Row]] = {}
+    for row in select_rows(agg, dataset, controller=CONTROLLER_ORDER):
+        if row["controller"] == "learned" and row.get("penalty") is not None \
+                and not math.isclose(row["penalty"], DEFAULT_PENALTY):
+            continue
+        key = tuple(row.get(k) for k in CONFIG_KEYS if k not in ("controller", "penalty", "learned_estimator"))
+        groups.setdefault(key, {})[row["controller"]] = row
+    table_rows = []
+    for by_controller in groups.values():
+        for first, second in PAIRED_COMPARISONS:
+            if first not in by_controller or second not in by_controller:
+                continue
+            diff = paired_difference(by_controller[first], by_controller[second])
+            if diff is None:
+                continue
+            config = config_of(by_controller[first])
+            notes = model_name({**config, "controller": "big_only"})[len(CONTROLLER_NAMES["big_only"]):]
+            name = model_name(config)[:-len(notes) or None] + " − " + CONTROLLER_NAMES[second] + notes
+            table_rows.append({"model": name, **diff})
+
+    def ci(r: Row) -> str:
+        if r["ci95"] is None:
+            return "–"
+        return f"[{r['delta_PER'] - r['ci95']:+.2f}, {r['delta_PER'] + r['ci95']:+.2f}]"
+
+    def delta(r: Row) -> str:
+        return f"{r['delta_PER']:+.2f}" + ("" if r["delta_PER_std"] is None else f" ± {r['delta_PER_std']:.2f}")
+
+    return Table("paired", "Paired by seed: the paper's claims (PER difference a − b in points, 95 % t interval)",
+                 table_rows,
+                 [("Comparison", lambda r: r["model"]), ("ΔPER (points)", delta), ("95 % CI", ci),
+                  ("n (seeds)", lambda r: str(r["n_seeds"])),
+                  ("FLOPs", lambda r: _fmt(None if r["flops_change"] is None else 100 * r["flops_change"], "+.1f", "%")),
+                  ("Verdict", lambda r: r["verdict"])],
+                 csv_keys=("model", "delta_PER", "delta_PER_std", "ci95", "n_seeds", "flops_change", "verdict"))
+
+
 def table_ablation(rows: Sequence[Row], dataset: Optional[str] = None, architecture: str = "paper") -> Table:
     """Paper Tables 3/4 (Appendix A Tables 5-7 for other architectures): the surprisal ablation.
 
@@ -882,19 +986,19 @@ def report_tables(rows: Sequence[Row]) -> Dict[str, List[Table]]:
     Returns
     -------
     dict
-        Dataset -> its tables (controllers, ablations, stochastic, lambda, bias sweep).
+        Dataset -> its tables (controllers, paired claims, ablations, stochastic, lambda, bias sweep).
 
     Example
     -------
     >>> rows = [{"dataset": "Mini", "controller": "surprisal", "seed": 1, "PER": 20.0},
     ...         {"dataset": "Mini", "controller": "big_only", "seed": 1, "PER": 19.0}]
     >>> {dataset: [t.name for t in tables] for dataset, tables in report_tables(rows).items()}
-    {'Mini': ['controllers', 'ablation', 'stochastic', 'bias_sweep']}
+    {'Mini': ['controllers', 'paired', 'ablation', 'stochastic', 'bias_sweep']}
     """
     agg = ensure_aggregated(rows)
     out = {}
     for dataset in sorted({str(r.get("dataset", "")) for r in agg}):
-        tables = [table_controllers(agg, dataset), table_ablation(agg, dataset)]
+        tables = [table_controllers(agg, dataset), table_paired(agg, dataset), table_ablation(agg, dataset)]
         tables += [table_ablation(agg, dataset, arch) for arch in
                    sorted({r["architecture"] for r in agg if r.get("dataset") == dataset} - {"paper"})]
         tables += [table_stochastic(agg, dataset), table_lambda(agg, dataset), table_bias_sweep(agg, dataset)]

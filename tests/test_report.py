@@ -235,3 +235,21 @@ def test_learned_estimator_is_part_of_the_configuration(tmp_path: Path) -> None:
     assert names == ["Learned controller (λ=0.001)", "Learned controller (λ=0.001) (routed estimator)",
                      "Surprisal-based controller"]
     assert next(r for r in agg if r["controller"] == "surprisal")["learned_estimator"] is None
+
+
+def test_paired_table_pairs_seeds_within_one_configuration():
+    """Only runs trained alike are paired (an fp32 big-only run is not the bf16 surprisal run's reference),
+    and only over the seeds both have."""
+    from surprisal_cc.report import table_paired
+
+    rows = [{"controller": "surprisal", "seed": s, "PER": p, "flops_per_frame": 6.9e6, "precision": "bf16"}
+            for s, p in ((1, 33.0), (2, 34.0), (3, 35.0))]
+    rows += [{"controller": "big_only", "seed": s, "PER": p, "flops_per_frame": 7.5e6, "precision": "bf16"}
+             for s, p in ((1, 32.0), (2, 32.5))]
+    rows += [{"controller": "big_only", "seed": 1, "PER": 20.0, "flops_per_frame": 7.5e6, "precision": "fp32"}]
+    table = table_paired(rows)
+    assert [r["model"] for r in table.rows] == ["Surprisal-based controller − Big network only"]
+    (row,) = table.rows
+    assert row["seeds"] == [1, 2] and row["delta_PER"] == pytest.approx(1.25) and row["n_seeds"] == 2
+    assert row["delta_PER_std"] == pytest.approx(0.3535, abs=1e-4) and row["verdict"] == "within noise"
+    assert row["flops_change"] == pytest.approx(6.9 / 7.5 - 1)

@@ -21,6 +21,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
+from surprisal_cc.inference import resolve_device  # noqa: F401  (a ValueError for a missing CUDA device)
+
 REPO = Path(__file__).resolve().parents[1]
 SIZES = ("full", "quick", "smoke")
 
@@ -62,14 +64,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def resolve_device(device: str = "cpu") -> torch.device:
-    """``torch.device(device)``; a ``ValueError`` that says so when it names CUDA and there is none."""
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available on this machine; use cpu")
-    return dev
 
 
 def device_name(device: str = "cpu") -> str:

@@ -529,8 +529,9 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
         config = dict(zip(by, key))
         agg: Row = {**config, "model": model_name({**config_of(runs[0]), **config}), "n_seeds": len(runs),
                     "seeds": sorted((r.get("seed") for r in runs), key=str)}
-        agg["PER"], agg["PER_std"] = _mean_std(_metric(r) for r in runs)
-        agg["PER_by_seed"] = {seed: _metric(r) for seed, r in by_seed.items() if _metric(r) is not None}
+        agg["PER_by_seed"] = {seed: per for seed, per in ((s, _metric(r)) for s, r in by_seed.items())
+                              if per is not None}
+        agg["PER"], agg["PER_std"] = _mean_std(agg["PER_by_seed"].values())
         for name in ("test_loss", "train_loss"):
             agg[name], agg[f"{name}_std"] = _mean_std(r.get(name) for r in runs)
         for name in ("flops_per_frame", "p_big_mean", "big_fraction", "mean_steps"):
@@ -745,6 +746,11 @@ def table_summary(rows: Sequence[Row]) -> Table:
                   COL_BIG, COL_STEPS, COL_SEEDS, COL_EPOCHS], csv_keys=("dataset", *CSV_KEYS))
 
 
+def _default_penalty(row: Row) -> bool:
+    """Whether a row's learned-controller penalty is the paper's (or unset)."""
+    return row.get("penalty") is None or math.isclose(row["penalty"], DEFAULT_PENALTY)
+
+
 def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
     """Paper Table 2: controllers (learned at lambda=0.001 when present) plus ACT and PonderNet.
 
@@ -762,7 +768,7 @@ def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Tab
     agg = ensure_aggregated(rows)
     picked = select_rows(agg, dataset, controller=CONTROLLER_ORDER)
     learned = [r for r in picked if r["controller"] == "learned"]
-    default_learned = [r for r in learned if r.get("penalty") is None or math.isclose(r["penalty"], DEFAULT_PENALTY)]
+    default_learned = [r for r in learned if _default_penalty(r)]
     picked = [r for r in picked if r["controller"] != "learned" or r in (default_learned or learned)]
     adaptive = select_rows(agg, dataset, encoder=("act", "pondernet"))
     table_rows = (_sorted(picked, "controller", order={"controller": CONTROLLER_ORDER})
@@ -839,8 +845,7 @@ def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
     agg = ensure_aggregated(rows)
     groups: Dict[Tuple, Dict[str, Row]] = {}
     for row in select_rows(agg, dataset, controller=CONTROLLER_ORDER):
-        if row["controller"] == "learned" and row.get("penalty") is not None \
-                and not math.isclose(row["penalty"], DEFAULT_PENALTY):
+        if row["controller"] == "learned" and not _default_penalty(row):
             continue
         key = tuple(row.get(k) for k in CONFIG_KEYS if k not in ("controller", "penalty", "learned_estimator"))
         groups.setdefault(key, {})[row["controller"]] = row

@@ -11,6 +11,7 @@ import copy
 import pytest
 import torch
 
+from benchmarks.common import full_fp32
 from surprisal_cc.apc import APCModel
 from surprisal_cc.encoders import ConditionalEncoder, build_encoder
 from surprisal_cc.nnet import lengths_to_mask
@@ -24,10 +25,8 @@ LENGTHS = torch.tensor([17, 9, 4])
 @pytest.fixture(autouse=True)
 def full_fp32_on_the_gpu():
     """TF32 off, so fp32 on the GPU is compared with fp32 on the CPU (tolerances below are fp32's)."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    with full_fp32():
+        yield
 
 
 def inputs(seed: int = 0):

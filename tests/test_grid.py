@@ -26,6 +26,7 @@ for s in shifts:
     name = prefix + (".json" if not s else "_bias%+g.json" % s)
     (out / name).write_text(json.dumps({"PER": 25.0 + s, "flops_per_frame": 6.4e6 + s, "seed": int(args["seed"]),
         "controller": args.get("controller", "surprisal"), "test_bias_shift": s, "dataset": "Fake"}))
+(out / "hyperparams.yaml").write_text("test_only: %s\\n" % bool(args.get("test_only")))  # as SpeechBrain does
 with open(out / "calls.txt", "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\\n")
 '''
@@ -120,6 +121,20 @@ def test_finished_runs_are_published(grid_file: Path, tmp_path: Path, capsys: py
     assert json.loads((published / "results.json").read_text())["controller"] == "random"
     assert not (published / "calls.txt").exists()  # only results, history, calibration and hyperparams files
     assert not (tmp_path / "published" / "controllers" / "controller-surprisal").exists()  # not run yet
+
+
+def test_test_only_runs_keep_the_training_hyperparams(grid_file: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["publish"] = str(tmp_path / "published")
+    grid_file.write_text(yaml.safe_dump(spec))
+    assert main(["grid", str(grid_file), "--no-report", "--only", "controllers/controller-surprisal/seed1",
+                 "--only", "bias/controller-surprisal/seed1"]) == 0
+    for folder in (tmp_path / "exp/grid", tmp_path / "published"):
+        run = folder / "controllers/controller-surprisal/seed1"
+        assert (run / "hyperparams.yaml").read_text() == "test_only: False\n"
+        assert (run / "hyperparams_test_only.yaml").read_text() == "test_only: True\n"
+        assert (run / "results_test_only_bias+1.json").is_file()
 
 
 def test_published_report_grows_run_by_run(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -28,9 +28,8 @@ keys, sorted), passed as ``--output_folder``. A run whose results files all exis
 other run is launched again with the same command (SpeechBrain's checkpointer resumes it); runs
 that left a checkpoint go first, so an interrupted grid finishes what it started. A run
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
-earlier run's is dropped as a duplicate. Test-only runs wait for the training run of their folder;
-the folder keeps the training's ``hyperparams.yaml`` (theirs is moved to ``hyperparams_test_only.yaml``)
-and they publish only their own ``results_test_only*.json`` and that file.
+earlier run's is dropped as a duplicate. Test-only runs wait for the training run of their folder
+and publish only their own ``results_test_only*.json`` and ``hyperparams_test_only.yaml``.
 Output of each run goes to ``<run folder>/grid.log``; afterwards the tables and figures are written
 to ``<experiment_root>/report``. With ``publish``, each finished run's small result files are copied
 there at once, and the tables and figures of everything published so far are rewritten to
@@ -53,7 +52,7 @@ from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from .report import load_yaml_tolerant
+from .report import TEST_ONLY_HYPERPARAMS, load_yaml_tolerant
 
 __all__ = ["Run", "GridSpec", "GridError", "load_grid", "expand", "override_value", "results_files", "execute",
            "publish_run", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
@@ -203,27 +202,6 @@ def _env(jobs: int, threads: Optional[int] = None) -> Dict[str, str]:
 
 
 PUBLISHED_FILES = ("results*.json", "history.jsonl", "calibration.json", "hyperparams.yaml")
-TEST_ONLY_HYPERPARAMS = "hyperparams_test_only.yaml"
-
-
-def keep_training_hyperparams(run: Run) -> Optional[bytes]:
-    """Before a test-only run re-decodes a trained folder: the training's ``hyperparams.yaml``
-    (SpeechBrain rewrites that file at every launch), for :func:`restore_training_hyperparams`."""
-    path = run.output_folder / "hyperparams.yaml"
-    return path.read_bytes() if run.test_only and path.is_file() else None
-
-
-def restore_training_hyperparams(run: Run, kept: Optional[bytes]) -> None:
-    """After a test-only run: its ``hyperparams.yaml`` becomes ``hyperparams_test_only.yaml`` and
-    the training's is put back, so that the folder (and what is published of it) keeps the record
-    of how its model was trained."""
-    if kept is None:
-        return
-    path = run.output_folder / "hyperparams.yaml"
-    if path.is_file():
-        path.replace(run.output_folder / TEST_ONLY_HYPERPARAMS)
-    path.write_bytes(kept)
-
 
 def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
     """Copy a finished run's small result files (never checkpoints) to the same relative folder
@@ -271,7 +249,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
         for run in runs:
             print(("# done: " if run.name in status else "") + prefix + shlex.join(run.command), file=log)
         return {**{r.name: ("dry-run", 0.0) for r in pending}, **status}
-    running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float, Optional[bytes]]] = {}
+    running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
     env = _env(jobs, threads)
     while pending or running:
         for run in list(pending):
@@ -285,15 +263,13 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
                 handle = open(run.output_folder / "grid.log", "a", encoding="utf-8")
                 handle.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
                 handle.flush()
-                kept = keep_training_hyperparams(run)
                 proc = subprocess.Popen(run.command, stdout=handle, stderr=subprocess.STDOUT, env=env)
-                running[run.name] = (run, proc, handle, time.time(), kept)
+                running[run.name] = (run, proc, handle, time.time())
                 print(f"[start] {run.name}", file=log, flush=True)
-        for name, (run, proc, handle, start, kept) in list(running.items()):
+        for name, (run, proc, handle, start) in list(running.items()):
             if proc.poll() is None:
                 continue
             handle.close()
-            restore_training_hyperparams(run, kept)
             del running[name]
             ok = proc.returncode == 0 and run.complete()
             status[name] = ("done" if ok else "failed", time.time() - start)

@@ -31,6 +31,7 @@ from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
 from .hparams_files import expand_hparams
+from .report import TEST_ONLY_HYPERPARAMS
 
 logger = logging.getLogger(__name__)
 
@@ -76,19 +77,26 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
     return hparams
 
 
-def create_experiment_directory(experiment_directory: str, hparams_file: str, overrides: str = "") -> None:
+def create_experiment_directory(experiment_directory: str, hparams_file: str, overrides: str = "",
+                                test_only: bool = False) -> None:
     """SpeechBrain's ``create_experiment_directory`` (folder, log, environment, resolved
     ``hyperparams.yaml``) for an hparams file that may start from another one: the saved
-    ``hyperparams.yaml`` holds the whole configuration (:func:`~surprisal_cc.hparams_files.expand_hparams`)."""
+    ``hyperparams.yaml`` holds the whole configuration (:func:`~surprisal_cc.hparams_files.expand_hparams`).
+    A ``test_only`` evaluation of a trained folder leaves the training's ``hyperparams.yaml`` as it
+    was and saves its own as ``hyperparams_test_only.yaml``."""
+    saved = Path(experiment_directory) / "hyperparams.yaml"
+    training = saved.read_bytes() if test_only and if_main_process() and saved.is_file() else None
     with tempfile.TemporaryDirectory() as folder:
         expanded = Path(folder) / Path(hparams_file).name
         expanded.write_text(expand_hparams(hparams_file), encoding="utf-8")
         sb.create_experiment_directory(experiment_directory=experiment_directory,
                                        hyperparams_to_save=str(expanded), overrides=overrides)
-        saved = Path(experiment_directory) / "hyperparams.yaml"
         if if_main_process() and saved.is_file():  # name the file the configuration came from
             saved.write_text(saved.read_text(encoding="utf-8").replace(
                 os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
+    if training is not None:
+        saved.replace(saved.with_name(TEST_ONLY_HYPERPARAMS))
+        saved.write_bytes(training)
 
 
 @contextlib.contextmanager

@@ -292,6 +292,10 @@ def _run_info(run_dir: Path) -> Row:
     }
 
 
+TEST_ONLY_HYPERPARAMS = "hyperparams_test_only.yaml"
+"""What a ``--test_only`` evaluation saves its configuration as, beside the training's ``hyperparams.yaml``."""
+
+
 def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: str = "results",
                       suffix: str = ".json") -> str:
     """Name of the results file of one test evaluation, so that no evaluation overwrites another.

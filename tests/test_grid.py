@@ -26,7 +26,9 @@ for s in shifts:
     name = prefix + (".json" if not s else "_bias%+g.json" % s)
     (out / name).write_text(json.dumps({"PER": 25.0 + s, "flops_per_frame": 6.4e6 + s, "seed": int(args["seed"]),
         "controller": args.get("controller", "surprisal"), "test_bias_shift": s, "dataset": "Fake"}))
-(out / "hyperparams.yaml").write_text("test_only: %s\\n" % bool(args.get("test_only")))  # as SpeechBrain does
+# as the recipe does: a --test_only evaluation keeps the training's hyperparams.yaml
+(out / ("hyperparams_test_only.yaml" if args.get("test_only") else "hyperparams.yaml")).write_text(
+    "test_only: %s\\n" % bool(args.get("test_only")))
 with open(out / "calls.txt", "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\\n")
 '''
@@ -123,8 +125,8 @@ def test_finished_runs_are_published(grid_file: Path, tmp_path: Path, capsys: py
     assert not (tmp_path / "published" / "controllers" / "controller-surprisal").exists()  # not run yet
 
 
-def test_test_only_runs_keep_the_training_hyperparams(grid_file: Path, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture) -> None:
+def test_test_only_runs_publish_only_their_own_files(grid_file: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture) -> None:
     spec = yaml.safe_load(grid_file.read_text())
     spec["publish"] = str(tmp_path / "published")
     grid_file.write_text(yaml.safe_dump(spec))

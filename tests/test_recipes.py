@@ -147,8 +147,11 @@ def test_test_only_bias_sweep_and_ablation(pretrained):
     The evaluations get their own files; the training run's results.json stays as it was."""
     folder = pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed3"
     trained = (folder / "results.json").read_text()
+    trained_hparams = (folder / "hyperparams.yaml").read_text()
     ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--test_only", "--test_bias_shifts=[0.0,4.0]"]))
     assert (folder / "results.json").read_text() == trained
+    assert (folder / "hyperparams.yaml").read_text() == trained_hparams  # the record of the training stays
+    assert "test_bias_shifts: [0.0, 4.0]" in (folder / "hyperparams_test_only.yaml").read_text()
     base = json.loads((folder / "results_test_only.json").read_text())
     shifted = json.loads((folder / "results_test_only_bias+4.json").read_text())
     assert base["test_only"] and base["train_wallclock_s"] is None

@@ -25,7 +25,8 @@ if __name__ == "__main__":
         hparams_file, run_opts, overrides = recipe.parse_arguments(sys.argv[1:])
         sb.utils.distributed.ddp_init_group(run_opts)
         hparams = recipe.load_hparams(hparams_file, overrides, run_opts)
-        recipe.create_experiment_directory(hparams["output_folder"], hparams_file, overrides)
+        recipe.create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
+                                           test_only=run_opts["test_only"])
 
         # Manifests of train / dev / core test, phones folded and checked (main process first).
         run_on_main(prepare_timit, kwargs=hparams["prepare_options"])

@@ -28,7 +28,8 @@ keys, sorted), passed as ``--output_folder``. A run whose results files all exis
 other run is launched again with the same command (SpeechBrain's checkpointer resumes it); runs
 that left a checkpoint go first, so an interrupted grid finishes what it started. A run
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
-earlier run's is dropped as a duplicate. Test-only runs wait for the training run of their folder
+earlier run's is dropped as a duplicate; two training runs of different configurations in one folder
+(``folder_of`` without a varied key that tells them apart) are an error. Test-only runs wait for the training run of their folder
 and publish only their own ``results_test_only*.json`` and ``hyperparams_test_only.yaml``.
 Output of each run goes to ``<run folder>/grid.log``; afterwards the tables and figures are written
 to ``<experiment_root>/report``. With ``publish``, each finished run's small result files are copied
@@ -164,6 +165,7 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
     defaults = load_yaml_tolerant(spec.hparams)
     runs: List[Run] = []
     seen: Dict[Tuple, str] = {}
+    trained: Dict[Path, Tuple[str, Tuple]] = {}  # folder -> the training run that writes it
     for group in spec.groups:
         vary = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (group.get("vary") or {}).items()}
         vary.setdefault("seed", spec.seeds)
@@ -181,6 +183,11 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
                 print(f"# {name}: same configuration as {seen[effective]}, not run twice", file=log)
                 continue
             seen[effective] = name
+            if not overrides.get("test_only"):
+                if folder in trained and trained[folder][1] != effective:
+                    raise GridError(f"grid runs {trained[folder][0]} and {name} train different configurations in "
+                                    f"one folder ({folder}): vary the keys that tell them apart, or drop folder_of")
+                trained.setdefault(folder, (name, effective))
             command = [sys.executable, spec.recipe, spec.hparams,
                        *(cli_option(k, v) for k, v in overrides.items()),
                        f"--output_folder={folder}", *extra]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -192,3 +193,33 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"recipe": "r.py", "hparams": "h.yaml", "groups": [{"name": "a"}, {"name": "a"}]}))
     with pytest.raises(grid.GridError, match="distinct name"):
         grid.load_grid(str(path))
+
+
+def test_training_runs_of_different_configurations_never_share_a_folder(grid_file: Path) -> None:
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["groups"].append({"name": "longer", "folder_of": "controllers", "vary": {"controller": ["random"]},
+                           "set": {"number_of_epochs": 4}})  # would land in controllers/controller-random/
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    with pytest.raises(grid.GridError, match="different configurations in one folder"):
+        grid.expand(grid.load_grid(str(grid_file)), log=io.StringIO())
+
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("path", sorted((REPOSITORY / "hparams").glob("*/grid_*.yaml")), ids=lambda p: p.name)
+def test_shipped_grid_files_set_only_keys_their_recipe_reads(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each command of a shipped grid, parsed as the recipe parses it, overrides only keys of its hparams
+    file (a misspelt key fails here, not hours into a grid)."""
+    import speechbrain as sb
+    from surprisal_cc.report import load_yaml_tolerant
+
+    monkeypatch.chdir(REPOSITORY)
+    spec = grid.load_grid(str(path))
+    assert Path(spec.recipe).is_file() and Path(spec.hparams).is_file()
+    keys = set(load_yaml_tolerant(spec.hparams))
+    runs = grid.expand(spec, log=io.StringIO())
+    assert runs
+    for run in runs:
+        _, _, overrides = sb.parse_arguments(run.command[2:])
+        assert set(yaml.safe_load(overrides)) <= keys, (run.name, set(yaml.safe_load(overrides)) - keys)

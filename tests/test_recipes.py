@@ -304,7 +304,10 @@ def test_make_mini_librispeech_relabels_then_trains(mini_corpus, tmp_path):  # n
     ok(proc)
     labels = exp / "labels" / "realigned_pauses_seed3.csv"
     assert labels.is_file() and (exp / "aligner" / "fbank-big_only" / "seed3" / "results.json").is_file()
-    res = json.loads((exp / "conditional-surprisal-paper-apc-relabelled" / "seed3" / "results.json").read_text())
+    res = json.loads((exp / "conditional-surprisal-paper-apc-relabelled-perturbed" / "seed3" / "results.json")
+                     .read_text())
     assert res["train_labels"] == "mfa:realigned_pauses_seed3"
+    assert res["speed_perturb"] == [0.9, 1.1] and res["augment"] is True  # the profile's PERTURB
     assert res["error_rate_details"]["num_utterances"] == 6  # dev-clean-2 scored against its MFA labels
-    assert "Surprisal-based controller [training labels realigned_pauses_seed3]" in proc.stdout  # the report
+    assert ("Surprisal-based controller [training labels realigned_pauses_seed3, masked inputs, speeds 0.9/1/1.1]"
+            in proc.stdout)  # the report

@@ -387,15 +387,16 @@ class ConditionalCTCBrain(FiniteLossBrain):
         calibration of a run that was resumed, or evaluated with ``--test_only``, is read back from
         ``calibration.json`` (or, without it, from the controller loaded from the checkpoint).
         """
-        from .report import results_file_name, train_labels_name
+        from .report import evaluation_tag, results_file_name, train_labels_name
 
         encoder = unwrap(self.modules.encoder)
         controller = getattr(encoder, "controller", None)
         test_only = bool(getattr(self, "test_only", False))
         shift = getattr(encoder, "test_bias_shift", 0.0)
+        tag = evaluation_tag(self.hparams.controller_at_test, self.hparams.test_stochastic)
         details = Path(self.hparams.error_details_file)
         self.error_metrics.write_alignments(
-            details.with_name(results_file_name(shift, test_only, details.stem, details.suffix)))
+            details.with_name(results_file_name(shift, test_only, details.stem, details.suffix, tag)))
         calibration = getattr(self, "calibration", None)
         if calibration is None and isinstance(controller, SurprisalController) and bool(controller.calibrated):
             weight, bias = float(controller.weight), float(controller.bias)
@@ -441,7 +442,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
         path = Path(self.hparams.results_file)
-        path = path.with_name(results_file_name(results["test_bias_shift"], test_only, path.stem, path.suffix))
+        path = path.with_name(results_file_name(results["test_bias_shift"], test_only, path.stem, path.suffix, tag))
         path.write_text(json.dumps(results, indent=2, default=float))
         logger.info("results written to %s", path)
 

@@ -30,7 +30,9 @@ that left a checkpoint go first, so an interrupted grid finishes what it started
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
 earlier run's is dropped as a duplicate; two training runs of different configurations in one folder
 (``folder_of`` without a varied key that tells them apart) are an error. Test-only runs wait for the training run of their folder
-and publish only their own ``results_test_only*.json`` and ``hyperparams_test_only.yaml``.
+and publish only their own ``results_test_only*.json`` and ``hyperparams_test_only*.yaml``; with
+``controller_at_test: False`` or ``test_stochastic: False`` their files are named apart
+(``results_test_only_random_at_test.json``), so such evaluations and a bias sweep share a folder.
 Output of each run goes to ``<run folder>/grid.log``; afterwards the tables and figures are written
 to ``<experiment_root>/report``. With ``publish``, each finished run's small result files are copied
 there at once, and the tables and figures of everything published so far are rewritten to
@@ -53,7 +55,7 @@ from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from .report import TEST_ONLY_HYPERPARAMS, load_yaml_tolerant
+from .report import evaluation_tag, load_yaml_tolerant, test_only_hyperparams_name
 
 __all__ = ["Run", "GridSpec", "GridError", "load_grid", "expand", "override_value", "results_files", "execute",
            "publish_run", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
@@ -90,10 +92,22 @@ class Run:
     def test_only(self) -> bool:
         return bool(self.overrides.get("test_only"))
 
+    @property
+    def evaluation_tag(self) -> str:
+        """What names a test-only run's files apart (:func:`~surprisal_cc.report.evaluation_tag`)."""
+        def flag(key: str) -> bool:
+            value = self.overrides.get(key, True)
+            return value if isinstance(value, bool) else str(value).lower() not in ("false", "0", "no")
+        return evaluation_tag(flag("controller_at_test"), flag("test_stochastic")) if self.test_only else ""
+
+    def results_files(self) -> List[Path]:
+        """The results files this run writes."""
+        return results_files(self.output_folder, self.overrides.get("test_bias_shifts"), self.test_only,
+                             self.evaluation_tag)
+
     def complete(self) -> bool:
         """Whether every results file this run writes exists."""
-        return all(p.exists() for p in results_files(self.output_folder, self.overrides.get("test_bias_shifts"),
-                                                     self.test_only))
+        return all(p.exists() for p in self.results_files())
 
     def started(self) -> bool:
         """Whether an earlier launch left a checkpoint to resume from."""
@@ -147,13 +161,14 @@ def _folder_part(key: str, value: Any) -> str:
 
 
 def results_files(output_folder: Path, bias_shifts: Optional[Sequence[float]] = None,
-                  test_only: bool = False) -> List[Path]:
+                  test_only: bool = False, tag: str = "") -> List[Path]:
     """The results files a run writes: ``results.json`` for shift 0, ``results_bias+2.json`` ...
-    (``results_test_only*.json`` for a ``--test_only`` evaluation)."""
+    (``results_test_only<tag>*.json`` for a ``--test_only`` evaluation; ``tag``: its
+    :func:`~surprisal_cc.report.evaluation_tag`)."""
     from .report import results_file_name
 
     shifts = bias_shifts if bias_shifts is not None else [0.0]
-    return [output_folder / results_file_name(s, test_only) for s in shifts]
+    return [output_folder / results_file_name(s, test_only, tag=tag) for s in shifts]
 
 
 def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = None) -> List[Run]:
@@ -219,8 +234,8 @@ def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
     target.mkdir(parents=True, exist_ok=True)
     copied = []
     # a test-only run publishes its own files only: the training run of its folder publishes the rest
-    patterns = ([p.name for p in results_files(run.output_folder, run.overrides.get("test_bias_shifts"), True)]
-                + [TEST_ONLY_HYPERPARAMS]) if run.test_only else PUBLISHED_FILES
+    patterns = ([p.name for p in run.results_files()] + [test_only_hyperparams_name(run.evaluation_tag)]
+                if run.test_only else PUBLISHED_FILES)
     for pattern in patterns:
         for path in sorted(run.output_folder.glob(pattern)):
             shutil.copy2(path, target / path.name)

@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import speechbrain as sb
 import torch
@@ -31,7 +31,7 @@ from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
 from .hparams_files import expand_hparams
-from .report import TEST_ONLY_HYPERPARAMS
+from .report import evaluation_tag, test_only_hyperparams_name
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +78,13 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
 
 
 def create_experiment_directory(experiment_directory: str, hparams_file: str, overrides: str = "",
-                                test_only: bool = False) -> None:
+                                test_only: bool = False, hparams: Optional[Dict[str, Any]] = None) -> None:
     """SpeechBrain's ``create_experiment_directory`` (folder, log, environment, resolved
     ``hyperparams.yaml``) for an hparams file that may start from another one: the saved
     ``hyperparams.yaml`` holds the whole configuration (:func:`~surprisal_cc.hparams_files.expand_hparams`).
     A ``test_only`` evaluation of a trained folder leaves the training's ``hyperparams.yaml`` as it
-    was and saves its own as ``hyperparams_test_only.yaml``."""
+    was and saves its own as ``hyperparams_test_only.yaml`` (``hyperparams_test_only_random_at_test.yaml``
+    and so on where the loaded ``hparams`` change the test-time conditions: :func:`~surprisal_cc.report.evaluation_tag`)."""
     saved = Path(experiment_directory) / "hyperparams.yaml"
     training = saved.read_bytes() if test_only and if_main_process() and saved.is_file() else None
     with tempfile.TemporaryDirectory() as folder:
@@ -95,7 +96,9 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
             saved.write_text(saved.read_text(encoding="utf-8").replace(
                 os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
     if training is not None:
-        saved.replace(saved.with_name(TEST_ONLY_HYPERPARAMS))
+        tag = evaluation_tag(hparams.get("controller_at_test", True), hparams.get("test_stochastic", True)) \
+            if hparams is not None else ""
+        saved.replace(saved.with_name(test_only_hyperparams_name(tag)))
         saved.write_bytes(training)
 
 

@@ -30,7 +30,7 @@ import yaml
 PathLike = Union[str, Path]
 Row = Dict[str, Any]
 
-RESULTS_PATTERN = re.compile(r"^results(_test_only)?(_bias[+-][0-9.eE+-]+)?\.json$")
+RESULTS_PATTERN = re.compile(r"^results(_test_only(_random_at_test)?(_deterministic)?)?(_bias[+-][0-9.eE+-]+)?\.json$")
 DEFAULT_PENALTY = 0.001
 # configuration keys of a run and their values when a results file lacks them
 CONFIG_DEFAULTS: Dict[str, Any] = {
@@ -57,7 +57,8 @@ __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table"
            "table_controllers", "table_paired", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
            "epoch_minutes", "format_learning_curves", "train_labels_name",
-           "ensure_aggregated", "select_rows", "config_of", "results_file_name"]
+           "ensure_aggregated", "select_rows", "config_of", "results_file_name", "evaluation_tag",
+           "test_only_hyperparams_name"]
 
 
 # ---------------------------------------------------------------------------- reading runs
@@ -296,12 +297,37 @@ TEST_ONLY_HYPERPARAMS = "hyperparams_test_only.yaml"
 """What a ``--test_only`` evaluation saves its configuration as, beside the training's ``hyperparams.yaml``."""
 
 
+def evaluation_tag(controller_at_test: bool = True, test_stochastic: bool = True) -> str:
+    """What tells a ``--test_only`` evaluation's files apart when its test-time conditions are not the
+    defaults: a random p = 0.5 controller instead of the trained one (Table 4), deterministic
+    routing (Appendix C).
+
+    Example
+    -------
+    >>> evaluation_tag(), evaluation_tag(controller_at_test=False), evaluation_tag(False, False)
+    ('', '_random_at_test', '_random_at_test_deterministic')
+    """
+    return ("" if controller_at_test else "_random_at_test") + ("" if test_stochastic else "_deterministic")
+
+
+def test_only_hyperparams_name(tag: str = "") -> str:
+    """Name of a ``--test_only`` evaluation's configuration file (``tag``: :func:`evaluation_tag`).
+
+    Example
+    -------
+    >>> test_only_hyperparams_name(), test_only_hyperparams_name("_deterministic")
+    ('hyperparams_test_only.yaml', 'hyperparams_test_only_deterministic.yaml')
+    """
+    return TEST_ONLY_HYPERPARAMS.replace(".yaml", f"{tag}.yaml")
+
+
 def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: str = "results",
-                      suffix: str = ".json") -> str:
+                      suffix: str = ".json", tag: str = "") -> str:
     """Name of the results file of one test evaluation, so that no evaluation overwrites another.
 
     A training run writes ``results.json`` (``results_bias+2.json`` with a shifted controller bias); a
-    ``--test_only`` evaluation writes ``results_test_only.json`` (``results_test_only_bias+2.json``).
+    ``--test_only`` evaluation writes ``results_test_only.json`` (``results_test_only_bias+2.json``), and
+    with other test-time conditions ``results_test_only<tag>.json`` (:func:`evaluation_tag`).
 
     Arguments
     ---------
@@ -313,6 +339,8 @@ def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: st
         Name before the suffixes.
     suffix : str
         File extension.
+    tag : str
+        :func:`evaluation_tag` of a test-only evaluation (ignored for a training run's own test).
 
     Returns
     -------
@@ -323,9 +351,12 @@ def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: st
     -------
     >>> results_file_name(), results_file_name(1.0), results_file_name(0.0, True), results_file_name(-0.5, True)
     ('results.json', 'results_bias+1.json', 'results_test_only.json', 'results_test_only_bias-0.5.json')
+    >>> results_file_name(0.0, True, tag=evaluation_tag(controller_at_test=False))
+    'results_test_only_random_at_test.json'
     """
     shift = float(bias_shift or 0.0)
-    return f"{stem}{'_test_only' if test_only else ''}{f'_bias{shift:+g}' if shift else ''}{suffix}"
+    evaluation = f"_test_only{tag}" if test_only else ""
+    return f"{stem}{evaluation}{f'_bias{shift:+g}' if shift else ''}{suffix}"
 
 
 def _results_files(path: Path) -> List[Path]:
@@ -459,13 +490,29 @@ def model_name(config: Row) -> str:
             name += f" (λ={config['penalty']:g})"
         if controller == "learned" and config.get("learned_estimator") == "routed":
             name += " (routed estimator)"
+    notes = setup_notes(config)
+    return name + (f" [{', '.join(notes)}]" if notes else "")
+
+
+def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
+    """A configuration's departures from the paper's setup, as :func:`model_name` brackets them,
+    leaving out those of the keys in ``omit`` (shown elsewhere, e.g. in a table's own columns).
+
+    Example
+    -------
+    >>> setup_notes({"input_features": "fbank", "augment": True, "speed_perturb": [0.9, 1.1]}, omit=["input_features"])
+    ['masked inputs', 'speeds 0.9/1/1.1']
+    """
+    def shown(key: str) -> bool:
+        return key not in omit
+
     notes = [f"{config['architecture']}"] if config.get("architecture", "paper") != "paper" else []
-    if config.get("input_features", "apc") != "apc":
+    if config.get("input_features", "apc") != "apc" and shown("input_features"):
         notes.append(f"{config['input_features']} features")
     notes += [text for key, text in (("controller_at_train", "no surprisal in training"),
                                      ("controller_at_test", "no surprisal at test"),
                                      ("train_stochastic", "deterministic training"),
-                                     ("test_stochastic", "deterministic test")) if config.get(key) is False]
+                                     ("test_stochastic", "deterministic test")) if config.get(key) is False and shown(key)]
     if config.get("test_bias_shift"):
         notes.append(f"bias {config['test_bias_shift']:+g}")
     labels = config.get("train_labels")
@@ -477,7 +524,7 @@ def model_name(config: Row) -> str:
         notes.append("masked inputs")
     if config.get("speed_perturb"):
         notes.append("speeds " + "/".join(f"{f:g}" for f in sorted({1.0, *map(float, config["speed_perturb"])})))
-    return name + (f" [{', '.join(notes)}]" if notes else "")
+    return notes
 
 
 def _mean_std(values: Iterable[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
@@ -911,7 +958,9 @@ def table_ablation(rows: Sequence[Row], dataset: Optional[str] = None, architect
                  [("AR features?", lambda r: (r["model"] if r["controller"] != "surprisal"
                                               else "✓" if r["input_features"] == "apc" else "✗")),
                   ("Surprisal during training?", flag("controller_at_train")),
-                  ("Surprisal during testing?", flag("controller_at_test")), COL_PER, COL_FLOPS, COL_SEEDS],
+                  ("Surprisal during testing?", flag("controller_at_test")),
+                  ("Setup", lambda r: "" if r["controller"] != "surprisal" else ", ".join(setup_notes(r, omit=flags))),
+                  COL_PER, COL_FLOPS, COL_SEEDS],
                  csv_keys=("model", *flags, *CSV_KEYS[1:]))
 
 

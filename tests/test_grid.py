@@ -22,13 +22,14 @@ if args.get("controller") == "fail":
     sys.exit("boom")
 out.mkdir(parents=True, exist_ok=True)
 shifts = json.loads(args.get("test_bias_shifts", "[0.0]"))
-prefix = "results_test_only" if args.get("test_only") else "results"
+tag = ("_random_at_test" if args.get("controller_at_test") == "False" else "") if args.get("test_only") else ""
+prefix = ("results_test_only" + tag) if args.get("test_only") else "results"
 for s in shifts:
     name = prefix + (".json" if not s else "_bias%+g.json" % s)
     (out / name).write_text(json.dumps({"PER": 25.0 + s, "flops_per_frame": 6.4e6 + s, "seed": int(args["seed"]),
         "controller": args.get("controller", "surprisal"), "test_bias_shift": s, "dataset": "Fake"}))
 # as the recipe does: a --test_only evaluation keeps the training's hyperparams.yaml
-(out / ("hyperparams_test_only.yaml" if args.get("test_only") else "hyperparams.yaml")).write_text(
+(out / (f"hyperparams_test_only{tag}.yaml" if args.get("test_only") else "hyperparams.yaml")).write_text(
     "test_only: %s\\n" % bool(args.get("test_only")))
 with open(out / "calls.txt", "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\\n")
@@ -70,6 +71,8 @@ def test_override_value_and_results_files(tmp_path: Path) -> None:
     assert grid.override_value({"a": None}) == "{a: null}"
     assert grid.results_files(tmp_path, [0, 2.0]) == [tmp_path / "results.json", tmp_path / "results_bias+2.json"]
     assert grid.results_files(tmp_path, [0], test_only=True) == [tmp_path / "results_test_only.json"]
+    assert grid.results_files(tmp_path, [0, 1.0], test_only=True, tag="_random_at_test") == [
+        tmp_path / "results_test_only_random_at_test.json", tmp_path / "results_test_only_random_at_test_bias+1.json"]
 
 
 def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Path,
@@ -223,3 +226,24 @@ def test_shipped_grid_files_set_only_keys_their_recipe_reads(path: Path, monkeyp
     for run in runs:
         _, _, overrides = sb.parse_arguments(run.command[2:])
         assert set(yaml.safe_load(overrides)) <= keys, (run.name, set(yaml.safe_load(overrides)) - keys)
+
+
+def test_test_time_ablation_and_bias_sweep_share_a_folder(grid_file: Path, tmp_path: Path) -> None:
+    """Table 4's "surprisal at test?" as a test-only run beside the bias sweep: its files are named
+    apart, so neither evaluation makes the other look complete or overwrites it."""
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["groups"].append({"name": "random_at_test", "folder_of": "controllers", "vary": {"controller": ["surprisal"]},
+                           "set": {"test_only": True, "controller_at_test": False}})
+    spec["publish"] = str(tmp_path / "published")
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    runs = grid.expand(grid.load_grid(str(grid_file)), log=io.StringIO())
+    ablation = [r for r in runs if r.group == "random_at_test"]
+    assert [r.evaluation_tag for r in ablation] == ["_random_at_test"] * 2
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    folder = tmp_path / "exp" / "grid" / "controllers" / "controller-surprisal" / "seed1"
+    assert {"results_test_only.json", "results_test_only_bias+1.json", "results_test_only_random_at_test.json",
+            "hyperparams_test_only.yaml", "hyperparams_test_only_random_at_test.yaml"} <= {p.name for p in folder.iterdir()}
+    published = tmp_path / "published" / "controllers" / "controller-surprisal" / "seed1"
+    assert (published / "results_test_only_random_at_test.json").is_file()
+    assert (published / "hyperparams_test_only_random_at_test.yaml").is_file()
+    assert all(r.complete() for r in runs)

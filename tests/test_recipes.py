@@ -152,12 +152,20 @@ def test_test_only_bias_sweep_and_ablation(pretrained):
     assert (folder / "results.json").read_text() == trained
     assert (folder / "hyperparams.yaml").read_text() == trained_hparams  # the record of the training stays
     assert "test_bias_shifts: [0.0, 4.0]" in (folder / "hyperparams_test_only.yaml").read_text()
-    base = json.loads((folder / "results_test_only.json").read_text())
+    base_text = (folder / "results_test_only.json").read_text()
+    base = json.loads(base_text)
     shifted = json.loads((folder / "results_test_only_bias+4.json").read_text())
     assert base["test_only"] and base["train_wallclock_s"] is None
     assert base["calibration"] == json.loads(trained)["calibration"]  # read back from calibration.json
     assert shifted["test_bias_shift"] == 4.0
     assert shifted["big_fraction"] > base["big_fraction"]
+    # Table 4, "surprisal at test?": the same model with a random p = 0.5 controller, in files of its own
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--test_only", "--controller_at_test=False"]))
+    random_at_test = json.loads((folder / "results_test_only_random_at_test.json").read_text())
+    assert random_at_test["controller_at_test"] is False and abs(random_at_test["p_big_mean"] - 0.5) < 1e-6
+    assert (folder / "results_test_only.json").read_text() == base_text
+    assert "controller_at_test: false" in (folder / "hyperparams_test_only_random_at_test.yaml").read_text().lower()
+    assert "test_bias_shifts: [0.0, 4.0]" in (folder / "hyperparams_test_only.yaml").read_text()
 
 
 def test_debug_flag_runs_a_few_batches(pretrained):

@@ -25,7 +25,7 @@ if __name__ == "__main__":
         sb.utils.distributed.ddp_init_group(run_opts)
         hparams = recipe.load_hparams(hparams_file, overrides, run_opts)
         recipe.create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
-                                           test_only=run_opts["test_only"])
+                                           test_only=run_opts["test_only"], hparams=hparams)
 
         # Manifests of the three splits, labels checked (main process first, then read by all).
         run_on_main(prepare_mini_librispeech, kwargs=hparams["prepare_options"])

@@ -26,7 +26,7 @@ if __name__ == "__main__":
         sb.utils.distributed.ddp_init_group(run_opts)
         hparams = recipe.load_hparams(hparams_file, overrides, run_opts)
         recipe.create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
-                                           test_only=run_opts["test_only"])
+                                           test_only=run_opts["test_only"], hparams=hparams)
 
         # Manifests of train / dev / core test, phones folded and checked (main process first).
         run_on_main(prepare_timit, kwargs=hparams["prepare_options"])

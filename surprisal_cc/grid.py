@@ -29,8 +29,8 @@ other run is launched again with the same command (SpeechBrain's checkpointer re
 that left a checkpoint go first, so an interrupted grid finishes what it started. A run
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
 earlier run's is dropped as a duplicate; two training runs of different configurations in one folder
-(``folder_of`` without a varied key that tells them apart) are an error. Test-only runs wait for the training run of their folder
-and publish only their own ``results_test_only*.json`` and ``hyperparams_test_only*.yaml``; with
+(``folder_of`` without a varied key that tells them apart) are an error. Test-only runs wait for the
+training run of their folder and publish only their own ``results_test_only*.json`` and ``hyperparams_test_only*.yaml``; with
 ``controller_at_test: False`` or ``test_stochastic: False`` their files are named apart
 (``results_test_only_random_at_test.json``), so such evaluations and a bias sweep share a folder.
 Output of each run goes to ``<run folder>/grid.log``; afterwards the tables and figures are written

@@ -134,6 +134,19 @@ def test_augmentation_changes_training(pretrained):
     assert not any("@speed" in name and name.split("@")[0] not in train_ids for name in cached)
 
 
+def test_surprisal_only_at_test_time(pretrained, tmp_path):
+    """Table 4's "surprisal during training?" = no: trained with random p = 0.5 routing, the calibrated
+    surprisal controller routes at test time (its p_big statistics, not 0.5)."""
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    folder = tmp_path / "random-in-training"
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, output_folder=folder),
+            "--controller_at_train=False"]))
+    res = json.loads((folder / "results.json").read_text())
+    assert res["controller"] == "surprisal" and res["controller_at_train"] is False and res["controller_at_test"]
+    assert res["calibration"]["mean_p_big"] == pytest.approx(0.65, abs=1e-3)
+    assert abs(res["p_big_mean"] - 0.5) > 1e-3  # surprisal's p_big at test, not the training's constant 0.5
+
+
 def test_fbank_ablation_skips_apc(pretrained):
     """Raw filterbank inputs with a controller that needs no surprisal: APC is not run, not charged."""
     ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--input_features=fbank", "--controller=random"]))

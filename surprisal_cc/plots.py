@@ -75,17 +75,22 @@ def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PE
     ('per_vs_flops.png', True)
     """
     agg = [r for r in ensure_aggregated(rows) if r.get("flops_M") is not None and r.get("PER") is not None]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # points are numbered; the key below the axes names them (long names beside the points overlap)
+    fig, ax = plt.subplots(figsize=(8, 4.5 + 0.17 * len(agg)))
     front = pareto_front(agg, x="flops_M")
+    epochs = [r.get("epochs") for r in agg]
+    usual_epochs = max(set(epochs), key=epochs.count) if epochs else None
     for i, row in enumerate(agg):
+        notes = ([f"n = {row['n_seeds']}"] if row.get("n_seeds", 1) > 1 else []) + \
+            ([f"{row['epochs']} epochs"] if row.get("epochs") not in (None, usual_epochs) else [])
+        label = f"{i + 1}: {row['model']}" + (f" ({', '.join(notes)})" if notes else "")
         ax.errorbar(row["flops_M"], row["PER"], yerr=row["PER_std"] or 0.0, marker="o" if i in front else "s",
-                    color="C3" if i in front else "C0", capsize=3)
-        ax.annotate(row["model"], (row["flops_M"], row["PER"]), fontsize=6, xytext=(3, 3),
-                    textcoords="offset points")
+                    color="C3" if i in front else "C0", capsize=3, ls="none", label=label)
+        ax.annotate(str(i + 1), (row["flops_M"], row["PER"]), fontsize=7, xytext=(4, 2), textcoords="offset points")
     if front:
         pts = sorted((agg[i]["flops_M"], agg[i]["PER"]) for i in front)
         ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", ls="--", color="C3", label="Pareto front")
-        ax.legend(fontsize=8)
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(0.0, -0.13), frameon=False)
     ax.set(xlabel="Avg. FLOPs per input frame (M)", ylabel="PER (%)", title=title)
     ax.grid(alpha=0.3)
     return _save(fig, path)

@@ -393,8 +393,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         controller = getattr(encoder, "controller", None)
         test_only = bool(getattr(self, "test_only", False))
         shift = getattr(encoder, "test_bias_shift", 0.0)
-        tag = evaluation_tag(getattr(self.hparams, "controller_at_test", True),
-                             getattr(self.hparams, "test_stochastic", True))
+        tag = evaluation_tag(vars(self.hparams))
         details = Path(self.hparams.error_details_file)
         self.error_metrics.write_alignments(
             details.with_name(results_file_name(shift, test_only, details.stem, details.suffix, tag)))

@@ -95,10 +95,7 @@ class Run:
     @property
     def evaluation_tag(self) -> str:
         """What names a test-only run's files apart (:func:`~surprisal_cc.report.evaluation_tag`)."""
-        def flag(key: str) -> bool:
-            value = self.overrides.get(key, True)
-            return value if isinstance(value, bool) else str(value).lower() not in ("false", "0", "no")
-        return evaluation_tag(flag("controller_at_test"), flag("test_stochastic")) if self.test_only else ""
+        return evaluation_tag(self.overrides) if self.test_only else ""
 
     def results_files(self) -> List[Path]:
         """The results files this run writes."""

@@ -96,9 +96,7 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
             saved.write_text(saved.read_text(encoding="utf-8").replace(
                 os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
     if training is not None:
-        tag = evaluation_tag(hparams.get("controller_at_test", True), hparams.get("test_stochastic", True)) \
-            if hparams is not None else ""
-        saved.replace(saved.with_name(test_only_hyperparams_name(tag)))
+        saved.replace(saved.with_name(test_only_hyperparams_name(evaluation_tag(hparams or {}))))
         saved.write_bytes(training)
 
 

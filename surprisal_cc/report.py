@@ -23,14 +23,17 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import yaml
 
 PathLike = Union[str, Path]
 Row = Dict[str, Any]
 
-RESULTS_PATTERN = re.compile(r"^results(_test_only(_random_at_test)?(_deterministic)?)?(_bias[+-][0-9.eE+-]+)?\.json$")
+# test-time conditions that name a --test_only evaluation's files apart: (key, tag where the key is off)
+EVALUATION_TAGS = (("controller_at_test", "_random_at_test"), ("test_stochastic", "_deterministic"))
+RESULTS_PATTERN = re.compile(r"^results(_test_only" + "".join(f"({re.escape(tag)})?" for _, tag in EVALUATION_TAGS)
+                             + r")?(_bias[+-][0-9.eE+-]+)?\.json$")
 DEFAULT_PENALTY = 0.001
 # configuration keys of a run and their values when a results file lacks them
 CONFIG_DEFAULTS: Dict[str, Any] = {
@@ -297,17 +300,24 @@ TEST_ONLY_HYPERPARAMS = "hyperparams_test_only.yaml"
 """What a ``--test_only`` evaluation saves its configuration as, beside the training's ``hyperparams.yaml``."""
 
 
-def evaluation_tag(controller_at_test: bool = True, test_stochastic: bool = True) -> str:
-    """What tells a ``--test_only`` evaluation's files apart when its test-time conditions are not the
+def evaluation_tag(config: Mapping[str, Any]) -> str:
+    """What tells a ``--test_only`` evaluation's files apart when the test-time conditions of ``config``
+    (hparams, or ``--key=value`` overrides as strings, read as hyperpyyaml reads them) are not the
     defaults: a random p = 0.5 controller instead of the trained one (Table 4), deterministic
     routing (Appendix C).
 
     Example
     -------
-    >>> evaluation_tag(), evaluation_tag(controller_at_test=False), evaluation_tag(False, False)
-    ('', '_random_at_test', '_random_at_test_deterministic')
+    >>> evaluation_tag({}), evaluation_tag({"controller_at_test": False})
+    ('', '_random_at_test')
+    >>> evaluation_tag({"controller_at_test": "False", "test_stochastic": False})
+    '_random_at_test_deterministic'
     """
-    return ("" if controller_at_test else "_random_at_test") + ("" if test_stochastic else "_deterministic")
+    def off(key: str) -> bool:
+        value = config.get(key, True)
+        return not (yaml.safe_load(value) if isinstance(value, str) else value)
+
+    return "".join(tag for key, tag in EVALUATION_TAGS if off(key))
 
 
 def test_only_hyperparams_name(tag: str = "") -> str:
@@ -351,7 +361,7 @@ def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: st
     -------
     >>> results_file_name(), results_file_name(1.0), results_file_name(0.0, True), results_file_name(-0.5, True)
     ('results.json', 'results_bias+1.json', 'results_test_only.json', 'results_test_only_bias-0.5.json')
-    >>> results_file_name(0.0, True, tag=evaluation_tag(controller_at_test=False))
+    >>> results_file_name(0.0, True, tag=evaluation_tag({"controller_at_test": False}))
     'results_test_only_random_at_test.json'
     """
     shift = float(bias_shift or 0.0)

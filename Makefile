@@ -23,14 +23,21 @@ EPOCHS ?= 30
 # speed every epoch, with SpecAugment-style masks on the encoder's inputs. Chosen by validation PER
 # over the unperturbed profile (big-only, seed 1: 29.25 % against 31.84 %). PERTURB= switches it off.
 PERTURB ?= "--speed_perturb=[0.9,1.1]" --augment=True
-# Training labels with the pauses of the audio (the MFA test labels mark them): a filterbank big-only
-# model trained ALIGNER_EPOCHS on the lexicon's labels relabels train-clean-5 (realign_labels.py --pauses).
+# APC: the shipped model's (pretrained/apc.pt, pretrained on train-clean-5 by recipes/LibriSpeech);
+# APC= pretrains one on the training audio first (about 50 min).
+APC ?= pretrained/apc.pt
+# Training labels with the pauses of the audio (the MFA test labels mark them): the shipped model
+# (pretrained/, fp32, deterministic routing) relabels train-clean-5 with an optional sil at each word
+# boundary and a sil wherever the audio pauses (realign_labels.py --pauses), in 5-8 min and the same on
+# every machine. ALIGNER=train trains the aligner instead: a filterbank big-only model, ALIGNER_EPOCHS
+# on the lexicon's labels (about 1 h).
+ALIGNER ?= pretrained
 ALIGNER_EPOCHS ?= 9
-ALIGNER := $(EXP)/aligner/fbank-big_only/seed$(SEED)
-LABELS := $(EXP)/labels/realigned_pauses_seed$(SEED).csv
+ALIGNER_RUN := $(EXP)/aligner/fbank-big_only/seed$(SEED)
+LABELS := $(EXP)/labels/realigned_pauses_$(if $(filter train,$(ALIGNER)),seed$(SEED),$(ALIGNER)).csv
 # The Mini-LibriSpeech recipe on this corpus and experiment folder, as both stages run it.
 TRAIN = $(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \
-	--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) --seed=$(SEED)
+	--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) --seed=$(SEED) $(if $(APC),--apc_path=$(APC))
 RELABELLED = --labels="{train: mfa, valid: mfa, test: mfa}" \
 	--mfa_labels="{train: $(LABELS), valid: $(LABELS), test: null}" --prepared_folder=$(EXP)/manifests_realigned
 
@@ -54,10 +61,16 @@ mini_librispeech: $(LABELS) | $(STAMP)
 		--output_folder=$(EXP)/conditional-$(CONTROLLER)-paper-apc-relabelled$(if $(PERTURB),-perturbed)/seed$(SEED)
 	$(PY) -m surprisal_cc.cli report $(EXP)
 
+ifeq ($(ALIGNER),train)
 $(LABELS): | $(STAMP)
 	$(TRAIN) --controller=big_only --input_features=fbank --number_of_epochs=$(ALIGNER_EPOCHS) \
-		$(CPU_PROFILE) --output_folder=$(ALIGNER)
-	$(PY) recipes/MiniLibriSpeech/realign_labels.py $(ALIGNER) $(LABELS) --pauses
+		$(CPU_PROFILE) --output_folder=$(ALIGNER_RUN)
+	$(PY) recipes/MiniLibriSpeech/realign_labels.py $(ALIGNER_RUN) $(LABELS) --pauses
+else
+$(LABELS): | $(STAMP)
+	$(PY) recipes/MiniLibriSpeech/realign_labels.py $(ALIGNER) $(LABELS) --pauses --corpus train-clean-5 \
+		--data_folder="$(DATA)" --download
+endif
 
 bench: $(STAMP)
 	$(PY) -m surprisal_cc.cli bench

@@ -4,7 +4,8 @@ Lexicon labels put ``sil`` only at the two ends of an utterance, while forced-al
 (MFA) also mark pauses between words. :func:`align_optional_silence` finds, with a trained CTC
 model's log-probabilities, the best CTC path through the lexicon phones where a ``sil`` may be
 inserted at every word boundary (ends included), so the training labels get the pauses the audio
-has. :func:`realign_run` applies it to the manifests of a finished recipe run and
+has. :func:`realign_run` applies it to the manifests of a finished recipe run,
+:func:`realign_corpus` to a LibriSpeech-format folder with an exported model, and
 :func:`write_alignment_csv` writes the labels in the MFA export format that ``labels: mfa`` reads.
 
 Example
@@ -630,17 +631,96 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         log_probs, lengths = out.log_probs.float().cpu().numpy(), out.lengths.cpu().tolist()
         fbank = _batch_fbank(batch, hparams["front_end"]) if pauses is not None else None
         info["forward_s"] += time.perf_counter() - start
-        for i, utt_id in enumerate(batch.id):
-            words = batch.wrd[i].split()
-            word_phones = [lexicon.words_to_phones([w], False, utt_id) for w in words]
-            start = time.perf_counter()
-            result = realign_utterance(log_probs[i, :lengths[i]], utt_id, rows[utt_id]["wav"], words, word_phones,
-                                       label_encoder, blank)
-            if fbank is not None:
-                silent = silent_frames(fbank[i, :lengths[i]], threshold=pauses.get("threshold", 0.25))
-                result = insert_pauses(result, silent, min_frames=int(pauses.get("min_frames", 5)))
-            info["align_s"] += time.perf_counter() - start
-            yield result
+        yield from _realign_batch(batch.id, [rows[u]["wav"] for u in batch.id], [w.split() for w in batch.wrd],
+                                  log_probs, lengths, fbank, lexicon, label_encoder, blank, pauses, info)
+
+
+def _realign_batch(ids: Sequence[str], wavs: Sequence[str], words: Sequence[Sequence[str]], log_probs: np.ndarray,
+                   lengths: Sequence[int], fbank: Optional[np.ndarray], lexicon, label_encoder, blank: int,
+                   pauses: Optional[Mapping[str, float]], info: Dict[str, object]) -> Iterator[RealignedUtterance]:
+    """:func:`realign_utterance` (and :func:`insert_pauses` when ``pauses``) for each utterance of a batch."""
+    for i, utt_id in enumerate(ids):
+        word_phones = [lexicon.words_to_phones([w], False, utt_id) for w in words[i]]
+        start = time.perf_counter()
+        result = realign_utterance(log_probs[i, :lengths[i]], utt_id, str(wavs[i]), list(words[i]), word_phones,
+                                   label_encoder, blank)
+        if pauses is not None:
+            silent = silent_frames(fbank[i, :lengths[i]], threshold=pauses.get("threshold", 0.25))
+            result = insert_pauses(result, silent, min_frames=int(pauses.get("min_frames", 5)))
+        info["align_s"] += time.perf_counter() - start
+        yield result
+
+
+def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, limit: Optional[int] = None,
+                   pauses: Optional[Mapping[str, float]] = None,
+                   info: Optional[Dict[str, object]] = None) -> Iterator[RealignedUtterance]:
+    """Realign every utterance of a LibriSpeech-format folder with an exported model.
+
+    The counterpart of :func:`realign_run` for a model folder written by ``surprisal-cc export``
+    (such as the shipped ``pretrained/``): fp32 and deterministic routing (``p_big > 0.5``), so
+    the same model gives the same labels on every machine up to float rounding, without training
+    an aligner first. Words are pronounced by CMUdict with the model's own OOV policy.
+
+    Arguments
+    ---------
+    model : str or path
+        An exported model folder (``model.json``, ``encoder.pt``, ``apc.pt``).
+    corpus : str or path
+        A LibriSpeech-format subset folder (``*/*/*.flac`` with ``*.trans.txt``), e.g.
+        ``LibriSpeech/train-clean-5``.
+    device : str
+        Device of the forward passes.
+    batch_size : int
+        Utterances per forward pass (sorted by length, so padding stays small).
+    limit : int, optional
+        Keep only the ``limit`` shortest utterances.
+    pauses : dict, optional
+        As for :func:`realign_run`.
+    info : dict, optional
+        Receives ``forward_s``, ``align_s``, ``checkpoint`` (the model folder) and ``samples_per_frame``.
+
+    Returns
+    -------
+    iterator of RealignedUtterance
+        One per utterance, shortest first.
+    """
+    import soundfile as sf
+    import torch
+
+    from .data import Lexicon
+    from .data.audio import read_audio
+    from .data.librispeech import scan_subset
+    from .inference import ConditionalASR
+
+    asr = ConditionalASR.from_pretrained(model, device=device, precision="fp32", deterministic=True)
+    if "sil" not in asr.labels:
+        raise AlignmentError(f"{model}: the model has no 'sil' label to insert between words")
+    from speechbrain.dataio.encoder import CTCTextEncoder
+
+    label_encoder = CTCTextEncoder()
+    for label in asr.labels:
+        label_encoder.add_label(label)
+    label_encoder.expect_len(len(asr.labels))
+    utts = sorted(scan_subset(corpus), key=lambda u: (sf.info(str(u.wav)).frames, u.id))[:limit]
+    lexicon = Lexicon(g2p=asr.config.get("label_policy", {}).get("g2p") or "spn")
+    lexicon.prefetch(w for u in utts for w in u.words)
+    features = asr.feature_config
+    info = info if info is not None else {}
+    info.update(checkpoint=str(model), samples_per_frame=features.shift_samples * features.frame_skip)
+    info.setdefault("forward_s", 0.0)
+    info.setdefault("align_s", 0.0)
+    for first in range(0, len(utts), batch_size):
+        batch = utts[first:first + batch_size]
+        start = time.perf_counter()
+        audio = [read_audio(u.wav) for u in batch]
+        samples = torch.tensor([len(a) for a in audio])
+        wavs = torch.nn.utils.rnn.pad_sequence(audio, batch_first=True)
+        out, fbank, frames, _ = asr.forward(wavs, samples)
+        log_probs = out.log_probs.float().cpu().numpy()
+        info["forward_s"] += time.perf_counter() - start
+        yield from _realign_batch([u.id for u in batch], [u.wav for u in batch], [u.words for u in batch],
+                                  log_probs, out.lengths.cpu().tolist(), fbank.float().cpu().numpy(), lexicon,
+                                  label_encoder, asr.beam_search.blank, pauses, info)
 
 
 def _batch_fbank(batch, front_end) -> np.ndarray:

@@ -28,6 +28,7 @@ from .controllers import SurprisalController, calibrate_surprisal_controller, ta
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, module_macs
 from .nnet import Encoder, EncoderOutput, lengths_to_mask
+from .schedulers import anneal
 
 logger = logging.getLogger(__name__)
 
@@ -359,9 +360,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.hparams.train_logger.log_stats(
                 stats_meta={"epoch": epoch, "lr": lr}, train_stats={"loss": self.train_loss}, valid_stats=stats)
             annealing = getattr(self.hparams, "lr_annealing", None)
-            if annealing is not None:
-                _, new_lr = annealing(stage_loss)  # the CTC loss moves on the blank plateau, where PER stays 100 %
-                sb.nnet.schedulers.update_learning_rate(self.optimizer, new_lr)
+            if annealing is not None:  # NewBob reads the loss: it moves on the blank plateau, where PER stays 100 %
+                sb.nnet.schedulers.update_learning_rate(self.optimizer, anneal(annealing, epoch, stage_loss))
             self.append_history({"epoch": epoch, "lr": lr, "train_loss": self.train_loss, "valid_loss": stage_loss,
                                  **{k: v for k, v in summary.items() if k != "flops_components"},
                                  "elapsed_s": time.time() - self.stage_start_time,  # validation

@@ -403,10 +403,27 @@ class ConditionalASR:
         return contextlib.nullcontext()
 
     @torch.no_grad()
-    def _run(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, List[List[str]], Tensor, Tensor,
-                                                             Optional[Tensor], float]:
-        """(encoder output, phones, fbank, frame counts, surprisal, seconds) of one padded batch."""
-        start = time.perf_counter()
+    def forward(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, Tensor, Tensor, Optional[Tensor]]:
+        """(encoder output, fbank, frame counts, surprisal) of one padded batch, without decoding.
+
+        Arguments
+        ---------
+        wavs : torch.Tensor
+            (B, S) padded 16 kHz audio.
+        samples : torch.Tensor
+            (B,) sample count of each waveform.
+
+        Returns
+        -------
+        output : EncoderOutput
+            Log-probabilities (``log_probs``, (B, T, labels)), ``lengths`` and routing statistics.
+        fbank : torch.Tensor
+            (B, T, n_mels) log-mel frames.
+        frames : torch.Tensor
+            (B,) frame count of each utterance.
+        surprisal : torch.Tensor or None
+            (B, T) APC surprisal when the model uses APC.
+        """
         fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples.cpu())  # as the recipes' cache
         fbank, frames = fbank.to(self.device), frames.to(self.device)
         short = [i for i, n in enumerate(frames.tolist()) if n == 0]
@@ -421,6 +438,13 @@ class ConditionalASR:
                 surprisal = apc_out.surprisal.float()
                 feats = apc_out.features if self.use_apc_features else fbank
             out = self.encoder(feats, frames, surprisal if self.needs_surprisal else None)
+        return out, fbank, frames, surprisal
+
+    def _run(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, List[List[str]], Tensor, Tensor,
+                                                             Optional[Tensor], float]:
+        """(encoder output, phones, fbank, frame counts, surprisal, seconds) of one padded batch."""
+        start = time.perf_counter()
+        out, fbank, frames, surprisal = self.forward(wavs, samples)
         hyps = self.beam_search(out.log_probs.float(), out.lengths)
         phones = [[self.labels[i] for i in h] for h in hyps]
         if self.device.type == "cuda":

@@ -378,6 +378,26 @@ def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
     assert paused["interior_boundaries_with_sil"] >= stats["interior_boundaries_with_sil"]
 
 
+def test_realign_script_with_the_shipped_model(tmp_path, monkeypatch):
+    """The shipped model realigns real dev-clean-2 audio: every utterance fits, the sil it places
+    agree with the MFA labels, and the realigned labels are at least as close to them as the lexicon's."""
+    shared = require_dev_clean_2()
+    monkeypatch.syspath_prepend(str(REPO / "recipes" / "MiniLibriSpeech"))
+    monkeypatch.chdir(REPO)
+    import realign_labels
+
+    corpus = shared / "LibriSpeech" / "dev-clean-2"
+    stats = realign_labels.main(["pretrained", str(tmp_path / "dev.csv"), "--corpus", str(corpus), "--limit", "12",
+                                 "--batch_size", "4"])
+    assert stats["utterances"] == 12 and stats["fallbacks"] == 0
+    assert stats["checkpoint"] == "pretrained" and stats["splits"] == [str(corpus)]
+    assert stats["sil_vs_reference_all"]["utterances"] == 12 and stats["sil_vs_reference_all"]["f1"] >= 0.8
+    assert stats["per_vs_reference_realigned"] <= stats["per_vs_reference_lexicon"]
+    assert len(read_mfa_csv(tmp_path / "dev.csv")) == 12
+    with pytest.raises(SystemExit):  # an exported model needs --corpus
+        realign_labels.main(["pretrained", str(tmp_path / "x.csv")])
+
+
 def test_silent_frames_follow_the_recording_level():
     """The same utterance 20 dB louder (log-mel + log(100)) or with a noise floor has the same pauses."""
     from surprisal_cc.alignment import silent_frames

@@ -313,22 +313,28 @@ def test_diverging_training_stops_with_a_clear_message(pretrained, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-def test_make_mini_librispeech_relabels_then_trains(mini_corpus, tmp_path):  # noqa: F811
-    """The README's main job, at toy size: aligner run -> realigned labels -> the model trained on them."""
+@pytest.mark.parametrize("stages, labels_name", [
+    ([], "realigned_pauses_pretrained"),                        # the shipped model relabels, its APC is loaded
+    (["ALIGNER=train", "APC="], "realigned_pauses_seed3"),      # aligner run and APC pretraining first
+], ids=["shipped-aligner-and-apc", "from-scratch"])
+def test_make_mini_librispeech_relabels_then_trains(mini_corpus, tmp_path, stages, labels_name):  # noqa: F811
+    """The README's main job, at toy size: realigned labels -> the model trained on them, with the
+    shipped model as aligner and APC (the default) or with both trained here."""
     exp = tmp_path / "exp"
     profile = "--batch_size=4 --apc_epochs=1 --apc_batch_size=4 --valid_speakers=2"
     proc = subprocess.run(["make", "-s", "mini_librispeech", f"PY={sys.executable}", "STAMP=",
                            f"DATA={mini_corpus / 'corpus'}", f"EXP={exp}", "SEED=3", "EPOCHS=1", "ALIGNER_EPOCHS=1",
-                           f"CPU_PROFILE={profile}"],
+                           f"CPU_PROFILE={profile}", *stages],
                           cwd=REPO, env={**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "2"},
                           capture_output=True, text=True, timeout=900)
     ok(proc)
-    labels = exp / "labels" / "realigned_pauses_seed3.csv"
-    assert labels.is_file() and (exp / "aligner" / "fbank-big_only" / "seed3" / "results.json").is_file()
+    assert (exp / "labels" / f"{labels_name}.csv").is_file()
+    assert (exp / "aligner" / "fbank-big_only" / "seed3" / "results.json").is_file() == bool(stages)
+    assert (exp / "apc" / "apc.pt").is_file() == bool(stages)  # APC pretrained here only from scratch
     res = json.loads((exp / "conditional-surprisal-paper-apc-relabelled-perturbed" / "seed3" / "results.json")
                      .read_text())
-    assert res["train_labels"] == "mfa:realigned_pauses_seed3"
+    assert res["train_labels"] == f"mfa:{labels_name}"
     assert res["speed_perturb"] == [0.9, 1.1] and res["augment"] is True  # the profile's PERTURB
     assert res["error_rate_details"]["num_utterances"] == 6  # dev-clean-2 scored against its MFA labels
-    assert ("Surprisal-based controller [training labels realigned_pauses_seed3, masked inputs, speeds 0.9/1/1.1]"
+    assert (f"Surprisal-based controller [training labels {labels_name}, masked inputs, speeds 0.9/1/1.1]"
             in proc.stdout)  # the report

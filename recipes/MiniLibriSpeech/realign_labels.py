@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""Relabel the training data of a finished run: lexicon phones + the pauses its CTC model hears.
+"""Relabel training data with a trained CTC model: lexicon phones + the pauses the model hears.
 
-Every utterance of the chosen splits is aligned with the run's best checkpoint, with an optional
-``sil`` at each word boundary (surprisal_cc.alignment). The labels are written in the MFA export
-format, which the data preparation reads with ``labels: mfa``:
+Every utterance is aligned with an optional ``sil`` at each word boundary (surprisal_cc.alignment),
+either with the best checkpoint of a finished run (the splits of its data) or with an exported
+model such as the shipped ``pretrained/`` (the LibriSpeech-format folders given with ``--corpus``;
+fp32 and deterministic routing, so no aligner has to be trained and every machine gets the same
+labels). The labels are written in the MFA export format, which the data preparation reads with
+``labels: mfa``:
 
     python recipes/MiniLibriSpeech/realign_labels.py RUN_DIR realigned.csv
+    python recipes/MiniLibriSpeech/realign_labels.py pretrained realigned.csv --pauses \\
+        --corpus data/MiniLibriSpeech/LibriSpeech/train-clean-5
     python recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \\
         --labels="{train: mfa, valid: mfa, test: mfa}" \\
         --mfa_labels="{train: realigned.csv, valid: realigned.csv}" \\
@@ -18,32 +23,46 @@ dev-clean-2 instead and scores the inserted ``sil`` against its MFA labels.
 Run from the repository root (the run's hparams hold paths relative to it).
 """
 import argparse
+import hashlib
 import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import yaml
 
 from surprisal_cc.alignment import (
     find_mfa_reference,
     label_error_rate,
     read_boundary_silences,
+    realign_corpus,
     realign_run,
     silence_precision_recall,
     silence_statistics,
     write_alignment_csv,
 )
 from surprisal_cc.data import DataPreparationError, load_mfa_labels
+from surprisal_cc.data.librispeech import locate_subsets
 from surprisal_cc.recipe import ConfigurationError
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", help="output folder of a finished recipe run (hyperparams.yaml, save/CKPT+*)")
+    parser.add_argument("source", help="output folder of a finished recipe run (hyperparams.yaml, save/CKPT+*), "
+                                       "or an exported model folder (model.json) with --corpus")
     parser.add_argument("out_csv", help="where to write the labels (MFA export format)")
     parser.add_argument("--split", nargs="+", default=["train", "valid"], choices=["train", "valid", "test"],
-                        help="splits to realign (default: train valid)")
+                        help="splits of a run's data to realign (default: train valid)")
+    parser.add_argument("--corpus", nargs="+", default=None,
+                        help="LibriSpeech-format folders, or subset names found in --data_folder, to realign "
+                             "with an exported model (e.g. train-clean-5); dev-clean-2 alone is scored against "
+                             "its MFA labels")
+    parser.add_argument("--data_folder", default="[../shared/data]",
+                        help="YAML list of folders holding LibriSpeech/<subset>, for subset names in --corpus")
+    parser.add_argument("--download", action="store_true",
+                        help="download Mini-LibriSpeech subsets that --data_folder lacks into its first folder")
     parser.add_argument("--reference", default=None,
                         help="MFA export CSV to score the inserted sil against (default for test: the one "
                              "next to the corpus)")
@@ -61,16 +80,22 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     pauses = {"threshold": args.pause_threshold, "min_frames": args.min_pause_frames} if args.pauses else None
 
+    exported = (Path(args.source) / "model.json").is_file()
+    if exported != (args.corpus is not None):
+        parser.error(f"{args.source}: an exported model folder (model.json) realigns the folders given with "
+                     "--corpus; a run folder realigns the --split of its data")
+    if exported:
+        args.corpus = [str(c) if Path(c).is_dir() else str(locate_subsets(yaml.safe_load(args.data_folder), [c],
+                                                                          args.download)[c])
+                       for c in args.corpus]
     start = time.time()
     utterances, info = [], {}
-    for split in args.split:
-        info_split = {}
-        utterances += list(realign_run(args.run_dir, split, overrides=args.overrides, device=args.device,
-                                       batch_size=args.batch_size, limit=args.limit, pauses=pauses,
-                                       info=info_split))
-        for key in ("forward_s", "align_s"):
-            info[key] = info.get(key, 0.0) + info_split[key]
-        info["checkpoint"], info["samples_per_frame"] = info_split["checkpoint"], info_split["samples_per_frame"]
+    for part in args.corpus or args.split:
+        options = dict(device=args.device, batch_size=args.batch_size, limit=args.limit, pauses=pauses, info=info)
+        if exported:
+            utterances += list(realign_corpus(args.source, part, **options))
+        else:
+            utterances += list(realign_run(args.source, part, overrides=args.overrides, **options))
     write_alignment_csv(args.out_csv, utterances, samples_per_frame=info["samples_per_frame"])
     wall = time.time() - start
 
@@ -78,13 +103,15 @@ def main(argv=None) -> dict:
     n = max(len(utterances), 1)
     frames = np.array([u.num_frames for u in utterances])
     stats.update({
-        "checkpoint": info["checkpoint"], "splits": args.split, "out_csv": args.out_csv, "pauses": pauses,
+        "checkpoint": info["checkpoint"], "splits": args.corpus or args.split, "out_csv": args.out_csv,
+        "pauses": pauses,
         "forward_s": info["forward_s"], "align_s": info["align_s"], "wall_s": wall,
         "align_ms_per_utterance": 1e3 * info["align_s"] / n,
         "mean_frames": float(frames.mean()) if len(frames) else 0.0,
+        "sha256": hashlib.sha256(Path(args.out_csv).read_bytes()).hexdigest(),  # the same labels on every machine?
     })
     reference = args.reference
-    if reference is None and utterances and args.split == ["test"]:
+    if reference is None and utterances and (args.split == ["test"] if args.corpus is None else len(args.corpus) == 1):
         reference = find_mfa_reference(utterances[0].wav)
     if reference:
         hyp = {u.id: (len(u.words), set(u.silences)) for u in utterances}

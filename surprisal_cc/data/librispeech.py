@@ -218,10 +218,13 @@ def _folders(data_folder: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
     return [Path(f) for f in data_folder]
 
 
-def _locate_subsets(
+def locate_subsets(
     data_folder: Union[PathLike, Sequence[PathLike]], subsets: Sequence[str], download: bool,
     checksums: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Path]:
+    """``{subset: folder}``: each subset's folder, from the first of ``data_folder`` that holds it
+    (``<folder>/<subset>`` or ``<folder>/LibriSpeech/<subset>``); with ``download``, Mini-LibriSpeech
+    subsets that none holds are downloaded into the first. Raises DataPreparationError otherwise."""
     folders = _folders(data_folder)
 
     def find(subset: str) -> Optional[Path]:
@@ -317,7 +320,7 @@ def prepare_mini_librispeech(
         raise ValueError(f"mfa_fallback must be 'error' or 'lexicon', got {mfa_fallback!r}")
     split_labels = _per_split(labels, splits, "labels", ("mfa", "lexicon"))
     split_subset = {s: MINI_TEST if s == "test" else MINI_TRAIN for s in splits}
-    subset_dirs = _locate_subsets(data_folder, sorted(set(split_subset.values())), download, checksums)
+    subset_dirs = locate_subsets(data_folder, sorted(set(split_subset.values())), download, checksums)
     librispeech_root = subset_dirs[MINI_TRAIN if MINI_TRAIN in subset_dirs else MINI_TEST].parent
 
     mfa_sources: Dict[str, Path] = {}
@@ -450,7 +453,7 @@ def prepare_librispeech(
     """
     if valid_by not in ("speaker", "utterance"):
         raise ValueError(f"valid_by must be 'speaker' or 'utterance', got {valid_by!r}")
-    subset_dirs = _locate_subsets(data_folder, list(subsets), download)
+    subset_dirs = locate_subsets(data_folder, list(subsets), download)
     inputs = [f for d in subset_dirs.values() for f in _audio_files(d)]
     options = {"subsets": {k: str(v) for k, v in subset_dirs.items()}, "valid_fraction": valid_fraction,
                "valid_utterances": valid_utterances, "valid_by": valid_by, "seed": seed,

@@ -1,0 +1,61 @@
+"""Tests for surprisal_cc.schedulers: the learning-rate schedules chosen with ``lr_schedule``."""
+from __future__ import annotations
+
+import pytest
+import torch
+from speechbrain.nnet.schedulers import NewBobScheduler
+from speechbrain.utils.checkpoints import Checkpointer
+
+from data_fixtures import REPO
+from surprisal_cc.recipe import load_hparams
+from surprisal_cc.schedulers import HoldDecayScheduler, anneal, lr_scheduler
+
+
+def test_hold_decay_holds_then_reaches_the_final_rate_at_the_last_epoch():
+    schedule = HoldDecayScheduler(1e-3, number_of_epochs=10, hold_epochs=4, final_value=1e-5)
+    rates = [schedule.value(epoch) for epoch in range(1, 11)]
+    assert rates[:4] == [1e-3] * 4
+    assert rates[-1] == pytest.approx(1e-5)
+    ratios = [b / a for a, b in zip(rates[4:], rates[5:])]
+    assert ratios == pytest.approx([ratios[0]] * len(ratios)) and ratios[0] < 1  # geometric
+    assert schedule.value(11) == pytest.approx(1e-5)  # past the budget it stays at the final rate
+    assert schedule(4) == (1e-3, pytest.approx(rates[4]))  # after epoch 4: (its rate, epoch 5's)
+
+
+def test_anneal_gives_newbob_the_loss_and_epoch_schedules_the_epoch():
+    newbob = lr_scheduler("newbob", initial_value=1.0, annealing_factor=0.5)
+    assert isinstance(newbob, NewBobScheduler)
+    assert anneal(newbob, epoch=1, valid_loss=10.0) == 1.0
+    assert anneal(newbob, epoch=2, valid_loss=10.0) == 0.5  # the loss stalled
+    decay = lr_scheduler("hold_decay", initial_value=1.0, number_of_epochs=4, hold_fraction=0.5, final_fraction=0.25)
+    assert [anneal(decay, epoch, valid_loss=10.0) for epoch in (1, 2, 3)] == pytest.approx([1.0, 0.5, 0.25])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(number_of_epochs=5, hold_epochs=5, final_value=0.1), "hold_epochs"),
+    (dict(number_of_epochs=5, hold_epochs=2, final_value=2.0), "final_value"),
+])
+def test_hold_decay_rejects_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        HoldDecayScheduler(1.0, **kwargs)
+    with pytest.raises(ValueError, match="lr_schedule"):
+        lr_scheduler("cosine", initial_value=1.0)
+
+
+def test_one_epoch_budget_decays_at_once():
+    schedule = lr_scheduler("hold_decay", initial_value=1.0, number_of_epochs=1, hold_fraction=0.9)
+    assert schedule.hold_epochs == 0 and schedule.value(1) == pytest.approx(0.05)
+
+
+def test_hparams_choose_the_schedule_and_it_checkpoints(tmp_path):
+    overrides = f"data_folder: x\nexperiment_root: {tmp_path}\nnumber_of_epochs: 10\nlr: 0.002\n"
+    hparams = load_hparams(str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"),
+                           overrides + "lr_schedule: hold_decay")
+    schedule = hparams["lr_annealing"]
+    assert isinstance(schedule, HoldDecayScheduler) and schedule.hold_epochs == 4
+    assert schedule.value(10) == pytest.approx(0.002 * 0.05)
+    checkpointer = Checkpointer(tmp_path / "ckpt", {"lr_annealing": schedule, "model": torch.nn.Linear(1, 1)})
+    checkpointer.save_checkpoint()
+    assert checkpointer.recover_if_possible() is not None
+    default = load_hparams(str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"), overrides)
+    assert isinstance(default["lr_annealing"], NewBobScheduler)

@@ -686,6 +686,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     """
     import soundfile as sf
     import torch
+    from speechbrain.dataio.encoder import CTCTextEncoder
 
     from .data import Lexicon
     from .data.audio import read_audio
@@ -695,8 +696,6 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     asr = ConditionalASR.from_pretrained(model, device=device, precision="fp32", deterministic=True)
     if "sil" not in asr.labels:
         raise AlignmentError(f"{model}: the model has no 'sil' label to insert between words")
-    from speechbrain.dataio.encoder import CTCTextEncoder
-
     label_encoder = CTCTextEncoder()
     for label in asr.labels:
         label_encoder.add_label(label)
@@ -715,7 +714,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
         audio = [read_audio(u.wav) for u in batch]
         samples = torch.tensor([len(a) for a in audio])
         wavs = torch.nn.utils.rnn.pad_sequence(audio, batch_first=True)
-        out, fbank, frames, _ = asr.forward(wavs, samples)
+        out, fbank, _, _ = asr.forward(wavs, samples)
         log_probs = out.log_probs.float().cpu().numpy()
         info["forward_s"] += time.perf_counter() - start
         yield from _realign_batch([u.id for u in batch], [u.wav for u in batch], [u.words for u in batch],

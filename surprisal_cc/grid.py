@@ -106,6 +106,12 @@ class Run:
         """Whether every results file this run writes exists."""
         return all(p.exists() for p in self.results_files())
 
+    def published(self, grid_root: Path, destination: Path) -> bool:
+        """Whether every results file of this run is already under ``destination`` (published by
+        :func:`publish_run`, possibly on another machine whose ``grid_root`` is gone)."""
+        target = Path(destination) / self.output_folder.relative_to(grid_root)
+        return all((target / p.name).exists() for p in self.results_files())
+
     def started(self) -> bool:
         """Whether an earlier launch left a checkpoint to resume from."""
         return any((self.output_folder / "save").glob("CKPT+*"))
@@ -246,8 +252,10 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
             ) -> Dict[str, Tuple[str, float]]:
     """Run what is not complete, ``jobs`` at a time (``threads`` torch threads each; default: the
     cores divided among the jobs); returns name -> (status, seconds), status one of done / skipped /
-    failed / blocked (its training run failed) / dry-run. With ``publish = (grid_root, destination)``,
-    each run's result files are copied there when it is done (or found complete)."""
+    published / failed / blocked / dry-run. With ``publish = (grid_root, destination)``, each run's
+    result files are copied there when it is done (or found complete), and a run whose results are
+    there already is not run again ("published": finished on a machine whose ``grid_root`` is gone;
+    a test-only run of its folder is "blocked", as it needs the checkpoint that stayed there)."""
     log = log or sys.stdout
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
@@ -256,6 +264,8 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
             status[run.name] = ("skipped", 0.0)
             if publish is not None and not dry_run:
                 publish_run(run, *publish)
+        elif publish is not None and run.published(*publish):
+            status[run.name] = ("published", 0.0)
         else:
             pending.append(run)
     # interrupted runs resume before new ones start (stable: the grid's order otherwise)
@@ -273,7 +283,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     while pending or running:
         for run in list(pending):
             deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
-            if any(s in ("failed", "blocked") for s in deps):
+            if any(s in ("failed", "blocked", "published") for s in deps):
                 pending.remove(run)
                 status[run.name] = ("blocked", 0.0)
             elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):

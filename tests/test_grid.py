@@ -129,6 +129,24 @@ def test_finished_runs_are_published(grid_file: Path, tmp_path: Path, capsys: py
     assert not (tmp_path / "published" / "controllers" / "controller-surprisal").exists()  # not run yet
 
 
+def test_published_runs_are_not_run_again_on_a_fresh_machine(grid_file: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    """A run published from a machine whose experiment folder is gone counts as finished; the
+    test-only runs of its folder are blocked (the checkpoint they need stayed on that machine)."""
+    import shutil
+
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["publish"] = str(tmp_path / "published")
+    grid_file.write_text(yaml.safe_dump(spec))
+    assert main(["grid", str(grid_file), "--no-report", "--only", "controllers/controller-surprisal/seed1"]) == 0
+    shutil.rmtree(tmp_path / "exp")  # the next session's machine
+    assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 0
+    out = capsys.readouterr().out
+    assert "| controllers/controller-surprisal/seed1 | published |" in out
+    assert "| bias/controller-surprisal/seed1 | blocked |" in out
+    assert not (tmp_path / "exp/grid/controllers/controller-surprisal/seed1").exists()  # not trained again
+
+
 def test_test_only_runs_publish_only_their_own_files(grid_file: Path, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture) -> None:
     spec = yaml.safe_load(grid_file.read_text())

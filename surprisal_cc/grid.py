@@ -106,10 +106,14 @@ class Run:
         """Whether every results file this run writes exists."""
         return all(p.exists() for p in self.results_files())
 
+    def published_folder(self, grid_root: Path, destination: Path) -> Path:
+        """Where :func:`publish_run` copies this run's result files."""
+        return Path(destination) / self.output_folder.relative_to(grid_root)
+
     def published(self, grid_root: Path, destination: Path) -> bool:
         """Whether every results file of this run is already under ``destination`` (published by
         :func:`publish_run`, possibly on another machine whose ``grid_root`` is gone)."""
-        target = Path(destination) / self.output_folder.relative_to(grid_root)
+        target = self.published_folder(grid_root, destination)
         return all((target / p.name).exists() for p in self.results_files())
 
     def started(self) -> bool:
@@ -233,7 +237,7 @@ def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
     under ``destination``, so that they can be committed the moment the run ends."""
     import shutil
 
-    target = Path(destination) / run.output_folder.relative_to(grid_root)
+    target = run.published_folder(grid_root, destination)
     target.mkdir(parents=True, exist_ok=True)
     copied = []
     # a test-only run publishes its own files only: the training run of its folder publishes the rest

@@ -55,7 +55,7 @@ from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from .report import evaluation_tag, load_yaml_tolerant, test_only_hyperparams_name
+from .report import evaluation_tag, load_yaml_tolerant, read_history, test_only_hyperparams_name
 
 __all__ = ["Run", "GridSpec", "GridError", "load_grid", "expand", "override_value", "results_files", "execute",
            "publish_run", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
@@ -87,6 +87,7 @@ class Run:
     output_folder: Path
     overrides: Dict[str, Any]    # every override passed, output_folder excluded
     command: List[str]
+    epochs: Optional[int] = None  # number_of_epochs of a training run (override or hparams default)
 
     @property
     def test_only(self) -> bool:
@@ -119,6 +120,12 @@ class Run:
     def started(self) -> bool:
         """Whether an earlier launch left a checkpoint to resume from."""
         return any((self.output_folder / "save").glob("CKPT+*"))
+
+    def progress(self) -> str:
+        """Validated epochs of a training run so far, e.g. ``5/14`` (``–`` for a test-only run)."""
+        if self.test_only:
+            return "–"
+        return f"{len(read_history(self.output_folder))}/{self.epochs if self.epochs is not None else '?'}"
 
 
 def load_grid(path: str) -> GridSpec:
@@ -213,7 +220,9 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
             command = [sys.executable, spec.recipe, spec.hparams,
                        *(cli_option(k, v) for k, v in overrides.items()),
                        f"--output_folder={folder}", *extra]
-            runs.append(Run(group["name"], name, folder, overrides, command))
+            epochs = overrides.get("number_of_epochs", defaults.get("number_of_epochs"))
+            runs.append(Run(group["name"], name, folder, overrides, command,
+                            int(epochs) if epochs is not None else None))
     return runs
 
 
@@ -321,9 +330,10 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
 
 
 def format_summary(runs: Sequence[Run], status: Dict[str, Tuple[str, float]]) -> str:
-    """Markdown table of every run's status, then the counts."""
-    lines = ["| run | status | seconds | folder |", "|---|---|---|---|"]
-    lines += [f"| {r.name} | {status[r.name][0]} | {status[r.name][1]:.0f} | {r.output_folder} |" for r in runs]
+    """Markdown table of every run's status and epochs, then the counts."""
+    lines = ["| run | status | epochs | seconds | folder |", "|---|---|---|---|---|"]
+    lines += [f"| {r.name} | {status[r.name][0]} | {'–' if status[r.name][0] == 'published' else r.progress()} "
+              f"| {status[r.name][1]:.0f} | {r.output_folder} |" for r in runs]
     counts: Dict[str, int] = {}
     for state, _ in status.values():
         counts[state] = counts.get(state, 0) + 1

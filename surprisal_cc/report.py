@@ -145,7 +145,11 @@ def _as_float(value: Any) -> Optional[float]:
 
 
 def read_history(run_dir: Path) -> List[Row]:
-    """Rows of ``history.jsonl`` (one per validated epoch); [] when absent.
+    """Rows of ``history.jsonl`` (one per validated epoch, in epoch order); [] when absent.
+
+    A run stopped after an epoch's validation but before its checkpoint was written validates that
+    epoch again when it resumes: the later row replaces the earlier one. A last line cut short by
+    such a stop is left out.
 
     Arguments
     ---------
@@ -165,11 +169,26 @@ def read_history(run_dir: Path) -> List[Row]:
     ...     history = read_history(Path(folder))
     >>> history
     [{'epoch': 1, 'PER': 30.5}]
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "history.jsonl").write_text(
+    ...         '{"epoch": 1, "PER": 30.5}\\n{"epoch": 2, "PER": 29}\\n{"epoch": 2, "PER": 28}\\n{"epoch": 3, "P')
+    ...     history = read_history(Path(folder))
+    >>> history
+    [{'epoch': 1, 'PER': 30.5}, {'epoch': 2, 'PER': 28}]
     """
     path = run_dir / "history.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows: List[Row] = []
+    for number, line in enumerate(lines, 1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise ValueError(f"{path}, line {number}: not JSON; repair or remove that line") from None
+    by_epoch = {row.get("epoch"): row for row in rows}  # the last row of an epoch wins, in first-seen order
+    return sorted(by_epoch.values(), key=lambda row: (row.get("epoch") is None, row.get("epoch") or 0))
 
 
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ - .* - (?:Going into epoch (\d+)|epoch: (\d+),)")

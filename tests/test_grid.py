@@ -80,6 +80,7 @@ def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Pat
     assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0
     out = capsys.readouterr().out
     assert out.count("fake_recipe.py") == 3 and "OMP_NUM_THREADS=" in out and "dry-run: 3" in out
+    assert "| dry-run | 0/2 |" in out and "| dry-run | – |" in out  # epochs validated of training runs
     assert not (tmp_path / "exp" / "grid").exists()
 
 

@@ -253,3 +253,9 @@ def test_paired_table_pairs_seeds_within_one_configuration():
     assert row["seeds"] == [1, 2] and row["delta_PER"] == pytest.approx(1.25) and row["n_seeds"] == 2
     assert row["delta_PER_std"] == pytest.approx(0.3535, abs=1e-4) and row["verdict"] == "within noise"
     assert row["flops_change"] == pytest.approx(6.9 / 7.5 - 1)
+
+
+def test_read_history_names_a_damaged_line_that_is_not_the_last(tmp_path: Path) -> None:
+    (tmp_path / "history.jsonl").write_text('{"epoch": 1, "PER": 30.5}\n{"epoch": 2, "PE\n{"epoch": 3, "PER": 28}\n')
+    with pytest.raises(ValueError, match=r"history\.jsonl, line 2: not JSON"):
+        report.read_history(tmp_path)

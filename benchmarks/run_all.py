@@ -78,7 +78,7 @@ def run_decoding(size: str = "full", seed: int = 0) -> BenchResult:
 
 
 def _runners() -> Dict[str, Callable[[str], BenchResult]]:
-    from benchmarks import bench_dataprep, bench_inference, bench_memory, bench_rnn, bench_training
+    from benchmarks import bench_allocator, bench_dataprep, bench_inference, bench_memory, bench_rnn, bench_training
 
     return {
         "training": bench_training.run,
@@ -87,10 +87,11 @@ def _runners() -> Dict[str, Callable[[str], BenchResult]]:
         "decoding": run_decoding,
         "dataprep": bench_dataprep.run,
         "memory": bench_memory.run,
+        "allocator": bench_allocator.run,
     }
 
 
-BENCHMARKS = ("training", "inference", "rnn", "decoding", "dataprep", "memory")
+BENCHMARKS = ("training", "inference", "rnn", "decoding", "dataprep", "memory", "allocator")
 ON_ANY_DEVICE = ("training", "rnn")  # the others measure CPU work
 
 
@@ -114,7 +115,7 @@ def collect(size: str = "full", only: Optional[Sequence[str]] = None, threads: O
         log(f"[bench] {name} ({size}) ...")
         t0 = time.perf_counter()
         try:
-            kwargs = {"threads": threads} if threads and name in ("training", "inference", "rnn", "memory") else {}
+            kwargs = {"threads": threads} if threads and name in ("training", "inference", "rnn", "memory", "allocator") else {}
             if not on_cpu and name in ON_ANY_DEVICE:
                 kwargs["device"] = device
             if not on_cpu and name not in ON_ANY_DEVICE:

@@ -1,0 +1,116 @@
+"""Training step time with glibc's default ``malloc`` vs with freed memory kept for reuse.
+
+The recipes call :func:`surprisal_cc.recipe.reuse_freed_memory` (hparams key ``malloc_reuse``),
+which turns off glibc's ``mmap`` for large blocks and its trimming, so that a step reuses the
+pages of the previous step instead of having the kernel map and zero them anew. The setting is
+per process, so each configuration runs in its own fresh subprocess: ours (fp32, length-bucketed
+batches, as the recipes train) for a warm-up step and then the timed steps; the subprocesses run
+one after the other, alternating (default, reuse, default, reuse, ...). Reported: median step
+time, kernel (system) CPU time, minor page faults and peak RSS.
+
+Usage: ``python -m benchmarks.bench_allocator [--quick|--smoke] [--json]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from benchmarks.common import BenchResult, SummaryRow, check_size, format_result, median, set_threads
+
+REPO = Path(__file__).resolve().parent.parent
+SIZES = {  # batch, min frames, max frames, timed steps per process, processes per configuration
+    "full": dict(batch=32, t_min=300, t_max=800, steps=3, rounds=2),
+    "quick": dict(batch=8, t_min=30, t_max=60, steps=3, rounds=1),
+    "smoke": dict(batch=2, t_min=4, t_max=8, steps=1, rounds=1),
+}
+CONFIGS = {"default": "glibc malloc as it comes", "reuse": "freed memory kept for reuse (malloc_reuse)"}
+
+
+def worker(config: str, batch: int, t_min: int, t_max: int, steps: int, seed: int, threads: int) -> Dict:
+    """Runs inside the subprocess: a warm-up step, then ``steps`` timed ones."""
+    import torch
+
+    from benchmarks.bench_training import StepConfig, build_model, make_batches, training_step
+    from surprisal_cc.recipe import reuse_freed_memory
+
+    applied = reuse_freed_memory() if config == "reuse" else False
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    model = build_model(StepConfig(batching="bucketed"), seed=seed)
+    data = make_batches(steps + 1, batch, t_min, t_max, seed, bucketed=True)
+    training_step(model, data[0])
+    before, times = resource.getrusage(resource.RUSAGE_SELF), []
+    for b in data[1:]:
+        start = time.perf_counter()
+        training_step(model, b)
+        times.append(time.perf_counter() - start)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {"times": times, "applied": applied, "sys_s": (after.ru_stime - before.ru_stime) / steps,
+            "user_s": (after.ru_utime - before.ru_utime) / steps,
+            "minflt": (after.ru_minflt - before.ru_minflt) / steps, "maxrss_mib": after.ru_maxrss / 1024}
+
+
+def _measure(config: str, cfg: Dict, seed: int, threads: int) -> Dict:
+    command = [sys.executable, "-m", "benchmarks.bench_allocator", "--worker", config, "--batch", str(cfg["batch"]),
+               "--t-min", str(cfg["t_min"]), "--t-max", str(cfg["t_max"]), "--steps", str(cfg["steps"]),
+               "--seed", str(seed), "--threads", str(threads)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"allocator worker {config} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> BenchResult:
+    cfg = SIZES[check_size(size)]
+    threads = set_threads(threads, size)
+    runs: Dict[str, List[Dict]] = {c: [] for c in CONFIGS}
+    for _ in range(cfg["rounds"]):
+        for config in CONFIGS:
+            runs[config].append(_measure(config, cfg, seed, threads))
+    res = BenchResult("allocator", params=dict(size=size, batch=cfg["batch"], frames=f"{cfg['t_min']}-{cfg['t_max']}",
+                                               timed_steps=cfg["steps"], processes=cfg["rounds"], threads=threads,
+                                               seed=seed, method="fresh subprocess each, run alternately"))
+    step = {c: median([t for r in rs for t in r["times"]]) for c, rs in runs.items()}
+    applied = all(r["applied"] for r in runs["reuse"])
+    res.summary.append(SummaryRow("training step (ours, fp32, length-bucketed): freed memory kept for reuse vs "
+                                  "glibc's default malloc", step["reuse"], step["default"], "s/step",
+                                  step["default"] / step["reuse"], "baseline/ours", "info", None,
+                                  note="" if applied else "the setting did not take effect (not glibc)"))
+    res.add_detail("Per configuration (medians over the timed steps; CPU time and faults per step)",
+                   ["malloc", "s/step", "user CPU s", "kernel CPU s", "minor page faults", "peak RSS MiB",
+                    "vs default"],
+                   [[CONFIGS[c], step[c], median([r["user_s"] for r in rs]), median([r["sys_s"] for r in rs]),
+                     median([r["minflt"] for r in rs]), max(r["maxrss_mib"] for r in rs), step["default"] / step[c]]
+                    for c, rs in runs.items()])
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--worker", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--t-min", type=int, default=300)
+    ap.add_argument("--t-max", type=int, default=800)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.worker:
+        print(json.dumps(worker(a.worker, a.batch, a.t_min, a.t_max, a.steps, a.seed, a.threads or 1)))
+        return 0
+    res = run("smoke" if a.smoke else "quick" if a.quick else "full")
+    print(json.dumps(res.as_dict(), indent=2) if a.json else format_result(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,24 +12,22 @@ Usage: ``python -m benchmarks.bench_allocator [--quick|--smoke] [--json]``
 """
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Dict, List, Optional
 
-from benchmarks.common import BenchResult, SummaryRow, check_size, format_result, median, set_threads
+from benchmarks.common import (REPO, BenchResult, SummaryRow, check_size, format_result, median, set_threads,
+                               worker_command, worker_parser)
 
-REPO = Path(__file__).resolve().parent.parent
 SIZES = {  # batch, min frames, max frames, timed steps per process, processes per configuration
     "full": dict(batch=32, t_min=300, t_max=800, steps=3, rounds=2),
     "quick": dict(batch=8, t_min=30, t_max=60, steps=3, rounds=1),
     "smoke": dict(batch=2, t_min=4, t_max=8, steps=1, rounds=1),
 }
-CONFIGS = {"default": "glibc malloc as it comes", "reuse": "freed memory kept for reuse (malloc_reuse)"}
+CONFIG_NAMES = {"default": "glibc malloc as it comes", "reuse": "freed memory kept for reuse (malloc_reuse)"}
 
 
 def worker(config: str, batch: int, t_min: int, t_max: int, steps: int, seed: int, threads: int) -> Dict:
@@ -57,9 +55,8 @@ def worker(config: str, batch: int, t_min: int, t_max: int, steps: int, seed: in
 
 
 def _measure(config: str, cfg: Dict, seed: int, threads: int) -> Dict:
-    command = [sys.executable, "-m", "benchmarks.bench_allocator", "--worker", config, "--batch", str(cfg["batch"]),
-               "--t-min", str(cfg["t_min"]), "--t-max", str(cfg["t_max"]), "--steps", str(cfg["steps"]),
-               "--seed", str(seed), "--threads", str(threads)]
+    command = worker_command("benchmarks.bench_allocator", config, batch=cfg["batch"], t_min=cfg["t_min"],
+                             t_max=cfg["t_max"], steps=cfg["steps"], seed=seed, threads=threads)
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"allocator worker {config} failed:\n{proc.stderr[-2000:]}")
@@ -69,9 +66,9 @@ def _measure(config: str, cfg: Dict, seed: int, threads: int) -> Dict:
 def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> BenchResult:
     cfg = SIZES[check_size(size)]
     threads = set_threads(threads, size)
-    runs: Dict[str, List[Dict]] = {c: [] for c in CONFIGS}
+    runs: Dict[str, List[Dict]] = {c: [] for c in CONFIG_NAMES}
     for _ in range(cfg["rounds"]):
-        for config in CONFIGS:
+        for config in CONFIG_NAMES:
             runs[config].append(_measure(config, cfg, seed, threads))
     res = BenchResult("allocator", params=dict(size=size, batch=cfg["batch"], frames=f"{cfg['t_min']}-{cfg['t_max']}",
                                                timed_steps=cfg["steps"], processes=cfg["rounds"], threads=threads,
@@ -85,24 +82,15 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
     res.add_detail("Per configuration (medians over the timed steps; CPU time and faults per step)",
                    ["malloc", "s/step", "user CPU s", "kernel CPU s", "minor page faults", "peak RSS MiB",
                     "vs default"],
-                   [[CONFIGS[c], step[c], median([r["user_s"] for r in rs]), median([r["sys_s"] for r in rs]),
+                   [[CONFIG_NAMES[c], step[c], median([r["user_s"] for r in rs]), median([r["sys_s"] for r in rs]),
                      median([r["minflt"] for r in rs]), max(r["maxrss_mib"] for r in rs), step["default"] / step[c]]
                     for c, rs in runs.items()])
     return res
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--worker", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--t-min", type=int, default=300)
-    ap.add_argument("--t-max", type=int, default=800)
+    ap = worker_parser(__doc__, CONFIG_NAMES)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
     if a.worker:
         print(json.dumps(worker(a.worker, a.batch, a.t_min, a.t_max, a.steps, a.seed, a.threads or 1)))

@@ -22,16 +22,15 @@ Usage: ``python -m benchmarks.bench_memory [--quick|--smoke] [--json]``
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
 import subprocess
-import sys
 from typing import Dict, Optional
 
 from benchmarks.bench_training import AUTHORS, OURS
-from benchmarks.common import REPO, BenchResult, SummaryRow, check_size, format_result, set_threads
+from benchmarks.common import (REPO, BenchResult, SummaryRow, check_size, format_result, set_threads,
+                               worker_command, worker_parser)
 
 SIZES = {
     "full": dict(batch=32, t_min=300, t_max=800, configs=("ours", "authors", "ours_masked")),
@@ -87,8 +86,8 @@ def worker(config: str, batch: int, t_min: int, t_max: int, seed: int, threads: 
 
 
 def _command(config: str, batch: int, t_min: int, t_max: int, seed: int, threads: int):
-    return [sys.executable, "-m", "benchmarks.bench_memory", "--worker", config, "--batch", str(batch),
-            "--t-min", str(t_min), "--t-max", str(t_max), "--seed", str(seed), "--threads", str(threads)]
+    return worker_command("benchmarks.bench_memory", config, batch=batch, t_min=t_min, t_max=t_max, seed=seed,
+                          threads=threads)
 
 
 def measure_all(configs, batch: int, t_min: int, t_max: int, seed: int, threads: int) -> Dict[str, Dict]:
@@ -126,16 +125,7 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--worker", choices=sorted(CONFIG_NAMES), help=argparse.SUPPRESS)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--t-min", type=int, default=300)
-    ap.add_argument("--t-max", type=int, default=800)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0)
+    ap = worker_parser(__doc__, CONFIG_NAMES)
     a = ap.parse_args(argv)
     if a.worker:
         print(json.dumps(worker(a.worker, a.batch, a.t_min, a.t_max, a.seed, a.threads or (os.cpu_count() or 1))))

@@ -16,7 +16,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -346,3 +346,36 @@ def size_cli(run, doc: str, argv=None) -> int:
     res = run("smoke" if a.smoke else "quick" if a.quick else "full", **kwargs)
     print(json.dumps(res.as_dict(), indent=2) if a.json else format_result(res))
     return 0
+
+
+def worker_parser(doc: str, configs: Iterable[str]):
+    """Command line of a benchmark that runs each configuration in a fresh subprocess of itself:
+    ``[--quick|--smoke] [--json]``, plus the options the parent passes to a worker (``--worker CONFIG
+    --batch --t-min --t-max --seed --threads``: :func:`worker_command`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--worker", choices=sorted(configs), help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--t-min", type=int, default=300)
+    ap.add_argument("--t-max", type=int, default=800)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0)
+    return ap
+
+
+def worker_command(module: str, config: str, **options: Any) -> List[str]:
+    """``python -m module --worker config --key value ...`` (underscores in keys become dashes).
+
+    Example
+    -------
+    >>> worker_command("benchmarks.bench_memory", "ours", batch=2, t_min=4)[2:]
+    ['benchmarks.bench_memory', '--worker', 'ours', '--batch', '2', '--t-min', '4']
+    """
+    import sys
+
+    flags = [item for key, value in options.items() for item in (f"--{key.replace('_', '-')}", str(value))]
+    return [sys.executable, "-m", module, "--worker", config, *flags]

@@ -26,7 +26,10 @@ Grid file (plain YAML)::
 Each run's folder is ``<experiment_root>/grid/<group or folder_of>/<key-value+...>/seed<seed>`` (the varied
 keys, sorted), passed as ``--output_folder``. A run whose results files all exist is skipped; any
 other run is launched again with the same command (SpeechBrain's checkpointer resumes it); runs
-that left a checkpoint go first, so an interrupted grid finishes what it started. A run
+that left a checkpoint go first, so an interrupted grid finishes what it started. While a run
+trains, its folder holds a lock file with the grid process's PID: a second grid command on the
+same machine leaves that run alone ("elsewhere") and goes on with the others; a lock whose process
+has ended (a machine stopped mid-run) is taken over. A run
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
 earlier run's is dropped as a duplicate; two training runs of different configurations in one folder
 (``folder_of`` without a varied key that tells them apart) are an error. Test-only runs wait for the
@@ -58,7 +61,7 @@ import yaml
 from .report import evaluation_tag, load_yaml_tolerant, read_history, test_only_hyperparams_name
 
 __all__ = ["Run", "GridSpec", "GridError", "load_grid", "expand", "override_value", "results_files", "execute",
-           "publish_run", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
+           "publish_run", "acquire_run_lock", "release_run_lock", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
 
 
 class GridError(ValueError):
@@ -116,6 +119,12 @@ class Run:
         :func:`publish_run`, possibly on another machine whose ``grid_root`` is gone)."""
         target = self.published_folder(grid_root, destination)
         return all((target / p.name).exists() for p in self.results_files())
+
+    @property
+    def lock_name(self) -> str:
+        """The lock file of this run in its folder: one per group, as the test-only runs of several
+        groups may share a training run's folder and run side by side."""
+        return f"grid-{self.group}.lock"
 
     def started(self) -> bool:
         """Whether an earlier launch left a checkpoint to resume from."""
@@ -259,13 +268,67 @@ def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
     return copied
 
 
+def _process_identity(pid: int) -> Optional[str]:
+    """``pid`` and its start time (so that a reused PID is told apart), or None when no such process runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # alive, another user's
+    try:  # Linux: field 22 of /proc/PID/stat, after the parenthesised command name
+        started = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        started = "?"
+    return f"{pid} {started}"
+
+
+def acquire_run_lock(folder: Path, name: str = "grid.lock") -> Optional[str]:
+    """Take the lock file ``folder/name`` for this process; returns None when taken, else the live holder
+    (``"PID START"``), another grid process training the same run. A lock whose process has ended
+    (a machine stopped mid-run) is taken over.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     first = acquire_run_lock(Path(folder))
+    ...     again = acquire_run_lock(Path(folder))  # held by this very process: refused
+    ...     release_run_lock(Path(folder))
+    ...     after = acquire_run_lock(Path(folder))
+    >>> first is None, again is not None, after is None
+    (True, True, True)
+    """
+    lock = Path(folder) / name
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            holder = lock.read_text(encoding="utf-8").strip() if lock.exists() else ""
+            pid = holder.split()[0] if holder else ""
+            if pid.isdigit() and _process_identity(int(pid)) == holder:
+                return holder
+            lock.unlink(missing_ok=True)  # stale: its process has ended
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(_process_identity(os.getpid()) or str(os.getpid()))
+        return None
+    return lock.read_text(encoding="utf-8").strip() if lock.exists() else "?"
+
+
+def release_run_lock(folder: Path, name: str = "grid.lock") -> None:
+    """Remove the lock :func:`acquire_run_lock` took."""
+    (Path(folder) / name).unlink(missing_ok=True)
+
+
 def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: float = 0.5,
             log: Optional[IO[str]] = None, publish: Optional[Tuple[Path, Path]] = None,
             threads: Optional[int] = None, on_published: Optional[Callable[[], Any]] = None
             ) -> Dict[str, Tuple[str, float]]:
     """Run what is not complete, ``jobs`` at a time (``threads`` torch threads each; default: the
     cores divided among the jobs); returns name -> (status, seconds), status one of done / skipped /
-    published / failed / blocked / dry-run. With ``publish = (grid_root, destination)``, each run's
+    published / failed / blocked / elsewhere / dry-run ("elsewhere": another grid process holds the
+    run's lock file (:attr:`Run.lock_name`), i.e. is running it now). With ``publish = (grid_root, destination)``, each run's
     result files are copied there when it is done (or found complete), and a run whose results are
     there already is not run again ("published": finished on a machine whose ``grid_root`` is gone;
     a test-only run of its folder is "blocked", as it needs the checkpoint that stayed there)."""
@@ -296,12 +359,18 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     while pending or running:
         for run in list(pending):
             deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
-            if any(s in ("failed", "blocked", "published") for s in deps):
+            if any(s in ("failed", "blocked", "published", "elsewhere") for s in deps):
                 pending.remove(run)
                 status[run.name] = ("blocked", 0.0)
             elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):
                 pending.remove(run)
                 run.output_folder.mkdir(parents=True, exist_ok=True)
+                holder = acquire_run_lock(run.output_folder, run.lock_name)
+                if holder is not None:
+                    status[run.name] = ("elsewhere", 0.0)
+                    print(f"[elsewhere] {run.name}: another grid process (PID {holder.split()[0]}) is running it",
+                          file=log, flush=True)
+                    continue
                 handle = open(run.output_folder / "grid.log", "a", encoding="utf-8")
                 handle.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
                 handle.flush()
@@ -312,6 +381,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
             if proc.poll() is None:
                 continue
             handle.close()
+            release_run_lock(run.output_folder, run.lock_name)
             del running[name]
             ok = proc.returncode == 0 and run.complete()
             status[name] = ("done" if ok else "failed", time.time() - start)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -266,3 +267,25 @@ def test_test_time_ablation_and_bias_sweep_share_a_folder(grid_file: Path, tmp_p
     assert (published / "results_test_only_random_at_test.json").is_file()
     assert (published / "hyperparams_test_only_random_at_test.yaml").is_file()
     assert all(r.complete() for r in runs)
+
+
+def test_a_run_locked_by_a_live_grid_is_left_to_it_and_a_stale_lock_is_taken_over(
+        grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Two grid commands on one machine never train the same run; the lock of a process that has
+    ended (a machine stopped mid-run) does not stop the next command."""
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    folder.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (folder / "grid-controllers.lock").write_text(grid._process_identity(holder.pid))
+        assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 0
+        out = capsys.readouterr().out
+        assert "| controllers/controller-surprisal/seed1 | elsewhere |" in out
+        assert "| bias/controller-surprisal/seed1 | blocked |" in out
+        assert not (folder / "results.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 0
+    assert "done: 2" in capsys.readouterr().out  # the dead holder's lock was taken over
+    assert (folder / "results.json").exists() and not list(folder.glob("grid-*.lock"))  # released when done

@@ -18,6 +18,7 @@ CPU inference and memory).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
@@ -115,7 +116,7 @@ def collect(size: str = "full", only: Optional[Sequence[str]] = None, threads: O
         log(f"[bench] {name} ({size}) ...")
         t0 = time.perf_counter()
         try:
-            kwargs = {"threads": threads} if threads and name in ("training", "inference", "rnn", "memory", "allocator") else {}
+            kwargs = {"threads": threads} if threads and "threads" in inspect.signature(runners[name]).parameters else {}
             if not on_cpu and name in ON_ANY_DEVICE:
                 kwargs["device"] = device
             if not on_cpu and name not in ON_ANY_DEVICE:

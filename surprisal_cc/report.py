@@ -187,8 +187,9 @@ def read_history(run_dir: Path) -> List[Row]:
         except json.JSONDecodeError:
             if number < len(lines):
                 raise ValueError(f"{path}, line {number}: not JSON; repair or remove that line") from None
-    by_epoch = {row.get("epoch"): row for row in rows}  # the last row of an epoch wins, in first-seen order
-    return sorted(by_epoch.values(), key=lambda row: (row.get("epoch") is None, row.get("epoch") or 0))
+    # rows come in epoch order; an epoch validated again keeps its place, with the later row
+    by_epoch = {row.get("epoch", ("row", n)): row for n, row in enumerate(rows)}
+    return list(by_epoch.values())
 
 
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ - .* - (?:Going into epoch (\d+)|epoch: (\d+),)")

@@ -13,14 +13,11 @@ Usage: ``python -m benchmarks.bench_allocator [--quick|--smoke] [--json]``
 from __future__ import annotations
 
 import json
-import resource
-import subprocess
 import sys
-import time
 from typing import Dict, List, Optional
 
-from benchmarks.common import (REPO, BenchResult, SummaryRow, check_size, format_result, median, set_threads,
-                               worker_command, worker_parser)
+from benchmarks.common import (BenchResult, SummaryRow, check_size, finish_worker, format_result, median, set_threads,
+                               start_worker, timed_training_steps, worker_parser)
 
 SIZES = {  # batch, min frames, max frames, timed steps per process, processes per configuration
     "full": dict(batch=32, t_min=300, t_max=800, steps=3, rounds=2),
@@ -30,37 +27,10 @@ SIZES = {  # batch, min frames, max frames, timed steps per process, processes p
 CONFIG_NAMES = {"default": "glibc malloc as it comes", "reuse": "freed memory kept for reuse (malloc_reuse)"}
 
 
-def worker(config: str, batch: int, t_min: int, t_max: int, steps: int, seed: int, threads: int) -> Dict:
-    """Runs inside the subprocess: a warm-up step, then ``steps`` timed ones."""
-    import torch
-
-    from benchmarks.bench_training import StepConfig, build_model, make_batches, training_step
-    from surprisal_cc.recipe import reuse_freed_memory
-
-    applied = reuse_freed_memory() if config == "reuse" else False
-    torch.set_num_threads(threads)
-    torch.manual_seed(seed)
-    model = build_model(StepConfig(batching="bucketed"), seed=seed)
-    data = make_batches(steps + 1, batch, t_min, t_max, seed, bucketed=True)
-    training_step(model, data[0])
-    before, times = resource.getrusage(resource.RUSAGE_SELF), []
-    for b in data[1:]:
-        start = time.perf_counter()
-        training_step(model, b)
-        times.append(time.perf_counter() - start)
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    return {"times": times, "applied": applied, "sys_s": (after.ru_stime - before.ru_stime) / steps,
-            "user_s": (after.ru_utime - before.ru_utime) / steps,
-            "minflt": (after.ru_minflt - before.ru_minflt) / steps, "maxrss_mib": after.ru_maxrss / 1024}
-
-
 def _measure(config: str, cfg: Dict, seed: int, threads: int) -> Dict:
-    command = worker_command("benchmarks.bench_allocator", config, batch=cfg["batch"], t_min=cfg["t_min"],
-                             t_max=cfg["t_max"], steps=cfg["steps"], seed=seed, threads=threads)
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"allocator worker {config} failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    proc = start_worker("benchmarks.bench_allocator", config, batch=cfg["batch"], t_min=cfg["t_min"],
+                        t_max=cfg["t_max"], steps=cfg["steps"], seed=seed, threads=threads)
+    return finish_worker(proc, f"allocator {config}")
 
 
 def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> BenchResult:
@@ -93,7 +63,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     a = ap.parse_args(argv)
     if a.worker:
-        print(json.dumps(worker(a.worker, a.batch, a.t_min, a.t_max, a.steps, a.seed, a.threads or 1)))
+        print(json.dumps(timed_training_steps(a.worker == "reuse", a.batch, a.t_min, a.t_max, a.steps, a.seed,
+                                              a.threads or 1)))
         return 0
     res = run("smoke" if a.smoke else "quick" if a.quick else "full")
     print(json.dumps(res.as_dict(), indent=2) if a.json else format_result(res))

@@ -79,7 +79,8 @@ def run_decoding(size: str = "full", seed: int = 0) -> BenchResult:
 
 
 def _runners() -> Dict[str, Callable[[str], BenchResult]]:
-    from benchmarks import bench_allocator, bench_dataprep, bench_inference, bench_memory, bench_rnn, bench_training
+    from benchmarks import (bench_allocator, bench_dataprep, bench_inference, bench_layout, bench_memory, bench_rnn,
+                            bench_training)
 
     return {
         "training": bench_training.run,
@@ -89,10 +90,11 @@ def _runners() -> Dict[str, Callable[[str], BenchResult]]:
         "dataprep": bench_dataprep.run,
         "memory": bench_memory.run,
         "allocator": bench_allocator.run,
+        "layout": bench_layout.run,
     }
 
 
-BENCHMARKS = ("training", "inference", "rnn", "decoding", "dataprep", "memory", "allocator")
+BENCHMARKS = ("training", "inference", "rnn", "decoding", "dataprep", "memory", "allocator", "layout")
 ON_ANY_DEVICE = ("training", "rnn")  # the others measure CPU work
 
 

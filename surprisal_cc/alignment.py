@@ -1,10 +1,11 @@
 """CTC forced alignment with optional silence between words, and relabelling of a corpus with it.
 
 Lexicon labels put ``sil`` only at the two ends of an utterance, while forced-aligner labels
-(MFA) also mark pauses between words. :func:`align_optional_silence` finds, with a trained CTC
-model's log-probabilities, the best CTC path through the lexicon phones where a ``sil`` may be
-inserted at every word boundary (ends included), so the training labels get the pauses the audio
-has. :func:`realign_run` applies it to the manifests of a finished recipe run,
+(MFA) also mark pauses between words, and pick each word's pronunciation among the lexicon's.
+:func:`align_words` finds, with a trained CTC model's log-probabilities, the best CTC path through
+the words' phones where a ``sil`` may be inserted at every word boundary (ends included) and each
+word may take any of its pronunciations, so the training labels get the pauses and the
+pronunciations the audio has. :func:`realign_run` applies it to the manifests of a finished recipe run,
 :func:`realign_corpus` to a LibriSpeech-format folder with an exported model, and
 :func:`write_alignment_csv` writes the labels in the MFA export format that ``labels: mfa`` reads.
 
@@ -28,13 +29,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
 logger = logging.getLogger(__name__)
 
-MAX_SKIP = 4  # farthest predecessor of a state: a label two tokens back, over a skipped one
 MFA_EXPORT_COLUMNS = ["path", "wrd", "phonemes_39", "phonemes_61", "phn", "phn_starts", "phn_ends",
                       "words", "wrd_starts", "wrd_ends"]
 
@@ -59,7 +59,9 @@ class Alignment:
         Input-token index each frame emits, -1 for blank frames.
     silences : list of int
         Word boundaries that got ``sil`` (0: before the first word, W: after the last); set by
-        :func:`align_optional_silence` only.
+        :func:`align_words` only.
+    pronunciations : list of int
+        Index of each word's chosen pronunciation; set by :func:`align_words` only.
 
     Example
     -------
@@ -75,6 +77,7 @@ class Alignment:
     score: float
     frame_tokens: np.ndarray
     silences: List[int] = field(default_factory=list)
+    pronunciations: List[int] = field(default_factory=list)
 
     def segments(self) -> np.ndarray:
         """(len(labels), 2) frame spans ``[start, end)`` of the kept labels.
@@ -101,11 +104,110 @@ class Alignment:
         return np.stack([starts, ends], axis=1).astype(int)
 
 
+def ctc_viterbi_graph(log_probs, tokens: Sequence[int], predecessors: Sequence[Sequence[int]],
+                      finals: Sequence[int], blank: int) -> Alignment:
+    """Viterbi CTC alignment through a graph of tokens: the best frame path over every token
+    sequence that the graph allows.
+
+    Token ``k`` may follow any token in ``predecessors[k]``, where -1 stands for the start of the
+    utterance; the sequence ends at a token in ``finals`` (-1 there: the empty sequence is allowed).
+    Predecessors come earlier in ``tokens`` (the order is topological), so a path's tokens are in
+    increasing index order. Standard CTC topology along every edge: blanks may separate tokens,
+    and must where two equal labels follow each other. Ties prefer staying in a state, then the
+    nearest state in ``tokens`` order.
+
+    Arguments
+    ---------
+    log_probs : array-like, shape (T, V)
+        Per-frame log-probabilities of one utterance (numpy or torch).
+    tokens : sequence of int
+        Label ids of the graph's nodes (no blanks).
+    predecessors : sequence of sequences of int
+        For each token, the earlier tokens (or -1) it may follow.
+    finals : sequence of int
+        Tokens a path may end with (-1: no token at all).
+    blank : int
+        Blank id.
+
+    Returns
+    -------
+    Alignment
+        ``kept`` marks the tokens the best path goes through.
+
+    Raises
+    ------
+    AlignmentError
+        When no path fits in T frames.
+
+    Example
+    -------
+    Two pronunciations of one word, tokens 0-1 (labels 2 3) or token 2 (label 3):
+
+    >>> import numpy as np
+    >>> lp = np.log(np.full((4, 4), 0.01))
+    >>> for t, k in enumerate([0, 3, 3, 0]):
+    ...     lp[t, k] = np.log(0.97)
+    >>> ali = ctc_viterbi_graph(lp, [2, 3, 3], [[-1], [0], [-1]], finals=[1, 2], blank=0)
+    >>> ali.labels, ali.kept.tolist(), ali.frame_tokens.tolist()
+    ([3], [False, False, True], [-1, 2, 2, -1])
+    """
+    lp = _as_numpy(log_probs)
+    tok = np.asarray(tokens, dtype=np.int64)
+    n, (T, V) = len(tok), lp.shape
+    if n and (tok.min() < 0 or tok.max() >= V or (tok == blank).any()):
+        raise ValueError(f"tokens must be non-blank ids in [0, {V}), got {tok.tolist()}")
+    if len(predecessors) != n:
+        raise ValueError(f"predecessors has {len(predecessors)} entries for {n} tokens")
+    # states: 0 the blank before every token; 2k + 1 the label of token k, 2k + 2 the blank after it
+    S = 2 * n + 1
+    incoming: List[List[int]] = [[0]]
+    for k in range(n):
+        before = sorted(set(predecessors[k]))
+        if not before or before[0] < -1 or before[-1] >= k:
+            raise ValueError(f"token {k}: predecessors must be earlier tokens or -1, got {list(predecessors[k])}")
+        via_label = [2 * j + 1 for j in before if j >= 0 and tok[j] != tok[k]]
+        incoming.append([2 * k + 1] + sorted({2 * j + 2 for j in before} | set(via_label), reverse=True))
+        incoming.append([2 * k + 2, 2 * k + 1])
+    K = max(len(c) for c in incoming)
+    pred = np.full((S, K), S, dtype=np.int64)  # column S of the scores stays -inf
+    for state, cands in enumerate(incoming):
+        pred[state, :len(cands)] = cands
+    ext = np.full(S, blank, dtype=np.int64)
+    ext[1::2] = tok
+    emit = lp[:, ext]  # (T, S)
+
+    scores = np.full(S + 1, -np.inf)
+    scores[0] = 0.0  # before the first frame: in the start state
+    choice = np.empty((T, S), dtype=np.int8)
+    rows = np.arange(S)
+    cand = np.empty((S, K))
+    for t in range(T):
+        np.take(scores, pred, out=cand)
+        best = cand.argmax(axis=1)
+        choice[t] = best
+        scores[:S] = cand[rows, best] + emit[t]
+
+    final_states = sorted({s for f in finals for s in ([0] if f < 0 else [2 * f + 2, 2 * f + 1])}, reverse=True)
+    last = scores[final_states]
+    state = final_states[int(np.argmax(last))]
+    total = float(scores[state])
+    if not np.isfinite(total):
+        raise AlignmentError(f"no CTC path through the graph of {n} tokens in {T} frames")
+    states = np.empty(T, dtype=np.int64)
+    for t in range(T - 1, -1, -1):
+        states[t] = state
+        state = pred[state, choice[t, state]]
+    frame_tokens = np.where(states % 2 == 1, (states - 1) // 2, -1)
+    kept = np.zeros(n, dtype=bool)
+    kept[frame_tokens[frame_tokens >= 0]] = True
+    return Alignment(labels=tok[kept].tolist(), kept=kept, score=total, frame_tokens=frame_tokens)
+
+
 def ctc_viterbi_optional(log_probs, tokens: Sequence[int], optional: Sequence[bool], blank: int) -> Alignment:
     """Viterbi CTC alignment where tokens flagged ``optional`` may be left out.
 
     Standard CTC topology (blanks between labels, a blank required between equal neighbours,
-    after optional tokens are left out too). Two optional tokens may not be adjacent.
+    after optional tokens are left out too).
 
     Arguments
     ---------
@@ -142,83 +244,96 @@ def ctc_viterbi_optional(log_probs, tokens: Sequence[int], optional: Sequence[bo
         ...
     surprisal_cc.alignment.AlignmentError: no CTC path for 2 tokens (2 obligatory) in 1 frames
     """
-    lp = _as_numpy(log_probs)
-    tok = np.asarray(tokens, dtype=np.int64)
     opt = np.asarray(optional, dtype=bool)
-    n, (T, V) = len(tok), lp.shape
-    if opt.shape != tok.shape:
+    n = len(tokens)
+    if opt.shape != (n,):
         raise ValueError(f"optional has {opt.size} flags for {n} tokens")
-    if n and (tok.min() < 0 or tok.max() >= V or (tok == blank).any()):
-        raise ValueError(f"tokens must be non-blank ids in [0, {V}), got {tok.tolist()}")
-    if (opt[1:] & opt[:-1]).any():
-        raise ValueError("two optional tokens may not be adjacent")
-    S = 2 * n + 1
-    ext = np.full(S, blank, dtype=np.int64)
-    ext[1::2] = tok
-    emit = lp[:, ext]  # (T, S)
 
-    # allowed[s, j]: state s may follow state s - (MAX_SKIP - j); 0 or -inf
-    allowed = np.full((S, MAX_SKIP + 1), -np.inf)
-    allowed[:, MAX_SKIP] = 0.0  # stay
-    allowed[1:, MAX_SKIP - 1] = 0.0  # previous state
-    lab = 2 * np.arange(n) + 1
-    prev_differs, two_back_differs, skip = (np.zeros(n, dtype=bool) for _ in range(3))
-    prev_differs[1:] = tok[1:] != tok[:-1]
-    two_back_differs[2:] = tok[2:] != tok[:-2]
-    skip[1:] = opt[:-1]  # token k - 1 optional: may be jumped over
-    allowed[lab[prev_differs], MAX_SKIP - 2] = 0.0  # label -> next label (no blank)
-    allowed[lab[skip], MAX_SKIP - 3] = 0.0  # blank before token k - 1 -> token k
-    allowed[lab[skip & two_back_differs], MAX_SKIP - 4] = 0.0  # token k - 2 -> token k
+    def reachable_before(k: int) -> List[int]:
+        """Token k - 1 and, over a run of optional tokens, the ones before it (-1: the start)."""
+        out, j = [k - 1], k - 1
+        while j >= 0 and opt[j]:
+            j -= 1
+            out.append(j)
+        return out
 
-    starts = [s for s in [0, 1] + ([3] if n > 1 and opt[0] else []) if s < S]
-    finals = [s for s in [S - 1, S - 2] + ([S - 3, S - 4] if n and opt[-1] else []) if s >= 0]
-    # score[t, MAX_SKIP + s]: best path score ending in state s at frame t; the first MAX_SKIP
-    # columns stay -inf, so pred[t, j, s] = score[t, j + s] is state s - (MAX_SKIP - j) at frame t.
-    width = S + MAX_SKIP
-    score = np.full((T, width), -np.inf)
-    score[0, MAX_SKIP + np.asarray(starts)] = emit[0, starts]
-    step = score.strides[1]
-    pred = np.lib.stride_tricks.as_strided(score, (T, MAX_SKIP + 1, S), (score.strides[0], step, step),
-                                           writeable=False)
-    # staying and stepping from the previous state are always allowed (the padding covers s = 0),
-    # so only the longer moves need their penalty rows
-    penalty = np.ascontiguousarray(allowed.T[:MAX_SKIP - 1])
-    cand = np.empty_like(penalty)
-    for t in range(1, T):
-        prev, row = pred[t - 1], score[t, MAX_SKIP:]
-        np.add(prev[:MAX_SKIP - 1], penalty, out=cand)
-        np.maximum(prev[MAX_SKIP], prev[MAX_SKIP - 1], out=row)
-        for move in cand:
-            np.maximum(row, move, out=row)
-        row += emit[t]
+    try:
+        return ctc_viterbi_graph(log_probs, tokens, [reachable_before(k) for k in range(n)], reachable_before(n),
+                                 blank)
+    except AlignmentError:
+        T = _as_numpy(log_probs).shape[0]
+        raise AlignmentError(f"no CTC path for {n} tokens ({int((~opt).sum())} obligatory) in {T} frames") from None
 
-    last = score[T - 1, MAX_SKIP:]
-    best = finals[int(np.argmax(last[finals]))]
-    total = float(last[best])
-    if not np.isfinite(total):
-        raise AlignmentError(f"no CTC path for {n} tokens ({int((~opt).sum())} obligatory) in {T} frames")
-    # backtrack: the best allowed predecessor (moves[s]: distances back, staying first)
-    moves = [[d for d in range(1, MAX_SKIP + 1) if row[d] == 0.0] for row in allowed[:, ::-1].tolist()]
-    states = np.empty(T, dtype=np.int64)
-    s = best
-    for t in range(T - 1, 0, -1):
-        states[t] = s
-        col = MAX_SKIP + s
-        best_d, best_v = 0, score.item(t - 1, col)
-        for d in moves[s]:
-            v = score.item(t - 1, col - d)
-            if v > best_v:
-                best_d, best_v = d, v
-        s -= best_d
-    states[0] = s
-    frame_tokens = np.where(states % 2 == 1, (states - 1) // 2, -1)
-    kept = ~opt.copy()
-    kept[frame_tokens[frame_tokens >= 0]] = True
-    return Alignment(labels=tok[kept].tolist(), kept=kept, score=total, frame_tokens=frame_tokens)
+
+def align_words(log_probs, words: Sequence[Sequence[Sequence[int]]], blank: int, sil: int) -> Alignment:
+    """Align words that may each have several pronunciations, with an optional ``sil`` at each word
+    boundary and at both ends: the best CTC path over every choice of pronunciations and pauses,
+    as a forced aligner with a multi-pronunciation lexicon (MFA) chooses them.
+
+    Arguments
+    ---------
+    log_probs : array-like, shape (T, V)
+        Per-frame CTC log-probabilities of one utterance.
+    words : sequence of sequences of sequences of int
+        For each word, its pronunciations as phone ids (each non-empty, no ``sil`` at its ends).
+    blank : int
+        Id of the blank.
+    sil : int
+        Id of ``sil``.
+
+    Returns
+    -------
+    Alignment
+        ``labels`` holds the chosen phones and ``sil``; ``silences`` the boundaries that got a
+        ``sil``; ``pronunciations`` the index of each word's chosen pronunciation.
+
+    Example
+    -------
+    "a" as AH (2) or EY (3), then "b" (4), heard as EY, pause, b:
+
+    >>> import numpy as np
+    >>> lp = np.log(np.full((5, 5), 0.01))
+    >>> for t, k in enumerate([3, 0, 1, 4, 0]):
+    ...     lp[t, k] = np.log(0.96)
+    >>> ali = align_words(lp, [[[2], [3]], [[4]]], blank=0, sil=1)
+    >>> ali.labels, ali.silences, ali.pronunciations
+    ([3, 1, 4], [1], [1, 0])
+    """
+    tokens: List[int] = []
+    predecessors: List[List[int]] = []
+    sil_nodes: List[int] = []
+    first_nodes: List[List[int]] = []
+    ends = [-1]  # the tokens a next word or sil may follow
+    for i, prons in enumerate(list(words) + [None]):
+        sil_nodes.append(len(tokens))
+        tokens.append(sil)
+        predecessors.append(list(ends))
+        if prons is None:
+            break
+        if not len(prons):
+            raise ValueError(f"word {i} has no pronunciation")
+        firsts, new_ends = [], []
+        for v, pron in enumerate(prons):
+            pron = list(pron)
+            if not pron or pron[0] == sil or pron[-1] == sil:
+                raise ValueError(f"word {i} (pronunciation {v}) has phones {pron}: pronunciations must be "
+                                 "non-empty and not start or end with sil")
+            firsts.append(len(tokens))
+            for j, phone in enumerate(pron):
+                predecessors.append(ends + [sil_nodes[-1]] if j == 0 else [len(tokens) - 1])
+                tokens.append(phone)
+            new_ends.append(len(tokens) - 1)
+        first_nodes.append(firsts)
+        ends = new_ends
+    ali = ctc_viterbi_graph(log_probs, tokens, predecessors, ends + [sil_nodes[-1]], blank)
+    ali.silences = [b for b, node in enumerate(sil_nodes) if ali.kept[node]]
+    ali.pronunciations = [int(np.flatnonzero(ali.kept[firsts])[0]) for firsts in first_nodes]
+    return ali
 
 
 def align_optional_silence(log_probs, words: Sequence[Sequence[int]], blank: int, sil: int) -> Alignment:
-    """Align the words' phones with an optional ``sil`` at each word boundary and at both ends.
+    """Align the words' phones with an optional ``sil`` at each word boundary and at both ends
+    (:func:`align_words` with one pronunciation per word).
 
     Arguments
     ---------
@@ -245,18 +360,7 @@ def align_optional_silence(log_probs, words: Sequence[Sequence[int]], blank: int
     >>> align_optional_silence(lp, [[2], [3]], blank=0, sil=1).labels
     [1, 2, 3]
     """
-    tokens: List[int] = [sil]
-    optional: List[bool] = [True]
-    for i, word in enumerate(words):
-        word = list(word)
-        if not word or word[0] == sil or word[-1] == sil:
-            raise ValueError(f"word {i} has phones {word}: words must be non-empty and not start or end with sil")
-        tokens += word + [sil]
-        optional += [False] * len(word) + [True]
-    ali = ctc_viterbi_optional(log_probs, tokens, optional, blank)
-    slots = np.flatnonzero(np.asarray(optional))
-    ali.silences = [int(b) for b in np.flatnonzero(ali.kept[slots])]
-    return ali
+    return align_words(log_probs, [[word] for word in words], blank, sil)
 
 
 def _as_numpy(log_probs) -> np.ndarray:
@@ -372,7 +476,8 @@ def insert_pauses(utterance: "RealignedUtterance", silent: np.ndarray, min_frame
         segments.insert(i + 1, pause)
         silences.add(w + 1)
     return RealignedUtterance(utterance.id, utterance.wav, utterance.words, utterance.word_lengths, phones,
-                              sorted(silences), np.asarray(segments, dtype=int), utterance.num_frames)
+                              sorted(silences), np.asarray(segments, dtype=int), utterance.num_frames,
+                              pronunciations=utterance.pronunciations)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,6 +507,8 @@ class RealignedUtterance:
         Frames of the utterance.
     fallback : bool
         True when no alignment fitted and the lexicon labels (``sil`` at both ends) were kept.
+    pronunciations : list of int
+        Index of each word's chosen pronunciation among those it was aligned with (0: the first).
     """
 
     id: str
@@ -413,13 +520,16 @@ class RealignedUtterance:
     segments: np.ndarray
     num_frames: int
     fallback: bool = False
+    pronunciations: List[int] = field(default_factory=list)
 
 
 def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], word_phones: Sequence[Sequence[str]],
                       label_encoder, blank: int, sil: str = "sil") -> RealignedUtterance:
     """Realign one utterance given its per-word phones (strings) and log-probabilities (T, V).
 
-    Falls back to the lexicon labels with ``sil`` at both ends when no path fits.
+    A word may come with several pronunciations, of which the alignment picks the one the audio
+    fits best (:func:`align_words`). Falls back to the lexicon labels (each word's first
+    pronunciation) with ``sil`` at both ends when no path fits.
 
     Arguments
     ---------
@@ -431,8 +541,9 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
         Path of its audio file.
     words : sequence of str
         Words of the transcript.
-    word_phones : sequence of sequences of str
-        Lexicon phones of each word (no ``sil``).
+    word_phones : sequence
+        Lexicon phones of each word (no ``sil``): a sequence of str, or a sequence of such
+        sequences for a word with several pronunciations (the first is the lexicon's own).
     label_encoder : speechbrain.dataio.encoder.CTCTextEncoder
         Maps phones to the model's output ids.
     blank : int
@@ -461,19 +572,24 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
     (['AH', 'sil', 'B'], [1], [[0, 2], [2, 4], [4, 6]], False)
     >>> realign_utterance(lp[:1], "u1", "u1.flac", ["a", "be"], [["AH"], ["B"]], enc, blank=0).phones
     ['sil', 'AH', 'B', 'sil']
+    >>> realign_utterance(lp, "u1", "u1.flac", ["a", "be"], [[["B"], ["AH"]], ["B"]], enc, blank=0).pronunciations
+    [1, 0]
     """
-    ids = [label_encoder.encode_sequence(list(p)) for p in word_phones]
-    lengths = [len(p) for p in word_phones]
+    prons = [[list(p)] if p and isinstance(p[0], str) else [list(v) for v in p] for p in word_phones]
+    ids = [[label_encoder.encode_sequence(v) for v in alternatives] for alternatives in prons]
     T = int(log_probs.shape[0])
     try:
-        ali = align_optional_silence(log_probs, ids, blank, label_encoder.lab2ind[sil])
+        ali = align_words(log_probs, ids, blank, label_encoder.lab2ind[sil])
     except AlignmentError:
-        phones = [sil] + [p for w in word_phones for p in w] + [sil]
+        phones = [sil] + [p for w in prons for p in w[0]] + [sil]
         bounds = np.linspace(0, T, len(phones) + 1).round().astype(int)
-        return RealignedUtterance(utt_id, wav, list(words), lengths, phones, [0, len(words)],
-                                  np.stack([bounds[:-1], bounds[1:]], 1), T, fallback=True)
+        return RealignedUtterance(utt_id, wav, list(words), [len(w[0]) for w in prons], phones, [0, len(words)],
+                                  np.stack([bounds[:-1], bounds[1:]], 1), T, fallback=True,
+                                  pronunciations=[0] * len(prons))
     phones = [str(label_encoder.ind2lab[i]) for i in ali.labels]
-    return RealignedUtterance(utt_id, wav, list(words), lengths, phones, ali.silences, ali.segments(), T)
+    lengths = [len(w[v]) for w, v in zip(prons, ali.pronunciations)]
+    return RealignedUtterance(utt_id, wav, list(words), lengths, phones, ali.silences, ali.segments(), T,
+                              pronunciations=ali.pronunciations)
 
 
 def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str = "cpu"):
@@ -543,6 +659,7 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
 
 def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, device: str = "cpu",
                 batch_size: int = 8, limit: Optional[int] = None, pauses: Optional[Mapping[str, float]] = None,
+                all_pronunciations: bool = False,
                 info: Optional[Dict[str, object]] = None) -> Iterator[RealignedUtterance]:
     """Realign every utterance of one split of a finished run's data with its best model.
 
@@ -570,6 +687,9 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     pauses : dict, optional
         Also add a ``sil`` at word boundaries that the audio shows to be pauses
         (:func:`insert_pauses`); keys ``threshold`` (of :func:`silent_frames`) and ``min_frames``.
+    all_pronunciations : bool
+        Align each word with all of its CMUdict pronunciations and keep the one the audio fits
+        best, as MFA does (default: the first one only).
     info : dict, optional
         Receives ``forward_s`` and ``align_s`` (seconds), ``checkpoint``, ``manifest`` and
         ``samples_per_frame`` (for :func:`write_alignment_csv`).
@@ -632,15 +752,20 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         fbank = _batch_fbank(batch, hparams["front_end"]) if pauses is not None else None
         info["forward_s"] += time.perf_counter() - start
         yield from _realign_batch(batch.id, [rows[u]["wav"] for u in batch.id], [w.split() for w in batch.wrd],
-                                  log_probs, lengths, fbank, lexicon, label_encoder, blank, pauses, info)
+                                  log_probs, lengths, fbank, lexicon, label_encoder, blank, pauses, info,
+                                  all_pronunciations)
 
 
 def _realign_batch(ids: Sequence[str], wavs: Sequence[str], words: Sequence[Sequence[str]], log_probs: np.ndarray,
                    lengths: Sequence[int], fbank: Optional[np.ndarray], lexicon, label_encoder, blank: int,
-                   pauses: Optional[Mapping[str, float]], info: Dict[str, object]) -> Iterator[RealignedUtterance]:
+                   pauses: Optional[Mapping[str, float]], info: Dict[str, object],
+                   all_pronunciations: bool = False) -> Iterator[RealignedUtterance]:
     """:func:`realign_utterance` (and :func:`insert_pauses` when ``pauses``) for each utterance of a batch."""
     for i, utt_id in enumerate(ids):
-        word_phones = [lexicon.words_to_phones([w], False, utt_id) for w in words[i]]
+        if all_pronunciations:
+            word_phones = [lexicon.pronunciations(w, utt_id) for w in words[i]]
+        else:
+            word_phones = [lexicon.words_to_phones([w], False, utt_id) for w in words[i]]
         start = time.perf_counter()
         result = realign_utterance(log_probs[i, :lengths[i]], utt_id, str(wavs[i]), list(words[i]), word_phones,
                                    label_encoder, blank)
@@ -652,7 +777,7 @@ def _realign_batch(ids: Sequence[str], wavs: Sequence[str], words: Sequence[Sequ
 
 
 def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, limit: Optional[int] = None,
-                   pauses: Optional[Mapping[str, float]] = None,
+                   pauses: Optional[Mapping[str, float]] = None, all_pronunciations: bool = False,
                    info: Optional[Dict[str, object]] = None) -> Iterator[RealignedUtterance]:
     """Realign every utterance of a LibriSpeech-format folder with an exported model.
 
@@ -675,6 +800,8 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     limit : int, optional
         Keep only the ``limit`` shortest utterances.
     pauses : dict, optional
+        As for :func:`realign_run`.
+    all_pronunciations : bool
         As for :func:`realign_run`.
     info : dict, optional
         Receives ``forward_s``, ``align_s``, ``checkpoint`` (the model folder) and ``samples_per_frame``.
@@ -719,7 +846,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
         info["forward_s"] += time.perf_counter() - start
         yield from _realign_batch([u.id for u in batch], [u.wav for u in batch], [u.words for u in batch],
                                   log_probs, out.lengths.cpu().tolist(), fbank.float().cpu().numpy(), lexicon,
-                                  label_encoder, asr.beam_search.blank, pauses, info)
+                                  label_encoder, asr.beam_search.blank, pauses, info, all_pronunciations)
 
 
 def _batch_fbank(batch, front_end) -> np.ndarray:
@@ -899,6 +1026,92 @@ def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
     return out
 
 
+def read_word_phones(path) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:
+    """``{utterance id: [(word, its phones), ...]}`` from an MFA export CSV: the phones that start
+    within each word's time span (``sil``, ``sp`` and empty labels left out).
+
+    Arguments
+    ---------
+    path : str or path
+        An MFA export CSV (or one written by :func:`write_alignment_csv`).
+
+    Returns
+    -------
+    dict of str to list of (str, tuple of str)
+
+    Example
+    -------
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from pathlib import Path
+    >>> utt = RealignedUtterance("u1", "u1.flac", ["a", "be"], [1, 2], ["sil", "EY", "sil", "B", "IY"], [0, 1],
+    ...                          np.array([[0, 1], [1, 2], [2, 4], [4, 5], [5, 6]]), 6)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     words = read_word_phones(write_alignment_csv(Path(tmp) / "ali.csv", [utt]))
+    >>> words
+    {'u1': [('a', ('EY',)), ('be', ('B', 'IY'))]}
+    """
+    out: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            phones, starts = ast.literal_eval(row["phn"]), [int(x) for x in row["phn_starts"].split()]
+            words = ast.literal_eval(row["words"])
+            spans = zip(words, [int(x) for x in row["wrd_starts"].split()], [int(x) for x in row["wrd_ends"].split()])
+            out[Path(row["path"]).name.split(".")[0]] = [
+                (word, tuple(p for p, t in zip(phones, starts) if start <= t < end and p not in ("sil", "sp", "")))
+                for word, start, end in spans if word]
+    return out
+
+
+def pronunciation_agreement(hyp: Mapping[str, Sequence[Tuple[str, Sequence[str]]]],
+                            ref: Mapping[str, Sequence[Tuple[str, Sequence[str]]]],
+                            pronunciations: Callable[[str], Sequence[Sequence[str]]]) -> Dict[str, float]:
+    """How often the pronunciations of words with several agree with a reference's (MFA's).
+
+    Counted over the words that have more than one pronunciation, in the utterances whose word
+    sequences are the same on both sides (:func:`read_word_phones`).
+
+    Arguments
+    ---------
+    hyp, ref : mapping of str to sequence of (word, phones)
+        Per utterance, each word with its phones.
+    pronunciations : callable
+        A word's pronunciations, the lexicon's own first (e.g. ``Lexicon.pronunciations``).
+
+    Returns
+    -------
+    dict
+        ``words`` (count), ``reference_other`` (fraction whose reference phones are not the first
+        pronunciation), ``agreement_first`` (fraction where the first pronunciation is the
+        reference's), ``agreement`` (fraction where ``hyp``'s phones are the reference's) and
+        ``utterances`` (compared).
+
+    Example
+    -------
+    >>> prons = {"the": [["DH", "AH"], ["DH", "IY"]], "cat": [["K", "AE", "T"]]}.get
+    >>> ref = {"u": [("the", ("DH", "IY")), ("cat", ("K", "AE", "T")), ("the", ("DH", "AH"))]}
+    >>> hyp = {"u": [("the", ("DH", "IY")), ("cat", ("K", "AE", "T")), ("the", ("DH", "IY"))]}
+    >>> stats = pronunciation_agreement(hyp, ref, prons)
+    >>> stats["words"], stats["reference_other"], stats["agreement_first"], stats["agreement"]
+    (2, 0.5, 0.5, 0.5)
+    """
+    counts = {"words": 0, "reference_other": 0, "agreement_first": 0, "agreement": 0, "utterances": 0}
+    for utt in sorted(set(hyp) & set(ref)):
+        if [w for w, _ in hyp[utt]] != [w for w, _ in ref[utt]]:
+            continue
+        counts["utterances"] += 1
+        for (word, hyp_phones), (_, ref_phones) in zip(hyp[utt], ref[utt]):
+            prons = [tuple(p) for p in pronunciations(word) or []]
+            if len(prons) < 2:
+                continue
+            counts["words"] += 1
+            counts["reference_other"] += tuple(ref_phones) != prons[0]
+            counts["agreement_first"] += tuple(ref_phones) == prons[0]
+            counts["agreement"] += tuple(ref_phones) == tuple(hyp_phones)
+    n = max(counts["words"], 1)
+    return {key: (value / n if key not in ("words", "utterances") else value) for key, value in counts.items()}
+
+
 def silence_precision_recall(hyp: Mapping[str, Tuple[int, Set[int]]], ref: Mapping[str, Tuple[int, Set[int]]],
                              interior_only: bool = True) -> Dict[str, float]:
     """Precision and recall of the word boundaries given ``sil`` in ``hyp`` against ``ref``.
@@ -959,7 +1172,8 @@ def silence_statistics(utterances: Sequence[RealignedUtterance]) -> Dict[str, fl
     dict
         ``utterances``, ``interior_sil_per_utterance``, ``interior_boundaries_with_sil`` (fraction),
         ``start_with_sil`` and ``end_with_sil`` (fractions of utterances; nan without utterances),
-        ``fallbacks`` and ``frames`` (counts).
+        ``other_pronunciations`` (fraction of the words aligned with another pronunciation than
+        their first), ``fallbacks`` and ``frames`` (counts).
 
     Example
     -------
@@ -980,6 +1194,8 @@ def silence_statistics(utterances: Sequence[RealignedUtterance]) -> Dict[str, fl
         "interior_boundaries_with_sil": interior / boundaries if boundaries else float("nan"),
         "start_with_sil": sum(0 in u.silences for u in utterances) / n if n else float("nan"),
         "end_with_sil": sum(len(u.words) in u.silences for u in utterances) / n if n else float("nan"),
+        "other_pronunciations": (sum(v > 0 for u in utterances for v in u.pronunciations)
+                                 / max(sum(len(u.words) for u in utterances), 1)),
         "fallbacks": sum(u.fallback for u in utterances),
         "frames": sum(u.num_frames for u in utterances),
     }

@@ -19,6 +19,8 @@ from surprisal_cc.alignment import (
     AlignmentError,
     RealignedUtterance,
     align_optional_silence,
+    align_words,
+    ctc_viterbi_graph,
     ctc_viterbi_optional,
     read_boundary_silences,
     realign_utterance,
@@ -168,10 +170,7 @@ def test_general_optional_tokens_match_brute_force():
     for _ in range(25):
         n = int(rng.integers(1, 5))
         tokens = [int(x) for x in rng.integers(1, 4, size=n)]
-        optional = [False] * n
-        for i in rng.permutation(n)[: int(rng.integers(0, n + 1))]:
-            if not (i > 0 and optional[i - 1]) and not (i + 1 < n and optional[i + 1]):
-                optional[i] = True
+        optional = [bool(x) for x in rng.random(n) < 0.5]  # runs of optional tokens included
         T = int(rng.integers(1, 7))
         lp = random_log_probs(gen, T, 4)
         best = brute_force_best(lp, tokens, optional)
@@ -184,11 +183,64 @@ def test_general_optional_tokens_match_brute_force():
         assert ali.score == pytest.approx(best_score, abs=1e-9) and tuple(ali.labels) == best_seq
 
 
-def test_adjacent_optional_tokens_are_rejected():
-    with pytest.raises(ValueError, match="adjacent"):
-        ctc_viterbi_optional(np.zeros((4, 3)), [1, 2], [True, True], BLANK)
+def test_bad_tokens_and_graphs_are_rejected():
     with pytest.raises(ValueError, match="non-blank"):
         ctc_viterbi_optional(np.zeros((4, 3)), [0, 2], [False, False], BLANK)
+    with pytest.raises(ValueError, match="flags"):
+        ctc_viterbi_optional(np.zeros((4, 3)), [1, 2], [False], BLANK)
+    with pytest.raises(ValueError, match="earlier tokens"):  # not topological
+        ctc_viterbi_graph(np.zeros((4, 3)), [1, 2], [[-1], [1]], [1], BLANK)
+    with pytest.raises(ValueError, match="pronunciation 1"):
+        align_words(np.zeros((4, 3)), [[[2], [SIL, 2]]], BLANK, SIL)
+
+
+def pronunciation_choices(words):
+    """Every (label sequence, pronunciation indices, sil boundaries) that ``words`` (alternatives per word) allow."""
+    for choice in itertools.product(*[range(len(w)) for w in words]):
+        for sils in itertools.product([False, True], repeat=len(words) + 1):
+            seq = [SIL] if sils[0] else []
+            for i, v in enumerate(choice):
+                seq += list(words[i][v]) + ([SIL] if sils[i + 1] else [])
+            yield tuple(seq), list(choice), [b for b, on in enumerate(sils) if on]
+
+
+def test_pronunciation_choice_is_the_best_over_every_combination():
+    """align_words: the score is the best plain-CTC Viterbi score over every pronunciation and sil
+    choice, and the chosen labels, pronunciations and pauses are one that reaches it."""
+    gen = torch.Generator().manual_seed(3)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        V = int(rng.integers(3, 7))
+        words = [[list(rng.integers(2, V, size=rng.integers(1, 4))) for _ in range(int(rng.integers(1, 4)))]
+                 for _ in range(int(rng.integers(1, 4)))]
+        longest = sum(max(len(p) for p in w) for w in words) + len(words) + 1
+        T = int(rng.integers(max(len(w[0]) for w in words), 2 * longest + 2))
+        lp = random_log_probs(gen, T, V, scale=float(rng.uniform(0.5, 4)))
+        choices = list(pronunciation_choices(words))
+        scores = {seq: viterbi_reference(lp, seq) for seq, _, _ in choices}
+        best = max(scores.values())
+        if not np.isfinite(best):
+            with pytest.raises(AlignmentError):
+                align_words(lp, words, BLANK, SIL)
+            continue
+        ali = align_words(lp, words, BLANK, SIL)
+        assert ali.score == pytest.approx(best, abs=1e-9)
+        assert (tuple(ali.labels), ali.pronunciations, ali.silences) in [tuple([seq, c, b]) for seq, c, b in choices]
+        assert scores[tuple(ali.labels)] == pytest.approx(ali.score, abs=1e-9)
+        # the frame path is a CTC path of the chosen labels with that score
+        label_of = dict(zip(np.flatnonzero(ali.kept).tolist(), ali.labels))
+        frames = [BLANK if k < 0 else label_of[int(k)] for k in ali.frame_tokens]
+        assert collapse(frames) == tuple(ali.labels)
+        assert lp[np.arange(T), frames].sum() == pytest.approx(ali.score, abs=1e-9)
+
+
+def test_a_clearly_heard_second_pronunciation_is_chosen():
+    # "the" as DH AH (ids 2 3) or DH IY (2 4), heard as DH IY
+    lp = peaked([2, 4, 4, 0, 0])
+    ali = align_words(lp, [[[2, 3], [2, 4]]], BLANK, SIL)
+    assert ali.labels == [2, 4] and ali.pronunciations == [1] and ali.silences == []
+    forced = align_optional_silence(lp, [[2, 3]], BLANK, SIL)  # one pronunciation: no choice
+    assert [k for k in forced.labels if k != SIL] == [2, 3] and forced.pronunciations == [0]
 
 
 def peaked(frames, V=5, p=0.9):
@@ -394,6 +446,14 @@ def test_realign_script_with_the_shipped_model(tmp_path, monkeypatch):
     assert stats["sil_vs_reference_all"]["utterances"] == 12 and stats["sil_vs_reference_all"]["f1"] >= 0.8
     assert stats["per_vs_reference_realigned"] <= stats["per_vs_reference_lexicon"]
     assert len(read_mfa_csv(tmp_path / "dev.csv")) == 12
+    # every CMUdict pronunciation to choose from, as MFA has: closer to its labels still
+    chosen = realign_labels.main(["pretrained", str(tmp_path / "dev_all.csv"), "--corpus", str(corpus), "--limit",
+                                  "12", "--batch_size", "4", "--all_pronunciations"])
+    assert chosen["all_pronunciations"] and 0 < chosen["other_pronunciations"] < 0.5
+    assert chosen["per_vs_reference_realigned"] <= stats["per_vs_reference_realigned"]
+    agree = chosen["pronunciations_vs_reference"]
+    assert agree["words"] > 0 and agree["agreement"] >= agree["agreement_first"]
+    assert stats["pronunciations_vs_reference"]["agreement"] == agree["agreement_first"]  # first ones only
     with pytest.raises(SystemExit):  # an exported model needs --corpus
         realign_labels.main(["pretrained", str(tmp_path / "x.csv")])
 

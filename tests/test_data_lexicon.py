@@ -17,6 +17,16 @@ def test_cmudict_without_stress(spn_lexicon):
     assert spn_lexicon.lookup("gwynplaine's") is None
 
 
+def test_every_pronunciation_without_stress_and_duplicates(spn_lexicon):
+    # CMUdict: the DH AH0 / DH AH1 / DH IY0 -> two distinct once stress is stripped, first one first
+    assert spn_lexicon.pronunciations("THE") == [["DH", "AH"], ["DH", "IY"]]
+    assert spn_lexicon.pronunciations("THE")[0] == spn_lexicon.words_to_phones(["THE"], add_boundary_silence=False)
+    assert spn_lexicon.pronunciations("TENNESSEE") == [["T", "EH", "N", "AH", "S", "IY"]]
+    assert spn_lexicon.pronunciations("WOLVERINE'S") == [["W", "UH", "L", "V", "ER", "IY", "N", "Z"]]
+    lex = Lexicon(g2p="spn")
+    assert lex.pronunciations("QZXQ", utt_id="u2") == [["spn"]] and lex.oov_by_utterance == {"u2": ["QZXQ"]}
+
+
 def test_oov_spn_is_counted_and_warned():
     lex = Lexicon(g2p="spn")
     assert lex.words_to_phones(["THE", "QZXQ"], utt_id="u9") == ["sil", "DH", "AH", "spn", "sil"]

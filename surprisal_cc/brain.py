@@ -264,7 +264,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
 
     def compute_objectives(self, out: EncoderOutput, batch, stage) -> Tensor:
         tokens, token_lens = batch.tokens.data, absolute_lengths(batch.tokens)
-        if stage == sb.Stage.TRAIN and hasattr(batch, "optional"):  # optional_silence: sum over sil or not
+        if stage == sb.Stage.TRAIN and hasattr(batch, "predecessors"):  # every pronunciation of every word
+            from .ctc import ctc_loss_graph
+
+            ctc = ctc_loss_graph(out.log_probs, tokens, token_lens, batch.predecessors.data, out.lengths,
+                                 blank=self.hparams.blank_index, reduction="sum") / tokens.shape[0]
+        elif stage == sb.Stage.TRAIN and hasattr(batch, "optional"):  # optional_silence: sum over sil or not
             from .ctc import ctc_loss_optional
 
             ctc = ctc_loss_optional(out.log_probs, tokens, token_lens, out.lengths, batch.optional.data,

@@ -8,6 +8,11 @@ silence in the lexicon does, so a ``sil`` at a pause between words is not penali
 :func:`optional_silence_labels` builds such targets: an optional ``sil`` at every interior word
 boundary, the two edge ``sil`` of the labels kept obligatory (MFA marks silence at both ends of
 99 % of the dev-clean-2 utterances, and that silence teaches the model what ``sil`` sounds like).
+
+Forced aligners also choose each word's pronunciation among their dictionary's, where lexicon
+labels always take the first. :func:`ctc_loss_graph` sums over every label sequence of a graph of
+tokens, and :func:`pronunciation_graph` builds the graph in which each word of an utterance may
+take any of its pronunciations, so the model is never told which one a word was spoken with.
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ IMPOSSIBLE = NEG / 2  # a log-likelihood below this means no path fits
 # times slower on the CPU.
 FLOOR = -80.0
 
-__all__ = ["ctc_loss_optional", "optional_silence_labels", "optional_silence_targets"]
+__all__ = ["ctc_loss_graph", "ctc_loss_optional", "optional_silence_labels", "optional_silence_targets",
+           "pronunciation_graph", "pronunciation_targets"]
 
 
 def _transitions(targets: Tensor, target_lengths: Tensor, optional: Tensor, blank: int):
@@ -267,3 +273,268 @@ def optional_silence_targets(rows: Mapping[str, Mapping[str, str]], g2p: str,
         if got is not None:
             table[utt_id] = got
     return table
+
+
+GRAPH_PAD = 0  # predecessor codes (see ctc_loss_graph): 0 none (padding), 1 the start, k + 2 token k
+GRAPH_START = 1
+
+
+def ctc_loss_graph(log_probs: Tensor, tokens: Tensor, target_lengths: Tensor, predecessors: Tensor,
+                   input_lengths: Tensor, blank: int = 0, reduction: str = "sum") -> Tensor:
+    """CTC loss summed over every label sequence of a graph of tokens.
+
+    ``-log sum_v P(v | x)`` over the paths ``v`` through the graph: token ``k`` may follow any of
+    its predecessors, which come earlier in ``tokens`` (topological order). Standard CTC rules
+    along every edge: a blank is needed between equal labels. A chain (each token after the one
+    before) is ``torch.nn.functional.ctc_loss(..., zero_infinity=False)``. Forward algorithm in log
+    space in float32 (also under autocast), vectorised over the batch and the CTC states, with a
+    Python loop over time; gradients by autograd.
+
+    Arguments
+    ---------
+    log_probs : torch.Tensor
+        (B, T, V) log-probabilities (batch first).
+    tokens : torch.Tensor
+        (B, N) label ids of the graph's tokens (no blank), padded.
+    target_lengths : torch.Tensor
+        (B,) tokens of each graph.
+    predecessors : torch.Tensor
+        (B, N + 1, K) integer codes: row ``k < n`` lists the predecessors of token ``k``, row ``n``
+        (the graph's own token count) the tokens a path may end with. Code 0 is padding, 1 the
+        start of the utterance (in row ``n``: the empty sequence), ``j + 2`` token ``j``.
+    input_lengths : torch.Tensor
+        (B,) frames of each utterance, at least 1.
+    blank : int
+        Blank id.
+    reduction : str
+        ``"sum"``, ``"mean"`` (each loss divided by its graph's token count, then averaged) or ``"none"``.
+
+    Returns
+    -------
+    torch.Tensor
+        The loss; ``inf`` for an utterance that no path fits in its frames, whose gradient is then zero.
+
+    Example
+    -------
+    One word said as [1, 2] or [3]: the loss sums the two sequences' likelihoods.
+
+    >>> import torch
+    >>> lp = torch.randn(1, 6, 4, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
+    >>> tokens, n, frames = torch.tensor([[1, 2, 3]]), torch.tensor([3]), torch.tensor([6])
+    >>> preds = torch.tensor([[[1, 0], [2, 0], [1, 0], [3, 4]]])  # start -> 1 -> 2, start -> 3; ends: 2 or 3
+    >>> both = ctc_loss_graph(lp, tokens, n, preds, frames)
+    >>> ctc = lambda y: torch.nn.functional.ctc_loss(lp.transpose(0, 1), torch.tensor([y]), frames,
+    ...                                              torch.tensor([len(y)]), reduction="sum")
+    >>> torch.allclose(both, -torch.logaddexp(-ctc([1, 2]), -ctc([3])))
+    True
+    """
+    if reduction not in ("sum", "mean", "none"):
+        raise ValueError(f"reduction must be sum, mean or none, got {reduction!r}")
+    B, T, V = log_probs.shape
+    dev = log_probs.device
+    tokens = tokens.to(dev).long()
+    target_lengths = torch.as_tensor(target_lengths, device=dev).long()
+    input_lengths = torch.as_tensor(input_lengths, device=dev).long()
+    predecessors = predecessors.to(dev).long()
+    N = tokens.shape[1]
+    if tokens.shape[0] != B or target_lengths.shape != (B,) or input_lengths.shape != (B,):
+        raise ValueError("tokens, target_lengths and input_lengths must have the batch size of log_probs")
+    if predecessors.dim() != 3 or predecessors.shape[:2] != (B, N + 1):
+        raise ValueError(f"predecessors must have shape (B, N + 1, K) = ({B}, {N + 1}, K), "
+                         f"got {tuple(predecessors.shape)}")
+    if B and (input_lengths.min() < 1 or input_lengths.max() > T or target_lengths.min() < 0
+              or target_lengths.max() > N):
+        raise ValueError("input_lengths must be in [1, T] and target_lengths in [0, N]")
+    if B == 0:
+        return log_probs.new_zeros((0,) if reduction == "none" else (), dtype=torch.float32)
+
+    with torch.autocast(device_type=dev.type, enabled=False):
+        S = 2 * N + 1  # state 0: the blank before every token; 2k + 1: token k; 2k + 2: the blank after it
+        rows, k = torch.arange(B, device=dev), torch.arange(N, device=dev)
+        tok = torch.where(k[None] < target_lengths[:, None], tokens, torch.full_like(tokens, blank))
+        pred = predecessors - 2  # -2 none, -1 start, j token j
+        node_pred = pred[:, :N]
+        K = node_pred.shape[2]
+        from_blank = torch.where(node_pred >= -1, 2 * node_pred + 2, S)
+        pred_tok = tok.gather(1, node_pred.clamp(min=0).reshape(B, -1)).reshape(B, N, K)
+        from_label = torch.where((node_pred >= 0) & (pred_tok != tok[:, :, None]), 2 * node_pred + 1, S)
+        stay = (2 * k + 1).expand(B, N)[:, :, None]
+        label_in = torch.cat([stay, from_blank, from_label], dim=2)  # (B, N, 1 + 2K)
+        blank_in = torch.full_like(label_in, S)
+        blank_in[:, :, 0], blank_in[:, :, 1] = 2 * k + 2, 2 * k + 1
+        start_in = torch.full_like(label_in[:, :1], S)
+        start_in[:, :, 0] = 0
+        incoming = torch.cat([start_in, torch.stack([label_in, blank_in], dim=2).reshape(B, 2 * N, -1)], dim=1)
+        flat = incoming.reshape(B, -1)
+
+        ends = pred[rows, target_lengths]  # (B, K)
+        final = torch.zeros(B, S + 1, dtype=torch.bool, device=dev)
+        valid_end = ends >= -1
+        final.scatter_(1, torch.where(valid_end, 2 * ends + 2, S), True)
+        final.scatter_(1, torch.where(ends >= 0, 2 * ends + 1, S), True)
+        final = final[:, :S]
+
+        ext = torch.full((B, S), blank, dtype=torch.long, device=dev)
+        ext[:, 1::2] = tok
+        steps = int(input_lengths.max())
+        lp = log_probs[:, :steps].float().clamp(min=NEG)
+        emit = lp.gather(2, ext[:, None].expand(B, steps, S)).unbind(1)
+        alpha = torch.full((B, S + 1), NEG, device=dev)
+        alpha[:, 0] = 0.0  # before the first frame: in the start state
+        sentinel = alpha[:, S:]
+        seen = []
+        for t in range(steps):
+            cand = alpha.gather(1, flat).reshape(B, S, -1)
+            top = cand.detach().amax(dim=2, keepdim=True)
+            state = (cand - top).clamp(min=FLOOR).exp().sum(dim=2).log() + top[:, :, 0] + emit[t]
+            seen.append(state)
+            alpha = torch.cat([state, sentinel], dim=1)
+        last = torch.stack(seen)[input_lengths - 1, rows]  # (B, S)
+        log_z = torch.logsumexp(torch.where(final, last, NEG), dim=1)
+        loss = torch.where(log_z < IMPOSSIBLE, torch.full_like(log_z, float("inf")), -log_z)
+    if reduction == "none":
+        return loss
+    if reduction == "mean":
+        return (loss / target_lengths.clamp(min=1)).mean()
+    return loss.sum()
+
+
+def pronunciation_graph(phones: Sequence[str], words: Sequence[str],
+                        pronunciations: Callable[[str], Sequence[Sequence[str]]],
+                        sil: str = "sil") -> Optional[Tuple[List[str], List[List[int]]]]:
+    """The graph of an utterance's labels in which every word may take any of its pronunciations.
+
+    ``phones`` must be the words' pronunciations in order (one of each word's), with ``sil``
+    anywhere between or around them (realigned labels, for instance); each ``sil`` is kept where it
+    is. The tokens are, in order, each ``sil`` and every pronunciation of every word.
+
+    Arguments
+    ---------
+    phones : sequence of str
+        Labels of the utterance.
+    words : sequence of str
+        Its words.
+    pronunciations : callable
+        Word -> its pronunciations (e.g. ``Lexicon.pronunciations``).
+    sil : str
+        The silence label.
+
+    Returns
+    -------
+    tuple of (list of str, list of list of int) or None
+        Tokens and predecessor lists with one more entry for the ends, coded as for
+        :func:`ctc_loss_graph` (1: the start, ``j + 2``: token ``j``); None when the labels are
+        not the words' pronunciations.
+
+    Example
+    -------
+    >>> prons = {"A": [["AH"], ["EY"]], "CAT": [["K", "AE", "T"]]}.get
+    >>> tokens, preds = pronunciation_graph("sil EY K AE T".split(), ["A", "CAT"], prons)
+    >>> tokens
+    ['sil', 'AH', 'EY', 'K', 'AE', 'T']
+    >>> preds  # AH and EY follow sil; K follows either; the path ends at T
+    [[1], [2], [2], [3, 4], [5], [6], [7]]
+    >>> pronunciation_graph("sil AE K AE T".split(), ["A", "CAT"], prons) is None
+    True
+    """
+    phones = list(phones)
+    prons = [[list(p) for p in (pronunciations(w) or [])] for w in words]
+
+    def parse(i: int, w: int) -> Optional[List[int]]:
+        """Where each word starts in ``phones[i:]`` from word ``w`` on (sil skipped), or None."""
+        while i < len(phones) and phones[i] == sil:
+            i += 1
+        if w == len(words):
+            return [] if i == len(phones) else None
+        for pron in prons[w]:
+            if phones[i:i + len(pron)] == pron:
+                rest = parse(i + len(pron), w + 1)
+                if rest is not None:
+                    return [i] + rest
+        return None
+
+    starts = parse(0, 0)
+    if starts is None:
+        return None
+    tokens: List[str] = []
+    preds: List[List[int]] = []
+    ends = [GRAPH_START]
+    position, starts = 0, starts + [len(phones)]
+    for w in range(len(words) + 1):
+        while position < len(phones) and phones[position] == sil and (w == len(words) or position < starts[w]):
+            preds.append(ends)
+            tokens.append(sil)
+            ends = [len(tokens) - 1 + 2]
+            position += 1
+        if w == len(words):
+            break
+        word_ends = []
+        for pron in prons[w]:
+            for j, phone in enumerate(pron):
+                preds.append(list(ends) if j == 0 else [len(tokens) - 1 + 2])
+                tokens.append(phone)
+            word_ends.append(len(tokens) - 1 + 2)
+        ends = word_ends
+        position = starts[w] + len(next(p for p in prons[w] if phones[starts[w]:starts[w] + len(p)] == p))
+    return tokens, preds + [ends]
+
+
+def pronunciation_targets(rows: Mapping[str, Mapping[str, str]], g2p: str,
+                          sil: str = "sil") -> Dict[str, Tuple[List[str], List[List[int]]]]:
+    """:func:`pronunciation_graph` for the manifest rows (``wrd``, ``phn``) whose labels are their
+    words' CMUdict pronunciations (lexicon labels, realigned labels); only the rows with a word of
+    several pronunciations, as the others are plain sequences.
+
+    Arguments
+    ---------
+    rows : mapping of str to mapping
+        Utterance id -> manifest row with space-separated ``wrd`` and ``phn``.
+    g2p : str
+        The OOV policy the labels were built with (see :class:`~surprisal_cc.data.lexicon.Lexicon`).
+    sil : str
+        The silence label.
+
+    Returns
+    -------
+    dict
+        Utterance id -> (tokens, predecessor lists).
+    """
+    from .data.errors import DataPreparationError
+    from .data.lexicon import Lexicon
+
+    lexicon = Lexicon(g2p=g2p)
+    lexicon.prefetch(w for row in rows.values() for w in row["wrd"].split())
+    prons: Dict[str, List[List[str]]] = {}
+
+    def pronounce(word: str) -> List[List[str]]:
+        if word not in prons:
+            try:
+                prons[word] = lexicon.pronunciations(word)
+            except DataPreparationError:  # g2p="error" and an OOV word
+                prons[word] = []
+        return prons[word]
+
+    table = {}
+    for utt_id, row in rows.items():
+        words = row["wrd"].split()
+        if all(len(pronounce(w)) < 2 for w in words):
+            continue
+        got = pronunciation_graph(row["phn"].split(), words, pronounce, sil)
+        if got is not None:
+            table[utt_id] = got
+    return table
+
+
+def graph_tensor(predecessors: Sequence[Sequence[int]], width: Optional[int] = None) -> Tensor:
+    """(N + 1, K) int tensor of predecessor lists (codes of :func:`ctc_loss_graph`), padded with 0
+    to ``width`` columns (default: the longest list; a batch's tensors need one width).
+
+    Example
+    -------
+    >>> graph_tensor([[1], [2], [1], [3, 4]]).tolist()
+    [[1, 0], [2, 0], [1, 0], [3, 4]]
+    >>> graph_tensor([[1], [2]], width=3).tolist()
+    [[1, 0, 0], [2, 0, 0]]
+    """
+    width = width or max(len(p) for p in predecessors)
+    return torch.tensor([list(p) + [GRAPH_PAD] * (width - len(p)) for p in predecessors], dtype=torch.long)

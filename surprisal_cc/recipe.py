@@ -196,8 +196,8 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     Arguments
     ---------
     hparams : dict
-        Uses ``label_encoder``, ``target_unit``, ``sorting``, ``optional_silence`` (and ``g2p``),
-        ``speed_perturbation`` (training split only).
+        Uses ``label_encoder``, ``target_unit``, ``sorting``, ``optional_silence`` or
+        ``pronunciation_alternatives`` (and ``g2p``), ``speed_perturbation`` (training split only).
     manifests : dict
         Split name -> manifest CSV (columns ID, duration, wav, wrd, phn).
     cache : FeatureCache or None
@@ -209,7 +209,9 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     dict
         Split name -> DynamicItemDataset giving ``id``, ``tokens`` (targets from ``phn``, or
         SentencePiece units of ``wrd``), ``wrd``, the features, and for an optional-silence
-        training split ``optional`` (which targets may be skipped).
+        training split ``optional`` (which targets may be skipped), for a training split with
+        pronunciation alternatives ``predecessors`` (``tokens`` then hold the graph's tokens;
+        :func:`surprisal_cc.ctc.ctc_loss_graph`).
     """
     from .data.audio import read_audio
 
@@ -243,8 +245,36 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
 
         return audio
 
-    plain = [d for split, d in datasets.items() if split != "train" or not hparams.get("optional_silence", False)]
-    if len(plain) < len(datasets):  # training targets: an optional sil at every word boundary
+    optional_silence = hparams.get("optional_silence", False)
+    alternatives = hparams.get("pronunciation_alternatives", False)
+    if optional_silence and alternatives:
+        raise ConfigurationError("optional_silence and pronunciation_alternatives are two kinds of training "
+                                 "targets: set one of them")
+    plain = [d for split, d in datasets.items() if split != "train" or not (optional_silence or alternatives)]
+    if alternatives and "train" in datasets:  # training targets: every pronunciation of every word
+        from .ctc import graph_tensor, pronunciation_targets
+
+        if hparams["target_unit"] != "phone":
+            raise ConfigurationError("pronunciation_alternatives needs phone targets (target_unit: phone)")
+        graphs = pronunciation_targets(datasets["train"].data, hparams.get("g2p", "spn"))
+        if not graphs:
+            raise ConfigurationError("pronunciation_alternatives: no training utterance has labels made of its words' "
+                                     "CMUdict pronunciations (lexicon or realigned labels) with a word of several")
+        logger.info("every pronunciation of every word for %d of %d training utterances (the others keep their "
+                    "labels)", len(graphs), len(datasets["train"].data))
+        width = max(len(p) for _, preds in graphs.values() for p in preds)  # one width for every batch
+
+        @sb.utils.data_pipeline.takes("id", "phn")
+        @sb.utils.data_pipeline.provides("tokens", "predecessors")
+        def graph_targets(utt_id: str, text: str):
+            phones = text.split()
+            tokens, preds = graphs.get(utt_id, (phones, [[1]] + [[k + 1] for k in range(1, len(phones))]
+                                                + [[len(phones) + 1] if phones else [1]]))
+            yield torch.LongTensor(label_encoder.encode_sequence(tokens))
+            yield graph_tensor(preds, width)
+
+        sb.dataio.dataset.add_dynamic_item([datasets["train"]], graph_targets)
+    elif optional_silence and "train" in datasets:  # training targets: an optional sil at every word boundary
         from .ctc import optional_silence_targets
 
         if hparams["target_unit"] != "phone":
@@ -270,7 +300,7 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
         sb.dataio.dataset.add_dynamic_item([datasets["train"]], features(hparams.get("speed_perturbation")))
     sb.dataio.dataset.set_output_keys(plain, outputs)
     if len(plain) < len(datasets):
-        sb.dataio.dataset.set_output_keys([datasets["train"]], outputs + ["optional"])
+        sb.dataio.dataset.set_output_keys([datasets["train"]], outputs + ["predecessors" if alternatives else "optional"])
     return datasets
 
 

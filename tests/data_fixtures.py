@@ -108,6 +108,24 @@ def mini_corpus(tmp_path_factory):
     return root
 
 
+def counting_recipe(function: str, module: str = "surprisal_cc.ctc",
+                    recipe: str = "recipes/MiniLibriSpeech/train.py") -> str:
+    """Python source (for ``python -c``) that runs ``recipe`` with ``module.function`` wrapped to
+    count its calls, and prints ``<function> calls: N`` at exit."""
+    return f"""
+import atexit, runpy
+import {module} as target
+
+calls, original = [], target.{function}
+def counted(*args, **kwargs):
+    calls.append(1)
+    return original(*args, **kwargs)
+target.{function} = counted
+atexit.register(lambda: print("{function} calls:", len(calls)))
+runpy.run_path("{recipe}", run_name="__main__")
+"""
+
+
 # ---------------------------------------------------------------------------------------------- synthetic corpora
 def tone(seconds: float = 0.3, sample_rate: int = 16000, freq: float = 220.0) -> np.ndarray:
     """A short int16 sine wave."""

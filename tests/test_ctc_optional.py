@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from data_fixtures import REPO, mini_corpus  # noqa: F401  (a fixture)
+from data_fixtures import REPO, counting_recipe, mini_corpus  # noqa: F401  (a fixture)
 from surprisal_cc.ctc import ctc_loss_optional, optional_silence_labels, optional_silence_targets
 
 
@@ -182,20 +182,6 @@ def test_build_datasets_gives_training_targets_an_optional_mask(tmp_path):
     assert "optional" not in datasets["valid"].pipeline.output_mapping
 
 
-COUNTING_RECIPE = """
-import atexit, runpy, sys
-import surprisal_cc.ctc as ctc
-
-calls, loss = [], ctc.ctc_loss_optional
-def counted(*args, **kwargs):
-    calls.append(1)
-    return loss(*args, **kwargs)
-ctc.ctc_loss_optional = counted
-atexit.register(lambda: print("ctc_loss_optional calls:", len(calls)))
-runpy.run_path("recipes/MiniLibriSpeech/train.py", run_name="__main__")
-"""
-
-
 def test_recipe_trains_with_optional_silence(mini_corpus):
     """The real recipe, one epoch: the optional-silence loss on the 2 training batches only.
     Raw filterbanks and the big-only network, so no APC is needed."""
@@ -205,7 +191,8 @@ def test_recipe_trains_with_optional_silence(mini_corpus):
             "controller": "big_only", "optional_silence": True}
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     hparams = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
-    proc = subprocess.run([sys.executable, "-c", COUNTING_RECIPE, hparams, *[f"--{k}={v}" for k, v in args.items()]],
+    proc = subprocess.run([sys.executable, "-c", counting_recipe("ctc_loss_optional"), hparams,
+                           *[f"--{k}={v}" for k, v in args.items()]],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-5000:]
     out = proc.stdout + proc.stderr

@@ -1,0 +1,212 @@
+"""CTC loss over a graph of tokens (pronunciation alternatives): against torch's CTC loss on chains,
+against brute force over every choice of pronunciations, and the graphs built from labels."""
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from data_fixtures import REPO, counting_recipe, mini_corpus  # noqa: F401  (a fixture)
+from surprisal_cc.ctc import ctc_loss_graph, graph_tensor, pronunciation_graph, pronunciation_targets
+
+SIL = "sil"
+
+
+def chain_predecessors(n: int) -> list:
+    """Token k after token k - 1 (the first after the start), ending at the last token."""
+    return [[1]] + [[k + 1] for k in range(1, n)] + [[n + 1] if n else [1]]
+
+
+def batch(graphs, pad_width=None):
+    """Padded (tokens, lengths, predecessor tensor) of a list of (tokens, predecessor lists)."""
+    n_max = max(len(t) for t, _ in graphs)
+    k_max = pad_width or max(len(p) for _, preds in graphs for p in preds)
+    tokens = torch.zeros(len(graphs), n_max, dtype=torch.long)
+    preds = torch.zeros(len(graphs), n_max + 1, k_max, dtype=torch.long)
+    for b, (tok, pr) in enumerate(graphs):
+        tokens[b, :len(tok)] = torch.tensor(tok, dtype=torch.long)
+        table = graph_tensor(pr)
+        preds[b, :len(tok)] = 0
+        preds[b, :len(tok), :table.shape[1]] = table[:-1]
+        preds[b, n_max, :] = 0
+        preds[b, len(tok), :table.shape[1]] = table[-1]  # the ends row sits right after the tokens
+    return tokens, torch.tensor([len(t) for t, _ in graphs]), preds
+
+
+def logits_for(seed, B, T, V):
+    return torch.randn(B, T, V, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).float()
+
+
+def value_and_grad(fn, logits):
+    x = logits.clone().requires_grad_(True)
+    loss = fn(x)
+    loss.sum().backward()
+    return loss.detach(), x.grad
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_chain_is_torch_ctc(seed):
+    g = torch.Generator().manual_seed(seed)
+    B, T, V = 3, 18, 5
+    logits = logits_for(seed, B, T, V)
+    lengths = [5, 0, 3]
+    seqs = [torch.randint(1, 3, (n,), generator=g).tolist() for n in lengths]  # many repeated labels
+    tokens, n, preds = batch([(s, chain_predecessors(len(s))) for s in seqs])
+    frames = torch.tensor([T, 11, 7])
+    ours, g_ours = value_and_grad(lambda x: ctc_loss_graph(x.log_softmax(-1), tokens, n, preds, frames,
+                                                           reduction="none"), logits)
+    ref, g_ref = value_and_grad(lambda x: torch.nn.functional.ctc_loss(
+        x.log_softmax(-1).transpose(0, 1), tokens, frames, n, reduction="none", zero_infinity=False), logits)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(g_ours, g_ref, rtol=1e-4, atol=1e-5)
+
+
+def words_graph(words):
+    """(token ids, predecessor lists) of integer words with alternatives, and every choice's sequence."""
+    names = {i: str(i) for i in range(1, 10)}
+    prons = {f"w{w}": [[names[p] for p in alt] for alt in alts] for w, alts in enumerate(words)}
+    chosen = [prons[f"w{w}"][0] for w in range(len(words))]
+    phones = [SIL] + [p for c in chosen for p in c] + [SIL]
+    tokens, preds = pronunciation_graph(phones, list(prons), prons.get)
+    choices = [[0] + [p for alt in choice for p in alt] + [0] for choice in itertools.product(*words)]
+    return [0 if t == SIL else int(t) for t in tokens], preds, choices
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_loss_sums_over_every_choice_of_pronunciations(seed):
+    """-log sum over the pronunciation choices of exp(-torch CTC loss), with the same gradient (sil as id 0's
+    stand-in is remapped to a label id below)."""
+    g = torch.Generator().manual_seed(100 + seed)
+    V, T = 6, 16
+    graphs, choice_sets = [], []
+    for _ in range(3):
+        words = [[torch.randint(2, V, (int(torch.randint(1, 3, (1,), generator=g)),), generator=g).tolist()
+                  for _ in range(int(torch.randint(1, 4, (1,), generator=g)))]
+                 for _ in range(int(torch.randint(1, 3, (1,), generator=g)))]
+        words = [[list(a) for a in dict.fromkeys(tuple(a) for a in alts)] for alts in words]  # distinct alternatives
+        tokens, preds, choices = words_graph(words)
+        tokens = [1 if t == 0 else t for t in tokens]  # sil -> label 1 (0 is the blank)
+        graphs.append((tokens, preds))
+        choice_sets.append([[1 if t == 0 else t for t in c] for c in choices])
+    tokens, n, preds = batch(graphs)
+    frames = torch.tensor([T, T - 3, 12])
+    logits = logits_for(seed, len(graphs), T, V)
+
+    def brute(x):
+        lp = x.log_softmax(-1)
+        out = []
+        for b, choices in enumerate(choice_sets):
+            nll = torch.stack([torch.nn.functional.ctc_loss(lp[b:b + 1].transpose(0, 1), torch.tensor([c]),
+                                                            frames[b:b + 1], torch.tensor([len(c)]),
+                                                            reduction="sum", zero_infinity=False) for c in choices])
+            out.append(-torch.logsumexp(-nll, dim=0))
+        return torch.stack(out)
+
+    ours, g_ours = value_and_grad(lambda x: ctc_loss_graph(x.log_softmax(-1), tokens, n, preds, frames,
+                                                           reduction="none"), logits)
+    ref, g_ref = value_and_grad(brute, logits)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(g_ours, g_ref, rtol=1e-4, atol=1e-5)
+    # each utterance alone gives the same loss as in the batch (padding of tokens, rows and width)
+    for b, graph in enumerate(graphs):
+        alone = ctc_loss_graph(logits[b:b + 1].log_softmax(-1), *batch([graph], pad_width=5)[:2],
+                               batch([graph], pad_width=5)[2], frames[b:b + 1])
+        torch.testing.assert_close(alone, ours[b], rtol=1e-5, atol=1e-4)
+
+
+def test_an_utterance_too_short_for_every_path_is_inf_without_gradient():
+    tokens, n, preds = batch([([2, 3, 4], chain_predecessors(3))])
+    logits = logits_for(0, 1, 2, 5).requires_grad_(True)
+    loss = ctc_loss_graph(logits.log_softmax(-1), tokens, n, preds, torch.tensor([2]))
+    assert torch.isinf(loss)
+    loss = ctc_loss_graph(logits.log_softmax(-1), tokens, n, preds, torch.tensor([2]), reduction="none")
+    (loss[torch.isfinite(loss)].sum() + 0 * logits.sum()).backward()
+    assert torch.all(logits.grad == 0)
+
+
+def test_reductions_and_bad_shapes():
+    graphs = [([2, 3], chain_predecessors(2)), ([4], chain_predecessors(1))]
+    tokens, n, preds = batch(graphs)
+    lp = logits_for(1, 2, 8, 5).log_softmax(-1)
+    frames = torch.tensor([8, 6])
+    each = ctc_loss_graph(lp, tokens, n, preds, frames, reduction="none")
+    torch.testing.assert_close(ctc_loss_graph(lp, tokens, n, preds, frames), each.sum())
+    torch.testing.assert_close(ctc_loss_graph(lp, tokens, n, preds, frames, reduction="mean"),
+                               (each / n).mean())
+    with pytest.raises(ValueError, match="predecessors must have shape"):
+        ctc_loss_graph(lp, tokens, n, preds[:, :-1], frames)
+    with pytest.raises(ValueError, match="reduction"):
+        ctc_loss_graph(lp, tokens, n, preds, frames, reduction="max")
+
+
+def test_graphs_from_labels():
+    prons = {"THE": [["DH", "AH"], ["DH", "IY"]], "TO": [["T", "UW"], ["T"]], "TOE": [["T", "OW"]]}.get
+    # sil kept where the labels have it, each word with all of its pronunciations
+    tokens, preds = pronunciation_graph("sil DH IY sil T OW sil".split(), ["THE", "TOE"], prons)
+    assert tokens == ["sil", "DH", "AH", "DH", "IY", "sil", "T", "OW", "sil"]
+    assert preds == [[1], [2], [3], [2], [5], [4, 6], [7], [8], [9], [10]]
+    # a prefix pronunciation that does not lead to a parse is backtracked over
+    tokens, preds = pronunciation_graph("T UW T OW".split(), ["TO", "TOE"], prons)
+    assert tokens == ["T", "UW", "T", "T", "OW"] and preds[-1] == [6]
+    assert pronunciation_graph("T AH".split(), ["TO"], prons) is None  # not the words' pronunciations
+    assert pronunciation_graph("T UW".split(), ["TO", "TOE"], prons) is None
+
+
+def test_pronunciation_targets_skip_rows_with_one_pronunciation_per_word():
+    rows = {"a": {"wrd": "AND THE CAT", "phn": "sil AE N D DH AH sil K AE T sil"},
+            "b": {"wrd": "CAT", "phn": "sil K AE T sil"},
+            "c": {"wrd": "AND", "phn": "sil EH N sil"}}  # another dictionary's pronunciation: no graph
+    table = pronunciation_targets(rows, g2p="spn")
+    assert set(table) == {"a"}
+    tokens, preds = table["a"]
+    assert tokens[:7] == ["sil", "AH", "N", "D", "AE", "N", "D"] and len(preds) == len(tokens) + 1
+
+
+def test_build_datasets_gives_training_targets_a_graph(tmp_path):
+    from surprisal_cc.recipe import ConfigurationError, build_datasets, label_encoder_for, phone_set
+
+    manifest = tmp_path / "m.csv"
+    with open(manifest, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["ID", "duration", "wav", "spk_id", "wrd", "phn"])
+        w.writerow(["u1", "1.0", "x.flac", "s", "A CAT", "sil EY K AE T sil"])
+        w.writerow(["u2", "1.0", "x.flac", "s", "CAT", "sil K AE T sil"])
+    encoder = label_encoder_for(phone_set("librispeech"))
+    hparams = {"label_encoder": encoder, "target_unit": "phone", "pronunciation_alternatives": True, "g2p": "spn"}
+    datasets = build_datasets(hparams, {"train": manifest, "valid": manifest}, cache=None)
+    with datasets["train"].output_keys_as(["id", "tokens", "predecessors"]):
+        items = {item["id"]: item for item in datasets["train"]}
+    assert encoder.decode_ndim(items["u1"]["tokens"].tolist()) == "sil AH EY K AE T sil".split()
+    assert items["u1"]["predecessors"].tolist() == [[1, 0], [2, 0], [2, 0], [3, 4], [5, 0], [6, 0], [7, 0], [8, 0]]
+    # one pronunciation per word: the labels as a chain, as wide as the others
+    assert items["u2"]["predecessors"].tolist() == [[1, 0], [2, 0], [3, 0], [4, 0], [5, 0], [6, 0]]
+    with datasets["valid"].output_keys_as(["tokens"]):
+        assert encoder.decode_ndim(datasets["valid"][0]["tokens"].tolist()) == "sil EY K AE T sil".split()
+    with pytest.raises(ConfigurationError, match="set one of them"):
+        build_datasets({**hparams, "optional_silence": True}, {"train": manifest}, cache=None)
+
+
+def test_recipe_trains_with_pronunciation_alternatives(mini_corpus):
+    """The real recipe, one epoch: the graph loss on the 2 training batches only (raw filterbanks,
+    big-only, so no APC is needed)."""
+    root = mini_corpus
+    args = {"data_folder": root / "corpus", "experiment_root": root / "exp_prons", "valid_speakers": 2,
+            "number_of_epochs": 1, "batch_size": 4, "seed": 3, "input_features": "fbank",
+            "controller": "big_only", "pronunciation_alternatives": True}
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    hparams = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
+    proc = subprocess.run([sys.executable, "-c", counting_recipe("ctc_loss_graph"), hparams,
+                           *[f"--{k}={v}" for k, v in args.items()]],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    out = proc.stdout + proc.stderr
+    assert "of 6 training utterances (the others keep their labels)" in out
+    assert "ctc_loss_graph calls: 2" in out  # 6 training utterances, batches of 4; not in valid/test
+    res = json.loads((root / "exp_prons" / "conditional-big_only-paper-fbank" / "seed3" / "results.json").read_text())
+    assert res["error_rate_details"]["num_utterances"] == 6 and res["PER"] > 0

@@ -82,6 +82,32 @@ def _transitions(targets: Tensor, target_lengths: Tensor, optional: Tensor, blan
     return tok, mask, start, final_label, final_blank
 
 
+def _checked_inputs(log_probs: Tensor, targets: Tensor, target_lengths, input_lengths, reduction: str):
+    """Targets and lengths as long tensors on the device of ``log_probs`` (B, T, V), checked."""
+    if reduction not in ("sum", "mean", "none"):
+        raise ValueError(f"reduction must be sum, mean or none, got {reduction!r}")
+    B, T, _ = log_probs.shape
+    dev = log_probs.device
+    targets = targets.to(dev).long()
+    target_lengths = torch.as_tensor(target_lengths, device=dev).long()
+    input_lengths = torch.as_tensor(input_lengths, device=dev).long()
+    if targets.shape[0] != B or target_lengths.shape != (B,) or input_lengths.shape != (B,):
+        raise ValueError("targets, target_lengths and input_lengths must have the batch size of log_probs")
+    if B and (input_lengths.min() < 1 or input_lengths.max() > T or target_lengths.min() < 0
+              or target_lengths.max() > targets.shape[1]):
+        raise ValueError("input_lengths must be in [1, T] and target_lengths in [0, S]")
+    return targets, target_lengths, input_lengths
+
+
+def _reduce(loss: Tensor, target_lengths: Tensor, reduction: str) -> Tensor:
+    """Per-utterance losses -> ``none``, ``mean`` (each over its target length, then the batch) or ``sum``."""
+    if reduction == "none":
+        return loss
+    if reduction == "mean":
+        return (loss / target_lengths.clamp(min=1)).mean()
+    return loss.sum()
+
+
 def ctc_loss_optional(log_probs: Tensor, targets: Tensor, target_lengths: Tensor, input_lengths: Tensor,
                       optional: Optional[Tensor] = None, blank: int = 0, reduction: str = "sum") -> Tensor:
     """CTC loss summed over every target variant without some of the optional tokens.
@@ -130,18 +156,10 @@ def ctc_loss_optional(log_probs: Tensor, targets: Tensor, target_lengths: Tensor
     >>> bool(ctc_loss_optional(lp, tgt, lens, frames, opt) < plain)  # also sums over [1, 2, 3]
     True
     """
-    if reduction not in ("sum", "mean", "none"):
-        raise ValueError(f"reduction must be sum, mean or none, got {reduction!r}")
     B, T, V = log_probs.shape
     dev = log_probs.device
-    targets = targets.to(dev).long()
-    target_lengths = torch.as_tensor(target_lengths, device=dev).long()
-    input_lengths = torch.as_tensor(input_lengths, device=dev).long()
-    if targets.shape[0] != B or target_lengths.shape != (B,) or input_lengths.shape != (B,):
-        raise ValueError("targets, target_lengths and input_lengths must have the batch size of log_probs")
-    if B and (input_lengths.min() < 1 or input_lengths.max() > T or target_lengths.min() < 0
-              or target_lengths.max() > targets.shape[1]):
-        raise ValueError("input_lengths must be in [1, T] and target_lengths in [0, S]")
+    targets, target_lengths, input_lengths = _checked_inputs(log_probs, targets, target_lengths, input_lengths,
+                                                             reduction)
     optional = (torch.zeros_like(targets, dtype=torch.bool) if optional is None
                 else optional.to(dev).bool())
     if optional.shape != targets.shape:
@@ -176,11 +194,7 @@ def ctc_loss_optional(log_probs: Tensor, targets: Tensor, target_lengths: Tensor
                           torch.where(final_blank, torch.stack(blanks_seen)[last, rows], NEG)], dim=1)
         log_z = torch.logsumexp(ends, dim=1)
         loss = torch.where(log_z < IMPOSSIBLE, torch.full_like(log_z, float("inf")), -log_z)
-    if reduction == "none":
-        return loss
-    if reduction == "mean":
-        return (loss / target_lengths.clamp(min=1)).mean()
-    return loss.sum()
+    return _reduce(loss, target_lengths, reduction)
 
 
 def optional_silence_labels(phones: Sequence[str], words: Sequence[str], pronounce: Callable[[str], Sequence[str]],
@@ -328,23 +342,15 @@ def ctc_loss_graph(log_probs: Tensor, tokens: Tensor, target_lengths: Tensor, pr
     >>> torch.allclose(both, -torch.logaddexp(-ctc([1, 2]), -ctc([3])))
     True
     """
-    if reduction not in ("sum", "mean", "none"):
-        raise ValueError(f"reduction must be sum, mean or none, got {reduction!r}")
     B, T, V = log_probs.shape
     dev = log_probs.device
-    tokens = tokens.to(dev).long()
-    target_lengths = torch.as_tensor(target_lengths, device=dev).long()
-    input_lengths = torch.as_tensor(input_lengths, device=dev).long()
+    tokens, target_lengths, input_lengths = _checked_inputs(log_probs, tokens, target_lengths, input_lengths,
+                                                            reduction)
     predecessors = predecessors.to(dev).long()
     N = tokens.shape[1]
-    if tokens.shape[0] != B or target_lengths.shape != (B,) or input_lengths.shape != (B,):
-        raise ValueError("tokens, target_lengths and input_lengths must have the batch size of log_probs")
     if predecessors.dim() != 3 or predecessors.shape[:2] != (B, N + 1):
         raise ValueError(f"predecessors must have shape (B, N + 1, K) = ({B}, {N + 1}, K), "
                          f"got {tuple(predecessors.shape)}")
-    if B and (input_lengths.min() < 1 or input_lengths.max() > T or target_lengths.min() < 0
-              or target_lengths.max() > N):
-        raise ValueError("input_lengths must be in [1, T] and target_lengths in [0, N]")
     if B == 0:
         return log_probs.new_zeros((0,) if reduction == "none" else (), dtype=torch.float32)
 
@@ -392,11 +398,7 @@ def ctc_loss_graph(log_probs: Tensor, tokens: Tensor, target_lengths: Tensor, pr
         last = torch.stack(seen)[input_lengths - 1, rows]  # (B, S)
         log_z = torch.logsumexp(torch.where(final, last, NEG), dim=1)
         loss = torch.where(log_z < IMPOSSIBLE, torch.full_like(log_z, float("inf")), -log_z)
-    if reduction == "none":
-        return loss
-    if reduction == "mean":
-        return (loss / target_lengths.clamp(min=1)).mean()
-    return loss.sum()
+    return _reduce(loss, target_lengths, reduction)
 
 
 def pronunciation_graph(phones: Sequence[str], words: Sequence[str],

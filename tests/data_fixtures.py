@@ -126,6 +126,28 @@ runpy.run_path("{recipe}", run_name="__main__")
 """
 
 
+def run_fbank_big_only_epoch(root: Path, experiment: str, counted: str, **overrides):
+    """One epoch of the real Mini-LibriSpeech recipe on the ``mini_corpus`` fixture's corpus (raw
+    filterbanks, big-only, so no APC is needed; batches of 4, seed 3), with ``surprisal_cc.ctc.<counted>``'s
+    calls counted. Returns (the run's printed output, its results.json)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    args = {"data_folder": root / "corpus", "experiment_root": root / experiment, "valid_speakers": 2,
+            "number_of_epochs": 1, "batch_size": 4, "seed": 3, "input_features": "fbank",
+            "controller": "big_only", **overrides}
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    hparams = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
+    proc = subprocess.run([sys.executable, "-c", counting_recipe(counted), hparams,
+                           *[f"--{k}={v}" for k, v in args.items()]],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    results = root / experiment / "conditional-big_only-paper-fbank" / "seed3" / "results.json"
+    return proc.stdout + proc.stderr, json.loads(results.read_text())
+
+
 # ---------------------------------------------------------------------------------------------- synthetic corpora
 def tone(seconds: float = 0.3, sample_rate: int = 16000, freq: float = 220.0) -> np.ndarray:
     """A short int16 sine wave."""

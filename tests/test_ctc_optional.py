@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from data_fixtures import REPO, counting_recipe, mini_corpus  # noqa: F401  (a fixture)
+from data_fixtures import mini_corpus, run_fbank_big_only_epoch  # noqa: F401  (a fixture)
 from surprisal_cc.ctc import ctc_loss_optional, optional_silence_labels, optional_silence_targets
 
 
@@ -183,20 +179,8 @@ def test_build_datasets_gives_training_targets_an_optional_mask(tmp_path):
 
 
 def test_recipe_trains_with_optional_silence(mini_corpus):
-    """The real recipe, one epoch: the optional-silence loss on the 2 training batches only.
-    Raw filterbanks and the big-only network, so no APC is needed."""
-    root = mini_corpus
-    args = {"data_folder": root / "corpus", "experiment_root": root / "exp_optsil", "valid_speakers": 2,
-            "number_of_epochs": 1, "batch_size": 4, "seed": 3, "input_features": "fbank",
-            "controller": "big_only", "optional_silence": True}
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    hparams = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
-    proc = subprocess.run([sys.executable, "-c", counting_recipe("ctc_loss_optional"), hparams,
-                           *[f"--{k}={v}" for k, v in args.items()]],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    out = proc.stdout + proc.stderr
+    """The real recipe, one epoch: the optional-silence loss on the 2 training batches only."""
+    out, res = run_fbank_big_only_epoch(mini_corpus, "exp_optsil", "ctc_loss_optional", optional_silence=True)
     assert "optional sil at word boundaries for 6 of 6 training utterances" in out
     assert "ctc_loss_optional calls: 2" in out  # 6 training utterances, batches of 4; not in valid/test
-    res = json.loads((root / "exp_optsil" / "conditional-big_only-paper-fbank" / "seed3" / "results.json").read_text())
     assert res["error_rate_details"]["num_utterances"] == 6 and res["PER"] > 0

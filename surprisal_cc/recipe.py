@@ -254,14 +254,9 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     if alternatives and "train" in datasets:  # training targets: every pronunciation of every word
         from .ctc import graph_tensor, pronunciation_targets
 
-        if hparams["target_unit"] != "phone":
-            raise ConfigurationError("pronunciation_alternatives needs phone targets (target_unit: phone)")
-        graphs = pronunciation_targets(datasets["train"].data, hparams.get("g2p", "spn"))
-        if not graphs:
-            raise ConfigurationError("pronunciation_alternatives: no training utterance has labels made of its words' "
-                                     "CMUdict pronunciations (lexicon or realigned labels) with a word of several")
-        logger.info("every pronunciation of every word for %d of %d training utterances (the others keep their "
-                    "labels)", len(graphs), len(datasets["train"].data))
+        graphs = _training_targets(hparams, datasets["train"], "pronunciation_alternatives", pronunciation_targets,
+                                   "labels made of its words' CMUdict pronunciations (lexicon or realigned labels) "
+                                   "with a word of several", "every pronunciation of every word")
         width = max(len(p) for _, preds in graphs.values() for p in preds)  # one width for every batch
 
         @sb.utils.data_pipeline.takes("id", "phn")
@@ -277,14 +272,9 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     elif optional_silence and "train" in datasets:  # training targets: an optional sil at every word boundary
         from .ctc import optional_silence_targets
 
-        if hparams["target_unit"] != "phone":
-            raise ConfigurationError("optional_silence needs phone targets (target_unit: phone)")
-        table = optional_silence_targets(datasets["train"].data, hparams.get("g2p", "spn"))
-        if not table:
-            raise ConfigurationError("optional_silence: no training utterance has lexicon labels (labels: "
-                                     "{train: lexicon}) to insert optional sil into")
-        logger.info("optional sil at word boundaries for %d of %d training utterances (the others keep their "
-                    "labels)", len(table), len(datasets["train"].data))
+        table = _training_targets(hparams, datasets["train"], "optional_silence", optional_silence_targets,
+                                  "lexicon labels (labels: {train: lexicon}) to insert optional sil into",
+                                  "optional sil at word boundaries")
 
         @sb.utils.data_pipeline.takes("id", "phn")
         @sb.utils.data_pipeline.provides("tokens", "optional")
@@ -302,6 +292,18 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     if len(plain) < len(datasets):
         sb.dataio.dataset.set_output_keys([datasets["train"]], outputs + ["predecessors" if alternatives else "optional"])
     return datasets
+
+
+def _training_targets(hparams: Dict, train: DynamicItemDataset, key: str, build, needs: str, what: str) -> Dict:
+    """The training split's special targets, ``build(manifest rows, g2p)`` (hparams ``key``), checked and logged."""
+    if hparams["target_unit"] != "phone":
+        raise ConfigurationError(f"{key} needs phone targets (target_unit: phone)")
+    table = build(train.data, hparams.get("g2p", "spn"))
+    if not table:
+        raise ConfigurationError(f"{key}: no training utterance has {needs}")
+    logger.info("%s for %d of %d training utterances (the others keep their labels)", what, len(table),
+                len(train.data))
+    return table
 
 
 def cache_items(cache: FeatureCache) -> List[str]:

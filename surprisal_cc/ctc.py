@@ -442,8 +442,8 @@ def pronunciation_graph(phones: Sequence[str], words: Sequence[str],
     phones = list(phones)
     prons = [[list(p) for p in (pronunciations(w) or [])] for w in words]
 
-    def parse(i: int, w: int) -> Optional[List[int]]:
-        """Where each word starts in ``phones[i:]`` from word ``w`` on (sil skipped), or None."""
+    def parse(i: int, w: int) -> Optional[List[Tuple[int, int]]]:
+        """The ``[start, end)`` span of each word in ``phones[i:]`` from word ``w`` on (sil between), or None."""
         while i < len(phones) and phones[i] == sil:
             i += 1
         if w == len(words):
@@ -452,22 +452,21 @@ def pronunciation_graph(phones: Sequence[str], words: Sequence[str],
             if phones[i:i + len(pron)] == pron:
                 rest = parse(i + len(pron), w + 1)
                 if rest is not None:
-                    return [i] + rest
+                    return [(i, i + len(pron))] + rest
         return None
 
-    starts = parse(0, 0)
-    if starts is None:
+    spans = parse(0, 0)
+    if spans is None:
         return None
     tokens: List[str] = []
     preds: List[List[int]] = []
     ends = [GRAPH_START]
-    position, starts = 0, starts + [len(phones)]
-    for w in range(len(words) + 1):
-        while position < len(phones) and phones[position] == sil and (w == len(words) or position < starts[w]):
+    position = 0
+    for w, (start, end) in enumerate(spans + [(len(phones), len(phones))]):
+        for _ in range(start - position):  # the sil before word w (after the last word at the end)
             preds.append(ends)
             tokens.append(sil)
             ends = [len(tokens) - 1 + 2]
-            position += 1
         if w == len(words):
             break
         word_ends = []
@@ -477,7 +476,7 @@ def pronunciation_graph(phones: Sequence[str], words: Sequence[str],
                 tokens.append(phone)
             word_ends.append(len(tokens) - 1 + 2)
         ends = word_ends
-        position = starts[w] + len(next(p for p in prons[w] if phones[starts[w]:starts[w] + len(p)] == p))
+        position = end
     return tokens, preds + [ends]
 
 
@@ -525,6 +524,19 @@ def pronunciation_targets(rows: Mapping[str, Mapping[str, str]], g2p: str,
         if got is not None:
             table[utt_id] = got
     return table
+
+
+def chain_predecessors(n: int) -> List[List[int]]:
+    """Predecessor lists (codes of :func:`ctc_loss_graph`) of a plain sequence of ``n`` tokens.
+
+    Example
+    -------
+    >>> chain_predecessors(3), chain_predecessors(0)
+    ([[1], [2], [3], [4]], [[1]])
+    """
+    if n == 0:
+        return [[GRAPH_START]]  # only the ends: the empty sequence
+    return [[GRAPH_START]] + [[k + 1] for k in range(1, n)] + [[n + 1]]
 
 
 def graph_tensor(predecessors: Sequence[Sequence[int]], width: Optional[int] = None) -> Tensor:

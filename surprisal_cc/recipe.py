@@ -252,7 +252,7 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
                                  "targets: set one of them")
     plain = [d for split, d in datasets.items() if split != "train" or not (optional_silence or alternatives)]
     if alternatives and "train" in datasets:  # training targets: every pronunciation of every word
-        from .ctc import graph_tensor, pronunciation_targets
+        from .ctc import chain_predecessors, graph_tensor, pronunciation_targets
 
         graphs = _training_targets(hparams, datasets["train"], "pronunciation_alternatives", pronunciation_targets,
                                    "labels made of its words' CMUdict pronunciations (lexicon or realigned labels) "
@@ -263,8 +263,7 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
         @sb.utils.data_pipeline.provides("tokens", "predecessors")
         def graph_targets(utt_id: str, text: str):
             phones = text.split()
-            tokens, preds = graphs.get(utt_id, (phones, [[1]] + [[k + 1] for k in range(1, len(phones))]
-                                                + [[len(phones) + 1] if phones else [1]]))
+            tokens, preds = graphs.get(utt_id, (phones, chain_predecessors(len(phones))))
             yield torch.LongTensor(label_encoder.encode_sequence(tokens))
             yield graph_tensor(preds, width)
 

@@ -9,14 +9,10 @@ import pytest
 import torch
 
 from data_fixtures import mini_corpus, run_fbank_big_only_epoch  # noqa: F401  (a fixture)
-from surprisal_cc.ctc import ctc_loss_graph, graph_tensor, pronunciation_graph, pronunciation_targets
+from test_ctc_optional import value_and_grad
+from surprisal_cc.ctc import chain_predecessors, ctc_loss_graph, graph_tensor, pronunciation_graph, pronunciation_targets
 
 SIL = "sil"
-
-
-def chain_predecessors(n: int) -> list:
-    """Token k after token k - 1 (the first after the start), ending at the last token."""
-    return [[1]] + [[k + 1] for k in range(1, n)] + [[n + 1] if n else [1]]
 
 
 def batch(graphs, pad_width=None):
@@ -28,22 +24,13 @@ def batch(graphs, pad_width=None):
     for b, (tok, pr) in enumerate(graphs):
         tokens[b, :len(tok)] = torch.tensor(tok, dtype=torch.long)
         table = graph_tensor(pr)
-        preds[b, :len(tok)] = 0
         preds[b, :len(tok), :table.shape[1]] = table[:-1]
-        preds[b, n_max, :] = 0
         preds[b, len(tok), :table.shape[1]] = table[-1]  # the ends row sits right after the tokens
     return tokens, torch.tensor([len(t) for t, _ in graphs]), preds
 
 
 def logits_for(seed, B, T, V):
     return torch.randn(B, T, V, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).float()
-
-
-def value_and_grad(fn, logits):
-    x = logits.clone().requires_grad_(True)
-    loss = fn(x)
-    loss.sum().backward()
-    return loss.detach(), x.grad
 
 
 @pytest.mark.parametrize("seed", range(4))

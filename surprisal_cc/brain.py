@@ -27,6 +27,7 @@ from .apc import APCModel, FrozenAPC
 from .controllers import SurprisalController, calibrate_surprisal_controller, target_mean_for_budget
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, module_macs
+from .metrics import closest_path
 from .nnet import Encoder, EncoderOutput, lengths_to_mask
 from .schedulers import anneal
 
@@ -264,7 +265,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
 
     def compute_objectives(self, out: EncoderOutput, batch, stage) -> Tensor:
         tokens, token_lens = batch.tokens.data, absolute_lengths(batch.tokens)
-        if stage == sb.Stage.TRAIN and hasattr(batch, "predecessors"):  # every pronunciation of every word
+        if hasattr(batch, "predecessors"):  # every pronunciation of every word (training and validation)
             from .ctc import ctc_loss_graph
 
             ctc = ctc_loss_graph(out.log_probs, tokens, token_lens, batch.predecessors.data, out.lengths,
@@ -292,8 +293,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
         hyp_ids = search(out.log_probs.detach(), out.lengths)
         decode = self.hparams.label_encoder.decode_ndim
         token_lens = absolute_lengths(batch.tokens)
+        hyps = [decode(h) for h in hyp_ids]
         refs = [decode(t[:n].tolist()) for t, n in zip(batch.tokens.data, token_lens)]
-        self.error_metrics.append(batch.id, [decode(h) for h in hyp_ids], refs)
+        if hasattr(batch, "predecessors"):  # scored against the graph's path closest to each hypothesis
+            refs = [closest_path(hyp, ref, preds[:len(ref) + 1].tolist())
+                    for hyp, ref, preds in zip(hyps, refs, batch.predecessors.data)]
+        self.error_metrics.append(batch.id, hyps, refs)
         if self.hparams.target_unit == "sentencepiece":
             words = self.hparams.label_encoder.decode_words
             self.word_metrics.append(batch.id, [words(h) for h in hyp_ids], [w.split() for w in batch.wrd])
@@ -392,7 +397,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         calibration of a run that was resumed, or evaluated with ``--test_only``, is read back from
         ``calibration.json`` (or, without it, from the controller loaded from the checkpoint).
         """
-        from .report import evaluation_tag, results_file_name, train_labels_name
+        from .report import evaluation_tag, results_file_name, train_labels_name, train_targets_name
 
         encoder = unwrap(self.modules.encoder)
         controller = getattr(encoder, "controller", None)
@@ -432,6 +437,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "speed_perturb": list(getattr(getattr(self.hparams, "speed_perturbation", None), "factors", ())),
             "train_labels": train_labels_name(getattr(self.hparams, "labels", None),
                                               getattr(self.hparams, "mfa_labels", None)),
+            "train_targets": train_targets_name(getattr(self.hparams, "optional_silence", False),
+                                                getattr(self.hparams, "pronunciation_alternatives", False)),
             "component_macs": {"apc": self.apc_macs, **encoder.component_macs()},
             "calibration": calibration,
             "seed": self.hparams.seed,

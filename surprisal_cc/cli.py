@@ -10,7 +10,7 @@
     surprisal-cc bench [--json] [--quick] [--only training,rnn] [--device cuda]
     surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N]
     surprisal-cc transcribe AUDIO... [--model DIR] [--json] [--plot OUT.png]
-    surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV] [--skip-bad] [--json]
+    surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV] [--any-pronunciation] [--skip-bad] [--json]
 
 ``grid`` runs every run of a grid file that has not finished yet (``--key=value`` options go to every
 run), then writes the tables and figures; ``bench`` runs the repository's benchmarks/ folder
@@ -291,7 +291,7 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
     asr = _load_model(args)
     result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad, batch_size=args.batch_size,
                           seed=args.seed, g2p=args.g2p, timit_split=args.timit_split,
-                          progress=not args.json and sys.stderr.isatty())
+                          progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -300,6 +300,11 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
              f"I {result['insertions']}; {result['num_ref_tokens']} reference phones, "
              f"{result['num_utterances']} utterances; labels: {result['labels']})",
              f"FLOPs per frame {result['flops_per_frame'] / 1e6:.2f}M ({comps})"]
+    if "any_pronunciation" in result:
+        free = result["any_pronunciation"]
+        lines.insert(1, f"PER {free['per']:.2f} % against the closest pronunciation of each word (S "
+                        f"{free['substitutions']}, D {free['deletions']}, I {free['insertions']}; "
+                        f"{free['fixed']} utterances scored against their labels as they are)")
     if "p_big_mean" in result:
         lines.append(f"p_big {result['p_big_mean']:.3f} (variance {result['p_big_var']:.4f}), big network on "
                      f"{100 * result['big_fraction']:.1f} % of frames")
@@ -379,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="TIMIT: core test set, development speakers or training set")
             p.add_argument("--batch-size", type=int, help="utterances per forward pass (default: the run's)")
             p.add_argument("--seed", type=int, help="seed of the random routing decisions")
+            p.add_argument("--any-pronunciation", action="store_true",
+                           help="also score against the references whose words take the CMUdict (or labelled) "
+                                "pronunciation closest to the hypothesis: how much of the PER is pronunciation")
         p.add_argument("--model", help="exported model folder (default: <repository>/pretrained)")
         p.add_argument("--json", action="store_true")
         p.add_argument("--skip-bad", action="store_true", help="leave out unusable audio files (listed) "

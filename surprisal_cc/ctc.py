@@ -16,7 +16,7 @@ take any of its pronunciations, so the model is never told which one a word was 
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +30,7 @@ IMPOSSIBLE = NEG / 2  # a log-likelihood below this means no path fits
 FLOOR = -80.0
 
 __all__ = ["ctc_loss_graph", "ctc_loss_optional", "optional_silence_labels", "optional_silence_targets",
-           "pronunciation_graph", "pronunciation_targets"]
+           "pronunciation_graph", "pronunciation_targets", "spoken_pronunciation_graph"]
 
 
 def _transitions(targets: Tensor, target_lengths: Tensor, optional: Tensor, blank: int):
@@ -456,18 +456,68 @@ def pronunciation_graph(phones: Sequence[str], words: Sequence[str],
         return None
 
     spans = parse(0, 0)
-    if spans is None:
+    return None if spans is None else _word_graph(phones, spans, prons, sil)
+
+
+def spoken_pronunciation_graph(phones: Sequence[str], spoken: Sequence[Tuple[str, Sequence[str]]],
+                               pronunciations: Callable[[str], Sequence[Sequence[str]]],
+                               sil: str = "sil") -> Optional[Tuple[List[str], List[List[int]]]]:
+    """:func:`pronunciation_graph` for labels whose words were pronounced by someone else (MFA):
+    each word may take the phones it was labelled with or any of its pronunciations.
+
+    Arguments
+    ---------
+    phones : sequence of str
+        Labels of the utterance: each word's labelled phones in order, ``sil`` between or around them.
+    spoken : sequence of (str, sequence of str)
+        Each word with its labelled phones (e.g. :func:`surprisal_cc.alignment.read_word_phones`).
+    pronunciations : callable
+        Word -> its pronunciations (e.g. ``Lexicon.pronunciations``).
+    sil : str
+        The silence label.
+
+    Returns
+    -------
+    tuple of (list of str, list of list of int) or None
+        As for :func:`pronunciation_graph`; None when ``phones`` are not the words' phones.
+
+    Example
+    -------
+    >>> prons = {"A": [["AH"], ["EY"]], "CAT": [["K", "AE", "T"]]}.get
+    >>> tokens, preds = spoken_pronunciation_graph("sil IH K AE T".split(), [("A", ["IH"]), ("CAT", ["K", "AE", "T"])], prons)
+    >>> tokens  # "A" as labelled (IH) or as the lexicon has it
+    ['sil', 'IH', 'AH', 'EY', 'K', 'AE', 'T']
+    """
+    phones = list(phones)
+    spans, prons, i = [], [], 0
+    for word, labelled in spoken:
+        labelled = list(labelled)
+        while i < len(phones) and phones[i] == sil:
+            i += 1
+        if not labelled or phones[i:i + len(labelled)] != labelled:
+            return None
+        spans.append((i, i + len(labelled)))
+        prons.append([labelled] + [list(p) for p in pronunciations(word) or [] if list(p) != labelled])
+        i += len(labelled)
+    if any(p != sil for p in phones[i:]):
         return None
+    return _word_graph(phones, spans, prons, sil)
+
+
+def _word_graph(phones: List[str], spans: Sequence[Tuple[int, int]], prons: Sequence[Sequence[Sequence[str]]],
+                sil: str) -> Tuple[List[str], List[List[int]]]:
+    """The token graph of labels whose word ``w`` spans ``phones[start:end]`` (``spans[w]``) and may
+    take any of ``prons[w]``; each ``sil`` stays where it is."""
     tokens: List[str] = []
     preds: List[List[int]] = []
     ends = [GRAPH_START]
     position = 0
-    for w, (start, end) in enumerate(spans + [(len(phones), len(phones))]):
+    for w, (start, end) in enumerate(list(spans) + [(len(phones), len(phones))]):
         for _ in range(start - position):  # the sil before word w (after the last word at the end)
             preds.append(ends)
             tokens.append(sil)
             ends = [len(tokens) - 1 + 2]
-        if w == len(words):
+        if w == len(spans):
             break
         word_ends = []
         for pron in prons[w]:
@@ -500,11 +550,26 @@ def pronunciation_targets(rows: Mapping[str, Mapping[str, str]], g2p: str,
     dict
         Utterance id -> (tokens, predecessor lists).
     """
+    pronounce = lexicon_pronunciations(g2p, (w for row in rows.values() for w in row["wrd"].split()))
+    table = {}
+    for utt_id, row in rows.items():
+        words = row["wrd"].split()
+        if all(len(pronounce(w)) < 2 for w in words):
+            continue
+        got = pronunciation_graph(row["phn"].split(), words, pronounce, sil)
+        if got is not None:
+            table[utt_id] = got
+    return table
+
+
+def lexicon_pronunciations(g2p: str, words: Iterable[str] = ()) -> Callable[[str], List[List[str]]]:
+    """Word -> its CMUdict pronunciations (``Lexicon.pronunciations``, remembered), with the OOV
+    policy ``g2p``; none for an OOV word under ``g2p="error"``. ``words`` are looked up at once."""
     from .data.errors import DataPreparationError
     from .data.lexicon import Lexicon
 
     lexicon = Lexicon(g2p=g2p)
-    lexicon.prefetch(w for row in rows.values() for w in row["wrd"].split())
+    lexicon.prefetch(words)
     prons: Dict[str, List[List[str]]] = {}
 
     def pronounce(word: str) -> List[List[str]]:
@@ -515,15 +580,7 @@ def pronunciation_targets(rows: Mapping[str, Mapping[str, str]], g2p: str,
                 prons[word] = []
         return prons[word]
 
-    table = {}
-    for utt_id, row in rows.items():
-        words = row["wrd"].split()
-        if all(len(pronounce(w)) < 2 for w in words):
-            continue
-        got = pronunciation_graph(row["phn"].split(), words, pronounce, sil)
-        if got is not None:
-            table[utt_id] = got
-    return table
+    return pronounce
 
 
 def chain_predecessors(n: int) -> List[List[int]]:

@@ -552,7 +552,8 @@ class ConditionalASR:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
                  batch_size: Optional[int] = None, seed: Optional[int] = None, g2p: Optional[str] = None,
-                 timit_split: str = "test", progress: bool = False) -> Dict[str, Any]:
+                 timit_split: str = "test", progress: bool = False,
+                 any_pronunciation: bool = False) -> Dict[str, Any]:
         """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF on a labelled corpus.
 
         Arguments
@@ -577,6 +578,11 @@ class ConditionalASR:
             ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
         progress : bool
             Show a progress bar.
+        any_pronunciation : bool
+            Also score each hypothesis against the reference as the words would read with any
+            of their CMUdict pronunciations (or, with MFA labels, the labelled one), the one
+            fewest edits away (:func:`pronunciation_references`): how much of the PER is the
+            choice of pronunciations. LibriSpeech folders and manifests with a ``wrd`` column.
 
         Returns
         -------
@@ -585,7 +591,10 @@ class ConditionalASR:
             ``num_utterances``, ``flops_per_frame``, ``flops_components``, ``p_big_mean``,
             ``p_big_var`` and ``big_fraction`` (small/big routing), ``mean_steps`` (ACT, PonderNet), ``rtf``,
             ``compute_s``, ``audio_s`` and what was evaluated (``data``, ``labels``, ``skipped``,
-            ``model``, ``device``, ``precision``, ``beam_size``).
+            ``model``, ``device``, ``precision``, ``beam_size``); with ``any_pronunciation``,
+            ``any_pronunciation``: ``per``, ``substitutions``, ``deletions``, ``insertions``,
+            ``num_ref_tokens`` against those references and ``fixed`` (utterances whose labels
+            are not their words' phones, scored against their labels as they are).
 
         Raises
         ------
@@ -596,7 +605,7 @@ class ConditionalASR:
         """
         from .brain import RoutingStats
         from .data.audio import read_audio
-        from .metrics import ErrorRate
+        from .metrics import ErrorRate, closest_path
 
         items, label_source = corpus_items(data, self, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split)
         infos, problems = check_audio_many([wav for _, wav, _ in items])
@@ -609,6 +618,9 @@ class ConditionalASR:
         items = [item for item in items if str(item[1]) in infos]
         if not items:
             raise DataPreparationError(f"{data}: no usable utterance to score")
+        graphs = pronunciation_references(data, items, mfa_labels, g2p or self.config.get("label_policy", {}).get(
+            "g2p") or "spn") if any_pronunciation else None
+        closest = ErrorRate(merge_sil=bool(self.config.get("merge_sil", True)))
         warn_converted(infos, self.feature_config.sample_rate)
         batch_size = int(batch_size or self.config.get("batch_size", 8))
         errors = ErrorRate(merge_sil=bool(self.config.get("merge_sil", True)))
@@ -631,6 +643,10 @@ class ConditionalASR:
                 seconds += elapsed
                 audio_s += float(samples.sum()) / self.feature_config.sample_rate
                 errors.append([u for u, _, _ in chunk], phones, [ref for _, _, ref in chunk])
+                if graphs is not None:
+                    closest.append([u for u, _, _ in chunk], phones,
+                                   [closest_path(hyp, *graphs[u]) if graphs.get(u) else ref
+                                    for hyp, (u, _, ref) in zip(phones, chunk)])
                 mask = lengths_to_mask(out.lengths, out.log_probs.shape[1])
                 meter.update(out.frame_macs, int(out.lengths.sum()),
                              uniform={"apc": self.apc_macs} if self.uses_apc else {})
@@ -649,6 +665,12 @@ class ConditionalASR:
         }
         if steps_frames:
             result["mean_steps"] = steps_total / steps_frames
+        if graphs is not None:
+            free = closest.summarize()
+            result["any_pronunciation"] = {
+                "per": free["error_rate"], **{k: free[k] for k in ("substitutions", "deletions", "insertions",
+                                                                   "num_ref_tokens")},
+                "fixed": sum(1 for u, _, _ in items if not graphs.get(u))}
         result.update({"rtf": seconds / max(audio_s, 1e-9), "compute_s": seconds, "audio_s": audio_s,
                        "data": str(data), "labels": label_source, "skipped": problems,
                        "model": str(self.source) if self.source else None, "device": str(self.device),
@@ -793,6 +815,58 @@ def corpus_items(data: PathLike, asr: ConditionalASR, mfa_labels: Optional[PathL
         except DataPreparationError as err:
             raise DataPreparationError(f"{data}: the labels ({source}) are not the model's label set: {err}") from None
     return items, source
+
+
+def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: Optional[PathLike] = None,
+                             g2p: str = "spn") -> Dict[str, Optional[Tuple[List[str], List[List[int]]]]]:
+    """Per utterance of ``items`` (:func:`corpus_items`), its reference as a token graph in which
+    each word may take any of its CMUdict pronunciations (and, with MFA labels, the one it was
+    labelled with), each ``sil`` staying where it is; None where the labels are not the words' phones.
+
+    Arguments
+    ---------
+    data : str or path
+        The corpus of ``items``: a LibriSpeech-format folder or a manifest CSV with a ``wrd`` column.
+    items : sequence of (str, str, list of str)
+        Utterance id, audio path and reference phones.
+    mfa_labels : str or path, optional
+        The MFA labels (CSV export or TextGrid folder) the references came from: their words'
+        phones are read from them.
+    g2p : str
+        OOV policy of the lexicon.
+
+    Returns
+    -------
+    dict
+        Utterance id -> (tokens, predecessor lists) as for :func:`surprisal_cc.ctc.pronunciation_graph`, or None.
+
+    Raises
+    ------
+    ConfigurationError
+        For a TIMIT folder (hand-labelled phones, not words' pronunciations) or a manifest without words.
+    """
+    from .ctc import lexicon_pronunciations, pronunciation_graph, spoken_pronunciation_graph
+    from .data.librispeech import scan_subset
+    from .data.mfa import load_mfa_word_phones
+
+    path = Path(data)
+    if path.is_file():
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = {row["ID"]: row for row in csv.DictReader(f)}
+        if any("wrd" not in row for row in rows.values()):
+            raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
+        words = {utt: rows[utt]["wrd"].split() for utt, _, _ in items}
+    elif _is_timit(path):
+        raise ConfigurationError(f"{path}: TIMIT's labels are hand-labelled phones, not words' pronunciations: "
+                                 "scoring against any pronunciation is for LibriSpeech folders and manifests")
+    else:
+        words = {u.id: list(u.words) for u in scan_subset(path)}
+    pronounce = lexicon_pronunciations(g2p, (w for ws in words.values() for w in ws))
+    if mfa_labels is not None and not path.is_file():
+        spoken = load_mfa_word_phones(mfa_labels)
+        return {utt: spoken_pronunciation_graph(ref, spoken[utt], pronounce) if utt in spoken else None
+                for utt, _, ref in items}
+    return {utt: pronunciation_graph(ref, words[utt], pronounce) for utt, _, ref in items}
 
 
 def _is_timit(path: Path) -> bool:

@@ -19,11 +19,13 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+import numpy as np
+
 from speechbrain.utils.metric_stats import ErrorRateStats
 
 from .data.phones import merge_repeated
 
-__all__ = ["ErrorRate", "phone_error_rate", "word_error_rate"]
+__all__ = ["ErrorRate", "phone_error_rate", "word_error_rate", "closest_path"]
 
 
 class ErrorRate:
@@ -124,3 +126,63 @@ def word_error_rate(
     """
     split = lambda xs: [x.split() if isinstance(x, str) else list(x) for x in xs]  # noqa: E731
     return _corpus_rate(split(refs), split(hyps), merge_sil=False)
+
+
+def closest_path(hyp: Sequence[str], tokens: Sequence[str],
+                 predecessors: Sequence[Sequence[int]]) -> list[str]:
+    """The path through a graph of tokens that is the fewest edits (substitutions, deletions,
+    insertions) away from ``hyp``: the reference to score ``hyp`` against when a reference may
+    take any of several forms, e.g. every pronunciation of each word
+    (:func:`surprisal_cc.ctc.pronunciation_graph`).
+
+    The graph is coded as for :func:`surprisal_cc.ctc.ctc_loss_graph`: ``predecessors[k]`` lists
+    the predecessors of ``tokens[k]`` (1: the start, ``j + 2``: token ``j``, 0: padding; tokens in
+    topological order), ``predecessors[len(tokens)]`` the tokens a path may end with. Exact dynamic
+    programming over (token, hypothesis position), vectorised over the hypothesis; ties go to the
+    earlier predecessor.
+
+    Example
+    -------
+    >>> tokens = ["sil", "DH", "AH", "DH", "IY", "K", "AE", "T"]  # "the" two ways, then "cat"
+    >>> preds = [[1], [2], [3], [2], [5], [4, 6], [7], [8], [9]]
+    >>> closest_path("DH IY K AE T".split(), tokens, preds)
+    ['sil', 'DH', 'IY', 'K', 'AE', 'T']
+    >>> closest_path("DH AH K AH T".split(), tokens, preds)
+    ['sil', 'DH', 'AH', 'K', 'AE', 'T']
+    """
+    n, m = len(tokens), len(hyp)
+    if len(predecessors) != n + 1:
+        raise ValueError(f"{len(predecessors)} predecessor lists for {n} tokens: need one per token and "
+                         "one more (the ends)")
+    position = np.arange(m + 1)
+    # cost[c]: the fewest edits between hyp[:i] and a path ending at code c (1: the start, j + 2: token j)
+    cost = np.empty((n + 2, m + 1), dtype=np.int64)
+    cost[1] = position  # the empty path: insert everything
+    for k in range(n):
+        codes = [c for c in predecessors[k] if c]
+        if not codes or max(codes) >= k + 2:
+            raise ValueError(f"token {k} ({tokens[k]!r}) has predecessors {list(predecessors[k])}: each "
+                             f"needs at least one, all earlier in the graph (codes below {k + 2})")
+        before = cost[codes].min(axis=0)
+        match = np.array([t != tokens[k] for t in hyp], dtype=np.int64)
+        best = before + 1  # tokens[k] deleted
+        best[1:] = np.minimum(best[1:], before[:-1] + match)  # tokens[k] substituted or correct
+        cost[k + 2] = np.minimum.accumulate(best - position) + position  # hyp tokens inserted after it
+    ends = [c for c in predecessors[n] if c]
+    if not ends:
+        raise ValueError("the graph has no ends (its last predecessor list is empty)")
+    code, i = min(ends, key=lambda c: cost[c, m]), m
+    path: list[str] = []
+    while code != 1:
+        k = code - 2
+        if i > 0 and cost[code, i] == cost[code, i - 1] + 1:
+            i -= 1  # an insertion after token k
+            continue
+        codes = [c for c in predecessors[k] if c]
+        diagonal = [c for c in codes if i > 0 and cost[c, i - 1] + (hyp[i - 1] != tokens[k]) == cost[code, i]]
+        path.append(tokens[k])
+        if diagonal:
+            code, i = diagonal[0], i - 1
+        else:
+            code = next(c for c in codes if cost[c, i] + 1 == cost[code, i])
+    return path[::-1]

@@ -209,9 +209,9 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     dict
         Split name -> DynamicItemDataset giving ``id``, ``tokens`` (targets from ``phn``, or
         SentencePiece units of ``wrd``), ``wrd``, the features, and for an optional-silence
-        training split ``optional`` (which targets may be skipped), for a training split with
-        pronunciation alternatives ``predecessors`` (``tokens`` then hold the graph's tokens;
-        :func:`surprisal_cc.ctc.ctc_loss_graph`).
+        training split ``optional`` (which targets may be skipped); with pronunciation
+        alternatives, the training and validation splits give ``predecessors`` (``tokens`` then
+        hold the graph's tokens; :func:`surprisal_cc.ctc.ctc_loss_graph`).
     """
     from .data.audio import read_audio
 
@@ -250,30 +250,32 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     if optional_silence and alternatives:
         raise ConfigurationError("optional_silence and pronunciation_alternatives are two kinds of training "
                                  "targets: set one of them")
-    plain = [d for split, d in datasets.items() if split != "train" or not (optional_silence or alternatives)]
-    if alternatives and "train" in datasets:  # training targets: every pronunciation of every word
-        from .ctc import chain_predecessors, graph_tensor, pronunciation_targets
+    graph_splits = [split for split in ("train", "valid") if split in datasets] if alternatives else []
+    special = graph_splits or (["train"] if optional_silence and "train" in datasets else [])
+    plain = [d for split, d in datasets.items() if split not in special]
+    from .ctc import chain_predecessors, graph_tensor, pronunciation_targets
 
-        graphs = _training_targets(hparams, datasets["train"], "pronunciation_alternatives", pronunciation_targets,
-                                   "labels made of its words' CMUdict pronunciations (lexicon or realigned labels) "
-                                   "with a word of several", "every pronunciation of every word")
-        width = max(len(p) for _, preds in graphs.values() for p in preds)  # one width for every batch
+    for split in graph_splits:  # every pronunciation of every word: trained on, and validated against
+        graphs = _special_targets(hparams, datasets[split], split, "pronunciation_alternatives", pronunciation_targets,
+                                  "labels made of its words' CMUdict pronunciations (lexicon or realigned labels) "
+                                  "with a word of several", "every pronunciation of every word")
+        width = max((len(p) for _, preds in graphs.values() for p in preds), default=1)  # one width per split
 
         @sb.utils.data_pipeline.takes("id", "phn")
         @sb.utils.data_pipeline.provides("tokens", "predecessors")
-        def graph_targets(utt_id: str, text: str):
+        def graph_targets(utt_id: str, text: str, graphs=graphs, width=width):
             phones = text.split()
             tokens, preds = graphs.get(utt_id, (phones, chain_predecessors(len(phones))))
             yield torch.LongTensor(label_encoder.encode_sequence(tokens))
             yield graph_tensor(preds, width)
 
-        sb.dataio.dataset.add_dynamic_item([datasets["train"]], graph_targets)
-    elif optional_silence and "train" in datasets:  # training targets: an optional sil at every word boundary
+        sb.dataio.dataset.add_dynamic_item([datasets[split]], graph_targets)
+    if optional_silence and "train" in datasets:  # training targets: an optional sil at every word boundary
         from .ctc import optional_silence_targets
 
-        table = _training_targets(hparams, datasets["train"], "optional_silence", optional_silence_targets,
-                                  "lexicon labels (labels: {train: lexicon}) to insert optional sil into",
-                                  "optional sil at word boundaries")
+        table = _special_targets(hparams, datasets["train"], "train", "optional_silence", optional_silence_targets,
+                                 "lexicon labels (labels: {train: lexicon}) to insert optional sil into",
+                                 "optional sil at word boundaries")
 
         @sb.utils.data_pipeline.takes("id", "phn")
         @sb.utils.data_pipeline.provides("tokens", "optional")
@@ -288,20 +290,22 @@ def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[
     if "train" in datasets:
         sb.dataio.dataset.add_dynamic_item([datasets["train"]], features(hparams.get("speed_perturbation")))
     sb.dataio.dataset.set_output_keys(plain, outputs)
-    if len(plain) < len(datasets):
-        sb.dataio.dataset.set_output_keys([datasets["train"]], outputs + ["predecessors" if alternatives else "optional"])
+    sb.dataio.dataset.set_output_keys([datasets[split] for split in special],
+                                      outputs + ["predecessors" if alternatives else "optional"])
     return datasets
 
 
-def _training_targets(hparams: Dict, train: DynamicItemDataset, key: str, build, needs: str, what: str) -> Dict:
-    """The training split's special targets, ``build(manifest rows, g2p)`` (hparams ``key``), checked and logged."""
+def _special_targets(hparams: Dict, data: DynamicItemDataset, split: str, key: str, build, needs: str,
+                     what: str) -> Dict:
+    """A split's special targets, ``build(manifest rows, g2p)`` (hparams ``key``), checked and logged;
+    the training split must have some."""
     if hparams["target_unit"] != "phone":
         raise ConfigurationError(f"{key} needs phone targets (target_unit: phone)")
-    table = build(train.data, hparams.get("g2p", "spn"))
-    if not table:
+    table = build(data.data, hparams.get("g2p", "spn"))
+    if not table and split == "train":
         raise ConfigurationError(f"{key}: no training utterance has {needs}")
-    logger.info("%s for %d of %d training utterances (the others keep their labels)", what, len(table),
-                len(train.data))
+    logger.info("%s for %d of %d %s utterances (the others keep their labels)", what, len(table), len(data.data),
+                "training" if split == "train" else split)
     return table
 
 

@@ -42,7 +42,7 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
     "penalty": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
     "number_of_epochs": None, "train_labels": None, "precision": None, "augment": False,
-    "speed_perturb": (),
+    "speed_perturb": (), "train_targets": None,
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
@@ -59,7 +59,7 @@ SORT_ORDER: Dict[str, Sequence[Any]] = {
 __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
            "table_controllers", "table_paired", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
-           "epoch_minutes", "format_learning_curves", "train_labels_name",
+           "epoch_minutes", "format_learning_curves", "train_labels_name", "train_targets_name",
            "ensure_aggregated", "select_rows", "config_of", "results_file_name", "evaluation_tag",
            "test_only_hyperparams_name"]
 
@@ -301,6 +301,20 @@ def train_labels_name(labels: Optional[Dict[str, str]], mfa_labels: Optional[Dic
     return f"mfa:{Path(str(source)).stem}"
 
 
+def train_targets_name(optional_silence: Any = False, pronunciation_alternatives: Any = False) -> Optional[str]:
+    """Which kind of training targets a run had: ``optional_silence``, ``pronunciation_alternatives``
+    or None (the labels as they are).
+
+    Example
+    -------
+    >>> train_targets_name(False, True), train_targets_name(None, None)
+    ('pronunciation_alternatives', None)
+    """
+    if pronunciation_alternatives:
+        return "pronunciation_alternatives"
+    return "optional_silence" if optional_silence else None
+
+
 def _run_info(run_dir: Path) -> Row:
     """What a results file lacks: penalty and ponder settings (hyperparams.yaml), last train loss."""
     hp = load_yaml_tolerant(run_dir / "hyperparams.yaml")
@@ -312,6 +326,7 @@ def _run_info(run_dir: Path) -> Row:
         "pondernet_beta": _as_float(_hparam(hp, "pondernet_beta", "encoder_module.adaptive_options.pondernet.beta")),
         "number_of_epochs": _hparam(hp, "number_of_epochs"),
         "train_labels": train_labels_name(hp.get("labels"), hp.get("mfa_labels")) if hp else None,
+        "train_targets": train_targets_name(hp.get("optional_silence"), hp.get("pronunciation_alternatives")),
         "train_loss": history[-1].get("train_loss") if history else None,
     }
 
@@ -548,6 +563,8 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
     labels = config.get("train_labels")
     if labels and labels != "lexicon":
         notes.append("MFA training labels" if labels == "mfa" else f"training labels {labels.split(':', 1)[-1]}")
+    notes += {"pronunciation_alternatives": ["every pronunciation"], "optional_silence": ["optional sil"]}.get(
+        config.get("train_targets"), [])
     if config.get("precision") == "fp32":
         notes.append("fp32 training")
     if config.get("augment"):

@@ -169,15 +169,20 @@ def test_build_datasets_gives_training_targets_a_graph(tmp_path):
     assert items["u1"]["predecessors"].tolist() == [[1, 0], [2, 0], [2, 0], [3, 4], [5, 0], [6, 0], [7, 0], [8, 0]]
     # one pronunciation per word: the labels as a chain, as wide as the others
     assert items["u2"]["predecessors"].tolist() == [[1, 0], [2, 0], [3, 0], [4, 0], [5, 0], [6, 0]]
-    with datasets["valid"].output_keys_as(["tokens"]):
-        assert encoder.decode_ndim(datasets["valid"][0]["tokens"].tolist()) == "sil EY K AE T sil".split()
+    with datasets["valid"].output_keys_as(["id", "tokens", "predecessors"]):  # validated against the same graphs
+        assert {item["id"]: item["predecessors"].tolist() for item in datasets["valid"]} == {
+            k: v["predecessors"].tolist() for k, v in items.items()}
+    datasets = build_datasets(hparams, {"train": manifest, "test": manifest}, cache=None)
+    with datasets["test"].output_keys_as(["tokens"]):  # tested against the labels as they are
+        assert encoder.decode_ndim(datasets["test"][0]["tokens"].tolist()) == "sil EY K AE T sil".split()
+        assert "predecessors" not in datasets["test"][0]
     with pytest.raises(ConfigurationError, match="set one of them"):
         build_datasets({**hparams, "optional_silence": True}, {"train": manifest}, cache=None)
 
 
 def test_recipe_trains_with_pronunciation_alternatives(mini_corpus):
-    """The real recipe, one epoch: the graph loss on the 2 training batches only."""
+    """The real recipe, one epoch: the graph loss on the training and validation batches, not in the test."""
     out, res = run_fbank_big_only_epoch(mini_corpus, "exp_prons", "ctc_loss_graph", pronunciation_alternatives=True)
     assert "of 6 training utterances (the others keep their labels)" in out
-    assert "ctc_loss_graph calls: 2" in out  # 6 training utterances, batches of 4; not in valid/test
+    assert "ctc_loss_graph calls: 4" in out  # 6 training and 6 validation utterances, batches of 4
     assert res["error_rate_details"]["num_utterances"] == 6 and res["PER"] > 0

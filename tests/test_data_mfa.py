@@ -6,7 +6,8 @@ from data_fixtures import write_mfa_csv
 from surprisal_cc.data import DataPreparationError
 from surprisal_cc.data import mfa
 from surprisal_cc.data.mfa import (
-    build_mfa_command, load_mfa_labels, parse_textgrid, read_mfa_csv, run_mfa, textgrid_phones,
+    build_mfa_command, load_mfa_labels, load_mfa_word_phones, parse_textgrid, read_mfa_csv, run_mfa,
+    textgrid_phones,
 )
 
 
@@ -45,6 +46,15 @@ def test_textgrid_folder_and_unknown_symbol(tmp_path):
     (tmp_path / "spk" / "1-2-0004.TextGrid").write_text(TG.replace('"L"', '"LL"'))
     with pytest.raises(DataPreparationError, match=r"1-2-0004.*\['LL'\]"):
         load_mfa_labels(tmp_path)
+
+
+def test_word_phones_from_textgrids_and_a_csv_without_timings(tmp_path):
+    (tmp_path / "spk").mkdir()
+    (tmp_path / "spk" / "1-2-0003.TextGrid").write_text(TG)
+    assert load_mfa_word_phones(tmp_path) == {"1-2-0003": [("hello", ("HH", "AH", "L", "OW")), ("gwyn", ("spn",))]}
+    path = write_mfa_csv(tmp_path / "x.csv", "dev-clean-2", {"1-2-0000": "sil AH D sil"})
+    with pytest.raises(DataPreparationError, match="x.csv: no word timings"):
+        load_mfa_word_phones(path)
 
 
 def test_csv_reader(tmp_path):

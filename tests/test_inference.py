@@ -105,6 +105,33 @@ def test_lexicon_labels_follow_the_training_g2p_policy(exported, mini_corpus):  
     assert report["num_utterances"] == 6 and report["per"] > 0
 
 
+def test_evaluate_against_any_pronunciation(exported, mini_corpus, tmp_path, capsys):  # noqa: F811
+    """Scored against the closest pronunciation of each word, every utterance parses (MFA's and the
+    lexicon's labels are their words' phones) and no utterance has more edits than against its labels."""
+    from surprisal_cc.inference import pronunciation_references
+    from surprisal_cc.recipe import ConfigurationError
+
+    subset = mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2"
+    mfa = mini_corpus / "corpus" / "phone_labels" / "dev-clean-2_mfa.csv"
+    asr = ConditionalASR.from_pretrained(exported)
+    for labels in (str(mfa), None):
+        report = asr.evaluate(subset, mfa_labels=labels, any_pronunciation=True, seed=1)
+        free = report["any_pronunciation"]
+        assert free["fixed"] == 0
+        edits = report["substitutions"] + report["deletions"] + report["insertions"]
+        assert free["substitutions"] + free["deletions"] + free["insertions"] <= edits
+    assert main(["evaluate", str(subset), "--model", str(exported), "--mfa-labels", str(mfa),
+                 "--any-pronunciation"]) == 0
+    assert "against the closest pronunciation of each word" in capsys.readouterr().out
+    (tmp_path / "TIMIT" / "TEST").mkdir(parents=True)
+    with pytest.raises(ConfigurationError, match="hand-labelled"):
+        pronunciation_references(tmp_path / "TIMIT", [])
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("ID,wav,phn\nu1,x.flac,sil AH sil\n")
+    with pytest.raises(ConfigurationError, match="a wrd column"):
+        pronunciation_references(manifest, [("u1", "x.flac", ["sil", "AH", "sil"])])
+
+
 def test_fp16_export_halves_the_size_and_loads_as_fp32(trained_run, exported, tmp_path):
     half = tmp_path / "half"
     assert main(["export", str(trained_run), str(half), "--dtype", "fp16"]) == 0

@@ -7,7 +7,8 @@ import random
 import jiwer
 import pytest
 
-from surprisal_cc.metrics import ErrorRate, phone_error_rate, word_error_rate
+from surprisal_cc.ctc import chain_predecessors, pronunciation_graph
+from surprisal_cc.metrics import ErrorRate, closest_path, phone_error_rate, word_error_rate
 
 PHONES = ["aa", "ae", "b", "d", "iy", "k", "s", "t", "sil"]
 
@@ -118,3 +119,54 @@ def test_length_mismatch_raises() -> None:
         ErrorRate().append(["a"], [["x"]], [["x"], ["y"]])
     with pytest.raises(ValueError):
         phone_error_rate([["a"]], [])
+
+
+def _edits(ref: list[str], hyp: list[str]) -> int:
+    """Levenshtein distance (plain dynamic programming)."""
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        previous, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (r != h))
+    return row[-1]
+
+
+def _paths(tokens, preds):
+    """Every path of a token graph (brute force)."""
+    def ending_at(code):
+        if code == 1:
+            return [[]]
+        return [p + [tokens[code - 2]] for c in preds[code - 2] if c for p in ending_at(c)]
+    return [p for c in preds[len(tokens)] if c for p in ending_at(c)]
+
+
+def test_closest_path_is_the_nearest_of_all_paths() -> None:
+    """Against brute force over every path of random pronunciation graphs (any word may take any
+    of its pronunciations, sil fixed): the returned path is a path, and none is fewer edits away."""
+    rng = random.Random(4)
+    lexicon = {w: [[rng.choice(PHONES[:-1]) for _ in range(rng.randint(1, 3))] for _ in range(rng.randint(1, 3))]
+               for w in "abcdef"}
+    checked = 0
+    for _ in range(60):
+        words = [rng.choice("abcdef") for _ in range(rng.randint(0, 4))]
+        phones = ["sil"] + [p for w in words for p in rng.choice(lexicon[w]) + (["sil"] if rng.random() < 0.3 else [])]
+        graph = pronunciation_graph(phones, words, lexicon.get)
+        if graph is None:  # two pronunciations spell the same phones differently split: not a parse
+            continue
+        tokens, preds = graph
+        hyp = [rng.choice(PHONES) for _ in range(rng.randint(0, 8))]
+        path = closest_path(hyp, tokens, preds)
+        every = _paths(tokens, preds)
+        assert path in every
+        assert _edits(path, hyp) == min(_edits(p, hyp) for p in every)
+        checked += 1
+    assert checked > 40
+
+
+def test_closest_path_of_a_chain_is_the_chain_and_bad_graphs_are_named() -> None:
+    assert closest_path(["a", "x"], ["a", "b", "c"], chain_predecessors(3)) == ["a", "b", "c"]
+    assert closest_path([], [], chain_predecessors(0)) == []
+    with pytest.raises(ValueError, match="one per token and one more"):
+        closest_path(["a"], ["a", "b"], [[1], [2]])
+    with pytest.raises(ValueError, match="token 1 .'b'. has predecessors"):
+        closest_path(["a"], ["a", "b"], [[1], [3], [3]])

@@ -259,3 +259,17 @@ def test_read_history_names_a_damaged_line_that_is_not_the_last(tmp_path: Path) 
     (tmp_path / "history.jsonl").write_text('{"epoch": 1, "PER": 30.5}\n{"epoch": 2, "PE\n{"epoch": 3, "PER": 28}\n')
     with pytest.raises(ValueError, match=r"history\.jsonl, line 2: not JSON"):
         report.read_history(tmp_path)
+
+
+def test_training_targets_set_runs_apart(tmp_path: Path) -> None:
+    """A run trained over every pronunciation is its own row, named so, read from results.json or, for
+    an older results file, from the run's hyperparams.yaml."""
+    write_run(tmp_path, "plain", 1, 34.8, controller="big_only")
+    write_run(tmp_path, "alternatives", 1, 33.7, controller="big_only", train_targets="pronunciation_alternatives")
+    older = write_run(tmp_path, "older", 1, 33.9, controller="big_only")
+    with open(older / "hyperparams.yaml", "a") as f:
+        f.write("optional_silence: True\n")
+    names = sorted(report.model_name(report.config_of(r)) for r in report.collect_results(tmp_path))
+    assert names == ["Big network only", "Big network only [every pronunciation]", "Big network only [optional sil]"]
+    table = report.table_controllers(report.collect_results(tmp_path))
+    assert len(table.rows) == 3

@@ -147,6 +147,49 @@ def load_mfa_labels(source: PathLike) -> Dict[str, List[str]]:
     raise DataPreparationError(f"MFA label source {source} does not exist (CSV file or TextGrid folder)")
 
 
+def textgrid_word_phones(tiers: Mapping[str, List[Interval]], words: str = "words",
+                         phones: str = "phones") -> List[Tuple[str, Tuple[str, ...]]]:
+    """Each word of an MFA TextGrid with the phones that start within it (stress stripped, silence
+    left out), in order.
+
+    Example
+    -------
+    >>> tiers = {"words": [(0, 0.2, ""), (0.2, 1, "a")], "phones": [(0, 0.2, ""), (0.2, 0.6, "AH0")]}
+    >>> textgrid_word_phones(tiers)
+    [('a', ('AH',))]
+    """
+    for tier in (words, phones):
+        if tier not in tiers:
+            raise DataPreparationError(f"TextGrid has no {tier!r} tier (tiers: {sorted(tiers)})")
+    out = []
+    for start, end, word in tiers[words]:
+        if word.strip() in _SILENCE_MARKS:
+            continue
+        marks = [mark.strip() for t, _, mark in tiers[phones] if start <= t < end and mark.strip() not in _SILENCE_MARKS]
+        out.append((word.strip(), tuple(SPOKEN_NOISE if m.lower() == SPOKEN_NOISE else strip_stress(m).upper()
+                                        for m in marks)))
+    return out
+
+
+def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:
+    """``{utterance id: [(word, its phones), ...]}`` from a CSV export or a folder of TextGrid files
+    (the same sources as :func:`load_mfa_labels`)."""
+    source = Path(source)
+    if source.is_dir():
+        return {path.stem: textgrid_word_phones(parse_textgrid(path.read_text(encoding="utf-8")))
+                for path in sorted(source.rglob("*.TextGrid"))}
+    if source.is_file():
+        from ..alignment import read_word_phones
+
+        try:
+            return read_word_phones(source)
+        except (KeyError, ValueError, SyntaxError) as err:
+            raise DataPreparationError(f"{source}: no word timings ({type(err).__name__}: {err}); words and "
+                                       "their phones need the columns phn, phn_starts, words, wrd_starts, "
+                                       "wrd_ends of MFA's CSV export") from None
+    raise DataPreparationError(f"MFA label source {source} does not exist (CSV file or TextGrid folder)")
+
+
 def build_mfa_command(
     corpus_dir: PathLike,
     dictionary: PathLike,

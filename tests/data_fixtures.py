@@ -13,6 +13,7 @@ on ``sys.path`` because the folder has no ``__init__.py``. The fixture lives her
 """
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -263,6 +264,16 @@ def make_bad_audio_fixture(root: PathLike) -> Dict[str, Path]:
 
 
 MFA_CSV_HEADER = "path,wrd,phonemes_39,phonemes_61,phn,phn_starts,phn_ends,words,wrd_starts,wrd_ends\n"
+
+
+def write_label_manifest(path: Path, rows: dict) -> Path:
+    """A recipe manifest (ID, duration, wav, spk_id, wrd, phn) of ``rows = {utt_id: (words, phones)}``
+    with placeholder audio, for label pipelines that never read it."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["ID", "duration", "wav", "spk_id", "wrd", "phn"])
+        writer.writerows([utt, "1.0", "x.flac", "s", words, phones] for utt, (words, phones) in rows.items())
+    return path
 
 
 def write_mfa_csv(path: Path, subset: str, labels: dict) -> Path:

@@ -2,13 +2,12 @@
 against brute force over every choice of pronunciations, and the graphs built from labels."""
 from __future__ import annotations
 
-import csv
 import itertools
 
 import pytest
 import torch
 
-from data_fixtures import mini_corpus, run_fbank_big_only_epoch  # noqa: F401  (a fixture)
+from data_fixtures import mini_corpus, run_fbank_big_only_epoch, write_label_manifest  # noqa: F401  (a fixture)
 from test_ctc_optional import value_and_grad
 from surprisal_cc.ctc import chain_predecessors, ctc_loss_graph, graph_tensor, pronunciation_graph, pronunciation_targets
 
@@ -154,12 +153,8 @@ def test_pronunciation_targets_skip_rows_with_one_pronunciation_per_word():
 def test_build_datasets_gives_training_targets_a_graph(tmp_path):
     from surprisal_cc.recipe import ConfigurationError, build_datasets, label_encoder_for, phone_set
 
-    manifest = tmp_path / "m.csv"
-    with open(manifest, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["ID", "duration", "wav", "spk_id", "wrd", "phn"])
-        w.writerow(["u1", "1.0", "x.flac", "s", "A CAT", "sil EY K AE T sil"])
-        w.writerow(["u2", "1.0", "x.flac", "s", "CAT", "sil K AE T sil"])
+    manifest = write_label_manifest(tmp_path / "m.csv", {"u1": ("A CAT", "sil EY K AE T sil"),
+                                                          "u2": ("CAT", "sil K AE T sil")})
     encoder = label_encoder_for(phone_set("librispeech"))
     hparams = {"label_encoder": encoder, "target_unit": "phone", "pronunciation_alternatives": True, "g2p": "spn"}
     datasets = build_datasets(hparams, {"train": manifest, "valid": manifest}, cache=None)

@@ -2,13 +2,12 @@
 and the optional-silence training targets, down to the recipe run with ``--optional_silence=True``."""
 from __future__ import annotations
 
-import csv
 import itertools
 
 import pytest
 import torch
 
-from data_fixtures import mini_corpus, run_fbank_big_only_epoch  # noqa: F401  (a fixture)
+from data_fixtures import mini_corpus, run_fbank_big_only_epoch, write_label_manifest  # noqa: F401  (a fixture)
 from surprisal_cc.ctc import ctc_loss_optional, optional_silence_labels, optional_silence_targets
 
 
@@ -161,11 +160,7 @@ def test_optional_silence_targets_from_the_lexicon():
 def test_build_datasets_gives_training_targets_an_optional_mask(tmp_path):
     from surprisal_cc.recipe import build_datasets, label_encoder_for, phone_set
 
-    manifest = tmp_path / "m.csv"
-    with open(manifest, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["ID", "duration", "wav", "spk_id", "wrd", "phn"])
-        w.writerow(["u1", "1.0", "x.flac", "s", "THE CAT", "sil DH AH K AE T sil"])
+    manifest = write_label_manifest(tmp_path / "m.csv", {"u1": ("THE CAT", "sil DH AH K AE T sil")})
     encoder = label_encoder_for(phone_set("librispeech"))
     hparams = {"label_encoder": encoder, "target_unit": "phone", "optional_silence": True, "g2p": "spn"}
     datasets = build_datasets(hparams, {"train": manifest, "valid": manifest}, cache=None)

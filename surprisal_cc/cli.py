@@ -221,8 +221,10 @@ def cmd_export(args, unknown: List[str]) -> int:
 def _load_model(args):
     from .inference import ConditionalASR
 
-    return ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision,
-                                          deterministic=args.deterministic)
+    asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision,
+                                         deterministic=args.deterministic)
+    asr.beam_search.blank_penalty = args.blank_penalty
+    return asr
 
 
 def _plot_path(plot: str, audio: Path, many: bool) -> Path:
@@ -395,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="fp32",
                        help="bf16: autocast where the device computes it natively")
         p.add_argument("--deterministic", action="store_true", help="route with p_big > 0.5 instead of sampling")
+        p.add_argument("--blank-penalty", type=float, default=0.0, metavar="P",
+                       help="subtract P from the blank's log-probability before the beam search (default 0)")
     return parser
 
 

@@ -484,6 +484,9 @@ class CTCBeamSearch:
         Blank label id.
     beam_size : int
         Hypotheses kept per frame.
+    blank_penalty : float
+        Subtracted from the blank's log-probability in every frame before decoding (0: plain
+        CTC decoding); positive values trade deletions for insertions.
     backend : str
         ``"native"`` (numpy prefix beam search in this module; the
         beam holds distinct prefixes), ``"torchaudio"`` (flashlight C++
@@ -507,7 +510,7 @@ class CTCBeamSearch:
     (2, True)
     """
 
-    def __init__(self, blank: int = 0, beam_size: int = 10, backend: str = "auto") -> None:
+    def __init__(self, blank: int = 0, beam_size: int = 10, backend: str = "auto", blank_penalty: float = 0.0) -> None:
         if beam_size < 1:
             raise ValueError("beam_size must be >= 1")
         valid = ("auto", *BACKENDS, "speechbrain_prefix")
@@ -522,6 +525,7 @@ class CTCBeamSearch:
         self.blank = int(blank)
         self.beam_size = int(beam_size)
         self.backend = backend
+        self.blank_penalty = float(blank_penalty)
         self._impl: dict[int, Callable[[Tensor, list[int]], list[list[int]]]] = {}
 
     def _get_impl(self, V: int) -> Callable[[Tensor, list[int]], list[list[int]]]:
@@ -556,6 +560,9 @@ class CTCBeamSearch:
         lp = log_probs.detach().to("cpu")
         if lp.dtype not in (torch.float32, torch.float64):
             lp = lp.float()
+        if self.blank_penalty:
+            lp = lp.clone()
+            lp[..., self.blank] -= self.blank_penalty
         return self._get_impl(int(lp.shape[-1]))(lp, lens)
 
     def __repr__(self) -> str:

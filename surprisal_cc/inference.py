@@ -674,7 +674,8 @@ class ConditionalASR:
         result.update({"rtf": seconds / max(audio_s, 1e-9), "compute_s": seconds, "audio_s": audio_s,
                        "data": str(data), "labels": label_source, "skipped": problems,
                        "model": str(self.source) if self.source else None, "device": str(self.device),
-                       "precision": self.precision, "beam_size": self.beam_search.beam_size})
+                       "precision": self.precision, "beam_size": self.beam_search.beam_size,
+                       "blank_penalty": self.beam_search.blank_penalty})
         return result
 
 

@@ -187,3 +187,11 @@ def test_native_equals_speechbrain_prefix_searcher_small_beam() -> None:
         nat = CTCBeamSearch(blank=0, beam_size=K, backend="native")(lp, lens)
         sbp = CTCBeamSearch(blank=0, beam_size=K, backend="speechbrain_prefix")(lp, lens)
         assert nat == sbp
+
+
+def test_blank_penalty_trades_deletions_for_insertions_and_leaves_the_input_alone() -> None:
+    lp = torch.tensor([[[0.9, 0.1], [0.9, 0.1], [0.9, 0.1]]]).log()  # P([]) = 0.729, P([1]) = 0.262
+    before = lp.clone()
+    assert CTCBeamSearch(blank=0, beam_size=4)(lp, [3]) == [[]]
+    assert CTCBeamSearch(blank=0, beam_size=4, blank_penalty=2.0)(lp, [3]) == [[1]]
+    assert torch.equal(lp, before)

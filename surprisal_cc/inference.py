@@ -620,10 +620,10 @@ class ConditionalASR:
             raise DataPreparationError(f"{data}: no usable utterance to score")
         graphs = pronunciation_references(data, items, mfa_labels, g2p or self.config.get("label_policy", {}).get(
             "g2p") or "spn") if any_pronunciation else None
-        closest = ErrorRate(merge_sil=bool(self.config.get("merge_sil", True)))
         warn_converted(infos, self.feature_config.sample_rate)
         batch_size = int(batch_size or self.config.get("batch_size", 8))
-        errors = ErrorRate(merge_sil=bool(self.config.get("merge_sil", True)))
+        # against the labels, and against the closest pronunciations (any_pronunciation)
+        errors, closest = (ErrorRate(merge_sil=bool(self.config.get("merge_sil", True))) for _ in range(2))
         meter, routing = MacMeter(), RoutingStats()
         steps_total, steps_frames, seconds, audio_s = 0.0, 0, 0.0, 0.0
         rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])

@@ -269,6 +269,15 @@ def test_resume_after_kill_gives_the_same_result(pretrained, tmp_path):
     assert resumed["big_fraction"] == straight["big_fraction"]
 
 
+@pytest.mark.parametrize("hparams_file", [MLS_HPARAMS, REPO / "hparams" / "TIMIT" / "conditional_ctc.yaml"])
+def test_recipes_checkpoint_within_an_epoch_by_default(hparams_file, tmp_path):
+    """An epoch cut off by the end of a job resumes from its last intra-epoch checkpoint."""
+    from surprisal_cc.recipe import load_hparams
+
+    hparams = load_hparams(str(hparams_file), f"data_folder: x\nexperiment_root: {tmp_path}")
+    assert 0 < hparams["ckpt_interval_minutes"] <= 30
+
+
 def test_torchrun_two_processes(pretrained, tmp_path):
     """DDP with 2 CPU processes (gloo): data preparation and caching on the main process only."""
     apc = pretrained / "exp" / "apc" / "apc.pt"

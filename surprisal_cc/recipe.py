@@ -1,12 +1,13 @@
-"""Library functions behind the recipe scripts (each ``recipes/*/train.py`` shows the pipeline).
+"""Library functions behind the recipe scripts (``recipes/*/train.py``, ``pretrain_apc.py``).
 
-The steps, in the order a recipe calls them: :func:`parse_arguments` and :func:`load_hparams`;
-the corpus's ``prepare_*`` function (run on the main process); :func:`obtain_apc` (load or
-pretrain the frozen APC model); :func:`feature_cache` (filterbanks, APC features and
-surprisal of every utterance, computed once); :func:`build_datasets` (DynamicItemDataset
-pipelines); then the Brain (:class:`~surprisal_cc.brain.ConditionalCTCBrain`) calibrates the
-controller, trains with checkpoint selection on the validation split and decodes the test set.
-:func:`recipe_errors` turns configuration and data errors into one line ``error: ...``.
+A recipe script names its corpus and calls three steps: :func:`start_experiment` (command line,
+DDP group, hparams, experiment folder), :func:`prepare_data` (the corpus's ``prepare_*`` function,
+on the main process first) and :func:`train_and_test`, whose body is the pipeline:
+:func:`obtain_apc` (load or pretrain the frozen APC model); :func:`feature_cache` (filterbanks, APC
+features and surprisal of every utterance, computed once); :func:`build_datasets`
+(DynamicItemDataset pipelines); then the Brain (:class:`~surprisal_cc.brain.ConditionalCTCBrain`)
+calibrates the controller, trains with checkpoint selection on the validation split and decodes
+the test set. :func:`recipe_errors` turns configuration and data errors into one line ``error: ...``.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import speechbrain as sb
 import torch
@@ -119,6 +120,55 @@ def recipe_errors():
         yield
     except (ConfigurationError, DataPreparationError, TrainingDivergedError) as err:
         sys.exit(f"error: {err}")
+
+
+def start_experiment(argv: Sequence[str], output_key: str = "output_folder") -> Tuple[Dict, Dict]:
+    """A recipe's first steps: parse ``argv`` (:func:`parse_arguments`), join the DDP group (when
+    run by torchrun), load the hparams (:func:`load_hparams`) and create the experiment folder
+    ``hparams[output_key]`` (:func:`create_experiment_directory`). Returns ``(hparams, run_opts)``."""
+    hparams_file, run_opts, overrides = parse_arguments(argv)
+    sb.utils.distributed.ddp_init_group(run_opts)
+    hparams = load_hparams(hparams_file, overrides, run_opts)
+    create_experiment_directory(hparams[output_key], hparams_file, overrides,
+                                test_only=bool(run_opts.get("test_only", False)), hparams=hparams)
+    return hparams, run_opts
+
+
+def prepare_data(prepare: Callable[..., Dict[str, str]], hparams: Dict) -> Dict[str, str]:
+    """Run a corpus's ``prepare_*`` function with ``hparams["prepare_options"]`` on the main process
+    (which writes and checks the manifests), then on every process (which reads them back);
+    returns the manifests, ``{split: csv path}``."""
+    run_on_main(prepare, kwargs=hparams["prepare_options"])
+    return prepare(**hparams["prepare_options"])
+
+
+def train_and_test(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> None:
+    """The downstream pipeline on prepared ``manifests`` (``train``, ``valid``, ``test``).
+
+    Target units (:func:`prepare_labels`); the frozen APC model (``apc_path``, or pretrained on the
+    training split: :func:`obtain_apc`) and the feature cache; the datasets; the surprisal
+    controller calibrated to its target p_big statistics (Eq. 4); CTC training with checkpoints
+    selected by ``selection_metric`` on the validation split; then the test set decoded with the
+    best checkpoint once for every shift in ``test_bias_shifts`` (Appendix B). Every step resumes
+    where an interrupted run stopped.
+    """
+    from .brain import ConditionalCTCBrain
+
+    prepare_labels(hparams, manifests)
+    apc = obtain_apc(hparams, manifests, run_opts)
+    cache = feature_cache(hparams, manifests, apc)
+    datasets = build_datasets(hparams, manifests, cache)
+
+    brain = ConditionalCTCBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
+                                run_opts=run_opts, checkpointer=hparams["checkpointer"], apc=apc, manifests=manifests)
+    brain.calibrate_controller(datasets["train"])
+    brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],
+              train_loader_kwargs=training_loader_options(hparams, datasets["train"]),
+              valid_loader_kwargs=hparams["test_loader_options"])
+    for shift in hparams["test_bias_shifts"]:
+        brain.set_test_bias_shift(shift)
+        brain.evaluate(datasets["test"], min_key=hparams["selection_metric"],
+                       test_loader_kwargs=hparams["test_loader_options"])
 
 
 def phone_set(name: str) -> List[str]:

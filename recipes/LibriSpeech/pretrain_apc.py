@@ -9,22 +9,13 @@ Resumable: re-running the same command continues from the last checkpoint. The e
 """
 import sys
 
-import speechbrain as sb
-from speechbrain.utils.distributed import run_on_main
-
 from surprisal_cc import recipe
 from surprisal_cc.data import prepare_librispeech
 
 if __name__ == "__main__":
     with recipe.recipe_errors():  # bad configuration or data: one line "error: ...", no traceback
-        hparams_file, run_opts, overrides = recipe.parse_arguments(sys.argv[1:])
-        sb.utils.distributed.ddp_init_group(run_opts)
-        hparams = recipe.load_hparams(hparams_file, overrides, run_opts)
-        recipe.create_experiment_directory(hparams["apc_output_folder"], hparams_file, overrides)
-
+        hparams, run_opts = recipe.start_experiment(sys.argv[1:], output_key="apc_output_folder")
         # Audio-only manifests: the listed subsets, a held-out fraction for validation.
-        run_on_main(prepare_librispeech, kwargs=hparams["prepare_options"])
-        manifests = prepare_librispeech(**hparams["prepare_options"])
-
+        manifests = recipe.prepare_data(prepare_librispeech, hparams)
         # Filterbanks cached once, APC trained on them (APCBrain), the best model exported.
         recipe.pretrain_apc_on(hparams, {"train": manifests["train"], "valid": manifests["valid"]}, run_opts)

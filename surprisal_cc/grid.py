@@ -26,7 +26,8 @@ Grid file (plain YAML)::
 Each run's folder is ``<experiment_root>/grid/<group or folder_of>/<key-value+...>/seed<seed>`` (the varied
 keys, sorted), passed as ``--output_folder``. A run whose results files all exist is skipped; any
 other run is launched again with the same command (SpeechBrain's checkpointer resumes it); runs
-that left a checkpoint go first, so an interrupted grid finishes what it started. While a run
+that left a checkpoint go first, so an interrupted grid finishes what it started, and a test-only run
+goes as soon as the training run of its folder has finished. While a run
 trains, its folder holds a lock file with the grid process's PID: a second grid command on the
 same machine leaves that run alone ("elsewhere") and goes on with the others; a lock whose process
 has ended (a machine stopped mid-run) is taken over. A run
@@ -357,7 +358,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
     env = _env(jobs, threads)
     while pending or running:
-        for run in list(pending):
+        for run in sorted(pending, key=lambda run: not run.test_only):  # a ready evaluation before new training
             deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
             if any(s in ("failed", "blocked", "published", "elsewhere") for s in deps):
                 pending.remove(run)

@@ -206,6 +206,18 @@ def test_interrupted_runs_resume_before_new_ones(grid_file: Path, tmp_path: Path
     assert starts == [runs[3].name, runs[0].name, runs[1].name, runs[2].name]
 
 
+def test_test_only_runs_go_as_soon_as_their_training_run_has_finished(grid_file: Path) -> None:
+    runs = grid.expand(grid.load_grid(str(grid_file)))
+    log = io.StringIO()
+    grid.execute(runs, jobs=1, log=log)
+    starts = [line.split()[1] for line in log.getvalue().splitlines() if line.startswith("[start]")]
+    evaluations = [r for r in runs if r.test_only]
+    assert evaluations and sorted(starts) == sorted(r.name for r in runs)
+    for run in evaluations:
+        trainer = next(r for r in runs if not r.test_only and r.output_folder == run.output_folder)
+        assert starts.index(run.name) == starts.index(trainer.name) + 1
+
+
 def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     path = tmp_path / "grid.yaml"
     with pytest.raises(grid.GridError, match="does not exist"):

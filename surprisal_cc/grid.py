@@ -345,8 +345,9 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
             status[run.name] = ("published", 0.0)
         else:
             pending.append(run)
+    # a test-only run goes once its folder is trained (its dependencies below), ahead of training runs;
     # interrupted runs resume before new ones start (stable: the grid's order otherwise)
-    pending.sort(key=lambda run: not run.started())
+    pending.sort(key=lambda run: (not run.test_only, not run.started()))
     # a test-only run waits for the runs of the same grid that train its folder
     trainers = {run.name: [r.name for r in runs if not r.test_only and r.output_folder == run.output_folder]
                 for run in runs if run.test_only}
@@ -358,7 +359,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
     env = _env(jobs, threads)
     while pending or running:
-        for run in sorted(pending, key=lambda run: not run.test_only):  # a ready evaluation before new training
+        for run in list(pending):
             deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
             if any(s in ("failed", "blocked", "published", "elsewhere") for s in deps):
                 pending.remove(run)

@@ -331,21 +331,22 @@ def test_make_mini_librispeech_relabels_then_trains(mini_corpus, tmp_path, stage
     """The README's main job, at toy size: realigned labels -> the model trained on them, with the
     shipped model as aligner and APC (the default) or with both trained here."""
     exp = tmp_path / "exp"
-    profile = "--batch_size=4 --apc_epochs=1 --apc_batch_size=4 --valid_speakers=2"
+    toy = "--batch_size=4 --valid_speakers=2"
+    profile = f"{toy} --lr_schedule=hold_decay --pronunciation_alternatives=True --apc_epochs=1 --apc_batch_size=4"
     proc = subprocess.run(["make", "-s", "mini_librispeech", f"PY={sys.executable}", "STAMP=",
                            f"DATA={mini_corpus / 'corpus'}", f"EXP={exp}", "SEED=3", "EPOCHS=1", "ALIGNER_EPOCHS=1",
-                           f"CPU_PROFILE={profile}", *stages],
+                           f"CPU_PROFILE={profile}", f"ALIGNER_PROFILE={toy}", *stages],
                           cwd=REPO, env={**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "2"},
                           capture_output=True, text=True, timeout=900)
     ok(proc)
     assert (exp / "labels" / f"{labels_name}.csv").is_file()
     assert (exp / "aligner" / "fbank-big_only" / "seed3" / "results.json").is_file() == bool(stages)
     assert (exp / "apc" / "apc.pt").is_file() == bool(stages)  # APC pretrained here only from scratch
-    res = json.loads((exp / "conditional-surprisal-paper-apc-relabelled-perturbed" / "seed3" / "results.json")
+    res = json.loads((exp / "conditional-surprisal-cpu-profile-speed-perturbed" / "seed3" / "results.json")
                      .read_text())
-    assert res["train_labels"] == f"mfa:{labels_name}"
-    assert res["speed_perturb"] == [0.9, 1.1] and res["augment"] is True  # the profile's PERTURB
+    assert res["train_labels"] == f"mfa:{labels_name}" and res["train_targets"] == "pronunciation_alternatives"
+    assert res["speed_perturb"] == [0.9, 1.1] and res["augment"] is False  # the profile's PERTURB
     assert res["error_rate_details"]["num_utterances"] == 6  # dev-clean-2 scored against its MFA labels
     name = model_name(config_of(res))  # "fp32 training" where the CPU has no bf16 (precision: auto)
     assert name.startswith(f"Surprisal-based controller [training labels {labels_name}, ")
-    assert name.endswith("masked inputs, speeds 0.9/1/1.1]") and name in proc.stdout  # the report
+    assert "every pronunciation, " in name and name.endswith(", speeds 0.9/1/1.1]") and name in proc.stdout  # report

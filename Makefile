@@ -17,8 +17,10 @@ CONTROLLER ?= surprisal
 # of 400 s of audio, Adam 1e-3 held for the first 40 % of the epochs and then decayed geometrically to
 # 5e-5 at the last one (hold_decay), the training CTC summed over every CMUdict pronunciation of each
 # word, APC with a residual head. recipes/MiniLibriSpeech/README.md has its learning curves and hours
-# (grid_session.yaml, group converged: surprisal seed 1 29.22 % PER on dev-clean-2).
-CPU_PROFILE ?= --dynamic_batching=True --max_batch_length=400 --lr=0.001 --lr_schedule=hold_decay \
+# (grid_session.yaml, group converged: surprisal seed 1 29.22 % PER on dev-clean-2). BATCHES: the
+# batching and peak learning rate that the aligner's profile shares.
+BATCHES := --dynamic_batching=True --max_batch_length=400 --lr=0.001
+CPU_PROFILE ?= $(BATCHES) --lr_schedule=hold_decay \
 	--pronunciation_alternatives=True --apc_residual=True --apc_epochs=8 --apc_batch_size=16 --apc_lr=0.001
 EPOCHS ?= 30
 # Training data perturbation (not in the paper): each utterance heard at a random one of 0.9/1.0/1.1
@@ -35,7 +37,7 @@ APC ?= pretrained/apc.pt
 # on the lexicon's labels with NewBob annealing (ALIGNER_PROFILE; about 1 h).
 ALIGNER ?= pretrained
 ALIGNER_EPOCHS ?= 9
-ALIGNER_PROFILE ?= --dynamic_batching=True --max_batch_length=400 --lr=0.001 --lr_annealing_factor=0.8
+ALIGNER_PROFILE ?= $(BATCHES) --lr_annealing_factor=0.8
 ALIGNER_RUN := $(EXP)/aligner/fbank-big_only/seed$(SEED)
 LABELS := $(EXP)/labels/realigned_pauses_$(if $(filter train,$(ALIGNER)),seed$(SEED),$(ALIGNER)).csv
 # The Mini-LibriSpeech recipe on this corpus and experiment folder, as both stages run it.

@@ -107,6 +107,9 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
 def recipe_errors():
     """Configuration, data and divergence errors end the script with one line ``error: ...`` (exit 1).
 
+    Under torchrun the process group is also closed here, after a barrier when the script succeeded,
+    so no rank tears down its communication threads at interpreter exit while another still uses them.
+
     Example
     -------
     >>> with recipe_errors():
@@ -116,10 +119,25 @@ def recipe_errors():
     """
     from .data import DataPreparationError
 
+    succeeded = False
     try:
         yield
+        succeeded = True
     except (ConfigurationError, DataPreparationError, TrainingDivergedError) as err:
         sys.exit(f"error: {err}")
+    finally:
+        close_process_group(barrier=succeeded)
+
+
+def close_process_group(barrier: bool = True) -> None:
+    """Leave the DDP process group, if this process joined one (a no-op otherwise): wait for every
+    rank first when ``barrier``, then destroy the group explicitly rather than at interpreter exit."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        if barrier:
+            dist.barrier()
+        dist.destroy_process_group()
 
 
 def start_experiment(argv: Sequence[str], output_key: str = "output_folder") -> Tuple[Dict, Dict]:

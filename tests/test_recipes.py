@@ -5,6 +5,7 @@ APC is pretrained once (one short epoch) and shared by every controller and enco
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -286,6 +287,22 @@ def test_torchrun_two_processes(pretrained, tmp_path):
             f"--output_folder={tmp_path / 'ddp'}"]))
     res = json.loads((tmp_path / "ddp" / "results.json").read_text())
     assert res["error_rate_details"]["num_utterances"] == 6 and res["PER"] > 0
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_recipe_leaves_its_process_group(tmp_path, fails):
+    """The group is destroyed when the script ends, also when it ends with a configuration error."""
+    import torch.distributed as dist
+
+    from surprisal_cc.recipe import ConfigurationError, close_process_group, recipe_errors
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    with pytest.raises(SystemExit) if fails else contextlib.nullcontext():
+        with recipe_errors():
+            if fails:
+                raise ConfigurationError("bad key")
+    assert not dist.is_initialized()
+    close_process_group()  # no group left: nothing to do
 
 
 def test_sentencepiece_targets_report_wer(pretrained):

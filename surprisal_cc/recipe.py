@@ -132,12 +132,12 @@ def recipe_errors():
 def close_process_group(barrier: bool = True) -> None:
     """Leave the DDP process group, if this process joined one (a no-op otherwise): wait for every
     rank first when ``barrier``, then destroy the group explicitly rather than at interpreter exit."""
-    import torch.distributed as dist
+    from speechbrain.utils.distributed import ddp_barrier, is_distributed_initialized
 
-    if dist.is_available() and dist.is_initialized():
+    if is_distributed_initialized():
         if barrier:
-            dist.barrier()
-        dist.destroy_process_group()
+            ddp_barrier()  # SpeechBrain's: passes the CUDA device under NCCL
+        torch.distributed.destroy_process_group()
 
 
 def start_experiment(argv: Sequence[str], output_key: str = "output_folder") -> Tuple[Dict, Dict]:

@@ -14,6 +14,10 @@ Grid file (plain YAML)::
     overrides: {data_folder: data/MiniLibriSpeech, number_of_epochs: 50}   # every run
     publish: docs/results/MiniLibriSpeech/runs    # optional: results*.json, history.jsonl, calibration.json,
                                                   # hyperparams.yaml of each finished run are copied here (same sub-folders)
+    prepare:                                      # optional: inputs every run needs, made once before the first launch
+      - creates: results/labels.csv               # skipped when this file exists
+        command: [python, make_labels.py, results/labels.csv]   # "python": this interpreter
+        sha256: 88e42f6c...                       # optional: the digest the file must have
     groups:
       - name: controllers
         vary: {controller: [surprisal, random]}   # cartesian product (x seeds)
@@ -37,6 +41,11 @@ earlier run's is dropped as a duplicate; two training runs of different configur
 training run of their folder and publish only their own ``results_test_only*.json`` and ``hyperparams_test_only*.yaml``; with
 ``controller_at_test: False`` or ``test_stochastic: False`` their files are named apart
 (``results_test_only_random_at_test.json``), so such evaluations and a bias sweep share a folder.
+The ``prepare`` steps run, in order, before the first run is launched (not when every selected run is
+finished or published): a step whose ``creates`` file exists is skipped. A ``sha256`` pins the file that
+the published runs used: a file with another digest (made on another machine kind, or by changed code)
+stops the grid with a :class:`GridError` before anything trains, as runs on it would not be seeds of the
+same configuration. Output of each step goes to ``<creates>.log``.
 Output of each run goes to ``<run folder>/grid.log``; afterwards the tables and figures are written
 to ``<experiment_root>/report``. With ``publish``, each finished run's small result files are copied
 there at once, and the tables and figures of everything published so far are rewritten to
@@ -46,6 +55,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
+import hashlib
 import itertools
 import os
 import re
@@ -61,12 +72,26 @@ import yaml
 
 from .report import evaluation_tag, load_yaml_tolerant, read_history, test_only_hyperparams_name
 
-__all__ = ["Run", "GridSpec", "GridError", "load_grid", "expand", "override_value", "results_files", "execute",
+__all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "expand", "override_value", "results_files", "execute",
            "publish_run", "acquire_run_lock", "release_run_lock", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
 
 
 class GridError(ValueError):
     """A malformed grid file or grid command line."""
+
+
+@dataclass
+class PrepareStep:
+    """One ``prepare`` entry of a grid file: a command that makes a file every run needs."""
+
+    creates: Path
+    command: List[str]
+    sha256: Optional[str] = None
+
+    @property
+    def argv(self) -> List[str]:
+        """The command, with a leading ``python`` replaced by this interpreter."""
+        return [sys.executable, *self.command[1:]] if self.command[0] in ("python", "python3") else list(self.command)
 
 
 @dataclass
@@ -80,6 +105,7 @@ class GridSpec:
     groups: List[Dict[str, Any]]
     seeds: List[Any] = field(default_factory=lambda: [1])
     publish: Optional[str] = None  # folder that receives each finished run's small result files
+    prepare: List[PrepareStep] = field(default_factory=list)
 
 
 @dataclass
@@ -153,7 +179,69 @@ def load_grid(path: str) -> GridSpec:
     return GridSpec(recipe=data["recipe"], hparams=data["hparams"],
                     experiment_root=str(data.get("experiment_root") or hparams_root),
                     overrides=dict(data.get("overrides") or {}), groups=list(data["groups"]),
-                    seeds=list(data.get("seeds") or [1]), publish=data.get("publish"))
+                    seeds=list(data.get("seeds") or [1]), publish=data.get("publish"),
+                    prepare=_prepare_steps(path, data.get("prepare") or []))
+
+
+def _prepare_steps(path: str, entries: Any) -> List[PrepareStep]:
+    """The ``prepare`` list of grid file ``path``, checked."""
+    if not isinstance(entries, list):
+        raise GridError(f"grid file {path}: prepare must be a list of {{creates, command[, sha256]}}")
+    steps = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not entry.get("creates") or not entry.get("command") \
+                or not isinstance(entry["command"], list) or set(entry) - {"creates", "command", "sha256"}:
+            raise GridError(f"grid file {path}: prepare[{i}] must be a mapping with creates (a path), command "
+                            f"(a list of arguments) and optionally sha256; got {entry!r}")
+        steps.append(PrepareStep(Path(str(entry["creates"])), [str(a) for a in entry["command"]],
+                                 str(entry["sha256"]).lower() if entry.get("sha256") else None))
+    return steps
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 digest of a file, in hexadecimal."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def prepare_inputs(steps: Sequence[PrepareStep], dry_run: bool = False, log: Optional[IO[str]] = None) -> None:
+    """Run the ``prepare`` steps whose file is missing, then check every pinned digest.
+
+    Raises :class:`GridError` naming the step when its command fails, does not create its file, or
+    the file's SHA-256 is not the pinned one. With ``dry_run`` the commands are printed, not run.
+
+    Example
+    -------
+    >>> import sys, tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "made.txt"
+    >>> step = PrepareStep(out, ["python", "-c", f"open({str(out)!r}, 'w').write('x')"],
+    ...                    sha256="2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881")
+    >>> prepare_inputs([step], log=io.StringIO()); out.read_text()
+    'x'
+    """
+    log = log or sys.stdout
+    for step in steps:
+        if not step.creates.exists():
+            if dry_run:
+                print(f"# prepare: {shlex.join(step.argv)}", file=log)
+                continue
+            print(f"[prepare] {step.creates}: {shlex.join(step.argv)}", file=log, flush=True)
+            step.creates.parent.mkdir(parents=True, exist_ok=True)
+            step_log = step.creates.with_name(step.creates.name + ".log")
+            with open(step_log, "w", encoding="utf-8") as handle:
+                code = subprocess.run(step.argv, stdout=handle, stderr=subprocess.STDOUT).returncode
+            if code != 0 or not step.creates.exists():
+                raise GridError(f"prepare step for {step.creates} failed (exit status {code}"
+                                f"{'' if step.creates.exists() else ', file not created'}); see {step_log}")
+        if step.sha256 is not None and step.creates.exists():
+            found = file_sha256(step.creates)
+            if found != step.sha256:
+                raise GridError(f"{step.creates} has SHA-256 {found}, but the grid file pins {step.sha256}: runs on "
+                                f"it would not be seeds of the configuration published so far. Delete the file to "
+                                f"make it again, or remove sha256 from the grid file's prepare step to train on it.")
 
 
 # SpeechBrain run options that are flags (no value) on the command line.
@@ -456,6 +544,8 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     spec = load_grid(args.grid)
     runs = [r for r in expand(spec, overrides) if not args.only or any(s in r.name for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
+    if any(not r.complete() and not (publish is not None and r.published(*publish)) for r in runs):
+        prepare_inputs(spec.prepare, dry_run=args.dry_run)
     report_published = (functools.partial(write_grid_report, publish[1], publish[1] / "report")
                         if publish is not None and not args.no_report else None)
     status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish,

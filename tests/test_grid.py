@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 import yaml
@@ -230,6 +232,66 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
         grid.load_grid(str(path))
 
 
+def _with_prepare_step(grid_file: Path, tmp_path: Path, sha256: Optional[str] = None, fail: bool = False) -> Path:
+    """Give the grid file a prepare step that makes ``labels.csv`` and counts its own calls."""
+    labels, calls = tmp_path / "inputs" / "labels.csv", tmp_path / "prepare_calls.txt"
+    script = (f"open({str(calls)!r}, 'a').write('x\\n'); "
+              + ("raise SystemExit('no labels today')" if fail else f"open({str(labels)!r}, 'w').write('a,b\\n')"))
+    step = {"creates": str(labels), "command": ["python", "-c", script]}
+    if sha256:
+        step["sha256"] = sha256
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["prepare"] = [step]
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return labels
+
+
+LABELS_SHA256 = hashlib.sha256(b"a,b\n").hexdigest()
+
+
+def test_prepare_steps_run_once_before_the_first_launch(grid_file: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    labels = _with_prepare_step(grid_file, tmp_path, sha256=LABELS_SHA256)
+    assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0
+    assert "# prepare: " in capsys.readouterr().out and not labels.exists()  # a dry run makes nothing
+    assert main(["grid", str(grid_file), "--no-report", "--only", "seed1"]) == 0
+    assert "[prepare] " in capsys.readouterr().out and labels.read_text() == "a,b\n"
+    assert (tmp_path / "inputs" / "labels.csv.log").exists()
+    assert main(["grid", str(grid_file), "--no-report"]) == 0  # the file exists: not made again
+    assert (tmp_path / "prepare_calls.txt").read_text().count("x") == 1
+    labels.unlink()
+    assert main(["grid", str(grid_file), "--no-report"]) == 0  # every run finished: nothing to prepare for
+    assert not labels.exists()
+
+
+def test_a_prepared_file_with_another_digest_stops_the_grid_before_any_run(grid_file: Path, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    labels = _with_prepare_step(grid_file, tmp_path, sha256="0" * 64)
+    assert main(["grid", str(grid_file), "--no-report"]) == 1
+    err = capsys.readouterr().err
+    assert str(labels) in err and "0" * 64 in err and LABELS_SHA256 in err and "seeds" in err
+    assert not (tmp_path / "exp" / "grid").exists()
+
+
+def test_a_failing_prepare_step_names_its_log(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    labels = _with_prepare_step(grid_file, tmp_path, fail=True)
+    assert main(["grid", str(grid_file), "--no-report"]) == 1
+    err = capsys.readouterr().err
+    assert f"prepare step for {labels} failed (exit status 1, file not created)" in err and "labels.csv.log" in err
+    assert "no labels today" in (tmp_path / "inputs" / "labels.csv.log").read_text()
+    assert not (tmp_path / "exp" / "grid").exists()
+
+
+@pytest.mark.parametrize("prepare", [{"creates": "x"}, [{"command": ["true"]}], [{"creates": "x", "command": "true"}],
+                                     [{"creates": "x", "command": ["true"], "md5": "0"}]])
+def test_malformed_prepare_steps_are_grid_errors(grid_file: Path, prepare: Any) -> None:
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["prepare"] = prepare
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    with pytest.raises(grid.GridError, match="prepare"):
+        grid.load_grid(str(grid_file))
+
+
 def test_training_runs_of_different_configurations_never_share_a_folder(grid_file: Path) -> None:
     spec = yaml.safe_load(grid_file.read_text())
     spec["groups"].append({"name": "longer", "folder_of": "controllers", "vary": {"controller": ["random"]},
@@ -255,6 +317,8 @@ def test_shipped_grid_files_set_only_keys_their_recipe_reads(path: Path, monkeyp
     keys = set(load_yaml_tolerant(spec.hparams))
     runs = grid.expand(spec, log=io.StringIO())
     assert runs
+    for step in spec.prepare:  # each prepare step runs a script of the repository
+        assert step.command[0] == "python" and Path(step.command[1]).is_file(), step.command
     for run in runs:
         _, _, overrides = sb.parse_arguments(run.command[2:])
         assert set(yaml.safe_load(overrides)) <= keys, (run.name, set(yaml.safe_load(overrides)) - keys)

@@ -57,7 +57,7 @@ SORT_ORDER: Dict[str, Sequence[Any]] = {
                                         "test_stochastic")}}
 
 __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
-           "table_controllers", "table_paired", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
+           "table_controllers", "table_paired", "table_precision", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
            "epoch_minutes", "format_learning_curves", "train_labels_name", "train_targets_name",
            "ensure_aggregated", "select_rows", "config_of", "results_file_name", "evaluation_tag",
@@ -959,7 +959,16 @@ def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
             notes = model_name({**config, "controller": "big_only"})[len(CONTROLLER_NAMES["big_only"]):]
             name = model_name(config)[:-len(notes) or None] + " − " + CONTROLLER_NAMES[second] + notes
             table_rows.append({"model": name, **diff})
+    return Table("paired", "Paired by seed: the paper's claims (PER difference a − b in points, 95 % t interval)",
+                 table_rows, [("Comparison", lambda r: r["model"]), *_paired_columns("ΔPER (points)")],
+                 csv_keys=PAIRED_CSV_KEYS)
 
+
+PAIRED_CSV_KEYS = ("model", "delta_PER", "delta_PER_std", "ci95", "n_seeds", "flops_change", "verdict")
+
+
+def _paired_columns(delta_title: str) -> List[Tuple[str, Callable[[Row], str]]]:
+    """The columns of a table of :func:`paired_difference` rows after its first."""
     def ci(r: Row) -> str:
         if r["ci95"] is None:
             return "–"
@@ -968,13 +977,39 @@ def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
     def delta(r: Row) -> str:
         return f"{r['delta_PER']:+.2f}" + ("" if r["delta_PER_std"] is None else f" ± {r['delta_PER_std']:.2f}")
 
-    return Table("paired", "Paired by seed: the paper's claims (PER difference a − b in points, 95 % t interval)",
-                 table_rows,
-                 [("Comparison", lambda r: r["model"]), ("ΔPER (points)", delta), ("95 % CI", ci),
-                  ("n (seeds)", lambda r: str(r["n_seeds"])),
-                  ("FLOPs", lambda r: _fmt(None if r["flops_change"] is None else 100 * r["flops_change"], "+.1f", "%")),
-                  ("Verdict", lambda r: r["verdict"])],
-                 csv_keys=("model", "delta_PER", "delta_PER_std", "ci95", "n_seeds", "flops_change", "verdict"))
+    return [(delta_title, delta), ("95 % CI", ci), ("n (seeds)", lambda r: str(r["n_seeds"])),
+            ("FLOPs", lambda r: _fmt(None if r["flops_change"] is None else 100 * r["flops_change"], "+.1f", "%")),
+            ("Verdict", lambda r: r["verdict"])]
+
+
+def table_precision(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
+    """bf16 autocast against fp32 training: each configuration trained in both precisions, the test PER of
+    the bf16 runs minus that of the fp32 runs, paired by seed.
+
+    Table ``precision``.
+
+    Example
+    -------
+    >>> rows = [{"controller": "surprisal", "seed": 1, "precision": p, "PER": per, "flops_per_frame": 6.9e6}
+    ...         for p, per in (("fp32", 29.2), ("bf16", 29.5))]
+    >>> print(table_precision(rows).markdown(), end="")
+    | Model | ΔPER bf16 − fp32 (points) | 95 % CI | n (seeds) | FLOPs | Verdict |
+    |---|---|---|---|---|---|
+    | Surprisal-based controller | +0.30 | – | 1 | +0.0% | one seed |
+    """
+    groups: Dict[Tuple, Dict[Any, Row]] = {}
+    for row in select_rows(ensure_aggregated(rows), dataset):
+        groups.setdefault(tuple(row.get(k) for k in CONFIG_KEYS if k != "precision"), {})[row.get("precision")] = row
+    table_rows = []
+    for by_precision in groups.values():
+        diff = (paired_difference(by_precision["bf16"], by_precision["fp32"])
+                if "bf16" in by_precision and "fp32" in by_precision else None)
+        if diff is not None:
+            table_rows.append({"model": model_name({**config_of(by_precision["fp32"]), "precision": None}), **diff})
+    return Table("precision", "bf16 autocast against fp32 training (test PER difference bf16 − fp32 in points, "
+                 "paired by seed)", table_rows,
+                 [("Model", lambda r: r["model"]), *_paired_columns("ΔPER bf16 − fp32 (points)")],
+                 csv_keys=PAIRED_CSV_KEYS)
 
 
 def table_ablation(rows: Sequence[Row], dataset: Optional[str] = None, architecture: str = "paper") -> Table:
@@ -1091,7 +1126,7 @@ def report_tables(rows: Sequence[Row]) -> Dict[str, List[Table]]:
     Returns
     -------
     dict
-        Dataset -> its tables (controllers, paired claims, ablations, stochastic, lambda, bias sweep).
+        Dataset -> its tables (controllers, paired claims, bf16 against fp32, ablations, stochastic, lambda, bias sweep).
 
     Example
     -------
@@ -1103,7 +1138,8 @@ def report_tables(rows: Sequence[Row]) -> Dict[str, List[Table]]:
     agg = ensure_aggregated(rows)
     out = {}
     for dataset in sorted({str(r.get("dataset", "")) for r in agg}):
-        tables = [table_controllers(agg, dataset), table_paired(agg, dataset), table_ablation(agg, dataset)]
+        tables = [table_controllers(agg, dataset), table_paired(agg, dataset), table_precision(agg, dataset),
+                  table_ablation(agg, dataset)]
         tables += [table_ablation(agg, dataset, arch) for arch in
                    sorted({r["architecture"] for r in agg if r.get("dataset") == dataset} - {"paper"})]
         tables += [table_stochastic(agg, dataset), table_lambda(agg, dataset), table_bias_sweep(agg, dataset)]

@@ -255,6 +255,25 @@ def test_paired_table_pairs_seeds_within_one_configuration():
     assert row["flops_change"] == pytest.approx(6.9 / 7.5 - 1)
 
 
+def test_precision_table_pairs_bf16_with_fp32_runs_of_the_same_configuration():
+    """bf16 runs are paired with fp32 runs that differ in nothing else, over their common seeds; a
+    configuration trained in one precision only has no row."""
+    from surprisal_cc.report import table_precision
+
+    rows = [{"controller": "surprisal", "seed": s, "PER": p, "flops_per_frame": 6.9e6, "precision": precision,
+             "number_of_epochs": 30} for precision, pers in (("fp32", (29.2, 29.6, 29.0)), ("bf16", (29.5, 29.4)))
+            for s, p in zip((1, 2, 3), pers)]
+    rows += [{"controller": "surprisal", "seed": 1, "PER": 34.0, "flops_per_frame": 6.9e6, "precision": "bf16",
+              "number_of_epochs": 14},  # no fp32 run of 14 epochs
+             {"controller": "big_only", "seed": 1, "PER": 29.4, "flops_per_frame": 7.5e6, "precision": "fp32",
+              "number_of_epochs": 30}]
+    (row,) = table_precision(rows).rows
+    assert row["model"] == "Surprisal-based controller" and row["seeds"] == [1, 2]
+    assert row["delta_PER"] == pytest.approx(0.05) and row["delta_PER_std"] == pytest.approx(0.3536, abs=1e-4)
+    assert row["verdict"] == "within noise" and row["flops_change"] == pytest.approx(0.0)
+    assert "precision" in [t.name for t in report.report_tables(rows)[""]]
+
+
 def test_read_history_names_a_damaged_line_that_is_not_the_last(tmp_path: Path) -> None:
     (tmp_path / "history.jsonl").write_text('{"epoch": 1, "PER": 30.5}\n{"epoch": 2, "PE\n{"epoch": 3, "PER": 28}\n')
     with pytest.raises(ValueError, match=r"history\.jsonl, line 2: not JSON"):

@@ -282,6 +282,19 @@ def test_a_failing_prepare_step_names_its_log(grid_file: Path, tmp_path: Path, c
     assert not (tmp_path / "exp" / "grid").exists()
 
 
+def test_a_prepare_step_that_fails_after_writing_leaves_no_file_to_be_taken_for_its_output(
+        grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    labels = tmp_path / "inputs" / "labels.csv"
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["prepare"] = [{"creates": str(labels), "command": [
+        "python", "-c", f"open({str(labels)!r}, 'w').write('half'); raise SystemExit(3)"]}]
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["grid", str(grid_file), "--no-report"]) == 1
+    assert "failed (exit status 3, its partial file moved to" in capsys.readouterr().err
+    assert not labels.exists() and (tmp_path / "inputs" / "labels.csv.failed").read_text() == "half"
+    assert not (tmp_path / "exp" / "grid").exists()
+
+
 @pytest.mark.parametrize("prepare", [{"creates": "x"}, [{"command": ["true"]}], [{"creates": "x", "command": "true"}],
                                      [{"creates": "x", "command": ["true"], "md5": "0"}]])
 def test_malformed_prepare_steps_are_grid_errors(grid_file: Path, prepare: Any) -> None:

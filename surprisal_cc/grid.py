@@ -234,13 +234,13 @@ def prepare_inputs(steps: Sequence[PrepareStep], dry_run: bool = False, log: Opt
             with open(step_log, "w", encoding="utf-8") as handle:
                 code = subprocess.run(step.argv, stdout=handle, stderr=subprocess.STDOUT).returncode
             if code != 0 or not step.creates.exists():
-                kept = ""
                 if step.creates.exists():  # what a failed command left must not pass for its output next time
                     aside = step.creates.with_name(step.creates.name + ".failed")
                     step.creates.replace(aside)
-                    kept = f", its partial file moved to {aside}"
-                raise GridError(f"prepare step for {step.creates} failed (exit status {code}"
-                                f"{'' if step.creates.exists() or kept else ', file not created'}{kept}); see {step_log}")
+                    detail = f", its partial file moved to {aside}"
+                else:
+                    detail = ", file not created"
+                raise GridError(f"prepare step for {step.creates} failed (exit status {code}{detail}); see {step_log}")
         if step.sha256 is not None and step.creates.exists():
             found = file_sha256(step.creates)
             if found != step.sha256:

@@ -33,13 +33,16 @@ APC ?= pretrained/apc.pt
 # Training labels with the pauses of the audio (the MFA test labels mark them): the shipped model
 # (pretrained/, fp32, deterministic routing) relabels train-clean-5 with an optional sil at each word
 # boundary and a sil wherever the audio pauses (realign_labels.py --pauses), in 5-8 min and the same on
-# every machine. ALIGNER=train trains the aligner instead: a filterbank big-only model, ALIGNER_EPOCHS
-# on the lexicon's labels with NewBob annealing (ALIGNER_PROFILE; about 1 h).
+# every machine. The labels file is named after the aligner's weights (the first 8 hex digits of
+# encoder.pt's SHA-256), so a replaced model relabels instead of reusing another model's labels.
+# ALIGNER=train trains the aligner instead: a filterbank big-only model, ALIGNER_EPOCHS on the
+# lexicon's labels with NewBob annealing (ALIGNER_PROFILE; about 1 h).
 ALIGNER ?= pretrained
 ALIGNER_EPOCHS ?= 9
 ALIGNER_PROFILE ?= $(BATCHES) --lr_annealing_factor=0.8
 ALIGNER_RUN := $(EXP)/aligner/fbank-big_only/seed$(SEED)
-LABELS := $(EXP)/labels/realigned_pauses_$(if $(filter train,$(ALIGNER)),seed$(SEED),$(ALIGNER)).csv
+ALIGNER_DIGEST = $(shell (sha256sum $(ALIGNER)/encoder.pt 2>/dev/null || shasum -a 256 $(ALIGNER)/encoder.pt) | cut -c1-8)
+LABELS := $(EXP)/labels/realigned_pauses_$(if $(filter train,$(ALIGNER)),seed$(SEED),$(notdir $(ALIGNER:%/=%))-$(ALIGNER_DIGEST)).csv
 # The Mini-LibriSpeech recipe on this corpus and experiment folder, as both stages run it.
 TRAIN = $(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \
 	--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) --seed=$(SEED) $(if $(APC),--apc_path=$(APC))

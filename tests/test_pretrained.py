@@ -31,3 +31,35 @@ def test_pretrained_model_transcribes_real_speech():
     assert result.surprisal is not None and result.surprisal.shape[0] == result.num_frames
     assert result.use_big is not None and 0.0 < result.big_fraction < 1.0  # surprisal routing: both networks ran
     assert result.flops_per_frame > 0 and result.rtf > 0
+
+
+def _committed_pretrained() -> bytes:
+    """``pretrained/model.json`` as committed at HEAD, or a skip where git cannot give it."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    found = subprocess.run(["git", "-C", str(REPO), "show", "HEAD:pretrained/model.json"], capture_output=True)
+    if found.returncode != 0:
+        pytest.skip("not a git clone with a committed pretrained/")
+    return found.stdout
+
+
+def test_the_model_shipped_at_a_revision_is_written_whole(tmp_path, monkeypatch, capsys):
+    """``shipped_model.py`` (the session grid's pinned aligner) writes pretrained/ of a revision, and names
+    a revision the clone does not hold instead of writing a partial folder."""
+    model_json = _committed_pretrained()
+    monkeypatch.syspath_prepend(str(REPO / "recipes" / "MiniLibriSpeech"))
+    import shipped_model
+
+    out = tmp_path / "aligner" / "HEAD"
+    assert shipped_model.main(["HEAD", str(out)]) == 0
+    assert (out / "model.json").read_bytes() == model_json
+    assert {"model.json", "encoder.pt"} <= {p.name for p in out.iterdir()}
+    assert not out.with_name("HEAD.partial").exists()
+    assert ConditionalASR.from_pretrained(out).config == json.loads(model_json)  # a model folder that loads
+
+    missing = tmp_path / "aligner" / "missing"
+    assert shipped_model.main(["0" * 40, str(missing)]) == 1
+    assert "0000000000" in capsys.readouterr().err and not missing.exists()

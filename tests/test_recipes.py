@@ -6,7 +6,6 @@ APC is pretrained once (one short epoch) and shared by every controller and enco
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (a fixture)
+from surprisal_cc.grid import file_sha256
 from surprisal_cc.report import config_of, model_name
 
 MLS_HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
@@ -340,7 +340,7 @@ def test_diverging_training_stops_with_a_clear_message(pretrained, tmp_path):
     assert (pretrained / "exp" / "apc" / "apc.pt").is_file()
 
 
-SHIPPED_ENCODER_DIGEST = hashlib.sha256((REPO / "pretrained" / "encoder.pt").read_bytes()).hexdigest() \
+SHIPPED_ENCODER_DIGEST = file_sha256(REPO / "pretrained" / "encoder.pt") \
     if (REPO / "pretrained" / "encoder.pt").is_file() else ""
 
 

@@ -25,8 +25,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .report import (Row, aggregate, collect_results, config_of, ensure_aggregated,  # noqa: E402
-                     load_yaml_tolerant, model_name, pareto_front, read_history, select_rows, table_bias_sweep,
-                     table_controllers, table_lambda)
+                     load_yaml_tolerant, model_name, pareto_front, read_history, select_rows, setup_groups,
+                     setup_of, table_bias_sweep, table_controllers, table_lambda)
 
 PathLike = Union[str, Path]
 DPI = 100
@@ -45,10 +45,11 @@ def _save(fig: "plt.Figure", path: PathLike) -> Path:
     return path
 
 
-def _errorbar(ax: "plt.Axes", rows: Sequence[Row], x: str, label: Optional[str] = None) -> None:
-    """PER (± its std over seeds) of aggregated ``rows`` against their key ``x``."""
-    ax.errorbar([r[x] for r in rows], [r["PER"] for r in rows], yerr=[r["PER_std"] or 0.0 for r in rows],
-                marker="o", capsize=3, label=label)
+def _errorbar(ax: "plt.Axes", rows: Sequence[Row], x: str, label: Optional[str] = None) -> Any:
+    """PER (± its std over seeds) of aggregated ``rows`` against their key ``x``; returns the line's colour."""
+    drawn = ax.errorbar([r[x] for r in rows], [r["PER"] for r in rows], yerr=[r["PER_std"] or 0.0 for r in rows],
+                        marker="o", capsize=3, label=label)
+    return drawn.lines[0].get_color()
 
 
 def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PER vs FLOPs") -> Path:
@@ -173,9 +174,14 @@ def plot_bias_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] 
     """
     agg = ensure_aggregated(rows)
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    _errorbar(ax, table_bias_sweep(agg, dataset).rows, "test_bias_shift", "surprisal controller")
-    for big in select_rows(agg, dataset, controller="big_only"):
-        ax.axhline(big["PER"], ls="--", color="gray", label="big network only")
+    sweeps = setup_groups(table_bias_sweep(agg, dataset).rows, "test_bias_shift")
+    big_only = select_rows(agg, dataset, controller="big_only")
+    for name, sweep in sweeps.items():
+        suffix = f" ({name})" if name else ""
+        color = _errorbar(ax, sweep, "test_bias_shift", "surprisal controller" + suffix)
+        for big in big_only:  # the big-only model of the same setup, for reference
+            if setup_of(big, "test_bias_shift") == setup_of(sweep[0], "test_bias_shift"):
+                ax.axhline(big["PER"], ls="--", color=color, label="big network only" + suffix)
     ax.set(xlabel="Controller bias shift at test", ylabel="Test PER (%)", title="Controller bias sweep")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -57,7 +57,7 @@ SORT_ORDER: Dict[str, Sequence[Any]] = {
                                         "test_stochastic")}}
 
 __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
-           "table_controllers", "table_paired", "table_precision", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep",
+           "table_controllers", "table_paired", "table_precision", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep", "setup_of", "setup_groups",
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
            "epoch_minutes", "format_learning_curves", "train_labels_name", "train_targets_name",
            "ensure_aggregated", "select_rows", "config_of", "results_file_name", "evaluation_tag",
@@ -558,7 +558,7 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
                                      ("controller_at_test", "no surprisal at test"),
                                      ("train_stochastic", "deterministic training"),
                                      ("test_stochastic", "deterministic test")) if config.get(key) is False and shown(key)]
-    if config.get("test_bias_shift"):
+    if config.get("test_bias_shift") and shown("test_bias_shift"):
         notes.append(f"bias {config['test_bias_shift']:+g}")
     labels = config.get("train_labels")
     if labels and labels != "lexicon":
@@ -1076,17 +1076,52 @@ def table_lambda(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
                  csv_keys=("penalty", *CSV_KEYS[1:]))
 
 
+def setup_of(row: Row, swept: str) -> Tuple[Tuple[str, ...], Any]:
+    """What sets a row's model apart, all but its ``swept`` key: its setup notes and epochs.
+
+    Example
+    -------
+    >>> setup_of({"controller": "big_only", "precision": "fp32", "epochs": 30}, "test_bias_shift")
+    (('fp32 training',), 30)
+    """
+    return tuple(setup_notes(row, omit=(swept,))), row.get("epochs")
+
+
+def setup_groups(rows: Sequence[Row], swept: str) -> Dict[str, List[Row]]:
+    """Rows grouped by setup (every setting but ``swept``), in order of first appearance.
+
+    Each group is named by the notes (:func:`setup_notes`, epochs) that set it apart from the
+    other groups: one line per model in a sweep's plot, labelled by what differs.
+
+    Example
+    -------
+    >>> rows = [{"precision": p, "test_bias_shift": s, "epochs": 30} for p in ("fp32", None) for s in (0.0, 1.0)]
+    >>> {name: [r["test_bias_shift"] for r in group] for name, group in setup_groups(rows, "test_bias_shift").items()}
+    {'fp32 training': [0.0, 1.0], '': [0.0, 1.0]}
+    """
+    groups: Dict[Tuple, List[Row]] = {}
+    for row in rows:
+        groups.setdefault(setup_of(row, swept), []).append(row)
+    def notes(setup: Tuple) -> List[str]:
+        return [*setup[0], *([f"{setup[1]} epochs"] if setup[1] is not None else [])]
+    common = set.intersection(*(set(notes(setup)) for setup in groups)) if groups else set()
+    return {", ".join(n for n in notes(setup) if n not in common): group for setup, group in groups.items()}
+
+
 def table_bias_sweep(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
     """Appendix B: surprisal controller with its bias shifted at test time.
 
-    Table ``bias_sweep``, by increasing shift.
+    Table ``bias_sweep``: the rows of one model (setup and epochs) together, by increasing shift.
     """
     agg = ensure_aggregated(rows)
-    table_rows = sorted(select_rows(agg, dataset, controller="surprisal", test_bias_shift=None),
-                        key=lambda r: r["test_bias_shift"])
+    def order(row: Row) -> Tuple:
+        notes, epochs = setup_of(row, "test_bias_shift")
+        return notes, epochs or 0, row["test_bias_shift"]
+    table_rows = sorted(select_rows(agg, dataset, controller="surprisal", test_bias_shift=None), key=order)
     return Table("bias_sweep", "Controller bias shift at test time (Appendix B)", table_rows,
-                 [("Bias shift", lambda r: f"{r['test_bias_shift']:+g}"), COL_PER, COL_FLOPS, COL_PBIG, COL_BIG,
-                  COL_SEEDS], csv_keys=("test_bias_shift", *CSV_KEYS[1:]))
+                 [("Setup", lambda r: ", ".join(setup_notes(r, omit=("test_bias_shift",)))), COL_EPOCHS,
+                  ("Bias shift", lambda r: f"{r['test_bias_shift']:+g}"), COL_PER, COL_FLOPS, COL_PBIG, COL_BIG,
+                  COL_SEEDS], csv_keys=("model", "test_bias_shift", *CSV_KEYS[1:]))
 
 
 def format_markdown(rows: Sequence[Row]) -> str:

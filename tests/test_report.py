@@ -292,3 +292,21 @@ def test_training_targets_set_runs_apart(tmp_path: Path) -> None:
     assert names == ["Big network only", "Big network only [every pronunciation]", "Big network only [optional sil]"]
     table = report.table_controllers(report.collect_results(tmp_path))
     assert len(table.rows) == 3
+
+
+def test_bias_sweep_keeps_each_model_together(tmp_path: Path) -> None:
+    for precision, per in ((None, 25.0), ("fp32", 30.0)):
+        write_run(tmp_path, f"sweep/{precision}", 1, per, precision=precision, bias_shifts=(0.0, -1.0, 1.0))
+    write_run(tmp_path, "sweep/big_only", 1, 29.0, controller="big_only", precision="fp32")
+    rows = report.collect_results(tmp_path)
+    table = report.table_bias_sweep(rows)
+    assert [(r.get("precision"), r["test_bias_shift"]) for r in table.rows] == [
+        (None, -1.0), (None, 0.0), (None, 1.0), ("fp32", -1.0), ("fp32", 0.0), ("fp32", 1.0)]
+    assert [line.split("|")[1].strip().strip("*") for line in table.markdown().splitlines()[2:]] == [""] * 3 + ["fp32 training"] * 3
+    groups = report.setup_groups(table.rows, "test_bias_shift")
+    assert {name: [r["PER"] for r in group] for name, group in groups.items()} == {
+        "": [pytest.approx(25.1), pytest.approx(25.0), pytest.approx(24.9)],
+        "fp32 training": [pytest.approx(30.1), pytest.approx(30.0), pytest.approx(29.9)]}
+    big = report.select_rows(report.aggregate(rows), controller="big_only")
+    assert [report.setup_of(b, "test_bias_shift") for b in big] == [report.setup_of(groups["fp32 training"][0],
+                                                                                     "test_bias_shift")]

@@ -1119,7 +1119,7 @@ def table_bias_sweep(rows: Sequence[Row], dataset: Optional[str] = None) -> Tabl
         return notes, epochs or 0, row["test_bias_shift"]
     table_rows = sorted(select_rows(agg, dataset, controller="surprisal", test_bias_shift=None), key=order)
     return Table("bias_sweep", "Controller bias shift at test time (Appendix B)", table_rows,
-                 [("Setup", lambda r: ", ".join(setup_notes(r, omit=("test_bias_shift",)))), COL_EPOCHS,
+                 [("Setup", lambda r: ", ".join(setup_of(r, "test_bias_shift")[0])), COL_EPOCHS,
                   ("Bias shift", lambda r: f"{r['test_bias_shift']:+g}"), COL_PER, COL_FLOPS, COL_PBIG, COL_BIG,
                   COL_SEEDS], csv_keys=("model", "test_bias_shift", *CSV_KEYS[1:]))
 

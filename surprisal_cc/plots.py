@@ -179,8 +179,9 @@ def plot_bias_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] 
     for name, sweep in sweeps.items():
         suffix = f" ({name})" if name else ""
         color = _errorbar(ax, sweep, "test_bias_shift", "surprisal controller" + suffix)
+        setup = setup_of(sweep[0], "test_bias_shift")
         for big in big_only:  # the big-only model of the same setup, for reference
-            if setup_of(big, "test_bias_shift") == setup_of(sweep[0], "test_bias_shift"):
+            if setup_of(big, "test_bias_shift") == setup:
                 ax.axhline(big["PER"], ls="--", color=color, label="big network only" + suffix)
     ax.set(xlabel="Controller bias shift at test", ylabel="Test PER (%)", title="Controller bias sweep")
     ax.legend(fontsize=8)

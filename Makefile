@@ -17,7 +17,7 @@ CONTROLLER ?= surprisal
 # of 400 s of audio, Adam 1e-3 held for the first 40 % of the epochs and then decayed geometrically to
 # 5e-5 at the last one (hold_decay), the training CTC summed over every CMUdict pronunciation of each
 # word, APC with a residual head. recipes/MiniLibriSpeech/README.md has its learning curves and hours
-# (grid_session.yaml, group converged: surprisal seed 1 29.22 % PER on dev-clean-2). BATCHES: the
+# (grid_session.yaml, group converged). BATCHES: the
 # batching and peak learning rate that the aligner's profile shares.
 BATCHES := --dynamic_batching=True --max_batch_length=400 --lr=0.001
 CPU_PROFILE ?= $(BATCHES) --lr_schedule=hold_decay \

@@ -27,6 +27,14 @@ per-frame networks, BiGRU post-net.
   packed ``nn.GRU`` (``pack_padded_sequence``), which the authors' code did not use: PyTorch's
   exact alternative to the reversal BiGRU, whose backward pass is very slow on the CPU.
 
+* the matrix-product floor: the matrix products of ours, length-bucketed, as its timed steps ran
+  them (read off forward hooks on every Linear and GRU layer, so the routed networks count the
+  frames routed to them; forward, weight and input gradients, and each GRU's recurrent product
+  twice per time step), each distinct shape timed alone as ``torch.mm`` in the step's precision.
+  Their sum is what the step would take if nothing but its products ran at this machine's speed
+  for their shapes; real frames per step over it, against the authors' step, is the ceiling of
+  the speed-up that any implementation of this arithmetic can reach here.
+
 The controller is a random one with p_big = 0.65 (the calibrated Mini-LibriSpeech mean): the
 routing cost depends only on the fraction of big frames. Steps of all configurations are
 interleaved (A B C ... A B C ...), after one warm-up step each; the median step time is reported,
@@ -41,6 +49,7 @@ Usage: ``python -m benchmarks.bench_training [--quick|--smoke] [--json] [--devic
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional
 
@@ -60,6 +69,7 @@ from benchmarks.common import (
     resolve_device,
     seed_everything,
     set_threads,
+    synchronize,
     synthetic_lengths,
     lengths_mask,
     use_torch_bigrus,
@@ -242,6 +252,122 @@ def training_step(model: StepModel, batch: Batch) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
+# The matrix-product floor of a step
+# ----------------------------------------------------------------------------------------------
+class Product(NamedTuple):
+    """``count`` matrix products of shape (m x k) @ (k x n); ``recurrent``: one per time step of a GRU."""
+    m: int
+    k: int
+    n: int
+    count: int = 1
+    recurrent: bool = False
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.k * self.n * self.count
+
+
+def layer_products(module: nn.Module, x: Tensor) -> List[Product]:
+    """The matrix products that a Linear, Conv1d or unidirectional GRU layer runs on input ``x``, forward and
+    backward: the output's product, the weight gradient, and the input gradient where ``x`` needs one. A GRU's
+    recurrent products run once per time step (forward, and the gradient of the previous state); its weight
+    gradients are counted as one product over all steps, the cheapest way to compute them."""
+    products: List[Product] = []
+
+    def dense(rows: int, fan_in: int, fan_out: int) -> None:
+        products.append(Product(rows, fan_in, fan_out))  # output
+        products.append(Product(fan_out, rows, fan_in))  # weight gradient
+        if x.requires_grad:
+            products.append(Product(rows, fan_out, fan_in))  # input gradient
+
+    if isinstance(module, nn.Linear):
+        dense(x.numel() // module.in_features, module.in_features, module.out_features)
+    elif isinstance(module, nn.Conv1d):
+        frames = x.shape[0] * x.shape[-1]
+        dense(frames, module.in_channels * module.kernel_size[0] // module.groups, module.out_channels)
+    elif isinstance(module, nn.GRU):
+        if module.bidirectional or module.num_layers != 1 or not module.batch_first:
+            raise ValueError("layer_products counts one-layer, unidirectional, batch_first GRUs")
+        batch, steps, hidden = x.shape[0], x.shape[1], module.hidden_size
+        dense(batch * steps, module.input_size, 3 * hidden)  # input projections of all steps at once
+        products += [Product(batch, hidden, 3 * hidden, steps, True),  # recurrent product, step by step
+                     Product(batch, 3 * hidden, hidden, steps, True),  # gradient w.r.t. the previous state
+                     Product(3 * hidden, batch * steps, hidden)]  # recurrent weight gradient, all steps
+    else:
+        raise TypeError(f"layer_products: no count for {type(module).__name__}")
+    return products
+
+
+def step_products(model: StepModel, batch: Batch) -> List[Product]:
+    """Every matrix product of one training step of ``model`` on ``batch``, read off forward hooks on its
+    Linear, Conv1d and GRU layers during one forward pass (so routed networks count the frames routed to
+    them). Products in the APC model and the front end are not counted: ours runs neither."""
+    products: List[Product] = []
+    hooks = [m.register_forward_hook(lambda m, args, out: products.extend(layer_products(m, args[0])))
+             for m in model.encoder.modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.GRU))]
+    try:
+        precision = (torch.autocast(batch.lengths.device.type, dtype=torch.bfloat16)
+                     if model.config.precision == "bf16" else contextlib.nullcontext())
+        with precision:
+            model.encoder(batch.feats, batch.lengths, batch.surprisal)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return products
+
+
+def time_products(products: List[Product], dtype: torch.dtype, device: str = "cpu",
+                  repeats: int = 3) -> Dict[tuple, float]:
+    """Seconds per call of each distinct (m, k, n) shape in ``products`` as a plain ``torch.mm`` in ``dtype`` on
+    ``device``: the median of ``repeats`` timings after one warm-up (a shape that runs many times is timed
+    over up to 50 calls at once)."""
+    calls: Dict[tuple, int] = {}
+    for p in products:
+        calls[(p.m, p.k, p.n)] = calls.get((p.m, p.k, p.n), 0) + p.count
+    seconds = {}
+    for (m, k, n), count in calls.items():
+        a = torch.randn(m, k, device=device).to(dtype)
+        b = torch.randn(k, n, device=device).to(dtype)
+        inner = max(1, min(count, 50))
+        times = []
+        for i in range(repeats + 1):
+            synchronize(device)
+            start = time.perf_counter()
+            for _ in range(inner):
+                torch.mm(a, b)
+            synchronize(device)
+            if i:
+                times.append((time.perf_counter() - start) / inner)
+        seconds[(m, k, n)] = median(times)
+    return seconds
+
+
+RECURRENT = "GRU recurrent products (one per time step and direction)"
+DENSE = "all others (GRU input projections, frame networks, output layer, weight gradients)"
+
+
+def product_floor(model: StepModel, batches: List[Batch], seed: int, device: str = "cpu") -> Dict[str, object]:
+    """Mean per step over ``batches`` (step ``i`` seeded ``seed + i``, as the timed steps are) of the seconds
+    and MACs of the step's matrix products (:func:`step_products`, timed by :func:`time_products` in the
+    step's precision), split into the GRUs' per-step recurrent products and all others."""
+    steps = []
+    for i, batch in enumerate(batches):
+        torch.manual_seed(seed + i)
+        steps.append(step_products(model, batch))
+    dtype = torch.bfloat16 if model.config.precision == "bf16" else torch.float32
+    per_call = time_products([p for step in steps for p in step], dtype, device)
+    by_kind = {RECURRENT: [0.0, 0.0, 0.0], DENSE: [0.0, 0.0, 0.0]}  # calls, MACs, seconds per step
+    for step in steps:
+        for p in step:
+            row = by_kind[RECURRENT if p.recurrent else DENSE]
+            row[0] += p.count / len(steps)
+            row[1] += p.macs / len(steps)
+            row[2] += per_call[(p.m, p.k, p.n)] * p.count / len(steps)
+    return dict(seconds=sum(r[2] for r in by_kind.values()), macs=sum(r[1] for r in by_kind.values()),
+                by_kind={kind: (round(r[0]), r[1], r[2]) for kind, r in by_kind.items()})
+
+
+# ----------------------------------------------------------------------------------------------
 # Benchmark
 # ----------------------------------------------------------------------------------------------
 def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device: str = "cpu") -> BenchResult:
@@ -306,6 +432,20 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device
     for factor, config in [*FACTORS.items(), (PACKED_FACTOR, PACKED)]:
         res.summary.append(SummaryRow(f"training factor: {factor}", t[OURS], t[config], "s/step", t[config] / t[OURS],
                                       "baseline/ours", "info", None))
+    floor = product_floor(models[OURS_BUCKETED], data["bucketed"][timed], seed + cfg["warmup"], device)
+    floor_s = floor["seconds"]
+    floor_fps = real[OURS_BUCKETED] / floor_s
+    res.summary.append(SummaryRow(f"training step floor: ours ({best}), length-bucketed, if only its matrix products "
+                                  f"ran (each shape timed alone as torch.mm), vs the step as it runs", floor_s,
+                                  t[OURS_BUCKETED], "s/step", floor_s / t[OURS_BUCKETED], "floor/ours", "info", None,
+                                  note=f"{floor['macs'] / 1e9:,.1f} GMAC per step, "
+                                       f"{floor['macs'] / floor_s / 1e9:,.0f} GMAC/s"))
+    ceiling = floor_fps / fps[AUTHORS]
+    res.summary.append(SummaryRow("training speed-up ceiling of this arithmetic: the floor vs the authors' step",
+                                  floor_fps, fps[AUTHORS], "real frames/s", ceiling, "ours/baseline", "info", None,
+                                  note=(f"the goal (>= {GOAL:g}x) is within reach: the rest is work outside the "
+                                        f"products" if ceiling >= GOAL else f"the goal (>= {GOAL:g}x) is out of reach "
+                                        f"of any step that runs these products at this machine's speed")))
 
     rows = []
     for name, spec in specs.items():
@@ -318,6 +458,10 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device
                    "authors' step",
                    ["configuration", "precision", "batches", "s/step (median)", "min", "max", "real frames/step",
                     "padding", "real frames/s", "speed vs authors' step", "time / ours fp32"], rows)
+    res.add_detail(f"Matrix products of ours ({best}), length-bucketed, per step (forward and backward), each shape "
+                   f"timed alone as torch.mm", ["products", "calls", "GMAC", "seconds", "GMAC/s", "share of the floor"],
+                   [[kind, calls, macs / 1e9, sec, macs / sec / 1e9 if sec else None, sec / floor_s]
+                    for kind, (calls, macs, sec) in floor["by_kind"].items()])
     product = 1.0
     for config in FACTORS.values():
         product *= t[config] / t[OURS]

@@ -186,3 +186,45 @@ def test_device_option(capsys):
     assert status == 0, report["errors"]
     assert report["benchmarks"]["rnn"]["params"]["device"] == "cuda" and "cuda" in report["machine"]["device"]
     assert "measures CPU work" in report["benchmarks"]["decoding"]["skipped"]
+
+
+def test_step_products_count_every_multiply_of_the_step():
+    """The matrix-product floor counts, for a big-only step without padding, three products per weight and
+    frame (output, weight gradient, input gradient) except the input gradient of the first layer, whose input
+    (the features) needs none; the small network, which no frame was routed to, counts nothing."""
+    from benchmarks import bench_training as bt
+    from surprisal_cc.controllers import ConstantController
+    from surprisal_cc.encoders import ConditionalEncoder
+    from surprisal_cc.flops import weight_only_macs
+
+    torch.manual_seed(0)
+    encoder = ConditionalEncoder.paper(input_size=512, num_outputs=bt.NUM_OUTPUTS,
+                                       controller=ConstantController(1.0))
+    model = bt.StepModel(bt.StepConfig(), encoder, None, None, torch.optim.Adam(encoder.parameters()))
+    batch = bt.make_batch(torch.tensor([6, 6, 6]), torch.Generator().manual_seed(0))
+    products = bt.step_products(model, batch)
+    frames = batch.real_frames
+    ran = weight_only_macs(encoder) - weight_only_macs(encoder.small_net)
+    first_input = sum(g.weight_ih_l0.numel() for g in (encoder.pre_net.forward_gru, encoder.pre_net.backward_gru))
+    assert sum(p.macs for p in products) == frames * (3 * ran - first_input)
+    recurrent = [p for p in products if p.recurrent]
+    assert len(recurrent) == 8 and all(p.count == 6 and p.m == 3 for p in recurrent)  # 4 GRUs x 2, per step
+    with pytest.raises(TypeError, match="no count for LSTM"):
+        bt.layer_products(torch.nn.LSTM(4, 4), torch.zeros(1, 2, 4))
+    seconds = bt.time_products(products, torch.float32, repeats=1)
+    assert set(seconds) == {(p.m, p.k, p.n) for p in products} and all(s > 0 for s in seconds.values())
+
+
+def test_training_benchmark_reports_the_product_floor():
+    """The floor is a measured step time of the bucketed configuration's products, and the ceiling compares it
+    with the authors' step in real frames per second."""
+    from benchmarks import bench_training as bt
+
+    res = bt.run("smoke")
+    rows = {row.benchmark.split(":")[0]: row for row in res.summary}
+    floor, ceiling = rows["training step floor"], rows["training speed-up ceiling of this arithmetic"]
+    assert floor.ours > 0 and floor.ratio == pytest.approx(floor.ours / floor.baseline)
+    assert ceiling.ratio == pytest.approx(ceiling.ours / ceiling.baseline) and "goal" in ceiling.note
+    table = next(d for d in res.details if d["title"].startswith("Matrix products"))
+    assert [row[0] for row in table["rows"]] == [bt.RECURRENT, bt.DENSE]
+    assert sum(row[-1] for row in table["rows"]) == pytest.approx(1.0)

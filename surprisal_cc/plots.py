@@ -31,7 +31,7 @@ from .report import (Row, aggregate, collect_results, config_of, ensure_aggregat
 PathLike = Union[str, Path]
 DPI = 100
 
-__all__ = ["plot_per_vs_flops", "plot_validation_curves", "plot_bias_sweep", "plot_lambda_sweep",
+__all__ = ["plot_per_vs_flops", "point_labels", "plot_validation_curves", "plot_bias_sweep", "plot_lambda_sweep",
            "plot_routing", "make_all_plots"]
 
 
@@ -79,12 +79,7 @@ def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PE
     # points are numbered; the key below the axes names them (long names beside the points overlap)
     fig, ax = plt.subplots(figsize=(8, 4.5 + 0.17 * len(agg)))
     front = pareto_front(agg, x="flops_M")
-    epochs = [r.get("epochs") for r in agg]
-    usual_epochs = max(set(epochs), key=epochs.count) if epochs else None
-    for i, row in enumerate(agg):
-        notes = ([f"n = {row['n_seeds']}"] if row.get("n_seeds", 1) > 1 else []) + \
-            ([f"{row['epochs']} epochs"] if row.get("epochs") not in (None, usual_epochs) else [])
-        label = f"{i + 1}: {row['model']}" + (f" ({', '.join(notes)})" if notes else "")
+    for i, (row, label) in enumerate(zip(agg, point_labels(agg))):
         ax.errorbar(row["flops_M"], row["PER"], yerr=row["PER_std"] or 0.0, marker="o" if i in front else "s",
                     color="C3" if i in front else "C0", capsize=3, ls="none", label=label)
         ax.annotate(str(i + 1), (row["flops_M"], row["PER"]), fontsize=7, xytext=(4, 2), textcoords="offset points")
@@ -95,6 +90,27 @@ def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PE
     ax.set(xlabel="Avg. FLOPs per input frame (M)", ylabel="PER (%)", title=title)
     ax.grid(alpha=0.3)
     return _save(fig, path)
+
+
+def point_labels(agg: Sequence[dict]) -> List[str]:
+    """Key entries of numbered points: the model, its number of seeds, and its epochs wherever the points
+    do not all share one number of epochs.
+
+    Example
+    -------
+    >>> point_labels([{"model": "Big network only", "n_seeds": 3, "epochs": 30},
+    ...               {"model": "Random controller", "n_seeds": 1, "epochs": 14}])
+    ['1: Big network only (n = 3, 30 epochs)', '2: Random controller (14 epochs)']
+    >>> point_labels([{"model": "Big network only", "epochs": 30}])
+    ['1: Big network only']
+    """
+    mixed_epochs = len({row.get("epochs") for row in agg}) > 1
+    labels = []
+    for i, row in enumerate(agg):
+        notes = ([f"n = {row['n_seeds']}"] if row.get("n_seeds", 1) > 1 else []) + \
+            ([f"{row['epochs']} epochs"] if mixed_epochs and row.get("epochs") is not None else [])
+        labels.append(f"{i + 1}: {row['model']}" + (f" ({', '.join(notes)})" if notes else ""))
+    return labels
 
 
 def _run_label(run_dir: Path) -> str:

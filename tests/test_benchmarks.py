@@ -59,7 +59,8 @@ def test_markdown_table_and_skip(tmp_path, monkeypatch, capsys):
 
 
 def test_training_benchmark_rows_smoke():
-    """The training benchmark has the authors' step as baseline, ours in fp32 and bf16, bucketed, factors, packed."""
+    """The training benchmark has the authors' step as baseline, ours in fp32 and bf16, bucketed, factors, packed,
+    and the matrix-product floor."""
     from benchmarks import bench_training as bt
 
     res = bt.run("smoke")
@@ -81,6 +82,14 @@ def test_training_benchmark_rows_smoke():
     assert any("packed nn.GRU, which the authors' code did not use" in n for n in names)
     for factor in bt.FACTORS:
         assert f"training factor: {factor}" in names
+    # the matrix-product floor of the bucketed configuration, and the ceiling it sets against the authors' step
+    rows = {row.benchmark.split(":")[0]: row for row in res.summary}
+    floor, ceiling = rows["training step floor"], rows["training speed-up ceiling of this arithmetic"]
+    assert floor.ours > 0 and floor.ratio == pytest.approx(floor.ours / floor.baseline)
+    assert ceiling.ratio == pytest.approx(ceiling.ours / ceiling.baseline) and "goal" in ceiling.note
+    products = next(d for d in res.details if d["title"].startswith("Matrix products"))
+    assert [row[0] for row in products["rows"]] == [bt.RECURRENT, bt.DENSE]
+    assert sum(row[-1] for row in products["rows"]) == pytest.approx(1.0)
 
 
 def test_training_benchmark_configs():
@@ -214,17 +223,3 @@ def test_step_products_count_every_multiply_of_the_step():
     seconds = bt.time_products(products, torch.float32, repeats=1)
     assert set(seconds) == {(p.m, p.k, p.n) for p in products} and all(s > 0 for s in seconds.values())
 
-
-def test_training_benchmark_reports_the_product_floor():
-    """The floor is a measured step time of the bucketed configuration's products, and the ceiling compares it
-    with the authors' step in real frames per second."""
-    from benchmarks import bench_training as bt
-
-    res = bt.run("smoke")
-    rows = {row.benchmark.split(":")[0]: row for row in res.summary}
-    floor, ceiling = rows["training step floor"], rows["training speed-up ceiling of this arithmetic"]
-    assert floor.ours > 0 and floor.ratio == pytest.approx(floor.ours / floor.baseline)
-    assert ceiling.ratio == pytest.approx(ceiling.ours / ceiling.baseline) and "goal" in ceiling.note
-    table = next(d for d in res.details if d["title"].startswith("Matrix products"))
-    assert [row[0] for row in table["rows"]] == [bt.RECURRENT, bt.DENSE]
-    assert sum(row[-1] for row in table["rows"]) == pytest.approx(1.0)

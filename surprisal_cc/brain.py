@@ -24,7 +24,8 @@ from speechbrain.utils.run_opts import RunOptions
 from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
-from .controllers import SurprisalController, calibrate_surprisal_controller, target_mean_for_budget
+from .controllers import (SurprisalController, bias_shift_for_big_fraction, calibrate_surprisal_controller,
+                          target_mean_for_budget)
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, module_macs
 from .metrics import closest_path
@@ -393,7 +394,9 @@ class ConditionalCTCBrain(FiniteLossBrain):
         """Write one test evaluation to its own results and alignments files
         (:func:`~surprisal_cc.report.results_file_name`).
 
-        A ``--test_only`` evaluation never replaces the training run's ``results.json``. The
+        A ``--test_only`` evaluation never replaces the training run's ``results.json``. Under a
+        test-time FLOPs budget (:meth:`set_test_flops_budget`) ``test_bias_shift`` stays 0 (no shift
+        was asked for) and ``budget_solution`` holds the shift that was solved and applied. The
         calibration of a run that was resumed, or evaluated with ``--test_only``, is read back from
         ``calibration.json`` (or, without it, from the controller loaded from the checkpoint).
         """
@@ -402,7 +405,9 @@ class ConditionalCTCBrain(FiniteLossBrain):
         encoder = unwrap(self.modules.encoder)
         controller = getattr(encoder, "controller", None)
         test_only = bool(getattr(self, "test_only", False))
-        shift = getattr(encoder, "test_bias_shift", 0.0)
+        budget = getattr(self, "test_budget", None)
+        solution = {k: v for k, v in budget["solution"].items() if k != "fraction"} if budget else None
+        shift = 0.0 if budget else getattr(encoder, "test_bias_shift", 0.0)  # the shift asked for
         tag = evaluation_tag(vars(self.hparams))
         details = Path(self.hparams.error_details_file)
         self.error_metrics.write_alignments(
@@ -430,6 +435,9 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "train_stochastic": self.hparams.train_stochastic,
             "test_stochastic": self.hparams.test_stochastic,
             "test_bias_shift": shift,
+            "test_flops_fraction": budget["fraction"] if budget else None,
+            "test_budget_split": budget["split"] if budget else None,
+            "budget_solution": solution,  # the bias shift that met the budget on that split's frames
             "learned_estimator": getattr(controller, "estimator", None),
             "test_only": test_only,
             "precision": self.precision,
@@ -478,7 +486,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             table = self.static_flop_rows()
             target_mean = target_mean_for_budget(budget, table["small-only"], table["big-only"])
         self.calibration = calibrate_surprisal_controller(
-            controller, self.training_surprisal(train_set), target_mean, self.hparams.controller_target_var,
+            controller, self.frame_surprisal(train_set), target_mean, self.hparams.controller_target_var,
             method=self.hparams.calibration_method, seed=self.hparams.seed)
         if if_main_process():
             Path(self.hparams.output_folder, "calibration.json").write_text(json.dumps(self.calibration, indent=2))
@@ -501,12 +509,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
             raise ConfigurationError("the surprisal controller is not calibrated: call "
                                      "brain.calibrate_controller(train_set) before brain.fit")
 
-    def training_surprisal(self, train_set) -> Iterator[Tensor]:
-        """Surprisal of the real frames of every training utterance, one batch at a time."""
-        # Every process reads the whole training set (no distributed sampler), so the calibration
-        # is identical on all ranks.
+    def frame_surprisal(self, dataset) -> Iterator[Tensor]:
+        """Surprisal of the real frames of every utterance of ``dataset``, one batch at a time."""
+        # Every process reads the whole set (no distributed sampler), so what is computed from it
+        # (the calibration, a test-time budget's bias shift) is identical on all ranks.
         options = {k: v for k, v in self.hparams.train_loader_options.items() if k != "shuffle"}
-        loader = sb.dataio.dataloader.make_dataloader(train_set, shuffle=False, **options)
+        loader = sb.dataio.dataloader.make_dataloader(dataset, shuffle=False, **options)
         with torch.no_grad():
             for batch in loader:
                 batch = batch.to(self.device)
@@ -521,6 +529,55 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def set_test_bias_shift(self, shift: float) -> None:
         """Shift the controller's logit at test time (Appendix B) for the evaluations that follow."""
         unwrap(self.modules.encoder).test_bias_shift = float(shift)
+
+    def set_test_flops_budget(self, fraction: Optional[float], budget_set=None, split: str = "valid") -> None:
+        """Spend ``fraction`` of the big-only MACs per frame in the evaluations that follow (None: the
+        trained operating point). The bias shift that meets the budget is solved on the surprisal of
+        the frames of ``budget_set`` (named ``split``: the validation split, or the test set itself,
+        whose labels are not read) once the evaluated checkpoint is loaded
+        (:meth:`on_evaluate_start`), and recorded in the results' ``budget_solution``."""
+        if fraction is not None:
+            self.budget_big_fraction(float(fraction))  # a budget no model of this shape can meet fails now
+        self.test_budget = None if fraction is None else {"fraction": float(fraction), "dataset": budget_set,
+                                                          "split": split}
+
+    def on_evaluate_start(self, max_key=None, min_key=None):
+        super().on_evaluate_start(max_key=max_key, min_key=min_key)
+        budget = getattr(self, "test_budget", None)
+        if budget is not None:
+            budget["solution"] = {"split": budget["split"],
+                                  **self.solve_budget_bias_shift(budget["fraction"], budget["dataset"])}
+            self.set_test_bias_shift(budget["solution"]["bias_shift"])
+
+    def budget_big_fraction(self, fraction: float) -> float:
+        """The fraction of frames on the big network at which the expected MACs per frame are
+        ``fraction`` x those of big-only; a clear error where no surprisal controller can meet it."""
+        controller = getattr(unwrap(self.modules.encoder), "controller", None)
+        if not isinstance(controller, SurprisalController):
+            raise ConfigurationError(f"test_flops_fraction: {fraction} needs the surprisal controller "
+                                     f"(--controller=surprisal), not {self.hparams.controller!r}; or set it to null")
+        rows = self.static_flop_rows()
+        lowest = rows["small-only"] / rows["big-only"]
+        if not lowest < fraction < 1.0:
+            raise ConfigurationError(f"test_flops_fraction: {fraction} is outside ({lowest:.3f}, 1), the MACs per "
+                                     "frame of small-only and big-only relative to big-only: choose a fraction between")
+        return target_mean_for_budget(fraction * rows["big-only"], rows["small-only"], rows["big-only"])
+
+    def solve_budget_bias_shift(self, fraction: float, budget_set) -> Dict[str, float]:
+        """The test-time bias shift at which the surprisal controller's expected MACs per frame on
+        the frames of ``budget_set`` are ``fraction`` x those of big-only
+        (:func:`~surprisal_cc.controllers.bias_shift_for_big_fraction`)."""
+        controller = unwrap(self.modules.encoder).controller
+        big_fraction = self.budget_big_fraction(fraction)
+        with torch.no_grad():
+            surprisal = torch.cat([s.float() for s in self.frame_surprisal(budget_set)])
+        shift = bias_shift_for_big_fraction(controller, surprisal, big_fraction,
+                                            stochastic=bool(self.hparams.test_stochastic))
+        logger.info("test budget %.3g x big-only MACs per frame: %.1f%% of frames on the big network, "
+                    "bias shift %+.3f (solved on %d frames)", fraction, 100 * big_fraction, shift,
+                    surprisal.numel())
+        return {"fraction": fraction, "big_fraction": big_fraction, "bias_shift": shift,
+                "frames": int(surprisal.numel())}
 
     def static_flop_rows(self) -> Dict[str, float]:
         return static_flop_rows(unwrap(self.modules.encoder), self.apc_macs)

@@ -224,6 +224,8 @@ def _load_model(args):
     asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision,
                                          deterministic=args.deterministic)
     asr.beam_search.blank_penalty = args.blank_penalty
+    if args.bias_shift:
+        asr.set_bias_shift(args.bias_shift)
     return asr
 
 
@@ -397,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="fp32",
                        help="bf16: autocast where the device computes it natively")
         p.add_argument("--deterministic", action="store_true", help="route with p_big > 0.5 instead of sampling")
+        p.add_argument("--bias-shift", type=float, default=0.0, metavar="S",
+                       help="add S to the controller's logit: below 0 fewer frames on the big network, fewer "
+                            "FLOPs (default 0, the trained operating point)")
         p.add_argument("--blank-penalty", type=float, default=0.0, metavar="P",
                        help="subtract P from the blank's log-probability before the beam search (default 0)")
     return parser

@@ -422,6 +422,42 @@ def target_mean_for_budget(budget_macs: float, small_only_macs: float, big_only_
     return (budget_macs - small_only_macs) / (big_only_macs - small_only_macs)
 
 
+def bias_shift_for_big_fraction(controller: SurprisalController, surprisal: Tensor, big_fraction: float,
+                                stochastic: bool = True, tolerance: float = 1e-4) -> float:
+    """The test-time bias shift at which a fraction ``big_fraction`` of the frames of ``surprisal``
+    is expected to go to the big network: the mean of ``sigmoid(w * s + b + shift)`` with stochastic
+    routing, the fraction of frames with ``w * s + b + shift > 0`` with deterministic routing.
+
+    Both fractions grow monotonically with the shift, so bisection finds it (to ``tolerance`` in
+    the shift); no labels are read, only the controller and the surprisal of some held-out frames.
+
+    Example
+    -------
+    >>> import torch
+    >>> ctrl = SurprisalController()
+    >>> ctrl.set_parameters(weight=1.0, bias=-1.0)
+    >>> s = torch.linspace(-3.0, 3.0, 601)
+    >>> round(bias_shift_for_big_fraction(ctrl, s, 0.5), 3)
+    1.0
+    >>> shift = bias_shift_for_big_fraction(ctrl, s, 0.25, stochastic=False)
+    >>> round(float((s - 1.0 + shift > 0).float().mean()), 2)
+    0.25
+    """
+    if not 0.0 < big_fraction < 1.0:
+        raise ValueError(f"the fraction of frames on the big network must be in (0, 1), got {big_fraction}")
+    logits = (controller.weight * surprisal.detach().double().flatten() + controller.bias).double()
+
+    def fraction(shift: float) -> float:
+        z = logits + shift
+        return float(torch.sigmoid(z).mean() if stochastic else (z > 0).double().mean())
+
+    low, high = float(-logits.max()) - 40.0, float(-logits.min()) + 40.0  # fractions ~0 and ~1
+    while high - low > tolerance:
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if fraction(middle) < big_fraction else (low, middle)
+    return 0.5 * (low + high)
+
+
 CALIBRATION_METHODS = ("full_batch", "sgd", "authors_adam")
 # The authors' controller reads the squared prediction error sum_d (x - xhat)^2 = 2 * surprisal.
 AUTHORS_ERROR_SCALE = 2.0

@@ -39,8 +39,9 @@ whose effective configuration (hparams defaults + overrides, on the keys the gri
 earlier run's is dropped as a duplicate; two training runs of different configurations in one folder
 (``folder_of`` without a varied key that tells them apart) are an error. Test-only runs wait for the
 training run of their folder and publish only their own ``results_test_only*.json`` and ``hyperparams_test_only*.yaml``; with
-``controller_at_test: False`` or ``test_stochastic: False`` their files are named apart
-(``results_test_only_random_at_test.json``), so such evaluations and a bias sweep share a folder.
+``controller_at_test: False``, ``test_stochastic: False`` or a ``test_flops_fraction`` their files are
+named apart (``results_test_only_random_at_test.json``, ``results_test_only_budget0.9.json``), so such
+evaluations and a bias sweep share a folder.
 The ``prepare`` steps run, in order, before the first run is launched (not when every selected run is
 finished or published): a step whose ``creates`` file exists is skipped. A ``sha256`` pins the file that
 the published runs used: a file with another digest (made on another machine kind, or by changed code)
@@ -454,7 +455,12 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     while pending or running:
         for run in list(pending):
             deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
-            if any(s in ("failed", "blocked", "published", "elsewhere") for s in deps):
+            if run.test_only and not deps and not run.started():  # its training run is not in this selection
+                pending.remove(run)
+                status[run.name] = ("blocked", 0.0)
+                print(f"[blocked] {run.name}: no checkpoint in {run.output_folder / 'save'} to evaluate "
+                      "(train its run first, or select it too)", file=log, flush=True)
+            elif any(s in ("failed", "blocked", "published", "elsewhere") for s in deps):
                 pending.remove(run)
                 status[run.name] = ("blocked", 0.0)
             elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):

@@ -388,6 +388,18 @@ class ConditionalASR:
         state = {k: v.cpu() for k, v in self.encoder.state_dict().items()}
         return write_model_folder(Path(folder), config, state, blob)
 
+    def set_bias_shift(self, shift: float) -> None:
+        """Add ``shift`` to the controller's logit (paper Appendix B): a negative shift sends fewer
+        frames to the big network (fewer FLOPs), a positive one more. Only the surprisal and
+        random controllers have a logit to shift; a model without one gets a clear error."""
+        if not hasattr(self.encoder, "test_bias_shift"):
+            raise ModelFormatError(f"a bias shift needs a conditional encoder; this model's is "
+                                   f"{self.config['encoder']['name']!r}")
+        controller = self.config["encoder"].get("controller")
+        if shift and controller not in ("surprisal", "random"):
+            raise ModelFormatError(f"the {controller!r} controller has no bias to shift (surprisal and random do)")
+        self.encoder.test_bias_shift = float(shift)
+
     def set_deterministic(self) -> None:
         """Route without sampling: ``p_big > 0.5`` (conditional), threshold halting (PonderNet)."""
         if hasattr(self.encoder, "test_stochastic"):
@@ -675,7 +687,8 @@ class ConditionalASR:
                        "data": str(data), "labels": label_source, "skipped": problems,
                        "model": str(self.source) if self.source else None, "device": str(self.device),
                        "precision": self.precision, "beam_size": self.beam_search.beam_size,
-                       "blank_penalty": self.beam_search.blank_penalty})
+                       "blank_penalty": self.beam_search.blank_penalty,
+                       "bias_shift": float(getattr(self.encoder, "test_bias_shift", 0.0))})
         return result
 
 

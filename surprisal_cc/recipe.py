@@ -32,7 +32,7 @@ from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
 from .hparams_files import expand_hparams
-from .report import evaluation_tag, test_only_hyperparams_name
+from .report import evaluation_tag, ruamel_errors, test_only_hyperparams_name
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,10 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
                                  "(check the spelling; every --key=value override must name an existing key)") from None
     except (ValueError, TypeError, ImportError, AttributeError) as err:
         raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
+    except ruamel_errors() as err:  # e.g. the same --key=value override given twice
+        problem = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigurationError(f"{hparams_file}: {problem} "
+                                 "(give each key once, in the file or as one --key=value option)") from None
     if run_opts is not None:
         if "precision" in hparams:
             hparams["precision"] = resolve_precision(hparams["precision"], run_opts)
@@ -77,6 +81,7 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
             raise ConfigurationError(f"target_unit must be 'phone' or 'sentencepiece', got {hparams['target_unit']!r}")
         if hparams.get("target_unit") == "phone":
             check_consistency(hparams)
+        check_test_budget(hparams)
     return hparams
 
 
@@ -167,11 +172,16 @@ def train_and_test(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) 
     training split: :func:`obtain_apc`) and the feature cache; the datasets; the surprisal
     controller calibrated to its target p_big statistics (Eq. 4); CTC training with checkpoints
     selected by ``selection_metric`` on the validation split; then the test set decoded with the
-    best checkpoint once for every shift in ``test_bias_shifts`` (Appendix B). Every step resumes
-    where an interrupted run stopped.
+    best checkpoint once for every shift in ``test_bias_shifts`` (Appendix B), or once at the shift
+    that spends ``test_flops_fraction`` of the big-only MACs per frame on the audio of
+    ``test_budget_split`` (``valid``, or the test audio itself: its surprisal, not its labels).
+    Every step resumes where an interrupted run stopped.
     """
     from .brain import ConditionalCTCBrain
 
+    if run_opts.get("test_only") and not any(Path(hparams["save_folder"]).glob("CKPT+*")):
+        raise ConfigurationError(f"--test_only: {hparams['save_folder']} holds no checkpoint to evaluate: train "
+                                 "this run first, or point --output_folder at a trained run")
     prepare_labels(hparams, manifests)
     apc = obtain_apc(hparams, manifests, run_opts)
     cache = feature_cache(hparams, manifests, apc)
@@ -179,6 +189,9 @@ def train_and_test(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) 
 
     brain = ConditionalCTCBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
                                 run_opts=run_opts, checkpointer=hparams["checkpointer"], apc=apc, manifests=manifests)
+    if hparams.get("test_flops_fraction") is not None:
+        brain.set_test_flops_budget(hparams["test_flops_fraction"], datasets[hparams["test_budget_split"]],
+                                    split=hparams["test_budget_split"])
     brain.calibrate_controller(datasets["train"])
     brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],
               train_loader_kwargs=training_loader_options(hparams, datasets["train"]),
@@ -599,3 +612,19 @@ def check_consistency(hparams: Dict) -> None:
     if hparams["num_outputs"] != expected:
         raise ConfigurationError(f"num_outputs is {hparams['num_outputs']} but the label set has {expected - 1} "
                                  f"labels + blank = {expected}: set --num_outputs={expected}")
+
+
+def check_test_budget(hparams: Mapping) -> None:
+    """``test_flops_fraction`` (a test-time FLOPs budget) is a fraction, and replaces a bias sweep."""
+    fraction = hparams.get("test_flops_fraction")
+    if fraction is None:
+        return
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction < 1.0:
+        raise ConfigurationError(f"test_flops_fraction must be a number in (0, 1) (a fraction of the big-only MACs "
+                                 f"per frame) or null, got {fraction!r}")
+    if hparams.get("test_budget_split", "valid") not in ("valid", "test"):
+        raise ConfigurationError(f"test_budget_split must be 'valid' or 'test' (the audio whose surprisal the "
+                                 f"budget's bias shift is solved on), got {hparams['test_budget_split']!r}")
+    if [float(s) for s in hparams.get("test_bias_shifts", [0.0])] != [0.0]:
+        raise ConfigurationError(f"test_flops_fraction: {fraction} solves the test-time bias shift itself: leave "
+                                 f"test_bias_shifts at [0.0] (it is {hparams['test_bias_shifts']})")

@@ -18,6 +18,7 @@ has one, ``dataset`` (only that dataset's rows; None: any), and returns a :class
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import re
@@ -33,7 +34,7 @@ Row = Dict[str, Any]
 # test-time conditions that name a --test_only evaluation's files apart: (key, tag where the key is off)
 EVALUATION_TAGS = (("controller_at_test", "_random_at_test"), ("test_stochastic", "_deterministic"))
 RESULTS_PATTERN = re.compile(r"^results(_test_only" + "".join(f"({re.escape(tag)})?" for _, tag in EVALUATION_TAGS)
-                             + r")?(_bias[+-][0-9.eE+-]+)?\.json$")
+                             + r"(_budget[0-9.eE+-]+(_on_test)?)?)?(_bias[+-][0-9.eE+-]+)?\.json$")
 DEFAULT_PENALTY = 0.001
 # configuration keys of a run and their values when a results file lacks them
 CONFIG_DEFAULTS: Dict[str, Any] = {
@@ -42,7 +43,7 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
     "penalty": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
     "number_of_epochs": None, "train_labels": None, "precision": None, "augment": False,
-    "speed_perturb": (), "train_targets": None,
+    "speed_perturb": (), "train_targets": None, "test_flops_fraction": None, "test_budget_split": None,
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
@@ -61,7 +62,7 @@ __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table"
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
            "epoch_minutes", "format_learning_curves", "train_labels_name", "train_targets_name",
            "ensure_aggregated", "select_rows", "config_of", "results_file_name", "evaluation_tag",
-           "test_only_hyperparams_name"]
+           "test_only_hyperparams_name", "budget_name"]
 
 
 # ---------------------------------------------------------------------------- reading runs
@@ -339,7 +340,7 @@ def evaluation_tag(config: Mapping[str, Any]) -> str:
     """What tells a ``--test_only`` evaluation's files apart when the test-time conditions of ``config``
     (hparams, or ``--key=value`` overrides as strings, read as hyperpyyaml reads them) are not the
     defaults: a random p = 0.5 controller instead of the trained one (Table 4), deterministic
-    routing (Appendix C).
+    routing (Appendix C), a test-time FLOPs budget (``test_flops_fraction``).
 
     Example
     -------
@@ -347,12 +348,18 @@ def evaluation_tag(config: Mapping[str, Any]) -> str:
     ('', '_random_at_test')
     >>> evaluation_tag({"controller_at_test": "False", "test_stochastic": False})
     '_random_at_test_deterministic'
+    >>> evaluation_tag({"test_flops_fraction": "0.9"}), evaluation_tag({"test_flops_fraction": None})
+    ('_budget0.9', '')
+    >>> evaluation_tag({"test_flops_fraction": 0.9, "test_budget_split": "test"})
+    '_budget0.9_on_test'
     """
-    def off(key: str) -> bool:
-        value = config.get(key, True)
-        return not (yaml.safe_load(value) if isinstance(value, str) else value)
+    def read(key: str, default: Any) -> Any:
+        value = config.get(key, default)
+        return yaml.safe_load(value) if isinstance(value, str) else value
 
-    return "".join(tag for key, tag in EVALUATION_TAGS if off(key))
+    budget, split = read("test_flops_fraction", None), read("test_budget_split", "valid")
+    return "".join(tag for key, tag in EVALUATION_TAGS if not read(key, True)) + \
+        (f"_budget{float(budget):g}" + ("" if split == "valid" else f"_on_{split}") if budget is not None else "")
 
 
 def test_only_hyperparams_name(tag: str = "") -> str:
@@ -494,6 +501,11 @@ def config_of(row: Row) -> Row:
         config["act_ponder_cost"] = None
     if config["encoder"] != "pondernet":
         config["pondernet_beta"] = None
+    if config["test_flops_fraction"] is None:
+        config["test_budget_split"] = None
+    else:
+        config["test_flops_fraction"] = float(config["test_flops_fraction"])
+        config["test_budget_split"] = config["test_budget_split"] or "valid"
     return config
 
 
@@ -522,6 +534,8 @@ def model_name(config: Row) -> str:
     'Big network only [training labels realigned, fp32 training, masked inputs]'
     >>> model_name({"controller": "surprisal", "speed_perturb": [0.9, 1.1]})
     'Surprisal-based controller [speeds 0.9/1/1.1]'
+    >>> model_name({"controller": "surprisal", "test_flops_fraction": 0.9})
+    'Surprisal-based controller [test budget 0.9x big-only]'
     """
     if config.get("encoder") == "act":
         name = "ACT" + (f" (τ={config['act_ponder_cost']:g})" if config.get("act_ponder_cost") is not None else "")
@@ -537,6 +551,17 @@ def model_name(config: Row) -> str:
             name += " (routed estimator)"
     notes = setup_notes(config)
     return name + (f" [{', '.join(notes)}]" if notes else "")
+
+
+def budget_name(fraction: float, split: Optional[str] = "valid") -> str:
+    """How a test-time FLOPs budget is named in tables.
+
+    Example
+    -------
+    >>> budget_name(0.9), budget_name(0.9, "test")
+    ('test budget 0.9x big-only', 'test budget 0.9x big-only, solved on the test audio')
+    """
+    return f"test budget {float(fraction):g}x big-only" + (", solved on the test audio" if split == "test" else "")
 
 
 def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
@@ -560,6 +585,8 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
                                      ("test_stochastic", "deterministic test")) if config.get(key) is False and shown(key)]
     if config.get("test_bias_shift") and shown("test_bias_shift"):
         notes.append(f"bias {config['test_bias_shift']:+g}")
+    if config.get("test_flops_fraction") is not None and shown("test_flops_fraction"):
+        notes.append(budget_name(config["test_flops_fraction"], config.get("test_budget_split")))
     labels = config.get("train_labels")
     if labels and labels != "lexicon":
         notes.append("MFA training labels" if labels == "mfa" else f"training labels {labels.split(':', 1)[-1]}")
@@ -779,7 +806,8 @@ class Table:
 
 BASE_SELECTION: Row = {"encoder": "conditional", "architecture": "paper", "input_features": "apc",
                        "controller_at_train": True, "controller_at_test": True, "train_stochastic": True,
-                       "test_stochastic": True, "test_bias_shift": 0.0}
+                       "test_stochastic": True, "test_bias_shift": 0.0,
+                       "test_flops_fraction": (None,)}  # no test-time FLOPs budget
 
 
 def select_rows(rows: Sequence[Row], dataset: Optional[str] = None, **criteria: Any) -> List[Row]:
@@ -820,6 +848,12 @@ def select_rows(rows: Sequence[Row], dataset: Optional[str] = None, **criteria: 
                 return False
         return True
     return [r for r in rows if ok(r)]
+
+
+def _budget_rank(row: Row) -> Tuple[bool, float, str]:
+    """Sort key: no test-time FLOPs budget first, then larger budgets, the validation split's first."""
+    fraction = row.get("test_flops_fraction")
+    return fraction is not None, -(fraction or 0.0), str(row.get("test_budget_split") != "valid")
 
 
 def _sorted(rows: List[Row], *keys: str, order: Optional[Dict[str, Sequence[Any]]] = None) -> List[Row]:
@@ -864,11 +898,12 @@ def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Tab
     (['Random controller', 'Surprisal-based controller', 'Big network only'], [1, 2])
     """
     agg = ensure_aggregated(rows)
-    picked = select_rows(agg, dataset, controller=CONTROLLER_ORDER)
+    picked = select_rows(agg, dataset, controller=CONTROLLER_ORDER, test_flops_fraction=None)
     learned = [r for r in picked if r["controller"] == "learned"]
     default_learned = [r for r in learned if _default_penalty(r)]
     picked = [r for r in picked if r["controller"] != "learned" or r in (default_learned or learned)]
     adaptive = select_rows(agg, dataset, encoder=("act", "pondernet"))
+    picked = sorted(picked, key=_budget_rank)  # each model's trained operating point before its budgets
     table_rows = (_sorted(picked, "controller", order={"controller": CONTROLLER_ORDER})
                   + _sorted(adaptive, "encoder", "act_ponder_cost", "pondernet_beta"))
     return Table("controllers", "Controllers (paper Table 2) and adaptive-depth baselines", table_rows,
@@ -939,26 +974,40 @@ def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
     | Surprisal-based controller − Big network only | +0.60 ± 0.70 | [-1.14, +2.34] | 3 | -8.0% | within noise |
     | Surprisal-based controller − Random controller | -0.47 ± 0.47 | [-1.64, +0.71] | 3 | +4.5% | within noise |
     | Random controller − Big network only | +1.07 ± 0.31 | [+0.31, +1.83] | 3 | -12.0% | higher PER |
+
+    A model tested under a FLOPs budget (``test_flops_fraction``) is compared with the references
+    at their trained operating points:
+
+    >>> rows += [{"controller": "surprisal", "test_flops_fraction": 0.9, "test_budget_split": "valid", "seed": s,
+    ...           "PER": per, "flops_per_frame": 6.75e6} for s, per in zip((1, 2, 3), (33.7, 33.4, 34.2))]
+    >>> [r["model"] for r in table_paired(rows).rows][:2]
+    ['Surprisal-based controller − Big network only', 'Surprisal-based controller (test budget 0.9x big-only) − Big network only']
     """
     agg = ensure_aggregated(rows)
-    groups: Dict[Tuple, Dict[str, Row]] = {}
-    for row in select_rows(agg, dataset, controller=CONTROLLER_ORDER):
+    groups: Dict[Tuple, Dict[Tuple[str, Optional[float]], Row]] = {}
+    for row in select_rows(agg, dataset, controller=CONTROLLER_ORDER, test_flops_fraction=None):
         if row["controller"] == "learned" and not _default_penalty(row):
             continue
-        key = tuple(row.get(k) for k in CONFIG_KEYS if k not in ("controller", "penalty", "learned_estimator"))
-        groups.setdefault(key, {})[row["controller"]] = row
+        key = tuple(row.get(k) for k in CONFIG_KEYS if k not in ("controller", "penalty", "learned_estimator",
+                                                               "test_flops_fraction", "test_budget_split"))
+        budget = (row.get("test_flops_fraction"), row.get("test_budget_split"))
+        groups.setdefault(key, {})[(row["controller"], budget)] = row
     table_rows = []
-    for by_controller in groups.values():
-        for first, second in PAIRED_COMPARISONS:
-            if first not in by_controller or second not in by_controller:
+    for by_model in groups.values():
+        budgets = sorted({budget for _, budget in by_model},
+                         key=lambda b: _budget_rank({"test_flops_fraction": b[0], "test_budget_split": b[1]}))
+        for (first, second), budget in itertools.product(PAIRED_COMPARISONS, budgets):
+            # a model tested under a FLOPs budget against the reference at its trained operating point
+            if (first, budget) not in by_model or (second, (None, None)) not in by_model:
                 continue
-            diff = paired_difference(by_controller[first], by_controller[second])
+            diff = paired_difference(by_model[(first, budget)], by_model[(second, (None, None))])
             if diff is None:
                 continue
-            config = config_of(by_controller[first])
+            config = {**config_of(by_model[(first, budget)]), "test_flops_fraction": None, "test_budget_split": None}
             notes = model_name({**config, "controller": "big_only"})[len(CONTROLLER_NAMES["big_only"]):]
-            name = model_name(config)[:-len(notes) or None] + " − " + CONTROLLER_NAMES[second] + notes
-            table_rows.append({"model": name, **diff})
+            name = model_name(config)[:-len(notes) or None]
+            name += f" ({budget_name(*budget)})" if budget[0] is not None else ""
+            table_rows.append({"model": name + " − " + CONTROLLER_NAMES[second] + notes, **diff})
     return Table("paired", "Paired by seed: the paper's claims (PER difference a − b in points, 95 % t interval)",
                  table_rows, [("Comparison", lambda r: r["model"]), *_paired_columns("ΔPER (points)")],
                  csv_keys=PAIRED_CSV_KEYS)

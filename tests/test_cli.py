@@ -311,6 +311,27 @@ def test_evaluate_reports_every_bad_file_and_scores_the_rest_with_skip_bad(model
     assert capsys.readouterr().out.startswith("PER ")
 
 
+def test_evaluate_bias_shift_trades_flops(model, librispeech_folder, capsys):
+    """--bias-shift S moves the controller's logit: fewer frames on the big network (and fewer FLOPs
+    counted) below 0, more above; a model whose controller has no bias says so in one line."""
+    torch.manual_seed(0)
+    asr = ConditionalASR.untrained(LIBRISPEECH_PHONES, controller="surprisal", input_features="apc")
+    asr.encoder.controller.set_parameters(weight=0.0, bias=0.0)  # p_big 0.5 before the shift
+    shifted = asr.save(model.parent / "calibrated")
+    args = ["evaluate", str(librispeech_folder), "--model", str(shifted), "--skip-bad", "--json", "--seed", "1"]
+    reports = {}
+    for shift in (-4.0, 0.0, 4.0):
+        assert main([*args, "--bias-shift", str(shift)]) == 0
+        reports[shift] = json.loads(capsys.readouterr().out)
+    assert [reports[s]["bias_shift"] for s in reports] == [-4.0, 0.0, 4.0]
+    assert reports[-4.0]["p_big_mean"] < reports[0.0]["p_big_mean"] < reports[4.0]["p_big_mean"]
+    assert reports[-4.0]["flops_per_frame"] < reports[0.0]["flops_per_frame"] < reports[4.0]["flops_per_frame"]
+    big_only = model.parent / "big_only"
+    ConditionalASR.untrained(LIBRISPEECH_PHONES, controller="big_only", input_features="apc").save(big_only)
+    assert main(["evaluate", str(librispeech_folder), "--model", str(big_only), "--skip-bad", "--bias-shift", "-1"]) == 1
+    assert "'big_only' controller has no bias to shift" in error_lines(capsys)[0]
+
+
 def test_evaluate_timit_folder_and_manifest(tmp_path, capsys):
     timit_model = tmp_path / "timit_model"
     ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)

@@ -13,6 +13,7 @@ from surprisal_cc.controllers import (
     ConstantController,
     LearnedController,
     SurprisalController,
+    bias_shift_for_big_fraction,
     build_controller,
     calibrate_surprisal_controller,
     calibration_loss,
@@ -290,6 +291,26 @@ def test_constant_controllers():
     assert not build_controller("small_only")(features, None, mask).use_big.any()
     with pytest.raises(ValueError):
         ConstantController(1.5)
+
+
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_budget_bias_shift_meets_the_fraction_on_the_held_out_frames(stochastic):
+    """The solved shift routes the asked fraction of the frames it was solved on to the big network:
+    in expectation (stochastic routing) or exactly up to one frame (deterministic routing)."""
+    generator = torch.Generator().manual_seed(0)
+    surprisal = torch.randn(5000, generator=generator, dtype=torch.float64).exp() * 40.0  # skewed, like surprisal
+    ctrl = SurprisalController()
+    ctrl.set_parameters(weight=0.05, bias=-1.5)
+    for fraction in (0.1, 0.5, 0.62, 0.9):
+        shift = bias_shift_for_big_fraction(ctrl, surprisal, fraction, stochastic=stochastic)
+        logits = 0.05 * surprisal - 1.5 + shift
+        reached = float(torch.sigmoid(logits).mean() if stochastic else (logits > 0).double().mean())
+        assert reached == pytest.approx(fraction, abs=1e-4 if stochastic else 2 / surprisal.numel())
+    shifts = [bias_shift_for_big_fraction(ctrl, surprisal, f, stochastic=stochastic) for f in (0.2, 0.4, 0.8)]
+    assert shifts == sorted(shifts)  # a larger budget, a larger shift
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="fraction"):
+            bias_shift_for_big_fraction(ctrl, surprisal, bad)
 
 
 def test_bias_shift_raises_p():

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from surprisal_cc import grid
+from surprisal_cc import grid, report
 from surprisal_cc.cli import main
 
 FAKE_RECIPE = '''
@@ -76,6 +76,9 @@ def test_override_value_and_results_files(tmp_path: Path) -> None:
     assert grid.results_files(tmp_path, [0], test_only=True) == [tmp_path / "results_test_only.json"]
     assert grid.results_files(tmp_path, [0, 1.0], test_only=True, tag="_random_at_test") == [
         tmp_path / "results_test_only_random_at_test.json", tmp_path / "results_test_only_random_at_test_bias+1.json"]
+    budget = report.evaluation_tag({"test_flops_fraction": 0.9})  # a test-time FLOPs budget has files of its own
+    assert grid.results_files(tmp_path, None, test_only=True, tag=budget) == [tmp_path / "results_test_only_budget0.9.json"]
+    assert report.RESULTS_PATTERN.match("results_test_only_random_at_test_budget0.9.json")
 
 
 def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Path,
@@ -149,6 +152,11 @@ def test_published_runs_are_not_run_again_on_a_fresh_machine(grid_file: Path, tm
     assert "| controllers/controller-surprisal/seed1 | published |" in out
     assert "| bias/controller-surprisal/seed1 | blocked |" in out
     assert not (tmp_path / "exp/grid/controllers/controller-surprisal/seed1").exists()  # not trained again
+    # selected alone, the test-only run finds no checkpoint to evaluate: blocked, not run on an untrained model
+    assert main(["grid", str(grid_file), "--no-report", "--only", "bias/controller-surprisal/seed1"]) == 0
+    out = capsys.readouterr().out
+    assert "[blocked] bias/controller-surprisal/seed1: no checkpoint in" in out
+    assert not (tmp_path / "exp/grid/controllers/controller-surprisal/seed1").exists()
 
 
 def test_test_only_runs_publish_only_their_own_files(grid_file: Path, tmp_path: Path,

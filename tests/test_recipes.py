@@ -184,6 +184,43 @@ def test_test_only_bias_sweep_and_ablation(pretrained):
     assert "test_bias_shifts: [0.0, 4.0]" in (folder / "hyperparams_test_only.yaml").read_text()
 
 
+def test_test_time_flops_budget(pretrained):
+    """``--test_flops_fraction=0.9``: the bias shift that spends 0.9 x the big-only MACs per frame is
+    solved on the validation split (no test data) and applied to the test set, in files of its own;
+    with ``--test_budget_split=test`` on the test audio itself, which then meets the budget."""
+    folder = pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed3"
+    trained = (folder / "results.json").read_text()
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--test_only", "--test_flops_fraction=0.9"]))
+    assert (folder / "results.json").read_text() == trained
+    res = json.loads((folder / "results_test_only_budget0.9.json").read_text())
+    assert res["test_flops_fraction"] == 0.9 and res["test_bias_shift"] == 0.0
+    macs = res["component_macs"]
+    shared = macs["apc"] + macs["pre_net"] + macs["post_net"]
+    big_only, small_only = shared + macs["big_net"], shared + macs["small_net"]
+    solution = res["budget_solution"]
+    assert solution["big_fraction"] == pytest.approx((0.9 * big_only - small_only) / (big_only - small_only))
+    assert solution["frames"] > 0 and solution["split"] == res["test_budget_split"] == "valid"
+    trained_mean = json.loads(trained)["calibration"]["mean_p_big"]  # 0.65 > 0.59: the shift lowers p_big
+    assert solution["big_fraction"] < trained_mean and solution["bias_shift"] < 0
+    assert "test budget 0.9x big-only" in model_name(config_of(res))
+    ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), "--test_only", "--test_flops_fraction=0.9",
+            "--test_budget_split=test"]))
+    on_test = json.loads((folder / "results_test_only_budget0.9_on_test.json").read_text())
+    assert on_test["budget_solution"]["split"] == on_test["test_budget_split"] == "test"
+    # solved on the frames it decodes: their mean p_big is the budget's, up to the bisection's tolerance
+    assert on_test["p_big_mean"] == pytest.approx(on_test["budget_solution"]["big_fraction"], abs=1e-3)
+    # a budget that cannot apply fails before anything is trained, naming the key
+    for options in (["--test_flops_fraction=1.5"], ["--test_flops_fraction=0.9", "--test_bias_shifts=[0.0,1.0]"],
+                    ["--test_flops_fraction=0.9", "--controller=random"]):
+        proc = run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, seed=9), *options])
+        assert proc.returncode != 0 and "test_flops_fraction" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list((pretrained / "exp" / "conditional-random-paper-apc" / "seed9").glob("save/CKPT+*"))
+    # --test_only on a folder that holds no checkpoint: an error, not the test PER of an untrained model
+    proc = run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, seed=9), "--test_only"])
+    assert proc.returncode != 0 and "holds no checkpoint to evaluate" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list((pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed9").glob("results*.json"))
+
+
 def test_debug_flag_runs_a_few_batches(pretrained):
     apc = pretrained / "exp" / "apc" / "apc.pt"
     proc = ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, seed=4, apc_path=apc, controller="random"),

@@ -255,6 +255,28 @@ def test_paired_table_pairs_seeds_within_one_configuration():
     assert row["flops_change"] == pytest.approx(6.9 / 7.5 - 1)
 
 
+def test_test_time_budget_rows_only_where_they_are_compared():
+    """Evaluations at a test-time FLOPs budget are rows of the controllers table and are paired with
+    the references at their trained operating point, but are no point of the bias sweep or the
+    ablation (their shift was solved, not set) and never stand in for the trained model."""
+    base = {"controller": "surprisal", "flops_per_frame": 6.9e6}
+    rows = [{**base, "seed": s, "PER": 29.0 + s / 10} for s in (1, 2)]
+    rows += [{**base, "seed": s, "PER": 29.3 + s / 10, "flops_per_frame": 6.79e6, "test_flops_fraction": 0.9,
+              "test_budget_split": split} for s in (1, 2) for split in ("valid", "test")]
+    rows += [{"controller": "big_only", "seed": s, "PER": 29.0, "flops_per_frame": 7.54e6} for s in (1, 2)]
+    names = [r["model"] for r in report.table_controllers(rows).rows]
+    assert names == ["Surprisal-based controller", "Surprisal-based controller [test budget 0.9x big-only]",
+                     "Surprisal-based controller [test budget 0.9x big-only, solved on the test audio]",
+                     "Big network only"]
+    paired = {r["model"]: r for r in report.table_paired(rows).rows}
+    assert paired["Surprisal-based controller (test budget 0.9x big-only, solved on the test audio) − Big network "
+                  "only"]["delta_PER"] == pytest.approx(0.45)
+    assert paired["Surprisal-based controller − Big network only"]["delta_PER"] == pytest.approx(0.15)
+    assert len(paired) == 3
+    for table in (report.table_bias_sweep(rows), report.table_ablation(rows)):
+        assert not any("budget" in str(r.get("model", "")) or r.get("test_flops_fraction") for r in table.rows)
+
+
 def test_precision_table_pairs_bf16_with_fp32_runs_of_the_same_configuration():
     """bf16 runs are paired with fp32 runs that differ in nothing else, over their common seeds; a
     configuration trained in one precision only has no row."""

@@ -1,0 +1,29 @@
+"""Configuration errors found when the hparams are loaded, before any data is read: one line that
+names the key and says what to do."""
+from __future__ import annotations
+
+import pytest
+
+from data_fixtures import REPO
+from surprisal_cc.errors import ConfigurationError
+from surprisal_cc.recipe import load_hparams
+
+MLS_HPARAMS = str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ("controler: random", "'controler' is not a key"),
+    ("seed: 3\nseed: 9", 'duplicate key "seed"'),
+    ("test_flops_fraction: 1.5", "test_flops_fraction must be a number in (0, 1)"),
+    ("test_flops_fraction: 'most'", "test_flops_fraction must be a number in (0, 1)"),
+    ("test_flops_fraction: 0.9\ntest_bias_shifts: [0.0, 1.0]", "leave test_bias_shifts at [0.0]"),
+])
+def test_bad_configuration_is_named_at_load_time(overrides, message):
+    with pytest.raises(ConfigurationError) as err:
+        load_hparams(MLS_HPARAMS, overrides, run_opts={"device": "cpu"})
+    assert message in str(err.value)
+
+
+def test_test_flops_fraction_loads():
+    hparams = load_hparams(MLS_HPARAMS, "test_flops_fraction: 0.9", run_opts={"device": "cpu"})
+    assert hparams["test_flops_fraction"] == 0.9 and hparams["test_bias_shifts"] == [0.0]

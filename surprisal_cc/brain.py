@@ -550,18 +550,11 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.set_test_bias_shift(budget["solution"]["bias_shift"])
 
     def budget_big_fraction(self, fraction: float) -> float:
-        """The fraction of frames on the big network at which the expected MACs per frame are
-        ``fraction`` x those of big-only; a clear error where no surprisal controller can meet it."""
-        controller = getattr(unwrap(self.modules.encoder), "controller", None)
-        if not isinstance(controller, SurprisalController):
-            raise ConfigurationError(f"test_flops_fraction: {fraction} needs the surprisal controller "
-                                     f"(--controller=surprisal), not {self.hparams.controller!r}; or set it to null")
-        rows = self.static_flop_rows()
-        lowest = rows["small-only"] / rows["big-only"]
-        if not lowest < fraction < 1.0:
-            raise ConfigurationError(f"test_flops_fraction: {fraction} is outside ({lowest:.3f}, 1), the MACs per "
-                                     "frame of small-only and big-only relative to big-only: choose a fraction between")
-        return target_mean_for_budget(fraction * rows["big-only"], rows["small-only"], rows["big-only"])
+        """:func:`budget_big_fraction` of this brain's encoder, errors naming ``test_flops_fraction``."""
+        try:
+            return budget_big_fraction(unwrap(self.modules.encoder), self.apc_macs, fraction)
+        except ValueError as err:
+            raise ConfigurationError(f"test_flops_fraction: {err}; or set it to null") from None
 
     def solve_budget_bias_shift(self, fraction: float, budget_set) -> Dict[str, float]:
         """The test-time bias shift at which the surprisal controller's expected MACs per frame on
@@ -597,6 +590,21 @@ def static_flop_rows(encoder: Encoder, apc_macs: int) -> Dict[str, float]:
         rows["big-only"] = shared + rows["big_net"]
         rows["small-only"] = shared + rows["small_net"]
     return rows
+
+
+def budget_big_fraction(encoder: Encoder, apc_macs: int, fraction: float) -> float:
+    """The fraction of frames on the big network at which the expected MACs per frame of ``encoder``
+    (plus ``apc_macs``) are ``fraction`` x those of big-only; ValueError where its controller is not
+    the surprisal one, or no mix of the two networks costs that much."""
+    controller = getattr(encoder, "controller", None)
+    if not isinstance(controller, SurprisalController):
+        raise ValueError(f"a FLOPs budget needs the surprisal controller, not {type(controller).__name__}")
+    rows = static_flop_rows(encoder, apc_macs)
+    lowest = rows["small-only"] / rows["big-only"]
+    if not lowest < fraction < 1.0:
+        raise ValueError(f"the budget {fraction:g} x big-only is outside ({lowest:.3f}, 1), the MACs per frame of "
+                         "small-only and big-only relative to big-only: choose a fraction between")
+    return target_mean_for_budget(fraction * rows["big-only"], rows["small-only"], rows["big-only"])
 
 
 def git_commit() -> Optional[str]:

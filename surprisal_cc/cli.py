@@ -220,12 +220,17 @@ def cmd_export(args, unknown: List[str]) -> int:
 
 def _load_model(args):
     from .inference import ConditionalASR
+    from .recipe import ConfigurationError
 
     asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision,
                                          deterministic=args.deterministic)
     asr.beam_search.blank_penalty = args.blank_penalty
+    if args.bias_shift and args.flops_fraction is not None:
+        raise ConfigurationError("--bias-shift and --flops-fraction both set the controller's bias: give one")
     if args.bias_shift:
         asr.set_bias_shift(args.bias_shift)
+    if args.flops_fraction is not None:
+        asr.budget_big_fraction(args.flops_fraction)  # a budget this model cannot meet fails before any audio is read
     return asr
 
 
@@ -253,6 +258,8 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
     for problem in problems:
         warnings.warn(f"skipped {problem}")
     warn_converted(infos, asr.feature_config.sample_rate)
+    budget = asr.meet_flops_budget([p for p in paths if str(p) in infos], args.flops_fraction) \
+        if args.flops_fraction is not None else None
     results = []
     for path in paths:
         if str(path) not in infos:
@@ -272,7 +279,8 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
         raise DataPreparationError("none of the given files is usable audio")
     if args.json:
         print(json.dumps({"model": str(asr.source), "device": str(asr.device), "precision": asr.precision,
-                          "files": [r.to_dict() for r in results], "skipped": problems}, indent=2))
+                          "files": [r.to_dict() for r in results], "skipped": problems,
+                          **({"budget": budget} if budget else {})}, indent=2))
     return 0
 
 
@@ -295,7 +303,8 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
     asr = _load_model(args)
     result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad, batch_size=args.batch_size,
                           seed=args.seed, g2p=args.g2p, timit_split=args.timit_split,
-                          progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation)
+                          progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,
+                          flops_fraction=args.flops_fraction)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -402,6 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--bias-shift", type=float, default=0.0, metavar="S",
                        help="add S to the controller's logit: below 0 fewer frames on the big network, fewer "
                             "FLOPs (default 0, the trained operating point)")
+        p.add_argument("--flops-fraction", type=float, metavar="F",
+                       help="instead of --bias-shift: the shift that spends F x the big-only MACs per frame over "
+                            "the given audio, from its surprisal (surprisal controller)")
         p.add_argument("--blank-penalty", type=float, default=0.0, metavar="P",
                        help="subtract P from the blank's log-probability before the beam search (default 0)")
     return parser

@@ -400,6 +400,52 @@ class ConditionalASR:
             raise ModelFormatError(f"the {controller!r} controller has no bias to shift (surprisal and random do)")
         self.encoder.test_bias_shift = float(shift)
 
+    def budget_big_fraction(self, fraction: float) -> float:
+        """The fraction of frames on the big network that spends ``fraction`` x the big-only MACs per
+        frame; a clear error for a model without a surprisal controller or a budget out of range."""
+        from .brain import budget_big_fraction
+
+        controller = self.config["encoder"].get("controller")
+        if self.config["encoder"].get("name") != "conditional" or controller != "surprisal":
+            raise ModelFormatError(f"a FLOPs budget (--flops-fraction) needs the surprisal controller; this model's "
+                                   f"is {controller!r}")
+        try:
+            return budget_big_fraction(self.encoder, self.apc_macs, float(fraction))
+        except ValueError as err:
+            raise ModelFormatError(f"--flops-fraction {fraction}: {err}") from None
+
+    @torch.no_grad()
+    def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8) -> Dict[str, Any]:
+        """Set the bias shift (:meth:`set_bias_shift`) at which the expected MACs per frame over the
+        frames of ``audio`` are ``fraction`` x those of big-only, from their APC surprisal alone
+        (:func:`~surprisal_cc.controllers.bias_shift_for_big_fraction`; no labels). One extra APC
+        pass over the audio; the surprisal controller only.
+
+        Returns ``{"fraction", "big_fraction", "bias_shift", "frames"}``.
+        """
+        from .controllers import bias_shift_for_big_fraction
+        from .data.audio import read_audio
+
+        big_fraction = self.budget_big_fraction(fraction)
+        frames = []
+        paths = list(audio)
+        for start in range(0, len(paths), batch_size):
+            signals = [read_audio(path, self.feature_config.sample_rate) for path in paths[start:start + batch_size]]
+            samples = torch.tensor([signal.numel() for signal in signals])
+            wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
+            fbank, lengths = self.front_end(wavs.to(torch.float32), samples)
+            fbank, lengths = fbank.to(self.device), lengths.to(self.device)
+            with self._autocast():
+                surprisal = self.apc(fbank, lengths).surprisal.float()
+            frames.append(surprisal[lengths_to_mask(lengths, surprisal.shape[1])].cpu())
+        surprisal = torch.cat(frames)
+        shift = bias_shift_for_big_fraction(self.encoder.controller.cpu(), surprisal, big_fraction,
+                                            stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
+        self.encoder.controller.to(self.device)
+        self.set_bias_shift(shift)
+        return {"fraction": float(fraction), "big_fraction": big_fraction, "bias_shift": shift,
+                "frames": int(surprisal.numel())}
+
     def set_deterministic(self) -> None:
         """Route without sampling: ``p_big > 0.5`` (conditional), threshold halting (PonderNet)."""
         if hasattr(self.encoder, "test_stochastic"):
@@ -565,7 +611,7 @@ class ConditionalASR:
     def evaluate(self, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
                  batch_size: Optional[int] = None, seed: Optional[int] = None, g2p: Optional[str] = None,
                  timit_split: str = "test", progress: bool = False,
-                 any_pronunciation: bool = False) -> Dict[str, Any]:
+                 any_pronunciation: bool = False, flops_fraction: Optional[float] = None) -> Dict[str, Any]:
         """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF on a labelled corpus.
 
         Arguments
@@ -595,6 +641,9 @@ class ConditionalASR:
             of their CMUdict pronunciations (or, with MFA labels, the labelled one), the one
             fewest edits away (:func:`pronunciation_references`): how much of the PER is the
             choice of pronunciations. LibriSpeech folders and manifests with a ``wrd`` column.
+        flops_fraction : float, optional
+            Decode at the bias shift that spends this fraction of the big-only MACs per frame over
+            the corpus's audio (:meth:`meet_flops_budget`; its surprisal, not its labels).
 
         Returns
         -------
@@ -606,7 +655,8 @@ class ConditionalASR:
             ``model``, ``device``, ``precision``, ``beam_size``); with ``any_pronunciation``,
             ``any_pronunciation``: ``per``, ``substitutions``, ``deletions``, ``insertions``,
             ``num_ref_tokens`` against those references and ``fixed`` (utterances whose labels
-            are not their words' phones, scored against their labels as they are).
+            are not their words' phones, scored against their labels as they are); with
+            ``flops_fraction``, ``budget`` (:meth:`meet_flops_budget`).
 
         Raises
         ------
@@ -634,6 +684,8 @@ class ConditionalASR:
             "g2p") or "spn") if any_pronunciation else None
         warn_converted(infos, self.feature_config.sample_rate)
         batch_size = int(batch_size or self.config.get("batch_size", 8))
+        budget = self.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size) \
+            if flops_fraction is not None else None
         # against the labels, and against the closest pronunciations (any_pronunciation)
         errors, closest = (ErrorRate(merge_sil=bool(self.config.get("merge_sil", True))) for _ in range(2))
         meter, routing = MacMeter(), RoutingStats()
@@ -689,6 +741,8 @@ class ConditionalASR:
                        "precision": self.precision, "beam_size": self.beam_search.beam_size,
                        "blank_penalty": self.beam_search.blank_penalty,
                        "bias_shift": float(getattr(self.encoder, "test_bias_shift", 0.0))})
+        if budget is not None:
+            result["budget"] = budget
         return result
 
 

@@ -7,6 +7,7 @@ from a real recipe run is tested in test_inference.py.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -194,6 +195,11 @@ def test_transcribe_text_json_and_plot(model, real_flac, tmp_path, capsys):
     assert result["phones"] and len(result["surprisal"]) == len(result["p_big"]) == result["num_frames"]
     assert result["flops_per_frame"] > 3e6 and result["rtf"] > 0
     assert plot.read_bytes()[:4] == b"\x89PNG"
+    # a FLOPs budget met on the file's own frames: their mean p_big is the budget's
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--json", "--flops-fraction", "0.9"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (result,) = report["files"]
+    assert sum(result["p_big"]) / len(result["p_big"]) == pytest.approx(report["budget"]["big_fraction"], abs=1e-3)
 
 
 @pytest.mark.parametrize("kind,reason", [("corrupt", "cannot be decoded"), ("empty", "empty file"),
@@ -313,7 +319,8 @@ def test_evaluate_reports_every_bad_file_and_scores_the_rest_with_skip_bad(model
 
 def test_evaluate_bias_shift_trades_flops(model, librispeech_folder, capsys):
     """--bias-shift S moves the controller's logit: fewer frames on the big network (and fewer FLOPs
-    counted) below 0, more above; a model whose controller has no bias says so in one line."""
+    counted) below 0, more above; --flops-fraction F solves the shift that meets a budget on the
+    audio given; a model whose controller has no bias says so in one line."""
     torch.manual_seed(0)
     asr = ConditionalASR.untrained(LIBRISPEECH_PHONES, controller="surprisal", input_features="apc")
     asr.encoder.controller.set_parameters(weight=0.0, bias=0.0)  # p_big 0.5 before the shift
@@ -326,10 +333,24 @@ def test_evaluate_bias_shift_trades_flops(model, librispeech_folder, capsys):
     assert [reports[s]["bias_shift"] for s in reports] == [-4.0, 0.0, 4.0]
     assert reports[-4.0]["p_big_mean"] < reports[0.0]["p_big_mean"] < reports[4.0]["p_big_mean"]
     assert reports[-4.0]["flops_per_frame"] < reports[0.0]["flops_per_frame"] < reports[4.0]["flops_per_frame"]
+    # --flops-fraction: the shift that spends 0.9 x big-only over this audio (stochastic routing:
+    # its expected cost, the mean p_big, meets the budget up to the bisection's tolerance)
+    assert main([*args, "--flops-fraction", "0.9"]) == 0
+    budgeted = json.loads(capsys.readouterr().out)
+    expected_big = budgeted["budget"]["big_fraction"]
+    assert budgeted["p_big_mean"] == pytest.approx(expected_big, abs=1e-3)
+    # weight 0: every frame's p_big is sigmoid(shift), so the shift is the budget's logit
+    assert budgeted["bias_shift"] == budgeted["budget"]["bias_shift"] == pytest.approx(
+        math.log(expected_big / (1 - expected_big)), abs=1e-3)
+    assert main([*args, "--flops-fraction", "0.9", "--bias-shift", "1"]) == 1
+    assert "give one" in error_lines(capsys)[0]
     big_only = model.parent / "big_only"
     ConditionalASR.untrained(LIBRISPEECH_PHONES, controller="big_only", input_features="apc").save(big_only)
     assert main(["evaluate", str(librispeech_folder), "--model", str(big_only), "--skip-bad", "--bias-shift", "-1"]) == 1
     assert "'big_only' controller has no bias to shift" in error_lines(capsys)[0]
+    assert main(["evaluate", str(librispeech_folder), "--model", str(big_only), "--skip-bad",
+                 "--flops-fraction", "0.9"]) == 1
+    assert "needs the surprisal controller; this model's is 'big_only'" in error_lines(capsys)[0]
 
 
 def test_evaluate_timit_folder_and_manifest(tmp_path, capsys):

@@ -437,11 +437,10 @@ class ConditionalASR:
             fbank, lengths = fbank.to(self.device), lengths.to(self.device)
             with self._autocast():
                 surprisal = self.apc(fbank, lengths).surprisal.float()
-            frames.append(surprisal[lengths_to_mask(lengths, surprisal.shape[1])].cpu())
-        surprisal = torch.cat(frames)
-        shift = bias_shift_for_big_fraction(self.encoder.controller.cpu(), surprisal, big_fraction,
+            frames.append(surprisal[lengths_to_mask(lengths, surprisal.shape[1])])
+        surprisal = torch.cat(frames).to(self.device)  # where the controller's weight and bias are
+        shift = bias_shift_for_big_fraction(self.encoder.controller, surprisal, big_fraction,
                                             stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
-        self.encoder.controller.to(self.device)
         self.set_bias_shift(shift)
         return {"fraction": float(fraction), "big_fraction": big_fraction, "bias_shift": shift,
                 "frames": int(surprisal.numel())}

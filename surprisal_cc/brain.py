@@ -598,7 +598,8 @@ def budget_big_fraction(encoder: Encoder, apc_macs: int, fraction: float) -> flo
     the surprisal one, or no mix of the two networks costs that much."""
     controller = getattr(encoder, "controller", None)
     if not isinstance(controller, SurprisalController):
-        raise ValueError(f"a FLOPs budget needs the surprisal controller, not {type(controller).__name__}")
+        has = repr(controller.name) if controller is not None else f"none (a {type(encoder).__name__})"
+        raise ValueError(f"a FLOPs budget needs the surprisal controller; this model's is {has}")
     rows = static_flop_rows(encoder, apc_macs)
     lowest = rows["small-only"] / rows["big-only"]
     if not lowest < fraction < 1.0:

@@ -60,6 +60,8 @@ class Controller(nn.Module):
     """
 
     uses_surprisal = False
+    # The name build_controller and the hparams key ``controller`` know this controller by.
+    name = "controller"
     # True: during training the encoder runs both networks on every real frame and mixes them
     # with the gate (the gradient the controller's estimator needs); evaluation always routes.
     both_networks_in_training = False
@@ -165,6 +167,11 @@ class ConstantController(Controller):
             raise ValueError(f"p_big must be in [0, 1], got {p_big}")
         self.p_big = float(p_big)
 
+    @property
+    def name(self) -> str:
+        """``big_only`` (p = 1), ``small_only`` (p = 0) or ``random``."""
+        return {1.0: "big_only", 0.0: "small_only"}.get(self.p_big, "random")
+
     def probability(self, features, surprisal, bias_shift: float = 0.0):
         """(B, T) tensor filled with p_big (logit shifted by ``bias_shift``)."""
         p = self.p_big
@@ -201,6 +208,7 @@ class SurprisalController(Controller):
     """
 
     uses_surprisal = True
+    name = "surprisal"
 
     def __init__(self, weight: float = 1.0, bias: float = 0.0):
         super().__init__()
@@ -266,6 +274,8 @@ class LearnedController(Controller):
     >>> round(d.aux_loss.item(), 6)  # 1e-3 * 5 real frames * 0.25
     0.00125
     """
+
+    name = "learned"
 
     def __init__(self, input_size: int = 512, hidden_size: int = 80, penalty_weight: float = 1e-3,
                  estimator: str = "both_networks"):
@@ -344,6 +354,8 @@ def build_controller(name: str, **kwargs) -> Controller:
     ('ConstantController', 0.3)
     >>> build_controller("big_only").p_big
     1.0
+    >>> all(build_controller(name).name == name for name in CONTROLLERS)
+    True
     """
     if name not in CONTROLLERS:
         raise ValueError(f"unknown controller {name!r} (hparams key 'controller'); choose one of {sorted(CONTROLLERS)}")

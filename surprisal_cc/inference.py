@@ -405,10 +405,6 @@ class ConditionalASR:
         frame; a clear error for a model without a surprisal controller or a budget out of range."""
         from .brain import budget_big_fraction
 
-        controller = self.config["encoder"].get("controller")
-        if self.config["encoder"].get("name") != "conditional" or controller != "surprisal":
-            raise ModelFormatError(f"a FLOPs budget (--flops-fraction) needs the surprisal controller; this model's "
-                                   f"is {controller!r}")
         try:
             return budget_big_fraction(self.encoder, self.apc_macs, float(fraction))
         except ValueError as err:
@@ -438,7 +434,7 @@ class ConditionalASR:
             with self._autocast():
                 surprisal = self.apc(fbank, lengths).surprisal.float()
             frames.append(surprisal[lengths_to_mask(lengths, surprisal.shape[1])])
-        surprisal = torch.cat(frames).to(self.device)  # where the controller's weight and bias are
+        surprisal = torch.cat(frames)
         shift = bias_shift_for_big_fraction(self.encoder.controller, surprisal, big_fraction,
                                             stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
         self.set_bias_shift(shift)

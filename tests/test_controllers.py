@@ -552,3 +552,19 @@ def test_learned_controller_is_trainable_and_registered():
     assert not SurprisalController().both_networks_in_training
     with pytest.raises(ValueError, match="learned_estimator"):
         build_controller("learned", input_size=8, estimator="masked")
+
+
+def test_flops_budget_names_the_controller_it_cannot_shift():
+    """A FLOPs budget needs the surprisal controller; any other gets an error naming the one it has."""
+    from surprisal_cc.brain import budget_big_fraction
+    from surprisal_cc.encoders import build_encoder
+
+    surprisal_encoder = build_encoder("conditional", input_size=8, num_outputs=5, controller="surprisal", hidden_size=8)
+    assert 0.0 < budget_big_fraction(surprisal_encoder, apc_macs=100, fraction=0.9) < 1.0
+    for name in ("random", "big_only", "small_only", "learned"):
+        encoder = build_encoder("conditional", input_size=8, num_outputs=5, controller=name, hidden_size=8)
+        with pytest.raises(ValueError, match=f"this model's is '{name}'"):
+            budget_big_fraction(encoder, apc_macs=100, fraction=0.9)
+    act = build_encoder("act", input_size=8, num_outputs=5, hidden_size=8)
+    with pytest.raises(ValueError, match="this model's is none"):
+        budget_big_fraction(act, apc_macs=100, fraction=0.9)

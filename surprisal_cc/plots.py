@@ -15,6 +15,7 @@ only that dataset's rows (None: any).
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -30,6 +31,7 @@ from .report import (Row, aggregate, collect_results, config_of, ensure_aggregat
 
 PathLike = Union[str, Path]
 DPI = 100
+KEY_LINE_CHARS = 120  # characters per line of a figure key below the axes (8 inches, 6.5 pt)
 
 __all__ = ["plot_per_vs_flops", "point_labels", "plot_validation_curves", "plot_bias_sweep", "plot_lambda_sweep",
            "plot_routing", "make_all_plots"]
@@ -76,10 +78,13 @@ def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PE
     ('per_vs_flops.png', True)
     """
     agg = [r for r in ensure_aggregated(rows) if r.get("flops_M") is not None and r.get("PER") is not None]
-    # points are numbered; the key below the axes names them (long names beside the points overlap)
-    fig, ax = plt.subplots(figsize=(8, 4.5 + 0.17 * len(agg)))
+    # points are numbered; the key below the axes names them (long names beside the points overlap),
+    # each name wrapped to the figure's width
+    labels = [textwrap.fill(label, KEY_LINE_CHARS, subsequent_indent="    ") for label in point_labels(agg)]
+    key_lines = sum(label.count("\n") + 1 for label in labels) + 1
+    fig, ax = plt.subplots(figsize=(8, 4.5 + 0.11 * key_lines + 0.03 * len(labels)))
     front = pareto_front(agg, x="flops_M")
-    for i, (row, label) in enumerate(zip(agg, point_labels(agg))):
+    for i, (row, label) in enumerate(zip(agg, labels)):
         ax.errorbar(row["flops_M"], row["PER"], yerr=row["PER_std"] or 0.0, marker="o" if i in front else "s",
                     color="C3" if i in front else "C0", capsize=3, ls="none", label=label)
         ax.annotate(str(i + 1), (row["flops_M"], row["PER"]), fontsize=7, xytext=(4, 2), textcoords="offset points")

@@ -1066,32 +1066,54 @@ def table_ablation(rows: Sequence[Row], dataset: Optional[str] = None, architect
 
     Table ``ablation`` (``ablation_<architecture>`` for the others). Rows: AR features x
     surprisal during training x surprisal during testing, then the small-only and big-only rows.
+    The random controller's runs are rows without surprisal in training or testing (the paper's
+    ✗/✗ rows are its random baseline), their Setup cell saying so.
 
     Arguments
     ---------
     architecture : str
         ``paper``, ``model1``, ``model2`` or ``model3``.
+
+    Example
+    -------
+    >>> rows = [{"controller": c, "seed": 1, "PER": p, "flops_per_frame": f, "epochs": 30}
+    ...         for c, p, f in (("surprisal", 29.4, 6.9e6), ("random", 29.7, 6.6e6), ("big_only", 29.3, 7.5e6))]
+    >>> print(table_ablation(rows).markdown(), end="")  # doctest: +NORMALIZE_WHITESPACE
+    | AR features? | Surprisal during training? | Surprisal during testing? | Setup | PER | Avg. FLOPs per input | n (seeds) | Epochs |
+    |---|---|---|---|---|---|---|---|
+    | **✓** | **✗** | **✗** | **random controller** | **29.70%** | **6.60M** | **1** | **30** |
+    | **✓** | **✓** | **✓** |  | **29.40%** | **6.90M** | **1** | **30** |
+    | **Big network only** |  |  |  | **29.30%** | **7.50M** | **1** | **30** |
     """
     agg = ensure_aggregated(rows)
     flags = ("input_features", "controller_at_train", "controller_at_test")
     ablated = select_rows(agg, dataset, architecture=architecture, controller="surprisal",
-                      input_features=None, controller_at_train=None, controller_at_test=None)
+                          input_features=None, controller_at_train=None, controller_at_test=None)
+    random = [{**r, "controller_at_train": False, "controller_at_test": False}
+              for r in select_rows(agg, dataset, architecture=architecture, controller="random", input_features=None)]
     baselines = select_rows(agg, dataset, architecture=architecture, controller=("small_only", "big_only"))
-    table_rows = (_sorted(ablated, *flags, order={"input_features": ("fbank", "apc"),
-                                                  "controller_at_train": (False, True),
-                                                  "controller_at_test": (False, True)})
-                  + _sorted(baselines, "controller", order={"controller": ("small_only", "big_only")}))
+    routed = ("surprisal", "random")
+    table_rows = (_sorted(ablated + random, *flags, "controller", "epochs",
+                          order={"input_features": ("fbank", "apc"), "controller_at_train": (False, True),
+                                 "controller_at_test": (False, True), "controller": ("random", "surprisal")})
+                  + _sorted(baselines, "controller", "epochs", order={"controller": ("small_only", "big_only")}))
+
     def flag(key: str) -> Callable[[Row], str]:
-        return lambda r: "" if r["controller"] != "surprisal" else _flag(key)(r)
+        return lambda r: "" if r["controller"] not in routed else _flag(key)(r)
+
+    def setup(r: Row) -> str:
+        if r["controller"] not in routed:
+            return ""
+        return ", ".join([*(["random controller"] if r["controller"] == "random" else []),
+                          *setup_notes(r, omit=flags)])
     name = "ablation" if architecture == "paper" else f"ablation_{architecture}"
     title = "Ablation (paper Tables 3/4)" if architecture == "paper" else f"Ablation, {architecture} (Appendix A)"
     return Table(name, title, table_rows,
-                 [("AR features?", lambda r: (r["model"] if r["controller"] != "surprisal"
+                 [("AR features?", lambda r: (r["model"] if r["controller"] not in routed
                                               else "✓" if r["input_features"] == "apc" else "✗")),
                   ("Surprisal during training?", flag("controller_at_train")),
                   ("Surprisal during testing?", flag("controller_at_test")),
-                  ("Setup", lambda r: "" if r["controller"] != "surprisal" else ", ".join(setup_notes(r, omit=flags))),
-                  COL_PER, COL_FLOPS, COL_SEEDS],
+                  ("Setup", setup), COL_PER, COL_FLOPS, COL_SEEDS, COL_EPOCHS],
                  csv_keys=("model", *flags, *CSV_KEYS[1:]))
 
 

@@ -179,7 +179,7 @@ def test_published_report_grows_run_by_run(grid_file: Path, tmp_path: Path, caps
     grid_file.write_text(yaml.safe_dump(spec))
     assert main(["grid", str(grid_file), "--only", "controllers/controller-random/seed1"]) == 0
     report = (tmp_path / "published" / "report" / "report.md").read_text()
-    assert "Random controller" in report and "Surprisal" not in report
+    assert "Random controller" in report and "Surprisal-based controller" not in report
     assert main(["grid", str(grid_file), "--only", "controllers/controller-surprisal/seed1"]) == 0
     report = (tmp_path / "published" / "report" / "report.md").read_text()
     assert "Random controller" in report and "Surprisal-based controller" in report

@@ -135,7 +135,11 @@ def test_every_table_markdown_and_csv(tree: Path, tmp_path: Path) -> None:
     assert [(r["input_features"], r["controller_at_train"], r["controller_at_test"]) for r in ablation[:3]] == [
         ("fbank", "False", "False"), ("fbank", "False", "True"), ("fbank", "True", "False")]
     assert [r["model"] for r in ablation[-2:]] == ["Small network only", "Big network only"]
-    assert len(ablation) == 10
+    assert len(ablation) == 11  # 8 surprisal ablation rows, the random controller as a ✗/✗ row, 2 baselines
+    apc_untrained = [r["model"] for r in ablation
+                     if (r["input_features"], r["controller_at_train"], r["controller_at_test"]) == ("apc", "False", "False")]
+    assert apc_untrained[0] == "Random controller" and len(apc_untrained) == 2
+    assert "| ✓ | ✗ | ✗ | random controller |" in (out / "MiniLibriSpeech_ablation.md").read_text()
 
     stochastic = _csv_rows(out / "MiniLibriSpeech_stochastic.csv")
     assert [(r["train_stochastic"], r["test_stochastic"]) for r in stochastic] == [

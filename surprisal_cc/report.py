@@ -565,8 +565,9 @@ def budget_name(fraction: float, split: Optional[str] = "valid") -> str:
 
 
 def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
-    """A configuration's departures from the paper's setup, as :func:`model_name` brackets them,
-    leaving out those of the keys in ``omit`` (shown elsewhere, e.g. in a table's own columns).
+    """A configuration's departures from the paper's setup, and its training precision where the
+    run recorded it, as :func:`model_name` brackets them, leaving out those of the keys in ``omit``
+    (shown elsewhere, e.g. in a table's own columns).
 
     Example
     -------
@@ -592,8 +593,8 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
         notes.append("MFA training labels" if labels == "mfa" else f"training labels {labels.split(':', 1)[-1]}")
     notes += {"pronunciation_alternatives": ["every pronunciation"], "optional_silence": ["optional sil"]}.get(
         config.get("train_targets"), [])
-    if config.get("precision") == "fp32":
-        notes.append("fp32 training")
+    if config.get("precision") in ("fp32", "bf16"):
+        notes.append(f"{config['precision']} training")
     if config.get("augment"):
         notes.append("masked inputs")
     if config.get("speed_perturb"):

@@ -252,7 +252,7 @@ def test_paired_table_pairs_seeds_within_one_configuration():
              for s, p in ((1, 32.0), (2, 32.5))]
     rows += [{"controller": "big_only", "seed": 1, "PER": 20.0, "flops_per_frame": 7.5e6, "precision": "fp32"}]
     table = table_paired(rows)
-    assert [r["model"] for r in table.rows] == ["Surprisal-based controller − Big network only"]
+    assert [r["model"] for r in table.rows] == ["Surprisal-based controller − Big network only [bf16 training]"]
     (row,) = table.rows
     assert row["seeds"] == [1, 2] and row["delta_PER"] == pytest.approx(1.25) and row["n_seeds"] == 2
     assert row["delta_PER_std"] == pytest.approx(0.3535, abs=1e-4) and row["verdict"] == "within noise"

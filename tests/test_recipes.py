@@ -406,6 +406,6 @@ def test_make_mini_librispeech_relabels_then_trains(mini_corpus, tmp_path, stage
     assert res["train_labels"] == f"mfa:{labels_name}" and res["train_targets"] == "pronunciation_alternatives"
     assert res["speed_perturb"] == [0.9, 1.1] and res["augment"] is False  # the profile's PERTURB
     assert res["error_rate_details"]["num_utterances"] == 6  # dev-clean-2 scored against its MFA labels
-    name = model_name(config_of(res))  # "fp32 training" where the CPU has no bf16 (precision: auto)
+    name = model_name(config_of(res))  # "fp32 training" or "bf16 training", as precision: auto chose
     assert name.startswith(f"Surprisal-based controller [training labels {labels_name}, ")
     assert "every pronunciation, " in name and name.endswith(", speeds 0.9/1/1.1]") and name in proc.stdout  # report

@@ -111,6 +111,17 @@ def test_prepare_librispeech_audio_only(corpus, tmp_path):
     assert len(read(out["valid"])) == 3
 
 
+def test_prepare_librispeech_extra_train_subsets_keep_the_validation_split(corpus, tmp_path):
+    base = prepare_librispeech(corpus, tmp_path / "s", subsets=["train-clean-5"], valid_utterances=3)
+    more = prepare_librispeech(corpus, tmp_path / "s2", subsets=["train-clean-5"], valid_utterances=3,
+                               extra_train_subsets=["dev-clean-2"])
+    assert read(more["valid"]) == read(base["valid"])
+    added = {r["ID"] for r in read(more["train"])} - {r["ID"] for r in read(base["train"])}
+    assert added == set(DEV_LABELS)
+    with pytest.raises(DataPreparationError, match="both"):
+        prepare_librispeech(corpus, tmp_path / "s3", subsets=["train-clean-5"], extra_train_subsets=["train-clean-5"])
+
+
 def _tar(path, members):
     with tarfile.open(path, "w:gz") as tar:
         for info in members:

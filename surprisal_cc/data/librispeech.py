@@ -442,22 +442,30 @@ def prepare_librispeech(
     seed: int = DEFAULT_SEED,
     skip_bad_audio: bool = False,
     download: bool = False,
+    extra_train_subsets: Sequence[str] = (),
 ) -> Dict[str, Path]:
     """Audio-only manifests (``ID,duration,wav,spk_id``) for APC pretraining.
 
     Writes ``apc_train.csv`` and ``apc_valid.csv``: the validation split holds about
-    ``valid_utterances`` (or ``valid_fraction`` of all) utterances, as whole speakers
+    ``valid_utterances`` (or ``valid_fraction`` of all) utterances of ``subsets``, as whole speakers
     (``valid_by="speaker"``, speakers shuffled with ``seed`` and added until the target is reached)
-    or as single utterances (``valid_by="utterance"``).  Idempotent like
+    or as single utterances (``valid_by="utterance"``).  ``extra_train_subsets`` go to training
+    whole, so adding audio leaves the validation split of ``subsets`` as it was.  Idempotent like
     :func:`prepare_mini_librispeech`.
     """
     if valid_by not in ("speaker", "utterance"):
         raise ValueError(f"valid_by must be 'speaker' or 'utterance', got {valid_by!r}")
+    overlap = sorted(set(subsets) & set(extra_train_subsets))
+    if overlap:
+        raise DataPreparationError(f"subsets {overlap} are listed in both subsets and extra_train_subsets")
     subset_dirs = locate_subsets(data_folder, list(subsets), download)
-    inputs = [f for d in subset_dirs.values() for f in _audio_files(d)]
+    extra_dirs = locate_subsets(data_folder, list(extra_train_subsets), download) if extra_train_subsets else {}
+    inputs = [f for d in [*subset_dirs.values(), *extra_dirs.values()] for f in _audio_files(d)]
     options = {"subsets": {k: str(v) for k, v in subset_dirs.items()}, "valid_fraction": valid_fraction,
                "valid_utterances": valid_utterances, "valid_by": valid_by, "seed": seed,
                "skip_bad_audio": skip_bad_audio}
+    if extra_dirs:  # only when used, so that earlier preparations stay valid
+        options["extra_train_subsets"] = {k: str(v) for k, v in extra_dirs.items()}
 
     def build(save: Path) -> Dict[str, Path]:
         utts = [u for d in subset_dirs.values() for u in scan_subset(d, with_transcripts=False)]
@@ -477,6 +485,7 @@ def prepare_librispeech(
                     break
                 held.add(s)
             valid_ids = {u.id for u in utts if u.spk_id in held}
+        utts += [u for d in extra_dirs.values() for u in scan_subset(d, with_transcripts=False)]
         infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio)
         rows = _audio_rows(utts, infos)
         return {

@@ -26,11 +26,21 @@ fp32 and, where the CPU has native bf16, bf16 autocast. A staged copy of the sam
 interleaved with it, gives each stage's share. The model is untrained, so its posteriors are
 flat: the beam search's worst case.
 
+Threads part. The real-time factor of ``transcribe_batch`` at batch 1 (the same utterance and
+model, sampled routing) with torch's default threads (one per core) and with one thread (the
+default of ``surprisal-cc transcribe``/``evaluate``), on the machine as it is ("idle") and with a
+process spinning on one more core ("busy"): the four configurations timed in turn in each repeat,
+the spinning process started for the busy half of each repeat and stopped after it. The ratios
+busy / idle of each thread setting and default / one thread when busy come from the same run.
+
 Usage: ``python -m benchmarks.bench_inference [--quick|--smoke] [--json]``
 """
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 import time
 from typing import Dict, List, Optional
 
@@ -79,6 +89,7 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, p_big:
                                                threads=threads, seed=seed))
     encoder_part(res, cfg, seed, p_big)
     transcribe_part(res, cfg, seed, p_big)
+    threads_part(res, cfg, seed, p_big)
     return res
 
 
@@ -212,27 +223,42 @@ def _staged(asr, wav, samples, stage_times: Dict[str, List[float]]) -> None:
         stage_times[stage].append(dt)
 
 
-def transcribe_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
+def _sampled_model(seed: int, p_big: float):
+    """The untrained model of the transcribe parts: APC features, random controller, sampled routing
+    (p_big of the frames on the big network), on the threads the caller sets."""
     from surprisal_cc.inference import ConditionalASR
     from surprisal_cc.recipe import phone_set
 
+    torch.manual_seed(seed)
+    asr = ConditionalASR.untrained(phone_set("librispeech"), controller="random", input_features="apc",
+                                   controller_options={"p_big": p_big})
+    asr.set_routing("sampled", seed)
+    asr.threads = None
+    return asr
+
+
+def _utterance(cfg: Dict, seed: int):
+    """(1, S) synthetic 16 kHz audio of ``cfg["audio_s"]`` seconds, its sample count and duration."""
     g = torch.Generator().manual_seed(seed + 1)
     num_samples = int(cfg["audio_s"] * SAMPLE_RATE)
     wav = (0.1 * torch.randn(1, num_samples, generator=g)).clamp(-1.0, 1.0)
-    samples = torch.tensor([num_samples])
-    duration = num_samples / SAMPLE_RATE
-    torch.manual_seed(seed)
-    fp32 = ConditionalASR.untrained(phone_set("librispeech"), controller="random", input_features="apc",
-                                    controller_options={"p_big": p_big})
+    return wav, torch.tensor([num_samples]), num_samples / SAMPLE_RATE
+
+
+def transcribe_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
+    from surprisal_cc.inference import ConditionalASR
+
+    wav, samples, duration = _utterance(cfg, seed)
+    fp32 = _sampled_model(seed, p_big)
     models = {"fp32": fp32}
     if bf16_supported():
         models["bf16"] = ConditionalASR(fp32.config, fp32.encoder, fp32.apc.apc if fp32.apc is not None else None,
-                                        precision="bf16")
+                                        precision="bf16", routing="sampled", seed=seed, threads=None)
     stage_times = {prec: {s: [] for s in STAGES} for prec in models}
     frames: Dict[str, int] = {}
 
     def whole(prec):
-        frames[prec] = models[prec].transcribe_batch(wav, samples)[0].num_frames
+        frames[prec] = models[prec].transcribe_batch(wav, num_samples=samples)[0].num_frames
 
     fns = {}
     for prec in models:
@@ -263,6 +289,50 @@ def transcribe_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> Non
                    f"(median of {cfg['rtf_repeats']} interleaved repeats)",
                    ["precision", "audio s", "frames", "compute s", "RTF", "fbank %", "APC %", "encoder %",
                     "beam search %", "stages / whole"], rows)
+
+
+def _spinning_process() -> subprocess.Popen:
+    """A process keeping one core busy until it is killed."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def threads_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
+    from surprisal_cc.threads import decoding_threads
+
+    asr = _sampled_model(seed, p_big)
+    wav, samples, duration = _utterance(cfg, seed)
+    cores = os.cpu_count() or 1
+    settings = {f"torch default ({cores} threads)": cores, "--threads 1": 1}
+    times: Dict[tuple, List[float]] = {(load, name): [] for load in ("idle", "busy") for name in settings}
+    for repeat in range(1 + cfg["rtf_repeats"]):  # the first round warms up
+        for load in ("idle", "busy"):
+            spinner = _spinning_process() if load == "busy" else None
+            try:
+                for name, threads in settings.items():
+                    with decoding_threads(threads):
+                        start = time.perf_counter()
+                        asr.transcribe_batch(wav, num_samples=samples)
+                        elapsed = time.perf_counter() - start
+                    if repeat:
+                        times[(load, name)].append(elapsed)
+            finally:
+                if spinner is not None:
+                    spinner.kill()
+                    spinner.wait()
+    rtf = {key: median(v) / duration for key, v in times.items()}
+    default, one = settings
+    for name in settings:
+        res.summary.append(SummaryRow(f"transcribe at batch 1, {name}: RTF with one more core busy vs idle",
+                                      rtf[("busy", name)], rtf[("idle", name)], "RTF", rtf[("busy", name)] /
+                                      rtf[("idle", name)], "busy/idle", "info", None))
+    res.summary.append(SummaryRow("transcribe at batch 1, one more core busy: torch default threads vs --threads 1",
+                                  rtf[("busy", one)], rtf[("busy", default)], "RTF",
+                                  rtf[("busy", default)] / rtf[("busy", one)], "baseline/ours", "info", None))
+    res.add_detail(f"Real-time factor of transcribe_batch at batch 1, one synthetic {cfg['audio_s']:g} s utterance, "
+                   f"{cores} cores (median of {cfg['rtf_repeats']} repeats, the four timed in turn)",
+                   ["threads", "RTF idle", "RTF busy", "busy / idle"],
+                   [[name, rtf[("idle", name)], rtf[("busy", name)], rtf[("busy", name)] / rtf[("idle", name)]]
+                    for name in settings])
 
 
 def main(argv=None) -> int:

@@ -31,6 +31,7 @@ from .flops import MacMeter, module_macs
 from .metrics import closest_path
 from .nnet import Encoder, EncoderOutput, lengths_to_mask
 from .schedulers import anneal
+from .threads import DEFAULT_DECODING_THREADS, decoding_threads
 
 logger = logging.getLogger(__name__)
 
@@ -540,6 +541,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.budget_big_fraction(float(fraction))  # a budget no model of this shape can meet fails now
         self.test_budget = None if fraction is None else {"fraction": float(fraction), "dataset": budget_set,
                                                           "split": split}
+
+    def evaluate(self, *args, **kwargs):
+        """The test decoding, on ``test_threads`` torch threads (hparams; default 1, which never
+        competes for busy cores: :mod:`surprisal_cc.threads`; null keeps the training's setting)."""
+        with decoding_threads(getattr(self.hparams, "test_threads", DEFAULT_DECODING_THREADS)):
+            return super().evaluate(*args, **kwargs)
 
     def on_evaluate_start(self, max_key=None, min_key=None):
         super().on_evaluate_start(max_key=max_key, min_key=min_key)

@@ -9,14 +9,17 @@
     surprisal-cc curves RUN_DIR[=LABEL] ... [--key PER] [--plot OUT.png]   # runs in progress too
     surprisal-cc bench [--json] [--quick] [--only training,rnn] [--device cuda]
     surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N]
-    surprisal-cc transcribe AUDIO... [--model DIR] [--json] [--plot OUT.png]
+    surprisal-cc transcribe AUDIO... [--model DIR] [--json | --format ctm] [--plot OUT.png] [--threads N]
     surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV] [--any-pronunciation] [--skip-bad] [--json]
+        [--per-utterance FILE] [--sampled [--seed N]] [--threads N]
 
 ``grid`` runs every run of a grid file that has not finished yet (``--key=value`` options go to every
 run), then writes the tables and figures; ``bench`` runs the repository's benchmarks/ folder
 (``python -m benchmarks.run_all``). Without --model, transcribe and evaluate use the model in
-<repository>/pretrained. A configuration or data error ends the command with one line ``error: ...``
-on stderr and exit status 1 (2 for a command-line usage error).
+<repository>/pretrained; they route deterministically (``p_big > 0.5``: the same result on every run)
+unless given --sampled, and decode on one thread unless given --threads. A configuration or data
+error ends the command with one line ``error: ...`` per problem on stderr and exit status 1 (2 for
+a command-line usage error); results already printed stay printed (each is flushed as it finishes).
 """
 from __future__ import annotations
 
@@ -222,8 +225,11 @@ def _load_model(args):
     from .inference import ConditionalASR
     from .recipe import ConfigurationError
 
-    asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision,
-                                         deterministic=args.deterministic)
+    if args.deterministic and (args.sampled or args.seed is not None):
+        raise ConfigurationError("--deterministic and --sampled/--seed choose different routings: give one")
+    routing = "sampled" if args.sampled or args.seed is not None else "deterministic"
+    asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision, routing=routing,
+                                         seed=args.seed, threads=args.threads)
     asr.beam_search.blank_penalty = args.blank_penalty
     if args.bias_shift and args.flops_fraction is not None:
         raise ConfigurationError("--bias-shift and --flops-fraction both set the controller's bias: give one")
@@ -234,16 +240,49 @@ def _load_model(args):
     return asr
 
 
-def _plot_path(plot: str, audio: Path, many: bool) -> Path:
+def plot_paths(plot: str, audio: Sequence[Path]) -> List[Path]:
+    """The routing plot of each audio file: ``plot`` for one file; for several, ``OUT_<stem>.png``,
+    with the parent folders' names added (then a number) where two files share a stem.
+
+    Example
+    -------
+    >>> [p.name for p in plot_paths("out/r.png", [Path("a/x.flac"), Path("b/x.flac"), Path("b/y.wav")])]
+    ['r_a_x.png', 'r_b_x.png', 'r_y.png']
+    """
     path = Path(plot)
-    return path.with_name(f"{path.stem}_{audio.stem}{path.suffix or '.png'}") if many else path
+    if len(audio) == 1:
+        return [path]
+    stems = [a.stem for a in audio]
+    names = [f"{a.parent.name}_{a.stem}" if stems.count(a.stem) > 1 else a.stem for a in audio]
+    seen: dict = {}
+    unique = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if names.count(name) == 1 else f"{name}_{seen[name]}")
+    return [path.with_name(f"{path.stem}_{name}{path.suffix or '.png'}") for name in unique]
+
+
+def _emit(line: str) -> None:
+    """Print one result and flush it: an interrupted run keeps every result already printed."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _long_progress(path: Path):
+    """A progress callback writing ``path: done of total s`` lines to stderr (long files)."""
+    def report(done: float, total: float) -> None:
+        print(f"{path}: {done:.0f} of {total:.0f} s ({100 * done / max(total, 1e-9):.0f} %)", file=sys.stderr,
+              flush=True)
+    return report
 
 
 def cmd_transcribe(args, unknown: List[str]) -> int:
     from .data.errors import DataPreparationError
     from .inference import BadAudioError, check_audio_many, iter_audio_paths, warn_converted
+    from .long_audio import PROGRESS_AFTER_S
     from .recipe import ConfigurationError
 
+    fmt = "json" if args.json else args.format
     asr = _load_model(args)
     if args.plot and not asr.uses_apc:
         raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
@@ -258,29 +297,34 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
     for problem in problems:
         warnings.warn(f"skipped {problem}")
     warn_converted(infos, asr.feature_config.sample_rate)
-    budget = asr.meet_flops_budget([p for p in paths if str(p) in infos], args.flops_fraction) \
-        if args.flops_fraction is not None else None
-    results = []
-    for path in paths:
-        if str(path) not in infos:
-            continue
-        result = asr.transcribe_checked_file(path)
-        results.append(result)
+    usable = [p for p in paths if str(p) in infos]
+    budget = asr.meet_flops_budget(usable, args.flops_fraction) if args.flops_fraction is not None else None
+    plots = dict(zip(usable, plot_paths(args.plot, usable))) if args.plot and usable else {}
+    run = {"model": str(asr.source), "device": str(asr.device), "precision": asr.precision, "threads": asr.threads,
+           **({"budget": budget} if budget else {})}
+    if fmt == "json":
+        for problem in problems:
+            path, _, reason = problem.partition(": ")
+            _emit(json.dumps({"path": path, "skipped": reason}))
+    done = 0
+    for path in usable:
+        long = infos[str(path)].duration > PROGRESS_AFTER_S
+        result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
+                                             progress=_long_progress(path) if long else None)
+        done += 1
         if args.plot:
             from .plots import plot_routing
 
-            cfg = asr.feature_config
-            shift = cfg.frame_shift_ms * cfg.frame_skip / 1000.0
-            plot_routing(result.fbank, result.surprisal, result.use_big, _plot_path(args.plot, path, len(paths) > 1),
-                         title=path.name, frame_shift_s=shift)
-        if not args.json:
-            print(_format_transcription(result))
-    if not results:
+            plot_routing(result.fbank, result.surprisal, result.use_big, plots[path], title=path.name,
+                         frame_shift_s=result.frame_shift_s)
+        if fmt == "json":
+            _emit(json.dumps({**result.to_dict(), **run}))
+        elif fmt == "ctm":
+            _emit(result.to_ctm())
+        else:
+            _emit(_format_transcription(result))
+    if not done:
         raise DataPreparationError("none of the given files is usable audio")
-    if args.json:
-        print(json.dumps({"model": str(asr.source), "device": str(asr.device), "precision": asr.precision,
-                          "files": [r.to_dict() for r in results], "skipped": problems,
-                          **({"budget": budget} if budget else {})}, indent=2))
     return 0
 
 
@@ -288,10 +332,10 @@ def _format_transcription(result) -> str:
     routing = ""
     if result.p_big is not None:
         routing = (f", p_big {float(result.p_big.mean()):.3f} (big network on {100 * result.big_fraction:.1f} % "
-                   "of frames)")
+                   f"of frames, {result.routing} routing{'' if result.seed is None else f' seed {result.seed}'})")
     elif result.steps is not None:
         routing = f", {float(result.steps.mean()):.2f} steps per frame"
-    return (f"{result.path}\n  {' '.join(result.phones)}\n  {result.duration_s:.2f} s, {result.num_frames} frames, "
+    return (f"{result.path}\n  {result.text}\n  {result.duration_s:.2f} s, {result.num_frames} frames, "
             f"{result.flops_per_frame / 1e6:.2f}M FLOPs per frame{routing}, RTF {result.rtf:.3f}")
 
 
@@ -301,10 +345,19 @@ def _macs(value: float) -> str:
 
 def cmd_evaluate(args, unknown: List[str]) -> int:
     asr = _load_model(args)
-    result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad, batch_size=args.batch_size,
-                          seed=args.seed, g2p=args.g2p, timit_split=args.timit_split,
-                          progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,
-                          flops_fraction=args.flops_fraction)
+    with contextlib.ExitStack() as stack:
+        write = None
+        if args.per_utterance:
+            target = sys.stdout if args.per_utterance == "-" else \
+                stack.enter_context(open(args.per_utterance, "w", encoding="utf-8"))
+
+            def write(row) -> None:
+                target.write(json.dumps(row) + "\n")
+                target.flush()
+        result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad,
+                              batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
+                              progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,
+                              flops_fraction=args.flops_fraction, per_utterance=write)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -323,10 +376,12 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
                      f"{100 * result['big_fraction']:.1f} % of frames")
     if "mean_steps" in result:
         lines.append(f"{result['mean_steps']:.2f} steps per frame")
+    seed = f" seed {result['seed']}" if result["seed"] is not None else ""
     lines.append(f"RTF {result['rtf']:.3f} ({result['compute_s']:.1f} s for {result['audio_s']:.1f} s of audio, "
-                 f"{result['device']}, {result['precision']})")
+                 f"{result['device']}, {result['precision']}, {result['threads']} thread(s), batch "
+                 f"{result['batch_size']}, {result['routing']} routing{seed})")
     if result["skipped"]:
-        lines.append(f"skipped {len(result['skipped'])} unusable audio file(s)")
+        lines.append(f"skipped {len(result['skipped'])} utterance(s) with unusable audio or labels")
     print("\n".join(lines))
     return 0
 
@@ -344,7 +399,10 @@ TAKE_OVERRIDES = ("flops", "grid")
 def build_parser() -> argparse.ArgumentParser:
     from . import analysis, grid
 
+    from . import __version__
+
     parser = _Parser(prog="surprisal-cc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"surprisal-cc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("flops", help="per-component MACs per frame of an hparams file (--key=value overrides)")
     p.add_argument("hparams")
@@ -388,6 +446,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("audio", nargs="+", help="audio files or folders of audio files")
             p.add_argument("--plot", help="routing plot (spectrogram, surprisal, network per frame) as PNG; "
                                           "with several files, one per file named OUT_<file>.png")
+            p.add_argument("--format", choices=["text", "json", "ctm"], default="text",
+                           help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
+                                "with each phone's start and end; ctm: one line per phone (file channel start "
+                                "duration phone)")
+            p.add_argument("--chunk-seconds", type=float, metavar="S",
+                           help="files longer than S + 16 s are decoded in parts of S seconds with 8 s of context "
+                                "on each side, in bounded memory (default 60; 0: every file whole)")
         else:
             p.add_argument("data", help="LibriSpeech-format folder, TIMIT folder or manifest CSV")
             p.add_argument("--mfa-labels", help="MFA labels (CSV export or TextGrid folder) instead of lexicon labels")
@@ -396,18 +461,31 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--timit-split", choices=["test", "valid", "train"], default="test",
                            help="TIMIT: core test set, development speakers or training set")
             p.add_argument("--batch-size", type=int, help="utterances per forward pass (default: the run's)")
-            p.add_argument("--seed", type=int, help="seed of the random routing decisions")
+            p.add_argument("--per-utterance", metavar="FILE",
+                           help="write each utterance's id, reference, hypothesis, S/D/I, FLOPs and p_big to FILE "
+                                "as JSON Lines, as its batch finishes (-: standard output)")
             p.add_argument("--any-pronunciation", action="store_true",
                            help="also score against the references whose words take the CMUdict (or labelled) "
                                 "pronunciation closest to the hypothesis: how much of the PER is pronunciation")
         p.add_argument("--model", help="exported model folder (default: <repository>/pretrained)")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true",
+                       help="JSON Lines, one object per file as it finishes" if name == "transcribe" else
+                       "the corpus totals and what was run (seed, routing, batch size, threads, precision) as JSON")
         p.add_argument("--skip-bad", action="store_true", help="leave out unusable audio files (listed) "
                                                                "instead of stopping")
         p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
-        p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="fp32",
-                       help="bf16: autocast where the device computes it natively")
-        p.add_argument("--deterministic", action="store_true", help="route with p_big > 0.5 instead of sampling")
+        p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
+                       help="bf16: autocast where the device computes it natively; auto (default): the faster "
+                            "for inference, fp32 (bf16 is slower on CPUs at these sizes and on GPUs)")
+        p.add_argument("--threads", type=int, default=1, metavar="N",
+                       help="torch threads (default 1: decoding never competes for busy cores; more pay off "
+                            "only for large batches on idle cores)")
+        p.add_argument("--deterministic", action="store_true",
+                       help="route with p_big > 0.5 (the default; the same result on every run)")
+        p.add_argument("--sampled", action="store_true",
+                       help="draw the routing from p_big as the recipes test (seeded: --seed, else a random "
+                            "seed that is reported)")
+        p.add_argument("--seed", type=int, help="seed of sampled routing (implies --sampled)")
         p.add_argument("--bias-shift", type=float, default=0.0, metavar="S",
                        help="add S to the controller's logit: below 0 fewer frames on the big network, fewer "
                             "FLOPs (default 0, the trained operating point)")
@@ -442,6 +520,15 @@ def _print_error(err: BaseException) -> None:
 _DISCARD = logging.NullHandler()
 
 
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null, so that flushing it at exit raises no second BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (captured output): nothing to flush to a pipe
+        pass
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     # SpeechBrain's notices (e.g. about optional packages) would reach stderr through logging's
     # last-resort handler; this CLI reports in its own lines
@@ -457,6 +544,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         with _one_line_warnings():
             return COMMANDS[args.command](args, unknown)
+    except BrokenPipeError:  # the reader went away (`| head`): what it read is complete, say nothing more
+        _silence_stdout()
+        return 141  # as a shell reports a command ended by SIGPIPE
     except (ValueError, OSError, YAMLError, TrainingDivergedError) as err:  # configuration and data errors
         _print_error(err)
         return 1

@@ -19,9 +19,11 @@ Example
 >>> import torch
 >>> from surprisal_cc.recipe import phone_set
 >>> asr = ConditionalASR.untrained(phone_set("librispeech"), controller="random")
->>> results = asr.transcribe_batch(torch.randn(2, 16000), torch.tensor([1.0, 0.5]))
+>>> results = asr.transcribe_batch(torch.randn(2, 16000).clamp(-1, 1), torch.tensor([1.0, 0.5]))
 >>> [r.num_frames for r in results], results[0].flops_per_frame > 0
 ([49, 24], True)
+>>> results[0].segments[0][1], results[0].frame_shift_s   # each phone's (phone, start s, end s)
+(0.0, 0.02)
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -48,16 +50,20 @@ from .nnet import Encoder, EncoderOutput
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import lengths_to_mask
 from .flops import MacMeter, module_macs
-from .recipe import ConfigurationError, auto_precision, native_bf16
+from .recipe import ConfigurationError, native_bf16
+from .threads import DEFAULT_DECODING_THREADS, check_threads, decoding_threads
 
 PathLike = Union[str, os.PathLike]
 FORMAT_VERSION = 1
 MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc.pt", "README.md"
 WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 MAX_LISTED = 20
+AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
+
+ROUTINGS = ("deterministic", "sampled")
 
 __all__ = ["ConditionalASR", "Transcription", "ModelFormatError", "BadAudioError", "export_run", "average_float_state_dicts",
-           "default_model_dir", "FORMAT_VERSION"]
+           "default_model_dir", "FORMAT_VERSION", "ROUTINGS"]
 
 
 class ModelFormatError(ValueError):
@@ -82,6 +88,11 @@ class BadAudioError(DataPreparationError):
         super().__init__("\n".join([*self.problems, *([hint] if hint else [])]))
 
 
+class BadLabelsError(BadAudioError):
+    """Utterances without usable labels (no transcript line, an empty one, no MFA labels);
+    ``problems`` holds one ``"path: reason"`` line per utterance."""
+
+
 def default_model_dir() -> Path:
     """``<repository>/pretrained``: where ``--model`` points when it is not given.
 
@@ -98,7 +109,11 @@ def default_model_dir() -> Path:
 # ----------------------------------------------------------------------------------------------
 @dataclass
 class Transcription:
-    """One utterance: phones and, per frame, what the model computed.
+    """One utterance: phones with their times and, per frame, what the model computed.
+
+    ``str(t)`` (and ``t.text``) is the phones separated by spaces. Per-frame arrays (``surprisal``,
+    ``p_big``, ``use_big``, ``steps``, ``fbank``) have one entry per frame of ``frame_shift_s``
+    seconds; frame ``t`` starts at ``t * frame_shift_s``.
 
     Arguments
     ---------
@@ -127,15 +142,29 @@ class Transcription:
         (T, n_mels) filterbank features.
     path : str, optional
         The audio file, when transcribed from a file.
+    segments : list of (str, float, float), optional
+        Each phone with its start and end in seconds (CTC Viterbi alignment,
+        :mod:`surprisal_cc.timestamps`).
+    frame_shift_s : float
+        Seconds between frames of the per-frame arrays.
+    routing : str, optional
+        ``"deterministic"`` (``p_big > 0.5``) or ``"sampled"``.
+    seed : int, optional
+        The seed of sampled routing.
 
     Example
     -------
     >>> import torch
     >>> t = Transcription(["sil", "AH", "sil"], num_frames=4, duration_s=0.08, flops_per_frame=1000.0,
     ...                   flops_components={"encoder": 1000.0}, rtf=0.1,
-    ...                   use_big=torch.tensor([True, False, False, True]))
-    >>> t.big_fraction, t.to_dict()["use_big"]
-    (0.5, [True, False, False, True])
+    ...                   use_big=torch.tensor([True, False, False, True]),
+    ...                   segments=[("sil", 0.0, 0.02), ("AH", 0.02, 0.06), ("sil", 0.06, 0.08)])
+    >>> t.big_fraction, t.to_dict()["use_big"], str(t)
+    (0.5, [True, False, False, True], 'sil AH sil')
+    >>> print(t.to_ctm("utt"))
+    utt 1 0.00 0.02 sil
+    utt 1 0.02 0.04 AH
+    utt 1 0.06 0.02 sil
     """
 
     phones: List[str]
@@ -150,18 +179,43 @@ class Transcription:
     steps: Optional[Tensor] = field(default=None, repr=False)
     fbank: Optional[Tensor] = field(default=None, repr=False)
     path: Optional[str] = None
+    segments: Optional[List[Tuple[str, float, float]]] = field(default=None, repr=False)
+    frame_shift_s: float = 0.02
+    routing: Optional[str] = None
+    seed: Optional[int] = None
+
+    @property
+    def text(self) -> str:
+        """The phones separated by spaces."""
+        return " ".join(self.phones)
+
+    def __str__(self) -> str:
+        return self.text
 
     @property
     def big_fraction(self) -> Optional[float]:
         """Fraction of frames that ran the big network (None without a small/big choice)."""
         return None if self.use_big is None else float(self.use_big.double().mean())
 
+    def to_ctm(self, name: Optional[str] = None) -> str:
+        """The phones with their times as CTM lines (:func:`~surprisal_cc.timestamps.format_ctm`);
+        ``name`` defaults to the file's stem."""
+        from .timestamps import format_ctm
+
+        if self.segments is None:
+            raise ValueError("this transcription has no phone times (segments)")
+        return format_ctm(name or (Path(self.path).stem if self.path else "utterance"), self.segments)
+
     def to_dict(self) -> Dict[str, Any]:
-        """JSON-ready: per-frame arrays as lists (``fbank`` left out)."""
-        out: Dict[str, Any] = {"path": self.path, "phones": self.phones, "num_frames": self.num_frames,
+        """JSON-ready: per-frame arrays as lists (``fbank`` left out), phone times as
+        ``{"phone", "start", "end"}`` objects in seconds."""
+        out: Dict[str, Any] = {"path": self.path, "text": self.text, "phones": self.phones,
+                               "segments": None if self.segments is None else
+                               [{"phone": p, "start": s, "end": e} for p, s, e in self.segments],
+                               "num_frames": self.num_frames, "frame_shift_s": self.frame_shift_s,
                                "duration_s": self.duration_s, "flops_per_frame": self.flops_per_frame,
                                "flops_components": self.flops_components, "rtf": self.rtf,
-                               "big_fraction": self.big_fraction}
+                               "big_fraction": self.big_fraction, "routing": self.routing, "seed": self.seed}
         for name in ("surprisal", "p_big", "use_big", "steps"):
             value = getattr(self, name)
             out[name] = None if value is None else value.tolist()
@@ -175,7 +229,13 @@ PRECISIONS = ("fp32", "bf16", "auto")
 
 
 def resolve_inference_precision(precision: str, device: torch.device) -> str:
-    """``fp32``, or ``bf16`` where the device computes it natively (``auto`` picks the best).
+    """``fp32``, or ``bf16`` where the device computes it natively; ``auto``: the faster one.
+
+    ``auto`` is fp32 for inference: in the inference benchmark (benchmarks/README.md) bf16 autocast
+    made ``transcribe`` slower on CPUs with native bf16 (RTF 0.052 against 0.037 at batch 1: the
+    APC's and encoder's GRUs run small per-step products where the casts cost more than they
+    save), and on GPUs (kernel launches, not arithmetic, bound these small networks). Training,
+    with its large batched products, keeps bf16 there (:func:`surprisal_cc.recipe.auto_precision`).
 
     Arguments
     ---------
@@ -197,13 +257,13 @@ def resolve_inference_precision(precision: str, device: torch.device) -> str:
     Example
     -------
     >>> import torch
-    >>> resolve_inference_precision("fp32", torch.device("cpu"))
-    'fp32'
+    >>> resolve_inference_precision("fp32", torch.device("cpu")), resolve_inference_precision("auto", torch.device("cpu"))
+    ('fp32', 'fp32')
     """
     if precision not in PRECISIONS:
         raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if precision == "auto":
-        return auto_precision(device)
+        return "fp32"
     if precision == "bf16" and not native_bf16(device):
         raise ConfigurationError(f"precision bf16: this {device.type.upper()} has no native bf16 "
                                  "(CPU: AVX-512-BF16 or AMX; GPU: Ampere or newer); use fp32")
@@ -242,7 +302,17 @@ class ConditionalASR:
         ``"cpu"`` (default) or ``"cuda"``/``"cuda:N"``.
     precision : str
         ``"fp32"`` (default), ``"bf16"`` (torch.autocast; only where the device has native bf16)
-        or ``"auto"``.
+        or ``"auto"`` (:func:`resolve_inference_precision`).
+    routing : str
+        ``"deterministic"`` (default: the big network where ``p_big > 0.5``, PonderNet halting at
+        its threshold; the same phones, routing and FLOPs on every run and at every batch size) or
+        ``"sampled"`` (routing drawn from ``p_big``, as the recipes test by default), see
+        :meth:`set_routing`.
+    seed : int, optional
+        Seed of sampled routing (a random one, recorded in ``seed``, when None).
+    threads : int, optional
+        Torch intra-op threads while decoding (default 1, :mod:`surprisal_cc.threads`); None
+        leaves torch's setting.
 
     Example
     -------
@@ -253,16 +323,19 @@ class ConditionalASR:
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     folder = asr.save(Path(tmp) / "model")
     ...     files = sorted(p.name for p in folder.iterdir())
-    ...     loaded = ConditionalASR.from_pretrained(folder, deterministic=True)
-    >>> files, loaded.labels == asr.labels
-    (['README.md', 'encoder.pt', 'model.json'], True)
+    ...     loaded = ConditionalASR.from_hparams(source=folder, savedir=None)
+    >>> files, loaded.labels == asr.labels, loaded.routing
+    (['README.md', 'encoder.pt', 'model.json'], True, 'deterministic')
     """
 
     def __init__(self, config: Dict[str, Any], encoder: Encoder, apc: Optional[APCModel] = None,
-                 device: Union[str, torch.device] = "cpu", precision: str = "fp32"):
+                 device: Union[str, torch.device] = "cpu", precision: str = "fp32", routing: str = "deterministic",
+                 seed: Optional[int] = None, threads: Optional[int] = DEFAULT_DECODING_THREADS):
         self.config = config
         self.device = resolve_device(device)
+        self.requested_precision = precision
         self.precision = resolve_inference_precision(precision, self.device)
+        self.threads = check_threads(threads)
         self.labels: List[str] = list(config["labels"])
         self.feature_config = FeatureConfig(**config["features"])
         self.front_end = FilterbankFrontEnd(self.feature_config)
@@ -278,11 +351,15 @@ class ConditionalASR:
                                          beam_size=int(config.get("beam_size", 10)),
                                          backend=config.get("beam_backend", "native"))
         self.source: Optional[Path] = None
+        self.routing, self.seed = "deterministic", None
+        self.set_routing(routing, seed)
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_pretrained(cls, source: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
-                        precision: str = "fp32", deterministic: bool = False) -> "ConditionalASR":
+                        precision: str = "fp32", deterministic: Optional[bool] = None, routing: str = "deterministic",
+                        seed: Optional[int] = None, threads: Optional[int] = DEFAULT_DECODING_THREADS
+                        ) -> "ConditionalASR":
         """Load an exported model folder (default: :func:`default_model_dir`).
 
         Arguments
@@ -293,9 +370,14 @@ class ConditionalASR:
             ``"cpu"`` or ``"cuda"``/``"cuda:N"``.
         precision : str
             ``"fp32"``, ``"bf16"`` or ``"auto"`` (see :func:`resolve_inference_precision`).
-        deterministic : bool
-            Route with ``p_big > 0.5`` (PonderNet: halt at the threshold) instead of sampling,
-            whatever the model was tested with.
+        deterministic : bool, optional
+            Older spelling of ``routing``: True for ``"deterministic"``, False for ``"sampled"``.
+        routing : str
+            ``"deterministic"`` (default) or ``"sampled"``, whatever the model was tested with.
+        seed : int, optional
+            Seed of sampled routing.
+        threads : int, optional
+            Torch threads while decoding (default 1; None: torch's setting).
 
         Returns
         -------
@@ -307,13 +389,38 @@ class ConditionalASR:
         ModelFormatError
             When the folder is missing, incomplete, damaged or of another format version.
         """
+        if deterministic is not None:
+            routing = "deterministic" if deterministic else "sampled"
         folder = Path(source) if source is not None else default_model_dir()
         config, encoder, apc = load_model_folder(folder)
-        asr = cls(config, encoder, apc, device=device, precision=precision)
+        asr = cls(config, encoder, apc, device=device, precision=precision, routing=routing, seed=seed,
+                  threads=threads)
         asr.source = folder
-        if deterministic:
-            asr.set_deterministic()
         return asr
+
+    @classmethod
+    def from_hparams(cls, source: Optional[PathLike] = None, savedir: Optional[PathLike] = None,
+                     run_opts: Optional[Dict[str, Any]] = None, **kwargs) -> "ConditionalASR":
+        """SpeechBrain's name for :meth:`from_pretrained`: ``source`` is a local model folder.
+
+        Arguments
+        ---------
+        source : str or path, optional
+            An exported model folder (nothing is downloaded); None: :func:`default_model_dir`.
+        savedir : str or path, optional
+            Accepted for SpeechBrain compatibility; a local folder needs no copy, so it is unused.
+        run_opts : dict, optional
+            SpeechBrain's run options; ``device`` and ``precision`` are read from it.
+        **kwargs
+            Further arguments of :meth:`from_pretrained`.
+
+        Returns
+        -------
+        ConditionalASR
+            The model.
+        """
+        options = {k: v for k, v in (run_opts or {}).items() if k in ("device", "precision")}
+        return cls.from_pretrained(source, **{**options, **kwargs})
 
     @classmethod
     def untrained(cls, labels: Sequence[str], encoder: str = "conditional", controller: str = "random",
@@ -443,10 +550,53 @@ class ConditionalASR:
 
     def set_deterministic(self) -> None:
         """Route without sampling: ``p_big > 0.5`` (conditional), threshold halting (PonderNet)."""
+        self.set_routing("deterministic")
+
+    def set_routing(self, routing: str, seed: Optional[int] = None) -> None:
+        """``"deterministic"``: the big network where ``p_big > 0.5`` (PonderNet: halt at the
+        threshold); ``"sampled"``: drawn from ``p_big`` (PonderNet: sampled halting), seeded with
+        ``seed`` (a random seed when None) before each :meth:`transcribe_batch` and
+        :meth:`evaluate` call, so that every call is reproducible from the recorded ``seed``.
+
+        Example
+        -------
+        >>> asr = ConditionalASR.untrained(["AH", "sil"], controller="random")
+        >>> asr.set_routing("sampled", seed=3)
+        >>> asr.routing, asr.seed, asr.encoder.test_stochastic
+        ('sampled', 3, True)
+        """
+        if routing not in ROUTINGS:
+            raise ConfigurationError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+        sampled = routing == "sampled"
         if hasattr(self.encoder, "test_stochastic"):
-            self.encoder.test_stochastic = False
-        if getattr(self.encoder, "inference", None) == "sample":
-            self.encoder.inference = "threshold"
+            self.encoder.test_stochastic = sampled
+        if getattr(self.encoder, "inference", None) in ("sample", "threshold"):
+            self.encoder.inference = "sample" if sampled else "threshold"
+        if sampled and seed is None:
+            seed = int.from_bytes(os.urandom(4), "little") % 2 ** 31
+        self.routing, self.seed = routing, (int(seed) if sampled else None)
+
+    def to(self, device: Union[str, torch.device]) -> "ConditionalASR":
+        """Move the model to ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``); returns the model."""
+        device = resolve_device(device)
+        precision = resolve_inference_precision(self.requested_precision, device)
+        self.device, self.precision = device, precision
+        self.encoder.to(device)
+        if self.apc is not None:
+            self.apc.to(device)
+        return self
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: Optional[int] = None):
+        """Sampled routing: the body draws from the RNG seeded with ``seed`` (default: this model's),
+        the global RNG restored after; deterministic routing: nothing."""
+        seed = self.seed if seed is None else seed
+        if self.routing != "sampled" or seed is None:
+            yield
+            return
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            yield
 
     # ------------------------------------------------------------------ forward
     def _autocast(self):
@@ -456,15 +606,17 @@ class ConditionalASR:
         return contextlib.nullcontext()
 
     @torch.no_grad()
-    def forward(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, Tensor, Tensor, Optional[Tensor]]:
+    def forward(self, wavs: Tensor, wav_lens: Optional[Tensor] = None
+                ) -> Tuple[EncoderOutput, Tensor, Tensor, Optional[Tensor]]:
         """(encoder output, fbank, frame counts, surprisal) of one padded batch, without decoding.
 
         Arguments
         ---------
         wavs : torch.Tensor
             (B, S) padded 16 kHz audio.
-        samples : torch.Tensor
-            (B,) sample count of each waveform.
+        wav_lens : torch.Tensor, optional
+            (B,) lengths: relative in (0, 1] (floating point, SpeechBrain's convention) or sample
+            counts (integers); None: every waveform is whole.
 
         Returns
         -------
@@ -477,7 +629,8 @@ class ConditionalASR:
         surprisal : torch.Tensor or None
             (B, T) APC surprisal when the model uses APC.
         """
-        fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples.cpu())  # as the recipes' cache
+        samples = sample_counts(wavs, wav_lens)
+        fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples)  # as the recipes' cache
         fbank, frames = fbank.to(self.device), frames.to(self.device)
         short = [i for i, n in enumerate(frames.tolist()) if n == 0]
         if short:
@@ -493,27 +646,61 @@ class ConditionalASR:
             out = self.encoder(feats, frames, surprisal if self.needs_surprisal else None)
         return out, fbank, frames, surprisal
 
-    def _run(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, List[List[str]], Tensor, Tensor,
-                                                             Optional[Tensor], float]:
-        """(encoder output, phones, fbank, frame counts, surprisal, seconds) of one padded batch."""
-        start = time.perf_counter()
-        out, fbank, frames, surprisal = self.forward(wavs, samples)
-        hyps = self.beam_search(out.log_probs.float(), out.lengths)
-        phones = [[self.labels[i] for i in h] for h in hyps]
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return out, phones, fbank, frames, surprisal, time.perf_counter() - start
+    @property
+    def frame_shift_s(self) -> float:
+        """Seconds between the model's frames (the filterbank's shift times its frame skip)."""
+        return self.feature_config.frame_shift_ms * self.feature_config.frame_skip / 1000.0
 
-    def transcribe_batch(self, wavs: Tensor, lengths: Optional[Tensor] = None) -> List[Transcription]:
-        """Transcribe a padded batch of 16 kHz waveforms.
+    def _run(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, List[List[int]], Tensor, Tensor,
+                                                             Optional[Tensor], float]:
+        """(encoder output, label ids, fbank, frame counts, surprisal, seconds) of one padded batch,
+        on this model's threads."""
+        with decoding_threads(self.threads):
+            start = time.perf_counter()
+            out, fbank, frames, surprisal = self.forward(wavs, samples)
+            hyps = self.beam_search(out.log_probs.float(), out.lengths)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            return out, hyps, fbank, frames, surprisal, time.perf_counter() - start
+
+    def phones_of(self, ids: Sequence[int]) -> List[str]:
+        """Label names of label ids."""
+        return [self.labels[i] for i in ids]
+
+    def frame_results(self, out: EncoderOutput, b: int, n: int, surprisal: Optional[Tensor]) -> Dict[str, Any]:
+        """Per-frame arrays of utterance ``b`` (its first ``n`` frames) and its MACs per component
+        summed over those frames (``macs``), from one forward pass."""
+        stat = (lambda key: out.stats[key][b, :n].detach().float().cpu() if key in out.stats else None)
+        return {"surprisal": surprisal[b, :n].cpu() if surprisal is not None else None,
+                "p_big": stat("p_big"), "steps": stat("steps"),
+                "use_big": out.stats["use_big"][b, :n].cpu() if "use_big" in out.stats else None,
+                "macs": {name: float(m[b, :n].double().sum()) for name, m in out.frame_macs.items()}}
+
+    def flops_components(self, macs: Dict[str, float], frames: int) -> Dict[str, float]:
+        """MACs per frame of each component (APC first when it ran) from MACs summed over ``frames``."""
+        comps = {"apc": float(self.apc_macs)} if self.uses_apc else {}
+        comps.update({name: total / frames for name, total in macs.items()})
+        return comps
+
+    def transcribe_batch(self, wavs: Tensor, wav_lens: Optional[Tensor] = None, *,
+                         num_samples: Optional[Tensor] = None, sample_rate: Optional[int] = None,
+                         timestamps: bool = True) -> List[Transcription]:
+        """Transcribe a padded batch of waveforms.
 
         Arguments
         ---------
         wavs : torch.Tensor
-            (B, S) or (S,) mono audio at the model's sample rate, in [-1, 1].
-        lengths : torch.Tensor, optional
-            Relative lengths in (0, 1] (floating point, as in SpeechBrain) or sample counts
-            (integer). None: every waveform is whole.
+            (B, S) or (S,) mono audio in [-1, 1] (int16 tensors are scaled by 1/32768).
+        wav_lens : torch.Tensor, optional
+            (B,) relative lengths in (0, 1], as in SpeechBrain. Integer tensors are still read as
+            sample counts (the earlier form of this argument); prefer ``num_samples``.
+        num_samples : torch.Tensor, optional
+            (B,) absolute lengths in samples, instead of ``wav_lens``.
+        sample_rate : int, optional
+            Sample rate of ``wavs``; resampled to the model's when it differs. None: the model's
+            (``feature_config.sample_rate``, 16 kHz).
+        timestamps : bool
+            Align each phone to the frames (``segments``).
 
         Returns
         -------
@@ -524,48 +711,73 @@ class ConditionalASR:
         ------
         DataPreparationError
             When an utterance is shorter than one analysis window.
+        ValueError
+            For a malformed batch, lengths out of range, or audio that looks int16-scaled.
 
         Example
         -------
         >>> import torch
         >>> asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
-        >>> result = asr.transcribe_batch(torch.randn(2, 8000), torch.tensor([8000, 4000]))
+        >>> wavs = torch.rand(2, 8000) - 0.5
+        >>> result = asr.transcribe_batch(wavs, torch.tensor([1.0, 0.5]))
         >>> [r.num_frames for r in result], [r.big_fraction for r in result]
         ([24, 12], [1.0, 1.0])
+        >>> [r.num_frames for r in asr.transcribe_batch(wavs, num_samples=torch.tensor([8000, 4000]))]
+        [24, 12]
+        >>> asr.transcribe_batch(wavs[:, ::2], sample_rate=8000)[0].num_frames
+        24
         """
-        wavs = torch.as_tensor(wavs)
-        if wavs.ndim == 1:
-            wavs = wavs[None]
-        if wavs.ndim != 2:
-            raise ValueError(f"wavs must be (batch, samples), got shape {tuple(wavs.shape)}")
-        if lengths is None:
-            samples = torch.full((wavs.shape[0],), wavs.shape[1], dtype=torch.long)
-        else:
-            lengths = torch.as_tensor(lengths).cpu()
-            samples = (lengths * wavs.shape[1]).round().long() if lengths.is_floating_point() else lengths.long()
-        out, phones, fbank, frames, surprisal, seconds = self._run(wavs, samples)
+        wavs = as_waveforms(wavs)
+        if num_samples is not None:
+            if wav_lens is not None:
+                raise ValueError("give wav_lens (relative) or num_samples (absolute), not both")
+            wav_lens = torch.as_tensor(num_samples).long()
+        samples = sample_counts(wavs, wav_lens)
         rate = self.feature_config.sample_rate
+        if sample_rate is not None and int(sample_rate) != rate:
+            import torchaudio
+
+            wavs = torchaudio.functional.resample(wavs, int(sample_rate), rate)
+            samples = (samples.double() * rate / int(sample_rate)).round().long().clamp(max=wavs.shape[1])
+        with self._seeded():
+            out, hyps, fbank, frames, surprisal, seconds = self._run(wavs, samples)
         rtf = seconds / max(float(samples.sum()) / rate, 1e-9)
+        log_probs = out.log_probs.float().cpu()
         results = []
         for b, n in enumerate(frames.tolist()):
-            comps = {"apc": float(self.apc_macs)} if self.uses_apc else {}
-            comps.update({name: float(m[b, :n].double().sum()) / n for name, m in out.frame_macs.items()})
-            stat = (lambda key: out.stats[key][b, :n].detach().float().cpu() if key in out.stats else None)
-            use_big = out.stats["use_big"][b, :n].cpu() if "use_big" in out.stats else None
+            per_frame = self.frame_results(out, b, n, surprisal)
+            comps = self.flops_components(per_frame.pop("macs"), n)
+            segments = self.segments(log_probs[b, :n], hyps[b]) if timestamps else None
             results.append(Transcription(
-                phones=phones[b], num_frames=n, duration_s=int(samples[b]) / rate,
-                flops_per_frame=sum(comps.values()), flops_components=comps, rtf=rtf,
-                surprisal=surprisal[b, :n].cpu() if surprisal is not None else None,
-                p_big=stat("p_big"), use_big=use_big, steps=stat("steps"), fbank=fbank[b, :n].cpu()))
+                phones=self.phones_of(hyps[b]), num_frames=n, duration_s=int(samples[b]) / rate,
+                flops_per_frame=sum(comps.values()), flops_components=comps, rtf=rtf, fbank=fbank[b, :n].cpu(),
+                segments=segments, frame_shift_s=self.frame_shift_s, routing=self.routing, seed=self.seed,
+                **per_frame))
         return results
 
-    def transcribe_file(self, path: PathLike) -> Transcription:
+    def segments(self, log_probs: Tensor, ids: Sequence[int], offset_frames: int = 0) -> List[Tuple[str, float, float]]:
+        """``(phone, start_s, end_s)`` of the phones ``ids`` decoded from ``log_probs`` ((T, V) of one
+        utterance): :func:`surprisal_cc.timestamps.phone_segments`."""
+        from .timestamps import phone_segments
+
+        return phone_segments(log_probs, ids, self.labels, self.beam_search.blank, self.frame_shift_s, offset_frames)
+
+    def transcribe_file(self, path: PathLike, long_chunk_s: Optional[float] = None,
+                        progress=None) -> Transcription:
         """Transcribe one audio file (resampled to 16 kHz and downmixed to mono, with a warning).
+
+        Files longer than ``long_chunk_s`` plus twice the context are decoded in parts with context
+        (:mod:`surprisal_cc.long_audio`): memory stays flat in the file's length.
 
         Arguments
         ---------
         path : str or path
-            Any format libsndfile decodes (FLAC, WAV, ...).
+            Any format libsndfile decodes (FLAC, WAV, Ogg/Opus, ...).
+        long_chunk_s : float, optional
+            Seconds per part of a long file (default :data:`surprisal_cc.long_audio.CHUNK_S`); 0:
+            decode the whole file at once, whatever its length.
+        progress : callable, optional
+            ``progress(done_s, total_s)`` after each part of a long file.
 
         Returns
         -------
@@ -592,12 +804,17 @@ class ConditionalASR:
         (24, 0.5, 'utt.flac')
         """
         check_audio(path, self.feature_config.sample_rate)
-        return self.transcribe_checked_file(path)
+        return self.transcribe_checked_file(path, long_chunk_s=long_chunk_s, progress=progress)
 
-    def transcribe_checked_file(self, path: PathLike) -> Transcription:
+    def transcribe_checked_file(self, path: PathLike, long_chunk_s: Optional[float] = None, progress=None,
+                                keep_fbank: bool = True) -> Transcription:
         """:meth:`transcribe_file` without the audio check (for files :func:`check_audio_many` passed)."""
         from .data.audio import read_audio
+        from .long_audio import CHUNK_S, is_long, transcribe_long
 
+        chunk_s = CHUNK_S if long_chunk_s is None else float(long_chunk_s)
+        if chunk_s > 0 and is_long(path, chunk_s):
+            return transcribe_long(self, path, chunk_s=chunk_s, progress=progress, keep_fbank=keep_fbank)
         result = self.transcribe_batch(read_audio(path, self.feature_config.sample_rate)[None])[0]
         result.path = str(path)
         return result
@@ -606,7 +823,8 @@ class ConditionalASR:
     def evaluate(self, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
                  batch_size: Optional[int] = None, seed: Optional[int] = None, g2p: Optional[str] = None,
                  timit_split: str = "test", progress: bool = False,
-                 any_pronunciation: bool = False, flops_fraction: Optional[float] = None) -> Dict[str, Any]:
+                 any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
+                 per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
         """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF on a labelled corpus.
 
         Arguments
@@ -619,12 +837,16 @@ class ConditionalASR:
         mfa_labels : str or path, optional
             MFA export CSV with the labels of a LibriSpeech-format folder.
         skip_bad : bool
-            Score the usable files when some are not (they are listed in ``skipped``); otherwise
-            :class:`BadAudioError` lists them all.
+            Score the usable utterances when some are not (unusable audio, a missing or empty
+            transcript, no MFA labels; they are listed in ``skipped``); otherwise
+            :class:`BadAudioError` lists the bad audio files, and a :class:`DataPreparationError`
+            the transcript problems.
         batch_size : int, optional
-            Utterances per forward pass (default: the run's batch size).
+            Utterances per forward pass (default: the run's batch size). With deterministic
+            routing the phones do not depend on it.
         seed : int, optional
-            Seeds the random routing decisions for this call (the global RNG is restored after).
+            Seed of sampled routing for this call (default: the model's ``seed``); the global RNG
+            is restored after. Sampled routing only.
         g2p : str, optional
             G2P policy for out-of-vocabulary words (default: the model's training policy).
         timit_split : str
@@ -639,6 +861,11 @@ class ConditionalASR:
         flops_fraction : float, optional
             Decode at the bias shift that spends this fraction of the big-only MACs per frame over
             the corpus's audio (:meth:`meet_flops_budget`; its surprisal, not its labels).
+        per_utterance : callable, optional
+            Called with each utterance's result as its batch finishes: ``id``, ``reference``,
+            ``hypothesis`` (phones, as scored), ``substitutions``, ``deletions``, ``insertions``,
+            ``num_ref_tokens``, ``num_frames``, ``flops_per_frame``, ``p_big_mean`` and
+            ``big_fraction`` (small/big routing) or ``mean_steps`` (ACT, PonderNet).
 
         Returns
         -------
@@ -647,7 +874,8 @@ class ConditionalASR:
             ``num_utterances``, ``flops_per_frame``, ``flops_components``, ``p_big_mean``,
             ``p_big_var`` and ``big_fraction`` (small/big routing), ``mean_steps`` (ACT, PonderNet), ``rtf``,
             ``compute_s``, ``audio_s`` and what was evaluated (``data``, ``labels``, ``skipped``,
-            ``model``, ``device``, ``precision``, ``beam_size``); with ``any_pronunciation``,
+            ``model``, ``device``, ``precision``, ``threads``, ``routing``, ``seed``, ``batch_size``,
+            ``beam_size``); with ``any_pronunciation``,
             ``any_pronunciation``: ``per``, ``substitutions``, ``deletions``, ``insertions``,
             ``num_ref_tokens`` against those references and ``fixed`` (utterances whose labels
             are not their words' phones, scored against their labels as they are); with
@@ -664,7 +892,16 @@ class ConditionalASR:
         from .data.audio import read_audio
         from .metrics import ErrorRate, closest_path
 
-        items, label_source = corpus_items(data, self, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split)
+        if seed is not None and self.routing != "sampled":
+            raise ConfigurationError("seed seeds sampled routing, and this model routes deterministically: "
+                                     "set_routing('sampled', seed) (--sampled --seed N)")
+        seed = self.seed if seed is None else int(seed)
+        label_problems: List[str] = []
+        items, label_source = corpus_items(data, self, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split,
+                                           problems=label_problems if skip_bad else None)
+        if label_problems:
+            warnings.warn(f"skipping {len(label_problems)} utterance(s) without usable labels:\n  "
+                          + "\n  ".join(label_problems[:MAX_LISTED]), DataPreparationWarning, stacklevel=2)
         infos, problems = check_audio_many([wav for _, wav, _ in items])
         if problems and not skip_bad:
             raise BadAudioError(problems, len(items), f"{len(problems)} of {len(items)} audio files are unusable; "
@@ -685,23 +922,24 @@ class ConditionalASR:
         errors, closest = (ErrorRate(merge_sil=bool(self.config.get("merge_sil", True))) for _ in range(2))
         meter, routing = MacMeter(), RoutingStats()
         steps_total, steps_frames, seconds, audio_s = 0.0, 0, 0.0, 0.0
-        rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
         starts = range(0, len(items), batch_size)
         if progress:
             from tqdm import tqdm
             starts = tqdm(starts, desc="evaluate", unit="batch")
-        with rng:
-            if seed is not None:
-                torch.manual_seed(seed)
+        with self._seeded(seed):
             for start in starts:
                 chunk = items[start:start + batch_size]
                 signals = [read_audio(wav, self.feature_config.sample_rate) for _, wav, _ in chunk]
                 samples = torch.tensor([s.numel() for s in signals])
                 wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
-                out, phones, _, frames, _, elapsed = self._run(wavs, samples)
+                out, hyps, _, frames, surprisal, elapsed = self._run(wavs, samples)
+                phones = [self.phones_of(h) for h in hyps]
                 seconds += elapsed
                 audio_s += float(samples.sum()) / self.feature_config.sample_rate
                 errors.append([u for u, _, _ in chunk], phones, [ref for _, _, ref in chunk])
+                if per_utterance is not None:
+                    for b, (row, n) in enumerate(zip(errors.last(len(chunk)), frames.tolist())):
+                        per_utterance(self._utterance_report(row, out, b, n, surprisal))
                 if graphs is not None:
                     closest.append([u for u, _, _ in chunk], phones,
                                    [closest_path(hyp, *graphs[u]) if graphs.get(u) else ref
@@ -731,14 +969,90 @@ class ConditionalASR:
                                                                    "num_ref_tokens")},
                 "fixed": sum(1 for u, _, _ in items if not graphs.get(u))}
         result.update({"rtf": seconds / max(audio_s, 1e-9), "compute_s": seconds, "audio_s": audio_s,
-                       "data": str(data), "labels": label_source, "skipped": problems,
+                       "data": str(data), "labels": label_source, "skipped": label_problems + problems,
                        "model": str(self.source) if self.source else None, "device": str(self.device),
-                       "precision": self.precision, "beam_size": self.beam_search.beam_size,
+                       "precision": self.precision, "threads": self.threads or torch.get_num_threads(),
+                       "routing": self.routing, "seed": seed if self.routing == "sampled" else None,
+                       "batch_size": batch_size, "beam_size": self.beam_search.beam_size,
                        "blank_penalty": self.beam_search.blank_penalty,
                        "bias_shift": float(getattr(self.encoder, "test_bias_shift", 0.0))})
         if budget is not None:
             result["budget"] = budget
         return result
+
+    def _utterance_report(self, scores: Dict[str, Any], out: EncoderOutput, b: int, n: int,
+                          surprisal: Optional[Tensor]) -> Dict[str, Any]:
+        """One utterance of :meth:`evaluate`'s ``per_utterance``: its edit counts and what ran."""
+        per_frame = self.frame_results(out, b, n, surprisal)
+        comps = self.flops_components(per_frame["macs"], n)
+        report = {"id": scores["key"], "reference": scores["ref_tokens"], "hypothesis": scores["hyp_tokens"],
+                  **{k: int(scores[k]) for k in ("substitutions", "deletions", "insertions", "num_ref_tokens")},
+                  "num_frames": n, "flops_per_frame": sum(comps.values())}
+        if per_frame["p_big"] is not None:
+            report["p_big_mean"] = float(per_frame["p_big"].double().mean())
+        if per_frame["use_big"] is not None:
+            report["big_fraction"] = float(per_frame["use_big"].double().mean())
+        if per_frame["steps"] is not None:
+            report["mean_steps"] = float(per_frame["steps"].double().mean())
+        return report
+
+
+# ----------------------------------------------------------------------------------------------
+# Batches
+# ----------------------------------------------------------------------------------------------
+def as_waveforms(wavs) -> Tensor:
+    """(B, S) float waveforms in [-1, 1] from a (B, S) or (S,) tensor or array; int16 is scaled by
+    1/32768, and float audio far outside [-1, 1] (int16-scaled, say) is refused.
+
+    Example
+    -------
+    >>> as_waveforms(torch.tensor([0, 16384, -32768], dtype=torch.int16))
+    tensor([[ 0.0000,  0.5000, -1.0000]])
+    >>> as_waveforms(torch.tensor([0.0, 1200.0]))
+    Traceback (most recent call last):
+        ...
+    ValueError: wavs must be audio in [-1, 1], but its largest magnitude is 1200 (int16-scaled?): divide by 32768
+    """
+    wavs = torch.as_tensor(wavs)
+    if wavs.dtype == torch.int16:
+        wavs = wavs.float() / 32768.0
+    elif not wavs.is_floating_point():
+        raise ValueError(f"wavs must be float audio in [-1, 1] (or int16), got {wavs.dtype}")
+    if wavs.ndim == 1:
+        wavs = wavs[None]
+    if wavs.ndim != 2:
+        raise ValueError(f"wavs must be (batch, samples), got shape {tuple(wavs.shape)}")
+    peak = float(wavs.abs().max()) if wavs.numel() else 0.0
+    if peak > 2.0:  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
+        raise ValueError(f"wavs must be audio in [-1, 1], but its largest magnitude is {peak:g} (int16-scaled?): "
+                         "divide by 32768")
+    return wavs
+
+
+def sample_counts(wavs: Tensor, wav_lens: Optional[Tensor]) -> Tensor:
+    """(B,) sample counts: ``wav_lens`` relative in (0, 1] (floating point) or sample counts (integers).
+
+    Example
+    -------
+    >>> sample_counts(torch.zeros(2, 100), torch.tensor([1.0, 0.5])).tolist()
+    [100, 50]
+    >>> sample_counts(torch.zeros(2, 100), torch.tensor([100, 20])).tolist()
+    [100, 20]
+    """
+    batch, width = wavs.shape[0], wavs.shape[1]
+    if wav_lens is None:
+        return torch.full((batch,), width, dtype=torch.long)
+    lens = torch.as_tensor(wav_lens).detach().cpu()
+    if lens.shape != (batch,):
+        raise ValueError(f"wav_lens must have one length per waveform ({batch}), got shape {tuple(lens.shape)}")
+    if lens.is_floating_point():
+        if bool(((lens <= 0) | (lens > 1 + 1e-6)).any()):
+            raise ValueError(f"relative wav_lens must lie in (0, 1] (SpeechBrain's convention), got {lens.tolist()}; "
+                             "give sample counts as num_samples=")
+        return (lens.double() * width).round().long().clamp(1, width)
+    if bool(((lens < 1) | (lens > width)).any()):
+        raise ValueError(f"sample counts must lie in [1, {width}] (the padded width), got {lens.tolist()}")
+    return lens.long()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -826,7 +1140,8 @@ Item = Tuple[str, str, List[str]]  # utterance id, audio path, reference phones
 
 
 def corpus_items(data: PathLike, asr: ConditionalASR, mfa_labels: Optional[PathLike] = None,
-                 g2p: Optional[str] = None, timit_split: str = "test") -> Tuple[List[Item], str]:
+                 g2p: Optional[str] = None, timit_split: str = "test",
+                 problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
     """(utterance id, audio path, reference phones) of a corpus, and where the labels came from.
 
     Arguments
@@ -842,6 +1157,10 @@ def corpus_items(data: PathLike, asr: ConditionalASR, mfa_labels: Optional[PathL
         G2P policy for out-of-vocabulary words (default: the model's).
     timit_split : str
         ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
+    problems : list, optional
+        Given a list, utterances of a LibriSpeech-format folder without a usable transcript or
+        MFA labels are left out, with one ``"file: problem"`` line each appended to it, instead
+        of failing.
 
     Returns
     -------
@@ -862,11 +1181,11 @@ def corpus_items(data: PathLike, asr: ConditionalASR, mfa_labels: Optional[PathL
         if path.suffix.lower() != ".csv":
             raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder "
                                        "or a manifest CSV (ID, wav, phn columns)")
-        items, source = _manifest_items(path), f"manifest {path}"
+        items, source = _manifest_items(path, asr, g2p)
     elif _is_timit(path):
         items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
     else:
-        items, source = _librispeech_items(path, asr, mfa_labels, g2p)
+        items, source = _librispeech_items(path, asr, mfa_labels, g2p, problems)
     allowed = [label for i, label in enumerate(asr.labels) if i != asr.beam_search.blank]
     from .data.phones import validate_phones
 
@@ -939,21 +1258,46 @@ def _is_timit(path: Path) -> bool:
     return any(_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
 
 
-def _manifest_items(path: Path) -> List[Item]:
-    """Items of a manifest CSV (``ID``, ``wav``, ``phn`` columns)."""
+def _manifest_items(path: Path, asr: ConditionalASR, g2p: Optional[str]) -> Tuple[List[Item], str]:
+    """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
+    labelled by the lexicon as the model's training labels were), and the label source. Relative
+    ``wav`` paths are relative to the CSV's folder (``$data_root`` is left unexpanded: an error)."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        missing = {"ID", "wav", "phn"} - set(reader.fieldnames or [])
-        if missing:
-            raise DataPreparationError(f"{path}: manifest lacks the column(s) {sorted(missing)} "
-                                       "(expected ID, wav, phn as the recipes write)")
+        columns = set(reader.fieldnames or [])
+        label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
+        missing = {"ID", "wav"} - columns
+        if missing or label is None:
+            raise DataPreparationError(f"{path}: manifest lacks the column(s) {sorted(missing | {'phn'})} "
+                                       "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
+                                       "LibriSpeech recipes write)")
         rows = list(reader)
-    empty = [r["ID"] for r in rows if not r["phn"].split()]
-    if empty:
-        raise DataPreparationError(f"{path}: empty phn for utterance(s) {', '.join(empty[:MAX_LISTED])}")
     if not rows:
         raise DataPreparationError(f"{path}: the manifest has no rows")
-    return [(r["ID"], r["wav"], r["phn"].split()) for r in rows]
+    empty = [r["ID"] for r in rows if not (r[label] or "").split()]
+    if empty:
+        raise DataPreparationError(f"{path}: empty {label} for utterance(s) {', '.join(empty[:MAX_LISTED])}")
+    wavs = [str(Path(r["wav"]) if Path(r["wav"]).is_absolute() else path.parent / r["wav"]) for r in rows]
+    if label == "phn":
+        return [(r["ID"], wav, r["phn"].split()) for r, wav in zip(rows, wavs)], f"manifest {path}"
+    lexicon, g2p, boundary = _lexicon(asr, g2p)
+    words = [r["wrd"].upper().split() for r in rows]
+    lexicon.prefetch(w for ws in words for w in ws)
+    items = [(r["ID"], wav, lexicon.words_to_phones(ws, boundary, r["ID"])) for r, wav, ws in zip(rows, wavs, words)]
+    lexicon.warn_oov_summary()
+    return items, f"manifest {path}, wrd by the lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
+
+
+def _lexicon(asr: ConditionalASR, g2p: Optional[str]):
+    """(lexicon, g2p policy, boundary silence) of the model's training label policy (``g2p`` overrides)."""
+    from .data.lexicon import Lexicon
+
+    policy = asr.config.get("label_policy", {})
+    g2p = g2p or policy.get("g2p") or "spn"
+    try:
+        return Lexicon(g2p=g2p), g2p, bool(policy.get("add_boundary_silence", True))
+    except ValueError as err:
+        raise ConfigurationError(str(err)) from None
 
 
 def _timit_items(path: Path, split: str) -> List[Item]:
@@ -986,29 +1330,30 @@ def _timit_items(path: Path, split: str) -> List[Item]:
 
 
 def _librispeech_items(path: Path, asr: ConditionalASR, mfa_labels: Optional[PathLike],
-                       g2p: Optional[str]) -> Tuple[List[Item], str]:
-    """Items of a LibriSpeech-format folder with MFA or lexicon labels, and the label source."""
-    from .data.lexicon import Lexicon
+                       g2p: Optional[str], problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
+    """Items of a LibriSpeech-format folder with MFA or lexicon labels, and the label source
+    (``problems``: see :func:`corpus_items`)."""
     from .data.librispeech import scan_subset
     from .data.mfa import load_mfa_labels
 
-    utts = sorted(scan_subset(path), key=lambda u: u.id)
-    if mfa_labels is not None:
-        labels = load_mfa_labels(mfa_labels)
-        missing = [u.id for u in utts if u.id not in labels]
-        if missing:
-            raise DataPreparationError(
-                f"{len(missing)} utterance(s) of {path} have no labels in {mfa_labels}: "
-                f"{', '.join(missing[:MAX_LISTED])}{' ...' if len(missing) > MAX_LISTED else ''}; "
-                "leave out --mfa-labels to use lexicon labels")
+    found: List[str] = []
+    utts = sorted(scan_subset(path, problems=found), key=lambda u: u.id)
+    labels = load_mfa_labels(mfa_labels) if mfa_labels is not None else None
+    if labels is not None:
+        found += [f"{u.wav}: no labels for {u.id} in {mfa_labels}" for u in utts if u.id not in labels]
+        utts = [u for u in utts if u.id in labels]
+    if found and problems is None:
+        total = len(utts) + len(found)
+        hint = "leave out --mfa-labels to use lexicon labels, or " if labels is not None else ""
+        raise BadLabelsError(found[:MAX_LISTED] + ([f"... and {len(found) - MAX_LISTED} more"]
+                                                   if len(found) > MAX_LISTED else []), total,
+                             f"{len(found)} of {total} utterances have no usable labels; {hint}"
+                             "pass --skip-bad (skip_bad=True) to score the others")
+    if problems is not None:
+        problems.extend(found)
+    if labels is not None:
         return [(u.id, str(u.wav), list(labels[u.id])) for u in utts], f"MFA {mfa_labels}"
-    policy = asr.config.get("label_policy", {})
-    g2p = g2p or policy.get("g2p") or "spn"
-    boundary = bool(policy.get("add_boundary_silence", True))
-    try:
-        lexicon = Lexicon(g2p=g2p)
-    except ValueError as err:
-        raise ConfigurationError(str(err)) from None
+    lexicon, g2p, boundary = _lexicon(asr, g2p)
     lexicon.prefetch(w for u in utts for w in u.words)
     items = [(u.id, str(u.wav), lexicon.words_to_phones(u.words, boundary, u.id)) for u in utts]
     lexicon.warn_oov_summary()
@@ -1067,6 +1412,11 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
     except (OSError, ValueError) as err:
         raise ModelFormatError(f"{config_path}: unreadable ({err})") from None
     version = config.get("format_version") if isinstance(config, dict) else None
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        from . import __version__
+
+        raise ModelFormatError(f"{config_path}: model format version {version} is newer than this surprisal_cc "
+                               f"{__version__} reads (version {FORMAT_VERSION}): upgrade surprisal_cc to load it")
     if version != FORMAT_VERSION:
         raise ModelFormatError(f"{config_path}: model format version {version}, but this surprisal_cc reads "
                                f"version {FORMAT_VERSION}: export the run again with this version "
@@ -1548,23 +1898,24 @@ def _fmt(value: Optional[float]) -> str:
 def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:
     """The given paths; a folder stands for the audio files under it (sorted).
 
-    Audio files are those ending in ``.flac``, ``.wav``, ``.sph``, ``.ogg`` or ``.mp3``.
+    Audio files are those ending in one of :data:`AUDIO_SUFFIXES` (what libsndfile decodes:
+    ``.flac``, ``.wav``, ``.sph``, ``.ogg``, ``.opus``, ``.mp3``, ``.aiff``, ``.aif``).
 
     Example
     -------
     >>> import tempfile
     >>> from pathlib import Path
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     for name in ("b.flac", "a.wav", "notes.txt"):
+    ...     for name in ("b.flac", "a.wav", "c.opus", "notes.txt"):
     ...         _ = Path(tmp, name).write_text("")
     ...     names = [p.name for p in iter_audio_paths([tmp])]
     >>> names
-    ['a.wav', 'b.flac']
+    ['a.wav', 'b.flac', 'c.opus']
     """
     from .data.manifest import list_files
 
     for path in map(Path, paths):
         if path.is_dir():
-            yield from list_files(path, (".flac", ".wav", ".sph", ".ogg", ".mp3"))
+            yield from list_files(path, AUDIO_SUFFIXES)
         else:
             yield path

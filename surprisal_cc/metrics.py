@@ -80,6 +80,19 @@ class ErrorRate:
             "num_utterances": int(s["num_scored_sents"]),
         }
 
+    def last(self, n: int) -> list[dict]:
+        """The per-utterance scores of the last ``n`` utterances appended (SpeechBrain's dicts:
+        ``key``, ``ref_tokens``, ``hyp_tokens`` as scored, ``substitutions``, ``deletions``,
+        ``insertions``, ``num_ref_tokens``, ``alignment``).
+
+        >>> er = ErrorRate(merge_sil=True)
+        >>> er.append(["u1"], [["sil", "sil", "a", "c"]], [["sil", "a", "b"]])
+        >>> row = er.last(1)[0]
+        >>> row["key"], row["hyp_tokens"], row["substitutions"], row["deletions"], row["insertions"]
+        ('u1', ['sil', 'a', 'c'], 1, 0, 0)
+        """
+        return self._stats.scores[len(self._stats.scores) - n:] if n > 0 else []
+
     def write_alignments(self, path: str | os.PathLike[str]) -> None:
         """Write the summary and per-utterance alignments (SpeechBrain format)."""
         with open(path, "w", encoding="utf-8") as f:

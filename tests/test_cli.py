@@ -6,6 +6,7 @@ from a real recipe run is tested in test_inference.py.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -190,16 +191,15 @@ def test_transcribe_text_json_and_plot(model, real_flac, tmp_path, capsys):
     assert out[0] == str(real_flac) and "FLOPs per frame" in out[2] and "RTF" in out[2]
     plot = tmp_path / "routing.png"
     assert main(["transcribe", str(real_flac), "--model", str(model), "--json", "--plot", str(plot)]) == 0
-    report = json.loads(capsys.readouterr().out)
-    (result,) = report["files"]
+    (result,) = _json_lines(capsys.readouterr().out)
     assert result["phones"] and len(result["surprisal"]) == len(result["p_big"]) == result["num_frames"]
     assert result["flops_per_frame"] > 3e6 and result["rtf"] > 0
     assert plot.read_bytes()[:4] == b"\x89PNG"
     # a FLOPs budget met on the file's own frames: their mean p_big is the budget's
-    assert main(["transcribe", str(real_flac), "--model", str(model), "--json", "--flops-fraction", "0.9"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    (result,) = report["files"]
-    assert sum(result["p_big"]) / len(result["p_big"]) == pytest.approx(report["budget"]["big_fraction"], abs=1e-3)
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--json", "--flops-fraction", "0.9",
+                 "--sampled"]) == 0
+    (result,) = _json_lines(capsys.readouterr().out)
+    assert sum(result["p_big"]) / len(result["p_big"]) == pytest.approx(result["budget"]["big_fraction"], abs=1e-3)
 
 
 @pytest.mark.parametrize("kind,reason", [("corrupt", "cannot be decoded"), ("empty", "empty file"),
@@ -236,7 +236,7 @@ def test_8khz_and_stereo_audio_are_converted_with_a_warning(model, real_flac, tm
     assert "warning: " in captured.err and "Traceback" not in captured.err
     assert f"{tmp_path / 'stereo.flac'}: 2 channels, downmixed" in captured.err
     assert f"{tmp_path / 'rate8k.wav'}: 8000 Hz audio, resampled to 16000 Hz" in captured.err
-    mono, stereo, low = json.loads(captured.out)["files"]
+    mono, stereo, low = _json_lines(captured.out)
     assert stereo["phones"] == mono["phones"]  # two identical channels average to the original
     assert abs(low["num_frames"] - mono["num_frames"]) <= 1
 
@@ -281,6 +281,112 @@ def test_device_and_precision_errors(model, real_flac, capsys):
         assert code == 1 and "bf16" in error_lines(capsys)[0]
 
 
+def _json_lines(text: str) -> list:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_transcribe_is_deterministic_unless_sampled(model, real_flac, capsys):
+    """The same phones and routing on every run, whatever the RNG's state; sampled routing is
+    reproducible from the seed it reports."""
+    torch.manual_seed(0)
+    asr = ConditionalASR.untrained(LIBRISPEECH_PHONES, controller="surprisal", input_features="apc")
+    asr.encoder.controller.set_parameters(weight=0.0, bias=0.0)  # p_big 0.5: sampling draws both networks
+    even = asr.save(model.parent / "even")
+
+    def run(*extra, rng_state=0):
+        torch.manual_seed(rng_state)  # another global RNG state on each run
+        assert main(["transcribe", str(real_flac), "--model", str(even), "--json", *extra]) == 0
+        (result,) = _json_lines(capsys.readouterr().out)
+        return result
+
+    first, second = run(), run(rng_state=1)
+    assert first["routing"] == "deterministic" and first["seed"] is None and first["threads"] == 1
+    assert (first["phones"], first["use_big"], first["flops_per_frame"]) == \
+        (second["phones"], second["use_big"], second["flops_per_frame"])
+    assert first["use_big"] == [p > 0.5 for p in first["p_big"]]
+    seeded = [run("--seed", "7", rng_state=state) for state in (0, 1)]
+    assert seeded[0]["routing"] == "sampled" and seeded[0]["seed"] == 7
+    assert seeded[0]["use_big"] == seeded[1]["use_big"] and seeded[0]["phones"] == seeded[1]["phones"]
+    assert not any(first["use_big"]) and 0 < sum(seeded[0]["use_big"]) < len(seeded[0]["use_big"])  # drawn
+    assert isinstance(run("--sampled")["seed"], int)  # a random seed, reported
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--deterministic", "--sampled"]) == 1
+    assert "give one" in error_lines(capsys)[0]
+
+
+def test_transcribe_json_lines_with_phone_times_and_ctm(model, real_flac, tmp_path, capsys):
+    bad = tmp_path / "bad.flac"
+    bad.write_bytes(b"")
+    assert main(["transcribe", str(bad), str(real_flac), "--model", str(model), "--json", "--skip-bad"]) == 0
+    skipped, result = _json_lines(capsys.readouterr().out)
+    assert skipped == {"path": str(bad), "skipped": "empty file (0 bytes)"}
+    segments, shift = result["segments"], result["frame_shift_s"]
+    assert shift == 0.02 and [s["phone"] for s in segments] == result["phones"] and result["text"] == " ".join(
+        result["phones"])
+    assert segments[0]["start"] == 0 and segments[-1]["end"] == pytest.approx(result["num_frames"] * shift)
+    assert all(a["end"] == b["start"] for a, b in zip(segments, segments[1:]))  # each phone until the next
+    assert all(s["end"] > s["start"] for s in segments)
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--format", "ctm"]) == 0
+    ctm = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [row[4] for row in ctm] == result["phones"] and {row[0] for row in ctm} == {real_flac.stem}
+    assert [float(row[2]) for row in ctm] == pytest.approx([s["start"] for s in segments], abs=0.006)
+
+
+def test_transcribe_keeps_finished_results_when_interrupted(model, real_flac, monkeypatch, capsys):
+    calls = []
+    original = ConditionalASR.transcribe_checked_file
+
+    def second_is_interrupted(self, path, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(self, path, **kwargs)
+
+    monkeypatch.setattr(ConditionalASR, "transcribe_checked_file", second_is_interrupted)
+    assert main(["transcribe", str(real_flac), str(real_flac), "--model", str(model), "--json"]) == 130
+    captured = capsys.readouterr()
+    (done,) = _json_lines(captured.out)
+    assert done["path"] == str(real_flac) and captured.err == "error: interrupted\n"
+
+
+def test_transcribe_output_to_a_closed_pipe_ends_quietly(model, real_flac, monkeypatch, capsys):
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["transcribe", str(real_flac), "--model", str(model)]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_plots_of_files_with_the_same_name_and_opus_in_folders(model, real_flac, tmp_path, capsys):
+    audio, rate = sf.read(str(real_flac), dtype="float32")
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        sf.write(tmp_path / folder / "x.opus", audio[: rate * 2], rate, format="OGG", subtype="OPUS")
+    assert main(["transcribe", str(tmp_path / "a"), str(tmp_path / "b"), "--model", str(model), "--json",
+                 "--plot", str(tmp_path / "routing.png")]) == 0
+    assert [Path(r["path"]).name for r in _json_lines(capsys.readouterr().out)] == ["x.opus", "x.opus"]
+    assert sorted(p.name for p in tmp_path.glob("routing*.png")) == ["routing_a_x.png", "routing_b_x.png"]
+
+
+def test_version(capsys):
+    from surprisal_cc import __version__
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out == f"surprisal-cc {__version__}\n"
+
+
+def test_newer_model_format_says_to_upgrade(model, real_flac, tmp_path, capsys):
+    newer = tmp_path / "newer"
+    shutil.copytree(model, newer)
+    config = json.loads((newer / "model.json").read_text())
+    (newer / "model.json").write_text(json.dumps({**config, "format_version": 2}))
+    assert main(["transcribe", str(real_flac), "--model", str(newer)]) == 1
+    (line,) = error_lines(capsys)
+    assert "model format version 2 is newer" in line and "upgrade surprisal_cc" in line
+
+
 # ---------------------------------------------------------------------------------------------- evaluate
 @pytest.fixture
 def librispeech_folder(tmp_path) -> Path:
@@ -317,6 +423,62 @@ def test_evaluate_reports_every_bad_file_and_scores_the_rest_with_skip_bad(model
     assert capsys.readouterr().out.startswith("PER ")
 
 
+def test_evaluate_reports_each_utterance_and_what_ran(model, librispeech_folder, tmp_path, capsys):
+    rows = {}
+    for batch in (1, 3):
+        per_utt = tmp_path / f"utts{batch}.jsonl"
+        torch.manual_seed(batch)
+        assert main(["evaluate", str(librispeech_folder), "--model", str(model), "--skip-bad", "--json",
+                     "--batch-size", str(batch), "--per-utterance", str(per_utt)]) == 0
+        report = json.loads(capsys.readouterr().out)
+        rows[batch] = _json_lines(per_utt.read_text())
+        assert {k: report[k] for k in ("routing", "seed", "batch_size", "threads", "precision")} == \
+            {"routing": "deterministic", "seed": None, "batch_size": batch, "threads": 1, "precision": "fp32"}
+        assert len(rows[batch]) == report["num_utterances"] == 3
+        for key in ("substitutions", "deletions", "insertions", "num_ref_tokens"):
+            assert sum(row[key] for row in rows[batch]) == report[key]
+        row = rows[batch][0]
+        assert row["reference"][0] == "sil" and row["hypothesis"] and row["flops_per_frame"] > 3e6
+        assert 0 <= row["big_fraction"] <= 1 and 0 <= row["p_big_mean"] <= 1
+    # deterministic routing: the batch size changes the padding, not which network ran
+    assert [r["big_fraction"] for r in rows[1]] == [r["big_fraction"] for r in rows[3]]
+    assert main(["evaluate", str(librispeech_folder), "--model", str(model), "--skip-bad", "--json",
+                 "--seed", "5"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["routing"], report["seed"]) == ("sampled", 5)
+
+
+def test_evaluate_skip_bad_covers_missing_transcripts(model, librispeech_folder, capsys):
+    trans = next(librispeech_folder.rglob("*.trans.txt"))
+    lines = trans.read_text().splitlines()
+    dropped = lines[1].split()[0]
+    trans.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
+    args = ["evaluate", str(librispeech_folder), "--model", str(model)]
+    assert main(args) == 1
+    errors = error_lines(capsys)
+    assert any(f"{dropped}.flac: no transcript line for {dropped}" in line for line in errors)
+    assert "--skip-bad" in errors[-1]
+    assert main([*args, "--skip-bad", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["num_utterances"] == 2 and len(report["skipped"]) == 3
+    assert any(dropped in line and "no transcript line" in line for line in report["skipped"])
+
+
+def test_evaluate_speechbrain_manifest_with_words_and_relative_paths(model, real_flac, tmp_path, monkeypatch,
+                                                                      capsys):
+    """A SpeechBrain LibriSpeech manifest (wrd, no phn) is labelled by the lexicon; wav paths are
+    relative to the CSV's folder, wherever the command runs."""
+    (tmp_path / "data" / "audio").mkdir(parents=True)
+    shutil.copy(real_flac, tmp_path / "data" / "audio" / real_flac.name)
+    manifest = tmp_path / "data" / "test.csv"
+    manifest.write_text(f"ID,duration,wav,spk_id,wrd\nu1,10.0,audio/{real_flac.name},s1,HELLO WORLD\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", str(manifest), "--model", str(model), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["num_ref_tokens"] == 10  # sil HH AH0 L OW1 W ER1 L D sil: CMUdict, sil at both ends
+    assert "wrd by the lexicon" in report["labels"]
+
+
 def test_evaluate_bias_shift_trades_flops(model, librispeech_folder, capsys):
     """--bias-shift S moves the controller's logit: fewer frames on the big network (and fewer FLOPs
     counted) below 0, more above; --flops-fraction F solves the shift that meets a budget on the
@@ -326,6 +488,7 @@ def test_evaluate_bias_shift_trades_flops(model, librispeech_folder, capsys):
     asr.encoder.controller.set_parameters(weight=0.0, bias=0.0)  # p_big 0.5 before the shift
     shifted = asr.save(model.parent / "calibrated")
     args = ["evaluate", str(librispeech_folder), "--model", str(shifted), "--skip-bad", "--json", "--seed", "1"]
+    # --seed: sampled routing, whose expected cost (the mean p_big) --flops-fraction meets
     reports = {}
     for shift in (-4.0, 4.0):
         assert main([*args, "--bias-shift", str(shift)]) == 0

@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from data_fixtures import REPO, mini_corpus  # noqa: F401  (a fixture)
+from data_fixtures import REPO, mini_corpus, require_dev_clean_2  # noqa: F401  (a fixture)
 from surprisal_cc.cli import main
 from surprisal_cc.data import DataPreparationWarning
 from surprisal_cc.features import FeatureConfig
@@ -119,7 +119,7 @@ def test_evaluate_against_any_pronunciation(exported, mini_corpus, tmp_path, cap
     for labels in (str(mfa), None):
         with warnings.catch_warnings():  # lexicon labels: the words CMUdict lacks are announced (spn)
             warnings.simplefilter("ignore", DataPreparationWarning)
-            report = asr.evaluate(subset, mfa_labels=labels, any_pronunciation=True, seed=1)
+            report = asr.evaluate(subset, mfa_labels=labels, any_pronunciation=True)
         free = report["any_pronunciation"]
         assert free["fixed"] == 0
         edits = report["substitutions"] + report["deletions"] + report["insertions"]
@@ -216,3 +216,73 @@ def test_card_counts_the_epochs_trained_from_the_history(tmp_path):
     assert _epochs_trained(tmp_path) is None
     (tmp_path / "history.jsonl").write_text("".join(json.dumps({"epoch": e, "PER": 40.0 - e}) + "\n" for e in (1, 2, 3)))
     assert _epochs_trained(tmp_path) == 3
+
+
+# ---------------------------------------------------------------------------------------------- Python API
+@pytest.fixture(scope="module")
+def untrained():
+    from surprisal_cc.recipe import phone_set
+
+    torch.manual_seed(0)
+    return ConditionalASR.untrained(phone_set("librispeech"), controller="surprisal", input_features="apc")
+
+
+def test_transcribe_batch_speechbrain_lengths_sample_rate_and_int16(untrained):
+    """``wav_lens`` are relative (SpeechBrain), ``num_samples`` absolute; int16 audio is scaled and
+    int16-scaled floats are refused; other sample rates are resampled when named."""
+    g = torch.Generator().manual_seed(1)
+    wavs = (0.1 * torch.randn(2, 16000, generator=g)).clamp(-1, 1)
+    relative = untrained.transcribe_batch(wavs, torch.tensor([1.0, 0.5]))
+    absolute = untrained.transcribe_batch(wavs, num_samples=torch.tensor([16000, 8000]))
+    assert [r.num_frames for r in relative] == [r.num_frames for r in absolute] == [49, 24]
+    assert [r.phones for r in relative] == [r.phones for r in absolute]
+    out, _, frames, _ = untrained.forward(wavs, torch.tensor([1.0, 0.5]))  # relative lengths reach forward too
+    assert frames.tolist() == [49, 24]
+    with pytest.raises(ValueError, match=r"relative wav_lens must lie in \(0, 1\]"):
+        untrained.transcribe_batch(wavs, torch.tensor([1.0, 1.5]))
+    with pytest.raises(ValueError, match="int16-scaled"):
+        untrained.transcribe_batch(wavs * 32768)
+    int16 = (wavs * 32767).round().to(torch.int16)
+    assert untrained.transcribe_batch(int16)[0].num_frames == 49
+    low = untrained.transcribe_batch(wavs[:, ::2], sample_rate=8000)
+    assert [r.duration_s for r in low] == [1.0, 1.0] and low[0].num_frames == 49
+    result = relative[0]
+    assert str(result) == result.text == " ".join(result.phones) and result.frame_shift_s == 0.02
+    assert untrained.to("cpu") is untrained and untrained.routing == "deterministic"
+
+
+def test_from_hparams_is_from_pretrained(untrained, tmp_path):
+    folder = untrained.save(tmp_path / "model")
+    loaded = ConditionalASR.from_hparams(source=str(folder), savedir=str(tmp_path / "unused"),
+                                         run_opts={"device": "cpu"})
+    assert loaded.source == folder and loaded.routing == "deterministic" and loaded.threads == 1
+    assert ConditionalASR.from_pretrained(folder, deterministic=False, seed=4).seed == 4
+
+
+def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
+    """The shipped model on 40 s of real speech, decoded in 10 s parts with 8 s of context: the same
+    frames, per-frame routing equal away from the joins, the phones equal but for a few near them."""
+    import numpy as np
+    import soundfile
+
+    from speechbrain.utils.edit_distance import wer_details_for_batch
+
+    shared = require_dev_clean_2()
+    if not (REPO / "pretrained" / "model.json").is_file():
+        pytest.skip("no model shipped in pretrained/")
+    flacs = sorted((shared / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[:8]
+    audio = np.concatenate([soundfile.read(str(f), dtype="float32")[0] for f in flacs])[: 16000 * 40]
+    path = tmp_path / "long.flac"
+    soundfile.write(path, audio, 16000)
+    asr = ConditionalASR.from_pretrained(REPO / "pretrained")
+    whole = asr.transcribe_file(path, long_chunk_s=0)
+    progress = []
+    parts = asr.transcribe_file(path, long_chunk_s=10, progress=lambda done, total: progress.append((done, total)))
+    assert parts.num_frames == whole.num_frames == parts.p_big.numel() and len(progress) >= 3
+    assert progress[-1][1] == 40.0 and progress[-1][0] == pytest.approx(40.0, abs=0.03)  # to the last frame
+    assert [s[0] for s in parts.segments] == parts.phones
+    assert all(a[2] == b[1] for a, b in zip(parts.segments, parts.segments[1:]))
+    agree = float((parts.use_big == whole.use_big).double().mean())
+    assert agree > 0.98, agree
+    edits = wer_details_for_batch(["x"], [whole.phones], [parts.phones])[0]["num_edits"]
+    assert edits <= 3 * 3, (edits, len(whole.phones))  # 3 joins, a few phones each at most (4 in all here)

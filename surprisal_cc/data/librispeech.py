@@ -73,24 +73,32 @@ def _audio_files(subset_dir: Path) -> List[Path]:
     return list_files(subset_dir, (".flac",))
 
 
-def scan_subset(subset_dir: PathLike, with_transcripts: bool = True) -> List[Utterance]:
-    """Utterances of one subset; with transcripts, every audio file must have a non-empty one."""
+def scan_subset(subset_dir: PathLike, with_transcripts: bool = True,
+                problems: Optional[List[str]] = None) -> List[Utterance]:
+    """Utterances of one subset; with transcripts, every audio file must have a non-empty one.
+
+    Given a ``problems`` list, utterances without a usable transcript are left out and one
+    ``"file: problem"`` line each is appended to it instead of raising.
+    """
     subset_dir = Path(subset_dir)
     transcripts = read_librispeech_transcripts(subset_dir) if with_transcripts else {}
-    utts, problems = [], []
+    utts, found = [], []
     for wav in _audio_files(subset_dir):
         utt_id = wav.name[: -len(".flac")]
         words = transcripts.get(utt_id)
         if with_transcripts and words is None:
-            problems.append(f"{wav}: no transcript line for {utt_id} in its *.trans.txt")
+            found.append(f"{wav}: no transcript line for {utt_id} in its *.trans.txt")
         elif with_transcripts and not words:
-            problems.append(f"{wav}: empty transcript for {utt_id}")
-        utts.append(Utterance(utt_id, wav, utt_id.split("-")[0], tuple(words or ())))
-    if problems:
+            found.append(f"{wav}: empty transcript for {utt_id}")
+        else:
+            utts.append(Utterance(utt_id, wav, utt_id.split("-")[0], tuple(words or ())))
+    if found and problems is None:
         raise DataPreparationError(
-            f"{len(problems)} transcript problem(s) in {subset_dir}:\n  " + "\n  ".join(problems)
+            f"{len(found)} transcript problem(s) in {subset_dir}:\n  " + "\n  ".join(found)
         )
-    if not utts:
+    if problems is not None:
+        problems.extend(found)
+    if not utts and not found:
         raise DataPreparationError(f"{subset_dir} contains no .flac files")
     return utts
 

@@ -1856,6 +1856,8 @@ def model_card(config: Dict[str, Any], out: Path) -> str:
              ("weights", f"{config['weights_dtype']}, {size / 2 ** 20:.1f} MiB; format version "
                          f"{config['format_version']}")]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    stochastic = (enc.get("conditional_options") or {}).get("test_stochastic")
+    tested = "" if stochastic is None else f" ({'sampled' if stochastic else 'deterministic'} routing)"
     origin = (f", exported from checkpoint `{src['checkpoint']}` of a recipe run with `surprisal-cc export`."
               if src.get("checkpoint") else ".")
     return f"""# surprisal_cc phone recogniser ({config.get('dataset') or 'untrained'}, {model})
@@ -1871,15 +1873,18 @@ Surprisal-triggered conditional computation for CTC phone recognition{origin}
 ```python
 from surprisal_cc.inference import ConditionalASR
 
-asr = ConditionalASR.from_pretrained("{out.name}")
+asr = ConditionalASR.from_pretrained("{out.name}")   # deterministic routing (p_big > 0.5), one thread
 result = asr.transcribe_file("utterance.flac")
-print(result.phones, result.flops_per_frame, result.rtf)
+print(result.text, result.segments, result.flops_per_frame, result.rtf)
 ```
 
 ```bash
-surprisal-cc transcribe utterance.flac --model {out.name} [--json] [--plot routing.png]
+surprisal-cc transcribe utterance.flac --model {out.name} [--json | --format ctm] [--plot routing.png]
 surprisal-cc evaluate LibriSpeech/dev-clean-2 --model {out.name} [--mfa-labels dev-clean-2_mfa.csv] [--json]
 ```
+
+The test PER above is the recipe's decoding{tested}; both commands and `ConditionalASR` route
+deterministically (`p_big > 0.5`) unless given `--sampled` (`routing="sampled"`).
 """
 
 

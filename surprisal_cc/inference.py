@@ -1260,8 +1260,8 @@ def _is_timit(path: Path) -> bool:
 
 def _manifest_items(path: Path, asr: ConditionalASR, g2p: Optional[str]) -> Tuple[List[Item], str]:
     """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
-    labelled by the lexicon as the model's training labels were), and the label source. Relative
-    ``wav`` paths are relative to the CSV's folder (``$data_root`` is left unexpanded: an error)."""
+    labelled by the lexicon as the model's training labels were), and the label source
+    (:func:`_manifest_wav` resolves the ``wav`` paths)."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         columns = set(reader.fieldnames or [])
@@ -1277,7 +1277,7 @@ def _manifest_items(path: Path, asr: ConditionalASR, g2p: Optional[str]) -> Tupl
     empty = [r["ID"] for r in rows if not (r[label] or "").split()]
     if empty:
         raise DataPreparationError(f"{path}: empty {label} for utterance(s) {', '.join(empty[:MAX_LISTED])}")
-    wavs = [str(Path(r["wav"]) if Path(r["wav"]).is_absolute() else path.parent / r["wav"]) for r in rows]
+    wavs = [_manifest_wav(path, r["wav"]) for r in rows]
     if label == "phn":
         return [(r["ID"], wav, r["phn"].split()) for r, wav in zip(rows, wavs)], f"manifest {path}"
     lexicon, g2p, boundary = _lexicon(asr, g2p)
@@ -1286,6 +1286,16 @@ def _manifest_items(path: Path, asr: ConditionalASR, g2p: Optional[str]) -> Tupl
     items = [(r["ID"], wav, lexicon.words_to_phones(ws, boundary, r["ID"])) for r, wav, ws in zip(rows, wavs, words)]
     lexicon.warn_oov_summary()
     return items, f"manifest {path}, wrd by the lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
+
+
+def _manifest_wav(manifest: Path, wav: str) -> str:
+    """A manifest's ``wav``: relative paths are relative to the CSV's folder (or, where nothing is
+    there but the file is, to the current folder, as recipes run from the repository write them)."""
+    path = Path(wav)
+    if path.is_absolute():
+        return wav
+    beside = manifest.parent / path
+    return str(path if not beside.exists() and path.exists() else beside)
 
 
 def _lexicon(asr: ConditionalASR, g2p: Optional[str]):

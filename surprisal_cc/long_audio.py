@@ -17,12 +17,12 @@ Memory is that of one part, whatever the file's length; the per-frame arrays of 
 
 Example
 -------
+>>> from surprisal_cc.inference import ConditionalASR
+>>> asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
 >>> import tempfile
 >>> from pathlib import Path
 >>> import numpy as np
 >>> import soundfile
->>> from surprisal_cc.inference import ConditionalASR
->>> asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
 >>> with tempfile.TemporaryDirectory() as tmp:
 ...     wav = Path(tmp) / "long.flac"
 ...     soundfile.write(wav, np.random.default_rng(0).uniform(-0.5, 0.5, 16000 * 5), 16000)

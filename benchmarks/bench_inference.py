@@ -322,10 +322,11 @@ def threads_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
     rtf = {key: median(v) / duration for key, v in times.items()}
     default, one = settings
     for name in settings:
-        res.summary.append(SummaryRow(f"transcribe at batch 1, {name}: RTF with one more core busy vs idle",
+        res.summary.append(SummaryRow(f"threads, transcribe at batch 1, {name}: real-time factor with one more "
+                                      "core busy vs idle",
                                       rtf[("busy", name)], rtf[("idle", name)], "RTF", rtf[("busy", name)] /
                                       rtf[("idle", name)], "busy/idle", "info", None))
-    res.summary.append(SummaryRow("transcribe at batch 1, one more core busy: torch default threads vs --threads 1",
+    res.summary.append(SummaryRow("threads, transcribe at batch 1, one more core busy: torch default vs --threads 1",
                                   rtf[("busy", one)], rtf[("busy", default)], "RTF",
                                   rtf[("busy", default)] / rtf[("busy", one)], "baseline/ours", "info", None))
     res.add_detail(f"Real-time factor of transcribe_batch at batch 1, one synthetic {cfg['audio_s']:g} s utterance, "

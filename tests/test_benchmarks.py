@@ -170,6 +170,13 @@ def test_inference_benchmark_rows_smoke():
     for row in table["rows"]:
         if row[0] == "fp32" or bi.bf16_supported():
             assert sum(row[i] for i in shares) == pytest.approx(100.0)
+    # threads: busy / idle per thread setting and default / one thread when busy, from one run
+    threads = [row for row in res.summary if row.benchmark.startswith("threads,")]
+    assert len(threads) == 3 and all(_numeric(r.ratio) and r.ratio > 0 for r in threads)
+    busy_vs_idle, one_vs_default = threads[:2], threads[2]
+    assert all(r.ratio == pytest.approx(r.ours / r.baseline) for r in busy_vs_idle)
+    assert one_vs_default.ratio == pytest.approx(one_vs_default.baseline / one_vs_default.ours)
+    assert [row[0] for row in res.details[-1]["rows"]][1] == "--threads 1"
 
 
 def test_inference_benchmark_without_bf16(monkeypatch):

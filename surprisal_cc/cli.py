@@ -357,7 +357,7 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
         result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad,
                               batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
                               progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,
-                              flops_fraction=args.flops_fraction, per_utterance=write)
+                              flops_fraction=args.flops_fraction, per_utterance=write, alignments=args.alignments)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -464,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--per-utterance", metavar="FILE",
                            help="write each utterance's id, reference, hypothesis, S/D/I, FLOPs and p_big to FILE "
                                 "as JSON Lines, as its batch finishes (-: standard output)")
+            p.add_argument("--alignments", metavar="FILE",
+                           help="write each utterance's alignment of hypothesis and reference to FILE "
+                                "(SpeechBrain's format, as the recipes' per.txt)")
             p.add_argument("--any-pronunciation", action="store_true",
                            help="also score against the references whose words take the CMUdict (or labelled) "
                                 "pronunciation closest to the hypothesis: how much of the PER is pronunciation")

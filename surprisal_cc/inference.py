@@ -824,7 +824,8 @@ class ConditionalASR:
                  batch_size: Optional[int] = None, seed: Optional[int] = None, g2p: Optional[str] = None,
                  timit_split: str = "test", progress: bool = False,
                  any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
-                 per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+                 per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None,
+                 alignments: Optional[PathLike] = None) -> Dict[str, Any]:
         """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF on a labelled corpus.
 
         Arguments
@@ -866,6 +867,9 @@ class ConditionalASR:
             ``hypothesis`` (phones, as scored), ``substitutions``, ``deletions``, ``insertions``,
             ``num_ref_tokens``, ``num_frames``, ``flops_per_frame``, ``p_big_mean`` and
             ``big_fraction`` (small/big routing) or ``mean_steps`` (ACT, PonderNet).
+        alignments : str or path, optional
+            Also write every utterance's alignment of hypothesis and reference to this file, in
+            SpeechBrain's format (as the recipes write ``per.txt``).
 
         Returns
         -------
@@ -951,6 +955,8 @@ class ConditionalASR:
                 if "steps" in out.stats:
                     steps_total += float(out.stats["steps"][mask].sum())
                     steps_frames += int(mask.sum())
+        if alignments is not None:
+            errors.write_alignments(alignments)
         summary = errors.summarize()
         per_frame = meter.per_frame()
         flops = {k: per_frame[k] for k in sorted(per_frame, key=lambda k: (k != "apc", k == "total"))}

@@ -429,7 +429,8 @@ def test_evaluate_reports_each_utterance_and_what_ran(model, librispeech_folder,
         per_utt = tmp_path / f"utts{batch}.jsonl"
         torch.manual_seed(batch)
         assert main(["evaluate", str(librispeech_folder), "--model", str(model), "--skip-bad", "--json",
-                     "--batch-size", str(batch), "--per-utterance", str(per_utt)]) == 0
+                     "--batch-size", str(batch), "--per-utterance", str(per_utt),
+                     "--alignments", str(tmp_path / "per.txt")]) == 0
         report = json.loads(capsys.readouterr().out)
         rows[batch] = _json_lines(per_utt.read_text())
         assert {k: report[k] for k in ("routing", "seed", "batch_size", "threads", "precision")} == \
@@ -439,6 +440,7 @@ def test_evaluate_reports_each_utterance_and_what_ran(model, librispeech_folder,
             assert sum(row[key] for row in rows[batch]) == report[key]
         row = rows[batch][0]
         assert row["reference"][0] == "sil" and row["hypothesis"] and row["flops_per_frame"] > 3e6
+        assert all(f"{r['id']}, %WER" in (tmp_path / "per.txt").read_text() for r in rows[batch])
         assert 0 <= row["big_fraction"] <= 1 and 0 <= row["p_big_mean"] <= 1
     # deterministic routing: the batch size changes the padding, not which network ran
     assert [r["big_fraction"] for r in rows[1]] == [r["big_fraction"] for r in rows[3]]

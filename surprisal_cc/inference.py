@@ -538,7 +538,7 @@ class ConditionalASR:
             wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
             fbank, lengths = self.front_end(wavs.to(torch.float32), samples)
             fbank, lengths = fbank.to(self.device), lengths.to(self.device)
-            with self._autocast():
+            with decoding_threads(self.threads), self._autocast():
                 surprisal = self.apc(fbank, lengths).surprisal.float()
             frames.append(surprisal[lengths_to_mask(lengths, surprisal.shape[1])])
         surprisal = torch.cat(frames)

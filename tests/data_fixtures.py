@@ -24,6 +24,8 @@ import soundfile as sf
 
 PathLike = Union[str, os.PathLike]
 REPO = Path(__file__).resolve().parents[1]
+# whether the running test may read the shared corpus (conftest.py: integration tests only)
+CORPUS_ALLOWED = True
 
 
 # ---------------------------------------------------------------------------------------------- real audio
@@ -33,7 +35,11 @@ def shared_data() -> Path:
 
 
 def require_dev_clean_2() -> Path:
-    """The shared data folder holding ``LibriSpeech/dev-clean-2``; skips the test without it (fails under CI)."""
+    """The shared data folder holding ``LibriSpeech/dev-clean-2``; skips the test without it (fails under CI).
+
+    Only integration tests read it, so that the unit tests run on a clean clone."""
+    if not CORPUS_ALLOWED:
+        pytest.fail("this test reads the shared dev-clean-2: mark it @pytest.mark.integration", pytrace=False)
     root = shared_data()
     if not (root / "LibriSpeech" / "dev-clean-2").is_dir():
         message = f"Mini-LibriSpeech dev-clean-2 not found under {root} (set SURPRISAL_CC_DATA)"

@@ -383,6 +383,7 @@ def test_realigned_csv_feeds_the_data_preparation(tmp_path):
     assert next(csv.DictReader(open(out["test"])))["phn"] == "sil AE D sil"
 
 
+@pytest.mark.integration
 def test_mfa_export_silences_match_its_phone_labels():
     """On the real dev-clean-2 export, the ``words`` column marks the same pauses as ``phonemes_39``."""
     mfa_csv = require_dev_clean_2() / "phone_labels" / "dev-clean-2_mfa.csv"
@@ -393,6 +394,7 @@ def test_mfa_export_silences_match_its_phone_labels():
     assert silence_precision_recall(boundaries, boundaries)["recall"] == 1.0
 
 
+@pytest.mark.integration
 def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
     """A run folder with a (tiny, untrained) checkpoint: the script realigns it and the CSV prepares data."""
     from surprisal_cc.recipe import create_experiment_directory, load_hparams
@@ -430,6 +432,7 @@ def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
     assert paused["interior_boundaries_with_sil"] >= stats["interior_boundaries_with_sil"]
 
 
+@pytest.mark.integration
 def test_realign_script_with_the_shipped_model(tmp_path, monkeypatch):
     """The shipped model realigns real dev-clean-2 audio: every utterance fits, the sil it places
     agree with the MFA labels, and the realigned labels are at least as close to them as the lexicon's."""

@@ -184,6 +184,7 @@ def test_export_errors(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------- transcribe
+@pytest.mark.integration
 def test_transcribe_text_json_and_plot(model, real_flac, tmp_path, capsys):
     assert main(["transcribe", str(real_flac), "--model", str(model)]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -215,6 +216,7 @@ def test_transcribe_bad_audio_is_one_line_naming_the_file(kind, reason, model, t
     assert line.startswith(f"error: {paths[kind]}: {reason}")
 
 
+@pytest.mark.integration
 def test_transcribe_several_files_with_bad_ones(model, real_flac, tmp_path, capsys):
     paths = make_bad_audio_fixture(tmp_path)
     args = ["transcribe", str(real_flac), str(paths["empty"]), str(paths["corrupt"]), "--model", str(model)]
@@ -226,6 +228,7 @@ def test_transcribe_several_files_with_bad_ones(model, real_flac, tmp_path, caps
     assert captured.out.startswith(str(real_flac)) and captured.err.count("warning: skipped") == 2
 
 
+@pytest.mark.integration
 def test_8khz_and_stereo_audio_are_converted_with_a_warning(model, real_flac, tmp_path, capsys):
     audio, rate = sf.read(str(real_flac), dtype="float32")
     sf.write(tmp_path / "stereo.flac", np.stack([audio, audio], axis=1), rate)
@@ -241,6 +244,7 @@ def test_8khz_and_stereo_audio_are_converted_with_a_warning(model, real_flac, tm
     assert abs(low["num_frames"] - mono["num_frames"]) <= 1
 
 
+@pytest.mark.integration
 def test_missing_model_and_other_format_version(model, real_flac, tmp_path, monkeypatch, capsys):
     assert main(["transcribe", str(real_flac), "--model", str(tmp_path / "nowhere")]) == 1
     (line,) = error_lines(capsys)
@@ -257,6 +261,7 @@ def test_missing_model_and_other_format_version(model, real_flac, tmp_path, monk
     assert "model.json: model format version 0" in line and "export" in line
 
 
+@pytest.mark.integration
 def test_weights_with_pickled_objects_are_refused(model, real_flac, tmp_path, capsys):
     import argparse
 
@@ -268,6 +273,7 @@ def test_weights_with_pickled_objects_are_refused(model, real_flac, tmp_path, ca
     assert line.startswith(f"error: {unsafe / 'encoder.pt'}: cannot be loaded")
 
 
+@pytest.mark.integration
 def test_device_and_precision_errors(model, real_flac, capsys):
     if not torch.cuda.is_available():
         assert main(["transcribe", str(real_flac), "--model", str(model), "--device", "cuda"]) == 1
@@ -302,6 +308,7 @@ def librispeech_folder(tmp_path) -> Path:
     return tmp_path / "corpus"
 
 
+@pytest.mark.integration
 def test_evaluate_reports_every_bad_file_and_scores_the_rest_with_skip_bad(model, librispeech_folder, capsys):
     args = ["evaluate", str(librispeech_folder), "--model", str(model)]
     assert main(args) == 1
@@ -317,6 +324,7 @@ def test_evaluate_reports_every_bad_file_and_scores_the_rest_with_skip_bad(model
     assert capsys.readouterr().out.startswith("PER ")
 
 
+@pytest.mark.integration
 def test_evaluate_bias_shift_trades_flops(model, librispeech_folder, capsys):
     """--bias-shift S moves the controller's logit: fewer frames on the big network (and fewer FLOPs
     counted) below 0, more above; --flops-fraction F solves the shift that meets a budget on the
@@ -396,6 +404,7 @@ def test_console_script_prints_one_line_and_no_traceback(args, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- analyse
+@pytest.mark.integration
 def test_analyse_surprisal_by_class(tmp_path, capsys):
     """The shipped model's APC on two real utterances: silence frames are less surprising than speech."""
     shared = require_dev_clean_2()

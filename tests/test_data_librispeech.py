@@ -163,6 +163,7 @@ def test_checksum_and_download(corpus, tmp_path, monkeypatch):
     assert len(read(out["test"])) == 3 and not (target / "dev-clean-2.tar.gz").exists()
 
 
+@pytest.mark.integration
 def test_dev_clean_2_with_mfa_labels(tmp_path):
     root = require_dev_clean_2()
     mfa_csv = root / "phone_labels" / "dev-clean-2_mfa.csv"

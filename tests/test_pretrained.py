@@ -20,6 +20,7 @@ def test_pretrained_is_the_default_model_folder_and_is_small():
     assert json.loads((PRETRAINED / "model.json").read_text())["format_version"] >= 1
 
 
+@pytest.mark.integration
 def test_pretrained_model_transcribes_real_speech():
     if not (PRETRAINED / "model.json").is_file():
         pytest.skip("no model shipped in pretrained/")

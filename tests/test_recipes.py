@@ -20,6 +20,8 @@ from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (
 from surprisal_cc.grid import file_sha256
 from surprisal_cc.report import config_of, model_name
 
+pytestmark = pytest.mark.integration
+
 MLS_HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
 MLS_RECIPE = REPO / "recipes" / "MiniLibriSpeech" / "train.py"
 # 40 outputs -> post-net 1,203,240 MACs; 42 outputs -> 1,204,266 (Table 1 convention).

@@ -1026,50 +1026,13 @@ def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
     return out
 
 
-def read_word_phones(path) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:
-    """``{utterance id: [(word, its phones), ...]}`` from an MFA export CSV: the phones that start
-    within each word's time span (``sil``, ``sp`` and empty labels left out).
-
-    Arguments
-    ---------
-    path : str or path
-        An MFA export CSV (or one written by :func:`write_alignment_csv`).
-
-    Returns
-    -------
-    dict of str to list of (str, tuple of str)
-
-    Example
-    -------
-    >>> import tempfile
-    >>> import numpy as np
-    >>> from pathlib import Path
-    >>> utt = RealignedUtterance("u1", "u1.flac", ["a", "be"], [1, 2], ["sil", "EY", "sil", "B", "IY"], [0, 1],
-    ...                          np.array([[0, 1], [1, 2], [2, 4], [4, 5], [5, 6]]), 6)
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     words = read_word_phones(write_alignment_csv(Path(tmp) / "ali.csv", [utt]))
-    >>> words
-    {'u1': [('a', ('EY',)), ('be', ('B', 'IY'))]}
-    """
-    out: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            phones, starts = ast.literal_eval(row["phn"]), [int(x) for x in row["phn_starts"].split()]
-            words = ast.literal_eval(row["words"])
-            spans = zip(words, [int(x) for x in row["wrd_starts"].split()], [int(x) for x in row["wrd_ends"].split()])
-            out[Path(row["path"]).name.split(".")[0]] = [
-                (word, tuple(p for p, t in zip(phones, starts) if start <= t < end and p not in ("sil", "sp", "")))
-                for word, start, end in spans if word]
-    return out
-
-
 def pronunciation_agreement(hyp: Mapping[str, Sequence[Tuple[str, Sequence[str]]]],
                             ref: Mapping[str, Sequence[Tuple[str, Sequence[str]]]],
                             pronunciations: Callable[[str], Sequence[Sequence[str]]]) -> Dict[str, float]:
     """How often the pronunciations of words with several agree with a reference's (MFA's).
 
     Counted over the words that have more than one pronunciation, in the utterances whose word
-    sequences are the same on both sides (:func:`read_word_phones`).
+    sequences are the same on both sides (:func:`surprisal_cc.data.mfa.read_word_phones`).
 
     Arguments
     ---------

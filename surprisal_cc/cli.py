@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -339,23 +340,26 @@ COMMANDS = {"analyse": cmd_analyse, "flops": cmd_flops, "grid": cmd_grid, "repor
             "transcribe": cmd_transcribe, "evaluate": cmd_evaluate}
 # commands that take --key=value overrides besides their own options
 TAKE_OVERRIDES = ("flops", "grid")
+# commands whose options the experiment tools' modules declare
+TOOL_MODULES = {"grid": "grid", "analyse": "analysis"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import analysis, grid
-
+def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line; ``command`` (the one about to run) leaves the experiment tools' options out
+    of the other commands' parsers, so that ``transcribe`` does not import them (None: every command)."""
     parser = _Parser(prog="surprisal-cc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("flops", help="per-component MACs per frame of an hparams file (--key=value overrides)")
     p.add_argument("hparams")
     p.add_argument("--json", action="store_true")
-    p = sub.add_parser("grid", help="run an experiment grid (resumable, --key=value overrides for every run), "
-                                    "then write its tables and figures",
-                       description=grid.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    grid.add_arguments(p)
-    p = sub.add_parser("analyse", help="APC surprisal on silence vs speech frames (forced alignments), routing plot",
-                       description=analysis.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    analysis.add_arguments(p)
+    for name, help_text in (("grid", "run an experiment grid (resumable, --key=value overrides for every run), "
+                                     "then write its tables and figures"),
+                            ("analyse", "APC surprisal on silence vs speech frames (forced alignments), routing plot")):
+        p = sub.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter)
+        if command in (None, name):
+            tool = importlib.import_module(f".{TOOL_MODULES[name]}", __package__)
+            p.description = tool.__doc__
+            tool.add_arguments(p)
     p = sub.add_parser("report", help="Markdown table from results files or folders")
     p.add_argument("paths", nargs="+")
     p.add_argument("--json", action="store_true")
@@ -446,13 +450,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     # SpeechBrain's notices (e.g. about optional packages) would reach stderr through logging's
     # last-resort handler; this CLI reports in its own lines
     logging.getLogger("speechbrain").addHandler(_DISCARD)
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command not in TAKE_OVERRIDES:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     from yaml import YAMLError
 
-    from .brain import TrainingDivergedError
+    from .errors import TrainingDivergedError
 
     try:
         with _one_line_warnings():

@@ -759,11 +759,11 @@ def check_audio_many(paths: Sequence[PathLike]) -> Tuple[Dict[str, Any], List[st
     problems : list of str
         One ``"path: problem"`` line per unusable file.
     """
-    from .data.audio import _check_one
+    from .data.audio import check_audio_file
 
     infos, problems = {}, []
     for path in paths:
-        name, info, problem = _check_one(str(path))
+        name, info, problem = check_audio_file(str(path))
         if info is None:
             problems.append(f"{name}: {problem}")
         else:
@@ -934,9 +934,9 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: 
 
 def _is_timit(path: Path) -> bool:
     """Whether ``path`` (or ``path/TIMIT``) has a TRAIN or TEST folder, in any letter case."""
-    from .data.timit import _child
+    from .data.timit import find_child
 
-    return any(_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
+    return any(find_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
 
 
 def _manifest_items(path: Path) -> List[Item]:
@@ -959,7 +959,7 @@ def _manifest_items(path: Path) -> List[Item]:
 def _timit_items(path: Path, split: str) -> List[Item]:
     """Items of one TIMIT split, labels folded to 39 phones, sorted by utterance id."""
     from .data.phones import fold_timit
-    from .data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS, _read_phn, _sibling, scan_timit
+    from .data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS, find_sibling, read_phn, scan_timit
 
     if split not in ("test", "valid", "train"):
         raise ConfigurationError(f"timit_split must be test, valid or train, got {split!r}")
@@ -973,11 +973,11 @@ def _timit_items(path: Path, split: str) -> List[Item]:
     for u in scan_timit(path):
         if split_of(u) != split:
             continue
-        phn = _sibling(u.wav, ".phn")
+        phn = find_sibling(u.wav, ".phn")
         if phn is None:
             problems.append(f"{u.wav}: no .PHN file")
             continue
-        items.append((u.id, str(u.wav), fold_timit(_read_phn(phn), where=f"{phn} (utterance {u.id})")))
+        items.append((u.id, str(u.wav), fold_timit(read_phn(phn), where=f"{phn} (utterance {u.id})")))
     if problems:
         raise DataPreparationError(f"{len(problems)} TIMIT label problem(s): " + "; ".join(problems[:MAX_LISTED]))
     if not items:
@@ -1160,7 +1160,7 @@ def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
     """
     import re
 
-    from .report import load_yaml_tolerant
+    from .hparams_files import load_yaml_tolerant
 
     path = Path(hparams_file)
     if not path.is_file():
@@ -1180,11 +1180,11 @@ def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
     import yaml
     from hyperpyyaml import resolve_references
 
-    from .report import _TolerantLoader
+    from .hparams_files import TolerantLoader
 
     try:
         text = resolve_references(io.StringIO(expand_hparams(hparams_file)), overrides).getvalue()
-        data = yaml.load(text, Loader=_TolerantLoader)
+        data = yaml.load(text, Loader=TolerantLoader)
     except (ValueError, KeyError, yaml.YAMLError) as err:
         raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
     return data if isinstance(data, dict) else {}

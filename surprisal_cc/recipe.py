@@ -31,8 +31,7 @@ from .apc import APCModel, load_apc
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
-from .hparams_files import expand_hparams
-from .report import evaluation_tag, ruamel_errors, test_only_hyperparams_name
+from .hparams_files import expand_hparams, ruamel_errors
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +103,8 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
             saved.write_text(saved.read_text(encoding="utf-8").replace(
                 os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
     if training is not None:
+        from .report import evaluation_tag, test_only_hyperparams_name
+
         saved.replace(saved.with_name(test_only_hyperparams_name(evaluation_tag(hparams or {}))))
         saved.write_bytes(training)
 

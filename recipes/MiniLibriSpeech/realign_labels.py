@@ -39,7 +39,6 @@ from surprisal_cc.alignment import (
     find_mfa_reference,
     label_error_rate,
     pronunciation_agreement,
-    read_word_phones,
     read_boundary_silences,
     realign_corpus,
     realign_run,
@@ -49,6 +48,7 @@ from surprisal_cc.alignment import (
 )
 from surprisal_cc.data import DataPreparationError, Lexicon, load_mfa_labels
 from surprisal_cc.data.librispeech import locate_subsets
+from surprisal_cc.data.mfa import read_word_phones
 from surprisal_cc.recipe import ConfigurationError
 
 

@@ -34,6 +34,7 @@ Labels are read into ``{utterance_id: [phone, ...]}`` over :data:`LIBRISPEECH_PH
 """
 from __future__ import annotations
 
+import ast
 import csv
 import os
 import re
@@ -171,6 +172,42 @@ def textgrid_word_phones(tiers: Mapping[str, List[Interval]], words: str = "word
     return out
 
 
+def read_word_phones(path: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:
+    """``{utterance id: [(word, its phones), ...]}`` from an MFA export CSV: the phones that start
+    within each word's time span (``sil``, ``sp`` and empty labels left out).
+
+    Arguments
+    ---------
+    path : str or path
+        An MFA export CSV (or one written by :func:`surprisal_cc.alignment.write_alignment_csv`).
+
+    Returns
+    -------
+    dict of str to list of (str, tuple of str)
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     with open(Path(tmp) / "ali.csv", "w", newline="") as f:
+    ...         csv.writer(f).writerows([["path", "phn", "phn_starts", "words", "wrd_starts", "wrd_ends"],
+    ...                                  ["a/u1.flac", "['sil', 'EY', 'sil', 'B', 'IY']", "0 1 2 4 5",
+    ...                                   "['a', '', 'be']", "1 2 4", "2 4 6"]])
+    ...     read_word_phones(Path(tmp) / "ali.csv")
+    {'u1': [('a', ('EY',)), ('be', ('B', 'IY'))]}
+    """
+    out: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            phones, starts = ast.literal_eval(row["phn"]), [int(x) for x in row["phn_starts"].split()]
+            words = ast.literal_eval(row["words"])
+            spans = zip(words, [int(x) for x in row["wrd_starts"].split()], [int(x) for x in row["wrd_ends"].split()])
+            out[Path(row["path"]).name.split(".")[0]] = [
+                (word, tuple(p for p, t in zip(phones, starts) if start <= t < end and p not in ("sil", "sp", "")))
+                for word, start, end in spans if word]
+    return out
+
+
 def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:
     """``{utterance id: [(word, its phones), ...]}`` from a CSV export or a folder of TextGrid files
     (the same sources as :func:`load_mfa_labels`)."""
@@ -179,8 +216,6 @@ def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[st
         return {path.stem: textgrid_word_phones(parse_textgrid(path.read_text(encoding="utf-8")))
                 for path in sorted(source.rglob("*.TextGrid"))}
     if source.is_file():
-        from ..alignment import read_word_phones
-
         try:
             return read_word_phones(source)
         except (KeyError, ValueError, SyntaxError) as err:

@@ -13,10 +13,11 @@
     surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV] [--any-pronunciation] [--skip-bad] [--json]
 
 ``grid`` runs every run of a grid file that has not finished yet (``--key=value`` options go to every
-run), then writes the tables and figures; ``bench`` runs the repository's benchmarks/ folder
-(``python -m benchmarks.run_all``). Without --model, transcribe and evaluate use the model in
-<repository>/pretrained. A configuration or data error ends the command with one line ``error: ...``
-on stderr and exit status 1 (2 for a command-line usage error).
+run), then writes the tables and figures; ``bench`` runs the benchmarks/ folder of the source checkout
+it is started in (``python -m benchmarks.run_all``). Without --model, transcribe and evaluate use the
+shipped model (surprisal_cc/pretrained, installed with the package). A configuration or data error
+ends the command with one line ``error: ...`` on stderr and exit status 1 (2 for a command-line
+usage error).
 """
 from __future__ import annotations
 
@@ -154,15 +155,11 @@ def cmd_curves(args, unknown: List[str]) -> int:
     return 0
 
 
-# the source checkout holding this package (the benchmarks/ folder is there, not installed)
-REPOSITORY = Path(__file__).resolve().parents[1]
-
-
 def cmd_bench(args, unknown: List[str]) -> int:
-    if not (REPOSITORY / "benchmarks" / "run_all.py").is_file():
+    checkout = Path.cwd()  # the benchmarks/ folder belongs to a source checkout; it is not installed
+    if not (checkout / "benchmarks" / "run_all.py").is_file():
         raise FileNotFoundError(f"surprisal-cc bench runs the benchmarks/ folder of a source checkout, and there is "
-                                f"none next to this installation ({REPOSITORY}): install the package from a "
-                                "checkout with `pip install -e .`, or run `python -m benchmarks.run_all` there")
+                                f"none in {checkout}: run it from the root of a checkout of this repository")
     command = [sys.executable, "-m", "benchmarks.run_all"]
     if args.json:
         command.append("--json")
@@ -173,7 +170,7 @@ def cmd_bench(args, unknown: List[str]) -> int:
         command.append(f"--only={','.join(only)}")
     if args.device != "cpu":
         command.append(f"--device={args.device}")
-    return _run_forwarding_output(command, cwd=REPOSITORY)
+    return _run_forwarding_output(command, cwd=checkout)
 
 
 def _run_forwarding_output(command: Sequence[str], cwd: Path) -> int:
@@ -404,7 +401,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
             p.add_argument("--any-pronunciation", action="store_true",
                            help="also score against the references whose words take the CMUdict (or labelled) "
                                 "pronunciation closest to the hypothesis: how much of the PER is pronunciation")
-        p.add_argument("--model", help="exported model folder (default: <repository>/pretrained)")
+        p.add_argument("--model", help="exported model folder (default: the shipped model, surprisal_cc/pretrained)")
         p.add_argument("--json", action="store_true")
         p.add_argument("--skip-bad", action="store_true", help="leave out unusable audio files (listed) "
                                                                "instead of stopping")

@@ -83,14 +83,14 @@ class BadAudioError(DataPreparationError):
 
 
 def default_model_dir() -> Path:
-    """``<repository>/pretrained``: where ``--model`` points when it is not given.
+    """The shipped model, ``surprisal_cc/pretrained`` (package data): where ``--model`` points when it is not given.
 
     Example
     -------
-    >>> default_model_dir().name
-    'pretrained'
+    >>> default_model_dir().parent.name, default_model_dir().name
+    ('surprisal_cc', 'pretrained')
     """
-    return Path(__file__).resolve().parents[1] / "pretrained"
+    return Path(__file__).resolve().parent / "pretrained"
 
 
 # ----------------------------------------------------------------------------------------------

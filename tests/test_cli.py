@@ -160,7 +160,7 @@ def test_bench(monkeypatch, tmp_path, capsys):
         main(["bench", "--bogus"])
     assert exit_info.value.code == 2
     assert error_lines(capsys)[0].startswith("error: unrecognized arguments: --bogus")
-    monkeypatch.setattr(cli, "REPOSITORY", tmp_path)  # an installed package, without the repository beside it
+    monkeypatch.chdir(tmp_path)  # outside a source checkout
     assert main(["bench", "--only", "dataprep"]) == 1
     assert "benchmarks/ folder of a source checkout" in error_lines(capsys)[0]
 
@@ -409,7 +409,7 @@ def test_analyse_surprisal_by_class(tmp_path, capsys):
     """The shipped model's APC on two real utterances: silence frames are less surprising than speech."""
     shared = require_dev_clean_2()
     out = tmp_path / "analysis.json"
-    assert main(["analyse", "--apc", str(REPO / "pretrained" / "apc.pt"),
+    assert main(["analyse", "--apc", str(REPO / "surprisal_cc" / "pretrained" / "apc.pt"),
                  "--mfa", str(shared / "phone_labels" / "dev-clean-2_mfa.csv"),
                  "--audio-root", str(shared / "LibriSpeech"), "--max-utterances", "2", "--json", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)

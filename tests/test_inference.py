@@ -211,8 +211,8 @@ def test_cuda_matches_cpu(exported, mini_corpus):  # noqa: F811
     assert float((gpu.p_big - cpu.p_big).abs().max()) < 1e-3
 
 
-def test_default_model_folder_is_the_repository_pretrained_folder(monkeypatch, tmp_path):
-    assert default_model_dir() == REPO / "pretrained"
+def test_default_model_folder_is_the_packaged_pretrained_folder(monkeypatch, tmp_path):
+    assert default_model_dir() == REPO / "surprisal_cc" / "pretrained"
     monkeypatch.setattr("surprisal_cc.inference.default_model_dir", lambda: tmp_path / "pretrained")
     with pytest.raises(ModelFormatError, match="surprisal-cc export RUN_DIR"):
         ConditionalASR.from_pretrained()

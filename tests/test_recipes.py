@@ -379,8 +379,8 @@ def test_diverging_training_stops_with_a_clear_message(pretrained, tmp_path):
     assert (pretrained / "exp" / "apc" / "apc.pt").is_file()
 
 
-SHIPPED_ENCODER_DIGEST = file_sha256(REPO / "pretrained" / "encoder.pt") \
-    if (REPO / "pretrained" / "encoder.pt").is_file() else ""
+SHIPPED_ENCODER = REPO / "surprisal_cc" / "pretrained" / "encoder.pt"
+SHIPPED_ENCODER_DIGEST = file_sha256(SHIPPED_ENCODER) if SHIPPED_ENCODER.is_file() else ""
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

@@ -3,13 +3,13 @@
 
 Every utterance is aligned with an optional ``sil`` at each word boundary (surprisal_cc.alignment),
 either with the best checkpoint of a finished run (the splits of its data) or with an exported
-model such as the shipped ``pretrained/`` (the LibriSpeech-format folders given with ``--corpus``;
-fp32 and deterministic routing, so no aligner has to be trained and every machine gets the same
-labels). The labels are written in the MFA export format, which the data preparation reads with
+model such as the shipped ``surprisal_cc/pretrained/`` (the LibriSpeech-format folders given with
+``--corpus``; fp32 and deterministic routing, so no aligner has to be trained and every machine gets
+the same labels). The labels are written in the MFA export format, which the data preparation reads with
 ``labels: mfa``:
 
     python recipes/MiniLibriSpeech/realign_labels.py RUN_DIR realigned.csv
-    python recipes/MiniLibriSpeech/realign_labels.py pretrained realigned.csv --pauses \\
+    python recipes/MiniLibriSpeech/realign_labels.py surprisal_cc/pretrained realigned.csv --pauses \\
         --corpus data/MiniLibriSpeech/LibriSpeech/train-clean-5
     python recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \\
         --labels="{train: mfa, valid: mfa, test: mfa}" \\

@@ -217,8 +217,8 @@ def cmd_export(args, unknown: List[str]) -> int:
 
 
 def _load_model(args):
+    from .errors import ConfigurationError
     from .inference import ConditionalASR
-    from .recipe import ConfigurationError
 
     asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision,
                                          deterministic=args.deterministic)
@@ -239,8 +239,8 @@ def _plot_path(plot: str, audio: Path, many: bool) -> Path:
 
 def cmd_transcribe(args, unknown: List[str]) -> int:
     from .data.errors import DataPreparationError
+    from .errors import ConfigurationError
     from .inference import BadAudioError, check_audio_many, iter_audio_paths, warn_converted
-    from .recipe import ConfigurationError
 
     asr = _load_model(args)
     if args.plot and not asr.uses_apc:

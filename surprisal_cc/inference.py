@@ -48,7 +48,8 @@ from .nnet import Encoder, EncoderOutput
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import lengths_to_mask
 from .flops import MacMeter, module_macs
-from .recipe import ConfigurationError, auto_precision, native_bf16
+from .errors import ConfigurationError
+from .precision import auto_precision, native_bf16
 
 PathLike = Union[str, os.PathLike]
 FORMAT_VERSION = 1

@@ -22,7 +22,7 @@ from data_fixtures import REPO
 PACKAGE = "surprisal_cc"
 # by the module's first name below the package (surprisal_cc.data.mfa: data)
 LOWER = {"", "errors", "data", "nnet", "flops", "features", "augment", "controllers", "adaptive", "encoders", "ctc",
-         "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files"}
+         "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files", "precision"}
 UPPER = {"brain", "apc_training", "recipe", "inference", "alignment", "cli"}
 TOOLS = {"grid", "report", "plots", "analysis"}
 

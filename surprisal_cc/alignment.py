@@ -782,7 +782,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     """Realign every utterance of a LibriSpeech-format folder with an exported model.
 
     The counterpart of :func:`realign_run` for a model folder written by ``surprisal-cc export``
-    (such as the shipped ``pretrained/``): fp32 and deterministic routing (``p_big > 0.5``), so
+    (such as the shipped ``surprisal_cc/pretrained/``): fp32 and deterministic routing (``p_big > 0.5``), so
     the same model gives the same labels on every machine up to float rounding, without training
     an aligner first. Words are pronounced by CMUdict with the model's own OOV policy.
 
@@ -940,7 +940,8 @@ def write_alignment_csv(path, utterances: Iterable[RealignedUtterance], samples_
 
 
 def find_mfa_reference(wav: Union[str, Path]) -> Optional[Path]:
-    """The MFA export ``phone_labels/<subset>_mfa.csv`` next to the corpus of ``wav``, if any.
+    """The MFA export ``phone_labels/<subset>_mfa.csv`` (or TextGrid folder ``phone_labels/<subset>``)
+    next to the corpus of ``wav``, if any.
 
     Same places as the data preparation looks: beside ``LibriSpeech/`` or inside it.
 
@@ -972,11 +973,15 @@ def find_mfa_reference(wav: Union[str, Path]) -> Optional[Path]:
         candidate = base / "phone_labels" / f"{subset_dir.name}_mfa.csv"
         if candidate.is_file():
             return candidate
+        folder = base / "phone_labels" / subset_dir.name  # TextGrids, as mfa-dev's
+        if folder.is_dir():
+            return folder
     return None
 
 
 def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
-    """``{utterance id: (number of words, boundaries with sil)}`` from an MFA export CSV.
+    """``{utterance id: (number of words, boundaries with sil)}`` from an MFA export CSV or a folder
+    of MFA TextGrids (:func:`surprisal_cc.data.mfa.textgrid_boundary_silences`).
 
     Boundary b lies before word b (0: utterance start, number of words: its end). Pauses between
     words come from the ``words`` column (``''`` marks a silence); the two ends from the labels
@@ -1006,6 +1011,11 @@ def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
     >>> silences
     {'u1': (2, {0, 1})}
     """
+    if Path(path).is_dir():
+        from .data.mfa import parse_textgrid, textgrid_boundary_silences
+
+        return {tg.stem: textgrid_boundary_silences(parse_textgrid(tg.read_text(encoding="utf-8")))
+                for tg in sorted(Path(path).rglob("*.TextGrid"))}
     out: Dict[str, Tuple[int, Set[int]]] = {}
     with open(path, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):

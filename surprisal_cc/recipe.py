@@ -31,6 +31,7 @@ from .apc import APCModel, load_apc
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
+from .data.librispeech import DEV_SPLIT
 from .hparams_files import expand_hparams, ruamel_errors
 from .precision import auto_precision
 
@@ -200,6 +201,9 @@ def train_and_test(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) 
               valid_loader_kwargs=hparams["test_loader_options"])
     for shift in hparams["test_bias_shifts"]:
         brain.set_test_bias_shift(shift)
+        if DEV_SPLIT in datasets:  # reported beside the test set, in its results file
+            brain.evaluate_split(datasets[DEV_SPLIT], DEV_SPLIT, min_key=hparams["selection_metric"],
+                                 test_loader_kwargs=hparams["test_loader_options"])
         brain.evaluate(datasets["test"], min_key=hparams["selection_metric"],
                        test_loader_kwargs=hparams["test_loader_options"])
 

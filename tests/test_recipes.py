@@ -65,6 +65,12 @@ def test_surprisal_recipe_end_to_end(pretrained):
     assert res["calibration"]["var_p_big"] == pytest.approx(0.04, abs=1e-3)
     assert res["error_rate_details"]["num_utterances"] == 6
     assert res["PER"] > 0
+    # the development split (stand-in mfa-dev, TextGrid labels) decoded with the same checkpoint
+    dev = res["dev"]
+    assert dev["error_rate_details"]["num_utterances"] == 3 and dev["PER"] > 0
+    assert dev["flops_per_frame"] == pytest.approx(APC + PRE + POST42 + 2 + SMALL + dev["big_fraction"] * (BIG - SMALL),
+                                                   rel=1e-9)
+    assert (pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed3" / "dev_alignments.txt").is_file()
     assert res["train_labels"] == "lexicon" and res["precision"] in ("fp32", "bf16")
     # MACs counted from what ran: small on the small frames, big on the big frames, exactly.
     expected = APC + PRE + POST42 + 2 + SMALL + res["big_fraction"] * (BIG - SMALL)

@@ -208,6 +208,37 @@ def read_word_phones(path: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...
     return out
 
 
+def textgrid_boundary_silences(tiers: Mapping[str, List[Interval]], words: str = "words",
+                               phones: str = "phones") -> Tuple[int, set]:
+    """``(number of words, word boundaries with sil)`` of an MFA TextGrid, as
+    :func:`surprisal_cc.alignment.read_boundary_silences` reads them from the CSV export: boundary b
+    lies before word b; a silent interval of the words tier marks an interior boundary, and the two
+    ends count where the phone labels (:func:`textgrid_phones`) start or end with ``sil``.
+
+    Example
+    -------
+    >>> tiers = {"words": [(0, 0.2, ""), (0.2, 0.5, "a"), (0.5, 0.6, ""), (0.6, 1, "b")],
+    ...          "phones": [(0, 0.2, ""), (0.2, 0.5, "AH0"), (0.5, 0.6, "sp"), (0.6, 1, "B")]}
+    >>> textgrid_boundary_silences(tiers)
+    (2, {0, 1})
+    """
+    if words not in tiers:
+        raise DataPreparationError(f"TextGrid has no {words!r} tier (tiers: {sorted(tiers)})")
+    count, silences = 0, set()
+    for _, _, word in tiers[words]:
+        if word.strip() not in _SILENCE_MARKS:
+            count += 1
+        elif count > 0:
+            silences.add(count)
+    silences.discard(count)
+    labels = textgrid_phones(tiers, phones)
+    if labels[:1] == [SILENCE]:
+        silences.add(0)
+    if labels[-1:] == [SILENCE]:
+        silences.add(count)
+    return count, silences
+
+
 def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:
     """``{utterance id: [(word, its phones), ...]}`` from a CSV export or a folder of TextGrid files
     (the same sources as :func:`load_mfa_labels`)."""

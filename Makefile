@@ -27,17 +27,17 @@ EPOCHS ?= 30
 # speed every epoch. Chosen by validation PER (big-only, seed 1, 30 epochs: 29.52 % against 31.84 %
 # without it); SpecAugment-style masks (--augment=True) gained nothing more. PERTURB= switches it off.
 PERTURB ?= "--speed_perturb=[0.9,1.1]"
-# APC: the shipped model's (pretrained/apc.pt, pretrained on train-clean-5 by recipes/LibriSpeech);
+# APC: the shipped model's (surprisal_cc/pretrained/apc.pt, pretrained on train-clean-5 by recipes/LibriSpeech);
 # APC= pretrains one on the training audio first (about 50 min).
-APC ?= pretrained/apc.pt
+APC ?= surprisal_cc/pretrained/apc.pt
 # Training labels with the pauses of the audio (the MFA test labels mark them): the shipped model
-# (pretrained/, fp32, deterministic routing) relabels train-clean-5 with an optional sil at each word
+# (surprisal_cc/pretrained/, fp32, deterministic routing) relabels train-clean-5 with an optional sil at each word
 # boundary and a sil wherever the audio pauses (realign_labels.py --pauses), in 5-8 min and the same on
 # every machine. The labels file is named after the aligner's weights (the first 8 hex digits of
 # encoder.pt's SHA-256), so a replaced model relabels instead of reusing another model's labels.
 # ALIGNER=train trains the aligner instead: a filterbank big-only model, ALIGNER_EPOCHS on the
 # lexicon's labels with NewBob annealing (ALIGNER_PROFILE; about 1 h).
-ALIGNER ?= pretrained
+ALIGNER ?= surprisal_cc/pretrained
 ALIGNER_EPOCHS ?= 9
 ALIGNER_PROFILE ?= $(BATCHES) --lr_annealing_factor=0.8
 ALIGNER_RUN := $(EXP)/aligner/fbank-big_only/seed$(SEED)
@@ -53,7 +53,7 @@ RELABELLED = --labels="{train: mfa, valid: mfa, test: mfa}" \
 
 venv: $(STAMP)
 
-$(STAMP): requirements.lock setup.py
+$(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.lock

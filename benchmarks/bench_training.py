@@ -113,7 +113,7 @@ PACKED_FACTOR = "reversal BiGRU vs packed nn.GRU, which the authors' code did no
 def best_precision(device: str = "cpu") -> str:
     """The recipes' ``precision: auto`` on ``device`` (bf16 on a CPU with native bf16, else fp32), and never bf16
     where the device has no native bf16."""
-    from surprisal_cc.recipe import auto_precision
+    from surprisal_cc.precision import auto_precision
 
     return "bf16" if bf16_supported(device) and auto_precision(device) == "bf16" else "fp32"
 

@@ -322,7 +322,7 @@ def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
 def bf16_supported(device: str = "cpu") -> bool:
     """Whether ``device`` computes in bf16 natively: a CPU with AVX-512-BF16 or AMX (as oneDNN
     reports it), a CUDA GPU of the Ampere generation or newer."""
-    from surprisal_cc.recipe import native_bf16
+    from surprisal_cc.precision import native_bf16
 
     return native_bf16(device)
 

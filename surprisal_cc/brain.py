@@ -381,9 +381,39 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.checkpointer.save_and_keep_only(meta={metric_key: summary[metric_key]}, min_keys=[metric_key],
                                                  num_to_keep=self.hparams.checkpoints_to_keep)
         else:
+            split = getattr(self, "eval_split", "test")
             self.hparams.train_logger.log_stats(
-                stats_meta={"Epoch loaded": self.hparams.epoch_counter.current}, test_stats=stats)
-            self.write_results(summary, stage_loss)
+                stats_meta={"Epoch loaded": self.hparams.epoch_counter.current,
+                            **({"split": split} if split != "test" else {})}, test_stats=stats)
+            if split == "test":
+                self.write_results(summary, stage_loss)
+            else:
+                self.record_split_results(split, summary, stage_loss)
+
+    def evaluate_split(self, dataset, split: str, **kwargs):
+        """:meth:`evaluate` on another labelled split than the test set (``dev``: mfa-dev): its
+        results go into the next test results file under ``split`` and its alignments into
+        ``<split>_alignments*.txt``, never into the test set's."""
+        self.eval_split = split
+        devices = [self.device] if str(self.device).startswith("cuda") else []
+        try:
+            with torch.random.fork_rng(devices=devices):  # the test set's sampled routing stays as without it
+                return self.evaluate(dataset, **kwargs)
+        finally:
+            self.eval_split = "test"
+
+    @main_process_only
+    def record_split_results(self, split: str, summary: Dict[str, object], loss: float) -> None:
+        from .report import evaluation_tag, results_file_name
+
+        details = Path(self.hparams.error_details_file)
+        shift = 0.0 if getattr(self, "test_budget", None) else getattr(unwrap(self.modules.encoder), "test_bias_shift", 0.0)
+        self.error_metrics.write_alignments(details.with_name(results_file_name(
+            shift, bool(getattr(self, "test_only", False)), f"{split}_alignments", details.suffix,
+            evaluation_tag(vars(self.hparams)))))
+        self.split_results = {**getattr(self, "split_results", {}),
+                              split: {**summary, "error_rate_details": self.error_metrics.summarize(), "loss": loss,
+                                      "data": str(self.manifests.get(split, ""))}}
 
     @main_process_only
     def append_history(self, row: Dict[str, object]) -> None:
@@ -427,6 +457,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             **summary,
             "error_rate_details": self.error_metrics.summarize(),
             "test_loss": test_loss,
+            **getattr(self, "split_results", {}),  # "dev": the same evaluation on the development split
             "encoder": self.hparams.encoder,
             "controller": self.hparams.controller,
             "architecture": self.hparams.architecture,
@@ -465,6 +496,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         path = Path(self.hparams.results_file)
         path = path.with_name(results_file_name(results["test_bias_shift"], test_only, path.stem, path.suffix, tag))
         path.write_text(json.dumps(results, indent=2, default=float))
+        self.split_results = {}
         logger.info("results written to %s", path)
 
     # ------------------------------------------------------------------ controller calibration

@@ -14,17 +14,19 @@
         [--per-utterance FILE] [--sampled [--seed N]] [--threads N]
 
 ``grid`` runs every run of a grid file that has not finished yet (``--key=value`` options go to every
-run), then writes the tables and figures; ``bench`` runs the repository's benchmarks/ folder
-(``python -m benchmarks.run_all``). Without --model, transcribe and evaluate use the model in
-<repository>/pretrained; they route deterministically (``p_big > 0.5``: the same result on every run)
-unless given --sampled, and decode on one thread unless given --threads. A configuration or data
-error ends the command with one line ``error: ...`` per problem on stderr and exit status 1 (2 for
-a command-line usage error); results already printed stay printed (each is flushed as it finishes).
+run), then writes the tables and figures; ``bench`` runs the benchmarks/ folder of the source checkout
+it is started in (``python -m benchmarks.run_all``). Without --model, transcribe and evaluate use the
+shipped model (surprisal_cc/pretrained, installed with the package); they route deterministically
+(``p_big > 0.5``: the same result on every run) unless given --sampled, and decode on one thread
+unless given --threads. A configuration or data error ends the command with one line ``error: ...``
+per problem on stderr and exit status 1 (2 for a command-line usage error); results already printed
+stay printed (each is flushed as it finishes).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -156,15 +158,11 @@ def cmd_curves(args, unknown: List[str]) -> int:
     return 0
 
 
-# the source checkout holding this package (the benchmarks/ folder is there, not installed)
-REPOSITORY = Path(__file__).resolve().parents[1]
-
-
 def cmd_bench(args, unknown: List[str]) -> int:
-    if not (REPOSITORY / "benchmarks" / "run_all.py").is_file():
+    checkout = Path.cwd()  # the benchmarks/ folder belongs to a source checkout; it is not installed
+    if not (checkout / "benchmarks" / "run_all.py").is_file():
         raise FileNotFoundError(f"surprisal-cc bench runs the benchmarks/ folder of a source checkout, and there is "
-                                f"none next to this installation ({REPOSITORY}): install the package from a "
-                                "checkout with `pip install -e .`, or run `python -m benchmarks.run_all` there")
+                                f"none in {checkout}: run it from the root of a checkout of this repository")
     command = [sys.executable, "-m", "benchmarks.run_all"]
     if args.json:
         command.append("--json")
@@ -175,7 +173,7 @@ def cmd_bench(args, unknown: List[str]) -> int:
         command.append(f"--only={','.join(only)}")
     if args.device != "cpu":
         command.append(f"--device={args.device}")
-    return _run_forwarding_output(command, cwd=REPOSITORY)
+    return _run_forwarding_output(command, cwd=checkout)
 
 
 def _run_forwarding_output(command: Sequence[str], cwd: Path) -> int:
@@ -222,8 +220,8 @@ def cmd_export(args, unknown: List[str]) -> int:
 
 
 def _load_model(args):
+    from .errors import ConfigurationError
     from .inference import ConditionalASR
-    from .recipe import ConfigurationError
 
     if args.deterministic and (args.sampled or args.seed is not None):
         raise ConfigurationError("--deterministic and --sampled/--seed choose different routings: give one")
@@ -278,9 +276,9 @@ def _long_progress(path: Path):
 
 def cmd_transcribe(args, unknown: List[str]) -> int:
     from .data.errors import DataPreparationError
+    from .errors import ConfigurationError
     from .inference import BadAudioError, check_audio_many, iter_audio_paths, warn_converted
     from .long_audio import PROGRESS_AFTER_S
-    from .recipe import ConfigurationError
 
     fmt = "json" if args.json else args.format
     asr = _load_model(args)
@@ -394,26 +392,29 @@ COMMANDS = {"analyse": cmd_analyse, "flops": cmd_flops, "grid": cmd_grid, "repor
             "transcribe": cmd_transcribe, "evaluate": cmd_evaluate}
 # commands that take --key=value overrides besides their own options
 TAKE_OVERRIDES = ("flops", "grid")
+# commands whose options the experiment tools' modules declare
+TOOL_MODULES = {"grid": "grid", "analyse": "analysis"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import analysis, grid
-
-    from . import __version__
+def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line; ``command`` (the one about to run) leaves the experiment tools' options out
+    of the other commands' parsers, so that ``transcribe`` does not import them (None: every command)."""
+    import surprisal_cc
 
     parser = _Parser(prog="surprisal-cc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"surprisal-cc {__version__}")
+    parser.add_argument("--version", action="version", version=f"surprisal-cc {surprisal_cc.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("flops", help="per-component MACs per frame of an hparams file (--key=value overrides)")
     p.add_argument("hparams")
     p.add_argument("--json", action="store_true")
-    p = sub.add_parser("grid", help="run an experiment grid (resumable, --key=value overrides for every run), "
-                                    "then write its tables and figures",
-                       description=grid.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    grid.add_arguments(p)
-    p = sub.add_parser("analyse", help="APC surprisal on silence vs speech frames (forced alignments), routing plot",
-                       description=analysis.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    analysis.add_arguments(p)
+    for name, help_text in (("grid", "run an experiment grid (resumable, --key=value overrides for every run), "
+                                     "then write its tables and figures"),
+                            ("analyse", "APC surprisal on silence vs speech frames (forced alignments), routing plot")):
+        p = sub.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter)
+        if command in (None, name):
+            tool = importlib.import_module(f".{TOOL_MODULES[name]}", __package__)
+            p.description = tool.__doc__
+            tool.add_arguments(p)
     p = sub.add_parser("report", help="Markdown table from results files or folders")
     p.add_argument("paths", nargs="+")
     p.add_argument("--json", action="store_true")
@@ -470,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--any-pronunciation", action="store_true",
                            help="also score against the references whose words take the CMUdict (or labelled) "
                                 "pronunciation closest to the hypothesis: how much of the PER is pronunciation")
-        p.add_argument("--model", help="exported model folder (default: <repository>/pretrained)")
+        p.add_argument("--model", help="exported model folder (default: the shipped model, surprisal_cc/pretrained)")
         p.add_argument("--json", action="store_true",
                        help="JSON Lines, one object per file as it finishes" if name == "transcribe" else
                        "the corpus totals and what was run (seed, routing, batch size, threads, precision) as JSON")
@@ -536,13 +537,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     # SpeechBrain's notices (e.g. about optional packages) would reach stderr through logging's
     # last-resort handler; this CLI reports in its own lines
     logging.getLogger("speechbrain").addHandler(_DISCARD)
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command not in TAKE_OVERRIDES:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     from yaml import YAMLError
 
-    from .brain import TrainingDivergedError
+    from .errors import TrainingDivergedError
 
     try:
         with _one_line_warnings():

@@ -470,7 +470,7 @@ def spoken_pronunciation_graph(phones: Sequence[str], spoken: Sequence[Tuple[str
     phones : sequence of str
         Labels of the utterance: each word's labelled phones in order, ``sil`` between or around them.
     spoken : sequence of (str, sequence of str)
-        Each word with its labelled phones (e.g. :func:`surprisal_cc.alignment.read_word_phones`).
+        Each word with its labelled phones (e.g. :func:`surprisal_cc.data.mfa.read_word_phones`).
     pronunciations : callable
         Word -> its pronunciations (e.g. ``Lexicon.pronunciations``).
     sil : str

@@ -247,11 +247,12 @@ class ConditionalEncoder(Encoder):
         )
 
 
-MODELS_DIR = Path(__file__).resolve().parents[1] / "hparams" / "models"
+# The model files ship inside the package (package data), so an installed package builds its encoders.
+MODELS_DIR = Path(__file__).resolve().parent / "models"
 
 
 def model_file(name: str, architecture: str = "paper", models_dir: Optional[Path] = None) -> Path:
-    """The model file ``<models_dir>/<name>/<architecture>.yaml`` (default: ``hparams/models``).
+    """The model file ``<models_dir>/<name>/<architecture>.yaml`` (default: :data:`MODELS_DIR`).
 
     Example
     -------
@@ -285,7 +286,7 @@ def build_encoder(name: str, input_size: int, num_outputs: int, controller: str 
                   architecture: str = "paper", controller_options: Optional[Dict] = None,
                   conditional_options: Optional[Dict] = None, adaptive_options: Optional[Dict] = None,
                   hidden_size: int = 256, dropout: float = 0.5, model_options: Optional[Dict] = None) -> Encoder:
-    """The encoder that the model file ``hparams/models/<name>/<architecture>.yaml`` describes.
+    """The encoder that the model file ``surprisal_cc/models/<name>/<architecture>.yaml`` describes.
 
     The model files are the object graphs of the networks (pre-net, small and big networks,
     post-net, or the adaptive-depth encoders); this function fills in the corpus file's settings,
@@ -297,7 +298,7 @@ def build_encoder(name: str, input_size: int, num_outputs: int, controller: str 
     Arguments
     ---------
     name : str
-        ``conditional``, ``act`` or ``pondernet`` (a folder of ``hparams/models``).
+        ``conditional``, ``act`` or ``pondernet`` (a folder of :data:`MODELS_DIR`).
     input_size, num_outputs : int
         Feature width and CTC outputs (labels + blank).
     controller : str

@@ -9,15 +9,17 @@ The corpus files share most of their settings, so each starts from a common file
 reads as "that file, with these top-level keys replaced (or added)". hyperpyyaml resolves
 ``!include:`` only below the root, so :func:`expand_hparams` writes the whole configuration out
 as one file first; ``--key=value`` overrides then apply to it as usual (and must name one of its
-keys). Every reader of hparams files in this package goes through it.
+keys). Every reader of hparams files in this package goes through it; :func:`load_yaml_tolerant`
+reads one (or a saved run's ``hyperparams.yaml``) as plain data without building anything.
 """
 from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Union
+from typing import Any, Dict, Union
 
 import ruamel.yaml
+import yaml
 
 INCLUDE = "!include:"
 PathLike = Union[str, Path]
@@ -78,3 +80,57 @@ def expand_hparams(path: PathLike, _depth: int = 0) -> str:
 
 def _load(text: str):
     return ruamel.yaml.YAML().load(text)
+
+
+class TolerantLoader(yaml.SafeLoader):
+    """Safe YAML loader that reads hyperpyyaml tags (``!ref``, ``!new:``...) as plain data."""
+
+
+def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    """The node under any ``!`` tag as a plain mapping, list or string."""
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+TolerantLoader.add_multi_constructor("!", _construct_tagged)
+
+
+def load_yaml_tolerant(path: PathLike) -> Dict[str, Any]:
+    """Top-level mapping of a (hyper)YAML file without running any tag; {} if unreadable.
+
+    Tagged nodes (``!new:``, ``!ref``, ``!name:``...) are read as their plain contents.
+
+    Arguments
+    ---------
+    path : str or pathlib.Path
+        The YAML file.
+
+    Returns
+    -------
+    dict
+        The mapping; {} when the file is missing, not YAML or not a mapping.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "hparams.yaml").write_text(
+    ...         "lr: 0.1\\nmodel: !new:torch.nn.Linear\\n  in_features: 2\\nlr_copy: !ref <lr>\\n")
+    ...     hparams = load_yaml_tolerant(Path(folder) / "hparams.yaml")
+    ...     missing = load_yaml_tolerant(Path(folder) / "missing.yaml")
+    >>> hparams, missing
+    ({'lr': 0.1, 'model': {'in_features': 2}, 'lr_copy': '<lr>'}, {})
+    """
+    try:
+        data = yaml.load(expand_hparams(path), Loader=TolerantLoader)
+    except (OSError, ValueError, yaml.YAMLError, ruamel_errors()):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def ruamel_errors():
+    """The exception class of ruamel.yaml's parse errors."""
+    return ruamel.yaml.YAMLError

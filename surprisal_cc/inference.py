@@ -50,7 +50,8 @@ from .nnet import Encoder, EncoderOutput
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import lengths_to_mask
 from .flops import MacMeter, module_macs
-from .recipe import ConfigurationError, native_bf16
+from .errors import ConfigurationError
+from .precision import native_bf16
 from .threads import DEFAULT_DECODING_THREADS, check_threads, decoding_threads
 
 PathLike = Union[str, os.PathLike]
@@ -94,14 +95,14 @@ class BadLabelsError(BadAudioError):
 
 
 def default_model_dir() -> Path:
-    """``<repository>/pretrained``: where ``--model`` points when it is not given.
+    """The shipped model, ``surprisal_cc/pretrained`` (package data): where ``--model`` points when it is not given.
 
     Example
     -------
-    >>> default_model_dir().name
-    'pretrained'
+    >>> default_model_dir().parent.name, default_model_dir().name
+    ('surprisal_cc', 'pretrained')
     """
-    return Path(__file__).resolve().parents[1] / "pretrained"
+    return Path(__file__).resolve().parent / "pretrained"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -587,7 +588,7 @@ class ConditionalASR:
         return self
 
     @contextlib.contextmanager
-    def _seeded(self, seed: Optional[int] = None):
+    def seeded_routing(self, seed: Optional[int] = None):
         """Sampled routing: the body draws from the RNG seeded with ``seed`` (default: this model's),
         the global RNG restored after; deterministic routing: nothing."""
         seed = self.seed if seed is None else seed
@@ -739,7 +740,7 @@ class ConditionalASR:
 
             wavs = torchaudio.functional.resample(wavs, int(sample_rate), rate)
             samples = (samples.double() * rate / int(sample_rate)).round().long().clamp(max=wavs.shape[1])
-        with self._seeded():
+        with self.seeded_routing():
             out, hyps, fbank, frames, surprisal, seconds = self._run(wavs, samples)
         rtf = seconds / max(float(samples.sum()) / rate, 1e-9)
         log_probs = out.log_probs.float().cpu()
@@ -810,11 +811,11 @@ class ConditionalASR:
                                 keep_fbank: bool = True) -> Transcription:
         """:meth:`transcribe_file` without the audio check (for files :func:`check_audio_many` passed)."""
         from .data.audio import read_audio
-        from .long_audio import CHUNK_S, is_long, transcribe_long
+        from .long_audio import CHUNK_S, decode_long, is_long
 
         chunk_s = CHUNK_S if long_chunk_s is None else float(long_chunk_s)
         if chunk_s > 0 and is_long(path, chunk_s):
-            return transcribe_long(self, path, chunk_s=chunk_s, progress=progress, keep_fbank=keep_fbank)
+            return Transcription(**decode_long(self, path, chunk_s=chunk_s, progress=progress, keep_fbank=keep_fbank))
         result = self.transcribe_batch(read_audio(path, self.feature_config.sample_rate)[None])[0]
         result.path = str(path)
         return result
@@ -930,7 +931,7 @@ class ConditionalASR:
         if progress:
             from tqdm import tqdm
             starts = tqdm(starts, desc="evaluate", unit="batch")
-        with self._seeded(seed):
+        with self.seeded_routing(seed):
             for start in starts:
                 chunk = items[start:start + batch_size]
                 signals = [read_audio(wav, self.feature_config.sample_rate) for _, wav, _ in chunk]
@@ -1079,11 +1080,11 @@ def check_audio_many(paths: Sequence[PathLike]) -> Tuple[Dict[str, Any], List[st
     problems : list of str
         One ``"path: problem"`` line per unusable file.
     """
-    from .data.audio import _check_one
+    from .data.audio import check_audio_file
 
     infos, problems = {}, []
     for path in paths:
-        name, info, problem = _check_one(str(path))
+        name, info, problem = check_audio_file(str(path))
         if info is None:
             problems.append(f"{name}: {problem}")
         else:
@@ -1259,9 +1260,9 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: 
 
 def _is_timit(path: Path) -> bool:
     """Whether ``path`` (or ``path/TIMIT``) has a TRAIN or TEST folder, in any letter case."""
-    from .data.timit import _child
+    from .data.timit import find_child
 
-    return any(_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
+    return any(find_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
 
 
 def _manifest_items(path: Path, asr: ConditionalASR, g2p: Optional[str]) -> Tuple[List[Item], str]:
@@ -1319,7 +1320,7 @@ def _lexicon(asr: ConditionalASR, g2p: Optional[str]):
 def _timit_items(path: Path, split: str) -> List[Item]:
     """Items of one TIMIT split, labels folded to 39 phones, sorted by utterance id."""
     from .data.phones import fold_timit
-    from .data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS, _read_phn, _sibling, scan_timit
+    from .data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS, find_sibling, read_phn, scan_timit
 
     if split not in ("test", "valid", "train"):
         raise ConfigurationError(f"timit_split must be test, valid or train, got {split!r}")
@@ -1333,11 +1334,11 @@ def _timit_items(path: Path, split: str) -> List[Item]:
     for u in scan_timit(path):
         if split_of(u) != split:
             continue
-        phn = _sibling(u.wav, ".phn")
+        phn = find_sibling(u.wav, ".phn")
         if phn is None:
             problems.append(f"{u.wav}: no .PHN file")
             continue
-        items.append((u.id, str(u.wav), fold_timit(_read_phn(phn), where=f"{phn} (utterance {u.id})")))
+        items.append((u.id, str(u.wav), fold_timit(read_phn(phn), where=f"{phn} (utterance {u.id})")))
     if problems:
         raise DataPreparationError(f"{len(problems)} TIMIT label problem(s): " + "; ".join(problems[:MAX_LISTED]))
     if not items:
@@ -1429,10 +1430,11 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
         raise ModelFormatError(f"{config_path}: unreadable ({err})") from None
     version = config.get("format_version") if isinstance(config, dict) else None
     if isinstance(version, int) and version > FORMAT_VERSION:
-        from . import __version__
+        import surprisal_cc
 
         raise ModelFormatError(f"{config_path}: model format version {version} is newer than this surprisal_cc "
-                               f"{__version__} reads (version {FORMAT_VERSION}): upgrade surprisal_cc to load it")
+                               f"{surprisal_cc.__version__} reads (version {FORMAT_VERSION}): upgrade surprisal_cc "
+                               "to load it")
     if version != FORMAT_VERSION:
         raise ModelFormatError(f"{config_path}: model format version {version}, but this surprisal_cc reads "
                                f"version {FORMAT_VERSION}: export the run again with this version "
@@ -1526,7 +1528,7 @@ def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
     """
     import re
 
-    from .report import load_yaml_tolerant
+    from .hparams_files import load_yaml_tolerant
 
     path = Path(hparams_file)
     if not path.is_file():
@@ -1546,11 +1548,11 @@ def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
     import yaml
     from hyperpyyaml import resolve_references
 
-    from .report import _TolerantLoader
+    from .hparams_files import TolerantLoader
 
     try:
         text = resolve_references(io.StringIO(expand_hparams(hparams_file)), overrides).getvalue()
-        data = yaml.load(text, Loader=_TolerantLoader)
+        data = yaml.load(text, Loader=TolerantLoader)
     except (ValueError, KeyError, yaml.YAMLError) as err:
         raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
     return data if isinstance(data, dict) else {}

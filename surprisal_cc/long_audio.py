@@ -33,9 +33,9 @@ Example
 >>> with tempfile.TemporaryDirectory() as tmp:
 ...     wav = Path(tmp) / "long.flac"
 ...     soundfile.write(wav, np.random.default_rng(0).uniform(-0.5, 0.5, 16000 * 5), 16000)
-...     parts = transcribe_long(asr, wav, chunk_s=1.0, context_s=0.5)
+...     parts = decode_long(asr, wav, chunk_s=1.0, context_s=0.5)
 ...     whole = asr.transcribe_file(wav, long_chunk_s=0)
->>> parts.num_frames == whole.num_frames == 249, parts.flops_per_frame == whole.flops_per_frame
+>>> parts["num_frames"] == whole.num_frames == 249, parts["flops_per_frame"] == whole.flops_per_frame
 (True, True)
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ PROGRESS_AFTER_S = 60.0  # files longer than this report progress
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "is_long", "transcribe_long"]
+__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "is_long", "decode_long"]
 
 
 class _Reader:
@@ -95,9 +95,9 @@ def is_long(path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT
     return info.frames > (chunk_s + 2 * context_s) * info.samplerate
 
 
-def transcribe_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S,
-                    progress: Optional[Callable[[float, float], None]] = None, keep_fbank: bool = False):
-    """Transcribe a file of any length part by part (see the module's description).
+def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S,
+                progress: Optional[Callable[[float, float], None]] = None, keep_fbank: bool = False) -> Dict:
+    """Decode a file of any length part by part (see the module's description).
 
     Arguments
     ---------
@@ -116,11 +116,11 @@ def transcribe_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: fl
 
     Returns
     -------
-    Transcription
-        As :meth:`ConditionalASR.transcribe_file` returns it: phones with their times, per-frame
-        arrays, MACs per frame over the whole file and the real-time factor of all parts.
+    dict
+        The fields of the :class:`~surprisal_cc.inference.Transcription` that
+        :meth:`ConditionalASR.transcribe_file` returns: phones with their times, per-frame arrays,
+        MACs per frame over the whole file and the real-time factor of all parts.
     """
-    from .inference import Transcription
     from .threads import decoding_threads
 
     cfg = asr.feature_config
@@ -137,7 +137,7 @@ def transcribe_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: fl
     segments: list = []
     seconds, start = 0.0, 0
     try:
-        with asr._seeded():
+        with asr.seeded_routing():
             while start < total_frames:
                 last = total_frames - start <= chunk + context
                 stop = total_frames if last else start + chunk  # nominal end of the kept frames
@@ -174,10 +174,10 @@ def transcribe_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: fl
         reader.close()
     comps = asr.flops_components(macs, total_frames)
     joined = {name: torch.cat(parts) if parts else None for name, parts in pieces.items()}
-    return Transcription(phones=asr.phones_of(phones), num_frames=total_frames, duration_s=reader.total / rate,
-                         flops_per_frame=sum(comps.values()), flops_components=comps,
-                         rtf=seconds / max(reader.total / rate, 1e-9), path=str(path), segments=segments,
-                         frame_shift_s=asr.frame_shift_s, routing=asr.routing, seed=asr.seed, **joined)
+    return dict(phones=asr.phones_of(phones), num_frames=total_frames, duration_s=reader.total / rate,
+                flops_per_frame=sum(comps.values()), flops_components=comps,
+                rtf=seconds / max(reader.total / rate, 1e-9), path=str(path), segments=segments,
+                frame_shift_s=asr.frame_shift_s, routing=asr.routing, seed=asr.seed, **joined)
 
 
 def _sliced_macs(out, keep: slice) -> Dict[str, float]:

@@ -3,7 +3,7 @@
 :class:`Encoder` is the interface of the conditional (:mod:`surprisal_cc.encoders`) and the
 adaptive-depth (:mod:`surprisal_cc.adaptive`) encoders; :class:`EncoderOutput` is what they return.
 The blocks (:class:`BiGRU`, :class:`Conv1dPreNet`, :class:`FrameNet`, :class:`PostNet`) are what
-the model files under ``hparams/models/`` assemble.
+the model files under ``surprisal_cc/models/`` assemble.
 
 Example
 -------

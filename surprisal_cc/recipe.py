@@ -31,8 +31,9 @@ from .apc import APCModel, load_apc
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
-from .hparams_files import expand_hparams
-from .report import evaluation_tag, ruamel_errors, test_only_hyperparams_name
+from .data.librispeech import DEV_SPLIT
+from .hparams_files import expand_hparams, ruamel_errors
+from .precision import auto_precision
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
             saved.write_text(saved.read_text(encoding="utf-8").replace(
                 os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
     if training is not None:
+        from .report import evaluation_tag, test_only_hyperparams_name
+
         saved.replace(saved.with_name(test_only_hyperparams_name(evaluation_tag(hparams or {}))))
         saved.write_bytes(training)
 
@@ -198,6 +201,9 @@ def train_and_test(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) 
               valid_loader_kwargs=hparams["test_loader_options"])
     for shift in hparams["test_bias_shifts"]:
         brain.set_test_bias_shift(shift)
+        if DEV_SPLIT in datasets:  # reported beside the test set, in its results file
+            brain.evaluate_split(datasets[DEV_SPLIT], DEV_SPLIT, min_key=hparams["selection_metric"],
+                                 test_loader_kwargs=hparams["test_loader_options"])
         brain.evaluate(datasets["test"], min_key=hparams["selection_metric"],
                        test_loader_kwargs=hparams["test_loader_options"])
 
@@ -576,34 +582,6 @@ def resolve_precision(precision: str, run_opts) -> str:
         return precision
     device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
     return auto_precision(device)
-
-
-def auto_precision(device="cpu") -> str:
-    """What ``precision: auto`` means on ``device``: the faster of bf16 autocast and fp32 there.
-
-    A CPU with native bf16 (AVX-512-BF16 or AMX) trains about 1.5x faster in bf16 autocast
-    (``benchmarks/bench_training.py``); without it bf16 is emulated and slower, so fp32. On CUDA
-    fp32: these networks are small (GRUs of 256 units), the step is bound by kernel launches, not
-    arithmetic, and bf16 autocast only adds casts (1.39x slower than fp32 on an H100,
-    ``python -m benchmarks.run_all --only training --device cuda``).
-
-    >>> auto_precision("cuda")
-    'fp32'
-    """
-    if torch.device(device).type == "cuda":
-        return "fp32"
-    return "bf16" if native_bf16(device) else "fp32"
-
-
-def native_bf16(device="cpu") -> bool:
-    """Whether ``device`` computes bf16 natively: a CPU with AVX-512-BF16 or AMX (as oneDNN reports
-    it), or a CUDA GPU of the Ampere generation or newer."""
-    if torch.device(device).type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # pragma: no cover - builds without oneDNN
-        return False
 
 
 def check_consistency(hparams: Dict) -> None:

@@ -28,6 +28,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import yaml
 
+from .hparams_files import load_yaml_tolerant
+
 PathLike = Union[str, Path]
 Row = Dict[str, Any]
 
@@ -66,64 +68,6 @@ __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table"
 
 
 # ---------------------------------------------------------------------------- reading runs
-class _TolerantLoader(yaml.SafeLoader):
-    """Safe YAML loader that reads hyperpyyaml tags (``!ref``, ``!new:``...) as plain data."""
-
-
-def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-    """The node under any ``!`` tag as a plain mapping, list or string."""
-    if isinstance(node, yaml.MappingNode):
-        return loader.construct_mapping(node, deep=True)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    return loader.construct_scalar(node)
-
-
-_TolerantLoader.add_multi_constructor("!", _construct_tagged)
-
-
-def load_yaml_tolerant(path: PathLike) -> Dict[str, Any]:
-    """Top-level mapping of a (hyper)YAML file without running any tag; {} if unreadable.
-
-    Tagged nodes (``!new:``, ``!ref``, ``!name:``...) are read as their plain contents.
-
-    Arguments
-    ---------
-    path : str or pathlib.Path
-        The YAML file.
-
-    Returns
-    -------
-    dict
-        The mapping; {} when the file is missing, not YAML or not a mapping.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     _ = (Path(folder) / "hparams.yaml").write_text(
-    ...         "lr: 0.1\\nmodel: !new:torch.nn.Linear\\n  in_features: 2\\nlr_copy: !ref <lr>\\n")
-    ...     hparams = load_yaml_tolerant(Path(folder) / "hparams.yaml")
-    ...     missing = load_yaml_tolerant(Path(folder) / "missing.yaml")
-    >>> hparams, missing
-    ({'lr': 0.1, 'model': {'in_features': 2}, 'lr_copy': '<lr>'}, {})
-    """
-    from .hparams_files import expand_hparams
-
-    try:
-        data = yaml.load(expand_hparams(path), Loader=_TolerantLoader)
-    except (OSError, ValueError, yaml.YAMLError, ruamel_errors()):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def ruamel_errors():
-    """The exception class of ruamel.yaml's parse errors."""
-    import ruamel.yaml
-
-    return ruamel.yaml.YAMLError
-
-
 def _hparam(hparams: Dict[str, Any], *keys: str) -> Any:
     """First of the (dotted) keys found, following a ``<ref>`` once; None when absent."""
     for dotted in keys:

@@ -1,7 +1,7 @@
 """Phone timestamps: the recognised phones aligned to the model's frames, and CTM output.
 
 Each phone of a hypothesis gets a start and an end from the best CTC path through exactly that
-phone sequence (:func:`surprisal_cc.alignment.ctc_viterbi_optional`, nothing optional): a phone
+phone sequence (:func:`surprisal_cc.viterbi.ctc_viterbi_optional`, nothing optional): a phone
 starts at its first emitting frame and lasts until the next phone starts (its trailing blank
 frames included); the first starts at 0 s and the last ends with the audio's last frame. A frame
 ``t`` starts at ``t * frame_shift_s`` seconds (20 ms frames for the recipes' features).
@@ -35,7 +35,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-from .alignment import ctc_viterbi_optional
+from .viterbi import ctc_viterbi_optional
 
 Segment = Tuple[str, float, float]  # phone, start s, end s
 

@@ -13,6 +13,7 @@ on ``sys.path`` because the folder has no ``__init__.py``. The fixture lives her
 """
 from __future__ import annotations
 
+import ast
 import csv
 import os
 from pathlib import Path
@@ -24,6 +25,8 @@ import soundfile as sf
 
 PathLike = Union[str, os.PathLike]
 REPO = Path(__file__).resolve().parents[1]
+# whether the running test may read the shared corpus (conftest.py: integration tests only)
+CORPUS_ALLOWED = True
 
 
 # ---------------------------------------------------------------------------------------------- real audio
@@ -33,7 +36,11 @@ def shared_data() -> Path:
 
 
 def require_dev_clean_2() -> Path:
-    """The shared data folder holding ``LibriSpeech/dev-clean-2``; skips the test without it (fails under CI)."""
+    """The shared data folder holding ``LibriSpeech/dev-clean-2``; skips the test without it (fails under CI).
+
+    Only integration tests read it, so that the unit tests run on a clean clone."""
+    if not CORPUS_ALLOWED:
+        pytest.fail("this test reads the shared dev-clean-2: mark it @pytest.mark.integration", pytrace=False)
     root = shared_data()
     if not (root / "LibriSpeech" / "dev-clean-2").is_dir():
         message = f"Mini-LibriSpeech dev-clean-2 not found under {root} (set SURPRISAL_CC_DATA)"
@@ -57,6 +64,7 @@ def make_mini_librispeech_subset(
     test_speakers: int = 2,
     utterances_per_speaker: int = 4,
     mfa_csv: Optional[Path] = None,
+    dev_speakers: int = 0,
 ) -> Path:
     """Create ``root/LibriSpeech/{train-clean-5,dev-clean-2}`` from speakers of a real dev-clean-2.
 
@@ -64,7 +72,8 @@ def make_mini_librispeech_subset(
     real recipes run end to end on real speech in seconds. Speakers are taken in sorted order: the
     first ``train_speakers`` form the stand-in train-clean-5, the next ``test_speakers`` the stand-in
     dev-clean-2. With ``mfa_csv``, a symbolic link ``root/phone_labels/dev-clean-2_mfa.csv`` points to
-    it. Returns ``root``.
+    it; ``dev_speakers`` more speakers form a stand-in ``mfa-dev`` whose labels are TextGrids in
+    ``root/phone_labels/mfa-dev`` (:func:`write_textgrids_from_mfa_csv`). Returns ``root``.
     """
     source_dev_clean_2 = Path(source_dev_clean_2)
     speakers = _speaker_utterances(source_dev_clean_2)
@@ -93,18 +102,74 @@ def make_mini_librispeech_subset(
         link = root / "phone_labels" / "dev-clean-2_mfa.csv"
         if not link.exists():
             os.symlink(Path(mfa_csv).resolve(), link)
+    if dev_speakers:
+        if mfa_csv is None:
+            raise ValueError("dev_speakers needs mfa_csv: the stand-in mfa-dev's TextGrids are made from it")
+        start = train_speakers + test_speakers
+        if len(names) < start + dev_speakers:
+            raise ValueError(f"{source_dev_clean_2} has {len(names)} speakers; need {start + dev_speakers}")
+        chosen = [f for s in names[start:start + dev_speakers] for f in speakers[s][:utterances_per_speaker]]
+        for flac in chosen:
+            chapter_dir = root / "LibriSpeech" / "mfa-dev" / flac.parts[-3] / flac.parts[-2]
+            chapter_dir.mkdir(parents=True, exist_ok=True)
+            if not (chapter_dir / flac.name).exists():
+                os.symlink(flac.resolve(), chapter_dir / flac.name)
+            trans_name = f"{flac.parts[-3]}-{flac.parts[-2]}.trans.txt"
+            line = next(l for l in (flac.parent / trans_name).read_text().splitlines() if l.split(" ", 1)[0] == flac.stem)
+            with open(chapter_dir / trans_name, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        write_textgrids_from_mfa_csv(mfa_csv, root / "phone_labels" / "mfa-dev", {f.stem for f in chosen})
     return root
+
+
+VOWELS = {"AA", "AE", "AH", "AO", "AW", "AY", "EH", "ER", "EY", "IH", "IY", "OW", "OY", "UH", "UW"}
+
+
+def write_textgrids_from_mfa_csv(mfa_csv: PathLike, folder: PathLike, utterances: Optional[set] = None) -> Dict[str, str]:
+    """MFA TextGrids (words and phones tiers, as ``mfa align`` writes them and as mfa-dev ships them)
+    made from the MFA export CSV's raw tiers: ``folder/<spk>/<chapter>/<utt>.TextGrid``, vowels given
+    stress digits (0, 1, 2 in turn) as MFA's ARPAbet has them. Returns ``{utterance id: phonemes_39}``,
+    the export's own 41-symbol labels for the same utterances."""
+    def tier(name, marks, starts, ends):
+        rows = [f'        item [{name[0]}]:', '            class = "IntervalTier"', f'            name = "{name[1]}"',
+                "            xmin = 0", f"            xmax = {ends[-1] / 16000}",
+                f"            intervals: size = {len(marks)}"]
+        for i, (mark, a, b) in enumerate(zip(marks, starts, ends), 1):
+            rows += [f"            intervals [{i}]:", f"                xmin = {a / 16000}",
+                     f"                xmax = {b / 16000}", f'                text = "{mark}"']
+        return rows
+
+    expected = {}
+    with open(mfa_csv, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            utt = Path(row["path"]).name.split(".")[0]
+            if utterances is not None and utt not in utterances:
+                continue
+            phones = [p + str(i % 3) if p in VOWELS else p for i, p in enumerate(ast.literal_eval(row["phn"]))]
+            phone_tier = tier((2, "phones"), phones, [int(x) for x in row["phn_starts"].split()],
+                              [int(x) for x in row["phn_ends"].split()])
+            word_tier = tier((1, "words"), ast.literal_eval(row["words"]), [int(x) for x in row["wrd_starts"].split()],
+                             [int(x) for x in row["wrd_ends"].split()])
+            spk, chapter, _ = utt.split("-")
+            out = Path(folder) / spk / chapter / f"{utt}.TextGrid"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            header = ['File type = "ooTextFile"', 'Object class = "TextGrid"', "", "xmin = 0",
+                      f"xmax = {int(row['phn_ends'].split()[-1]) / 16000}", "tiers? <exists>", "size = 2", "item []:"]
+            out.write_text("\n".join(header + word_tier + phone_tier) + "\n", encoding="utf-8")
+            expected[utt] = row["phonemes_39"]
+    return expected
 
 
 @pytest.fixture(scope="module")
 def mini_corpus(tmp_path_factory):
     """A stand-in Mini-LibriSpeech (``<root>/corpus``) from a few real dev-clean-2 speakers (symbolic links):
-    4 speakers as train-clean-5, 2 as dev-clean-2, 3 utterances each, MFA labels linked. Returns ``<root>``.
+    4 speakers as train-clean-5, 2 as dev-clean-2, 1 as mfa-dev (TextGrids), 3 utterances each, MFA labels
+    linked. Returns ``<root>``.
     Import it into a test module to use it there (``from data_fixtures import mini_corpus``)."""
     shared = require_dev_clean_2()
     root = tmp_path_factory.mktemp("mls")
     make_mini_librispeech_subset(shared / "LibriSpeech" / "dev-clean-2", root / "corpus", train_speakers=4,
-                                 test_speakers=2, utterances_per_speaker=3,
+                                 test_speakers=2, utterances_per_speaker=3, dev_speakers=1,
                                  mfa_csv=shared / "phone_labels" / "dev-clean-2_mfa.csv")
     return root
 

@@ -383,6 +383,7 @@ def test_realigned_csv_feeds_the_data_preparation(tmp_path):
     assert next(csv.DictReader(open(out["test"])))["phn"] == "sil AE D sil"
 
 
+@pytest.mark.integration
 def test_mfa_export_silences_match_its_phone_labels():
     """On the real dev-clean-2 export, the ``words`` column marks the same pauses as ``phonemes_39``."""
     mfa_csv = require_dev_clean_2() / "phone_labels" / "dev-clean-2_mfa.csv"
@@ -393,6 +394,7 @@ def test_mfa_export_silences_match_its_phone_labels():
     assert silence_precision_recall(boundaries, boundaries)["recall"] == 1.0
 
 
+@pytest.mark.integration
 def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
     """A run folder with a (tiny, untrained) checkpoint: the script realigns it and the CSV prepares data."""
     from surprisal_cc.recipe import create_experiment_directory, load_hparams
@@ -430,6 +432,7 @@ def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
     assert paused["interior_boundaries_with_sil"] >= stats["interior_boundaries_with_sil"]
 
 
+@pytest.mark.integration
 def test_realign_script_with_the_shipped_model(tmp_path, monkeypatch):
     """The shipped model realigns real dev-clean-2 audio: every utterance fits, the sil it places
     agree with the MFA labels, and the realigned labels are at least as close to them as the lexicon's."""
@@ -438,16 +441,18 @@ def test_realign_script_with_the_shipped_model(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     import realign_labels
 
+    shipped = "surprisal_cc/pretrained"
+
     corpus = shared / "LibriSpeech" / "dev-clean-2"
-    stats = realign_labels.main(["pretrained", str(tmp_path / "dev.csv"), "--corpus", str(corpus), "--limit", "12",
+    stats = realign_labels.main([shipped, str(tmp_path / "dev.csv"), "--corpus", str(corpus), "--limit", "12",
                                  "--batch_size", "4"])
     assert stats["utterances"] == 12 and stats["fallbacks"] == 0
-    assert stats["checkpoint"] == "pretrained" and stats["splits"] == [str(corpus)]
+    assert stats["checkpoint"] == shipped and stats["splits"] == [str(corpus)]
     assert stats["sil_vs_reference_all"]["utterances"] == 12 and stats["sil_vs_reference_all"]["f1"] >= 0.8
     assert stats["per_vs_reference_realigned"] <= stats["per_vs_reference_lexicon"]
     assert len(read_mfa_csv(tmp_path / "dev.csv")) == 12
     # every CMUdict pronunciation to choose from, as MFA has: closer to its labels still
-    chosen = realign_labels.main(["pretrained", str(tmp_path / "dev_all.csv"), "--corpus", str(corpus), "--limit",
+    chosen = realign_labels.main([shipped, str(tmp_path / "dev_all.csv"), "--corpus", str(corpus), "--limit",
                                   "12", "--batch_size", "4", "--all_pronunciations"])
     assert chosen["all_pronunciations"] and 0 < chosen["other_pronunciations"] < 0.5
     assert chosen["per_vs_reference_realigned"] <= stats["per_vs_reference_realigned"]
@@ -455,7 +460,7 @@ def test_realign_script_with_the_shipped_model(tmp_path, monkeypatch):
     assert agree["words"] > 0 and agree["agreement"] >= agree["agreement_first"]
     assert stats["pronunciations_vs_reference"]["agreement"] == agree["agreement_first"]  # first ones only
     with pytest.raises(SystemExit):  # an exported model needs --corpus
-        realign_labels.main(["pretrained", str(tmp_path / "x.csv")])
+        realign_labels.main([shipped, str(tmp_path / "x.csv")])
 
 
 def test_silent_frames_follow_the_recording_level():

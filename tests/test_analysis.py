@@ -1,6 +1,7 @@
 """Surprisal on silence vs. speech frames, from forced alignments."""
 from pathlib import Path
 
+import pytest
 import torch
 
 from data_fixtures import require_dev_clean_2
@@ -16,6 +17,7 @@ def test_frame_labels_follow_window_centres():
     assert utt.frame_is_silence(4, FeatureConfig()).tolist() == [True, False, False, True]
 
 
+@pytest.mark.integration
 def test_surprisal_by_class_on_real_audio(tmp_path):
     shared = require_dev_clean_2()
     torch.manual_seed(0)

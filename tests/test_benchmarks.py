@@ -29,6 +29,7 @@ def _numeric(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+@pytest.mark.integration
 def test_run_benchmarks_smoke_json(tiny_corpus, capsys):
     status = run_benchmarks(as_json=True, quick=True, size="smoke")
     report = json.loads(capsys.readouterr().out)
@@ -58,6 +59,7 @@ def test_markdown_table_and_skip(tmp_path, monkeypatch, capsys):
     assert "SKIPPED: dev-clean-2 not found" in out
 
 
+@pytest.mark.integration
 def test_training_benchmark_rows_smoke():
     """The training benchmark has the authors' step as baseline, ours in fp32 and bf16, bucketed, factors, packed,
     and the matrix-product floor."""
@@ -141,6 +143,7 @@ def test_inference_predicted_ratio():
     assert predicted_ratio(0.99, 1.05, 1.00, 0.12, 0.65) == pytest.approx(0.899, abs=5e-4)
 
 
+@pytest.mark.integration
 def test_inference_benchmark_rows_smoke():
     """Measured vs predicted (from the components of the same run) routed/big-only ratio, FLOP ratio, RTF rows."""
     from benchmarks import bench_inference as bi

@@ -161,7 +161,7 @@ def test_bench(monkeypatch, tmp_path, capsys):
         main(["bench", "--bogus"])
     assert exit_info.value.code == 2
     assert error_lines(capsys)[0].startswith("error: unrecognized arguments: --bogus")
-    monkeypatch.setattr(cli, "REPOSITORY", tmp_path)  # an installed package, without the repository beside it
+    monkeypatch.chdir(tmp_path)  # outside a source checkout
     assert main(["bench", "--only", "dataprep"]) == 1
     assert "benchmarks/ folder of a source checkout" in error_lines(capsys)[0]
 
@@ -185,6 +185,7 @@ def test_export_errors(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------- transcribe
+@pytest.mark.integration
 def test_transcribe_text_json_and_plot(model, real_flac, tmp_path, capsys):
     assert main(["transcribe", str(real_flac), "--model", str(model)]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -215,6 +216,7 @@ def test_transcribe_bad_audio_is_one_line_naming_the_file(kind, reason, model, t
     assert line.startswith(f"error: {paths[kind]}: {reason}")
 
 
+@pytest.mark.integration
 def test_transcribe_several_files_with_bad_ones(model, real_flac, tmp_path, capsys):
     paths = make_bad_audio_fixture(tmp_path)
     args = ["transcribe", str(real_flac), str(paths["empty"]), str(paths["corrupt"]), "--model", str(model)]
@@ -226,6 +228,7 @@ def test_transcribe_several_files_with_bad_ones(model, real_flac, tmp_path, caps
     assert captured.out.startswith(str(real_flac)) and captured.err.count("warning: skipped") == 2
 
 
+@pytest.mark.integration
 def test_8khz_and_stereo_audio_are_converted_with_a_warning(model, real_flac, tmp_path, capsys):
     audio, rate = sf.read(str(real_flac), dtype="float32")
     sf.write(tmp_path / "stereo.flac", np.stack([audio, audio], axis=1), rate)
@@ -241,6 +244,7 @@ def test_8khz_and_stereo_audio_are_converted_with_a_warning(model, real_flac, tm
     assert abs(low["num_frames"] - mono["num_frames"]) <= 1
 
 
+@pytest.mark.integration
 def test_missing_model_and_other_format_version(model, real_flac, tmp_path, monkeypatch, capsys):
     assert main(["transcribe", str(real_flac), "--model", str(tmp_path / "nowhere")]) == 1
     (line,) = error_lines(capsys)
@@ -257,6 +261,7 @@ def test_missing_model_and_other_format_version(model, real_flac, tmp_path, monk
     assert "model.json: model format version 0" in line and "export" in line
 
 
+@pytest.mark.integration
 def test_weights_with_pickled_objects_are_refused(model, real_flac, tmp_path, capsys):
     import argparse
 
@@ -268,6 +273,7 @@ def test_weights_with_pickled_objects_are_refused(model, real_flac, tmp_path, ca
     assert line.startswith(f"error: {unsafe / 'encoder.pt'}: cannot be loaded")
 
 
+@pytest.mark.integration
 def test_device_and_precision_errors(model, real_flac, capsys):
     if not torch.cuda.is_available():
         assert main(["transcribe", str(real_flac), "--model", str(model), "--device", "cuda"]) == 1
@@ -285,6 +291,7 @@ def _json_lines(text: str) -> list:
     return [json.loads(line) for line in text.splitlines()]
 
 
+@pytest.mark.integration
 def test_transcribe_is_deterministic_unless_sampled(model, real_flac, capsys):
     """The same phones and routing on every run, whatever the RNG's state; sampled routing is
     reproducible from the seed it reports."""
@@ -313,6 +320,7 @@ def test_transcribe_is_deterministic_unless_sampled(model, real_flac, capsys):
     assert "give one" in error_lines(capsys)[0]
 
 
+@pytest.mark.integration
 def test_transcribe_json_lines_with_phone_times_and_ctm(model, real_flac, tmp_path, capsys):
     bad = tmp_path / "bad.flac"
     bad.write_bytes(b"")
@@ -331,6 +339,7 @@ def test_transcribe_json_lines_with_phone_times_and_ctm(model, real_flac, tmp_pa
     assert [float(row[2]) for row in ctm] == pytest.approx([s["start"] for s in segments], abs=0.006)
 
 
+@pytest.mark.integration
 def test_transcribe_keeps_finished_results_when_interrupted(model, real_flac, monkeypatch, capsys):
     calls = []
     original = ConditionalASR.transcribe_checked_file
@@ -348,6 +357,7 @@ def test_transcribe_keeps_finished_results_when_interrupted(model, real_flac, mo
     assert done["path"] == str(real_flac) and captured.err == "error: interrupted\n"
 
 
+@pytest.mark.integration
 def test_transcribe_output_to_a_closed_pipe_ends_quietly(model, real_flac, monkeypatch, capsys):
     class ClosedPipe(io.StringIO):
         def write(self, text):
@@ -358,6 +368,7 @@ def test_transcribe_output_to_a_closed_pipe_ends_quietly(model, real_flac, monke
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.integration
 def test_plots_of_files_with_the_same_name_and_opus_in_folders(model, real_flac, tmp_path, capsys):
     audio, rate = sf.read(str(real_flac), dtype="float32")
     for folder in ("a", "b"):
@@ -377,6 +388,7 @@ def test_version(capsys):
     assert exit_.value.code == 0 and capsys.readouterr().out == f"surprisal-cc {__version__}\n"
 
 
+@pytest.mark.integration
 def test_newer_model_format_says_to_upgrade(model, real_flac, tmp_path, capsys):
     newer = tmp_path / "newer"
     shutil.copytree(model, newer)
@@ -408,6 +420,7 @@ def librispeech_folder(tmp_path) -> Path:
     return tmp_path / "corpus"
 
 
+@pytest.mark.integration
 def test_evaluate_reports_every_bad_file_and_scores_the_rest_with_skip_bad(model, librispeech_folder, capsys):
     args = ["evaluate", str(librispeech_folder), "--model", str(model)]
     assert main(args) == 1
@@ -423,6 +436,7 @@ def test_evaluate_reports_every_bad_file_and_scores_the_rest_with_skip_bad(model
     assert capsys.readouterr().out.startswith("PER ")
 
 
+@pytest.mark.integration
 def test_evaluate_reports_each_utterance_and_what_ran(model, librispeech_folder, tmp_path, capsys):
     rows = {}
     for batch in (1, 3):
@@ -450,6 +464,7 @@ def test_evaluate_reports_each_utterance_and_what_ran(model, librispeech_folder,
     assert (report["routing"], report["seed"]) == ("sampled", 5)
 
 
+@pytest.mark.integration
 def test_evaluate_skip_bad_covers_missing_transcripts(model, librispeech_folder, capsys):
     trans = next(librispeech_folder.rglob("*.trans.txt"))
     lines = trans.read_text().splitlines()
@@ -466,6 +481,7 @@ def test_evaluate_skip_bad_covers_missing_transcripts(model, librispeech_folder,
     assert any(dropped in line and "no transcript line" in line for line in report["skipped"])
 
 
+@pytest.mark.integration
 def test_evaluate_speechbrain_manifest_with_words_and_relative_paths(model, real_flac, tmp_path, monkeypatch,
                                                                       capsys):
     """A SpeechBrain LibriSpeech manifest (wrd, no phn) is labelled by the lexicon; wav paths are
@@ -481,6 +497,7 @@ def test_evaluate_speechbrain_manifest_with_words_and_relative_paths(model, real
     assert "wrd by the lexicon" in report["labels"]
 
 
+@pytest.mark.integration
 def test_evaluate_bias_shift_trades_flops(model, librispeech_folder, capsys):
     """--bias-shift S moves the controller's logit: fewer frames on the big network (and fewer FLOPs
     counted) below 0, more above; --flops-fraction F solves the shift that meets a budget on the
@@ -561,11 +578,12 @@ def test_console_script_prints_one_line_and_no_traceback(args, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- analyse
+@pytest.mark.integration
 def test_analyse_surprisal_by_class(tmp_path, capsys):
     """The shipped model's APC on two real utterances: silence frames are less surprising than speech."""
     shared = require_dev_clean_2()
     out = tmp_path / "analysis.json"
-    assert main(["analyse", "--apc", str(REPO / "pretrained" / "apc.pt"),
+    assert main(["analyse", "--apc", str(REPO / "surprisal_cc" / "pretrained" / "apc.pt"),
                  "--mfa", str(shared / "phone_labels" / "dev-clean-2_mfa.csv"),
                  "--audio-root", str(shared / "LibriSpeech"), "--max-utterances", "2", "--json", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)

@@ -175,6 +175,7 @@ def test_build_datasets_gives_training_targets_a_graph(tmp_path):
         build_datasets({**hparams, "optional_silence": True}, {"train": manifest}, cache=None)
 
 
+@pytest.mark.integration
 def test_recipe_trains_with_pronunciation_alternatives(mini_corpus):
     """The real recipe, one epoch: the graph loss on the training and validation batches, not in the test."""
     out, res = run_fbank_big_only_epoch(mini_corpus, "exp_prons", "ctc_loss_graph", pronunciation_alternatives=True)

@@ -173,6 +173,7 @@ def test_build_datasets_gives_training_targets_an_optional_mask(tmp_path):
     assert "optional" not in datasets["valid"].pipeline.output_mapping
 
 
+@pytest.mark.integration
 def test_recipe_trains_with_optional_silence(mini_corpus):
     """The real recipe, one epoch: the optional-silence loss on the 2 training batches only."""
     out, res = run_fbank_big_only_epoch(mini_corpus, "exp_optsil", "ctc_loss_optional", optional_silence=True)

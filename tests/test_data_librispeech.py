@@ -60,6 +60,44 @@ def test_prepare_mini_librispeech(corpus, tmp_path):
     assert {r["spk_id"] for r in read(out2["valid"])} == {"12"}
 
 
+TEXTGRID = """File type = "ooTextFile"
+Object class = "TextGrid"
+xmin = 0
+xmax = 0.2
+tiers? <exists>
+size = 1
+item []:
+    item [1]:
+        class = "IntervalTier"
+        name = "phones"
+        xmin = 0
+        xmax = 0.2
+        intervals: size = {n}
+{intervals}"""
+
+
+def write_textgrid(path, marks):
+    step = 0.2 / len(marks)
+    intervals = "".join(f"        intervals [{i + 1}]:\n            xmin = {i * step}\n            xmax = "
+                        f"{(i + 1) * step}\n            text = \"{m}\"\n" for i, m in enumerate(marks))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(TEXTGRID.format(n=len(marks), intervals=intervals))
+
+
+def test_dev_split_reads_mfa_textgrids(corpus, tmp_path):
+    make_librispeech_fixture(corpus, {"mfa-dev": {"31-7": ["THE CAT"]}}, genders={**TRAIN_SPEAKERS, "21": "M", "22": "F", "31": "F"})
+    write_textgrid(corpus / "phone_labels" / "mfa-dev" / "31" / "7" / "31-7-0000.TextGrid",
+                   ["", "DH", "AH0", "sp", "K", "AE1", "T", "sil"])
+    out = prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=2,
+                                   dev_subset="mfa-dev")
+    assert [(r["ID"], r["phn"], r["wrd"]) for r in read(out["dev"])] == [("31-7-0000", "sil DH AH sil K AE T sil", "THE CAT")]
+    assert [r["ID"] for r in read(out["test"])] == sorted(DEV_LABELS)  # the other splits as without it
+    with pytest.warns(DataPreparationWarning, match="dev_subset 'other-dev' not found.*stage_mfa_dev.sh"):
+        out = prepare_mini_librispeech(corpus, tmp_path / "s2", labels=MIXED, g2p="error", valid_speakers=2,
+                                       dev_subset="other-dev")
+    assert "dev" not in out and set(out) == {"train", "valid", "test"}
+
+
 def test_valid_speakers_do_not_depend_on_dev(corpus):
     genders = {**TRAIN_SPEAKERS}
     assert select_valid_speakers(sorted(TRAIN_SPEAKERS), 3, genders, 1234) == ["11", "14", "15"]
@@ -163,6 +201,7 @@ def test_checksum_and_download(corpus, tmp_path, monkeypatch):
     assert len(read(out["test"])) == 3 and not (target / "dev-clean-2.tar.gz").exists()
 
 
+@pytest.mark.integration
 def test_dev_clean_2_with_mfa_labels(tmp_path):
     root = require_dev_clean_2()
     mfa_csv = root / "phone_labels" / "dev-clean-2_mfa.csv"

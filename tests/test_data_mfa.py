@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from data_fixtures import write_mfa_csv
+from data_fixtures import require_dev_clean_2, write_mfa_csv, write_textgrids_from_mfa_csv
 from surprisal_cc.data import DataPreparationError
 from surprisal_cc.data import mfa
 from surprisal_cc.data.mfa import (
@@ -82,3 +82,26 @@ def test_run_mfa_with_fake_executable(monkeypatch, tmp_path):
     expected = build_mfa_command("corpus", "english_us_arpa", "english_us_arpa", tmp_path / "aligned")[1:]
     assert (tmp_path / "args.txt").read_text().split() == expected
     assert expected[:5] == ["align", "corpus", "english_us_arpa", "english_us_arpa", str(tmp_path / "aligned")]
+
+
+@pytest.mark.integration
+def test_textgrids_map_to_the_test_labels_convention(tmp_path):
+    """mfa-dev's TextGrids (ARPAbet with stress, sil/sp/"" silences) give the 41-symbol labels the way
+    dev-clean-2's MFA export does: every dev-clean-2 utterance, written as a TextGrid from the export's
+    raw tiers, reads back as its phonemes_39 column, with the same word-boundary silences. The one
+    exception is the export's own: in 6 utterances its phonemes_39 drops the final silence that its
+    raw phone tier has (other utterances with as short a final silence keep it)."""
+    from surprisal_cc.alignment import read_boundary_silences
+
+    csv_path = require_dev_clean_2() / "phone_labels" / "dev-clean-2_mfa.csv"
+    expected = write_textgrids_from_mfa_csv(csv_path, tmp_path / "tg")
+    labels, export = mfa.load_mfa_labels(tmp_path / "tg"), mfa.read_mfa_csv(csv_path)
+    assert len(labels) == len(expected) == len(export) == 1089
+    differ = {u for u in labels if labels[u] != export[u]}
+    assert all(labels[u] == export[u] + ["sil"] for u in differ) and len(differ) <= 6
+    assert {u: " ".join(p) for u, p in labels.items() if u not in differ} == \
+        {u: " ".join(p.split()) for u, p in expected.items() if u not in differ}
+    silences, export_silences = read_boundary_silences(tmp_path / "tg"), read_boundary_silences(csv_path)
+    assert {u: v for u, v in silences.items() if u not in differ} == \
+        {u: v for u, v in export_silences.items() if u not in differ}
+    assert mfa.load_mfa_word_phones(tmp_path / "tg") == mfa.load_mfa_word_phones(csv_path)

@@ -49,6 +49,7 @@ def exported(trained_run, tmp_path_factory):
     return out
 
 
+@pytest.mark.integration
 def test_export_writes_a_safe_model_folder_with_a_card(exported, trained_run):
     assert {p.name for p in exported.iterdir()} == {"model.json", "encoder.pt", "apc.pt", "README.md"}
     config = json.loads((exported / "model.json").read_text())
@@ -64,6 +65,7 @@ def test_export_writes_a_safe_model_folder_with_a_card(exported, trained_run):
         assert text in card, text
 
 
+@pytest.mark.integration
 def test_transcribe_file_reports_phones_routing_flops_and_rtf(exported, mini_corpus):  # noqa: F811
     asr = ConditionalASR.from_pretrained(exported)
     flac = sorted((mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
@@ -79,6 +81,7 @@ def test_transcribe_file_reports_phones_routing_flops_and_rtf(exported, mini_cor
     assert result.rtf > 0 and result.duration_s == pytest.approx(soundfile.info(str(flac)).duration)
 
 
+@pytest.mark.integration
 def test_evaluate_reproduces_the_recipe_test_decoding(exported, trained_run, mini_corpus, capsys):  # noqa: F811
     """Same utterances, same model, same labels (MFA): the same PER, S/D/I, FLOPs and routing as the recipe."""
     results = json.loads((trained_run / "results.json").read_text())
@@ -99,6 +102,7 @@ def test_evaluate_reproduces_the_recipe_test_decoding(exported, trained_run, min
     assert ConditionalASR.from_pretrained(exported).evaluate(manifest)["per"] == results["PER"]
 
 
+@pytest.mark.integration
 def test_lexicon_labels_follow_the_training_g2p_policy(exported, mini_corpus):  # noqa: F811
     subset = mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2"
     with pytest.warns(UserWarning, match="OOV"):  # words CMUdict lacks become spn (the run's g2p: spn)
@@ -107,6 +111,7 @@ def test_lexicon_labels_follow_the_training_g2p_policy(exported, mini_corpus):  
     assert report["num_utterances"] == 6 and report["per"] > 0
 
 
+@pytest.mark.integration
 def test_evaluate_against_any_pronunciation(exported, mini_corpus, tmp_path, capsys):  # noqa: F811
     """Scored against the closest pronunciation of each word, every utterance parses (MFA's and the
     lexicon's labels are their words' phones) and no utterance has more edits than against its labels."""
@@ -136,6 +141,7 @@ def test_evaluate_against_any_pronunciation(exported, mini_corpus, tmp_path, cap
         pronunciation_references(manifest, [("u1", "x.flac", ["sil", "AH", "sil"])])
 
 
+@pytest.mark.integration
 def test_fp16_export_halves_the_size_and_loads_as_fp32(trained_run, exported, tmp_path):
     half = tmp_path / "half"
     assert main(["export", str(trained_run), str(half), "--dtype", "fp16"]) == 0
@@ -149,6 +155,7 @@ def test_fp16_export_halves_the_size_and_loads_as_fp32(trained_run, exported, tm
     assert asr.transcribe_batch(wav)[0].num_frames == 49
 
 
+@pytest.mark.integration
 def test_export_averages_the_best_checkpoints(trained_run, exported, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("*.flac"))
@@ -176,6 +183,7 @@ def test_export_averages_the_best_checkpoints(trained_run, exported, tmp_path, c
     assert "2 checkpoints with a validation PER, not 3" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_export_refuses_a_folder_that_is_not_a_model(trained_run, tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     assert main(["export", str(trained_run), str(tmp_path)]) == 1
@@ -183,6 +191,7 @@ def test_export_refuses_a_folder_that_is_not_a_model(trained_run, tmp_path, caps
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no native bf16 on this CPU")
 def test_bf16_inference(exported, mini_corpus):  # noqa: F811
     flac = sorted((mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
@@ -192,6 +201,7 @@ def test_bf16_inference(exported, mini_corpus):  # noqa: F811
     assert float((bf16.p_big - fp32.p_big).abs().max()) < 0.05  # bf16 surprisal, same routing up to rounding
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_matches_cpu(exported, mini_corpus):  # noqa: F811
     flac = sorted((mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
@@ -201,8 +211,8 @@ def test_cuda_matches_cpu(exported, mini_corpus):  # noqa: F811
     assert float((gpu.p_big - cpu.p_big).abs().max()) < 1e-3
 
 
-def test_default_model_folder_is_the_repository_pretrained_folder(monkeypatch, tmp_path):
-    assert default_model_dir() == REPO / "pretrained"
+def test_default_model_folder_is_the_packaged_pretrained_folder(monkeypatch, tmp_path):
+    assert default_model_dir() == REPO / "surprisal_cc" / "pretrained"
     monkeypatch.setattr("surprisal_cc.inference.default_model_dir", lambda: tmp_path / "pretrained")
     with pytest.raises(ModelFormatError, match="surprisal-cc export RUN_DIR"):
         ConditionalASR.from_pretrained()
@@ -259,6 +269,7 @@ def test_from_hparams_is_from_pretrained(untrained, tmp_path):
     assert ConditionalASR.from_pretrained(folder, deterministic=False, seed=4).seed == 4
 
 
+@pytest.mark.integration
 def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
     """The shipped model on 40 s of real speech, decoded in 10 s parts with 8 s of context: the same
     frames, per-frame routing equal away from the joins, the phones equal but for a few near them."""
@@ -268,13 +279,13 @@ def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
     from speechbrain.utils.edit_distance import wer_details_for_batch
 
     shared = require_dev_clean_2()
-    if not (REPO / "pretrained" / "model.json").is_file():
-        pytest.skip("no model shipped in pretrained/")
+    if not (default_model_dir() / "model.json").is_file():
+        pytest.skip("no shipped model")
     flacs = sorted((shared / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[:8]
     audio = np.concatenate([soundfile.read(str(f), dtype="float32")[0] for f in flacs])[: 16000 * 40]
     path = tmp_path / "long.flac"
     soundfile.write(path, audio, 16000)
-    asr = ConditionalASR.from_pretrained(REPO / "pretrained")
+    asr = ConditionalASR.from_pretrained()
     whole = asr.transcribe_file(path, long_chunk_s=0)
     progress = []
     parts = asr.transcribe_file(path, long_chunk_s=10, progress=lambda done, total: progress.append((done, total)))

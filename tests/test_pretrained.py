@@ -1,4 +1,4 @@
-"""The shipped default model in ``pretrained/`` loads and transcribes real speech."""
+"""The shipped default model in ``surprisal_cc/pretrained/`` loads and transcribes real speech."""
 from __future__ import annotations
 
 import json
@@ -8,21 +8,22 @@ import pytest
 from data_fixtures import REPO, require_dev_clean_2
 from surprisal_cc.inference import ConditionalASR, default_model_dir
 
-PRETRAINED = REPO / "pretrained"
+PRETRAINED = REPO / "surprisal_cc" / "pretrained"
 
 
 def test_pretrained_is_the_default_model_folder_and_is_small():
     assert default_model_dir() == PRETRAINED
     if not (PRETRAINED / "model.json").is_file():
-        pytest.skip("no model shipped in pretrained/")
+        pytest.skip("no model shipped in surprisal_cc/pretrained/")
     size = sum(p.stat().st_size for p in PRETRAINED.rglob("*") if p.is_file())
-    assert size <= 25 * 2**20, f"pretrained/ holds {size / 2**20:.1f} MiB, more than 25 MiB"
+    assert size <= 25 * 2**20, f"surprisal_cc/pretrained/ holds {size / 2**20:.1f} MiB, more than 25 MiB"
     assert json.loads((PRETRAINED / "model.json").read_text())["format_version"] >= 1
 
 
+@pytest.mark.integration
 def test_pretrained_model_transcribes_real_speech():
     if not (PRETRAINED / "model.json").is_file():
-        pytest.skip("no model shipped in pretrained/")
+        pytest.skip("no model shipped in surprisal_cc/pretrained/")
     root = require_dev_clean_2()
     audio = sorted((root / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
     asr = ConditionalASR.from_pretrained(PRETRAINED, deterministic=True)
@@ -34,20 +35,20 @@ def test_pretrained_model_transcribes_real_speech():
 
 
 def _committed_pretrained() -> bytes:
-    """``pretrained/model.json`` as committed at HEAD, or a skip where git cannot give it."""
+    """``surprisal_cc/pretrained/model.json`` as committed at HEAD, or a skip where git cannot give it."""
     import shutil
     import subprocess
 
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    found = subprocess.run(["git", "-C", str(REPO), "show", "HEAD:pretrained/model.json"], capture_output=True)
+    found = subprocess.run(["git", "-C", str(REPO), "show", "HEAD:surprisal_cc/pretrained/model.json"], capture_output=True)
     if found.returncode != 0:
-        pytest.skip("not a git clone with a committed pretrained/")
+        pytest.skip("not a git clone with a committed surprisal_cc/pretrained/")
     return found.stdout
 
 
 def test_the_model_shipped_at_a_revision_is_written_whole(tmp_path, monkeypatch, capsys):
-    """``shipped_model.py`` (the session grid's pinned aligner) writes pretrained/ of a revision, and names
+    """``shipped_model.py`` (the session grid's pinned aligner) writes the shipped model of a revision, and names
     a revision the clone does not hold instead of writing a partial folder."""
     model_json = _committed_pretrained()
     monkeypatch.syspath_prepend(str(REPO / "recipes" / "MiniLibriSpeech"))

@@ -20,6 +20,8 @@ from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (
 from surprisal_cc.grid import file_sha256
 from surprisal_cc.report import config_of, model_name
 
+pytestmark = pytest.mark.integration
+
 MLS_HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
 MLS_RECIPE = REPO / "recipes" / "MiniLibriSpeech" / "train.py"
 # 40 outputs -> post-net 1,203,240 MACs; 42 outputs -> 1,204,266 (Table 1 convention).
@@ -63,6 +65,12 @@ def test_surprisal_recipe_end_to_end(pretrained):
     assert res["calibration"]["var_p_big"] == pytest.approx(0.04, abs=1e-3)
     assert res["error_rate_details"]["num_utterances"] == 6
     assert res["PER"] > 0
+    # the development split (stand-in mfa-dev, TextGrid labels) decoded with the same checkpoint
+    dev = res["dev"]
+    assert dev["error_rate_details"]["num_utterances"] == 3 and dev["PER"] > 0
+    assert dev["flops_per_frame"] == pytest.approx(APC + PRE + POST42 + 2 + SMALL + dev["big_fraction"] * (BIG - SMALL),
+                                                   rel=1e-9)
+    assert (pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed3" / "dev_alignments.txt").is_file()
     assert res["train_labels"] == "lexicon" and res["precision"] in ("fp32", "bf16")
     # MACs counted from what ran: small on the small frames, big on the big frames, exactly.
     expected = APC + PRE + POST42 + 2 + SMALL + res["big_fraction"] * (BIG - SMALL)
@@ -377,8 +385,8 @@ def test_diverging_training_stops_with_a_clear_message(pretrained, tmp_path):
     assert (pretrained / "exp" / "apc" / "apc.pt").is_file()
 
 
-SHIPPED_ENCODER_DIGEST = file_sha256(REPO / "pretrained" / "encoder.pt") \
-    if (REPO / "pretrained" / "encoder.pt").is_file() else ""
+SHIPPED_ENCODER = REPO / "surprisal_cc" / "pretrained" / "encoder.pt"
+SHIPPED_ENCODER_DIGEST = file_sha256(SHIPPED_ENCODER) if SHIPPED_ENCODER.is_file() else ""
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

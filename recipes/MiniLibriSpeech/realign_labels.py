@@ -3,13 +3,13 @@
 
 Every utterance is aligned with an optional ``sil`` at each word boundary (surprisal_cc.alignment),
 either with the best checkpoint of a finished run (the splits of its data) or with an exported
-model such as the shipped ``pretrained/`` (the LibriSpeech-format folders given with ``--corpus``;
-fp32 and deterministic routing, so no aligner has to be trained and every machine gets the same
-labels). The labels are written in the MFA export format, which the data preparation reads with
+model such as the shipped ``surprisal_cc/pretrained/`` (the LibriSpeech-format folders given with
+``--corpus``; fp32 and deterministic routing, so no aligner has to be trained and every machine gets
+the same labels). The labels are written in the MFA export format, which the data preparation reads with
 ``labels: mfa``:
 
     python recipes/MiniLibriSpeech/realign_labels.py RUN_DIR realigned.csv
-    python recipes/MiniLibriSpeech/realign_labels.py pretrained realigned.csv --pauses \\
+    python recipes/MiniLibriSpeech/realign_labels.py surprisal_cc/pretrained realigned.csv --pauses \\
         --corpus data/MiniLibriSpeech/LibriSpeech/train-clean-5
     python recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \\
         --labels="{train: mfa, valid: mfa, test: mfa}" \\
@@ -39,7 +39,6 @@ from surprisal_cc.alignment import (
     find_mfa_reference,
     label_error_rate,
     pronunciation_agreement,
-    read_word_phones,
     read_boundary_silences,
     realign_corpus,
     realign_run,
@@ -47,8 +46,9 @@ from surprisal_cc.alignment import (
     silence_statistics,
     write_alignment_csv,
 )
-from surprisal_cc.data import DataPreparationError, Lexicon, load_mfa_labels
+from surprisal_cc.data import DataPreparationError, Lexicon, load_mfa_labels, load_mfa_word_phones
 from surprisal_cc.data.librispeech import locate_subsets
+from surprisal_cc.data.mfa import read_word_phones
 from surprisal_cc.recipe import ConfigurationError
 
 
@@ -68,8 +68,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--download", action="store_true",
                         help="download Mini-LibriSpeech subsets that --data_folder lacks into its first folder")
     parser.add_argument("--reference", default=None,
-                        help="MFA export CSV to score the inserted sil against (default for test: the one "
-                             "next to the corpus)")
+                        help="MFA export CSV or TextGrid folder to score the inserted sil against (default: "
+                             "phone_labels/<subset>_mfa.csv or phone_labels/<subset>/ next to the corpus)")
     parser.add_argument("--overrides", default="", help="YAML overrides of the run's hparams, e.g. "
                                                         "'{cache_folder: /tmp/cache}'")
     parser.add_argument("--device", default="cpu")
@@ -133,7 +133,7 @@ def main(argv=None) -> dict:
         stats[unpaused] = label_error_rate(
             {u.id: ["sil"] + [p for p in u.phones if p != "sil"] + ["sil"] for u in utterances}, ref_phones)
         stats["pronunciations_vs_reference"] = pronunciation_agreement(
-            read_word_phones(args.out_csv), read_word_phones(reference), Lexicon(g2p="spn").pronunciations)
+            read_word_phones(args.out_csv), load_mfa_word_phones(reference), Lexicon(g2p="spn").pronunciations)
         stats["reference"] = str(reference)
 
     print(f"utterances: {stats['utterances']} ({stats['fallbacks']} kept lexicon labels: no alignment fitted)")

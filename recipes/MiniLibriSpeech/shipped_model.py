@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Write the model that ``pretrained/`` held at a git revision of this repository to a folder.
+"""Write the model that the repository shipped at a git revision to a folder.
 
-Labels made by the shipped model (``realign_labels.py pretrained …``) change when ``pretrained/`` is
-replaced by a better model. A comparison whose runs must all train on the same labels relabels with
-the model of a fixed revision instead (``hparams/MiniLibriSpeech/grid_session.yaml``, its prepare
-steps)::
+The shipped model is ``surprisal_cc/pretrained/`` (``pretrained/`` at the root in revisions before
+the package carried it). Labels made by the shipped model (``realign_labels.py surprisal_cc/pretrained …``)
+change when it is replaced by a better model. A comparison whose runs must all train on the same
+labels relabels with the model of a fixed revision instead (``hparams/MiniLibriSpeech/grid_session.yaml``,
+its prepare steps)::
 
     python recipes/MiniLibriSpeech/shipped_model.py 0cb7ec2 results/MiniLibriSpeech/aligner/0cb7ec2
     python recipes/MiniLibriSpeech/realign_labels.py results/MiniLibriSpeech/aligner/0cb7ec2 out.csv --pauses ...
@@ -19,25 +20,35 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path, PurePosixPath
-from typing import List
+from typing import List, Optional
 
 REPOSITORY = Path(__file__).resolve().parents[2]
+# where the shipped model lived, newest first
+SHIPPED_FOLDERS = ("surprisal_cc/pretrained", "pretrained")
 
 
-def write_shipped_model(revision: str, out_dir: Path, folder: str = "pretrained") -> List[Path]:
-    """Extract ``folder`` as committed at ``revision`` into ``out_dir``; returns the files written.
-
-    Raises ``RuntimeError`` naming the revision when git cannot give it.
-    """
+def _git(revision: str, *args: str) -> bytes:
+    """The output of ``git ARGS`` in this clone; ``RuntimeError`` naming ``revision`` when it fails."""
     try:
-        archive = subprocess.run(["git", "-C", str(REPOSITORY), "archive", "--format=tar", revision, folder],
-                                 capture_output=True, check=True).stdout
+        return subprocess.run(["git", "-C", str(REPOSITORY), *args], capture_output=True, check=True).stdout
     except FileNotFoundError as error:
         raise RuntimeError("git is not installed; it is needed to read the model of a past revision") from error
     except subprocess.CalledProcessError as error:
-        raise RuntimeError(f"{folder}/ at revision {revision} cannot be read from the clone in {REPOSITORY} "
+        raise RuntimeError(f"the model of revision {revision} cannot be read from the clone in {REPOSITORY} "
                            f"({error.stderr.decode(errors='replace').strip()}); a shallow clone lacks it: run "
                            f"`git fetch --unshallow`") from error
+
+
+def write_shipped_model(revision: str, out_dir: Path, folder: Optional[str] = None) -> List[Path]:
+    """Extract ``folder`` (default: the shipped model's folder at that revision) as committed at
+    ``revision`` into ``out_dir``; returns the files written.
+
+    Raises ``RuntimeError`` naming the revision when git cannot give it.
+    """
+    if folder is None:
+        held = _git(revision, "ls-tree", "--name-only", revision, *SHIPPED_FOLDERS).decode().split()
+        folder = next((f for f in SHIPPED_FOLDERS if f in held), SHIPPED_FOLDERS[0])
+    archive = _git(revision, "archive", "--format=tar", revision, folder)
     partial = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -61,14 +72,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("revision", help="a commit of this repository (hash, tag or branch)")
     parser.add_argument("out_dir", type=Path, help="folder to write the model to (replaced if it exists)")
-    parser.add_argument("--folder", default="pretrained", help="the model's folder in the repository")
+    parser.add_argument("--folder", help="the model's folder in the repository (default: the shipped model's, "
+                                         f"{' or '.join(SHIPPED_FOLDERS)})")
     args = parser.parse_args(argv)
     try:
         written = write_shipped_model(args.revision, args.out_dir, args.folder)
     except RuntimeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"{args.folder}/ at {args.revision} written to {args.out_dir}: {', '.join(p.name for p in written)}")
+    print(f"the model of {args.revision} written to {args.out_dir}: {', '.join(p.name for p in written)}")
     return 0
 
 

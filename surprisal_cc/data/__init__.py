@@ -8,7 +8,7 @@ from .audio import AudioInfo, check_audio_files, inspect_audio, read_audio
 from .errors import DataPreparationError, DataPreparationWarning
 from .lexicon import Lexicon
 from .librispeech import lexicon_vs_mfa_per, prepare_librispeech, prepare_mini_librispeech
-from .mfa import load_mfa_labels, run_mfa
+from .mfa import load_mfa_labels, load_mfa_word_phones, run_mfa
 from .phones import (
     ARPABET_39,
     LIBRISPEECH_PHONES,
@@ -22,7 +22,7 @@ from .timit import prepare_timit
 __all__ = [
     "ARPABET_39", "LIBRISPEECH_PHONES", "TIMIT_61_TO_39", "TIMIT_PHONES_39", "AudioInfo",
     "DataPreparationError", "DataPreparationWarning", "Lexicon", "check_audio_files",
-    "inspect_audio", "lexicon_vs_mfa_per", "load_mfa_labels", "prepare_librispeech",
+    "inspect_audio", "lexicon_vs_mfa_per", "load_mfa_labels", "load_mfa_word_phones", "prepare_librispeech",
     "prepare_mini_librispeech", "prepare_timit", "read_audio", "run_mfa", "strip_stress",
     "validate_phones",
 ]

@@ -60,7 +60,14 @@ def inspect_audio(path: PathLike) -> AudioInfo:
     return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples)
 
 
-def _check_one(path: str) -> Tuple[str, Optional[AudioInfo], Optional[str]]:
+def check_audio_file(path: str) -> Tuple[str, Optional[AudioInfo], Optional[str]]:
+    """``(path, its AudioInfo, None)`` for usable audio, ``(path, None, what is wrong)`` otherwise.
+
+    Example
+    -------
+    >>> check_audio_file("missing.flac")
+    ('missing.flac', None, 'file does not exist')
+    """
     if not os.path.isfile(path):
         return path, None, "file does not exist"
     if os.path.getsize(path) == 0:
@@ -102,9 +109,9 @@ def check_audio_files(
     if num_workers > 1 and len(path_strs) >= POOL_THRESHOLD:
         ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
         with ctx.Pool(num_workers) as pool:
-            results = pool.map(_check_one, path_strs, chunksize=32)
+            results = pool.map(check_audio_file, path_strs, chunksize=32)
     else:
-        results = [_check_one(p) for p in path_strs]
+        results = [check_audio_file(p) for p in path_strs]
 
     good: Dict[str, AudioInfo] = {}
     bad: List[str] = []

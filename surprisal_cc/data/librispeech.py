@@ -35,6 +35,10 @@ MINI_LIBRISPEECH_MD5 = {
     MINI_TEST: "6d7ab67ac6a1d2c993d050e16d61080d",
 }
 SPLITS = ("train", "valid", "test")
+# The labelled development split: LibriSpeech speakers in neither train-clean-5 nor dev-clean-2, with MFA
+# TextGrids made the way dev-clean-2's labels were (../shared/data/stage_mfa_dev.sh), for choosing settings
+# without reading the test set.
+DEV_SPLIT, MFA_DEV = "dev", "mfa-dev"
 DEFAULT_SEED = 1234
 DEFAULT_VALID_SPEAKERS = 3
 
@@ -276,10 +280,12 @@ def _per_split(value: Union[str, Mapping[str, str]], splits: Sequence[str], name
 
 
 def _default_mfa_source(subset_dir: Path, subset: str) -> Optional[Path]:
+    """``phone_labels/<subset>_mfa.csv`` (the authors' export) or the TextGrid folder
+    ``phone_labels/<subset>/``, beside ``LibriSpeech/`` or inside it."""
     for base in (subset_dir.parent, subset_dir.parent.parent):
-        cand = base / "phone_labels" / f"{subset}_mfa.csv"
-        if cand.is_file():
-            return cand.resolve()
+        for cand in (base / "phone_labels" / f"{subset}_mfa.csv", base / "phone_labels" / subset):
+            if cand.exists():
+                return cand.resolve()
     return None
 
 
@@ -297,13 +303,18 @@ def prepare_mini_librispeech(
     splits: Sequence[str] = SPLITS,
     mfa_fallback: str = "error",
     checksums: Optional[Mapping[str, str]] = None,
+    dev_subset: Optional[str] = None,
 ) -> Dict[str, Path]:
-    """Write ``train.csv``, ``valid.csv``, ``test.csv`` manifests for Mini-LibriSpeech.
+    """Write ``train.csv``, ``valid.csv``, ``test.csv`` (and ``dev.csv``) manifests for Mini-LibriSpeech.
 
     * train = ``train-clean-5`` minus the validation speakers; valid = those speakers (whole
       speakers, chosen from train-clean-5 only: ``valid_speakers`` ids, or that many speakers picked
       by :func:`select_valid_speakers` with ``seed``, gender-balanced via ``SPEAKERS.TXT``);
       test = ``dev-clean-2``.  Checkpoints must be selected on ``valid``, never on dev-clean-2.
+    * ``dev_subset`` (e.g. ``"mfa-dev"``): a labelled development split ``dev`` with MFA labels (its
+      ``phone_labels/<subset>/`` TextGrids by default), for choosing settings on labels made the way
+      the test labels are. Where no ``data_folder`` holds it, a warning says so and the other
+      splits are written.
     * ``labels``: ``"mfa"`` (forced-alignment phones) or ``"lexicon"`` (CMUdict + ``g2p`` OOV
       policy, ``sil`` at both ends if ``add_boundary_silence``), or a per-split dict such as
       ``{"train": "lexicon", "valid": "lexicon", "test": "mfa"}``.
@@ -326,10 +337,20 @@ def prepare_mini_librispeech(
         raise ValueError(f"splits must be a non-empty subset of {SPLITS}, got {list(splits)}")
     if mfa_fallback not in ("error", "lexicon"):
         raise ValueError(f"mfa_fallback must be 'error' or 'lexicon', got {mfa_fallback!r}")
+    splits = list(splits)
+    if dev_subset:
+        if any(find_subset(f, dev_subset) for f in _folders(data_folder)):
+            splits.append(DEV_SPLIT)
+        else:
+            warnings.warn(f"dev_subset {dev_subset!r} not found under {[str(f) for f in _folders(data_folder)]}: "
+                          "no development split (stage it with ../shared/data/stage_mfa_dev.sh into one of those "
+                          "folders, or set dev_subset to null)", DataPreparationWarning, stacklevel=2)
+    if DEV_SPLIT in splits and not (isinstance(labels, Mapping) and DEV_SPLIT in labels):
+        labels = {**({s: labels for s in SPLITS} if isinstance(labels, str) else labels), DEV_SPLIT: "mfa"}
     split_labels = _per_split(labels, splits, "labels", ("mfa", "lexicon"))
-    split_subset = {s: MINI_TEST if s == "test" else MINI_TRAIN for s in splits}
+    split_subset = {s: {"test": MINI_TEST, DEV_SPLIT: dev_subset}.get(s, MINI_TRAIN) for s in splits}
     subset_dirs = locate_subsets(data_folder, sorted(set(split_subset.values())), download, checksums)
-    librispeech_root = subset_dirs[MINI_TRAIN if MINI_TRAIN in subset_dirs else MINI_TEST].parent
+    librispeech_root = subset_dirs[MINI_TRAIN if MINI_TRAIN in subset_dirs else split_subset[splits[0]]].parent
 
     mfa_sources: Dict[str, Path] = {}
     for split, kind in split_labels.items():
@@ -371,8 +392,9 @@ def prepare_mini_librispeech(
     def build(save: Path) -> Dict[str, Path]:
         per_subset = {s: scan_subset(d) for s, d in subset_dirs.items()}
         split_utts: Dict[str, List[Utterance]] = {}
-        if "test" in splits:
-            split_utts["test"] = per_subset[MINI_TEST]
+        for split in ("test", DEV_SPLIT):
+            if split in splits:
+                split_utts[split] = per_subset[split_subset[split]]
         if "train" in splits or "valid" in splits:
             train_utts = per_subset[MINI_TRAIN]
             speakers = sorted({u.spk_id for u in train_utts})

@@ -34,6 +34,7 @@ Labels are read into ``{utterance_id: [phone, ...]}`` over :data:`LIBRISPEECH_PH
 """
 from __future__ import annotations
 
+import ast
 import csv
 import os
 import re
@@ -171,6 +172,73 @@ def textgrid_word_phones(tiers: Mapping[str, List[Interval]], words: str = "word
     return out
 
 
+def read_word_phones(path: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:
+    """``{utterance id: [(word, its phones), ...]}`` from an MFA export CSV: the phones that start
+    within each word's time span (``sil``, ``sp`` and empty labels left out).
+
+    Arguments
+    ---------
+    path : str or path
+        An MFA export CSV (or one written by :func:`surprisal_cc.alignment.write_alignment_csv`).
+
+    Returns
+    -------
+    dict of str to list of (str, tuple of str)
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     with open(Path(tmp) / "ali.csv", "w", newline="") as f:
+    ...         csv.writer(f).writerows([["path", "phn", "phn_starts", "words", "wrd_starts", "wrd_ends"],
+    ...                                  ["a/u1.flac", "['sil', 'EY', 'sil', 'B', 'IY']", "0 1 2 4 5",
+    ...                                   "['a', '', 'be']", "1 2 4", "2 4 6"]])
+    ...     read_word_phones(Path(tmp) / "ali.csv")
+    {'u1': [('a', ('EY',)), ('be', ('B', 'IY'))]}
+    """
+    out: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            phones, starts = ast.literal_eval(row["phn"]), [int(x) for x in row["phn_starts"].split()]
+            words = ast.literal_eval(row["words"])
+            spans = zip(words, [int(x) for x in row["wrd_starts"].split()], [int(x) for x in row["wrd_ends"].split()])
+            out[Path(row["path"]).name.split(".")[0]] = [
+                (word, tuple(p for p, t in zip(phones, starts) if start <= t < end and p not in ("sil", "sp", "")))
+                for word, start, end in spans if word]
+    return out
+
+
+def textgrid_boundary_silences(tiers: Mapping[str, List[Interval]], words: str = "words",
+                               phones: str = "phones") -> Tuple[int, set]:
+    """``(number of words, word boundaries with sil)`` of an MFA TextGrid, as
+    :func:`surprisal_cc.alignment.read_boundary_silences` reads them from the CSV export: boundary b
+    lies before word b; a silent interval of the words tier marks an interior boundary, and the two
+    ends count where the phone labels (:func:`textgrid_phones`) start or end with ``sil``.
+
+    Example
+    -------
+    >>> tiers = {"words": [(0, 0.2, ""), (0.2, 0.5, "a"), (0.5, 0.6, ""), (0.6, 1, "b")],
+    ...          "phones": [(0, 0.2, ""), (0.2, 0.5, "AH0"), (0.5, 0.6, "sp"), (0.6, 1, "B")]}
+    >>> textgrid_boundary_silences(tiers)
+    (2, {0, 1})
+    """
+    if words not in tiers:
+        raise DataPreparationError(f"TextGrid has no {words!r} tier (tiers: {sorted(tiers)})")
+    count, silences = 0, set()
+    for _, _, word in tiers[words]:
+        if word.strip() not in _SILENCE_MARKS:
+            count += 1
+        elif count > 0:
+            silences.add(count)
+    silences.discard(count)
+    labels = textgrid_phones(tiers, phones)
+    if labels[:1] == [SILENCE]:
+        silences.add(0)
+    if labels[-1:] == [SILENCE]:
+        silences.add(count)
+    return count, silences
+
+
 def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:
     """``{utterance id: [(word, its phones), ...]}`` from a CSV export or a folder of TextGrid files
     (the same sources as :func:`load_mfa_labels`)."""
@@ -179,8 +247,6 @@ def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[st
         return {path.stem: textgrid_word_phones(parse_textgrid(path.read_text(encoding="utf-8")))
                 for path in sorted(source.rglob("*.TextGrid"))}
     if source.is_file():
-        from ..alignment import read_word_phones
-
         try:
             return read_word_phones(source)
         except (KeyError, ValueError, SyntaxError) as err:

@@ -42,30 +42,42 @@ class TimitUtterance:
     part: str  # "train" | "test"
 
 
-def _child(folder: Path, name: str) -> Optional[Path]:
-    """Case-insensitive lookup of ``folder/name``."""
+def find_child(folder: Path, name: str) -> Optional[Path]:
+    """Case-insensitive lookup of ``folder/name`` (TIMIT copies spell names in either case); None if absent."""
     for entry in folder.iterdir() if folder.is_dir() else ():
         if entry.name.lower() == name.lower():
             return entry
     return None
 
 
-def _sibling(wav: Path, suffix: str) -> Optional[Path]:
+def find_sibling(wav: Path, suffix: str) -> Optional[Path]:
+    """The label file next to ``wav`` with ``suffix`` in upper or lower case (``.PHN``, ``.phn``); None if absent."""
     for cand in (wav.with_suffix(suffix.upper()), wav.with_suffix(suffix.lower())):
         if cand.is_file():
             return cand
     return None
 
 
-def _read_phn(path: Path) -> List[str]:
+def read_phn(path: Path) -> List[str]:
+    """The phones of a TIMIT ``.PHN`` file (``<start> <end> <phone>`` lines), unfolded (61 phones).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     phn = Path(folder) / "SX1.PHN"
+    ...     _ = phn.write_text("0 2400 h#\\n2400 3200 dh\\n3200 4000 ax\\n")
+    ...     read_phn(phn)
+    ['h#', 'dh', 'ax']
+    """
     return [line.split()[2] for line in path.read_text(encoding="latin-1").splitlines() if line.strip()]
 
 
 def _read_words(wav: Path) -> List[str]:
-    wrd = _sibling(wav, ".wrd")
+    wrd = find_sibling(wav, ".wrd")
     if wrd is not None:
         return [l.split()[2].upper() for l in wrd.read_text(encoding="latin-1").splitlines() if l.strip()]
-    txt = _sibling(wav, ".txt")
+    txt = find_sibling(wav, ".txt")
     if txt is not None:  # "<start> <end> Sentence text."
         text = " ".join(txt.read_text(encoding="latin-1").split()[2:])
         return "".join(c for c in text.upper() if c.isalnum() or c in " '-").split()
@@ -75,11 +87,11 @@ def _read_words(wav: Path) -> List[str]:
 def scan_timit(data_folder: PathLike) -> List[TimitUtterance]:
     """All non-SA utterances of TRAIN and TEST (any case of names)."""
     root = Path(data_folder)
-    if _child(root, "TRAIN") is None and _child(root / "TIMIT", "TRAIN") is not None:
+    if find_child(root, "TRAIN") is None and find_child(root / "TIMIT", "TRAIN") is not None:
         root = root / "TIMIT"
     utts: List[TimitUtterance] = []
     for part in ("train", "test"):
-        part_dir = _child(root, part)
+        part_dir = find_child(root, part)
         if part_dir is None:
             raise DataPreparationError(
                 f"TIMIT folder {part.upper()} (or {part}) not found under {root.resolve()}; pass the "
@@ -122,12 +134,12 @@ def prepare_timit(
         for u in utts:
             if str(u.wav) not in infos:
                 continue
-            phn = _sibling(u.wav, ".phn")
+            phn = find_sibling(u.wav, ".phn")
             words = _read_words(u.wav)
             if phn is None or not words:
                 problems.append(f"{u.wav}: missing {'.PHN' if phn is None else '.WRD/.TXT'} file or empty")
                 continue
-            phones = fold_timit(_read_phn(phn), where=f"{phn} (utterance {u.id})")
+            phones = fold_timit(read_phn(phn), where=f"{phn} (utterance {u.id})")
             rows[split_of[u.id]].append({
                 "ID": u.id, "duration": infos[str(u.wav)].duration, "wav": str(u.wav),
                 "spk_id": u.spk_id, "wrd": " ".join(words), "phn": " ".join(phones),

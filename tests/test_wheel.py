@@ -80,7 +80,7 @@ def test_the_installed_wheel_transcribes_from_another_folder(site, tmp_path):
     default = json.loads(_run([site / "bin" / "surprisal-cc", "transcribe", flac, "--json", "--deterministic"],
                               cwd=tmp_path, env=env).stdout)
     assert default["model"] == str(site / "surprisal_cc" / "pretrained")  # the installed package's model
-    phones = default["files"][0]["phones"]
+    phones = default["phones"]  # one JSON line per file
     assert len(phones) > 10 and set(phones) - {"sil"}
 
     model = tmp_path / "my_model"  # a model folder outside the package
@@ -88,7 +88,7 @@ def test_the_installed_wheel_transcribes_from_another_folder(site, tmp_path):
     proc = _run([sys.executable, "-c", LIST_MODULES, "transcribe", flac, "--json", "--deterministic",
                  "--model", model], cwd=tmp_path, env=env)
     own = json.loads(proc.stdout)
-    assert own["model"] == str(model) and own["files"][0]["phones"] == phones
+    assert own["model"] == str(model) and own["phones"] == phones
     loaded = json.loads(proc.stderr.strip().splitlines()[-1])
     assert "surprisal_cc.inference" in loaded and not set(EXPERIMENT_TOOLS) & set(loaded), loaded
     print(f"wheel transcribed {flac.name} with {default['model']} and {model}: {len(phones)} phones; "

@@ -41,7 +41,7 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "dataset": "", "encoder": "conditional", "controller": "surprisal", "architecture": "paper",
     "input_features": "apc", "controller_at_train": True, "controller_at_test": True,
     "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
-    "penalty": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
+    "penalty": None, "penalty_utterances": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
     "number_of_epochs": None, "train_labels": None, "precision": None, "augment": False,
     "speed_perturb": (), "train_targets": None, "test_flops_fraction": None, "test_budget_split": None,
 }
@@ -322,6 +322,8 @@ def _run_info(run_dir: Path) -> Row:
     history = read_history(run_dir)
     return {
         "penalty": _as_float(_hparam(hp, "learned_penalty", "encoder_module.controller_options.penalty_weight")),
+        "penalty_utterances": _hparam(hp, "learned_penalty_utterances",
+                                      "encoder_module.controller_options.penalty_utterances"),
         "learned_estimator": _hparam(hp, "learned_estimator", "encoder_module.controller_options.estimator"),
         "act_ponder_cost": _as_float(_hparam(hp, "act_ponder_cost", "encoder_module.adaptive_options.act.ponder_cost")),
         "pondernet_beta": _as_float(_hparam(hp, "pondernet_beta", "encoder_module.adaptive_options.pondernet.beta")),
@@ -496,7 +498,7 @@ def config_of(row: Row) -> Row:
     config["test_bias_shift"] = float(config["test_bias_shift"] or 0.0)
     config["speed_perturb"] = tuple(float(f) for f in config["speed_perturb"] or ())
     if config["controller"] != "learned":
-        config["penalty"] = config["learned_estimator"] = None
+        config["penalty"] = config["learned_estimator"] = config["penalty_utterances"] = None
     if config["encoder"] != "act":
         config["act_ponder_cost"] = None
     if config["encoder"] != "pondernet":
@@ -526,6 +528,8 @@ def model_name(config: Row) -> str:
     -------
     >>> model_name({"controller": "learned", "penalty": 0.01})
     'Learned controller (λ=0.01)'
+    >>> model_name({"controller": "learned", "penalty": 0.001, "penalty_utterances": 32})
+    'Learned controller (λ=0.001, per utterance x32)'
     >>> model_name({"encoder": "act", "act_ponder_cost": 0.001})
     'ACT (τ=0.001)'
     >>> model_name({"controller": "surprisal", "input_features": "fbank", "test_bias_shift": 1.0})
@@ -546,7 +550,8 @@ def model_name(config: Row) -> str:
         controller = config.get("controller", "surprisal")
         name = CONTROLLER_NAMES.get(controller, str(controller))
         if controller == "learned" and config.get("penalty") is not None:
-            name += f" (λ={config['penalty']:g})"
+            per_utterance = f", per utterance x{config['penalty_utterances']}" if config.get("penalty_utterances") else ""
+            name += f" (λ={config['penalty']:g}{per_utterance})"
         if controller == "learned" and config.get("learned_estimator") == "routed":
             name += " (routed estimator)"
     notes = setup_notes(config)

@@ -402,7 +402,7 @@ class ACTEncoder(_AdaptiveEncoder):
     """
 
     def __init__(self, input_size: int, num_outputs: int, max_steps: int = 8, step_hidden: int = 256,
-                 epsilon: float = 0.01, ponder_cost: float = 1e-3, halting_bias_init: Optional[float] = None,
+                 epsilon: float = 0.01, ponder_cost: float = 1e-4, halting_bias_init: Optional[float] = None,
                  hidden_size: int = 256, dropout: float = 0.5, residual: bool = True):
         if not 0.0 < epsilon < 1.0:
             raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")

@@ -161,7 +161,7 @@ def test_act_weights_sum_to_one_and_padding():
     # aux = tau * mean over batch of sum over frames of (N + R); R = last nonzero weight
     last = out.stats["halting_p"].gather(-1, (steps.long() - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1)
     rho = (steps + last) * mask
-    assert out.aux_loss.item() == pytest.approx(1e-3 * rho.sum(1).mean().item(), rel=1e-5)
+    assert out.aux_loss.item() == pytest.approx(enc.ponder_cost * rho.sum(1).mean().item(), rel=1e-5)
 
 
 def test_act_early_exit_all_halt_at_step_one():

@@ -8,6 +8,9 @@ per-frame pondering -> post-net (BiGRU + Linear). Pondering applies one shared s
     f   = FrameNet([D, step_hidden, D]),  h_n = sigmoid(Linear(D, 1)(s_n))  (halting unit),
 
 and feeds a halting-weighted combination ``sum_n w_n s_n`` of the step states to the post-net.
+The default block (D = 512, ``step_hidden=256``) and its halting unit cost 0.264M MACs per step,
+about the small network, and ``max_steps=8`` steps about the big one, so a frame costs between
+the small-only and the big-only model.
 Frames that have halted are removed from the active set: each step gathers only the frames still
 running, so they really stop computing, and ``frame_macs["step_block"]`` charges every frame
 ``steps executed x (f + halting unit)``. The halting unit runs at every executed step, also at the
@@ -21,7 +24,7 @@ Example
 -------
 >>> import torch
 >>> _ = torch.manual_seed(0)
->>> enc = ACTEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32).eval()
+>>> enc = ACTEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32, max_steps=4).eval()
 >>> out = enc(torch.randn(2, 6, 20), torch.tensor([6, 3]))
 >>> out.log_probs.shape, out.stats["steps"][1].tolist()
 (torch.Size([2, 6, 5]), [4.0, 4.0, 4.0, 0.0, 0.0, 0.0])
@@ -388,7 +391,7 @@ class ACTEncoder(_AdaptiveEncoder):
     Example
     -------
     >>> import torch
-    >>> enc = ACTEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32)
+    >>> enc = ACTEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32, max_steps=4)
     >>> round(torch.sigmoid(enc.halting.linear.bias).item(), 6)  # 1 / max_steps
     0.25
     >>> out = enc(torch.randn(2, 6, 20), torch.tensor([6, 3]))
@@ -398,8 +401,8 @@ class ACTEncoder(_AdaptiveEncoder):
     ['post_net', 'pre_net', 'step_block']
     """
 
-    def __init__(self, input_size: int, num_outputs: int, max_steps: int = 4, step_hidden: int = 2048,
-                 epsilon: float = 0.01, ponder_cost: float = 1e-3, halting_bias_init: Optional[float] = None,
+    def __init__(self, input_size: int, num_outputs: int, max_steps: int = 8, step_hidden: int = 256,
+                 epsilon: float = 0.01, ponder_cost: float = 1e-4, halting_bias_init: Optional[float] = None,
                  hidden_size: int = 256, dropout: float = 0.5, residual: bool = True):
         if not 0.0 < epsilon < 1.0:
             raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
@@ -436,15 +439,27 @@ class PonderNetEncoder(_AdaptiveEncoder):
     """PonderNet (Banino et al., 2021) with per-frame halting and the expected representation.
 
     lambda_n = halting unit on s_n (lambda_N = 1), p_n = lambda_n prod_{j<n} (1 - lambda_j).
-    Training runs all N steps on every real frame and feeds sum_n p_n s_n to the post-net (one CTC
-    loss); ``aux_loss = beta * mean_over_batch(sum_over_real_frames KL(p || g))`` with g the
-    Geometric(``lambda_p``) truncated to N steps and renormalised (0 log 0 = 0).
+    Training runs all N steps on every real frame and feeds the expected state sum_n p_n s_n to
+    the post-net (one CTC loss; a per-step CTC loss sum_n p_n L_n is ill-defined when every frame
+    halts on its own); ``aux_loss = beta * mean_over_batch(sum_over_real_frames KL(p || g))`` with
+    g the Geometric(``lambda_p``) truncated to N steps and renormalised (0 log 0 = 0).
 
-    Evaluation (``inference``): "sample" draws halt ~ Bernoulli(lambda_n) step by step, "threshold"
-    halts at the first n with cumulative p >= 0.5 (the median of the halting distribution); both
-    output the state at the halting step and run the block only on frames still active (aux_loss 0,
-    since lambdas of skipped steps are never computed). "expected" reproduces the training
-    computation (all N steps, KL reported) as a reference for the train/test mismatch.
+    Evaluation (``inference``):
+
+    - ``"truncated"`` (default): the state training used, with the steps that cannot change it
+      skipped. A frame stops after step n once its halting mass not yet assigned,
+      r_n = prod_{j<=n} (1 - lambda_j), is below ``tail_mass``; step n then gets all of the mass
+      left, p_n + r_n, so the output sum_{j<=n} p_j s_j + r_n s_n differs from the training
+      output by r_n * (the p-weighted mean of s_k - s_n over k > n), at most ``tail_mass`` times
+      the largest distance between two step states. ``tail_mass=0`` runs all N steps and gives
+      the training output exactly. ``aux_loss``: the KL of the weights used.
+    - ``"expected"``: all N steps on every frame (= truncated with ``tail_mass=0``).
+    - ``"sample"`` draws halt ~ Bernoulli(lambda_n) step by step, ``"threshold"`` halts at the
+      first n with cumulative p >= 0.5 (the median of the halting distribution): both feed the
+      post-net one step's state, which training never showed it alone (kept for comparison;
+      aux_loss 0, since lambdas of skipped steps are never computed).
+
+    Every early-exit mode runs the block only on frames still active.
 
     ``halting_bias_init=None`` sets the bias to logit(lambda_p), so p starts at the prior (KL ~ 0;
     every step keeps weight >= (1 - lambda_p)^(N-1) and receives gradient).
@@ -458,37 +473,44 @@ class PonderNetEncoder(_AdaptiveEncoder):
     lambda_p : float
         Parameter of the geometric prior, in (0, 1).
     inference : str
-        Evaluation mode, one of ``INFERENCE_MODES``: ``"sample"``, ``"threshold"`` or ``"expected"``.
+        Evaluation mode, one of ``INFERENCE_MODES``.
+    tail_mass : float
+        ``"truncated"``: a frame stops once its unassigned halting mass is below this, in [0, 1).
     halting_bias_init : float, optional
         Initial bias of the halting unit; None: logit(lambda_p).
 
     Example
     -------
     >>> import torch
-    >>> enc = PonderNetEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32,
+    >>> enc = PonderNetEncoder(input_size=20, num_outputs=5, hidden_size=8, step_hidden=32, max_steps=4,
     ...                        inference="threshold").eval()
     >>> out = enc(torch.randn(2, 6, 20), torch.tensor([6, 3]))
     >>> out.stats["steps"].tolist()  # at initialisation lambda_1 = 0.5: the median halts at once
     [[1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]]
     >>> float(out.aux_loss)
     0.0
+    >>> enc.inference, enc.tail_mass = "truncated", 0.1  # unassigned mass 0.5^n: 0.0625 < 0.1 after 4 steps
+    >>> enc(torch.randn(2, 6, 20), torch.tensor([6, 3])).stats["steps"][0].tolist()
+    [4.0, 4.0, 4.0, 4.0, 4.0, 4.0]
     """
 
-    INFERENCE_MODES = ("sample", "threshold", "expected")
+    INFERENCE_MODES = ("truncated", "expected", "sample", "threshold")
 
-    def __init__(self, input_size: int, num_outputs: int, max_steps: int = 4, step_hidden: int = 2048,
-                 beta: float = 0.01, lambda_p: float = 0.5, inference: str = "sample",
+    def __init__(self, input_size: int, num_outputs: int, max_steps: int = 8, step_hidden: int = 256,
+                 beta: float = 0.01, lambda_p: float = 0.5, inference: str = "truncated", tail_mass: float = 0.05,
                  halting_bias_init: Optional[float] = None, hidden_size: int = 256, dropout: float = 0.5,
                  residual: bool = True):
         if not 0.0 < lambda_p < 1.0:
             raise ValueError(f"lambda_p must be in (0, 1), got {lambda_p}")
         if inference not in self.INFERENCE_MODES:
             raise ValueError(f"inference must be one of {self.INFERENCE_MODES}, got {inference!r}")
+        if not 0.0 <= tail_mass < 1.0:
+            raise ValueError(f"tail_mass must be in [0, 1), got {tail_mass}")
         if halting_bias_init is None:
             halting_bias_init = math.log(lambda_p / (1.0 - lambda_p))
         super().__init__(input_size, num_outputs, max_steps, step_hidden, residual, halting_bias_init,
                          hidden_size, dropout)
-        self.beta, self.lambda_p, self.inference = beta, lambda_p, inference
+        self.beta, self.lambda_p, self.inference, self.tail_mass = beta, lambda_p, inference, tail_mass
         self.register_buffer("prior", truncated_geometric(lambda_p, max_steps), persistent=False)
 
     def _aux_weight(self) -> float:
@@ -498,7 +520,30 @@ class PonderNetEncoder(_AdaptiveEncoder):
         """All N steps in training and in ``"expected"`` mode, else early exit."""
         if self.training or self.inference == "expected":
             return self._ponder_expected(s)
+        if self.inference == "truncated":
+            return self._ponder_truncated(s)
         return self._ponder_early_exit(s)
+
+    def _ponder_truncated(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The expected state over the steps run; a frame stops once its unassigned mass < ``tail_mass``."""
+        m, n_steps = s.shape[0], self.max_steps
+        out, weights, steps = torch.zeros_like(s), s.new_zeros(m, n_steps), s.new_zeros(m)
+        unassigned = s.new_ones(m)  # prod_{j<n} (1 - lambda_j)
+        active = torch.arange(m, device=s.device)
+        for n in range(n_steps):
+            s, lam = self._advance(s)
+            steps = steps.index_add(0, active, torch.ones_like(lam))
+            before = unassigned[active]
+            after = before * (1.0 - lam) if n < n_steps - 1 else torch.zeros_like(lam)
+            halt = after < self.tail_mass if n < n_steps - 1 else torch.ones_like(lam, dtype=torch.bool)
+            p = torch.where(halt, before, before - after)  # the halting step takes p_n + r_n
+            out = out.index_add(0, active, p.unsqueeze(-1) * s)
+            weights = weights.index_put((active, torch.full_like(active, n)), p)
+            unassigned = unassigned.index_put((active,), after)
+            active, s = active[~halt], s[~halt]
+            if active.numel() == 0:
+                break
+        return out, steps, weights, kl_to_prior(weights, self.prior)
 
     def _ponder_expected(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """Every step on every frame; output sum_n p_n s_n, aux KL(p || prior)."""

@@ -11,7 +11,8 @@ name           rule
 surprisal      p = sigmoid(w * surprisal + b); w, b calibrated once, then frozen
 random         p fixed (default 0.5)
 learned        MLP on the features (80 hidden units), s_t = [logit > 0], straight-through
-               gradient, penalty lambda * sum_t (s_t - 0.5)^2 over the batch's real frames
+               gradient, penalty lambda * U * mean over utterances of sum_t (s_t - 0.5)^2
+               (U = 32; or the authors' sum over the batch's real frames)
 big_only       p = 1
 small_only     p = 0
 =============  =====================================================================
@@ -253,8 +254,14 @@ class LearnedController(Controller):
     hidden_size : int
         Hidden units of the MLP (the paper: 80).
     penalty_weight : float
-        lambda of ``lambda * sum_t (s_t - 0.5)^2``, summed over all real frames of the batch
-        (not averaged), as in the authors' code.
+        lambda of the penalty on ``(s_t - 0.5)^2``.
+    penalty_utterances : int, optional
+        U: the penalty is ``lambda * U * mean over the batch's utterances of sum_t (s_t - 0.5)^2``,
+        like the CTC loss (averaged over utterances), so its weight does not depend on how many
+        utterances a batch holds. For a batch of U utterances it equals the authors'
+        ``lambda * sum over the batch's real frames``, so with U = 32 (the paper's batch size)
+        lambda keeps the paper's meaning (1e-3; grid 1e-1..1e-5). None: the authors' sum over the
+        batch's frames, whose weight against the CTC grows with the batch's utterance count.
     estimator : str
         ``"both_networks"`` (default): during training both networks run on every real frame and
         the output is ``s * big(x) + (1 - s) * small(x)``, so the gradient reaching s_t is
@@ -271,22 +278,29 @@ class LearnedController(Controller):
     >>> d = ctrl(torch.randn(2, 3, 8), None, mask)
     >>> d.gate.shape, torch.allclose(d.gate, d.use_big.float()), bool(d.use_big[1, 2])
     (torch.Size([2, 3]), True, False)
-    >>> round(d.aux_loss.item(), 6)  # 1e-3 * 5 real frames * 0.25
+    >>> round(d.aux_loss.item(), 6)  # 1e-3 * 32 * (3 + 2 real frames) * 0.25 / 2 utterances
+    0.02
+    >>> ctrl.penalty_utterances = None  # the authors' form: 1e-3 * 5 real frames * 0.25
+    >>> round(ctrl(torch.randn(2, 3, 8), None, mask).aux_loss.item(), 6)
     0.00125
     """
 
     name = "learned"
 
     def __init__(self, input_size: int = 512, hidden_size: int = 80, penalty_weight: float = 1e-3,
-                 estimator: str = "both_networks"):
+                 estimator: str = "both_networks", penalty_utterances: Optional[int] = 32):
         super().__init__()
         if estimator not in LEARNED_ESTIMATORS:
             raise ValueError(f"unknown learned-controller estimator {estimator!r} (hparams key "
                              f"'learned_estimator'); choose one of {LEARNED_ESTIMATORS}")
         self.net = nn.Sequential(nn.Linear(input_size, hidden_size), nn.LeakyReLU(0.125),
                                  nn.Linear(hidden_size, 1))
+        if penalty_utterances is not None and penalty_utterances <= 0:
+            raise ValueError(f"learned-controller penalty_utterances (hparams key 'learned_penalty_utterances') "
+                             f"must be a positive number of utterances or null, got {penalty_utterances}")
         self.penalty_weight = penalty_weight
         self.estimator = estimator
+        self.penalty_utterances = penalty_utterances
 
     @property
     def both_networks_in_training(self) -> bool:
@@ -316,6 +330,8 @@ class LearnedController(Controller):
         use_big = (z.detach() > 0) & mask
         gate = use_big.to(z.dtype) + z - z.detach()  # value s_t, identity in the backward pass
         penalty = ((gate - 0.5).pow(2) * mask).sum()
+        if self.penalty_utterances is not None:  # per utterance, averaged over the batch's utterances
+            penalty = penalty * (self.penalty_utterances / mask.shape[0])
         return Decision(torch.sigmoid(z) * mask, use_big, gate, self.penalty_weight * penalty)
 
 
@@ -340,7 +356,7 @@ def build_controller(name: str, **kwargs) -> Controller:
         One of ``surprisal``, ``random``, ``learned``, ``big_only``, ``small_only``.
     **kwargs
         Settings of the controllers (``weight``, ``bias``, ``p_big``, ``input_size``,
-        ``hidden_size``, ``penalty_weight``, ``estimator``).
+        ``hidden_size``, ``penalty_weight``, ``estimator``, ``penalty_utterances``).
 
     Returns
     -------
@@ -362,7 +378,7 @@ def build_controller(name: str, **kwargs) -> Controller:
     accepted = {
         "surprisal": ("weight", "bias"),
         "random": ("p_big",),
-        "learned": ("input_size", "hidden_size", "penalty_weight", "estimator"),
+        "learned": ("input_size", "hidden_size", "penalty_weight", "estimator", "penalty_utterances"),
     }.get(name, ())
     return CONTROLLERS[name](**{k: v for k, v in kwargs.items() if k in accepted})
 

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 from .report import (Row, aggregate, collect_results, config_of, ensure_aggregated,  # noqa: E402
                      load_yaml_tolerant, model_name, pareto_front, read_history, select_rows, setup_groups,
-                     setup_of, table_bias_sweep, table_controllers, table_lambda)
+                     setup_of, table_bias_sweep, table_controllers, table_converged, table_lambda)
 
 PathLike = Union[str, Path]
 DPI = 100
@@ -308,7 +308,8 @@ def plot_routing(fbank: Any, surprisal: Any, use_big: Any, path: PathLike, title
 def make_all_plots(results_root: PathLike, out_dir: PathLike) -> List[Path]:
     """Every figure the results under ``results_root`` allow.
 
-    Per dataset, ``<dataset>_<figure>.png``: PER vs FLOPs of the Table 2 rows, validation curves,
+    Per dataset, ``<dataset>_<figure>.png``: PER vs FLOPs of the Table 2 rows and of every row of the
+    reference training profile (``converged_per_vs_flops``, :func:`~surprisal_cc.report.table_converged`), validation curves,
     bias and lambda sweeps (each where there are results for it); also one figure per
     ``routing*.npz`` file found there (arrays fbank, surprisal[, use_big, sil_mask]).
 
@@ -343,6 +344,10 @@ def make_all_plots(results_root: PathLike, out_dir: PathLike) -> List[Path]:
         stem = f"{dataset}_" if dataset else ""
         paths.append(plot_per_vs_flops(table_controllers(mine, dataset).rows, out / f"{stem}per_vs_flops.png",
                                        title=f"{dataset} test PER vs FLOPs"))
+        converged = table_converged(mine, dataset)
+        if converged.rows:  # one profile: short labels; its title names the epochs
+            paths.append(plot_per_vs_flops(converged.rows, out / f"{stem}converged_per_vs_flops.png",
+                                           title=f"{dataset}: {converged.title[0].lower()}{converged.title[1:]}"))
         curve_dirs = sorted({d for r in select_rows(mine, dataset, controller=None, input_features=None,
                                                 controller_at_train=None, controller_at_test=None)
                              for d in r["run_dirs"] if (Path(d) / "history.jsonl").exists()})

@@ -43,7 +43,7 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "dataset": "", "encoder": "conditional", "controller": "surprisal", "architecture": "paper",
     "input_features": "apc", "controller_at_train": True, "controller_at_test": True,
     "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
-    "penalty": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
+    "penalty": None, "penalty_utterances": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
     "number_of_epochs": None, "train_labels": None, "precision": None, "augment": False,
     "speed_perturb": (), "train_targets": None, "test_flops_fraction": None, "test_budget_split": None,
 }
@@ -60,7 +60,7 @@ SORT_ORDER: Dict[str, Sequence[Any]] = {
                                         "test_stochastic")}}
 
 __all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
-           "table_controllers", "table_paired", "table_precision", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep", "setup_of", "setup_groups",
+           "table_controllers", "table_converged", "short_label", "table_paired", "table_precision", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep", "setup_of", "setup_groups",
            "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
            "epoch_minutes", "format_learning_curves", "train_labels_name", "train_targets_name",
            "ensure_aggregated", "select_rows", "config_of", "results_file_name", "evaluation_tag",
@@ -266,6 +266,8 @@ def _run_info(run_dir: Path) -> Row:
     history = read_history(run_dir)
     return {
         "penalty": _as_float(_hparam(hp, "learned_penalty", "encoder_module.controller_options.penalty_weight")),
+        "penalty_utterances": _hparam(hp, "learned_penalty_utterances",
+                                      "encoder_module.controller_options.penalty_utterances"),
         "learned_estimator": _hparam(hp, "learned_estimator", "encoder_module.controller_options.estimator"),
         "act_ponder_cost": _as_float(_hparam(hp, "act_ponder_cost", "encoder_module.adaptive_options.act.ponder_cost")),
         "pondernet_beta": _as_float(_hparam(hp, "pondernet_beta", "encoder_module.adaptive_options.pondernet.beta")),
@@ -440,7 +442,7 @@ def config_of(row: Row) -> Row:
     config["test_bias_shift"] = float(config["test_bias_shift"] or 0.0)
     config["speed_perturb"] = tuple(float(f) for f in config["speed_perturb"] or ())
     if config["controller"] != "learned":
-        config["penalty"] = config["learned_estimator"] = None
+        config["penalty"] = config["learned_estimator"] = config["penalty_utterances"] = None
     if config["encoder"] != "act":
         config["act_ponder_cost"] = None
     if config["encoder"] != "pondernet":
@@ -470,6 +472,8 @@ def model_name(config: Row) -> str:
     -------
     >>> model_name({"controller": "learned", "penalty": 0.01})
     'Learned controller (λ=0.01)'
+    >>> model_name({"controller": "learned", "penalty": 0.001, "penalty_utterances": 32})
+    'Learned controller (λ=0.001, per utterance x32)'
     >>> model_name({"encoder": "act", "act_ponder_cost": 0.001})
     'ACT (τ=0.001)'
     >>> model_name({"controller": "surprisal", "input_features": "fbank", "test_bias_shift": 1.0})
@@ -490,7 +494,8 @@ def model_name(config: Row) -> str:
         controller = config.get("controller", "surprisal")
         name = CONTROLLER_NAMES.get(controller, str(controller))
         if controller == "learned" and config.get("penalty") is not None:
-            name += f" (λ={config['penalty']:g})"
+            per_utterance = f", per utterance x{config['penalty_utterances']}" if config.get("penalty_utterances") else ""
+            name += f" (λ={config['penalty']:g}{per_utterance})"
         if controller == "learned" and config.get("learned_estimator") == "routed":
             name += " (routed estimator)"
     notes = setup_notes(config)
@@ -902,6 +907,112 @@ def paired_difference(a: Row, b: Row) -> Optional[Row]:
             "flops_change": fa / fb - 1 if fa is not None and fb else None, "verdict": verdict}
 
 
+SHORT_NAMES = {"surprisal": "surprisal", "random": "random", "big_only": "big-only", "small_only": "small-only",
+               "learned": "learned", "act": "ACT", "pondernet": "PonderNet"}
+# what one training profile shares: the rows of table ``converged`` agree on these with the reference
+PROFILE_KEYS = ("dataset", "number_of_epochs", "train_labels", "train_targets", "precision", "augment",
+                "speed_perturb", "architecture")
+
+
+def short_label(config: Row) -> str:
+    """Short name of a configuration within one training profile: the model and what departs from its
+    default (the profile itself, labels, epochs and precision, is left out).
+
+    Example
+    -------
+    >>> short_label({"controller": "big_only", "number_of_epochs": 30, "precision": "fp32"})
+    'big-only'
+    >>> short_label({"encoder": "pondernet", "controller": "surprisal"})
+    'PonderNet'
+    >>> short_label({"controller": "surprisal", "input_features": "fbank", "controller_at_train": False})
+    'surprisal (fbank input, random in training)'
+    >>> short_label({"controller": "learned", "penalty": 0.001, "penalty_utterances": None})
+    "learned (authors' λ sum)"
+    >>> short_label({"controller": "surprisal", "test_flops_fraction": 0.9})
+    'surprisal (test budget 0.9x big-only)'
+    """
+    config = config_of(config)
+    encoder = config["encoder"]
+    name = SHORT_NAMES.get(encoder if encoder != "conditional" else config["controller"],
+                           str(config["controller"]))
+    notes = [text for key, text in (("controller_at_train", "random in training"),
+                                    ("controller_at_test", "random at test"),
+                                    ("train_stochastic", "deterministic training"),
+                                    ("test_stochastic", "deterministic test")) if config[key] is False]
+    if config["input_features"] != "apc":
+        notes.insert(0, f"{config['input_features']} input")
+    if config["controller"] == "learned" and encoder == "conditional":
+        if config["penalty"] is not None and not math.isclose(config["penalty"], DEFAULT_PENALTY):
+            notes.append(f"λ={config['penalty']:g}")
+        if config["penalty"] is not None and config["penalty_utterances"] is None:
+            notes.append("authors' λ sum")
+        if config["learned_estimator"] == "routed":
+            notes.append("routed estimator")
+    if config["test_bias_shift"]:
+        notes.append(f"bias {config['test_bias_shift']:+g}")
+    if config["test_flops_fraction"] is not None:
+        notes.append(budget_name(config["test_flops_fraction"], config["test_budget_split"]))
+    return name + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _paired_cell(reference: Optional[Row]) -> Callable[[Row], str]:
+    """Cell: PER of the row minus the reference's, paired by seed (mean ± sample std, n)."""
+    def cell(row: Row) -> str:
+        if reference is None or config_of(row) == config_of(reference):
+            return "–"
+        diff = paired_difference(row, reference)
+        if diff is None:
+            return "–"
+        std = "" if diff["delta_PER_std"] is None else f" ± {diff['delta_PER_std']:.2f}"
+        return f"{diff['delta_PER']:+.2f}{std} (n = {diff['n_seeds']})"
+    return cell
+
+
+def table_converged(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
+    """Every row of the reference training profile, with short labels and paired differences.
+
+    The reference profile is that of the big-only model with the most epochs (labels, training
+    targets, precision, augmentation, speeds, epochs, architecture); every configuration trained in
+    it (controllers, ACT, PonderNet, other inputs or test conditions) is a row, labelled by
+    :func:`short_label`, with PER mean ± sample std over seeds, FLOPs per frame, mean steps or big
+    fraction, and its PER minus surprisal's and minus big-only's, paired by seed. Table ``converged``.
+
+    Example
+    -------
+    >>> rows = [{"controller": c, "encoder": e, "seed": s, "PER": per, "flops_per_frame": f,
+    ...          "number_of_epochs": n} for c, e, f, n, pers in
+    ...         [("surprisal", "conditional", 6.9e6, 30, (29.5, 29.2, 29.6)),
+    ...          ("big_only", "conditional", 7.5e6, 30, (29.3, 29.2, 29.4)),
+    ...          ("surprisal", "act", 6.5e6, 30, (30.0, 29.9, 30.4)),
+    ...          ("big_only", "conditional", 7.5e6, 14, (33.0,))] for s, per in zip((1, 2, 3), pers)]
+    >>> print(table_converged(rows).markdown(), end="")
+    | Model | PER | FLOPs per frame | Mean steps | Big fraction | n (seeds) | ΔPER vs surprisal | ΔPER vs big-only |
+    |---|---|---|---|---|---|---|---|
+    | **big-only** | **29.30% ± 0.10%** | **7.50M** | **–** | **–** | **3** | **-0.13 ± 0.12 (n = 3)** | **–** |
+    | **surprisal** | **29.43% ± 0.21%** | **6.90M** | **–** | **–** | **3** | **–** | **+0.13 ± 0.12 (n = 3)** |
+    | **ACT** | **30.10% ± 0.26%** | **6.50M** | **–** | **–** | **3** | **+0.67 ± 0.15 (n = 3)** | **+0.80 ± 0.17 (n = 3)** |
+    """
+    agg = ensure_aggregated(rows)
+    mine = [r for r in agg if dataset is None or r.get("dataset") == dataset]
+    references = select_rows(mine, None, controller="big_only")
+    if not references:
+        return Table("converged", "Converged profile", [], [])
+    best = max(references, key=lambda r: (r.get("number_of_epochs") or r.get("epochs") or 0, r["n_seeds"]))
+    profile = {key: best.get(key) for key in PROFILE_KEYS}
+    picked = [r for r in mine if all(r.get(k) == v for k, v in profile.items()) and not r.get("test_bias_shift")]
+    base = select_rows(picked, None)
+    reference = {c: next((r for r in base if r["controller"] == c and
+                          (c != "learned" or _default_penalty(r))), None) for c in ("surprisal", "big_only")}
+    table_rows = [{**r, "model": short_label(r)} for r in
+                  sorted(picked, key=lambda r: (-(r.get("flops_per_frame") or 0.0), short_label(r)))]
+    epochs = profile["number_of_epochs"] or best.get("epochs")
+    title = "Every configuration of the reference training profile" + (f" ({epochs} epochs)" if epochs else "")
+    return Table("converged", title, table_rows,
+                 [COL_MODEL, COL_PER, ("FLOPs per frame", COL_FLOPS[1]), COL_STEPS, COL_BIG, COL_SEEDS,
+                  ("ΔPER vs surprisal", _paired_cell(reference["surprisal"])),
+                  ("ΔPER vs big-only", _paired_cell(reference["big_only"]))])
+
+
 def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
     """The paper's claims tested seed by seed: each pair of ``PAIRED_COMPARISONS`` whose two controllers were
     trained in the same configuration (the same labels, precision, epochs, augmentation...).
@@ -1184,13 +1295,13 @@ def report_tables(rows: Sequence[Row]) -> Dict[str, List[Table]]:
     >>> rows = [{"dataset": "Mini", "controller": "surprisal", "seed": 1, "PER": 20.0},
     ...         {"dataset": "Mini", "controller": "big_only", "seed": 1, "PER": 19.0}]
     >>> {dataset: [t.name for t in tables] for dataset, tables in report_tables(rows).items()}
-    {'Mini': ['controllers', 'paired', 'ablation', 'stochastic', 'bias_sweep']}
+    {'Mini': ['controllers', 'converged', 'paired', 'ablation', 'stochastic', 'bias_sweep']}
     """
     agg = ensure_aggregated(rows)
     out = {}
     for dataset in sorted({str(r.get("dataset", "")) for r in agg}):
-        tables = [table_controllers(agg, dataset), table_paired(agg, dataset), table_precision(agg, dataset),
-                  table_ablation(agg, dataset)]
+        tables = [table_controllers(agg, dataset), table_converged(agg, dataset), table_paired(agg, dataset),
+                  table_precision(agg, dataset), table_ablation(agg, dataset)]
         tables += [table_ablation(agg, dataset, arch) for arch in
                    sorted({r["architecture"] for r in agg if r.get("dataset") == dataset} - {"paper"})]
         tables += [table_stochastic(agg, dataset), table_lambda(agg, dataset), table_bias_sweep(agg, dataset)]

@@ -161,7 +161,7 @@ def test_act_weights_sum_to_one_and_padding():
     # aux = tau * mean over batch of sum over frames of (N + R); R = last nonzero weight
     last = out.stats["halting_p"].gather(-1, (steps.long() - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1)
     rho = (steps + last) * mask
-    assert out.aux_loss.item() == pytest.approx(1e-3 * rho.sum(1).mean().item(), rel=1e-5)
+    assert out.aux_loss.item() == pytest.approx(enc.ponder_cost * rho.sum(1).mean().item(), rel=1e-5)
 
 
 def test_act_early_exit_all_halt_at_step_one():
@@ -285,6 +285,46 @@ def test_pondernet_threshold_early_exit():
     assert (aux == 0).all()
 
 
+def test_pondernet_truncated_hand_computed():
+    enc = PonderNetEncoder(**SMALL, max_steps=4, inference="truncated", tail_mass=0.05).eval()
+    # unassigned mass: frame 0 0.4, 0.04 -> stops at 2; frame 1 0.7, 0.49, 0.343 -> runs all 4; frame 2 0.01 -> 1
+    counter = scripted(enc, [[0.6, 0.9, 0.9, 0.9], [0.3, 0.3, 0.3, 0.3], [0.99, 0.5, 0.5, 0.5]])
+    out, steps, weights, aux = enc._ponder(initial_states(3))
+    assert counter.rows == [3, 2, 1, 1]
+    assert steps.tolist() == [2.0, 4.0, 1.0]
+    expected = torch.tensor([[0.6, 0.4, 0, 0], [0.3, 0.21, 0.147, 0.343], [1.0, 0, 0, 0]])
+    torch.testing.assert_close(weights, expected)
+    torch.testing.assert_close(out[:, 1], (expected * torch.tensor([2.0, 3.0, 4.0, 5.0])).sum(1))  # sum_n w_n s_n
+    torch.testing.assert_close(aux, kl_to_prior(expected, enc.prior))
+
+
+def test_pondernet_truncated_matches_training_state():
+    """tail_mass 0 gives the training output; a positive one moves it by at most tail_mass x the
+    largest distance between step states, and runs fewer steps."""
+    enc = PonderNetEncoder(**SMALL, max_steps=6, lambda_p=0.4, inference="truncated").eval()
+    diverse_halting(enc, bias=None)
+    s0 = torch.randn(50, 8)
+    with torch.no_grad():
+        full, _, p_full, kl_full = enc._ponder_expected(s0)
+        states, s = [], s0
+        for _ in range(6):
+            s, _ = enc._advance(s)
+            states.append(s)
+        states = torch.stack(states, 1)
+        enc.tail_mass = 0.0
+        out, steps, p, kl = enc._ponder(s0)
+        assert (steps == 6).all()
+        torch.testing.assert_close(out, full)
+        torch.testing.assert_close(p, p_full)
+        torch.testing.assert_close(kl, kl_full)
+        enc.tail_mass = 0.2
+        out, steps, p, _ = enc._ponder(s0)
+    assert steps.min() < steps.max() < 7 and steps.float().mean() < 6
+    spread = (states[:, :, None] - states[:, None]).norm(dim=-1).amax(dim=(1, 2))
+    assert ((out - full).norm(dim=-1) <= 0.2 * spread + 1e-5).all()
+    torch.testing.assert_close(p.sum(1), torch.ones(50))
+
+
 def test_pondernet_sample_early_exit():
     enc = PonderNetEncoder(**SMALL, max_steps=4, inference="sample").eval()
     counter = scripted(enc, [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
@@ -300,9 +340,9 @@ def test_pondernet_sample_frequency():
     assert (steps == 1).float().mean().item() == pytest.approx(0.3, abs=0.03)
 
 
-@pytest.mark.parametrize("inference", ["sample", "threshold", "expected"])
+@pytest.mark.parametrize("inference", ["truncated", "sample", "threshold", "expected"])
 def test_pondernet_eval_encoder_flops(inference: str):
-    enc = PonderNetEncoder(**SMALL, max_steps=4, inference=inference).eval()
+    enc = PonderNetEncoder(**SMALL, max_steps=4, inference=inference, tail_mass=0.3).eval()
     diverse_halting(enc, bias=None)
     rows = count_rows(enc.step.net)
     feats, lengths = batch()
@@ -316,6 +356,8 @@ def test_pondernet_eval_encoder_flops(inference: str):
     torch.testing.assert_close(out.stats["halting_p"].sum(-1), mask.float())
     if inference == "expected":
         assert out.aux_loss.item() > 0 and sum(rows) == 4 * int(lengths.sum())
+    elif inference == "truncated":  # the KL of the weights used
+        assert out.aux_loss.item() > 0 and sum(rows) < 4 * int(lengths.sum())
     else:
         assert out.aux_loss.item() == 0 and sum(rows) < 4 * int(lengths.sum())
 
@@ -340,6 +382,8 @@ def test_argument_validation():
         PonderNetEncoder(**SMALL, inference="median")
     with pytest.raises(ValueError):
         ACTEncoder(**SMALL, max_steps=0)
+    with pytest.raises(ValueError):
+        PonderNetEncoder(**SMALL, tail_mass=1.0)
 
 
 def test_model_files_and_interface():

@@ -379,10 +379,11 @@ class Threshold(torch.autograd.Function):
         return grad
 
 
-def _learned_setup(seed=0, estimator="both_networks"):
+def _learned_setup(seed=0, estimator="both_networks", penalty_utterances=None):
     torch.manual_seed(seed)
     D = 8
-    ctrl = LearnedController(input_size=D, hidden_size=12, penalty_weight=0.01, estimator=estimator)
+    ctrl = LearnedController(input_size=D, hidden_size=12, penalty_weight=0.01, estimator=estimator,
+                             penalty_utterances=penalty_utterances)
     with torch.no_grad():  # about half of the frames above the threshold
         ctrl.net[2].bias.sub_(ctrl.net(torch.randn(64, D)).median())
     small, big = FrameNet([D, D]), FrameNet([D, 16, D])
@@ -425,19 +426,41 @@ def test_learned_controller_decision_is_the_threshold(stochastic):
     assert torch.equal(shifted.use_big, (z + 1.5 > 0) & mask)
 
 
-def test_learned_controller_aux_loss_is_summed_over_real_frames():
-    """lambda * sum over every real frame of the batch of (s_t - 0.5)^2; d/dz_t = 2 lambda (s_t - 0.5)."""
-    ctrl, _, _, x, lengths = _learned_setup()
+@pytest.mark.parametrize("utterances", [None, 32])
+def test_learned_controller_aux_loss(utterances):
+    """None: lambda * sum over every real frame of the batch of (s_t - 0.5)^2 (the authors' form),
+    d/dz_t = 2 lambda (s_t - 0.5); U: that times U / (utterances in the batch)."""
+    ctrl, _, _, x, lengths = _learned_setup(penalty_utterances=utterances)
     mask = lengths_to_mask(lengths, x.shape[1])
     d = ctrl(x, None, mask)
     s = d.use_big.float()
-    expected = 0.01 * ((s - 0.5) ** 2 * mask).sum()
+    scale = 1.0 if utterances is None else utterances / 3
+    expected = 0.01 * scale * ((s - 0.5) ** 2 * mask).sum()
     torch.testing.assert_close(d.aux_loss, expected)
-    assert float(d.aux_loss.detach()) == pytest.approx(0.01 * 0.25 * int(lengths.sum()))
+    assert float(d.aux_loss.detach()) == pytest.approx(0.01 * scale * 0.25 * int(lengths.sum()))
     z = ctrl.logit(x).detach().requires_grad_(True)
     ctrl.logit = lambda features, bias_shift=0.0: z + bias_shift  # the same z, as a leaf
     ctrl(x, None, mask).aux_loss.backward()
-    torch.testing.assert_close(z.grad, 0.02 * (s - 0.5) * mask)
+    torch.testing.assert_close(z.grad, 0.02 * scale * (s - 0.5) * mask)
+
+
+def test_learned_controller_penalty_per_utterance_ignores_batch_composition():
+    """Per utterance: a batch of k copies of the same utterances costs what one copy does, as the
+    CTC averaged over utterances does; the authors' sum grows k-fold. For a batch of U utterances
+    the two forms agree."""
+    ctrl, _, _, x, lengths = _learned_setup(penalty_utterances=32)
+    mask = lengths_to_mask(lengths, x.shape[1])
+    one = ctrl(x, None, mask).aux_loss
+    four = ctrl(x.repeat(4, 1, 1), None, mask.repeat(4, 1)).aux_loss
+    torch.testing.assert_close(four, one)
+    ctrl.penalty_utterances = None
+    torch.testing.assert_close(ctrl(x.repeat(4, 1, 1), None, mask.repeat(4, 1)).aux_loss,
+                               4 * ctrl(x, None, mask).aux_loss)
+    authors = ctrl(x.repeat(11, 1, 1)[:32], None, mask.repeat(11, 1)[:32]).aux_loss
+    ctrl.penalty_utterances = 32
+    torch.testing.assert_close(ctrl(x.repeat(11, 1, 1)[:32], None, mask.repeat(11, 1)[:32]).aux_loss, authors)
+    with pytest.raises(ValueError, match="learned_penalty_utterances"):
+        LearnedController(input_size=8, penalty_utterances=0)
 
 
 def _encoder(ctrl, small, big):

@@ -454,7 +454,8 @@ def test_learned_controller_aux_loss_reaches_encoder_output():
     torch.manual_seed(0)
     enc = small_encoder(controller=LearnedController(D, 12, penalty_weight=0.1)).train()
     out = enc(torch.randn(3, T, D), LENGTHS)
-    assert float(out.aux_loss.detach()) == pytest.approx(0.1 * 0.25 * float(LENGTHS.sum()))  # summed over the batch's real frames
+    # lambda * 32 * the mean over the batch's utterances of sum_t (s_t - 0.5)^2 = 0.25 per real frame
+    assert float(out.aux_loss.detach()) == pytest.approx(0.1 * 32 * 0.25 * float(LENGTHS.sum()) / len(LENGTHS))
     (out.log_probs[:, :, 0].sum() + out.aux_loss).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in enc.controller.parameters())
 

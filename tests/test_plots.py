@@ -24,7 +24,7 @@ def test_make_all_plots_writes_every_figure(tmp_path: Path) -> None:
     paths = plots.make_all_plots(root, tmp_path / "report")
     names = {p.name for p in paths}
     assert {"MiniLibriSpeech_per_vs_flops.png", "MiniLibriSpeech_validation_curves.png",
-            "MiniLibriSpeech_bias_sweep.png", "MiniLibriSpeech_lambda_sweep.png",
+            "MiniLibriSpeech_bias_sweep.png", "MiniLibriSpeech_lambda_sweep.png", "MiniLibriSpeech_converged_per_vs_flops.png",
             "controllers_surprisal_seed1_routing_utt1.png"} <= names
     assert all(_is_small_png(p) for p in paths)
 

@@ -118,7 +118,7 @@ def test_adaptive_encoders_run(pretrained, encoder):
     apc = pretrained / "exp" / "apc" / "apc.pt"
     ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), f"--encoder={encoder}", f"--apc_path={apc}"]))
     res = results_of(pretrained, f"{encoder}-surprisal-paper-apc")
-    assert 1.0 <= res["mean_steps"] <= 4.0
+    assert 1.0 <= res["mean_steps"] <= 8.0  # act_max_steps, pondernet_max_steps
     step = res["component_macs"]["step_block"]
     assert res["flops_per_frame"] == pytest.approx(APC + PRE + POST42 + res["mean_steps"] * step, rel=1e-9)
 

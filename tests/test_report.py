@@ -336,3 +336,35 @@ def test_bias_sweep_keeps_each_model_together(tmp_path: Path) -> None:
     big = report.select_rows(report.aggregate(rows), controller="big_only")
     assert [report.setup_of(b, "test_bias_shift") for b in big] == [report.setup_of(groups["fp32 training"][0],
                                                                                      "test_bias_shift")]
+
+
+def test_converged_table_keeps_one_profile_with_short_labels_and_paired_differences():
+    """Every configuration of the big-only row with the most epochs, and nothing trained otherwise
+    (fewer epochs, bf16, a test-time bias shift); ΔPER paired by seed against surprisal and big-only."""
+    def runs(per_by_seed, **config):
+        base = {"number_of_epochs": 30, "precision": "fp32", "dataset": "Mini"}
+        return [{**base, **config, "seed": s, "PER": p} for s, p in per_by_seed.items()]
+
+    rows = runs({1: 29.2, 2: 29.4, 3: 29.3}, controller="big_only", flops_per_frame=7.54e6)
+    rows += runs({1: 29.6, 2: 29.3, 3: 29.4}, controller="surprisal", flops_per_frame=6.93e6)
+    rows += runs({1: 30.1, 2: 30.0, 3: 30.8}, encoder="act", flops_per_frame=6.6e6, mean_steps=4.5)
+    rows += runs({1: 29.9, 2: 29.7}, encoder="pondernet", flops_per_frame=6.8e6, mean_steps=5.2)
+    rows += runs({1: 31.0}, controller="learned", penalty=0.001, penalty_utterances=None, flops_per_frame=6.76e6)
+    rows += runs({1: 30.5, 2: 30.1, 3: 30.3}, controller="learned", penalty=0.001, penalty_utterances=32,
+                 flops_per_frame=6.7e6)
+    rows += runs({1: 33.0}, controller="big_only", flops_per_frame=7.54e6, number_of_epochs=14)
+    rows += runs({1: 29.3}, controller="surprisal", flops_per_frame=6.93e6, precision="bf16")
+    rows += runs({1: 29.0}, controller="surprisal", flops_per_frame=7.2e6, test_bias_shift=1.0)
+    table = report.table_converged(rows, "Mini")
+    assert [r["model"] for r in table.rows] == ["big-only", "surprisal", "PonderNet", "learned (authors' λ sum)",
+                                                "learned", "ACT"]
+    assert table.title.endswith("(30 epochs)")
+    md = table.markdown()
+    act = next(line for line in md.splitlines() if line.startswith("| ACT") or line.startswith("| **ACT"))
+    # ACT - surprisal by seed: 0.5, 0.7, 1.4 -> mean 0.867, std 0.473; ACT - big-only: 0.9, 0.6, 1.5
+    assert "+0.87 ± 0.47 (n = 3)" in act and "+1.00 ± 0.46 (n = 3)" in act and "4.50" in act
+    pondernet = next(line for line in md.splitlines() if "PonderNet" in line)
+    assert "(n = 2)" in pondernet and "29.80% ± 0.14%" in pondernet
+    surprisal = next(line for line in md.splitlines() if line.startswith("| surprisal") or line.startswith("| **surprisal"))
+    assert surprisal.count("–") >= 2  # no difference with itself, no steps
+    assert report.table_converged([r for r in rows if r.get("controller") != "big_only"], "Mini").rows == []

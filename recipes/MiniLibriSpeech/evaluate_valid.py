@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Decode the validation split with a trained run's best checkpoint under several encoder settings.
+
+One trained model, several inference rules: each ``--setting`` is a comma-separated list of
+``attribute=value`` assignments on the encoder (e.g. PonderNet's ``inference=truncated,tail_mass=0.05``),
+applied before the validation split (held-out train-clean-5 speakers, never the test set) is decoded
+with the test-time search. The run's own command line follows ``--``, with ``--test_only`` so that
+its training files stay as they are::
+
+    python recipes/MiniLibriSpeech/evaluate_valid.py out.json --setting inference=expected \\
+        --setting inference=truncated,tail_mass=0.05 -- hparams/MiniLibriSpeech/conditional_ctc.yaml \\
+        --encoder=pondernet --output_folder=results/... --test_only [the run's other overrides]
+
+Writes ``out.json``: one row per setting with PER, FLOPs per frame (from what ran), their
+components and the mean steps or big-network fraction.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+from surprisal_cc import recipe
+from surprisal_cc.brain import ConditionalCTCBrain, unwrap
+from surprisal_cc.data import prepare_mini_librispeech
+
+
+def parse_setting(text: str) -> Dict[str, object]:
+    """``"inference=truncated,tail_mass=0.05"`` -> ``{"inference": "truncated", "tail_mass": 0.05}``."""
+    setting: Dict[str, object] = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"error: --setting {text!r}: write attribute=value pairs separated by commas")
+        try:
+            setting[key] = json.loads(value)
+        except json.JSONDecodeError:
+            setting[key] = value
+    return setting
+
+
+def main(argv: List[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="JSON file to write")
+    parser.add_argument("--setting", action="append", required=True, help="attribute=value[,attribute=value]")
+    args, run_argv = parser.parse_known_args(argv)
+    run_argv = [a for a in run_argv if a != "--"]
+    settings = [parse_setting(s) for s in args.setting]
+
+    with recipe.recipe_errors():
+        hparams, run_opts = recipe.start_experiment(run_argv)
+        manifests = recipe.prepare_data(prepare_mini_librispeech, hparams)
+        recipe.prepare_labels(hparams, manifests)
+        apc = recipe.obtain_apc(hparams, manifests, run_opts)
+        datasets = recipe.build_datasets(hparams, manifests, recipe.feature_cache(hparams, manifests, apc))
+        brain = ConditionalCTCBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
+                                    run_opts=run_opts, checkpointer=hparams["checkpointer"], apc=apc,
+                                    manifests=manifests)
+        brain.write_results = lambda *a, **k: None  # the rows below are validation, not test, results
+        encoder = unwrap(brain.modules.encoder)
+        rows = []
+        for setting in settings:
+            for key, value in setting.items():
+                if not hasattr(encoder, key):
+                    raise SystemExit(f"error: --setting: {type(encoder).__name__} has no attribute {key!r}")
+                setattr(encoder, key, value)
+            torch.manual_seed(hparams["seed"])  # sampled halting: the same draws for every run of this script
+            loss = brain.evaluate(datasets["valid"], min_key=hparams["selection_metric"],
+                                  test_loader_kwargs=hparams["test_loader_options"])
+            summary = brain.stage_summary()
+            rows.append({"setting": setting, "loss": float(loss), "epoch": hparams["epoch_counter"].current,
+                         **{k: v for k, v in summary.items()}})
+            print(json.dumps(rows[-1]), flush=True)
+    Path(args.out).write_text(json.dumps({"split": "valid", "rows": rows}, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

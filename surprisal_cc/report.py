@@ -609,6 +609,8 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
         agg["PER"], agg["PER_std"] = _mean_std(agg["PER_by_seed"].values())
         for name in ("test_loss", "train_loss"):
             agg[name], agg[f"{name}_std"] = _mean_std(r.get(name) for r in runs)
+        # the development split decoded with the test set (results.json "dev": mfa-dev)
+        agg["dev_PER"], agg["dev_PER_std"] = _mean_std(r["dev"].get("PER") for r in runs if isinstance(r.get("dev"), dict))
         for name in ("flops_per_frame", "p_big_mean", "big_fraction", "mean_steps"):
             agg[name] = _mean_std(r.get(name) for r in runs)[0]
         agg["flops_M"] = agg["flops_per_frame"] / 1e6 if agg["flops_per_frame"] is not None else None
@@ -688,6 +690,21 @@ COL_BIG: Column = ("Big fraction", lambda r: _fmt(r.get("big_fraction"), ".3f"))
 COL_STEPS: Column = ("Mean steps", lambda r: _fmt(r.get("mean_steps"), ".2f"))
 COL_SEEDS: Column = ("n (seeds)", lambda r: str(r["n_seeds"]))
 COL_EPOCHS: Column = ("Epochs", lambda r: "–" if r.get("epochs") is None else str(r["epochs"]))
+COL_DEV: Column = ("mfa-dev PER", _mean_pm("dev_PER", "%"))
+
+
+def with_dev(columns: List[Column], rows: Sequence[Row]) -> List[Column]:
+    """``columns`` with the development split's PER after the test PER, where a row has one.
+
+    Example
+    -------
+    >>> [c[0] for c in with_dev([COL_MODEL, COL_PER], [{"dev_PER": 30.0}])], len(with_dev([COL_PER], [{}]))
+    (['Model', 'PER', 'mfa-dev PER'], 1)
+    """
+    if not any(r.get("dev_PER") is not None for r in rows):
+        return list(columns)
+    at = columns.index(COL_PER) + 1 if COL_PER in columns else len(columns)
+    return [*columns[:at], COL_DEV, *columns[at:]]
 CSV_KEYS = ("model", "PER", "PER_std", "flops_M", "p_big_mean", "big_fraction", "mean_steps", "n_seeds", "epochs")
 
 
@@ -857,7 +874,8 @@ def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Tab
     table_rows = (_sorted(picked, "controller", order={"controller": CONTROLLER_ORDER})
                   + _sorted(adaptive, "encoder", "act_ponder_cost", "pondernet_beta"))
     return Table("controllers", "Controllers (paper Table 2) and adaptive-depth baselines", table_rows,
-                 [COL_MODEL, COL_PER, COL_FLOPS, COL_PBIG, COL_BIG, COL_STEPS, COL_SEEDS, COL_EPOCHS])
+                 with_dev([COL_MODEL, COL_PER, COL_FLOPS, COL_PBIG, COL_BIG, COL_STEPS, COL_SEEDS, COL_EPOCHS],
+                          table_rows))
 
 
 # the paper's claims, as pairs (controller, reference): surprisal keeps big-only accuracy at fewer FLOPs
@@ -1008,9 +1026,9 @@ def table_converged(rows: Sequence[Row], dataset: Optional[str] = None) -> Table
     epochs = profile["number_of_epochs"] or best.get("epochs")
     title = "Every configuration of the reference training profile" + (f" ({epochs} epochs)" if epochs else "")
     return Table("converged", title, table_rows,
-                 [COL_MODEL, COL_PER, ("FLOPs per frame", COL_FLOPS[1]), COL_STEPS, COL_BIG, COL_SEEDS,
-                  ("ΔPER vs surprisal", _paired_cell(reference["surprisal"])),
-                  ("ΔPER vs big-only", _paired_cell(reference["big_only"]))])
+                 with_dev([COL_MODEL, COL_PER, ("FLOPs per frame", COL_FLOPS[1]), COL_STEPS, COL_BIG, COL_SEEDS,
+                           ("ΔPER vs surprisal", _paired_cell(reference["surprisal"])),
+                           ("ΔPER vs big-only", _paired_cell(reference["big_only"]))], table_rows))
 
 
 def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:

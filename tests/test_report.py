@@ -368,3 +368,22 @@ def test_converged_table_keeps_one_profile_with_short_labels_and_paired_differen
     surprisal = next(line for line in md.splitlines() if line.startswith("| surprisal") or line.startswith("| **surprisal"))
     assert surprisal.count("–") >= 2  # no difference with itself, no steps
     assert report.table_converged([r for r in rows if r.get("controller") != "big_only"], "Mini").rows == []
+
+
+def test_development_split_per_beside_the_test_per():
+    """A run's results.json "dev" (mfa-dev decoded with the test set) is averaged over seeds and shown
+    after the test PER; tables of runs without one keep their columns."""
+    rows = [{"controller": c, "seed": s, "PER": per, "flops_per_frame": f, "number_of_epochs": 30,
+             **({"dev": {"PER": dev}} if dev is not None else {})}
+            for c, f, runs in [("big_only", 7.5e6, ((1, 29.0, 30.0), (2, 29.4, 30.4))),
+                               ("surprisal", 6.9e6, ((1, 29.2, 30.1), (2, 29.6, None)))]
+            for s, per, dev in runs]
+    table = report.table_converged(rows)
+    header = table.markdown().splitlines()[0]
+    assert "| PER | mfa-dev PER |" in header
+    by_model = {r["model"]: r for r in table.rows}
+    assert by_model["big-only"]["dev_PER"] == pytest.approx(30.2)
+    assert by_model["big-only"]["dev_PER_std"] == pytest.approx(0.2828, abs=1e-3)
+    assert by_model["surprisal"]["dev_PER"] == pytest.approx(30.1) and by_model["surprisal"]["dev_PER_std"] is None
+    without = report.table_converged([{k: v for k, v in r.items() if k != "dev"} for r in rows])
+    assert "mfa-dev" not in without.markdown()

@@ -159,7 +159,9 @@ class FeatureCache:
                 entry["features"] = apc_out.features[i, :n]
                 entry["surprisal"] = apc_out.surprisal[i, :n]
             entry = {k: v.detach().to("cpu", self.dtype).clone() for k, v in entry.items()}
-            tmp = self.path(utt_id).with_suffix(".tmp")
+            # a name of this process's own: runs side by side that fill one cache never share a file
+            # being written, and each entry appears whole (the same tensors, whichever writer is last)
+            tmp = self.path(utt_id).with_suffix(f".{os.getpid()}.tmp")
             torch.save(entry, tmp)
             os.replace(tmp, self.path(utt_id))
 

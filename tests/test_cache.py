@@ -226,3 +226,30 @@ def test_fill_cache_adds_training_utterances_at_each_speed(tmp_path):
     random.seed(0)
     seen = {train[0]["fbank"].shape[0] for _ in range(30)}
     assert seen == {frames["t1"], frames["t1@speed0.8"], frames["t1@speed1.25"]}
+
+
+def test_two_processes_writing_one_entry_do_not_collide(tmp_path, monkeypatch):
+    """Runs side by side fill one cache: another process writes the same entry between this one's
+    save and its rename. Each writer's temporary file is its own, so both renames succeed."""
+    import os
+
+    import surprisal_cc.cache as cache_module
+
+    apc, audio = small_apc(0), FakeAudio(AUDIO_LENGTHS)
+    first, other = FeatureCache(tmp_path, apc), FeatureCache(tmp_path, apc)
+    real_save, real_getpid, interleaved = torch.save, os.getpid, []
+
+    def save(obj, path):
+        real_save(obj, path)
+        if not interleaved:  # the other process, with its own pid, writes the entry now
+            interleaved.append(path)
+            monkeypatch.setattr(os, "getpid", lambda: real_getpid() + 1)
+            try:
+                assert other.build(ITEMS[:1], audio, progress=False) == 1
+            finally:
+                monkeypatch.setattr(os, "getpid", real_getpid)
+
+    monkeypatch.setattr(cache_module.torch, "save", save)
+    assert first.build(ITEMS[:1], audio, progress=False) == 1
+    assert interleaved and set(first.load(ITEMS[0][0])) == {"fbank", "features", "surprisal"}
+    assert not list(first.folder.glob("*.tmp"))

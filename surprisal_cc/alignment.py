@@ -777,29 +777,15 @@ def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
     >>> silences
     {'u1': (2, {0, 1})}
     """
-    if Path(path).is_dir():
-        from .data.mfa import parse_textgrid, textgrid_boundary_silences
+    from .data.mfa import boundary_silences, parse_textgrid, textgrid_boundary_silences
 
+    if Path(path).is_dir():
         return {tg.stem: textgrid_boundary_silences(parse_textgrid(tg.read_text(encoding="utf-8")))
                 for tg in sorted(Path(path).rglob("*.TextGrid"))}
-    out: Dict[str, Tuple[int, Set[int]]] = {}
     with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            items = ast.literal_eval(row["words"])
-            count, silences = 0, set()
-            for item in items:
-                if item:
-                    count += 1
-                elif count > 0:
-                    silences.add(count)
-            silences.discard(count)
-            phones = row["phonemes_39"].split()
-            if phones[:1] == ["sil"]:
-                silences.add(0)
-            if phones[-1:] == ["sil"]:
-                silences.add(count)
-            out[Path(row["path"]).name.split(".")[0]] = (count, silences)
-    return out
+        return {Path(row["path"]).name.split(".")[0]:
+                boundary_silences([bool(item) for item in ast.literal_eval(row["words"])], row["phonemes_39"].split())
+                for row in csv.DictReader(f)}
 
 
 def pronunciation_agreement(hyp: Mapping[str, Sequence[Tuple[str, Sequence[str]]]],

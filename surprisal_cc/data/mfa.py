@@ -208,12 +208,41 @@ def read_word_phones(path: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...
     return out
 
 
+def boundary_silences(is_word: Sequence[bool], labels: Sequence[str]) -> Tuple[int, set]:
+    """``(number of words, word boundaries with sil)`` of one utterance: boundary b lies before word
+    b; a non-word interval between two words marks an interior boundary, and the two ends count where
+    the labels start or end with ``sil``.
+
+    Arguments
+    ---------
+    is_word : sequence of bool
+        For each interval of the words tier, whether it is a word (not a silence).
+    labels : sequence of str
+        The utterance's phone labels.
+
+    Example
+    -------
+    >>> boundary_silences([False, True, False, True], ["sil", "AH", "sil", "B"])
+    (2, {0, 1})
+    """
+    count, silences = 0, set()
+    for word in is_word:
+        if word:
+            count += 1
+        elif count > 0:
+            silences.add(count)
+    silences.discard(count)
+    if list(labels[:1]) == [SILENCE]:
+        silences.add(0)
+    if list(labels[-1:]) == [SILENCE]:
+        silences.add(count)
+    return count, silences
+
+
 def textgrid_boundary_silences(tiers: Mapping[str, List[Interval]], words: str = "words",
                                phones: str = "phones") -> Tuple[int, set]:
-    """``(number of words, word boundaries with sil)`` of an MFA TextGrid, as
-    :func:`surprisal_cc.alignment.read_boundary_silences` reads them from the CSV export: boundary b
-    lies before word b; a silent interval of the words tier marks an interior boundary, and the two
-    ends count where the phone labels (:func:`textgrid_phones`) start or end with ``sil``.
+    """:func:`boundary_silences` of an MFA TextGrid, as
+    :func:`surprisal_cc.alignment.read_boundary_silences` reads them from the CSV export.
 
     Example
     -------
@@ -224,19 +253,8 @@ def textgrid_boundary_silences(tiers: Mapping[str, List[Interval]], words: str =
     """
     if words not in tiers:
         raise DataPreparationError(f"TextGrid has no {words!r} tier (tiers: {sorted(tiers)})")
-    count, silences = 0, set()
-    for _, _, word in tiers[words]:
-        if word.strip() not in _SILENCE_MARKS:
-            count += 1
-        elif count > 0:
-            silences.add(count)
-    silences.discard(count)
-    labels = textgrid_phones(tiers, phones)
-    if labels[:1] == [SILENCE]:
-        silences.add(0)
-    if labels[-1:] == [SILENCE]:
-        silences.add(count)
-    return count, silences
+    return boundary_silences([word.strip() not in _SILENCE_MARKS for _, _, word in tiers[words]],
+                             textgrid_phones(tiers, phones))
 
 
 def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:

@@ -402,15 +402,24 @@ class ConditionalCTCBrain(FiniteLossBrain):
         finally:
             self.eval_split = "test"
 
-    @main_process_only
-    def record_split_results(self, split: str, summary: Dict[str, object], loss: float) -> None:
+    def asked_bias_shift(self) -> float:
+        """The controller's test-time bias shift that was asked for (0 under a FLOPs budget, whose
+        solved shift is recorded apart)."""
+        return 0.0 if getattr(self, "test_budget", None) else getattr(unwrap(self.modules.encoder), "test_bias_shift", 0.0)
+
+    def write_alignments(self, stem: Optional[str] = None) -> None:
+        """This evaluation's per-utterance alignments, in a file named like its results file
+        (``error_details_file``'s name, or ``stem``, with the shift and test-only tags)."""
         from .report import evaluation_tag, results_file_name
 
         details = Path(self.hparams.error_details_file)
-        shift = 0.0 if getattr(self, "test_budget", None) else getattr(unwrap(self.modules.encoder), "test_bias_shift", 0.0)
         self.error_metrics.write_alignments(details.with_name(results_file_name(
-            shift, bool(getattr(self, "test_only", False)), f"{split}_alignments", details.suffix,
+            self.asked_bias_shift(), bool(getattr(self, "test_only", False)), stem or details.stem, details.suffix,
             evaluation_tag(vars(self.hparams)))))
+
+    @main_process_only
+    def record_split_results(self, split: str, summary: Dict[str, object], loss: float) -> None:
+        self.write_alignments(f"{split}_alignments")
         self.split_results = {**getattr(self, "split_results", {}),
                               split: {**summary, "error_rate_details": self.error_metrics.summarize(), "loss": loss,
                                       "data": str(self.manifests.get(split, ""))}}
@@ -438,11 +447,9 @@ class ConditionalCTCBrain(FiniteLossBrain):
         test_only = bool(getattr(self, "test_only", False))
         budget = getattr(self, "test_budget", None)
         solution = {k: v for k, v in budget["solution"].items() if k != "fraction"} if budget else None
-        shift = 0.0 if budget else getattr(encoder, "test_bias_shift", 0.0)  # the shift asked for
+        shift = self.asked_bias_shift()
         tag = evaluation_tag(vars(self.hparams))
-        details = Path(self.hparams.error_details_file)
-        self.error_metrics.write_alignments(
-            details.with_name(results_file_name(shift, test_only, details.stem, details.suffix, tag)))
+        self.write_alignments()
         calibration = getattr(self, "calibration", None)
         if calibration is None and isinstance(controller, SurprisalController) and bool(controller.calibrated):
             weight, bias = float(controller.weight), float(controller.bias)
@@ -584,8 +591,10 @@ class ConditionalCTCBrain(FiniteLossBrain):
         super().on_evaluate_start(max_key=max_key, min_key=min_key)
         budget = getattr(self, "test_budget", None)
         if budget is not None:
-            budget["solution"] = {"split": budget["split"],
-                                  **self.solve_budget_bias_shift(budget["fraction"], budget["dataset"])}
+            if budget.get("solved_for") != (max_key, min_key):  # once per checkpoint: dev and test share it
+                budget["solution"] = {"split": budget["split"],
+                                      **self.solve_budget_bias_shift(budget["fraction"], budget["dataset"])}
+                budget["solved_for"] = (max_key, min_key)
             self.set_test_bias_shift(budget["solution"]["bias_shift"])
 
     def budget_big_fraction(self, fraction: float) -> float:

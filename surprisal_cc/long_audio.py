@@ -15,12 +15,8 @@ separately, and a CTC path through a blank frame is split there without changing
 Memory is that of one part, whatever the file's length; the per-frame arrays of the result
 (surprisal, p_big, ...) are the only thing that grows, at a few bytes per 20 ms frame.
 
-Measured with the shipped model on dev-clean-2 utterances joined into one file (2026-11-26, one
-thread, beside other jobs; ``/usr/bin/time -v``): 10 minutes in parts peaked at 1.03 GB of
-memory (2:16 wall clock) against 3.75 GB decoded whole (2:40), 30 minutes in parts at 1.09 GB
-(4:57), 60 minutes at 1.10 GB (10:43, 150 s of CPU time), an 11 s file at 0.96 GB. Of the 10-minute file's 5,062 phones decoded whole, 23 differed
-in parts (4 substitutions, 7 deletions, 12 insertions; 9 joins), and 99.95 % of its frames took
-the same network.
+Peak memory, wall time and the phones that differ from whole-file decoding:
+``python -m benchmarks.long_audio MINUTES`` (figures in benchmarks/README.md, "Long files").
 
 Example
 -------

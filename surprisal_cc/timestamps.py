@@ -6,12 +6,9 @@ starts at its first emitting frame and lasts until the next phone starts (its tr
 frames included); the first starts at 0 s and the last ends with the audio's last frame. A frame
 ``t`` starts at ``t * frame_shift_s`` seconds (20 ms frames for the recipes' features).
 
-Against MFA's boundaries (2026-11-26, the shipped model with deterministic routing, all 1,089
-dev-clean-2 utterances: the 54,475 phones recognised correctly after a minimum edit distance
-alignment, repeated ``sil`` merged on both sides, the first phone left out), the phones start a
-median 30 ms from MFA's starts (mean 53 ms, 90th percentile 100 ms; 22 % within 20 ms, 72 % within
-50 ms) and end a median 40 ms from MFA's ends: CTC's peaky posteriors place a phone's first
-emitting frame near, not at, its acoustic onset.
+CTC's peaky posteriors place a phone's first emitting frame near, not at, its acoustic onset; how
+near, against MFA's boundaries: ``recipes/MiniLibriSpeech/timestamps_vs_mfa.py`` (the README gives
+the figure).
 
 Example
 -------

@@ -13,41 +13,39 @@ DATA ?= [data/MiniLibriSpeech,../shared/data]
 EXP ?= results/MiniLibriSpeech
 SEED ?= 1
 CONTROLLER ?= surprisal
-# CPU profile: the paper's model; bf16 where the CPU has it (precision: auto), length-bucketed batches
-# of 400 s of audio, Adam 1e-3 held for the first 40 % of the epochs and then decayed geometrically to
-# 5e-5 at the last one (hold_decay), the training CTC summed over every CMUdict pronunciation of each
-# word, APC with a residual head. recipes/MiniLibriSpeech/README.md has its learning curves and hours
-# (grid_session.yaml, group converged). BATCHES: the
-# batching and peak learning rate that the aligner's profile shares.
-BATCHES := --dynamic_batching=True --max_batch_length=400 --lr=0.001
-CPU_PROFILE ?= $(BATCHES) --lr_schedule=hold_decay \
-	--pronunciation_alternatives=True --apc_residual=True --apc_epochs=8 --apc_batch_size=16 --apc_lr=0.001
-EPOCHS ?= 30
-# Training data perturbation (not in the paper): each utterance heard at a random one of 0.9/1.0/1.1
-# speed every epoch. Chosen by validation PER (big-only, seed 1, 30 epochs: 29.52 % against 31.84 %
-# without it); SpecAugment-style masks (--augment=True) gained nothing more. PERTURB= switches it off.
-PERTURB ?= "--speed_perturb=[0.9,1.1]"
-# APC: the shipped model's (surprisal_cc/pretrained/apc.pt, pretrained on train-clean-5 by recipes/LibriSpeech);
-# APC= pretrains one on the training audio first (about 50 min).
-APC ?= surprisal_cc/pretrained/apc.pt
-# Training labels with the pauses of the audio (the MFA test labels mark them): the shipped model
-# (surprisal_cc/pretrained/, fp32, deterministic routing) relabels train-clean-5 with an optional sil at each word
-# boundary and a sil wherever the audio pauses (realign_labels.py --pauses), in 5-8 min and the same on
-# every machine. The labels file is named after the aligner's weights (the first 8 hex digits of
-# encoder.pt's SHA-256), so a replaced model relabels instead of reusing another model's labels.
-# ALIGNER=train trains the aligner instead: a filterbank big-only model, ALIGNER_EPOCHS on the
-# lexicon's labels with NewBob annealing (ALIGNER_PROFILE; about 1 h).
-ALIGNER ?= surprisal_cc/pretrained
+# The CPU profile (30 epochs, annealed Adam, speed perturbation, relabelled training data, every
+# pronunciation, the shipped APC): one hparams file, which the grids read too.
+PROFILE ?= hparams/MiniLibriSpeech/cpu_profile.yaml
+# More --key=value overrides of the profile, e.g. ARGS="--number_of_epochs=14 --precision=auto".
+ARGS ?=
+# APC: empty = the profile's (the shipped model's); APC=pretrain pretrains one on the training audio
+# first (about 50 min); APC=FILE loads that file.
+APC ?=
+APC_ARG = $(if $(filter pretrain,$(APC)),--apc_path=null,$(if $(APC),--apc_path=$(APC)))
+# Aligner of the training labels (train-clean-5 relabelled with an optional sil at each word boundary
+# and a sil wherever the audio pauses: realign_labels.py --pauses, 5-8 min, the same on every machine):
+#   a git revision (default 0cb7ec2: the labels of every published run; needs a clone with history),
+#   a model folder (e.g. surprisal_cc/pretrained: labels named after its weights' digest), or
+#   train: a filterbank big-only model trained here first (ALIGNER_EPOCHS epochs, about 1 h).
+ALIGNER ?= 0cb7ec2
 ALIGNER_EPOCHS ?= 9
-ALIGNER_PROFILE ?= $(BATCHES) --lr_annealing_factor=0.8
+ALIGNER_ARGS ?= --dynamic_batching=True --max_batch_length=400 --lr=0.001 --lr_annealing_factor=0.8
 ALIGNER_RUN := $(EXP)/aligner/fbank-big_only/seed$(SEED)
+ALIGNER_IS_FOLDER := $(wildcard $(ALIGNER)/model.json $(ALIGNER)/hyperparams.yaml)
 ALIGNER_DIGEST = $(shell (sha256sum $(ALIGNER)/encoder.pt 2>/dev/null || shasum -a 256 $(ALIGNER)/encoder.pt) | cut -c1-8)
-LABELS := $(EXP)/labels/realigned_pauses_$(if $(filter train,$(ALIGNER)),seed$(SEED),$(notdir $(ALIGNER:%/=%))-$(ALIGNER_DIGEST)).csv
-# The Mini-LibriSpeech recipe on this corpus and experiment folder, as both stages run it.
-TRAIN = $(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \
-	--data_folder="$(DATA)" --download=True --experiment_root=$(EXP) --seed=$(SEED) $(if $(APC),--apc_path=$(APC))
-RELABELLED = --labels="{train: mfa, valid: mfa, test: mfa}" \
-	--mfa_labels="{train: $(LABELS), valid: $(LABELS), test: null}" --prepared_folder=$(EXP)/manifests_realigned
+ifeq ($(ALIGNER),train)
+LABELS := $(EXP)/labels/realigned_pauses_seed$(SEED).csv
+else ifneq ($(ALIGNER_IS_FOLDER),)
+LABELS := $(EXP)/labels/realigned_pauses_$(notdir $(ALIGNER:%/=%))-$(ALIGNER_DIGEST).csv
+else ifeq ($(ALIGNER),0cb7ec2)
+LABELS := $(EXP)/labels/realigned_pauses_pretrained.csv
+else
+LABELS := $(EXP)/labels/realigned_pauses_$(ALIGNER).csv
+endif
+# The Mini-LibriSpeech recipe on this corpus and experiment folder.
+TRAIN = $(PY) recipes/MiniLibriSpeech/train.py $(PROFILE) --data_folder="$(DATA)" --download=True \
+	--experiment_root=$(EXP) --seed=$(SEED) $(APC_ARG)
+REALIGN = $(PY) recipes/MiniLibriSpeech/realign_labels.py
 
 .PHONY: venv test mini_librispeech bench clean-venv
 
@@ -65,19 +63,23 @@ test: $(STAMP)
 
 # Resumable: run it again after an interruption (each stage resumes from its checkpoints or is skipped).
 mini_librispeech: $(LABELS) | $(STAMP)
-	$(TRAIN) --controller=$(CONTROLLER) --number_of_epochs=$(EPOCHS) $(CPU_PROFILE) $(PERTURB) $(RELABELLED) \
-		--output_folder=$(EXP)/conditional-$(CONTROLLER)-cpu-profile$(if $(PERTURB),-speed-perturbed)/seed$(SEED)
+	$(TRAIN) --controller=$(CONTROLLER) --relabelled_train=$(LABELS) $(ARGS) \
+		--output_folder=$(EXP)/conditional-$(CONTROLLER)-cpu-profile/seed$(SEED)
 	$(PY) -m surprisal_cc.cli report $(EXP)
 
 ifeq ($(ALIGNER),train)
 $(LABELS): | $(STAMP)
-	$(TRAIN) --controller=big_only --input_features=fbank --number_of_epochs=$(ALIGNER_EPOCHS) \
-		$(ALIGNER_PROFILE) --output_folder=$(ALIGNER_RUN)
-	$(PY) recipes/MiniLibriSpeech/realign_labels.py $(ALIGNER_RUN) $(LABELS) --pauses
+	$(PY) recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml --data_folder="$(DATA)" \
+		--download=True --experiment_root=$(EXP) --seed=$(SEED) --controller=big_only --input_features=fbank \
+		--number_of_epochs=$(ALIGNER_EPOCHS) $(ALIGNER_ARGS) --output_folder=$(ALIGNER_RUN)
+	$(REALIGN) $(ALIGNER_RUN) $(LABELS) --pauses
+else ifneq ($(ALIGNER_IS_FOLDER),)
+$(LABELS): | $(STAMP)
+	$(REALIGN) $(ALIGNER) $(LABELS) --pauses --corpus train-clean-5 --data_folder="$(DATA)" --download
 else
 $(LABELS): | $(STAMP)
-	$(PY) recipes/MiniLibriSpeech/realign_labels.py $(ALIGNER) $(LABELS) --pauses --corpus train-clean-5 \
-		--data_folder="$(DATA)" --download
+	$(PY) recipes/MiniLibriSpeech/shipped_model.py $(ALIGNER) $(EXP)/aligner/$(ALIGNER)
+	$(REALIGN) $(EXP)/aligner/$(ALIGNER) $(LABELS) --pauses --corpus train-clean-5 --data_folder="$(DATA)" --download
 endif
 
 bench: $(STAMP)

@@ -471,7 +471,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     from .apc import FrozenAPC
     from .cache import FeatureCache
     from .data import Lexicon
-    from .recipe import ConfigurationError, build_datasets, obtain_apc
+    from .recipe import ConfigurationError, dataio_prep, obtain_apc
 
     if prepare is None:
         from .data import prepare_mini_librispeech as prepare
@@ -491,7 +491,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     cache = None
     if hparams["use_feature_cache"]:
         cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"])
-    data = build_datasets(hparams, subset, cache)[split].filtered_sorted(sort_key="duration", select_n=limit)
+    data = dataio_prep(hparams, subset, cache)[split].filtered_sorted(sort_key="duration", select_n=limit)
     with data.output_keys_as(["id"]):
         ids = [item["id"] for item in data]
     rows = _rows(manifests[split])

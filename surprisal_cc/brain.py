@@ -28,6 +28,7 @@ from .controllers import (SurprisalController, bias_shift_for_big_fraction, cali
                           target_mean_for_budget)
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, module_macs
+from .forward import CachedInputs, encode
 from .metrics import closest_path
 from .nnet import Encoder, EncoderOutput, lengths_to_mask
 from .schedulers import anneal
@@ -230,40 +231,30 @@ class ConditionalCTCBrain(FiniteLossBrain):
         if self.checkpointer is not None:
             self.checkpointer.add_recoverable("rng", self.rng_state)
 
-    # ------------------------------------------------------------------ inputs
-    def acoustic_inputs(self, batch, stage):
-        """(features, frame lengths, surprisal or None, whether APC ran) for a batch."""
-        encoder: Encoder = unwrap(self.modules.encoder)
-        need_surprisal = encoder.needs_surprisal(stage == sb.Stage.TRAIN)
-        use_apc_features = self.hparams.input_features == "apc"
-        if hasattr(batch, "fbank"):  # features from the cache
-            key = "features" if use_apc_features else "fbank"
-            feats = getattr(batch, key).data
-            lengths = absolute_lengths(getattr(batch, key))
-            surprisal = batch.surprisal.data if need_surprisal else None
-        else:
-            feats, lengths = self.hparams.front_end(batch.sig.data, absolute_lengths(batch.sig))
-            surprisal = None
-            if use_apc_features or need_surprisal:
-                apc_out = self.modules.apc(feats, lengths)
-                surprisal = apc_out.surprisal if need_surprisal else None
-                feats = apc_out.features if use_apc_features else feats
-        apc_ran = use_apc_features or need_surprisal
-        return feats, lengths.to(feats.device), surprisal, apc_ran
-
     # ------------------------------------------------------------------ forward / loss
     def on_fit_batch_start(self, batch, should_step):
         super().on_fit_batch_start(batch, should_step)
         self.rng_state.apply_pending()
 
     def compute_forward(self, batch, stage) -> EncoderOutput:
+        """The model's forward pass (:func:`~surprisal_cc.forward.encode`) on cached features, or
+        on the batch's audio through the front end and the frozen APC model."""
         batch = batch.to(self.device)
-        feats, lengths, surprisal, apc_ran = self.acoustic_inputs(batch, stage)
-        if stage == sb.Stage.TRAIN and getattr(self.hparams, "augment", False):
-            feats = self.hparams.feature_masking(feats)  # the surprisal stays that of the clean audio
-        out = self.modules.encoder(feats, lengths, surprisal)
-        out.stats["apc_ran"] = torch.tensor(apc_ran)
-        return out
+        training = stage == sb.Stage.TRAIN
+        if hasattr(batch, "fbank"):  # features from the cache
+            cached = CachedInputs(batch.fbank.data, batch.features.data if hasattr(batch, "features") else None,
+                                  batch.surprisal.data if hasattr(batch, "surprisal") else None)
+            key = "features" if self.hparams.input_features == "apc" else "fbank"
+            fbank, lengths = None, absolute_lengths(getattr(batch, key))
+        else:
+            cached = None
+            fbank, lengths = self.hparams.front_end(batch.sig.data, absolute_lengths(batch.sig))
+        transform = self.hparams.feature_masking if training and getattr(self.hparams, "augment", False) else None
+        step = encode(self.modules.encoder, fbank, lengths.to(self.device), apc=getattr(self.modules, "apc", None),
+                      use_apc_features=self.hparams.input_features == "apc", training=training, cached=cached,
+                      transform=transform)
+        step.output.stats["apc_ran"] = torch.tensor(step.apc_ran)
+        return step.output
 
     def compute_objectives(self, out: EncoderOutput, batch, stage) -> Tensor:
         tokens, token_lens = batch.tokens.data, absolute_lengths(batch.tokens)

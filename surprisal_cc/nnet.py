@@ -19,7 +19,7 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 from speechbrain.dataio.dataio import length_to_mask
@@ -49,6 +49,18 @@ def lengths_to_mask(lengths: Tensor, max_len: Optional[int] = None) -> Tensor:
             [ True, False, False, False]])
     """
     return length_to_mask(lengths, max_len, dtype=torch.bool, device=lengths.device)
+
+
+def with_options(factory, options: Optional[Dict[str, Any]] = None, **kwargs):
+    """``factory(**kwargs, **options)``: how a model file passes an hparams mapping of settings to a
+    constructor, so that settings it leaves out keep the constructor's defaults (declared once).
+
+    Example
+    -------
+    >>> with_options(FrameNet, {"leaky_slope": 0.2}, sizes=[4, 2]).output_size
+    2
+    """
+    return factory(**kwargs, **dict(options or {}))
 
 
 @dataclass

@@ -1,13 +1,13 @@
-"""Library functions behind the recipe scripts (``recipes/*/train.py``, ``pretrain_apc.py``).
+"""The steps that the recipe scripts (``recipes/*/train.py``, ``pretrain_apc.py``) share.
 
-A recipe script names its corpus and calls three steps: :func:`start_experiment` (command line,
-DDP group, hparams, experiment folder), :func:`prepare_data` (the corpus's ``prepare_*`` function,
-on the main process first) and :func:`train_and_test`, whose body is the pipeline:
-:func:`obtain_apc` (load or pretrain the frozen APC model); :func:`feature_cache` (filterbanks, APC
-features and surprisal of every utterance, computed once); :func:`build_datasets`
-(DynamicItemDataset pipelines); then the Brain (:class:`~surprisal_cc.brain.ConditionalCTCBrain`)
-calibrates the controller, trains with checkpoint selection on the validation split and decodes
-the test set. :func:`recipe_errors` turns configuration and data errors into one line ``error: ...``.
+Each ``train.py`` shows its pipeline top to bottom and calls these in order:
+:func:`parse_arguments` and :func:`load_hparams` (command line and hparams, clear errors),
+:func:`create_experiment_directory`, the corpus's ``prepare_*`` function under ``run_on_main``,
+:func:`obtain_apc` (load or pretrain the frozen APC model), :func:`feature_cache` (filterbanks,
+APC features and surprisal of every utterance, computed once), :func:`dataio_prep`
+(DynamicItemDataset pipelines) and :func:`training_loader_options`; the Brain
+(:class:`~surprisal_cc.brain.ConditionalCTCBrain`) does the rest. :func:`recipe_errors` turns
+configuration and data errors into one line ``error: ...``.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import speechbrain as sb
 import torch
@@ -31,7 +31,6 @@ from .apc import APCModel, load_apc
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
-from .data.librispeech import DEV_SPLIT
 from .hparams_files import expand_hparams, ruamel_errors
 from .precision import auto_precision
 
@@ -148,64 +147,11 @@ def close_process_group(barrier: bool = True) -> None:
         torch.distributed.destroy_process_group()
 
 
-def start_experiment(argv: Sequence[str], output_key: str = "output_folder") -> Tuple[Dict, Dict]:
-    """A recipe's first steps: parse ``argv`` (:func:`parse_arguments`), join the DDP group (when
-    run by torchrun), load the hparams (:func:`load_hparams`) and create the experiment folder
-    ``hparams[output_key]`` (:func:`create_experiment_directory`). Returns ``(hparams, run_opts)``."""
-    hparams_file, run_opts, overrides = parse_arguments(argv)
-    sb.utils.distributed.ddp_init_group(run_opts)
-    hparams = load_hparams(hparams_file, overrides, run_opts)
-    create_experiment_directory(hparams[output_key], hparams_file, overrides,
-                                test_only=bool(run_opts.get("test_only", False)), hparams=hparams)
-    return hparams, run_opts
-
-
-def prepare_data(prepare: Callable[..., Dict[str, str]], hparams: Dict) -> Dict[str, str]:
-    """Run a corpus's ``prepare_*`` function with ``hparams["prepare_options"]`` on the main process
-    (which writes and checks the manifests), then on every process (which reads them back);
-    returns the manifests, ``{split: csv path}``."""
-    run_on_main(prepare, kwargs=hparams["prepare_options"])
-    return prepare(**hparams["prepare_options"])
-
-
-def train_and_test(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> None:
-    """The downstream pipeline on prepared ``manifests`` (``train``, ``valid``, ``test``).
-
-    Target units (:func:`prepare_labels`); the frozen APC model (``apc_path``, or pretrained on the
-    training split: :func:`obtain_apc`) and the feature cache; the datasets; the surprisal
-    controller calibrated to its target p_big statistics (Eq. 4); CTC training with checkpoints
-    selected by ``selection_metric`` on the validation split; then the test set decoded with the
-    best checkpoint once for every shift in ``test_bias_shifts`` (Appendix B), or once at the shift
-    that spends ``test_flops_fraction`` of the big-only MACs per frame on the audio of
-    ``test_budget_split`` (``valid``, or the test audio itself: its surprisal, not its labels).
-    Every step resumes where an interrupted run stopped.
-    """
-    from .brain import ConditionalCTCBrain
-
+def check_test_only(hparams: Mapping, run_opts: Mapping) -> None:
+    """``--test_only`` needs a trained run: its ``save_folder`` must hold a checkpoint."""
     if run_opts.get("test_only") and not any(Path(hparams["save_folder"]).glob("CKPT+*")):
         raise ConfigurationError(f"--test_only: {hparams['save_folder']} holds no checkpoint to evaluate: train "
                                  "this run first, or point --output_folder at a trained run")
-    prepare_labels(hparams, manifests)
-    apc = obtain_apc(hparams, manifests, run_opts)
-    cache = feature_cache(hparams, manifests, apc)
-    datasets = build_datasets(hparams, manifests, cache)
-
-    brain = ConditionalCTCBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
-                                run_opts=run_opts, checkpointer=hparams["checkpointer"], apc=apc, manifests=manifests)
-    if hparams.get("test_flops_fraction") is not None:
-        brain.set_test_flops_budget(hparams["test_flops_fraction"], datasets[hparams["test_budget_split"]],
-                                    split=hparams["test_budget_split"])
-    brain.calibrate_controller(datasets["train"])
-    brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],
-              train_loader_kwargs=training_loader_options(hparams, datasets["train"]),
-              valid_loader_kwargs=hparams["test_loader_options"])
-    for shift in hparams["test_bias_shifts"]:
-        brain.set_test_bias_shift(shift)
-        if DEV_SPLIT in datasets:  # reported beside the test set, in its results file
-            brain.evaluate_split(datasets[DEV_SPLIT], DEV_SPLIT, min_key=hparams["selection_metric"],
-                                 test_loader_kwargs=hparams["test_loader_options"])
-        brain.evaluate(datasets["test"], min_key=hparams["selection_metric"],
-                       test_loader_kwargs=hparams["test_loader_options"])
 
 
 def phone_set(name: str) -> List[str]:
@@ -277,7 +223,7 @@ class SentencePieceLabels:
         return self.sp.decode_ids([int(i) - 1 for i in ids]).split()
 
 
-def build_datasets(hparams: Dict, manifests: Mapping[str, str], cache: Optional[FeatureCache]) -> Dict[str, DynamicItemDataset]:
+def dataio_prep(hparams: Dict, manifests: Mapping[str, str], cache: Optional[FeatureCache]) -> Dict[str, DynamicItemDataset]:
     """DynamicItemDatasets of every split, with their pipelines.
 
     Arguments

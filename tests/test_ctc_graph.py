@@ -150,14 +150,14 @@ def test_pronunciation_targets_skip_rows_with_one_pronunciation_per_word():
     assert tokens[:7] == ["sil", "AH", "N", "D", "AE", "N", "D"] and len(preds) == len(tokens) + 1
 
 
-def test_build_datasets_gives_training_targets_a_graph(tmp_path):
-    from surprisal_cc.recipe import ConfigurationError, build_datasets, label_encoder_for, phone_set
+def test_dataio_prep_gives_training_targets_a_graph(tmp_path):
+    from surprisal_cc.recipe import ConfigurationError, dataio_prep, label_encoder_for, phone_set
 
     manifest = write_label_manifest(tmp_path / "m.csv", {"u1": ("A CAT", "sil EY K AE T sil"),
                                                           "u2": ("CAT", "sil K AE T sil")})
     encoder = label_encoder_for(phone_set("librispeech"))
     hparams = {"label_encoder": encoder, "target_unit": "phone", "pronunciation_alternatives": True, "g2p": "spn"}
-    datasets = build_datasets(hparams, {"train": manifest, "valid": manifest}, cache=None)
+    datasets = dataio_prep(hparams, {"train": manifest, "valid": manifest}, cache=None)
     with datasets["train"].output_keys_as(["id", "tokens", "predecessors"]):
         items = {item["id"]: item for item in datasets["train"]}
     assert encoder.decode_ndim(items["u1"]["tokens"].tolist()) == "sil AH EY K AE T sil".split()
@@ -167,12 +167,12 @@ def test_build_datasets_gives_training_targets_a_graph(tmp_path):
     with datasets["valid"].output_keys_as(["id", "tokens", "predecessors"]):  # validated against the same graphs
         assert {item["id"]: item["predecessors"].tolist() for item in datasets["valid"]} == {
             k: v["predecessors"].tolist() for k, v in items.items()}
-    datasets = build_datasets(hparams, {"train": manifest, "test": manifest}, cache=None)
+    datasets = dataio_prep(hparams, {"train": manifest, "test": manifest}, cache=None)
     with datasets["test"].output_keys_as(["tokens"]):  # tested against the labels as they are
         assert encoder.decode_ndim(datasets["test"][0]["tokens"].tolist()) == "sil EY K AE T sil".split()
         assert "predecessors" not in datasets["test"][0]
     with pytest.raises(ConfigurationError, match="set one of them"):
-        build_datasets({**hparams, "optional_silence": True}, {"train": manifest}, cache=None)
+        dataio_prep({**hparams, "optional_silence": True}, {"train": manifest}, cache=None)
 
 
 @pytest.mark.integration

@@ -157,13 +157,13 @@ def test_optional_silence_targets_from_the_lexicon():
     assert table["u2"][0] == "sil DH AH sil spn sil".split()
 
 
-def test_build_datasets_gives_training_targets_an_optional_mask(tmp_path):
-    from surprisal_cc.recipe import build_datasets, label_encoder_for, phone_set
+def test_dataio_prep_gives_training_targets_an_optional_mask(tmp_path):
+    from surprisal_cc.recipe import dataio_prep, label_encoder_for, phone_set
 
     manifest = write_label_manifest(tmp_path / "m.csv", {"u1": ("THE CAT", "sil DH AH K AE T sil")})
     encoder = label_encoder_for(phone_set("librispeech"))
     hparams = {"label_encoder": encoder, "target_unit": "phone", "optional_silence": True, "g2p": "spn"}
-    datasets = build_datasets(hparams, {"train": manifest, "valid": manifest}, cache=None)
+    datasets = dataio_prep(hparams, {"train": manifest, "valid": manifest}, cache=None)
     with datasets["train"].output_keys_as(["tokens", "optional"]):
         item = datasets["train"][0]
     assert encoder.decode_ndim(item["tokens"].tolist()) == "sil DH AH sil K AE T sil".split()

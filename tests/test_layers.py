@@ -22,7 +22,8 @@ from data_fixtures import REPO
 PACKAGE = "surprisal_cc"
 # by the module's first name below the package (surprisal_cc.data.mfa: data)
 LOWER = {"", "errors", "data", "nnet", "flops", "features", "augment", "controllers", "adaptive", "encoders", "ctc",
-         "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files", "precision", "threads", "viterbi"}
+         "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files", "precision", "threads", "viterbi",
+         "forward"}
 UPPER = {"brain", "apc_training", "recipe", "inference", "alignment", "cli", "long_audio", "timestamps"}
 TOOLS = {"grid", "report", "plots", "analysis"}
 

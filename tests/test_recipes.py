@@ -391,29 +391,47 @@ SHIPPED_ENCODER_DIGEST = file_sha256(SHIPPED_ENCODER) if SHIPPED_ENCODER.is_file
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 @pytest.mark.parametrize("stages, labels_name", [
-    ([], f"realigned_pauses_pretrained-{SHIPPED_ENCODER_DIGEST[:8]}"),  # the shipped model relabels, its APC is loaded
-    (["ALIGNER=train", "APC="], "realigned_pauses_seed3"),      # aligner run and APC pretraining first
+    (["ALIGNER=surprisal_cc/pretrained"], f"realigned_pauses_pretrained-{SHIPPED_ENCODER_DIGEST[:8]}"),  # shipped APC
+    (["ALIGNER=train", "APC=pretrain"], "realigned_pauses_seed3"),      # aligner run and APC pretraining first
 ], ids=["shipped-aligner-and-apc", "from-scratch"])
 def test_make_mini_librispeech_relabels_then_trains(mini_corpus, tmp_path, stages, labels_name):  # noqa: F811
-    """The README's main job, at toy size: realigned labels -> the model trained on them, with the
-    shipped model as aligner and APC (the default) or with both trained here."""
+    """The README's main job, at toy size: realigned labels -> the model trained on them (the CPU
+    profile file with toy overrides), with the shipped model as aligner and APC or with both trained here."""
     exp = tmp_path / "exp"
-    toy = "--batch_size=4 --valid_speakers=2"
-    profile = f"{toy} --lr_schedule=hold_decay --pronunciation_alternatives=True --apc_epochs=1 --apc_batch_size=4"
+    toy = "--batch_size=4 --valid_speakers=2 --dynamic_batching=False"
     proc = subprocess.run(["make", "-s", "mini_librispeech", f"PY={sys.executable}", "STAMP=",
-                           f"DATA={mini_corpus / 'corpus'}", f"EXP={exp}", "SEED=3", "EPOCHS=1", "ALIGNER_EPOCHS=1",
-                           f"CPU_PROFILE={profile}", f"ALIGNER_PROFILE={toy}", *stages],
+                           f"DATA={mini_corpus / 'corpus'}", f"EXP={exp}", "SEED=3", "ALIGNER_EPOCHS=1",
+                           f"ARGS={toy} --number_of_epochs=1 --apc_epochs=1 --apc_batch_size=4",
+                           f"ALIGNER_ARGS={toy}", *stages],
                           cwd=REPO, env={**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "2"},
                           capture_output=True, text=True, timeout=900)
     ok(proc)
     assert (exp / "labels" / f"{labels_name}.csv").is_file()
-    assert (exp / "aligner" / "fbank-big_only" / "seed3" / "results.json").is_file() == bool(stages)
-    assert (exp / "apc" / "apc.pt").is_file() == bool(stages)  # APC pretrained here only from scratch
-    res = json.loads((exp / "conditional-surprisal-cpu-profile-speed-perturbed" / "seed3" / "results.json")
-                     .read_text())
+    assert (exp / "aligner" / "fbank-big_only" / "seed3" / "results.json").is_file() == ("ALIGNER=train" in stages)
+    assert (exp / "apc" / "apc.pt").is_file() == ("APC=pretrain" in stages)  # APC pretrained here only from scratch
+    res = json.loads((exp / "conditional-surprisal-cpu-profile" / "seed3" / "results.json").read_text())
     assert res["train_labels"] == f"mfa:{labels_name}" and res["train_targets"] == "pronunciation_alternatives"
-    assert res["speed_perturb"] == [0.9, 1.1] and res["augment"] is False  # the profile's PERTURB
+    assert res["speed_perturb"] == [0.9, 1.1] and res["augment"] is False and res["precision"] == "fp32"  # the profile
     assert res["error_rate_details"]["num_utterances"] == 6  # dev-clean-2 scored against its MFA labels
-    name = model_name(config_of(res))  # "fp32 training" or "bf16 training", as precision: auto chose
+    name = model_name(config_of(res))
     assert name.startswith(f"Surprisal-based controller [training labels {labels_name}, ")
     assert "every pronunciation, " in name and name.endswith(", speeds 0.9/1/1.1]") and name in proc.stdout  # report
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_mini_librispeech_defaults_to_the_published_labels_and_profile(tmp_path):
+    """Without options, make relabels with the model shipped at the pinned revision (the labels of
+    every published run) and trains the CPU profile file, whose settings the grids read too."""
+    proc = subprocess.run(["make", "-n", "mini_librispeech", f"PY={sys.executable}", "STAMP=", f"EXP={tmp_path}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    ok(proc)
+    lines = proc.stdout.splitlines()
+    assert any("shipped_model.py 0cb7ec2" in line for line in lines)
+    assert any(f"realign_labels.py {tmp_path}/aligner/0cb7ec2 {tmp_path}/labels/realigned_pauses_pretrained.csv"
+               in line for line in lines)
+    train = next(line for line in lines if "recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/cpu_profile.yaml"
+                 in line)
+    assert f"--relabelled_train={tmp_path}/labels/realigned_pauses_pretrained.csv" in train
+    assert "--apc_path" not in train  # the profile's APC
+    grid = (REPO / "hparams" / "MiniLibriSpeech" / "grid_session.yaml").read_text()
+    assert "hparams: hparams/MiniLibriSpeech/cpu_profile.yaml" in grid

@@ -9,13 +9,29 @@ Resumable: re-running the same command continues from the last checkpoint. The e
 """
 import sys
 
-from surprisal_cc import recipe
+import speechbrain as sb
+from speechbrain.utils.distributed import run_on_main
+
 from surprisal_cc.data import prepare_librispeech
+from surprisal_cc.recipe import (create_experiment_directory, load_hparams, parse_arguments, pretrain_apc_on,
+                                 recipe_errors)
+
+
+def main(argv):
+    # Command line and hparams, the DDP group under torchrun, the experiment folder.
+    hparams_file, run_opts, overrides = parse_arguments(argv)
+    sb.utils.distributed.ddp_init_group(run_opts)
+    hparams = load_hparams(hparams_file, overrides, run_opts)
+    create_experiment_directory(hparams["apc_output_folder"], hparams_file, overrides)
+
+    # Audio-only manifests: the listed subsets, a held-out fraction for validation.
+    run_on_main(prepare_librispeech, kwargs=hparams["prepare_options"])
+    manifests = prepare_librispeech(**hparams["prepare_options"])
+
+    # Filterbanks cached once, APC trained on them (APCBrain), the best model exported.
+    pretrain_apc_on(hparams, {"train": manifests["train"], "valid": manifests["valid"]}, run_opts)
+
 
 if __name__ == "__main__":
-    with recipe.recipe_errors():  # bad configuration or data: one line "error: ...", no traceback
-        hparams, run_opts = recipe.start_experiment(sys.argv[1:], output_key="apc_output_folder")
-        # Audio-only manifests: the listed subsets, a held-out fraction for validation.
-        manifests = recipe.prepare_data(prepare_librispeech, hparams)
-        # Filterbanks cached once, APC trained on them (APCBrain), the best model exported.
-        recipe.pretrain_apc_on(hparams, {"train": manifests["train"], "valid": manifests["valid"]}, run_opts)
+    with recipe_errors():  # bad configuration or data: one line "error: ...", no traceback
+        main(sys.argv[1:])

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import torch
+from speechbrain.utils.distributed import run_on_main
 
 from surprisal_cc import recipe
 from surprisal_cc.brain import ConditionalCTCBrain, unwrap
@@ -50,11 +51,15 @@ def main(argv: List[str]) -> None:
     settings = [parse_setting(s) for s in args.setting]
 
     with recipe.recipe_errors():
-        hparams, run_opts = recipe.start_experiment(run_argv)
-        manifests = recipe.prepare_data(prepare_mini_librispeech, hparams)
+        hparams_file, run_opts, overrides = recipe.parse_arguments(run_argv)
+        hparams = recipe.load_hparams(hparams_file, overrides, run_opts)
+        recipe.create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
+                                           test_only=bool(run_opts.get("test_only", False)), hparams=hparams)
+        run_on_main(prepare_mini_librispeech, kwargs=hparams["prepare_options"])
+        manifests = prepare_mini_librispeech(**hparams["prepare_options"])
         recipe.prepare_labels(hparams, manifests)
         apc = recipe.obtain_apc(hparams, manifests, run_opts)
-        datasets = recipe.build_datasets(hparams, manifests, recipe.feature_cache(hparams, manifests, apc))
+        datasets = recipe.dataio_prep(hparams, manifests, recipe.feature_cache(hparams, manifests, apc))
         brain = ConditionalCTCBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
                                     run_opts=run_opts, checkpointer=hparams["checkpointer"], apc=apc,
                                     manifests=manifests)

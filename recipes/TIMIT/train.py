@@ -4,23 +4,75 @@
 Prepares TIMIT (LDC layout; SA sentences removed, 61 -> 39 folding, the 50-speaker dev set, the
 192-utterance core test set), loads the LibriSpeech-pretrained APC model (``--apc_path``),
 caches features and surprisal, calibrates the controller, trains with CTC (checkpoints selected
-by dev PER) and decodes the core test set with CTC beam search.
+by dev PER) and decodes the core test set with CTC beam search:
 
-    python recipes/TIMIT/train.py hparams/TIMIT/conditional_ctc.yaml \
+    python recipes/TIMIT/train.py hparams/TIMIT/conditional_ctc.yaml \\
         --data_folder=/path/to/TIMIT --apc_path=results/LibriSpeech/apc/apc.pt
 
 Re-running the same command resumes an interrupted run. Results: README.md beside this file.
 """
 import sys
 
-from surprisal_cc import recipe
+import speechbrain as sb
+from speechbrain.utils.distributed import run_on_main
+
+from surprisal_cc.brain import ConditionalCTCBrain
 from surprisal_cc.data import prepare_timit
+from surprisal_cc.recipe import (check_test_only, create_experiment_directory, dataio_prep, feature_cache,
+                                 load_hparams, obtain_apc, parse_arguments, prepare_labels, recipe_errors,
+                                 training_loader_options)
+
+
+def main(argv):
+    # Command line and hparams (every --key=value must name a key of the file), the DDP group
+    # when run by torchrun, and the experiment folder with the resolved hyperparams.yaml.
+    hparams_file, run_opts, overrides = parse_arguments(argv)
+    sb.utils.distributed.ddp_init_group(run_opts)
+    hparams = load_hparams(hparams_file, overrides, run_opts)
+    create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
+                                test_only=bool(run_opts.get("test_only", False)), hparams=hparams)
+    check_test_only(hparams, run_opts)
+
+    # Manifests of train (SA sentences removed), the 50-speaker dev set (checkpoint selection) and
+    # the 192-utterance core test set, phones folded 61 -> 39 and checked. The main process writes
+    # them; every process reads them.
+    run_on_main(prepare_timit, kwargs=hparams["prepare_options"])
+    manifests = prepare_timit(**hparams["prepare_options"])
+    prepare_labels(hparams, manifests)  # target_unit: sentencepiece trains its units here
+
+    # The frozen APC model: loaded from apc_path (pretrained on LibriSpeech), or pretrained on TIMIT train.
+    apc = obtain_apc(hparams, manifests, run_opts)
+
+    # Filterbanks, APC features and surprisal of every utterance (and of the training audio at
+    # each perturbation speed), computed once.
+    cache = feature_cache(hparams, manifests, apc)
+
+    # DynamicItemDatasets: cached features, CTC targets (or pronunciation graphs).
+    datasets = dataio_prep(hparams, manifests, cache)
+
+    asr_brain = ConditionalCTCBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
+                                    run_opts=run_opts, checkpointer=hparams["checkpointer"], apc=apc,
+                                    manifests=manifests)
+    if hparams["test_flops_fraction"] is not None:  # the test-time bias that meets a FLOPs budget
+        asr_brain.set_test_flops_budget(hparams["test_flops_fraction"], datasets[hparams["test_budget_split"]],
+                                        split=hparams["test_budget_split"])
+
+    # The surprisal controller's two parameters fitted to its target p_big statistics (Eq. 4), then frozen.
+    asr_brain.calibrate_controller(datasets["train"])
+
+    # CTC training; checkpoints kept by dev PER.
+    asr_brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],
+                  train_loader_kwargs=training_loader_options(hparams, datasets["train"]),
+                  valid_loader_kwargs=hparams["test_loader_options"])
+
+    # The best checkpoint decodes the core test set (beam search) at each controller bias shift
+    # (Appendix B; [0.0] by default).
+    for shift in hparams["test_bias_shifts"]:
+        asr_brain.set_test_bias_shift(shift)
+        asr_brain.evaluate(datasets["test"], min_key=hparams["selection_metric"],
+                           test_loader_kwargs=hparams["test_loader_options"])
+
 
 if __name__ == "__main__":
-    with recipe.recipe_errors():  # bad configuration or data: one line "error: ...", no traceback
-        hparams, run_opts = recipe.start_experiment(sys.argv[1:])
-        # Manifests of train / dev / core test, phones folded and checked (main process first).
-        manifests = recipe.prepare_data(prepare_timit, hparams)
-        # APC (loaded, or pretrained on TIMIT train), feature cache, controller calibration,
-        # CTC training with checkpoint selection, test decoding.
-        recipe.train_and_test(hparams, manifests, run_opts)
+    with recipe_errors():  # bad configuration or data: one line "error: ...", no traceback
+        main(sys.argv[1:])

@@ -1,0 +1,99 @@
+"""The model's forward pass, one for training, inference and realignment: filterbanks → frozen APC → encoder.
+
+APC runs only when the encoder reads its features (``input_features: apc``) or its controller
+reads surprisal; features and surprisal that the recipes' feature cache computed once stand in
+for that APC run. The Brain (training, validation, test, realignment) and the inference runtime
+both call :func:`encode`, so they cannot drift apart.
+
+Example
+-------
+>>> import torch
+>>> from surprisal_cc.apc import APCModel, FrozenAPC
+>>> from surprisal_cc.controllers import build_controller
+>>> from surprisal_cc.encoders import ConditionalEncoder
+>>> encoder = ConditionalEncoder.paper(input_size=512, num_outputs=42, controller=build_controller("surprisal")).eval()
+>>> step = encode(encoder, torch.randn(2, 7, 80), torch.tensor([7, 5]), apc=FrozenAPC(APCModel()))
+>>> step.output.log_probs.shape, step.surprisal.shape, step.apc_ran
+(torch.Size([2, 7, 42]), torch.Size([2, 7]), True)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from torch import Tensor, nn
+
+from .nnet import EncoderOutput
+
+
+@dataclass
+class CachedInputs:
+    """What the feature cache holds for a batch: filterbanks and, where APC ran, its features and surprisal."""
+
+    fbank: Tensor  # (B, T, n_mels)
+    features: Optional[Tensor] = None  # (B, T, H) APC features
+    surprisal: Optional[Tensor] = None  # (B, T)
+
+
+@dataclass
+class ForwardStep:
+    """One batch through the model: the encoder's output, the APC surprisal (None where APC did
+    not run) and whether APC ran for it (its MACs are then charged per frame)."""
+
+    output: EncoderOutput
+    surprisal: Optional[Tensor]
+    apc_ran: bool
+
+
+def needs_surprisal(encoder: nn.Module, training: bool) -> bool:
+    """Whether ``encoder`` (possibly wrapped, e.g. by DDP) reads surprisal in training or evaluation."""
+    return getattr(encoder, "module", encoder).needs_surprisal(training)
+
+
+def encode(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, apc: Optional[nn.Module] = None,
+           use_apc_features: bool = True, training: bool = False, cached: Optional[CachedInputs] = None,
+           transform: Optional[Callable[[Tensor], Tensor]] = None) -> ForwardStep:
+    """Run the model on one padded batch.
+
+    Arguments
+    ---------
+    encoder : torch.nn.Module
+        An :class:`~surprisal_cc.nnet.Encoder` (or a wrapper of one with ``.module``).
+    fbank : torch.Tensor or None
+        (B, T, n_mels) log-mel frames; None when ``cached`` is given.
+    lengths : torch.Tensor
+        (B,) frames of each utterance.
+    apc : torch.nn.Module, optional
+        The frozen APC model (:class:`~surprisal_cc.apc.FrozenAPC`); needed without ``cached``
+        when its features or surprisal are used.
+    use_apc_features : bool
+        Whether the encoder reads APC features (else the filterbanks).
+    training : bool
+        Which of the encoder's modes decides whether surprisal is read.
+    cached : CachedInputs, optional
+        The batch's cached filterbanks, APC features and surprisal, used instead of running APC.
+    transform : callable, optional
+        Applied to the encoder's input features (e.g. training-time masking); the surprisal
+        stays that of the clean audio.
+
+    Returns
+    -------
+    ForwardStep
+    """
+    need_surprisal = needs_surprisal(encoder, training)
+    apc_ran = use_apc_features or need_surprisal
+    if cached is not None:
+        features = cached.features if use_apc_features else cached.fbank
+        surprisal = cached.surprisal if apc_ran else None
+    elif apc_ran:
+        if apc is None:
+            raise ValueError("this model reads APC features or surprisal: pass the APC model (apc=...)")
+        apc_out = apc(fbank, lengths)
+        features = apc_out.features if use_apc_features else fbank
+        surprisal = apc_out.surprisal
+    else:
+        features, surprisal = fbank, None
+    if transform is not None:
+        features = transform(features)
+    output = encoder(features, lengths, surprisal if need_surprisal else None)
+    return ForwardStep(output, surprisal, apc_ran)

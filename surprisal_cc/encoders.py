@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from .controllers import ConstantController, Controller
 from .flops import module_macs, uniform_frame_macs
+from .hparams_files import load_hparams_file
 from .nnet import Encoder, EncoderOutput, FrameNet, lengths_to_mask
 
 
@@ -313,8 +314,6 @@ def build_encoder(name: str, input_size: int, num_outputs: int, controller: str 
     >>> type(enc).__name__, enc.pre_net.output_size, enc.big_net.output_size
     ('ConditionalEncoder', 512, 512)
     """
-    from hyperpyyaml import load_hyperpyyaml
-
     path = model_file(name, architecture)
     settings: Dict = {"input_size": input_size, "num_outputs": num_outputs, "hidden_size": hidden_size,
                       "dropout": dropout}
@@ -324,9 +323,8 @@ def build_encoder(name: str, input_size: int, num_outputs: int, controller: str 
     elif (adaptive_options or {}).get(name):
         settings["options"] = dict(adaptive_options[name])
     settings.update(model_options or {})
-    with open(path, encoding="utf-8") as f:
-        try:
-            return load_hyperpyyaml(f, settings)["encoder"]
-        except (KeyError, ValueError, TypeError) as err:
-            raise ValueError(f"{path}: cannot build the encoder with settings {sorted(settings)}: "
-                             f"{type(err).__name__}: {err}") from None
+    try:
+        return load_hparams_file(path, settings)["encoder"]
+    except (KeyError, ValueError, TypeError) as err:
+        raise ValueError(f"{path}: cannot build the encoder with settings {sorted(settings)}: "
+                         f"{type(err).__name__}: {err}") from None

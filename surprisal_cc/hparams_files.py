@@ -9,8 +9,9 @@ The corpus files share most of their settings, so each starts from a common file
 reads as "that file, with these top-level keys replaced (or added)". hyperpyyaml resolves
 ``!include:`` only below the root, so :func:`expand_hparams` writes the whole configuration out
 as one file first; ``--key=value`` overrides then apply to it as usual (and must name one of its
-keys). Every reader of hparams files in this package goes through it; :func:`load_yaml_tolerant`
-reads one (or a saved run's ``hyperparams.yaml``) as plain data without building anything.
+keys). The package has two readers of hparams files, both through it: :func:`load_hparams_file`
+builds one (hyperpyyaml: the recipes' hparams, the model files), :func:`load_yaml_tolerant` reads one
+(or a saved run's ``hyperparams.yaml``) as plain data without building anything.
 """
 from __future__ import annotations
 
@@ -80,6 +81,27 @@ def expand_hparams(path: PathLike, _depth: int = 0) -> str:
 
 def _load(text: str):
     return ruamel.yaml.YAML().load(text)
+
+
+def load_hparams_file(path: PathLike, overrides: Union[str, Dict[str, Any]] = "") -> Dict[str, Any]:
+    """Build an hparams file with hyperpyyaml: its root-level include written out
+    (:func:`expand_hparams`), then ``overrides`` (YAML text or a mapping) applied.
+
+    Hparams files are code (``!new:``/``!apply:`` run Python): only load files you trust.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "base.yaml").write_text("lr: 0.1\\nlayer: !new:torch.nn.Linear [2, !ref <width>]\\nwidth: 3\\n")
+    ...     _ = (Path(folder) / "run.yaml").write_text("--- !include:base.yaml\\nwidth: 4\\n")
+    ...     hparams = load_hparams_file(Path(folder) / "run.yaml", "lr: 0.5")
+    >>> hparams["lr"], hparams["layer"].out_features
+    (0.5, 4)
+    """
+    from hyperpyyaml import load_hyperpyyaml
+
+    return load_hyperpyyaml(io.StringIO(expand_hparams(path)), overrides)
 
 
 class TolerantLoader(yaml.SafeLoader):

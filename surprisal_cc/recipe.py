@@ -12,7 +12,6 @@ configuration and data errors into one line ``error: ...``.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import sys
@@ -22,7 +21,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import speechbrain as sb
 import torch
-from hyperpyyaml import load_hyperpyyaml
 from speechbrain.dataio.dataset import DynamicItemDataset
 from speechbrain.dataio.encoder import CTCTextEncoder
 from speechbrain.utils.distributed import if_main_process, run_on_main
@@ -31,7 +29,7 @@ from .apc import APCModel, load_apc
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
-from .hparams_files import expand_hparams, ruamel_errors
+from .hparams_files import expand_hparams, load_hparams_file, ruamel_errors
 from .precision import auto_precision
 
 logger = logging.getLogger(__name__)
@@ -62,7 +60,7 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
     if not path.is_file():
         raise ConfigurationError(f"hparams file {hparams_file} does not exist")
     try:
-        hparams = load_hyperpyyaml(io.StringIO(expand_hparams(path)), overrides)
+        hparams = load_hparams_file(path, overrides)
     except KeyError as err:
         raise ConfigurationError(f"{hparams_file}: {err.args[0].split(' not found')[0]} is not a key of this configuration "
                                  "(check the spelling; every --key=value override must name an existing key)") from None

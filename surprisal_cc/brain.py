@@ -401,7 +401,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def write_alignments(self, stem: Optional[str] = None) -> None:
         """This evaluation's per-utterance alignments, in a file named like its results file
         (``error_details_file``'s name, or ``stem``, with the shift and test-only tags)."""
-        from .report import evaluation_tag, results_file_name
+        from .runs import evaluation_tag, results_file_name
 
         details = Path(self.hparams.error_details_file)
         self.error_metrics.write_alignments(details.with_name(results_file_name(
@@ -423,7 +423,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
     @main_process_only
     def write_results(self, summary: Dict[str, object], test_loss: float) -> None:
         """Write one test evaluation to its own results and alignments files
-        (:func:`~surprisal_cc.report.results_file_name`).
+        (:func:`~surprisal_cc.runs.results_file_name`).
 
         A ``--test_only`` evaluation never replaces the training run's ``results.json``. Under a
         test-time FLOPs budget (:meth:`set_test_flops_budget`) ``test_bias_shift`` stays 0 (no shift
@@ -431,7 +431,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         calibration of a run that was resumed, or evaluated with ``--test_only``, is read back from
         ``calibration.json`` (or, without it, from the controller loaded from the checkpoint).
         """
-        from .report import evaluation_tag, results_file_name, train_labels_name, train_targets_name
+        from .runs import evaluation_tag, results_file_name, train_labels_name, train_targets_name
 
         encoder = unwrap(self.modules.encoder)
         controller = getattr(encoder, "controller", None)

@@ -115,7 +115,8 @@ def cmd_grid(args, unknown: List[str]) -> int:
 
 
 def cmd_report(args, unknown: List[str]) -> int:
-    from .report import collect_results, format_markdown, write_csv
+    from .report import format_markdown, write_csv
+    from .runs import collect_results
 
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:

@@ -1815,7 +1815,7 @@ def _millions(value: Optional[float]) -> str:
 def _epochs_trained(run: Path) -> Optional[int]:
     """The last epoch in the run's ``history.jsonl`` (results.json's ``epochs`` is the evaluated
     checkpoint's epoch counter), or None without a history."""
-    from .report import read_history
+    from .runs import read_history
 
     return max((int(row["epoch"]) for row in read_history(Path(run)) if row.get("epoch") is not None), default=None)
 

@@ -8,13 +8,12 @@ lambda sweep (Fig. 4) and per-frame routing of one utterance. Typical use::
 
 Every ``plot_*`` function draws one figure, writes it as a PNG to ``path`` (str or
 :class:`pathlib.Path`; parent folders are created) and returns that path as a
-:class:`pathlib.Path`. Its ``rows`` are results rows (:func:`~surprisal_cc.report.collect_results`)
+:class:`pathlib.Path`. Its ``rows`` are results rows (:func:`~surprisal_cc.runs.collect_results`)
 or aggregated rows (:func:`~surprisal_cc.report.aggregate`); ``dataset``, where it has one, draws
 only that dataset's rows (None: any).
 """
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -25,9 +24,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .report import (Row, aggregate, collect_results, config_of, ensure_aggregated,  # noqa: E402
-                     load_yaml_tolerant, model_name, pareto_front, read_history, select_rows, setup_groups,
+from .report import (aggregate, ensure_aggregated, pareto_front, select_rows, setup_groups,  # noqa: E402
                      setup_of, table_bias_sweep, table_controllers, table_converged, table_lambda)
+from .runs import Row, collect_results, read_history, run_label  # noqa: E402
 
 PathLike = Union[str, Path]
 DPI = 100
@@ -118,14 +117,6 @@ def point_labels(agg: Sequence[dict]) -> List[str]:
     return labels
 
 
-def _run_label(run_dir: Path) -> str:
-    """Configuration name of a run folder, from its results.json or else its hyperparams.yaml."""
-    results = run_dir / "results.json"
-    info: Dict[str, Any] = (json.loads(results.read_text(encoding="utf-8")) if results.exists()
-                            else load_yaml_tolerant(run_dir / "hyperparams.yaml"))
-    return model_name(config_of(info)) if info else run_dir.name
-
-
 def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: str = "PER",
                            title: str = "Validation PER over training",
                            labels: Optional[Sequence[str]] = None) -> Path:
@@ -159,7 +150,7 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
     if labels is not None and len(labels) != len(run_dirs):
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} run folders")
     for i, run_dir in enumerate(map(Path, run_dirs)):
-        label = labels[i] if labels is not None else _run_label(run_dir)
+        label = labels[i] if labels is not None else run_label(run_dir)
         for entry in read_history(run_dir):
             if entry.get(key) is not None:
                 curves.setdefault(label, {}).setdefault(int(entry["epoch"]), []).append(float(entry[key]))

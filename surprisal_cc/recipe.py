@@ -90,7 +90,7 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
     ``hyperparams.yaml`` holds the whole configuration (:func:`~surprisal_cc.hparams_files.expand_hparams`).
     A ``test_only`` evaluation of a trained folder leaves the training's ``hyperparams.yaml`` as it
     was and saves its own as ``hyperparams_test_only.yaml`` (``hyperparams_test_only_random_at_test.yaml``
-    and so on where the loaded ``hparams`` change the test-time conditions: :func:`~surprisal_cc.report.evaluation_tag`)."""
+    and so on where the loaded ``hparams`` change the test-time conditions: :func:`~surprisal_cc.runs.evaluation_tag`)."""
     saved = Path(experiment_directory) / "hyperparams.yaml"
     training = saved.read_bytes() if test_only and if_main_process() and saved.is_file() else None
     with tempfile.TemporaryDirectory() as folder:
@@ -102,7 +102,7 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
             saved.write_text(saved.read_text(encoding="utf-8").replace(
                 os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
     if training is not None:
-        from .report import evaluation_tag, test_only_hyperparams_name
+        from .runs import evaluation_tag, test_only_hyperparams_name
 
         saved.replace(saved.with_name(test_only_hyperparams_name(evaluation_tag(hparams or {}))))
         saved.write_bytes(training)

@@ -1,8 +1,8 @@
-"""Results tables: collect ``results*.json`` files, aggregate over seeds, build the paper's tables.
+"""Results tables: aggregate the results rows of runs over seeds and build the paper's tables.
 
 Typical use::
 
-    rows = collect_results(["results/MiniLibriSpeech/grid"])   # one row per results file
+    rows = collect_results(["results/MiniLibriSpeech/grid"])   # surprisal_cc.runs: one row per results file
     print(format_markdown(rows))                                # one row per configuration
     text = write_report("results/MiniLibriSpeech/grid", "results/MiniLibriSpeech/report")
 
@@ -11,46 +11,24 @@ the paper's grey rows): ``table_controllers`` (Table 2, plus ACT/PonderNet), ``t
 (Tables 3-7), ``table_stochastic`` (Tables 8/9), ``table_lambda`` (Appendix D),
 ``table_bias_sweep`` (Appendix B). An aggregated row is the mean over the n seeds of one
 configuration, ± the sample standard deviation (ddof=1); a row of one seed has no ±. Every table
-shows n. Every ``table_*`` function takes ``rows`` (results rows or aggregated rows) and, where it
-has one, ``dataset`` (only that dataset's rows; None: any), and returns a :class:`Table`;
-:func:`format_markdown`, :func:`write_csv` and :func:`report_tables` take the same ``rows``.
+shows n. Every ``table_*`` function takes ``rows`` (results rows, :func:`~surprisal_cc.runs.collect_results`,
+or aggregated rows) and, where it has one, ``dataset`` (only that dataset's rows; None: any), and
+returns a :class:`Table`; :func:`format_markdown`, :func:`write_csv` and :func:`report_tables` take the
+same ``rows``.
 """
 from __future__ import annotations
 
 import csv
 import itertools
-import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-import yaml
+from .runs import (CONFIG_KEYS, CONTROLLER_NAMES, PathLike, Row, as_float, budget_name, collect_results, config_of,
+                   epoch_minutes, model_name, read_history, setup_notes)
 
-from .hparams_files import load_yaml_tolerant
-
-PathLike = Union[str, Path]
-Row = Dict[str, Any]
-
-# test-time conditions that name a --test_only evaluation's files apart: (key, tag where the key is off)
-EVALUATION_TAGS = (("controller_at_test", "_random_at_test"), ("test_stochastic", "_deterministic"))
-RESULTS_PATTERN = re.compile(r"^results(_test_only" + "".join(f"({re.escape(tag)})?" for _, tag in EVALUATION_TAGS)
-                             + r"(_budget[0-9.eE+-]+(_on_test)?)?)?(_bias[+-][0-9.eE+-]+)?\.json$")
 DEFAULT_PENALTY = 0.001
-# configuration keys of a run and their values when a results file lacks them
-CONFIG_DEFAULTS: Dict[str, Any] = {
-    "dataset": "", "encoder": "conditional", "controller": "surprisal", "architecture": "paper",
-    "input_features": "apc", "controller_at_train": True, "controller_at_test": True,
-    "train_stochastic": True, "test_stochastic": True, "test_bias_shift": 0.0,
-    "penalty": None, "penalty_utterances": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
-    "number_of_epochs": None, "train_labels": None, "precision": None, "augment": False,
-    "speed_perturb": (), "train_targets": None, "test_flops_fraction": None, "test_budget_split": None,
-}
-CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
-CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
-                    "surprisal": "Surprisal-based controller", "big_only": "Big network only",
-                    "small_only": "Small network only"}
 CONTROLLER_ORDER = ("random", "learned", "surprisal", "big_only", "small_only")
 SORT_ORDER: Dict[str, Sequence[Any]] = {
     "encoder": ("conditional", "act", "pondernet"), "architecture": ("paper", "model1", "model2", "model3"),
@@ -59,131 +37,18 @@ SORT_ORDER: Dict[str, Sequence[Any]] = {
     **{flag: (False, True) for flag in ("controller_at_train", "controller_at_test", "train_stochastic",
                                         "test_stochastic")}}
 
-__all__ = ["collect_results", "aggregate", "pareto_front", "model_name", "Table", "table_summary",
-           "table_controllers", "table_converged", "short_label", "table_paired", "table_precision", "paired_difference", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep", "setup_of", "setup_groups",
-           "format_markdown", "write_csv", "report_tables", "write_report", "load_yaml_tolerant", "read_history",
-           "epoch_minutes", "format_learning_curves", "train_labels_name", "train_targets_name",
-           "ensure_aggregated", "select_rows", "config_of", "results_file_name", "evaluation_tag",
-           "test_only_hyperparams_name", "budget_name"]
+__all__ = ["aggregate", "pareto_front", "Table", "table_summary", "table_controllers", "table_converged",
+           "short_label", "table_paired", "table_precision", "paired_difference", "table_ablation",
+           "table_stochastic", "table_lambda", "table_bias_sweep", "setup_of", "setup_groups", "format_markdown",
+           "write_csv", "report_tables", "write_report", "format_learning_curves", "ensure_aggregated",
+           "select_rows"]
 
 
-# ---------------------------------------------------------------------------- reading runs
-def _hparam(hparams: Dict[str, Any], *keys: str) -> Any:
-    """First of the (dotted) keys found, following a ``<ref>`` once; None when absent."""
-    for dotted in keys:
-        value: Any = hparams
-        for part in dotted.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, str) and re.fullmatch(r"<[\w.]+>", value.strip()):
-            value = _hparam(hparams, value.strip()[1:-1])
-        if value is not None:
-            return value
-    return None
-
-
-def _as_float(value: Any) -> Optional[float]:
-    """``float(value)``, or None when it is not a number."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def read_history(run_dir: Path) -> List[Row]:
-    """Rows of ``history.jsonl`` (one per validated epoch, in epoch order); [] when absent.
-
-    A run stopped after an epoch's validation but before its checkpoint was written validates that
-    epoch again when it resumes: the later row replaces the earlier one. A last line cut short by
-    such a stop is left out.
-
-    Arguments
-    ---------
-    run_dir : pathlib.Path
-        A run folder.
-
-    Returns
-    -------
-    list of dict
-        One entry per line of the file.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     _ = (Path(folder) / "history.jsonl").write_text('{"epoch": 1, "PER": 30.5}\\n')
-    ...     history = read_history(Path(folder))
-    >>> history
-    [{'epoch': 1, 'PER': 30.5}]
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     _ = (Path(folder) / "history.jsonl").write_text(
-    ...         '{"epoch": 1, "PER": 30.5}\\n{"epoch": 2, "PER": 29}\\n{"epoch": 2, "PER": 28}\\n{"epoch": 3, "P')
-    ...     history = read_history(Path(folder))
-    >>> history
-    [{'epoch': 1, 'PER': 30.5}, {'epoch': 2, 'PER': 28}]
-    """
-    path = run_dir / "history.jsonl"
-    if not path.exists():
-        return []
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows: List[Row] = []
-    for number, line in enumerate(lines, 1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines):
-                raise ValueError(f"{path}, line {number}: not JSON; repair or remove that line") from None
-    # rows come in epoch order; an epoch validated again keeps its place, with the later row
-    by_epoch = {row.get("epoch", ("row", n)): row for n, row in enumerate(rows)}
-    return list(by_epoch.values())
-
-
-_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ - .* - (?:Going into epoch (\d+)|epoch: (\d+),)")
-
-
-def epoch_minutes(run_dir: PathLike) -> Dict[int, float]:
-    """Wall-clock minutes of each epoch (training and validation) of a run folder.
-
-    From ``epoch_s`` of ``history.jsonl``; for epochs without it, from the time stamps of
-    SpeechBrain's ``Going into epoch N`` and ``epoch: N, ...`` lines in ``log.txt``.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     _ = (Path(folder) / "history.jsonl").write_text('{"epoch": 2, "PER": 30.5, "epoch_s": 90}\\n')
-    ...     _ = (Path(folder) / "log.txt").write_text(
-    ...         "2026-01-01 10:00:00,1 - speechbrain.core - INFO - Going into epoch 1\\n"
-    ...         "2026-01-01 10:06:30,1 - speechbrain.utils.train_logger - INFO - epoch: 1, lr: 0.001\\n")
-    ...     minutes = epoch_minutes(folder)
-    >>> minutes
-    {1: 6.5, 2: 1.5}
-    """
-    import datetime
-
-    run_dir = Path(run_dir)
-    minutes: Dict[int, float] = {}
-    log = run_dir / "log.txt"
-    if log.exists():
-        started: Dict[int, datetime.datetime] = {}
-        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-            match = _LOG_LINE.match(line)
-            if not match:
-                continue
-            stamp = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
-            if match.group(2):
-                started[int(match.group(2))] = stamp
-            elif int(match.group(3)) in started:
-                epoch = int(match.group(3))
-                minutes[epoch] = (stamp - started[epoch]).total_seconds() / 60
-    for entry in read_history(run_dir):
-        if entry.get("epoch_s") is not None:
-            minutes[int(entry["epoch"])] = float(entry["epoch_s"]) / 60
-    return dict(sorted(minutes.items()))
-
-
+# ---------------------------------------------------------------------------- learning curves
 def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER") -> str:
-    """Markdown table of validation curves, finished runs or runs in progress: per epoch and run,
-    the learning rate, the validation ``key`` and the epoch's wall-clock minutes (:func:`epoch_minutes`).
+    """Markdown table of validation curves, finished runs or runs in progress: per epoch and run, the
+    learning rate, the validation ``key`` and the epoch's wall-clock minutes
+    (:func:`~surprisal_cc.runs.epoch_minutes`).
 
     Arguments
     ---------
@@ -225,330 +90,11 @@ def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER") -> str:
     return "\n".join(lines)
 
 
-def train_labels_name(labels: Optional[Dict[str, str]], mfa_labels: Optional[Dict[str, object]]) -> Optional[str]:
-    """Where the training labels came from: ``lexicon``, ``mfa`` (the corpus' MFA alignments) or
-    ``mfa:<file stem>`` (another label file, e.g. a relabelling); None when the recipe has no choice.
-
-    Example
-    -------
-    >>> train_labels_name({"train": "lexicon", "test": "mfa"}, {"train": None})
-    'lexicon'
-    >>> train_labels_name({"train": "mfa"}, {"train": "labels/realigned_pauses.csv"})
-    'mfa:realigned_pauses'
-    >>> train_labels_name(None, None) is None
-    True
-    """
-    if not isinstance(labels, dict) or labels.get("train") is None:
-        return None
-    source = mfa_labels.get("train") if isinstance(mfa_labels, dict) else mfa_labels
-    if labels["train"] != "mfa" or not source:
-        return str(labels["train"])
-    return f"mfa:{Path(str(source)).stem}"
-
-
-def train_targets_name(optional_silence: Any = False, pronunciation_alternatives: Any = False) -> Optional[str]:
-    """Which kind of training targets a run had: ``optional_silence``, ``pronunciation_alternatives``
-    or None (the labels as they are).
-
-    Example
-    -------
-    >>> train_targets_name(False, True), train_targets_name(None, None)
-    ('pronunciation_alternatives', None)
-    """
-    if pronunciation_alternatives:
-        return "pronunciation_alternatives"
-    return "optional_silence" if optional_silence else None
-
-
-def _run_info(run_dir: Path) -> Row:
-    """What a results file lacks: penalty and ponder settings (hyperparams.yaml), last train loss."""
-    hp = load_yaml_tolerant(run_dir / "hyperparams.yaml")
-    history = read_history(run_dir)
-    return {
-        "penalty": _as_float(_hparam(hp, "learned_penalty", "encoder_module.controller_options.penalty_weight")),
-        "penalty_utterances": _hparam(hp, "learned_penalty_utterances",
-                                      "encoder_module.controller_options.penalty_utterances"),
-        "learned_estimator": _hparam(hp, "learned_estimator", "encoder_module.controller_options.estimator"),
-        "act_ponder_cost": _as_float(_hparam(hp, "act_ponder_cost", "encoder_module.adaptive_options.act.ponder_cost")),
-        "pondernet_beta": _as_float(_hparam(hp, "pondernet_beta", "encoder_module.adaptive_options.pondernet.beta")),
-        "number_of_epochs": _hparam(hp, "number_of_epochs"),
-        "train_labels": train_labels_name(hp.get("labels"), hp.get("mfa_labels")) if hp else None,
-        "train_targets": train_targets_name(hp.get("optional_silence"), hp.get("pronunciation_alternatives")),
-        "train_loss": history[-1].get("train_loss") if history else None,
-    }
-
-
-TEST_ONLY_HYPERPARAMS = "hyperparams_test_only.yaml"
-"""What a ``--test_only`` evaluation saves its configuration as, beside the training's ``hyperparams.yaml``."""
-
-
-def evaluation_tag(config: Mapping[str, Any]) -> str:
-    """What tells a ``--test_only`` evaluation's files apart when the test-time conditions of ``config``
-    (hparams, or ``--key=value`` overrides as strings, read as hyperpyyaml reads them) are not the
-    defaults: a random p = 0.5 controller instead of the trained one (Table 4), deterministic
-    routing (Appendix C), a test-time FLOPs budget (``test_flops_fraction``).
-
-    Example
-    -------
-    >>> evaluation_tag({}), evaluation_tag({"controller_at_test": False})
-    ('', '_random_at_test')
-    >>> evaluation_tag({"controller_at_test": "False", "test_stochastic": False})
-    '_random_at_test_deterministic'
-    >>> evaluation_tag({"test_flops_fraction": "0.9"}), evaluation_tag({"test_flops_fraction": None})
-    ('_budget0.9', '')
-    >>> evaluation_tag({"test_flops_fraction": 0.9, "test_budget_split": "test"})
-    '_budget0.9_on_test'
-    """
-    def read(key: str, default: Any) -> Any:
-        value = config.get(key, default)
-        return yaml.safe_load(value) if isinstance(value, str) else value
-
-    budget, split = read("test_flops_fraction", None), read("test_budget_split", "valid")
-    return "".join(tag for key, tag in EVALUATION_TAGS if not read(key, True)) + \
-        (f"_budget{float(budget):g}" + ("" if split == "valid" else f"_on_{split}") if budget is not None else "")
-
-
-def test_only_hyperparams_name(tag: str = "") -> str:
-    """Name of a ``--test_only`` evaluation's configuration file (``tag``: :func:`evaluation_tag`).
-
-    Example
-    -------
-    >>> test_only_hyperparams_name(), test_only_hyperparams_name("_deterministic")
-    ('hyperparams_test_only.yaml', 'hyperparams_test_only_deterministic.yaml')
-    """
-    return TEST_ONLY_HYPERPARAMS.replace(".yaml", f"{tag}.yaml")
-
-
-def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: str = "results",
-                      suffix: str = ".json", tag: str = "") -> str:
-    """Name of the results file of one test evaluation, so that no evaluation overwrites another.
-
-    A training run writes ``results.json`` (``results_bias+2.json`` with a shifted controller bias); a
-    ``--test_only`` evaluation writes ``results_test_only.json`` (``results_test_only_bias+2.json``), and
-    with other test-time conditions ``results_test_only<tag>.json`` (:func:`evaluation_tag`).
-
-    Arguments
-    ---------
-    bias_shift : float
-        Controller bias shift at test time (0: none).
-    test_only : bool
-        The evaluation of a trained model by ``--test_only``.
-    stem : str
-        Name before the suffixes.
-    suffix : str
-        File extension.
-    tag : str
-        :func:`evaluation_tag` of a test-only evaluation (ignored for a training run's own test).
-
-    Returns
-    -------
-    str
-        The file name.
-
-    Example
-    -------
-    >>> results_file_name(), results_file_name(1.0), results_file_name(0.0, True), results_file_name(-0.5, True)
-    ('results.json', 'results_bias+1.json', 'results_test_only.json', 'results_test_only_bias-0.5.json')
-    >>> results_file_name(0.0, True, tag=evaluation_tag({"controller_at_test": False}))
-    'results_test_only_random_at_test.json'
-    """
-    shift = float(bias_shift or 0.0)
-    evaluation = f"_test_only{tag}" if test_only else ""
-    return f"{stem}{evaluation}{f'_bias{shift:+g}' if shift else ''}{suffix}"
-
-
-def _results_files(path: Path) -> List[Path]:
-    """``path`` itself if it is a file, else the results files found under it."""
-    if path.is_file():
-        return [path]
-    return sorted(p for p in path.rglob("results*.json") if RESULTS_PATTERN.match(p.name))
-
-
-def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
-    """One row per results file (files given, or ``results*.json`` found recursively in folders).
-
-    Files: ``results.json`` and ``results_test_only.json`` (and their ``_bias+S`` variants,
-    :func:`results_file_name`). Adds ``path``, ``run_dir``, and from the run folder: ``penalty``
-    (learned-controller lambda), ``learned_estimator``,
-    ``act_ponder_cost``, ``pondernet_beta``, ``number_of_epochs``, ``train_labels`` (hyperparams.yaml) and
-    ``train_loss`` (last epoch of history.jsonl), unless the results file has them.
-
-    Arguments
-    ---------
-    paths : str or pathlib.Path, or a sequence of them
-        Results files, or folders searched recursively.
-
-    Returns
-    -------
-    list of dict
-        One row per results file.
-
-    Example
-    -------
-    >>> import json, tempfile
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     run = Path(folder) / "learned_seed1"
-    ...     run.mkdir()
-    ...     _ = (run / "results.json").write_text(json.dumps({"controller": "learned", "seed": 1, "PER": 20.0}))
-    ...     _ = (run / "hyperparams.yaml").write_text("learned_penalty: 0.01\\nnumber_of_epochs: 30\\n")
-    ...     rows = collect_results(folder)
-    >>> len(rows), rows[0]["penalty"], rows[0]["number_of_epochs"], Path(rows[0]["path"]).name
-    (1, 0.01, 30, 'results.json')
-    """
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    rows, infos = [], {}
-    for file in (f for p in paths for f in _results_files(Path(p))):
-        row = json.loads(file.read_text(encoding="utf-8"))
-        run_dir = file.parent
-        if run_dir not in infos:
-            infos[run_dir] = _run_info(run_dir)
-        for key, value in infos[run_dir].items():
-            if row.get(key) is None:
-                row[key] = value
-        if row.get("penalty") is None and row.get("penalty_weight") is not None:
-            row["penalty"] = _as_float(row["penalty_weight"])
-        rows.append({**row, "path": str(file), "run_dir": str(run_dir)})
-    return rows
-
-
 # ---------------------------------------------------------------------------- aggregation
 def _metric(row: Row) -> Optional[float]:
     """The error rate of a row: PER, else TER."""
-    return _as_float(row.get("PER", row.get("TER")))
+    return as_float(row.get("PER", row.get("TER")))
 
-
-def config_of(row: Row) -> Row:
-    """The configuration a run was made with; settings irrelevant to its model are dropped.
-
-    Arguments
-    ---------
-    row : dict
-        A results row (or any mapping with configuration keys).
-
-    Returns
-    -------
-    dict
-        Every key of ``CONFIG_DEFAULTS``, with its default where ``row`` lacks it; settings of
-        other controllers and encoders are None.
-
-    Example
-    -------
-    >>> config = config_of({"controller": "random", "penalty": 0.01, "test_bias_shift": None})
-    >>> config["controller"], config["penalty"], config["test_bias_shift"], config["encoder"]
-    ('random', None, 0.0, 'conditional')
-    """
-    config = {key: row.get(key, default) for key, default in CONFIG_DEFAULTS.items()}
-    config["test_bias_shift"] = float(config["test_bias_shift"] or 0.0)
-    config["speed_perturb"] = tuple(float(f) for f in config["speed_perturb"] or ())
-    if config["controller"] != "learned":
-        config["penalty"] = config["learned_estimator"] = config["penalty_utterances"] = None
-    if config["encoder"] != "act":
-        config["act_ponder_cost"] = None
-    if config["encoder"] != "pondernet":
-        config["pondernet_beta"] = None
-    if config["test_flops_fraction"] is None:
-        config["test_budget_split"] = None
-    else:
-        config["test_flops_fraction"] = float(config["test_flops_fraction"])
-        config["test_budget_split"] = config["test_budget_split"] or "valid"
-    return config
-
-
-def model_name(config: Row) -> str:
-    """Human-readable name of a configuration, e.g. ``Learned controller (λ=0.01)``.
-
-    Arguments
-    ---------
-    config : dict
-        A configuration (:func:`config_of`); missing keys take their defaults.
-
-    Returns
-    -------
-    str
-        The name, with departures from the paper's setup in brackets.
-
-    Example
-    -------
-    >>> model_name({"controller": "learned", "penalty": 0.01})
-    'Learned controller (λ=0.01)'
-    >>> model_name({"controller": "learned", "penalty": 0.001, "penalty_utterances": 32})
-    'Learned controller (λ=0.001, per utterance x32)'
-    >>> model_name({"encoder": "act", "act_ponder_cost": 0.001})
-    'ACT (τ=0.001)'
-    >>> model_name({"controller": "surprisal", "input_features": "fbank", "test_bias_shift": 1.0})
-    'Surprisal-based controller [fbank features, bias +1]'
-    >>> model_name({"controller": "big_only", "train_labels": "mfa:realigned", "precision": "fp32", "augment": True})
-    'Big network only [training labels realigned, fp32 training, masked inputs]'
-    >>> model_name({"controller": "surprisal", "speed_perturb": [0.9, 1.1]})
-    'Surprisal-based controller [speeds 0.9/1/1.1]'
-    >>> model_name({"controller": "surprisal", "test_flops_fraction": 0.9})
-    'Surprisal-based controller [test budget 0.9x big-only]'
-    """
-    if config.get("encoder") == "act":
-        name = "ACT" + (f" (τ={config['act_ponder_cost']:g})" if config.get("act_ponder_cost") is not None else "")
-    elif config.get("encoder") == "pondernet":
-        beta = config.get("pondernet_beta")
-        name = "PonderNet" + (f" (β={beta:g})" if beta is not None else "")
-    else:
-        controller = config.get("controller", "surprisal")
-        name = CONTROLLER_NAMES.get(controller, str(controller))
-        if controller == "learned" and config.get("penalty") is not None:
-            per_utterance = f", per utterance x{config['penalty_utterances']}" if config.get("penalty_utterances") else ""
-            name += f" (λ={config['penalty']:g}{per_utterance})"
-        if controller == "learned" and config.get("learned_estimator") == "routed":
-            name += " (routed estimator)"
-    notes = setup_notes(config)
-    return name + (f" [{', '.join(notes)}]" if notes else "")
-
-
-def budget_name(fraction: float, split: Optional[str] = "valid") -> str:
-    """How a test-time FLOPs budget is named in tables.
-
-    Example
-    -------
-    >>> budget_name(0.9), budget_name(0.9, "test")
-    ('test budget 0.9x big-only', 'test budget 0.9x big-only, solved on the test audio')
-    """
-    return f"test budget {float(fraction):g}x big-only" + (", solved on the test audio" if split == "test" else "")
-
-
-def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
-    """A configuration's departures from the paper's setup, and its training precision where the
-    run recorded it, as :func:`model_name` brackets them, leaving out those of the keys in ``omit``
-    (shown elsewhere, e.g. in a table's own columns).
-
-    Example
-    -------
-    >>> setup_notes({"input_features": "fbank", "augment": True, "speed_perturb": [0.9, 1.1]}, omit=["input_features"])
-    ['masked inputs', 'speeds 0.9/1/1.1']
-    """
-    def shown(key: str) -> bool:
-        return key not in omit
-
-    notes = [f"{config['architecture']}"] if config.get("architecture", "paper") != "paper" else []
-    if config.get("input_features", "apc") != "apc" and shown("input_features"):
-        notes.append(f"{config['input_features']} features")
-    notes += [text for key, text in (("controller_at_train", "no surprisal in training"),
-                                     ("controller_at_test", "no surprisal at test"),
-                                     ("train_stochastic", "deterministic training"),
-                                     ("test_stochastic", "deterministic test")) if config.get(key) is False and shown(key)]
-    if config.get("test_bias_shift") and shown("test_bias_shift"):
-        notes.append(f"bias {config['test_bias_shift']:+g}")
-    if config.get("test_flops_fraction") is not None and shown("test_flops_fraction"):
-        notes.append(budget_name(config["test_flops_fraction"], config.get("test_budget_split")))
-    labels = config.get("train_labels")
-    if labels and labels != "lexicon":
-        notes.append("MFA training labels" if labels == "mfa" else f"training labels {labels.split(':', 1)[-1]}")
-    notes += {"pronunciation_alternatives": ["every pronunciation"], "optional_silence": ["optional sil"]}.get(
-        config.get("train_targets"), [])
-    if config.get("precision") in ("fp32", "bf16"):
-        notes.append(f"{config['precision']} training")
-    if config.get("augment"):
-        notes.append("masked inputs")
-    if config.get("speed_perturb"):
-        notes.append("speeds " + "/".join(f"{f:g}" for f in sorted({1.0, *map(float, config["speed_perturb"])})))
-    return notes
 
 
 def _mean_std(values: Iterable[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
@@ -573,7 +119,7 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
     Arguments
     ---------
     rows : sequence of dict
-        Results rows (:func:`collect_results`).
+        Results rows (:func:`~surprisal_cc.runs.collect_results`).
     by : sequence of str
         Configuration keys that define a configuration.
 
@@ -1235,7 +781,7 @@ def setup_of(row: Row, swept: str) -> Tuple[Tuple[str, ...], Any]:
 def setup_groups(rows: Sequence[Row], swept: str) -> Dict[str, List[Row]]:
     """Rows grouped by setup (every setting but ``swept``), in order of first appearance.
 
-    Each group is named by the notes (:func:`setup_notes`, epochs) that set it apart from the
+    Each group is named by the notes (:func:`~surprisal_cc.runs.setup_notes`, epochs) that set it apart from the
     other groups: one line per model in a sweep's plot, labelled by what differs.
 
     Example

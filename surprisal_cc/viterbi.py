@@ -1,6 +1,6 @@
 """CTC Viterbi alignment: the best frame path through a graph of label tokens, optional tokens.
 
-:mod:`surprisal_cc.alignment` builds word and pause graphs on it (relabelling corpora) and
+:mod:`surprisal_cc.realign` builds word and pause graphs on it (relabelling corpora) and
 :mod:`surprisal_cc.timestamps` aligns recognised phones with it (phone times).
 """
 from __future__ import annotations

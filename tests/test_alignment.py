@@ -1,4 +1,5 @@
-"""Tests for surprisal_cc.alignment: CTC alignment with optional silence, and corpus relabelling."""
+"""Tests for surprisal_cc.realign and surprisal_cc.label_eval: CTC alignment with optional silence, corpus
+relabelling, and the new labels scored against MFA's."""
 from __future__ import annotations
 
 import csv
@@ -15,22 +16,19 @@ from data_fixtures import (
     require_dev_clean_2,
     write_mfa_csv,
 )
-from surprisal_cc.alignment import (
-    AlignmentError,
+from surprisal_cc.data import load_mfa_labels, prepare_mini_librispeech
+from surprisal_cc.data.mfa import read_mfa_csv
+from surprisal_cc.label_eval import read_boundary_silences, silence_precision_recall
+from surprisal_cc.realign import (
     RealignedUtterance,
     align_optional_silence,
     align_words,
-    ctc_viterbi_graph,
-    ctc_viterbi_optional,
-    read_boundary_silences,
     realign_utterance,
-    silence_precision_recall,
     silence_statistics,
     write_alignment_csv,
 )
-from surprisal_cc.data import load_mfa_labels, prepare_mini_librispeech
-from surprisal_cc.data.mfa import read_mfa_csv
 from surprisal_cc.recipe import label_encoder_for, phone_set
+from surprisal_cc.viterbi import AlignmentError, ctc_viterbi_graph, ctc_viterbi_optional
 
 BLANK, SIL = 0, 1
 
@@ -465,7 +463,7 @@ def test_realign_script_with_the_shipped_model(tmp_path, monkeypatch):
 
 def test_silent_frames_follow_the_recording_level():
     """The same utterance 20 dB louder (log-mel + log(100)) or with a noise floor has the same pauses."""
-    from surprisal_cc.alignment import silent_frames
+    from surprisal_cc.realign import silent_frames
 
     rng = np.random.default_rng(0)
     speech = rng.normal(2.0, 0.5, size=(40, 8))
@@ -477,6 +475,6 @@ def test_silent_frames_follow_the_recording_level():
 def test_doctests():
     import doctest
 
-    from surprisal_cc import alignment
+    from surprisal_cc import label_eval, realign
 
-    assert doctest.testmod(alignment).failed == 0
+    assert doctest.testmod(realign).failed == 0 and doctest.testmod(label_eval).failed == 0

@@ -91,7 +91,7 @@ def test_textgrids_map_to_the_test_labels_convention(tmp_path):
     raw tiers, reads back as its phonemes_39 column, with the same word-boundary silences. The one
     exception is the export's own: in 6 utterances its phonemes_39 drops the final silence that its
     raw phone tier has (other utterances with as short a final silence keep it)."""
-    from surprisal_cc.alignment import read_boundary_silences
+    from surprisal_cc.label_eval import read_boundary_silences
 
     csv_path = require_dev_clean_2() / "phone_labels" / "dev-clean-2_mfa.csv"
     expected = write_textgrids_from_mfa_csv(csv_path, tmp_path / "tg")

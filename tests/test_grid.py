@@ -13,7 +13,7 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from surprisal_cc import grid, report
+from surprisal_cc import grid, runs
 from surprisal_cc.cli import main
 
 FAKE_RECIPE = '''
@@ -76,9 +76,9 @@ def test_override_value_and_results_files(tmp_path: Path) -> None:
     assert grid.results_files(tmp_path, [0], test_only=True) == [tmp_path / "results_test_only.json"]
     assert grid.results_files(tmp_path, [0, 1.0], test_only=True, tag="_random_at_test") == [
         tmp_path / "results_test_only_random_at_test.json", tmp_path / "results_test_only_random_at_test_bias+1.json"]
-    budget = report.evaluation_tag({"test_flops_fraction": 0.9})  # a test-time FLOPs budget has files of its own
+    budget = runs.evaluation_tag({"test_flops_fraction": 0.9})  # a test-time FLOPs budget has files of its own
     assert grid.results_files(tmp_path, None, test_only=True, tag=budget) == [tmp_path / "results_test_only_budget0.9.json"]
-    assert report.RESULTS_PATTERN.match("results_test_only_random_at_test_budget0.9.json")
+    assert runs.RESULTS_PATTERN.match("results_test_only_random_at_test_budget0.9.json")
 
 
 def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Path,
@@ -330,7 +330,7 @@ def test_shipped_grid_files_set_only_keys_their_recipe_reads(path: Path, monkeyp
     """Each command of a shipped grid, parsed as the recipe parses it, overrides only keys of its hparams
     file (a misspelt key fails here, not hours into a grid)."""
     import speechbrain as sb
-    from surprisal_cc.report import load_yaml_tolerant
+    from surprisal_cc.hparams_files import load_yaml_tolerant
 
     monkeypatch.chdir(REPOSITORY)
     spec = grid.load_grid(str(path))

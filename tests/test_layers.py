@@ -2,9 +2,9 @@
 
 * no import circle between modules;
 * no private name (``_name``) imported from, or read off, another module;
-* the lower layers (data, networks, features, decoding, APC) import neither the upper ones (brain,
-  recipe, inference, alignment, cli) nor the experiment tools (grid, report, plots, analysis), and
-  the inference runtime loads no experiment tool when it is imported.
+* the lower layers (data, networks, features, decoding, APC, run folders, label scores) import neither
+  the upper ones (brain, recipe, inference, realign, cli) nor the experiment tools (grid, report, plots,
+  analysis), and the inference runtime loads no experiment tool when it is imported.
 
 Every module is assigned to one layer below, so a new module has to be placed.
 """
@@ -23,8 +23,8 @@ PACKAGE = "surprisal_cc"
 # by the module's first name below the package (surprisal_cc.data.mfa: data)
 LOWER = {"", "errors", "data", "nnet", "flops", "features", "augment", "controllers", "adaptive", "encoders", "ctc",
          "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files", "precision", "threads", "viterbi",
-         "forward"}
-UPPER = {"brain", "apc_training", "recipe", "inference", "alignment", "cli", "long_audio", "timestamps"}
+         "runs", "label_eval", "forward"}
+UPPER = {"brain", "apc_training", "recipe", "inference", "realign", "cli", "long_audio", "timestamps"}
 TOOLS = {"grid", "report", "plots", "analysis"}
 
 
@@ -178,7 +178,14 @@ def test_lower_layers_import_no_upper_layer_or_tool(graph):
 def test_the_inference_runtime_loads_no_experiment_tool(graph):
     loaded = loaded_at_import(graph, "surprisal_cc.inference") | loaded_at_import(graph, "surprisal_cc.cli")
     assert "surprisal_cc.encoders" in loaded  # the model's modules are there
-    assert sorted(m for m in loaded if layer_of(m) in TOOLS | {"brain", "alignment"}) == []
+    assert sorted(m for m in loaded if layer_of(m) in TOOLS | {"brain", "realign", "label_eval"}) == []
+
+
+def test_training_and_inference_import_no_experiment_tool(graph):
+    """Training and the inference runtime name and read run files through ``runs``, not through a tool
+    (imports inside functions included); only the command line reaches the tools."""
+    modules = [m for m in graph if layer_of(m) in UPPER - {"cli"}]
+    assert sorted((m, other) for m in modules for other in graph[m].modules if layer_of(other) in TOOLS) == []
 
 
 def test_the_checks_find_each_kind_of_problem(tmp_path):

@@ -18,7 +18,7 @@ import torch
 
 from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (a fixture)
 from surprisal_cc.grid import file_sha256
-from surprisal_cc.report import config_of, model_name
+from surprisal_cc.runs import config_of, model_name
 
 pytestmark = pytest.mark.integration
 

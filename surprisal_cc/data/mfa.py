@@ -179,7 +179,7 @@ def read_word_phones(path: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...
     Arguments
     ---------
     path : str or path
-        An MFA export CSV (or one written by :func:`surprisal_cc.alignment.write_alignment_csv`).
+        An MFA export CSV (or one written by :func:`surprisal_cc.realign.write_alignment_csv`).
 
     Returns
     -------
@@ -242,7 +242,7 @@ def boundary_silences(is_word: Sequence[bool], labels: Sequence[str]) -> Tuple[i
 def textgrid_boundary_silences(tiers: Mapping[str, List[Interval]], words: str = "words",
                                phones: str = "phones") -> Tuple[int, set]:
     """:func:`boundary_silences` of an MFA TextGrid, as
-    :func:`surprisal_cc.alignment.read_boundary_silences` reads them from the CSV export.
+    :func:`surprisal_cc.label_eval.read_boundary_silences` reads them from the CSV export.
 
     Example
     -------

@@ -1,13 +1,12 @@
-"""CTC forced alignment with optional silence between words, and relabelling of a corpus with it.
-
-Lexicon labels put ``sil`` only at the two ends of an utterance, while forced-aligner labels
-(MFA) also mark pauses between words, and pick each word's pronunciation among the lexicon's.
-:func:`align_words` finds, with a trained CTC model's log-probabilities, the best CTC path through
-the words' phones where a ``sil`` may be inserted at every word boundary (ends included) and each
-word may take any of its pronunciations, so the training labels get the pauses and the
-pronunciations the audio has. :func:`realign_run` applies it to the manifests of a finished recipe run,
-:func:`realign_corpus` to a LibriSpeech-format folder with an exported model, and
-:func:`write_alignment_csv` writes the labels in the MFA export format that ``labels: mfa`` reads.
+"""Relabelling a corpus with a trained CTC model: the lexicon's phones, with the pauses and the
+pronunciations the audio has. Lexicon labels put ``sil`` only at the two ends of an utterance, while
+forced-aligner labels (MFA) also mark pauses between words and pick each word's pronunciation among
+the lexicon's. :func:`align_words` finds, with a trained CTC model's log-probabilities, the best CTC
+path through the words' phones where a ``sil`` may be inserted at every word boundary (ends included)
+and each word may take any of its pronunciations; :func:`realign_run` applies it to the manifests of a
+finished recipe run, :func:`realign_corpus` to a LibriSpeech-format folder with an exported model, and
+:func:`write_alignment_csv` writes the labels in the MFA export format that ``labels: mfa`` reads
+(:mod:`surprisal_cc.label_eval` scores them against MFA's).
 
 Example
 -------
@@ -21,19 +20,17 @@ Example
 """
 from __future__ import annotations
 
-import ast
 import csv
 import io
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .viterbi import Alignment, AlignmentError, as_numpy, ctc_viterbi_graph, ctc_viterbi_optional  # noqa: F401
+from .viterbi import Alignment, AlignmentError, as_numpy, ctc_viterbi_graph
 
 logger = logging.getLogger(__name__)
 
@@ -705,185 +702,6 @@ def write_alignment_csv(path, utterances: Iterable[RealignedUtterance], samples_
     return Path(path)
 
 
-def find_mfa_reference(wav: Union[str, Path]) -> Optional[Path]:
-    """The MFA export ``phone_labels/<subset>_mfa.csv`` (or TextGrid folder ``phone_labels/<subset>``)
-    next to the corpus of ``wav``, if any.
-
-    Same places as the data preparation looks: beside ``LibriSpeech/`` or inside it.
-
-    Arguments
-    ---------
-    wav : str or path
-        An audio file ``<subset>/<speaker>/<chapter>/<utterance>.flac`` of a LibriSpeech corpus.
-
-    Returns
-    -------
-    pathlib.Path or None
-        The export file, or None when there is none.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     wav = Path(tmp, "LibriSpeech", "dev-clean-2", "84", "121123", "84-121123-0000.flac")
-    ...     before = find_mfa_reference(wav)
-    ...     Path(tmp, "phone_labels").mkdir()
-    ...     _ = Path(tmp, "phone_labels", "dev-clean-2_mfa.csv").write_text("")
-    ...     after = find_mfa_reference(wav).relative_to(tmp).as_posix()
-    >>> before, after
-    (None, 'phone_labels/dev-clean-2_mfa.csv')
-    """
-    subset_dir = Path(os.path.abspath(wav)).parents[2]
-    for base in (subset_dir.parent, subset_dir.parent.parent):
-        candidate = base / "phone_labels" / f"{subset_dir.name}_mfa.csv"
-        if candidate.is_file():
-            return candidate
-        folder = base / "phone_labels" / subset_dir.name  # TextGrids, as mfa-dev's
-        if folder.is_dir():
-            return folder
-    return None
-
-
-def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
-    """``{utterance id: (number of words, boundaries with sil)}`` from an MFA export CSV or a folder
-    of MFA TextGrids (:func:`surprisal_cc.data.mfa.textgrid_boundary_silences`).
-
-    Boundary b lies before word b (0: utterance start, number of words: its end). Pauses between
-    words come from the ``words`` column (``''`` marks a silence); the two ends from the labels
-    themselves (``phonemes_39`` starting or ending with ``sil``), as the export's ``words`` column
-    has a final ``''`` even where its labels end without ``sil``.
-
-    Arguments
-    ---------
-    path : str or path
-        An MFA export CSV (or one written by :func:`write_alignment_csv`).
-
-    Returns
-    -------
-    dict of str to (int, set of int)
-        Per utterance id (the audio file's name without extension), the number of words and the
-        boundaries with ``sil``.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> import numpy as np
-    >>> from pathlib import Path
-    >>> utt = RealignedUtterance("u1", "u1.flac", ["a", "be"], [1, 1], ["sil", "AH", "sil", "B"], [0, 1],
-    ...                          np.array([[0, 1], [1, 2], [2, 4], [4, 6]]), 6)
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     silences = read_boundary_silences(write_alignment_csv(Path(tmp) / "ali.csv", [utt]))
-    >>> silences
-    {'u1': (2, {0, 1})}
-    """
-    from .data.mfa import boundary_silences, parse_textgrid, textgrid_boundary_silences
-
-    if Path(path).is_dir():
-        return {tg.stem: textgrid_boundary_silences(parse_textgrid(tg.read_text(encoding="utf-8")))
-                for tg in sorted(Path(path).rglob("*.TextGrid"))}
-    with open(path, newline="", encoding="utf-8") as f:
-        return {Path(row["path"]).name.split(".")[0]:
-                boundary_silences([bool(item) for item in ast.literal_eval(row["words"])], row["phonemes_39"].split())
-                for row in csv.DictReader(f)}
-
-
-def pronunciation_agreement(hyp: Mapping[str, Sequence[Tuple[str, Sequence[str]]]],
-                            ref: Mapping[str, Sequence[Tuple[str, Sequence[str]]]],
-                            pronunciations: Callable[[str], Sequence[Sequence[str]]]) -> Dict[str, float]:
-    """How often the pronunciations of words with several agree with a reference's (MFA's).
-
-    Counted over the words that have more than one pronunciation, in the utterances whose word
-    sequences are the same on both sides (:func:`surprisal_cc.data.mfa.read_word_phones`).
-
-    Arguments
-    ---------
-    hyp, ref : mapping of str to sequence of (word, phones)
-        Per utterance, each word with its phones.
-    pronunciations : callable
-        A word's pronunciations, the lexicon's own first (e.g. ``Lexicon.pronunciations``).
-
-    Returns
-    -------
-    dict
-        ``words`` (count), ``reference_other`` (fraction whose reference phones are not the first
-        pronunciation), ``agreement_first`` (fraction where the first pronunciation is the
-        reference's), ``agreement`` (fraction where ``hyp``'s phones are the reference's) and
-        ``utterances`` (compared).
-
-    Example
-    -------
-    >>> prons = {"the": [["DH", "AH"], ["DH", "IY"]], "cat": [["K", "AE", "T"]]}.get
-    >>> ref = {"u": [("the", ("DH", "IY")), ("cat", ("K", "AE", "T")), ("the", ("DH", "AH"))]}
-    >>> hyp = {"u": [("the", ("DH", "IY")), ("cat", ("K", "AE", "T")), ("the", ("DH", "IY"))]}
-    >>> stats = pronunciation_agreement(hyp, ref, prons)
-    >>> stats["words"], stats["reference_other"], stats["agreement_first"], stats["agreement"]
-    (2, 0.5, 0.5, 0.5)
-    """
-    counts = {"words": 0, "reference_other": 0, "agreement_first": 0, "agreement": 0, "utterances": 0}
-    for utt in sorted(set(hyp) & set(ref)):
-        if [w for w, _ in hyp[utt]] != [w for w, _ in ref[utt]]:
-            continue
-        counts["utterances"] += 1
-        for (word, hyp_phones), (_, ref_phones) in zip(hyp[utt], ref[utt]):
-            prons = [tuple(p) for p in pronunciations(word) or []]
-            if len(prons) < 2:
-                continue
-            counts["words"] += 1
-            counts["reference_other"] += tuple(ref_phones) != prons[0]
-            counts["agreement_first"] += tuple(ref_phones) == prons[0]
-            counts["agreement"] += tuple(ref_phones) == tuple(hyp_phones)
-    n = max(counts["words"], 1)
-    return {key: (value / n if key not in ("words", "utterances") else value) for key, value in counts.items()}
-
-
-def silence_precision_recall(hyp: Mapping[str, Tuple[int, Set[int]]], ref: Mapping[str, Tuple[int, Set[int]]],
-                             interior_only: bool = True) -> Dict[str, float]:
-    """Precision and recall of the word boundaries given ``sil`` in ``hyp`` against ``ref``.
-
-    Both map utterance ids to ``(number of words, boundaries with sil)`` (see
-    :func:`read_boundary_silences`); utterances in both with the same number of words are scored,
-    over the interior boundaries only (``interior_only``) or the two ends too.
-
-    Arguments
-    ---------
-    hyp : mapping of str to (int, set of int)
-        Hypothesised silences per utterance.
-    ref : mapping of str to (int, set of int)
-        Reference silences per utterance.
-    interior_only : bool
-        Score only the boundaries between words (True) or the two ends too.
-
-    Returns
-    -------
-    dict
-        ``precision``, ``recall`` and ``f1`` (nan when undefined), the counts
-        ``true_positives``, ``false_positives``, ``false_negatives``, ``boundaries`` (scored),
-        ``utterances`` (scored) and ``unmatched_utterances`` (hyp utterances not scored).
-
-    Example
-    -------
-    >>> scores = silence_precision_recall({"u": (3, {0, 1, 3})}, {"u": (3, {2, 1})})
-    >>> scores["precision"], scores["recall"], scores["boundaries"]
-    (1.0, 0.5, 2)
-    """
-    tp = fp = fn = boundaries = scored = unmatched = 0
-    for utt, (n_words, hyp_sil) in hyp.items():
-        if utt not in ref or ref[utt][0] != n_words:
-            unmatched += 1
-            continue
-        keep = set(range(1, n_words)) if interior_only else set(range(n_words + 1))
-        h, r = hyp_sil & keep, ref[utt][1] & keep
-        tp, fp, fn = tp + len(h & r), fp + len(h - r), fn + len(r - h)
-        boundaries += len(keep)
-        scored += 1
-    precision = tp / (tp + fp) if tp + fp else float("nan")
-    recall = tp / (tp + fn) if tp + fn else float("nan")
-    f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else float("nan")
-    return {"precision": precision, "recall": recall, "f1": f1, "true_positives": tp, "false_positives": fp,
-            "false_negatives": fn, "boundaries": boundaries, "utterances": scored, "unmatched_utterances": unmatched}
-
-
 def silence_statistics(utterances: Sequence[RealignedUtterance]) -> Dict[str, float]:
     """How many ``sil`` the realignment inserted: per utterance, per word boundary, at the ends.
 
@@ -924,34 +742,3 @@ def silence_statistics(utterances: Sequence[RealignedUtterance]) -> Dict[str, fl
         "fallbacks": sum(u.fallback for u in utterances),
         "frames": sum(u.num_frames for u in utterances),
     }
-
-
-def label_error_rate(hyp: Mapping[str, Sequence[str]], ref: Mapping[str, Sequence[str]]) -> float:
-    """Corpus PER (%) of label sequences ``hyp`` against ``ref`` over their common utterances.
-
-    Repeated ``sil`` are merged on both sides, as in the recipes' PER.
-
-    Arguments
-    ---------
-    hyp : mapping of str to sequence of str
-        Hypothesised labels per utterance id.
-    ref : mapping of str to sequence of str
-        Reference labels per utterance id.
-
-    Returns
-    -------
-    float
-        (S + D + I) / N in percent.
-
-    Example
-    -------
-    >>> label_error_rate({"u": ["sil", "AH", "B", "sil", "sil"]}, {"u": ["sil", "AH", "D", "sil"]})
-    25.0
-    """
-    from speechbrain.utils.edit_distance import wer_details_for_batch, wer_summary
-
-    from .data.phones import merge_repeated
-
-    ids = sorted(set(hyp) & set(ref))
-    details = wer_details_for_batch(ids, [merge_repeated(ref[u]) for u in ids], [merge_repeated(hyp[u]) for u in ids])
-    return float(wer_summary(details)["WER"])

@@ -3,7 +3,7 @@
 * no import circle between modules;
 * no private name (``_name``) imported from, or read off, another module;
 * the lower layers (data, networks, features, decoding, APC) import neither the upper ones (brain,
-  recipe, inference, alignment, cli) nor the experiment tools (grid, report, plots, analysis), and
+  recipe, inference, export, alignment, cli) nor the experiment tools (grid, report, plots, analysis), and
   the inference runtime loads no experiment tool when it is imported.
 
 Every module is assigned to one layer below, so a new module has to be placed.
@@ -22,8 +22,10 @@ from data_fixtures import REPO
 PACKAGE = "surprisal_cc"
 # by the module's first name below the package (surprisal_cc.data.mfa: data)
 LOWER = {"", "errors", "data", "nnet", "flops", "features", "augment", "controllers", "adaptive", "encoders", "ctc",
-         "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files", "precision", "threads", "viterbi"}
-UPPER = {"brain", "apc_training", "recipe", "inference", "alignment", "cli", "long_audio", "timestamps"}
+         "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files", "precision", "threads", "viterbi",
+         "model_folder"}
+UPPER = {"brain", "apc_training", "recipe", "inference", "corpora", "export", "alignment", "cli", "long_audio",
+         "timestamps"}
 TOOLS = {"grid", "report", "plots", "analysis"}
 
 

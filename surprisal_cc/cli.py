@@ -62,7 +62,7 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     from .apc import APCModel
     from .brain import static_flop_rows
     from .flops import module_macs
-    from .inference import inert_overrides
+    from .hparams_files import inert_overrides
     from .recipe import ConfigurationError, load_hparams
 
     given = dict(_split_override(o) for o in overrides)
@@ -206,7 +206,7 @@ def _run_forwarding_output(command: Sequence[str], cwd: Path) -> int:
 # export, transcribe, evaluate
 # ----------------------------------------------------------------------------------------------
 def cmd_export(args, unknown: List[str]) -> int:
-    from .inference import export_run
+    from .export import export_run
 
     out = export_run(args.run_dir, args.out_dir, dtype=args.dtype, apc_path=args.apc, average=args.average)
     config = json.loads((out / "model.json").read_text(encoding="utf-8"))
@@ -276,9 +276,9 @@ def _long_progress(path: Path):
 
 
 def cmd_transcribe(args, unknown: List[str]) -> int:
-    from .data.errors import DataPreparationError
+    from .data.errors import BadAudioError, DataPreparationError
     from .errors import ConfigurationError
-    from .inference import BadAudioError, check_audio_many, iter_audio_paths, warn_converted
+    from .inference import check_audio_many, iter_audio_paths, warn_converted
     from .long_audio import PROGRESS_AFTER_S
 
     fmt = "json" if args.json else args.format
@@ -512,7 +512,7 @@ def _one_line_warnings():
 
 
 def _print_error(err: BaseException) -> None:
-    from .inference import BadAudioError
+    from .data.errors import BadAudioError
 
     if isinstance(err, BadAudioError):
         lines = [*err.problems, *([err.hint] if err.hint else [])]

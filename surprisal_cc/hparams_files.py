@@ -153,6 +153,50 @@ def load_yaml_tolerant(path: PathLike) -> Dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
+    """Overrides (key -> YAML value) that keep loading an hparams file free of side effects.
+
+    No checkpoint folders are created (``checkpointer`` and ``apc_checkpointer`` become null), and
+    top-level ``!PLACEHOLDER`` values get a dummy (building the modules needs no data).
+
+    Arguments
+    ---------
+    hparams_file : str or path
+        An hparams file; a missing file gives no overrides.
+
+    Returns
+    -------
+    dict of str to str
+        Key -> YAML value.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     hparams = Path(tmp) / "hparams.yaml"
+    ...     _ = hparams.write_text("data_folder: !PLACEHOLDER\\nlr: 0.1\\n"
+    ...                            "checkpointer: !new:speechbrain.utils.checkpoints.Checkpointer\\n"
+    ...                            "    checkpoints_dir: save\\n")
+    ...     overrides = inert_overrides(hparams)
+    >>> overrides
+    {'checkpointer': 'null', 'data_folder': 'placeholder'}
+    """
+    import re
+
+    path = Path(hparams_file)
+    if not path.is_file():
+        return {}
+    keys = load_yaml_tolerant(path)
+    overrides = {key: "null" for key in ("checkpointer", "apc_checkpointer") if key in keys}
+    try:
+        text = expand_hparams(path)
+    except ValueError:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    overrides.update({key: "placeholder" for key in re.findall(r"^(\w+):[ \t]*!PLACEHOLDER", text, flags=re.M)})
+    return overrides
+
+
 def ruamel_errors():
     """The exception class of ruamel.yaml's parse errors."""
     return ruamel.yaml.YAMLError

@@ -1,18 +1,9 @@
-"""Use a trained model: export a recipe run, load it, transcribe audio, evaluate a corpus.
+"""Use a trained model: load a model folder (:mod:`surprisal_cc.model_folder`), transcribe audio,
+evaluate a corpus (:mod:`surprisal_cc.corpora`).
 
-An exported model folder holds
-
-==============  ==============================================================================
-``model.json``  format version, encoder arguments, features, labels, decoding, provenance
-``encoder.pt``  encoder state dict (the calibrated controller included)
-``apc.pt``      the frozen APC model (absent when the model runs without APC)
-``README.md``   model card
-==============  ==============================================================================
-
-Every tensor file loads with ``torch.load(weights_only=True)``: no pickled code. Decoding is the
-recipes' test decoding (CTC prefix beam search, the run's beam width), scoring is theirs too
-(corpus-level PER, repeated ``sil`` merged), and FLOPs are counted from what ran, as the Brain
-counts them.
+Decoding is the recipes' test decoding (CTC prefix beam search, the run's beam width), scoring is
+theirs too (corpus-level PER, repeated ``sil`` merged), and FLOPs are counted from what ran, as the
+Brain counts them. A recipe run becomes a model folder with :func:`surprisal_cc.export.export_run`.
 
 Example
 -------
@@ -28,81 +19,39 @@ Example
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
-import json
 import os
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from .apc import APCModel, FrozenAPC, load_apc
-from .data.errors import DataPreparationError, DataPreparationWarning
+from .apc import APCModel, FrozenAPC
+from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
 from .decoding import CTCBeamSearch
 from .encoders import build_encoder
-from .hparams_files import expand_hparams
+from .forward import encode
 from .nnet import Encoder, EncoderOutput
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import lengths_to_mask
 from .flops import MacMeter, module_macs
 from .errors import ConfigurationError
+from .model_folder import (FORMAT_VERSION, WEIGHT_DTYPES, ModelFormatError, default_model_dir, load_model_folder,
+                           write_model_folder)
 from .precision import native_bf16
 from .threads import DEFAULT_DECODING_THREADS, check_threads, decoding_threads
 
 PathLike = Union[str, os.PathLike]
-FORMAT_VERSION = 1
-MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc.pt", "README.md"
-WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 MAX_LISTED = 20
 AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 
 ROUTINGS = ("deterministic", "sampled")
 
-__all__ = ["ConditionalASR", "Transcription", "ModelFormatError", "BadAudioError", "export_run", "average_float_state_dicts",
-           "default_model_dir", "FORMAT_VERSION", "ROUTINGS"]
-
-
-class ModelFormatError(ValueError):
-    """A model folder that is missing, incomplete, damaged or of another format version."""
-
-
-class BadAudioError(DataPreparationError):
-    """Audio files that cannot be used; ``problems`` holds one ``"path: reason"`` line per file.
-
-    Arguments
-    ---------
-    problems : sequence of str
-        One ``"path: reason"`` line per unusable file.
-    total : int
-        Number of files checked.
-    hint : str
-        What to do about it, appended to the message.
-    """
-
-    def __init__(self, problems: Sequence[str], total: int, hint: str = ""):
-        self.problems, self.total, self.hint = list(problems), total, hint
-        super().__init__("\n".join([*self.problems, *([hint] if hint else [])]))
-
-
-class BadLabelsError(BadAudioError):
-    """Utterances without usable labels (no transcript line, an empty one, no MFA labels);
-    ``problems`` holds one ``"path: reason"`` line per utterance."""
-
-
-def default_model_dir() -> Path:
-    """The shipped model, ``surprisal_cc/pretrained`` (package data): where ``--model`` points when it is not given.
-
-    Example
-    -------
-    >>> default_model_dir().parent.name, default_model_dir().name
-    ('surprisal_cc', 'pretrained')
-    """
-    return Path(__file__).resolve().parent / "pretrained"
+__all__ = ["ConditionalASR", "Transcription", "ModelFormatError", "BadAudioError", "default_model_dir",
+           "FORMAT_VERSION", "ROUTINGS"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,7 +243,7 @@ class ConditionalASR:
     Arguments
     ---------
     config : dict
-        The ``model.json`` content (see :func:`export_run`).
+        The ``model.json`` content (see :func:`~surprisal_cc.export.export_run`).
     encoder : Encoder
         The encoder with its weights (the controller's calibration included).
     apc : APCModel, optional
@@ -366,7 +315,7 @@ class ConditionalASR:
         Arguments
         ---------
         source : str or path, optional
-            An exported model folder (see :func:`export_run`); None: :func:`default_model_dir`.
+            An exported model folder (see :func:`~surprisal_cc.export.export_run`); None: :func:`default_model_dir`.
         device : str or torch.device
             ``"cpu"`` or ``"cuda"``/``"cuda:N"``.
         precision : str
@@ -638,14 +587,10 @@ class ConditionalASR:
             raise DataPreparationError(
                 f"utterance(s) {short} of the batch are shorter than one {self.feature_config.frame_length_ms:g} ms "
                 "frame: nothing to recognise")
-        surprisal, feats = None, fbank
         with self._autocast():
-            if self.uses_apc:
-                apc_out = self.apc(fbank, frames)
-                surprisal = apc_out.surprisal.float()
-                feats = apc_out.features if self.use_apc_features else fbank
-            out = self.encoder(feats, frames, surprisal if self.needs_surprisal else None)
-        return out, fbank, frames, surprisal
+            step = encode(self.encoder, fbank, frames, apc=self.apc, use_apc_features=self.use_apc_features)
+        surprisal = step.surprisal.float() if step.surprisal is not None else None
+        return step.output, fbank, frames, surprisal
 
     @property
     def frame_shift_s(self) -> float:
@@ -858,7 +803,7 @@ class ConditionalASR:
         any_pronunciation : bool
             Also score each hypothesis against the reference as the words would read with any
             of their CMUdict pronunciations (or, with MFA labels, the labelled one), the one
-            fewest edits away (:func:`pronunciation_references`): how much of the PER is the
+            fewest edits away (:func:`~surprisal_cc.corpora.pronunciation_references`): how much of the PER is the
             choice of pronunciations. LibriSpeech folders and manifests with a ``wrd`` column.
         flops_fraction : float, optional
             Decode at the bias shift that spends this fraction of the big-only MACs per frame over
@@ -894,6 +839,7 @@ class ConditionalASR:
             When the corpus, its labels or its audio cannot be used.
         """
         from .brain import RoutingStats
+        from .corpora import corpus_items, pronunciation_references
         from .data.audio import read_audio
         from .metrics import ErrorRate, closest_path
 
@@ -1138,784 +1084,6 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = 16000) -> None:
     if len(notes) > MAX_LISTED:
         warnings.warn(f"... and {len(notes) - MAX_LISTED} more resampled or downmixed files",
                       DataPreparationWarning, stacklevel=3)
-
-
-# ----------------------------------------------------------------------------------------------
-# Corpora
-# ----------------------------------------------------------------------------------------------
-Item = Tuple[str, str, List[str]]  # utterance id, audio path, reference phones
-
-
-def corpus_items(data: PathLike, asr: ConditionalASR, mfa_labels: Optional[PathLike] = None,
-                 g2p: Optional[str] = None, timit_split: str = "test",
-                 problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
-    """(utterance id, audio path, reference phones) of a corpus, and where the labels came from.
-
-    Arguments
-    ---------
-    data : str or path
-        A LibriSpeech-format folder, a TIMIT folder or a manifest CSV (see
-        :meth:`ConditionalASR.evaluate`).
-    asr : ConditionalASR
-        The model: its label set and its training label policy.
-    mfa_labels : str or path, optional
-        MFA export CSV with the labels of a LibriSpeech-format folder.
-    g2p : str, optional
-        G2P policy for out-of-vocabulary words (default: the model's).
-    timit_split : str
-        ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
-    problems : list, optional
-        Given a list, utterances of a LibriSpeech-format folder without a usable transcript or
-        MFA labels are left out, with one ``"file: problem"`` line each appended to it, instead
-        of failing.
-
-    Returns
-    -------
-    items : list of (str, str, list of str)
-        Utterance id, audio path and reference phones of each utterance.
-    source : str
-        Where the labels came from, in words.
-
-    Raises
-    ------
-    DataPreparationError
-        When the corpus cannot be read or its labels are not the model's label set.
-    """
-    path = Path(data)
-    if not path.exists():
-        raise DataPreparationError(f"{path}: no such file or folder")
-    if path.is_file():
-        if path.suffix.lower() != ".csv":
-            raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder "
-                                       "or a manifest CSV (ID, wav, phn columns)")
-        items, source = _manifest_items(path, asr, g2p)
-    elif _is_timit(path):
-        items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
-    else:
-        items, source = _librispeech_items(path, asr, mfa_labels, g2p, problems)
-    allowed = [label for i, label in enumerate(asr.labels) if i != asr.beam_search.blank]
-    from .data.phones import validate_phones
-
-    unknown = sorted({p for _, _, ref in items for p in ref} - set(allowed))
-    if unknown:
-        bad = next(u for u, _, ref in items if set(ref) & set(unknown))
-        try:
-            validate_phones(unknown, allowed, f"utterance {bad}")
-        except DataPreparationError as err:
-            raise DataPreparationError(f"{data}: the labels ({source}) are not the model's label set: {err}") from None
-    return items, source
-
-
-def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: Optional[PathLike] = None,
-                             g2p: str = "spn") -> Dict[str, Optional[Tuple[List[str], List[List[int]]]]]:
-    """Per utterance of ``items`` (:func:`corpus_items`), its reference as a token graph in which
-    each word may take any of its CMUdict pronunciations (and, with MFA labels, the one it was
-    labelled with), each ``sil`` staying where it is; None where the labels are not the words' phones.
-
-    Arguments
-    ---------
-    data : str or path
-        The corpus of ``items``: a LibriSpeech-format folder or a manifest CSV with a ``wrd`` column.
-    items : sequence of (str, str, list of str)
-        Utterance id, audio path and reference phones.
-    mfa_labels : str or path, optional
-        The MFA labels (CSV export or TextGrid folder) the references came from: their words'
-        phones are read from them.
-    g2p : str
-        OOV policy of the lexicon.
-
-    Returns
-    -------
-    dict
-        Utterance id -> (tokens, predecessor lists) as for :func:`surprisal_cc.ctc.pronunciation_graph`, or None.
-
-    Raises
-    ------
-    ConfigurationError
-        For a TIMIT folder (hand-labelled phones, not words' pronunciations) or a manifest without words.
-    """
-    from .ctc import lexicon_pronunciations, pronunciation_graph, spoken_pronunciation_graph
-    from .data.librispeech import scan_subset
-    from .data.mfa import load_mfa_word_phones
-
-    path = Path(data)
-    if path.is_file():
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = {row["ID"]: row for row in csv.DictReader(f)}
-        if any("wrd" not in row for row in rows.values()):
-            raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
-        words = {utt: rows[utt]["wrd"].split() for utt, _, _ in items}
-    elif _is_timit(path):
-        raise ConfigurationError(f"{path}: TIMIT's labels are hand-labelled phones, not words' pronunciations: "
-                                 "scoring against any pronunciation is for LibriSpeech folders and manifests")
-    else:
-        words = {u.id: list(u.words) for u in scan_subset(path)}
-    pronounce = lexicon_pronunciations(g2p, (w for ws in words.values() for w in ws))
-    if mfa_labels is not None and not path.is_file():
-        spoken = load_mfa_word_phones(mfa_labels)
-        return {utt: spoken_pronunciation_graph(ref, spoken[utt], pronounce) if utt in spoken else None
-                for utt, _, ref in items}
-    return {utt: pronunciation_graph(ref, words[utt], pronounce) for utt, _, ref in items}
-
-
-def _is_timit(path: Path) -> bool:
-    """Whether ``path`` (or ``path/TIMIT``) has a TRAIN or TEST folder, in any letter case."""
-    from .data.timit import find_child
-
-    return any(find_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
-
-
-def _manifest_items(path: Path, asr: ConditionalASR, g2p: Optional[str]) -> Tuple[List[Item], str]:
-    """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
-    labelled by the lexicon as the model's training labels were), and the label source
-    (:func:`_manifest_wav` resolves the ``wav`` paths)."""
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        columns = set(reader.fieldnames or [])
-        label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
-        missing = {"ID", "wav"} - columns
-        if missing or label is None:
-            raise DataPreparationError(f"{path}: manifest lacks the column(s) {sorted(missing | {'phn'})} "
-                                       "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
-                                       "LibriSpeech recipes write)")
-        rows = list(reader)
-    if not rows:
-        raise DataPreparationError(f"{path}: the manifest has no rows")
-    empty = [r["ID"] for r in rows if not (r[label] or "").split()]
-    if empty:
-        raise DataPreparationError(f"{path}: empty {label} for utterance(s) {', '.join(empty[:MAX_LISTED])}")
-    wavs = [_manifest_wav(path, r["wav"]) for r in rows]
-    if label == "phn":
-        return [(r["ID"], wav, r["phn"].split()) for r, wav in zip(rows, wavs)], f"manifest {path}"
-    lexicon, g2p, boundary = _lexicon(asr, g2p)
-    words = [r["wrd"].upper().split() for r in rows]
-    lexicon.prefetch(w for ws in words for w in ws)
-    items = [(r["ID"], wav, lexicon.words_to_phones(ws, boundary, r["ID"])) for r, wav, ws in zip(rows, wavs, words)]
-    lexicon.warn_oov_summary()
-    return items, f"manifest {path}, wrd by the lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
-
-
-def _manifest_wav(manifest: Path, wav: str) -> str:
-    """A manifest's ``wav``: relative paths are relative to the CSV's folder (or, where nothing is
-    there but the file is, to the current folder, as recipes run from the repository write them)."""
-    path = Path(wav)
-    if path.is_absolute():
-        return wav
-    beside = manifest.parent / path
-    return str(path if not beside.exists() and path.exists() else beside)
-
-
-def _lexicon(asr: ConditionalASR, g2p: Optional[str]):
-    """(lexicon, g2p policy, boundary silence) of the model's training label policy (``g2p`` overrides)."""
-    from .data.lexicon import Lexicon
-
-    policy = asr.config.get("label_policy", {})
-    g2p = g2p or policy.get("g2p") or "spn"
-    try:
-        return Lexicon(g2p=g2p), g2p, bool(policy.get("add_boundary_silence", True))
-    except ValueError as err:
-        raise ConfigurationError(str(err)) from None
-
-
-def _timit_items(path: Path, split: str) -> List[Item]:
-    """Items of one TIMIT split, labels folded to 39 phones, sorted by utterance id."""
-    from .data.phones import fold_timit
-    from .data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS, find_sibling, read_phn, scan_timit
-
-    if split not in ("test", "valid", "train"):
-        raise ConfigurationError(f"timit_split must be test, valid or train, got {split!r}")
-
-    def split_of(u) -> Optional[str]:
-        if u.part == "train":
-            return "train"
-        return "valid" if u.spk_id in TIMIT_DEV_SPEAKERS else "test" if u.spk_id in TIMIT_CORE_TEST_SPEAKERS else None
-
-    items, problems = [], []
-    for u in scan_timit(path):
-        if split_of(u) != split:
-            continue
-        phn = find_sibling(u.wav, ".phn")
-        if phn is None:
-            problems.append(f"{u.wav}: no .PHN file")
-            continue
-        items.append((u.id, str(u.wav), fold_timit(read_phn(phn), where=f"{phn} (utterance {u.id})")))
-    if problems:
-        raise DataPreparationError(f"{len(problems)} TIMIT label problem(s): " + "; ".join(problems[:MAX_LISTED]))
-    if not items:
-        raise DataPreparationError(f"{path}: no utterance of the TIMIT {split} split")
-    return sorted(items)
-
-
-def _librispeech_items(path: Path, asr: ConditionalASR, mfa_labels: Optional[PathLike],
-                       g2p: Optional[str], problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
-    """Items of a LibriSpeech-format folder with MFA or lexicon labels, and the label source
-    (``problems``: see :func:`corpus_items`)."""
-    from .data.librispeech import scan_subset
-    from .data.mfa import load_mfa_labels
-
-    found: List[str] = []
-    utts = sorted(scan_subset(path, problems=found), key=lambda u: u.id)
-    labels = load_mfa_labels(mfa_labels) if mfa_labels is not None else None
-    if labels is not None:
-        found += [f"{u.wav}: no labels for {u.id} in {mfa_labels}" for u in utts if u.id not in labels]
-        utts = [u for u in utts if u.id in labels]
-    if found and problems is None:
-        total = len(utts) + len(found)
-        hint = "leave out --mfa-labels to use lexicon labels, or " if labels is not None else ""
-        raise BadLabelsError(found[:MAX_LISTED] + ([f"... and {len(found) - MAX_LISTED} more"]
-                                                   if len(found) > MAX_LISTED else []), total,
-                             f"{len(found)} of {total} utterances have no usable labels; {hint}"
-                             "pass --skip-bad (skip_bad=True) to score the others")
-    if problems is not None:
-        problems.extend(found)
-    if labels is not None:
-        return [(u.id, str(u.wav), list(labels[u.id])) for u in utts], f"MFA {mfa_labels}"
-    lexicon, g2p, boundary = _lexicon(asr, g2p)
-    lexicon.prefetch(w for u in utts for w in u.words)
-    items = [(u.id, str(u.wav), lexicon.words_to_phones(u.words, boundary, u.id)) for u in utts]
-    lexicon.warn_oov_summary()
-    return items, f"lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
-
-
-# ----------------------------------------------------------------------------------------------
-# Model folders
-# ----------------------------------------------------------------------------------------------
-def _export_hint(folder: Path) -> str:
-    """How to get a model folder at ``folder``, for error messages."""
-    return (f"pass --model DIR (from_pretrained(DIR)) with an exported model, or export a finished recipe run: "
-            f"surprisal-cc export RUN_DIR {folder}")
-
-
-def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[APCModel]]:
-    """(config, encoder with weights, APC model or None) of an exported model folder.
-
-    Arguments
-    ---------
-    folder : pathlib.Path
-        A model folder, as :func:`write_model_folder` writes it.
-
-    Returns
-    -------
-    config : dict
-        The content of ``model.json``.
-    encoder : Encoder
-        The encoder with its weights.
-    apc : APCModel or None
-        The APC model, when the model uses one.
-
-    Raises
-    ------
-    ModelFormatError
-        When the folder is missing, incomplete, damaged or of another format version.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     try:
-    ...         load_model_folder(Path(tmp))
-    ...     except ModelFormatError as err:
-    ...         print("no model.json" in str(err))
-    True
-    """
-    if not folder.is_dir():
-        raise ModelFormatError(f"{folder}: no model folder there; {_export_hint(folder)}")
-    config_path = folder / MODEL_FILE
-    if not config_path.is_file():
-        raise ModelFormatError(f"{folder}: not a model folder (no {MODEL_FILE}); {_export_hint(folder)}")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ModelFormatError(f"{config_path}: unreadable ({err})") from None
-    version = config.get("format_version") if isinstance(config, dict) else None
-    if isinstance(version, int) and version > FORMAT_VERSION:
-        import surprisal_cc
-
-        raise ModelFormatError(f"{config_path}: model format version {version} is newer than this surprisal_cc "
-                               f"{surprisal_cc.__version__} reads (version {FORMAT_VERSION}): upgrade surprisal_cc "
-                               "to load it")
-    if version != FORMAT_VERSION:
-        raise ModelFormatError(f"{config_path}: model format version {version}, but this surprisal_cc reads "
-                               f"version {FORMAT_VERSION}: export the run again with this version "
-                               "(surprisal-cc export RUN_DIR OUT_DIR)")
-    try:
-        encoder = build_encoder(**config["encoder"])
-        for key in ("labels", "features", "input_features"):
-            config[key]
-    except (KeyError, TypeError, ValueError) as err:
-        raise ModelFormatError(f"{config_path}: incomplete or invalid model description ({err})") from None
-    state = _load_tensors(folder / ENCODER_FILE)
-    try:
-        encoder.load_state_dict(state)
-    except RuntimeError as err:
-        raise ModelFormatError(f"{folder / ENCODER_FILE}: weights do not fit {MODEL_FILE} "
-                               f"({str(err).splitlines()[0]})") from None
-    apc = None
-    if config.get("uses_apc", True) and (config["input_features"] == "apc" or encoder.needs_surprisal(False)):
-        apc_path = folder / APC_FILE
-        if not apc_path.is_file():
-            raise ModelFormatError(f"{apc_path}: missing (this model needs its APC model)")
-        try:
-            apc = load_apc(apc_path)
-        except (ValueError, RuntimeError, OSError) as err:
-            raise ModelFormatError(f"{apc_path}: {str(err).splitlines()[0]}") from None
-    return config, encoder, apc
-
-
-def _load_tensors(path: Path) -> Dict[str, Tensor]:
-    """State dict of a tensor file (``weights_only=True``); :class:`ModelFormatError` if unusable."""
-    if not path.is_file():
-        raise ModelFormatError(f"{path}: missing")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for damaged or unsafe files
-        raise ModelFormatError(f"{path}: cannot be loaded ({type(err).__name__}: "
-                               f"{str(err).splitlines()[0] if str(err) else ''})") from None
-    if not isinstance(state, dict):
-        raise ModelFormatError(f"{path}: not a state dict")
-    return state
-
-
-def _cast(state: Dict[str, Tensor], dtype: torch.dtype) -> Dict[str, Tensor]:
-    """Weight matrices (2-D and up) to ``dtype``; scalars, vectors and integer buffers unchanged.
-
-    Every tensor is copied to the CPU into its own storage: a view (e.g. of the flat weight buffer
-    cuDNN keeps for a GRU on a GPU) would otherwise save the whole buffer it belongs to.
-    """
-    return {k: (v.to(dtype) if v.is_floating_point() and v.ndim >= 2 else v).detach().cpu().clone()
-            for k, v in state.items()}
-
-
-def _atomic_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file beside ``path``, then rename it to ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-# ----------------------------------------------------------------------------------------------
-# Export
-# ----------------------------------------------------------------------------------------------
-def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
-    """Overrides (key -> YAML value) that keep loading an hparams file free of side effects.
-
-    No checkpoint folders are created (``checkpointer`` and ``apc_checkpointer`` become null), and
-    top-level ``!PLACEHOLDER`` values get a dummy (building the modules needs no data).
-
-    Arguments
-    ---------
-    hparams_file : str or path
-        An hparams file; a missing file gives no overrides.
-
-    Returns
-    -------
-    dict of str to str
-        Key -> YAML value.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     hparams = Path(tmp) / "hparams.yaml"
-    ...     _ = hparams.write_text("data_folder: !PLACEHOLDER\\nlr: 0.1\\n"
-    ...                            "checkpointer: !new:speechbrain.utils.checkpoints.Checkpointer\\n"
-    ...                            "    checkpoints_dir: save\\n")
-    ...     overrides = inert_overrides(hparams)
-    >>> overrides
-    {'checkpointer': 'null', 'data_folder': 'placeholder'}
-    """
-    import re
-
-    from .hparams_files import load_yaml_tolerant
-
-    path = Path(hparams_file)
-    if not path.is_file():
-        return {}
-    keys = load_yaml_tolerant(path)
-    overrides = {key: "null" for key in ("checkpointer", "apc_checkpointer") if key in keys}
-    try:
-        text = expand_hparams(path)
-    except ValueError:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    overrides.update({key: "placeholder" for key in re.findall(r"^(\w+):[ \t]*!PLACEHOLDER", text, flags=re.M)})
-    return overrides
-
-
-def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
-    """Top-level mapping of an hparams file with ``!ref`` resolved and no tag run (tagged nodes as plain data)."""
-    import yaml
-    from hyperpyyaml import resolve_references
-
-    from .hparams_files import TolerantLoader
-
-    try:
-        text = resolve_references(io.StringIO(expand_hparams(hparams_file)), overrides).getvalue()
-        data = yaml.load(text, Loader=TolerantLoader)
-    except (ValueError, KeyError, yaml.YAMLError) as err:
-        raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
-    return data if isinstance(data, dict) else {}
-
-
-def _run_file(run: Path, *names: str, what: str) -> Path:
-    """The first of ``names`` that is a file in ``run``; else :class:`ConfigurationError` (``what``)."""
-    for name in names:
-        if (run / name).is_file():
-            return run / name
-    raise ConfigurationError(f"{run}: no {' or '.join(names)} ({what})")
-
-
-def _locate_apc(hparams: Dict[str, Any], run: Path, explicit: Optional[PathLike]) -> Path:
-    """The run's APC model file: ``explicit``, else the hparams' ``apc_path`` or its default place."""
-    if explicit is not None:
-        if not Path(explicit).is_file():
-            raise ConfigurationError(f"--apc {explicit}: no such file")
-        return Path(explicit)
-    configured = hparams.get("apc_path") or hparams.get("apc_export_path") \
-        or Path(hparams.get("experiment_root", ".")) / "apc" / "apc.pt"
-    path = Path(configured)
-    candidates = [path]
-    if not path.is_absolute():
-        # relative paths are relative to where the recipe ran: the run folder minus output_folder
-        out = Path(os.path.normpath(str(hparams.get("output_folder", ""))))
-        parts = run.resolve().parts
-        if out.parts and not out.is_absolute() and parts[-len(out.parts):] == out.parts:
-            candidates.insert(0, Path(*parts[:-len(out.parts)]) / path)
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise ConfigurationError(f"the APC model of {run} was not found (looked for {', '.join(map(str, candidates))}); "
-                             "pass --apc PATH (export_run(apc_path=...))")
-
-
-def _checkpoints(run: Path, metric: str, number: int = 1) -> list:
-    """The ``number`` checkpoints of ``run/save`` with the lowest ``metric``, best first."""
-    from speechbrain.utils.checkpoints import Checkpointer
-
-    save = run / "save"
-    if not save.is_dir():
-        raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
-    checkpoints = Checkpointer(save).find_checkpoints(min_key=metric, max_num_checkpoints=number)
-    if not checkpoints:
-        raise ConfigurationError(f"{save}: no checkpoint with a validation {metric} (has the run finished an epoch?)")
-    if len(checkpoints) < number:
-        raise ConfigurationError(f"{save}: {len(checkpoints)} checkpoints with a validation {metric}, not {number} "
-                                 "(the recipe keeps checkpoints_to_keep of them): average fewer")
-    return checkpoints
-
-
-def average_float_state_dicts(state_dicts: Iterable[Dict[str, Tensor]]) -> Dict[str, Tensor]:
-    """Mean of the floating-point tensors of several state dicts (SpeechBrain's ``average_state_dicts``);
-    integer and boolean buffers (counters, flags) are taken from the first one.
-
-    Example
-    -------
-    >>> first = {"w": torch.tensor([1.0, 2.0]), "calibrated": torch.tensor(True)}
-    >>> second = {"w": torch.tensor([3.0, 6.0]), "calibrated": torch.tensor(True)}
-    >>> average_float_state_dicts([first, second])
-    {'w': tensor([2., 4.]), 'calibrated': tensor(True)}
-    """
-    from speechbrain.utils.checkpoints import average_state_dicts
-
-    state_dicts = list(state_dicts)
-    floating = [k for k, v in state_dicts[0].items() if torch.is_floating_point(v)]
-    mean = average_state_dicts([{k: d[k].clone() for k in floating} for d in state_dicts])
-    return {k: mean[k] if k in mean else v for k, v in state_dicts[0].items()}
-
-
-def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
-               apc_path: Optional[PathLike] = None, average: int = 1) -> Path:
-    """Turn the best checkpoint (min validation PER) of a finished recipe run, or the average of
-    its best ``average`` checkpoints, into a model folder.
-
-    Reads ``RUN_DIR/hyperparams.yaml`` (written by SpeechBrain; hparams files are code, load only
-    runs you trust), ``RUN_DIR/results.json`` (or ``results_test_only.json``) and ``RUN_DIR/save``.
-    Writes ``model.json``, ``encoder.pt``, ``apc.pt`` (when used) and ``README.md``.
-
-    Arguments
-    ---------
-    run_dir : str or path
-        Output folder of a recipe run.
-    out_dir : str or path
-        The model folder to write (new, empty, or a model folder to replace).
-    dtype : str
-        ``"fp32"``, or ``"fp16"``: weight matrices stored in fp16 (half the size; loaded back as
-        fp32).
-    apc_path : str or path, optional
-        The APC model; default: the run's ``apc_path`` (or ``<experiment_root>/apc/apc.pt``).
-    average : int
-        1: the best checkpoint; N > 1: the weights averaged over the N best checkpoints
-        (:func:`average_float_state_dicts`; the run must have kept N, ``checkpoints_to_keep``).
-
-    Returns
-    -------
-    pathlib.Path
-        The model folder.
-
-    Raises
-    ------
-    ConfigurationError
-        When the run folder lacks its hparams, results, checkpoints or APC model, or the
-        checkpoint does not fit the hparams.
-    """
-    from .recipe import load_hparams
-
-    run, out = Path(run_dir), Path(out_dir)
-    if dtype not in WEIGHT_DTYPES:
-        raise ConfigurationError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {dtype!r}")
-    if average < 1:
-        raise ConfigurationError(f"average must be at least 1 checkpoint, got {average}")
-    if not run.is_dir():
-        raise ConfigurationError(f"{run}: no such run folder")
-    hp_file = _run_file(run, "hyperparams.yaml", "hparams.yaml", what="the hparams SpeechBrain writes into a recipe "
-                        "run folder: is this the output_folder of a recipe run?")
-    # results.json of a finished run, else the test-only evaluation of an unfinished run's best checkpoint
-    results_file = _run_file(run, "results.json", "results_test_only.json",
-                             what="the run has no test decoding yet: finish it, or evaluate its best checkpoint "
-                                  "with --test_only, then export")
-    try:
-        results = json.loads(results_file.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise ConfigurationError(f"{results_file}: unreadable ({err})") from None
-    if not (run / "save").is_dir():
-        raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
-    overrides = "\n".join(f"{k}: {v}" for k, v in inert_overrides(hp_file).items())
-    raw = _resolved_plain_yaml(hp_file, overrides)
-    if raw.get("target_unit", "phone") != "phone":
-        raise ConfigurationError(f"{hp_file}: only phone models can be exported (target_unit: {raw['target_unit']})")
-    if not isinstance(raw.get("encoder_module"), dict):
-        raise ConfigurationError(f"{hp_file}: no encoder_module (build_encoder arguments) to rebuild the model from")
-    hparams = load_hparams(str(hp_file), overrides)
-    try:
-        encoder_kwargs = json.loads(json.dumps({**raw["encoder_module"], "input_size": int(hparams["input_size"])}))
-        encoder = build_encoder(**encoder_kwargs)
-    except (TypeError, ValueError) as err:
-        raise ConfigurationError(f"{hp_file}: cannot rebuild the encoder from encoder_module ({err})") from None
-    if repr(encoder) != repr(hparams["encoder_module"]):
-        raise ConfigurationError(f"{hp_file}: the encoder_module arguments do not rebuild the run's encoder")
-    metric = hparams.get("selection_metric", "PER")
-    checkpoints = _checkpoints(run, metric, average)
-    checkpoint = checkpoints[0]
-    state = average_float_state_dicts(_load_tensors(c.path / "encoder.ckpt") for c in checkpoints)
-    try:
-        encoder.load_state_dict(state)
-    except RuntimeError as err:
-        raise ConfigurationError(f"{checkpoint.path}: the checkpoint does not fit {hp_file} "
-                                 f"({str(err).splitlines()[0]})") from None
-    controller = getattr(encoder, "controller", None)
-    if controller is not None and controller.uses_surprisal and not bool(controller.calibrated):
-        warnings.warn(f"{checkpoint.path}: the surprisal controller is not calibrated", DataPreparationWarning)
-    epoch = None
-    counter = checkpoint.path / "counter.ckpt"
-    if counter.is_file():
-        epoch = int(counter.read_text().strip())
-
-    input_features = hparams["input_features"]
-    uses_apc = input_features == "apc" or encoder.needs_surprisal(False)
-    apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
-    if apc_file is not None:
-        _check_apc_matches_cache(load_apc(apc_file), hparams)
-
-    labels = hparams["label_encoder"].ind2lab
-    prepare = hparams.get("prepare_options") or {}
-    beam = hparams["beam_searcher"]
-    config: Dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
-        "encoder": encoder_kwargs,
-        "input_features": input_features,
-        "uses_apc": uses_apc,
-        "features": hparams["feature_config"].as_dict(),
-        "labels": [labels[i] for i in range(len(labels))],
-        "blank_index": int(hparams.get("blank_index", 0)),
-        "beam_size": int(beam.beam_size),
-        "beam_backend": beam.backend,
-        "merge_sil": bool(getattr(hparams["error_rate"], "keywords", {}).get("merge_sil", True)),
-        "label_policy": {"labels": hparams.get("labels"), "g2p": hparams.get("g2p"),
-                         "add_boundary_silence": prepare.get("add_boundary_silence", True)},
-        "batch_size": int(hparams.get("batch_size", 8)),
-        "weights_dtype": dtype,
-        "dataset": hparams.get("dataset"),
-        "seed": hparams.get("seed"),
-        "source": {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": epoch,
-                   f"valid_{metric}": checkpoint.meta.get(metric), "apc": str(apc_file) if apc_file else None,
-                   "averaged_checkpoints": [{"checkpoint": c.path.name, f"valid_{metric}": c.meta.get(metric)}
-                                            for c in checkpoints] if average > 1 else None,
-                   "test": {k: results.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
-                                                         "mean_steps", "epochs", "commit", "data", "date")
-                            if k in results},
-                   "epochs_trained": _epochs_trained(run) or results.get("epochs"), "commit": results.get("commit"),
-                   "error_rate_details": results.get("error_rate_details"),
-                   "calibration": results.get("calibration")},
-    }
-    blob = torch.load(apc_file, map_location="cpu", weights_only=True) if apc_file is not None else None
-    return write_model_folder(out, config, encoder.state_dict(), blob)
-
-
-def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[str, Tensor],
-                       apc_blob: Optional[Dict[str, Any]]) -> Path:
-    """Write ``model.json``, ``encoder.pt``, ``apc.pt`` (with ``apc_blob``) and ``README.md`` into ``out``.
-
-    Arguments
-    ---------
-    out : pathlib.Path
-        New, empty or existing model folder.
-    config : dict
-        The ``model.json`` content; its ``weights_dtype`` (``"fp32"`` or ``"fp16"``) sets the
-        dtype of the stored weight matrices.
-    encoder_state : dict of str to torch.Tensor
-        The encoder's state dict.
-    apc_blob : dict, optional
-        The APC model file's content (``state_dict`` and configuration); None: no ``apc.pt``.
-
-    Returns
-    -------
-    pathlib.Path
-        ``out``.
-
-    Raises
-    ------
-    ConfigurationError
-        When ``out`` exists and is neither empty nor a model folder.
-    """
-    out = Path(out)
-    dtype = WEIGHT_DTYPES[config["weights_dtype"]]
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MODEL_FILE).is_file())):
-        raise ConfigurationError(f"{out}: exists and is not a model folder; export into a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_save(_cast(encoder_state, dtype), out / ENCODER_FILE)
-    if apc_blob is not None:
-        _atomic_save({**apc_blob, "state_dict": _cast(apc_blob["state_dict"], dtype)}, out / APC_FILE)
-    elif (out / APC_FILE).exists():
-        (out / APC_FILE).unlink()
-    (out / MODEL_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
-    (out / CARD_FILE).write_text(model_card(config, out), encoding="utf-8")
-    return out
-
-
-def _check_apc_matches_cache(apc: APCModel, hparams: Dict[str, Any]) -> None:
-    """Warn when the run's feature cache was built by another APC model than the one exported."""
-    from .cache import cache_key
-
-    folder = hparams.get("cache_folder")
-    if not folder or not Path(folder).is_dir() or not hparams.get("use_feature_cache", True):
-        return
-    caches = [p for p in Path(folder).iterdir() if (p / "cache.json").is_file()
-              and json.loads((p / "cache.json").read_text()).get("apc")]
-    if caches and Path(folder, cache_key(apc, hparams["feature_config"], torch.float32)) not in caches:
-        warnings.warn(f"the APC model being exported built none of the feature caches in {folder}: was the run "
-                      "trained with another APC model? (pass --apc PATH)", DataPreparationWarning)
-
-
-def _millions(value: Optional[float]) -> str:
-    """``"1.23M"``, or a dash for None."""
-    return "–" if value is None else f"{value / 1e6:.2f}M"
-
-
-def _epochs_trained(run: Path) -> Optional[int]:
-    """The last epoch in the run's ``history.jsonl`` (results.json's ``epochs`` is the evaluated
-    checkpoint's epoch counter), or None without a history."""
-    from .runs import read_history
-
-    return max((int(row["epoch"]) for row in read_history(Path(run)) if row.get("epoch") is not None), default=None)
-
-
-def model_card(config: Dict[str, Any], out: Path) -> str:
-    """The model folder's README.md, from ``model.json`` (its ``source`` part: the run it came from).
-
-    Arguments
-    ---------
-    config : dict
-        The ``model.json`` content.
-    out : pathlib.Path
-        The model folder (its name and the size of its ``.pt`` files appear in the card).
-
-    Returns
-    -------
-    str
-        Markdown text.
-    """
-    enc, src = config["encoder"], config.get("source") or {}
-    test, details = src.get("test") or {}, src.get("error_rate_details") or {}
-    calibration, policy = src.get("calibration") or {}, config.get("label_policy") or {}
-    size = sum(f.stat().st_size for f in out.iterdir() if f.suffix == ".pt")
-    name = enc.get("name", "conditional")
-    model = name if name != "conditional" else f"conditional, {enc.get('controller')} controller"
-    rows = [
-        ("model", f"{model}, architecture {enc.get('architecture', 'paper')}, inputs {config['input_features']}"
-                  f"{' + APC surprisal' if config.get('uses_apc') and config['input_features'] != 'apc' else ''}"),
-        ("data", f"{config.get('dataset')}: " + (", ".join(f"{k} `{Path(v).name}`"
-                                                           for k, v in sorted((test.get('data') or {}).items()))
-                                                 or "–")),
-        ("labels", f"{len(config['labels']) - 1} phones + blank; training labels: {_policy(policy)}"),
-        ("epochs", f"{src.get('epochs_trained', '–')} trained; best checkpoint: epoch {src.get('epoch', '–')} "
-                   f"(validation PER {_fmt(src.get('valid_PER'))} %)"),
-    ]
-    averaged = src.get("averaged_checkpoints")
-    if averaged:
-        rows.append(("weights averaged", f"over the {len(averaged)} best checkpoints (validation PER "
-                                         + ", ".join(f"{_fmt(c.get('valid_PER'))}" for c in averaged) + " %)"))
-    rows += [
-        ("seed", str(config.get("seed", "–"))),
-        ("test PER" + (" (of the best checkpoint alone)" if averaged else ""), f"{_fmt(test.get('PER'))} % (S {details.get('substitutions', '–')} / D "
-                     f"{details.get('deletions', '–')} / I {details.get('insertions', '–')}, "
-                     f"{details.get('num_ref_tokens', '–')} reference phones, {details.get('num_utterances', '–')} "
-                     f"utterances), CTC beam search width {config.get('beam_size', 10)}"),
-        ("FLOPs per frame", f"{_millions(test.get('flops_per_frame'))} on the test set (MACs counted from what "
-                            f"ran{', APC included' if config.get('uses_apc') else ''})"),
-    ]
-    if test.get("p_big_mean") is not None:
-        rows.append(("routing", f"p_big {test['p_big_mean']:.3f}, big network on "
-                                f"{100 * (test.get('big_fraction') or 0):.1f} % of test frames"))
-    if calibration.get("weight") is not None:
-        rows.append(("calibration", f"w {calibration['weight']:.5g}, b {calibration['bias']:.5g} (target mean "
-                                    f"{calibration.get('target_mean')}, variance {calibration.get('target_var')})"))
-    rows += [("commit", str(src.get("commit", "–"))),
-             ("weights", f"{config['weights_dtype']}, {size / 2 ** 20:.1f} MiB; format version "
-                         f"{config['format_version']}")]
-    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    stochastic = (enc.get("conditional_options") or {}).get("test_stochastic")
-    tested = "" if stochastic is None else f" ({'sampled' if stochastic else 'deterministic'} routing)"
-    origin = (f", exported from checkpoint `{src['checkpoint']}` of a recipe run with `surprisal-cc export`."
-              if src.get("checkpoint") else ".")
-    return f"""# surprisal_cc phone recogniser ({config.get('dataset') or 'untrained'}, {model})
-
-Surprisal-triggered conditional computation for CTC phone recognition{origin}
-
-| | |
-|---|---|
-{table}
-
-## Use
-
-```python
-from surprisal_cc.inference import ConditionalASR
-
-asr = ConditionalASR.from_pretrained("{out.name}")   # deterministic routing (p_big > 0.5), one thread
-result = asr.transcribe_file("utterance.flac")
-print(result.text, result.segments, result.flops_per_frame, result.rtf)
-```
-
-```bash
-surprisal-cc transcribe utterance.flac --model {out.name} [--json | --format ctm] [--plot routing.png]
-surprisal-cc evaluate LibriSpeech/dev-clean-2 --model {out.name} [--mfa-labels dev-clean-2_mfa.csv] [--json]
-```
-
-The test PER above is the recipe's decoding{tested}; both commands and `ConditionalASR` route
-deterministically (`p_big > 0.5`) unless given `--sampled` (`routing="sampled"`).
-"""
-
-
-def _policy(policy: Dict[str, Any]) -> str:
-    """The training label policy in words."""
-    labels = policy.get("labels")
-    text = ", ".join(f"{k} {v}" for k, v in labels.items()) if isinstance(labels, dict) else str(labels or "–")
-    return text + (f" (g2p {policy['g2p']})" if policy.get("g2p") else "")
-
-
-def _fmt(value: Optional[float]) -> str:
-    """Two decimals, or a dash for None."""
-    return "–" if value is None else f"{value:.2f}"
 
 
 def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:

@@ -368,7 +368,7 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
         Output folder of a recipe run.
     overrides : str or mapping, optional
         Hparams overrides (YAML text or a dict), on top of those that keep loading free of side
-        effects (:func:`~surprisal_cc.inference.inert_overrides`).
+        effects (:func:`~surprisal_cc.hparams_files.inert_overrides`).
     device : str
         Device of the Brain.
 
@@ -390,7 +390,7 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
     from speechbrain.utils.checkpoints import Checkpointer
 
     from .brain import ConditionalCTCBrain
-    from .inference import inert_overrides
+    from .hparams_files import inert_overrides
     from .recipe import ConfigurationError, load_hparams
 
     run_dir = Path(run_dir)

@@ -115,7 +115,7 @@ def test_lexicon_labels_follow_the_training_g2p_policy(exported, mini_corpus):  
 def test_evaluate_against_any_pronunciation(exported, mini_corpus, tmp_path, capsys):  # noqa: F811
     """Scored against the closest pronunciation of each word, every utterance parses (MFA's and the
     lexicon's labels are their words' phones) and no utterance has more edits than against its labels."""
-    from surprisal_cc.inference import pronunciation_references
+    from surprisal_cc.corpora import pronunciation_references
     from surprisal_cc.recipe import ConfigurationError
 
     subset = mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2"
@@ -221,7 +221,7 @@ def test_default_model_folder_is_the_packaged_pretrained_folder(monkeypatch, tmp
 def test_card_counts_the_epochs_trained_from_the_history(tmp_path):
     """results.json's ``epochs`` is the evaluated (best) checkpoint's counter; the card's "trained"
     count is the history's last epoch."""
-    from surprisal_cc.inference import _epochs_trained
+    from surprisal_cc.export import _epochs_trained
 
     assert _epochs_trained(tmp_path) is None
     (tmp_path / "history.jsonl").write_text("".join(json.dumps({"epoch": e, "PER": 40.0 - e}) + "\n" for e in (1, 2, 3)))

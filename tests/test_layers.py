@@ -2,9 +2,9 @@
 
 * no import circle between modules;
 * no private name (``_name``) imported from, or read off, another module;
-* the lower layers (data, networks, features, decoding, APC, run folders, label scores) import neither
-  the upper ones (brain, recipe, inference, realign, cli) nor the experiment tools (grid, report, plots,
-  analysis), and the inference runtime loads no experiment tool when it is imported.
+* the lower layers (data, networks, features, decoding, APC, model folders, run folders, label scores)
+  import neither the upper ones (brain, recipe, inference, export, realign, cli) nor the experiment tools
+  (grid, report, plots, analysis), and the inference runtime loads no experiment tool when it is imported.
 
 Every module is assigned to one layer below, so a new module has to be placed.
 """
@@ -23,8 +23,9 @@ PACKAGE = "surprisal_cc"
 # by the module's first name below the package (surprisal_cc.data.mfa: data)
 LOWER = {"", "errors", "data", "nnet", "flops", "features", "augment", "controllers", "adaptive", "encoders", "ctc",
          "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files", "precision", "threads", "viterbi",
-         "runs", "label_eval", "forward"}
-UPPER = {"brain", "apc_training", "recipe", "inference", "realign", "cli", "long_audio", "timestamps"}
+         "runs", "label_eval", "forward", "model_folder"}
+UPPER = {"brain", "apc_training", "recipe", "inference", "corpora", "export", "realign", "cli", "long_audio",
+         "timestamps"}
 TOOLS = {"grid", "report", "plots", "analysis"}
 
 

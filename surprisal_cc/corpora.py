@@ -1,0 +1,263 @@
+"""The labelled corpora ``evaluate`` scores (:meth:`surprisal_cc.inference.ConditionalASR.evaluate`),
+each read as (utterance id, audio path, reference phones): a LibriSpeech-format folder (CMUdict
+labels by the model's training label policy, or MFA labels), a TIMIT folder or a manifest CSV.
+
+Example
+-------
+>>> import tempfile
+>>> from pathlib import Path
+>>> from surprisal_cc.inference import ConditionalASR
+>>> asr = ConditionalASR.untrained(["AH", "B", "sil"])
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     manifest = Path(tmp) / "test.csv"
+...     _ = manifest.write_text("ID,wav,phn\\nu1,u1.flac,sil AH B sil\\n")
+...     [(utt, wav, phones)], source = corpus_items(manifest, asr)
+>>> utt, Path(wav).name, phones
+('u1', 'u1.flac', ['sil', 'AH', 'B', 'sil'])
+"""
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from .data.audio import MAX_LISTED
+from .data.errors import BadLabelsError, DataPreparationError
+from .errors import ConfigurationError
+
+PathLike = Union[str, os.PathLike]
+Item = Tuple[str, str, List[str]]  # utterance id, audio path, reference phones
+
+__all__ = ["Item", "corpus_items", "pronunciation_references"]
+
+
+def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None,
+                 g2p: Optional[str] = None, timit_split: str = "test",
+                 problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
+    """(utterance id, audio path, reference phones) of a corpus, and where the labels came from.
+
+    Arguments
+    ---------
+    data : str or path
+        A LibriSpeech-format folder, a TIMIT folder or a manifest CSV (see
+        :meth:`~surprisal_cc.inference.ConditionalASR.evaluate`).
+    asr : ~surprisal_cc.inference.ConditionalASR
+        The model: its label set and its training label policy.
+    mfa_labels : str or path, optional
+        MFA export CSV with the labels of a LibriSpeech-format folder.
+    g2p : str, optional
+        G2P policy for out-of-vocabulary words (default: the model's).
+    timit_split : str
+        ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
+    problems : list, optional
+        Given a list, utterances of a LibriSpeech-format folder without a usable transcript or
+        MFA labels are left out, with one ``"file: problem"`` line each appended to it, instead
+        of failing.
+
+    Returns
+    -------
+    items : list of (str, str, list of str)
+        Utterance id, audio path and reference phones of each utterance.
+    source : str
+        Where the labels came from, in words.
+
+    Raises
+    ------
+    DataPreparationError
+        When the corpus cannot be read or its labels are not the model's label set.
+    """
+    path = Path(data)
+    if not path.exists():
+        raise DataPreparationError(f"{path}: no such file or folder")
+    if path.is_file():
+        if path.suffix.lower() != ".csv":
+            raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder "
+                                       "or a manifest CSV (ID, wav, phn columns)")
+        items, source = _manifest_items(path, asr, g2p)
+    elif _is_timit(path):
+        items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
+    else:
+        items, source = _librispeech_items(path, asr, mfa_labels, g2p, problems)
+    allowed = [label for i, label in enumerate(asr.labels) if i != asr.beam_search.blank]
+    from .data.phones import validate_phones
+
+    unknown = sorted({p for _, _, ref in items for p in ref} - set(allowed))
+    if unknown:
+        bad = next(u for u, _, ref in items if set(ref) & set(unknown))
+        try:
+            validate_phones(unknown, allowed, f"utterance {bad}")
+        except DataPreparationError as err:
+            raise DataPreparationError(f"{data}: the labels ({source}) are not the model's label set: {err}") from None
+    return items, source
+
+
+def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: Optional[PathLike] = None,
+                             g2p: str = "spn") -> Dict[str, Optional[Tuple[List[str], List[List[int]]]]]:
+    """Per utterance of ``items`` (:func:`corpus_items`), its reference as a token graph in which
+    each word may take any of its CMUdict pronunciations (and, with MFA labels, the one it was
+    labelled with), each ``sil`` staying where it is; None where the labels are not the words' phones.
+
+    Arguments
+    ---------
+    data : str or path
+        The corpus of ``items``: a LibriSpeech-format folder or a manifest CSV with a ``wrd`` column.
+    items : sequence of (str, str, list of str)
+        Utterance id, audio path and reference phones.
+    mfa_labels : str or path, optional
+        The MFA labels (CSV export or TextGrid folder) the references came from: their words'
+        phones are read from them.
+    g2p : str
+        OOV policy of the lexicon.
+
+    Returns
+    -------
+    dict
+        Utterance id -> (tokens, predecessor lists) as for :func:`surprisal_cc.ctc.pronunciation_graph`, or None.
+
+    Raises
+    ------
+    ConfigurationError
+        For a TIMIT folder (hand-labelled phones, not words' pronunciations) or a manifest without words.
+    """
+    from .ctc import lexicon_pronunciations, pronunciation_graph, spoken_pronunciation_graph
+    from .data.librispeech import scan_subset
+    from .data.mfa import load_mfa_word_phones
+
+    path = Path(data)
+    if path.is_file():
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = {row["ID"]: row for row in csv.DictReader(f)}
+        if any("wrd" not in row for row in rows.values()):
+            raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
+        words = {utt: rows[utt]["wrd"].split() for utt, _, _ in items}
+    elif _is_timit(path):
+        raise ConfigurationError(f"{path}: TIMIT's labels are hand-labelled phones, not words' pronunciations: "
+                                 "scoring against any pronunciation is for LibriSpeech folders and manifests")
+    else:
+        words = {u.id: list(u.words) for u in scan_subset(path)}
+    pronounce = lexicon_pronunciations(g2p, (w for ws in words.values() for w in ws))
+    if mfa_labels is not None and not path.is_file():
+        spoken = load_mfa_word_phones(mfa_labels)
+        return {utt: spoken_pronunciation_graph(ref, spoken[utt], pronounce) if utt in spoken else None
+                for utt, _, ref in items}
+    return {utt: pronunciation_graph(ref, words[utt], pronounce) for utt, _, ref in items}
+
+
+def _is_timit(path: Path) -> bool:
+    """Whether ``path`` (or ``path/TIMIT``) has a TRAIN or TEST folder, in any letter case."""
+    from .data.timit import find_child
+
+    return any(find_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
+
+
+def _manifest_items(path: Path, asr: Any, g2p: Optional[str]) -> Tuple[List[Item], str]:
+    """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
+    labelled by the lexicon as the model's training labels were), and the label source
+    (:func:`_manifest_wav` resolves the ``wav`` paths)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        columns = set(reader.fieldnames or [])
+        label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
+        missing = {"ID", "wav"} - columns
+        if missing or label is None:
+            raise DataPreparationError(f"{path}: manifest lacks the column(s) {sorted(missing | {'phn'})} "
+                                       "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
+                                       "LibriSpeech recipes write)")
+        rows = list(reader)
+    if not rows:
+        raise DataPreparationError(f"{path}: the manifest has no rows")
+    empty = [r["ID"] for r in rows if not (r[label] or "").split()]
+    if empty:
+        raise DataPreparationError(f"{path}: empty {label} for utterance(s) {', '.join(empty[:MAX_LISTED])}")
+    wavs = [_manifest_wav(path, r["wav"]) for r in rows]
+    if label == "phn":
+        return [(r["ID"], wav, r["phn"].split()) for r, wav in zip(rows, wavs)], f"manifest {path}"
+    lexicon, g2p, boundary = _lexicon(asr, g2p)
+    words = [r["wrd"].upper().split() for r in rows]
+    lexicon.prefetch(w for ws in words for w in ws)
+    items = [(r["ID"], wav, lexicon.words_to_phones(ws, boundary, r["ID"])) for r, wav, ws in zip(rows, wavs, words)]
+    lexicon.warn_oov_summary()
+    return items, f"manifest {path}, wrd by the lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
+
+
+def _manifest_wav(manifest: Path, wav: str) -> str:
+    """A manifest's ``wav``: relative paths are relative to the CSV's folder (or, where nothing is
+    there but the file is, to the current folder, as recipes run from the repository write them)."""
+    path = Path(wav)
+    if path.is_absolute():
+        return wav
+    beside = manifest.parent / path
+    return str(path if not beside.exists() and path.exists() else beside)
+
+
+def _lexicon(asr: Any, g2p: Optional[str]):
+    """(lexicon, g2p policy, boundary silence) of the model's training label policy (``g2p`` overrides)."""
+    from .data.lexicon import Lexicon
+
+    policy = asr.config.get("label_policy", {})
+    g2p = g2p or policy.get("g2p") or "spn"
+    try:
+        return Lexicon(g2p=g2p), g2p, bool(policy.get("add_boundary_silence", True))
+    except ValueError as err:
+        raise ConfigurationError(str(err)) from None
+
+
+def _timit_items(path: Path, split: str) -> List[Item]:
+    """Items of one TIMIT split, labels folded to 39 phones, sorted by utterance id."""
+    from .data.phones import fold_timit
+    from .data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS, find_sibling, read_phn, scan_timit
+
+    if split not in ("test", "valid", "train"):
+        raise ConfigurationError(f"timit_split must be test, valid or train, got {split!r}")
+
+    def split_of(u) -> Optional[str]:
+        if u.part == "train":
+            return "train"
+        return "valid" if u.spk_id in TIMIT_DEV_SPEAKERS else "test" if u.spk_id in TIMIT_CORE_TEST_SPEAKERS else None
+
+    items, problems = [], []
+    for u in scan_timit(path):
+        if split_of(u) != split:
+            continue
+        phn = find_sibling(u.wav, ".phn")
+        if phn is None:
+            problems.append(f"{u.wav}: no .PHN file")
+            continue
+        items.append((u.id, str(u.wav), fold_timit(read_phn(phn), where=f"{phn} (utterance {u.id})")))
+    if problems:
+        raise DataPreparationError(f"{len(problems)} TIMIT label problem(s): " + "; ".join(problems[:MAX_LISTED]))
+    if not items:
+        raise DataPreparationError(f"{path}: no utterance of the TIMIT {split} split")
+    return sorted(items)
+
+
+def _librispeech_items(path: Path, asr: Any, mfa_labels: Optional[PathLike],
+                       g2p: Optional[str], problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
+    """Items of a LibriSpeech-format folder with MFA or lexicon labels, and the label source
+    (``problems``: see :func:`corpus_items`)."""
+    from .data.librispeech import scan_subset
+    from .data.mfa import load_mfa_labels
+
+    found: List[str] = []
+    utts = sorted(scan_subset(path, problems=found), key=lambda u: u.id)
+    labels = load_mfa_labels(mfa_labels) if mfa_labels is not None else None
+    if labels is not None:
+        found += [f"{u.wav}: no labels for {u.id} in {mfa_labels}" for u in utts if u.id not in labels]
+        utts = [u for u in utts if u.id in labels]
+    if found and problems is None:
+        total = len(utts) + len(found)
+        hint = "leave out --mfa-labels to use lexicon labels, or " if labels is not None else ""
+        raise BadLabelsError(found[:MAX_LISTED] + ([f"... and {len(found) - MAX_LISTED} more"]
+                                                   if len(found) > MAX_LISTED else []), total,
+                             f"{len(found)} of {total} utterances have no usable labels; {hint}"
+                             "pass --skip-bad (skip_bad=True) to score the others")
+    if problems is not None:
+        problems.extend(found)
+    if labels is not None:
+        return [(u.id, str(u.wav), list(labels[u.id])) for u in utts], f"MFA {mfa_labels}"
+    lexicon, g2p, boundary = _lexicon(asr, g2p)
+    lexicon.prefetch(w for u in utts for w in u.words)
+    items = [(u.id, str(u.wav), lexicon.words_to_phones(u.words, boundary, u.id)) for u in utts]
+    lexicon.warn_oov_summary()
+    return items, f"lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"

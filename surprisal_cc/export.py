@@ -1,0 +1,264 @@
+"""Export a finished recipe run as a model folder (:mod:`surprisal_cc.model_folder`): its best
+checkpoint (lowest validation PER) or the average of its best few, its APC model, and a model card
+with the run's test results; ``surprisal-cc export RUN_DIR OUT_DIR`` on the command line.
+
+Example
+-------
+>>> export_run("no/such/run", "model")
+Traceback (most recent call last):
+    ...
+surprisal_cc.errors.ConfigurationError: no/such/run: no such run folder
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Iterable, Optional, Union
+
+import torch
+from torch import Tensor
+
+from .apc import APCModel, load_apc
+from .data.errors import DataPreparationWarning
+from .encoders import build_encoder
+from .errors import ConfigurationError
+from .hparams_files import expand_hparams, inert_overrides
+from .model_folder import FORMAT_VERSION, WEIGHT_DTYPES, load_tensors, write_model_folder
+
+PathLike = Union[str, os.PathLike]
+
+__all__ = ["export_run", "average_float_state_dicts"]
+
+
+def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
+    """Top-level mapping of an hparams file with ``!ref`` resolved and no tag run (tagged nodes as plain data)."""
+    import yaml
+    from hyperpyyaml import resolve_references
+
+    from .hparams_files import TolerantLoader
+
+    try:
+        text = resolve_references(io.StringIO(expand_hparams(hparams_file)), overrides).getvalue()
+        data = yaml.load(text, Loader=TolerantLoader)
+    except (ValueError, KeyError, yaml.YAMLError) as err:
+        raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _run_file(run: Path, *names: str, what: str) -> Path:
+    """The first of ``names`` that is a file in ``run``; else :class:`ConfigurationError` (``what``)."""
+    for name in names:
+        if (run / name).is_file():
+            return run / name
+    raise ConfigurationError(f"{run}: no {' or '.join(names)} ({what})")
+
+
+def _locate_apc(hparams: Dict[str, Any], run: Path, explicit: Optional[PathLike]) -> Path:
+    """The run's APC model file: ``explicit``, else the hparams' ``apc_path`` or its default place."""
+    if explicit is not None:
+        if not Path(explicit).is_file():
+            raise ConfigurationError(f"--apc {explicit}: no such file")
+        return Path(explicit)
+    configured = hparams.get("apc_path") or hparams.get("apc_export_path") \
+        or Path(hparams.get("experiment_root", ".")) / "apc" / "apc.pt"
+    path = Path(configured)
+    candidates = [path]
+    if not path.is_absolute():
+        # relative paths are relative to where the recipe ran: the run folder minus output_folder
+        out = Path(os.path.normpath(str(hparams.get("output_folder", ""))))
+        parts = run.resolve().parts
+        if out.parts and not out.is_absolute() and parts[-len(out.parts):] == out.parts:
+            candidates.insert(0, Path(*parts[:-len(out.parts)]) / path)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise ConfigurationError(f"the APC model of {run} was not found (looked for {', '.join(map(str, candidates))}); "
+                             "pass --apc PATH (export_run(apc_path=...))")
+
+
+def _checkpoints(run: Path, metric: str, number: int = 1) -> list:
+    """The ``number`` checkpoints of ``run/save`` with the lowest ``metric``, best first."""
+    from speechbrain.utils.checkpoints import Checkpointer
+
+    save = run / "save"
+    if not save.is_dir():
+        raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
+    checkpoints = Checkpointer(save).find_checkpoints(min_key=metric, max_num_checkpoints=number)
+    if not checkpoints:
+        raise ConfigurationError(f"{save}: no checkpoint with a validation {metric} (has the run finished an epoch?)")
+    if len(checkpoints) < number:
+        raise ConfigurationError(f"{save}: {len(checkpoints)} checkpoints with a validation {metric}, not {number} "
+                                 "(the recipe keeps checkpoints_to_keep of them): average fewer")
+    return checkpoints
+
+
+def average_float_state_dicts(state_dicts: Iterable[Dict[str, Tensor]]) -> Dict[str, Tensor]:
+    """Mean of the floating-point tensors of several state dicts (SpeechBrain's ``average_state_dicts``);
+    integer and boolean buffers (counters, flags) are taken from the first one.
+
+    Example
+    -------
+    >>> first = {"w": torch.tensor([1.0, 2.0]), "calibrated": torch.tensor(True)}
+    >>> second = {"w": torch.tensor([3.0, 6.0]), "calibrated": torch.tensor(True)}
+    >>> average_float_state_dicts([first, second])
+    {'w': tensor([2., 4.]), 'calibrated': tensor(True)}
+    """
+    from speechbrain.utils.checkpoints import average_state_dicts
+
+    state_dicts = list(state_dicts)
+    floating = [k for k, v in state_dicts[0].items() if torch.is_floating_point(v)]
+    mean = average_state_dicts([{k: d[k].clone() for k in floating} for d in state_dicts])
+    return {k: mean[k] if k in mean else v for k, v in state_dicts[0].items()}
+
+
+def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
+               apc_path: Optional[PathLike] = None, average: int = 1) -> Path:
+    """Turn the best checkpoint (min validation PER) of a finished recipe run, or the average of
+    its best ``average`` checkpoints, into a model folder.
+
+    Reads ``RUN_DIR/hyperparams.yaml`` (written by SpeechBrain; hparams files are code, load only
+    runs you trust), ``RUN_DIR/results.json`` (or ``results_test_only.json``) and ``RUN_DIR/save``.
+    Writes ``model.json``, ``encoder.pt``, ``apc.pt`` (when used) and ``README.md``.
+
+    Arguments
+    ---------
+    run_dir : str or path
+        Output folder of a recipe run.
+    out_dir : str or path
+        The model folder to write (new, empty, or a model folder to replace).
+    dtype : str
+        ``"fp32"``, or ``"fp16"``: weight matrices stored in fp16 (half the size; loaded back as
+        fp32).
+    apc_path : str or path, optional
+        The APC model; default: the run's ``apc_path`` (or ``<experiment_root>/apc/apc.pt``).
+    average : int
+        1: the best checkpoint; N > 1: the weights averaged over the N best checkpoints
+        (:func:`average_float_state_dicts`; the run must have kept N, ``checkpoints_to_keep``).
+
+    Returns
+    -------
+    pathlib.Path
+        The model folder.
+
+    Raises
+    ------
+    ConfigurationError
+        When the run folder lacks its hparams, results, checkpoints or APC model, or the
+        checkpoint does not fit the hparams.
+    """
+    from .recipe import load_hparams
+
+    run, out = Path(run_dir), Path(out_dir)
+    if dtype not in WEIGHT_DTYPES:
+        raise ConfigurationError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {dtype!r}")
+    if average < 1:
+        raise ConfigurationError(f"average must be at least 1 checkpoint, got {average}")
+    if not run.is_dir():
+        raise ConfigurationError(f"{run}: no such run folder")
+    hp_file = _run_file(run, "hyperparams.yaml", "hparams.yaml", what="the hparams SpeechBrain writes into a recipe "
+                        "run folder: is this the output_folder of a recipe run?")
+    # results.json of a finished run, else the test-only evaluation of an unfinished run's best checkpoint
+    results_file = _run_file(run, "results.json", "results_test_only.json",
+                             what="the run has no test decoding yet: finish it, or evaluate its best checkpoint "
+                                  "with --test_only, then export")
+    try:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise ConfigurationError(f"{results_file}: unreadable ({err})") from None
+    if not (run / "save").is_dir():
+        raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
+    overrides = "\n".join(f"{k}: {v}" for k, v in inert_overrides(hp_file).items())
+    raw = _resolved_plain_yaml(hp_file, overrides)
+    if raw.get("target_unit", "phone") != "phone":
+        raise ConfigurationError(f"{hp_file}: only phone models can be exported (target_unit: {raw['target_unit']})")
+    if not isinstance(raw.get("encoder_module"), dict):
+        raise ConfigurationError(f"{hp_file}: no encoder_module (build_encoder arguments) to rebuild the model from")
+    hparams = load_hparams(str(hp_file), overrides)
+    try:
+        encoder_kwargs = json.loads(json.dumps({**raw["encoder_module"], "input_size": int(hparams["input_size"])}))
+        encoder = build_encoder(**encoder_kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigurationError(f"{hp_file}: cannot rebuild the encoder from encoder_module ({err})") from None
+    if repr(encoder) != repr(hparams["encoder_module"]):
+        raise ConfigurationError(f"{hp_file}: the encoder_module arguments do not rebuild the run's encoder")
+    metric = hparams.get("selection_metric", "PER")
+    checkpoints = _checkpoints(run, metric, average)
+    checkpoint = checkpoints[0]
+    state = average_float_state_dicts(load_tensors(c.path / "encoder.ckpt") for c in checkpoints)
+    try:
+        encoder.load_state_dict(state)
+    except RuntimeError as err:
+        raise ConfigurationError(f"{checkpoint.path}: the checkpoint does not fit {hp_file} "
+                                 f"({str(err).splitlines()[0]})") from None
+    controller = getattr(encoder, "controller", None)
+    if controller is not None and controller.uses_surprisal and not bool(controller.calibrated):
+        warnings.warn(f"{checkpoint.path}: the surprisal controller is not calibrated", DataPreparationWarning)
+    epoch = None
+    counter = checkpoint.path / "counter.ckpt"
+    if counter.is_file():
+        epoch = int(counter.read_text().strip())
+
+    input_features = hparams["input_features"]
+    uses_apc = input_features == "apc" or encoder.needs_surprisal(False)
+    apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
+    if apc_file is not None:
+        _check_apc_matches_cache(load_apc(apc_file), hparams)
+
+    labels = hparams["label_encoder"].ind2lab
+    prepare = hparams.get("prepare_options") or {}
+    beam = hparams["beam_searcher"]
+    config: Dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "encoder": encoder_kwargs,
+        "input_features": input_features,
+        "uses_apc": uses_apc,
+        "features": hparams["feature_config"].as_dict(),
+        "labels": [labels[i] for i in range(len(labels))],
+        "blank_index": int(hparams.get("blank_index", 0)),
+        "beam_size": int(beam.beam_size),
+        "beam_backend": beam.backend,
+        "merge_sil": bool(getattr(hparams["error_rate"], "keywords", {}).get("merge_sil", True)),
+        "label_policy": {"labels": hparams.get("labels"), "g2p": hparams.get("g2p"),
+                         "add_boundary_silence": prepare.get("add_boundary_silence", True)},
+        "batch_size": int(hparams.get("batch_size", 8)),
+        "weights_dtype": dtype,
+        "dataset": hparams.get("dataset"),
+        "seed": hparams.get("seed"),
+        "source": {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": epoch,
+                   f"valid_{metric}": checkpoint.meta.get(metric), "apc": str(apc_file) if apc_file else None,
+                   "averaged_checkpoints": [{"checkpoint": c.path.name, f"valid_{metric}": c.meta.get(metric)}
+                                            for c in checkpoints] if average > 1 else None,
+                   "test": {k: results.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
+                                                         "mean_steps", "epochs", "commit", "data", "date")
+                            if k in results},
+                   "epochs_trained": _epochs_trained(run) or results.get("epochs"), "commit": results.get("commit"),
+                   "error_rate_details": results.get("error_rate_details"),
+                   "calibration": results.get("calibration")},
+    }
+    blob = torch.load(apc_file, map_location="cpu", weights_only=True) if apc_file is not None else None
+    return write_model_folder(out, config, encoder.state_dict(), blob)
+
+
+def _check_apc_matches_cache(apc: APCModel, hparams: Dict[str, Any]) -> None:
+    """Warn when the run's feature cache was built by another APC model than the one exported."""
+    from .cache import cache_key
+
+    folder = hparams.get("cache_folder")
+    if not folder or not Path(folder).is_dir() or not hparams.get("use_feature_cache", True):
+        return
+    caches = [p for p in Path(folder).iterdir() if (p / "cache.json").is_file()
+              and json.loads((p / "cache.json").read_text()).get("apc")]
+    if caches and Path(folder, cache_key(apc, hparams["feature_config"], torch.float32)) not in caches:
+        warnings.warn(f"the APC model being exported built none of the feature caches in {folder}: was the run "
+                      "trained with another APC model? (pass --apc PATH)", DataPreparationWarning)
+
+
+def _epochs_trained(run: Path) -> Optional[int]:
+    """The last epoch in the run's ``history.jsonl`` (results.json's ``epochs`` is the evaluated
+    checkpoint's epoch counter), or None without a history."""
+    from .runs import read_history
+
+    return max((int(row["epoch"]) for row in read_history(Path(run)) if row.get("epoch") is not None), default=None)

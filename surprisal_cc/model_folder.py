@@ -1,0 +1,330 @@
+"""The model folder, the on-disk form of a trained model: :func:`write_model_folder` writes it,
+:func:`load_model_folder` reads it back and checks it, :func:`default_model_dir` is the shipped one.
+
+==============  ==============================================================================
+``model.json``  format version, encoder arguments, features, labels, decoding, provenance
+``encoder.pt``  encoder state dict (the calibrated controller included)
+``apc.pt``      the frozen APC model (absent when the model runs without APC)
+``README.md``   model card (:func:`model_card`)
+==============  ==============================================================================
+
+Every tensor file loads with ``torch.load(weights_only=True)``: no pickled code.
+
+Example
+-------
+>>> import tempfile
+>>> from pathlib import Path
+>>> from surprisal_cc.encoders import build_encoder
+>>> encoder = {"name": "conditional", "input_size": 80, "num_outputs": 4, "controller": "big_only"}
+>>> config = {"format_version": FORMAT_VERSION, "encoder": encoder, "input_features": "fbank", "features": {},
+...           "labels": ["<blank>", "AH", "B", "sil"], "weights_dtype": "fp16"}
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     folder = write_model_folder(Path(tmp) / "model", config, build_encoder(**encoder).state_dict(), None)
+...     names = sorted(p.name for p in folder.iterdir())
+...     _, loaded, apc = load_model_folder(folder)
+>>> names, type(loaded).__name__, apc
+(['README.md', 'encoder.pt', 'model.json'], 'ConditionalEncoder', None)
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .apc import APCModel, load_apc
+from .encoders import build_encoder
+from .errors import ConfigurationError
+from .nnet import Encoder
+
+FORMAT_VERSION = 1
+MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc.pt", "README.md"
+WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+
+__all__ = ["FORMAT_VERSION", "WEIGHT_DTYPES", "ModelFormatError", "default_model_dir", "load_model_folder",
+           "load_tensors", "write_model_folder", "model_card"]
+
+
+class ModelFormatError(ValueError):
+    """A model folder that is missing, incomplete, damaged or of another format version."""
+
+
+def default_model_dir() -> Path:
+    """The shipped model, ``surprisal_cc/pretrained`` (package data): where ``--model`` points when it is not given.
+
+    Example
+    -------
+    >>> default_model_dir().parent.name, default_model_dir().name
+    ('surprisal_cc', 'pretrained')
+    """
+    return Path(__file__).resolve().parent / "pretrained"
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------------
+def _export_hint(folder: Path) -> str:
+    """How to get a model folder at ``folder``, for error messages."""
+    return (f"pass --model DIR (from_pretrained(DIR)) with an exported model, or export a finished recipe run: "
+            f"surprisal-cc export RUN_DIR {folder}")
+
+
+def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[APCModel]]:
+    """(config, encoder with weights, APC model or None) of an exported model folder.
+
+    Arguments
+    ---------
+    folder : pathlib.Path
+        A model folder, as :func:`write_model_folder` writes it.
+
+    Returns
+    -------
+    config : dict
+        The content of ``model.json``.
+    encoder : Encoder
+        The encoder with its weights.
+    apc : APCModel or None
+        The APC model, when the model uses one.
+
+    Raises
+    ------
+    ModelFormatError
+        When the folder is missing, incomplete, damaged or of another format version.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     try:
+    ...         load_model_folder(Path(tmp))
+    ...     except ModelFormatError as err:
+    ...         print("no model.json" in str(err))
+    True
+    """
+    if not folder.is_dir():
+        raise ModelFormatError(f"{folder}: no model folder there; {_export_hint(folder)}")
+    config_path = folder / MODEL_FILE
+    if not config_path.is_file():
+        raise ModelFormatError(f"{folder}: not a model folder (no {MODEL_FILE}); {_export_hint(folder)}")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ModelFormatError(f"{config_path}: unreadable ({err})") from None
+    version = config.get("format_version") if isinstance(config, dict) else None
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        import surprisal_cc
+
+        raise ModelFormatError(f"{config_path}: model format version {version} is newer than this surprisal_cc "
+                               f"{surprisal_cc.__version__} reads (version {FORMAT_VERSION}): upgrade surprisal_cc "
+                               "to load it")
+    if version != FORMAT_VERSION:
+        raise ModelFormatError(f"{config_path}: model format version {version}, but this surprisal_cc reads "
+                               f"version {FORMAT_VERSION}: export the run again with this version "
+                               "(surprisal-cc export RUN_DIR OUT_DIR)")
+    try:
+        encoder = build_encoder(**config["encoder"])
+        for key in ("labels", "features", "input_features"):
+            config[key]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ModelFormatError(f"{config_path}: incomplete or invalid model description ({err})") from None
+    state = load_tensors(folder / ENCODER_FILE)
+    try:
+        encoder.load_state_dict(state)
+    except RuntimeError as err:
+        raise ModelFormatError(f"{folder / ENCODER_FILE}: weights do not fit {MODEL_FILE} "
+                               f"({str(err).splitlines()[0]})") from None
+    apc = None
+    if config.get("uses_apc", True) and (config["input_features"] == "apc" or encoder.needs_surprisal(False)):
+        apc_path = folder / APC_FILE
+        if not apc_path.is_file():
+            raise ModelFormatError(f"{apc_path}: missing (this model needs its APC model)")
+        try:
+            apc = load_apc(apc_path)
+        except (ValueError, RuntimeError, OSError) as err:
+            raise ModelFormatError(f"{apc_path}: {str(err).splitlines()[0]}") from None
+    return config, encoder, apc
+
+
+def load_tensors(path: Path) -> Dict[str, Tensor]:
+    """State dict of a tensor file (``weights_only=True``); :class:`ModelFormatError` if unusable."""
+    if not path.is_file():
+        raise ModelFormatError(f"{path}: missing")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for damaged or unsafe files
+        raise ModelFormatError(f"{path}: cannot be loaded ({type(err).__name__}: "
+                               f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    if not isinstance(state, dict):
+        raise ModelFormatError(f"{path}: not a state dict")
+    return state
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------------------------
+def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[str, Tensor],
+                       apc_blob: Optional[Dict[str, Any]]) -> Path:
+    """Write ``model.json``, ``encoder.pt``, ``apc.pt`` (with ``apc_blob``) and ``README.md`` into ``out``.
+
+    Arguments
+    ---------
+    out : pathlib.Path
+        New, empty or existing model folder.
+    config : dict
+        The ``model.json`` content; its ``weights_dtype`` (``"fp32"`` or ``"fp16"``) sets the
+        dtype of the stored weight matrices.
+    encoder_state : dict of str to torch.Tensor
+        The encoder's state dict.
+    apc_blob : dict, optional
+        The APC model file's content (``state_dict`` and configuration); None: no ``apc.pt``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out``.
+
+    Raises
+    ------
+    ConfigurationError
+        When ``out`` exists and is neither empty nor a model folder.
+    """
+    out = Path(out)
+    dtype = WEIGHT_DTYPES[config["weights_dtype"]]
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MODEL_FILE).is_file())):
+        raise ConfigurationError(f"{out}: exists and is not a model folder; export into a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_save(_cast(encoder_state, dtype), out / ENCODER_FILE)
+    if apc_blob is not None:
+        _atomic_save({**apc_blob, "state_dict": _cast(apc_blob["state_dict"], dtype)}, out / APC_FILE)
+    elif (out / APC_FILE).exists():
+        (out / APC_FILE).unlink()
+    (out / MODEL_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
+    (out / CARD_FILE).write_text(model_card(config, out), encoding="utf-8")
+    return out
+
+
+def _cast(state: Dict[str, Tensor], dtype: torch.dtype) -> Dict[str, Tensor]:
+    """Weight matrices (2-D and up) to ``dtype``; scalars, vectors and integer buffers unchanged.
+
+    Every tensor is copied to the CPU into its own storage: a view (e.g. of the flat weight buffer
+    cuDNN keeps for a GRU on a GPU) would otherwise save the whole buffer it belongs to.
+    """
+    return {k: (v.to(dtype) if v.is_floating_point() and v.ndim >= 2 else v).detach().cpu().clone()
+            for k, v in state.items()}
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename it to ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Model card
+# ----------------------------------------------------------------------------------------------
+def model_card(config: Dict[str, Any], out: Path) -> str:
+    """The model folder's README.md, from ``model.json`` (its ``source`` part: the run it came from).
+
+    Arguments
+    ---------
+    config : dict
+        The ``model.json`` content.
+    out : pathlib.Path
+        The model folder (its name and the size of its ``.pt`` files appear in the card).
+
+    Returns
+    -------
+    str
+        Markdown text.
+    """
+    enc, src = config["encoder"], config.get("source") or {}
+    test, details = src.get("test") or {}, src.get("error_rate_details") or {}
+    calibration, policy = src.get("calibration") or {}, config.get("label_policy") or {}
+    size = sum(f.stat().st_size for f in out.iterdir() if f.suffix == ".pt")
+    name = enc.get("name", "conditional")
+    model = name if name != "conditional" else f"conditional, {enc.get('controller')} controller"
+    rows = [
+        ("model", f"{model}, architecture {enc.get('architecture', 'paper')}, inputs {config['input_features']}"
+                  f"{' + APC surprisal' if config.get('uses_apc') and config['input_features'] != 'apc' else ''}"),
+        ("data", f"{config.get('dataset')}: " + (", ".join(f"{k} `{Path(v).name}`"
+                                                           for k, v in sorted((test.get('data') or {}).items()))
+                                                 or "–")),
+        ("labels", f"{len(config['labels']) - 1} phones + blank; training labels: {_policy(policy)}"),
+        ("epochs", f"{src.get('epochs_trained', '–')} trained; best checkpoint: epoch {src.get('epoch', '–')} "
+                   f"(validation PER {_fmt(src.get('valid_PER'))} %)"),
+    ]
+    averaged = src.get("averaged_checkpoints")
+    if averaged:
+        rows.append(("weights averaged", f"over the {len(averaged)} best checkpoints (validation PER "
+                                         + ", ".join(f"{_fmt(c.get('valid_PER'))}" for c in averaged) + " %)"))
+    rows += [
+        ("seed", str(config.get("seed", "–"))),
+        ("test PER" + (" (of the best checkpoint alone)" if averaged else ""), f"{_fmt(test.get('PER'))} % (S {details.get('substitutions', '–')} / D "
+                     f"{details.get('deletions', '–')} / I {details.get('insertions', '–')}, "
+                     f"{details.get('num_ref_tokens', '–')} reference phones, {details.get('num_utterances', '–')} "
+                     f"utterances), CTC beam search width {config.get('beam_size', 10)}"),
+        ("FLOPs per frame", f"{_millions(test.get('flops_per_frame'))} on the test set (MACs counted from what "
+                            f"ran{', APC included' if config.get('uses_apc') else ''})"),
+    ]
+    if test.get("p_big_mean") is not None:
+        rows.append(("routing", f"p_big {test['p_big_mean']:.3f}, big network on "
+                                f"{100 * (test.get('big_fraction') or 0):.1f} % of test frames"))
+    if calibration.get("weight") is not None:
+        rows.append(("calibration", f"w {calibration['weight']:.5g}, b {calibration['bias']:.5g} (target mean "
+                                    f"{calibration.get('target_mean')}, variance {calibration.get('target_var')})"))
+    rows += [("commit", str(src.get("commit", "–"))),
+             ("weights", f"{config['weights_dtype']}, {size / 2 ** 20:.1f} MiB; format version "
+                         f"{config['format_version']}")]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    stochastic = (enc.get("conditional_options") or {}).get("test_stochastic")
+    tested = "" if stochastic is None else f" ({'sampled' if stochastic else 'deterministic'} routing)"
+    origin = (f", exported from checkpoint `{src['checkpoint']}` of a recipe run with `surprisal-cc export`."
+              if src.get("checkpoint") else ".")
+    return f"""# surprisal_cc phone recogniser ({config.get('dataset') or 'untrained'}, {model})
+
+Surprisal-triggered conditional computation for CTC phone recognition{origin}
+
+| | |
+|---|---|
+{table}
+
+## Use
+
+```python
+from surprisal_cc.inference import ConditionalASR
+
+asr = ConditionalASR.from_pretrained("{out.name}")   # deterministic routing (p_big > 0.5), one thread
+result = asr.transcribe_file("utterance.flac")
+print(result.text, result.segments, result.flops_per_frame, result.rtf)
+```
+
+```bash
+surprisal-cc transcribe utterance.flac --model {out.name} [--json | --format ctm] [--plot routing.png]
+surprisal-cc evaluate LibriSpeech/dev-clean-2 --model {out.name} [--mfa-labels dev-clean-2_mfa.csv] [--json]
+```
+
+The test PER above is the recipe's decoding{tested}; both commands and `ConditionalASR` route
+deterministically (`p_big > 0.5`) unless given `--sampled` (`routing="sampled"`).
+"""
+
+
+def _policy(policy: Dict[str, Any]) -> str:
+    """The training label policy in words."""
+    labels = policy.get("labels")
+    text = ", ".join(f"{k} {v}" for k, v in labels.items()) if isinstance(labels, dict) else str(labels or "–")
+    return text + (f" (g2p {policy['g2p']})" if policy.get("g2p") else "")
+
+
+def _fmt(value: Optional[float]) -> str:
+    """Two decimals, or a dash for None."""
+    return "–" if value is None else f"{value:.2f}"
+
+
+def _millions(value: Optional[float]) -> str:
+    """``"1.23M"``, or a dash for None."""
+    return "–" if value is None else f"{value / 1e6:.2f}M"

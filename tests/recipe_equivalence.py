@@ -5,7 +5,9 @@ Runs the recipes on the test fixtures (a stand-in Mini-LibriSpeech from real dev
 the TIMIT fixture) once with the code of git revision ``BASE`` and once with the working tree, with
 the same arguments, seed and one thread each, then compares every number of each run's
 ``results.json`` (PER and its error counts, FLOPs, routing, calibration, losses, the mfa-dev stand-in)
-and ``history.jsonl``. A refactoring that must not change results prints ``identical`` for every run::
+and ``history.jsonl``. Then the working tree decodes the checkpoint that ``BASE`` trained
+(``--test_only``), which must load and score as it did. A refactoring that must not change results
+prints ``identical`` for every row::
 
     python tests/recipe_equivalence.py 4d279b0            # about 15 min on 2 cores
     python tests/recipe_equivalence.py 4d279b0 --only act pondernet
@@ -125,6 +127,7 @@ def main(argv=None) -> int:
         try:
             before = run_recipes(base_tree, folder / "runs_base", args.only)
             after = run_recipes(REPO, folder / "runs_working_tree", args.only)
+            reloaded = decode_base_checkpoint(folder / "runs_base", folder / "corpus")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=REPO, capture_output=True)
     failed = False
@@ -139,7 +142,30 @@ def main(argv=None) -> int:
             verdict = "identical" if not diff else f"{len(diff)} differ: " + "; ".join(diff[:6])
         n = len(dict(flatten(b)))
         print(f"| {name} | {verdict} ({n} values compared) |")
+    keys = ("PER", "error_rate_details", "flops_per_frame", "big_fraction", "p_big_mean", "dev")
+    if "error" in reloaded or "surprisal" not in before or "error" in before["surprisal"]:
+        verdict, failed = f"failed: {reloaded.get('error')}", True
+    else:
+        trained = {k: before["surprisal"]["results"].get(k) for k in keys}
+        diff = differences(trained, {k: reloaded.get(k) for k in keys})
+        failed |= bool(diff)
+        verdict = "identical" if not diff else f"{len(diff)} differ: " + "; ".join(diff[:6])
+    print(f"| surprisal checkpoint of {args.base}, decoded by the working tree (--test_only) | {verdict} |")
     return 1 if failed else 0
+
+
+def decode_base_checkpoint(base_runs: Path, corpus: Path) -> Dict[str, Any]:
+    """The working tree's ``--test_only`` decoding of the surprisal run that the base revision
+    trained: its checkpoint (today's format) must load and give the same test results."""
+    recipe, args, folder = RUNS["surprisal"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    exp = base_runs / "exp"
+    command = [sys.executable, *recipe, f"--data_folder={corpus}", f"--experiment_root={exp}", *args,
+               f"--apc_path={exp / 'apc' / 'apc.pt'}", "--test_only"]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]}
+    return json.loads((exp / folder / "results_test_only.json").read_text())
 
 
 if __name__ == "__main__":

@@ -4,20 +4,31 @@
 >>> len(LIBRISPEECH_PHONES), len(TIMIT_PHONES_39)
 (41, 39)
 """
-from .audio import AudioInfo, check_audio_files, inspect_audio, read_audio
+import importlib
+from typing import Any
+
 from .errors import DataPreparationError, DataPreparationWarning
-from .lexicon import Lexicon
-from .librispeech import lexicon_vs_mfa_per, prepare_librispeech, prepare_mini_librispeech
-from .mfa import load_mfa_labels, load_mfa_word_phones, run_mfa
-from .phones import (
-    ARPABET_39,
-    LIBRISPEECH_PHONES,
-    TIMIT_61_TO_39,
-    TIMIT_PHONES_39,
-    strip_stress,
-    validate_phones,
-)
-from .timit import prepare_timit
+
+# Where each public name lives; a corpus module is imported when one of its names is first used,
+# so that code needing only the errors (the inference runtime) does not load every corpus reader.
+_WHERE = {
+    "AudioInfo": "audio", "check_audio_files": "audio", "inspect_audio": "audio", "read_audio": "audio",
+    "Lexicon": "lexicon",
+    "lexicon_vs_mfa_per": "librispeech", "prepare_librispeech": "librispeech", "prepare_mini_librispeech": "librispeech",
+    "load_mfa_labels": "mfa", "load_mfa_word_phones": "mfa", "run_mfa": "mfa",
+    "ARPABET_39": "phones", "LIBRISPEECH_PHONES": "phones", "TIMIT_61_TO_39": "phones", "TIMIT_PHONES_39": "phones",
+    "strip_stress": "phones", "validate_phones": "phones",
+    "prepare_timit": "timit",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ARPABET_39", "LIBRISPEECH_PHONES", "TIMIT_61_TO_39", "TIMIT_PHONES_39", "AudioInfo",

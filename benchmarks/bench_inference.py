@@ -202,19 +202,21 @@ def encoder_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
 
 def _staged(asr, wav, samples, stage_times: Dict[str, List[float]]) -> None:
     """The steps of ``ConditionalASR._run``, each timed: filterbank, APC, encoder, beam search."""
+    from surprisal_cc.forward import CachedInputs, encode
+
     clock = time.perf_counter
     with torch.no_grad():
         t0 = clock()
         fbank, frames = asr.front_end(wav, samples)
         t1 = clock()
-        surprisal, feats = None, fbank
+        cached = None
         with asr._autocast():
-            if asr.uses_apc:
+            if asr.uses_apc:  # timed apart, then handed to the shared forward pass as its APC outputs
                 apc_out = asr.apc(fbank, frames)
-                surprisal = apc_out.surprisal.float()
-                feats = apc_out.features if asr.use_apc_features else fbank
+                cached = CachedInputs(fbank, apc_out.features, apc_out.surprisal.float())
             t2 = clock()
-            out = asr.encoder(feats, frames, surprisal if asr.needs_surprisal else None)
+            out = encode(asr.encoder, fbank, frames, apc=asr.apc, use_apc_features=asr.use_apc_features,
+                         cached=cached).output
         log_probs = out.log_probs.float()
         t3 = clock()
         asr.beam_search(log_probs, out.lengths)

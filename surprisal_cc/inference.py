@@ -30,13 +30,13 @@ import torch
 from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
+from .data.audio import MAX_LISTED
 from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
 from .decoding import CTCBeamSearch
 from .encoders import build_encoder
 from .forward import encode
-from .nnet import Encoder, EncoderOutput
 from .features import FeatureConfig, FilterbankFrontEnd
-from .nnet import lengths_to_mask
+from .nnet import Encoder, EncoderOutput, lengths_to_mask
 from .flops import MacMeter, module_macs
 from .errors import ConfigurationError
 from .model_folder import (FORMAT_VERSION, WEIGHT_DTYPES, ModelFormatError, default_model_dir, load_model_folder,
@@ -45,7 +45,6 @@ from .precision import native_bf16
 from .threads import DEFAULT_DECODING_THREADS, check_threads, decoding_threads
 
 PathLike = Union[str, os.PathLike]
-MAX_LISTED = 20
 AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 
 ROUTINGS = ("deterministic", "sampled")

@@ -81,15 +81,20 @@ def differences(before: Any, after: Any) -> List[str]:
     return out
 
 
+def recipe_env(tree: Path) -> Dict[str, str]:
+    """Environment of a recipe run with the code of ``tree``: one thread, fixed hash seed."""
+    return {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
 def run_recipes(tree: Path, root: Path, names: List[str]) -> Dict[str, Dict[str, Any]]:
     """Run the named recipes with the code of ``tree``; results below ``root``."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    env = recipe_env(tree)
     exp, timit_exp = root / "exp", root / "timit_exp"
     apc = exp / "apc" / "apc.pt"
     order = ["surprisal"] + [n for n in names if n != "surprisal"]  # the first run pretrains the shared APC
     found = {}
     for name in order:
-        (recipe, hparams), args, folder = RUNS[name][0], RUNS[name][1], RUNS[name][2]
+        (recipe, hparams), args, folder = RUNS[name]
         data = root.parent / ("timit" if name == "timit" else "corpus")
         base = timit_exp if name == "timit" else exp
         args = [a.replace("APC", str(apc)).replace("EXP", str(base)) for a in args]
@@ -158,7 +163,7 @@ def decode_base_checkpoint(base_runs: Path, corpus: Path) -> Dict[str, Any]:
     """The working tree's ``--test_only`` decoding of the surprisal run that the base revision
     trained: its checkpoint (today's format) must load and give the same test results."""
     recipe, args, folder = RUNS["surprisal"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    env = recipe_env(REPO)
     exp = base_runs / "exp"
     command = [sys.executable, *recipe, f"--data_folder={corpus}", f"--experiment_root={exp}", *args,
                f"--apc_path={exp / 'apc' / 'apc.pt'}", "--test_only"]

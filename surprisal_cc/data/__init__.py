@@ -30,10 +30,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [
-    "ARPABET_39", "LIBRISPEECH_PHONES", "TIMIT_61_TO_39", "TIMIT_PHONES_39", "AudioInfo",
-    "DataPreparationError", "DataPreparationWarning", "Lexicon", "check_audio_files",
-    "inspect_audio", "lexicon_vs_mfa_per", "load_mfa_labels", "load_mfa_word_phones", "prepare_librispeech",
-    "prepare_mini_librispeech", "prepare_timit", "read_audio", "run_mfa", "strip_stress",
-    "validate_phones",
-]
+__all__ = ["DataPreparationError", "DataPreparationWarning", *_WHERE]

@@ -278,7 +278,7 @@ def _long_progress(path: Path):
 def cmd_transcribe(args, unknown: List[str]) -> int:
     from .data.errors import BadAudioError, DataPreparationError
     from .errors import ConfigurationError
-    from .inference import check_audio_many, iter_audio_paths, warn_converted
+    from .data.audio import check_audio_many, iter_audio_paths, warn_converted
     from .long_audio import PROGRESS_AFTER_S
 
     fmt = "json" if args.json else args.format

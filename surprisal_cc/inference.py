@@ -1,5 +1,5 @@
 """Use a trained model: load a model folder (:mod:`surprisal_cc.model_folder`), transcribe audio,
-evaluate a corpus (:mod:`surprisal_cc.corpora`).
+evaluate a corpus (:mod:`surprisal_cc.evaluation`).
 
 Decoding is the recipes' test decoding (CTC prefix beam search, the run's beam width), scoring is
 theirs too (corpus-level PER, repeated ``sil`` merged), and FLOPs are counted from what ran, as the
@@ -21,23 +21,22 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
-from .data.audio import MAX_LISTED
-from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
+from .data.audio import as_waveforms, check_audio, sample_counts
+from .data.errors import BadAudioError, DataPreparationError
 from .decoding import CTCBeamSearch
 from .encoders import build_encoder
 from .forward import encode
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import Encoder, EncoderOutput, lengths_to_mask
-from .flops import MacMeter, module_macs
+from .flops import module_macs
 from .errors import ConfigurationError
 from .model_folder import (FORMAT_VERSION, WEIGHT_DTYPES, ModelFormatError, default_model_dir, load_model_folder,
                            write_model_folder)
@@ -45,7 +44,6 @@ from .precision import native_bf16
 from .threads import DEFAULT_DECODING_THREADS, check_threads, decoding_threads
 
 PathLike = Union[str, os.PathLike]
-AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 
 ROUTINGS = ("deterministic", "sampled")
 
@@ -596,10 +594,11 @@ class ConditionalASR:
         """Seconds between the model's frames (the filterbank's shift times its frame skip)."""
         return self.feature_config.frame_shift_ms * self.feature_config.frame_skip / 1000.0
 
-    def _run(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, List[List[int]], Tensor, Tensor,
+    def run_batch(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, List[List[int]], Tensor, Tensor,
                                                              Optional[Tensor], float]:
-        """(encoder output, label ids, fbank, frame counts, surprisal, seconds) of one padded batch,
-        on this model's threads."""
+        """(encoder output, label ids, fbank, frame counts, surprisal, seconds) of one padded batch
+        (``samples``: (B,) sample counts), decoded on this model's threads; ``seconds`` is the wall
+        time of the forward pass and the beam search."""
         with decoding_threads(self.threads):
             start = time.perf_counter()
             out, fbank, frames, surprisal = self.forward(wavs, samples)
@@ -685,7 +684,7 @@ class ConditionalASR:
             wavs = torchaudio.functional.resample(wavs, int(sample_rate), rate)
             samples = (samples.double() * rate / int(sample_rate)).round().long().clamp(max=wavs.shape[1])
         with self.seeded_routing():
-            out, hyps, fbank, frames, surprisal, seconds = self._run(wavs, samples)
+            out, hyps, fbank, frames, surprisal, seconds = self.run_batch(wavs, samples)
         rtf = seconds / max(float(samples.sum()) / rate, 1e-9)
         log_probs = out.log_probs.float().cpu()
         results = []
@@ -771,341 +770,12 @@ class ConditionalASR:
                  any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
                  per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None,
                  alignments: Optional[PathLike] = None) -> Dict[str, Any]:
-        """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF on a labelled corpus.
+        """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF of this model on a labelled corpus
+        (a LibriSpeech-format folder, a TIMIT folder or a manifest CSV):
+        :func:`surprisal_cc.evaluation.evaluate_corpus`, which documents the arguments and the result."""
+        from .evaluation import evaluate_corpus
 
-        Arguments
-        ---------
-        data : str or path
-            A LibriSpeech-format folder (``speaker/chapter/*.flac`` + ``*.trans.txt``; labels from
-            CMUdict with the model's training G2P policy, or MFA labels from ``mfa_labels``), a
-            TIMIT folder (``timit_split``: the core ``test`` set, the ``valid`` speakers or ``train``)
-            or a manifest CSV as the recipes write (``ID``, ``wav``, ``phn`` columns).
-        mfa_labels : str or path, optional
-            MFA export CSV with the labels of a LibriSpeech-format folder.
-        skip_bad : bool
-            Score the usable utterances when some are not (unusable audio, a missing or empty
-            transcript, no MFA labels; they are listed in ``skipped``); otherwise
-            :class:`BadAudioError` lists the bad audio files, and a :class:`DataPreparationError`
-            the transcript problems.
-        batch_size : int, optional
-            Utterances per forward pass (default: the run's batch size). With deterministic
-            routing the phones do not depend on it.
-        seed : int, optional
-            Seed of sampled routing for this call (default: the model's ``seed``); the global RNG
-            is restored after. Sampled routing only.
-        g2p : str, optional
-            G2P policy for out-of-vocabulary words (default: the model's training policy).
-        timit_split : str
-            ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
-        progress : bool
-            Show a progress bar.
-        any_pronunciation : bool
-            Also score each hypothesis against the reference as the words would read with any
-            of their CMUdict pronunciations (or, with MFA labels, the labelled one), the one
-            fewest edits away (:func:`~surprisal_cc.corpora.pronunciation_references`): how much of the PER is the
-            choice of pronunciations. LibriSpeech folders and manifests with a ``wrd`` column.
-        flops_fraction : float, optional
-            Decode at the bias shift that spends this fraction of the big-only MACs per frame over
-            the corpus's audio (:meth:`meet_flops_budget`; its surprisal, not its labels).
-        per_utterance : callable, optional
-            Called with each utterance's result as its batch finishes: ``id``, ``reference``,
-            ``hypothesis`` (phones, as scored), ``substitutions``, ``deletions``, ``insertions``,
-            ``num_ref_tokens``, ``num_frames``, ``flops_per_frame``, ``p_big_mean`` and
-            ``big_fraction`` (small/big routing) or ``mean_steps`` (ACT, PonderNet).
-        alignments : str or path, optional
-            Also write every utterance's alignment of hypothesis and reference to this file, in
-            SpeechBrain's format (as the recipes write ``per.txt``).
-
-        Returns
-        -------
-        dict
-            ``per``, ``substitutions``, ``deletions``, ``insertions``, ``num_ref_tokens``,
-            ``num_utterances``, ``flops_per_frame``, ``flops_components``, ``p_big_mean``,
-            ``p_big_var`` and ``big_fraction`` (small/big routing), ``mean_steps`` (ACT, PonderNet), ``rtf``,
-            ``compute_s``, ``audio_s`` and what was evaluated (``data``, ``labels``, ``skipped``,
-            ``model``, ``device``, ``precision``, ``threads``, ``routing``, ``seed``, ``batch_size``,
-            ``beam_size``); with ``any_pronunciation``,
-            ``any_pronunciation``: ``per``, ``substitutions``, ``deletions``, ``insertions``,
-            ``num_ref_tokens`` against those references and ``fixed`` (utterances whose labels
-            are not their words' phones, scored against their labels as they are); with
-            ``flops_fraction``, ``budget`` (:meth:`meet_flops_budget`).
-
-        Raises
-        ------
-        BadAudioError
-            When some audio files are unusable and ``skip_bad`` is False.
-        DataPreparationError
-            When the corpus, its labels or its audio cannot be used.
-        """
-        from .brain import RoutingStats
-        from .corpora import corpus_items, pronunciation_references
-        from .data.audio import read_audio
-        from .metrics import ErrorRate, closest_path
-
-        if seed is not None and self.routing != "sampled":
-            raise ConfigurationError("seed seeds sampled routing, and this model routes deterministically: "
-                                     "set_routing('sampled', seed) (--sampled --seed N)")
-        seed = self.seed if seed is None else int(seed)
-        label_problems: List[str] = []
-        items, label_source = corpus_items(data, self, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split,
-                                           problems=label_problems if skip_bad else None)
-        if label_problems:
-            warnings.warn(f"skipping {len(label_problems)} utterance(s) without usable labels:\n  "
-                          + "\n  ".join(label_problems[:MAX_LISTED]), DataPreparationWarning, stacklevel=2)
-        infos, problems = check_audio_many([wav for _, wav, _ in items])
-        if problems and not skip_bad:
-            raise BadAudioError(problems, len(items), f"{len(problems)} of {len(items)} audio files are unusable; "
-                                                     "pass --skip-bad (skip_bad=True) to score the others")
-        if problems:
-            warnings.warn(f"skipping {len(problems)} unusable audio file(s):\n  " + "\n  ".join(problems),
-                          DataPreparationWarning, stacklevel=2)
-        items = [item for item in items if str(item[1]) in infos]
-        if not items:
-            raise DataPreparationError(f"{data}: no usable utterance to score")
-        graphs = pronunciation_references(data, items, mfa_labels, g2p or self.config.get("label_policy", {}).get(
-            "g2p") or "spn") if any_pronunciation else None
-        warn_converted(infos, self.feature_config.sample_rate)
-        batch_size = int(batch_size or self.config.get("batch_size", 8))
-        budget = self.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size) \
-            if flops_fraction is not None else None
-        # against the labels, and against the closest pronunciations (any_pronunciation)
-        errors, closest = (ErrorRate(merge_sil=bool(self.config.get("merge_sil", True))) for _ in range(2))
-        meter, routing = MacMeter(), RoutingStats()
-        steps_total, steps_frames, seconds, audio_s = 0.0, 0, 0.0, 0.0
-        starts = range(0, len(items), batch_size)
-        if progress:
-            from tqdm import tqdm
-            starts = tqdm(starts, desc="evaluate", unit="batch")
-        with self.seeded_routing(seed):
-            for start in starts:
-                chunk = items[start:start + batch_size]
-                signals = [read_audio(wav, self.feature_config.sample_rate) for _, wav, _ in chunk]
-                samples = torch.tensor([s.numel() for s in signals])
-                wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
-                out, hyps, _, frames, surprisal, elapsed = self._run(wavs, samples)
-                phones = [self.phones_of(h) for h in hyps]
-                seconds += elapsed
-                audio_s += float(samples.sum()) / self.feature_config.sample_rate
-                errors.append([u for u, _, _ in chunk], phones, [ref for _, _, ref in chunk])
-                if per_utterance is not None:
-                    for b, (row, n) in enumerate(zip(errors.last(len(chunk)), frames.tolist())):
-                        per_utterance(self._utterance_report(row, out, b, n, surprisal))
-                if graphs is not None:
-                    closest.append([u for u, _, _ in chunk], phones,
-                                   [closest_path(hyp, *graphs[u]) if graphs.get(u) else ref
-                                    for hyp, (u, _, ref) in zip(phones, chunk)])
-                mask = lengths_to_mask(out.lengths, out.log_probs.shape[1])
-                meter.update(out.frame_macs, int(out.lengths.sum()),
-                             uniform={"apc": self.apc_macs} if self.uses_apc else {})
-                routing.update(out.stats, mask)
-                if "steps" in out.stats:
-                    steps_total += float(out.stats["steps"][mask].sum())
-                    steps_frames += int(mask.sum())
-        if alignments is not None:
-            errors.write_alignments(alignments)
-        summary = errors.summarize()
-        per_frame = meter.per_frame()
-        flops = {k: per_frame[k] for k in sorted(per_frame, key=lambda k: (k != "apc", k == "total"))}
-        result: Dict[str, Any] = {
-            "per": summary["error_rate"], "substitutions": summary["substitutions"],
-            "deletions": summary["deletions"], "insertions": summary["insertions"],
-            "num_ref_tokens": summary["num_ref_tokens"], "num_utterances": summary["num_utterances"],
-            "flops_per_frame": flops["total"], "flops_components": flops, **routing.summary(),
-        }
-        if steps_frames:
-            result["mean_steps"] = steps_total / steps_frames
-        if graphs is not None:
-            free = closest.summarize()
-            result["any_pronunciation"] = {
-                "per": free["error_rate"], **{k: free[k] for k in ("substitutions", "deletions", "insertions",
-                                                                   "num_ref_tokens")},
-                "fixed": sum(1 for u, _, _ in items if not graphs.get(u))}
-        result.update({"rtf": seconds / max(audio_s, 1e-9), "compute_s": seconds, "audio_s": audio_s,
-                       "data": str(data), "labels": label_source, "skipped": label_problems + problems,
-                       "model": str(self.source) if self.source else None, "device": str(self.device),
-                       "precision": self.precision, "threads": self.threads or torch.get_num_threads(),
-                       "routing": self.routing, "seed": seed if self.routing == "sampled" else None,
-                       "batch_size": batch_size, "beam_size": self.beam_search.beam_size,
-                       "blank_penalty": self.beam_search.blank_penalty,
-                       "bias_shift": float(getattr(self.encoder, "test_bias_shift", 0.0))})
-        if budget is not None:
-            result["budget"] = budget
-        return result
-
-    def _utterance_report(self, scores: Dict[str, Any], out: EncoderOutput, b: int, n: int,
-                          surprisal: Optional[Tensor]) -> Dict[str, Any]:
-        """One utterance of :meth:`evaluate`'s ``per_utterance``: its edit counts and what ran."""
-        per_frame = self.frame_results(out, b, n, surprisal)
-        comps = self.flops_components(per_frame["macs"], n)
-        report = {"id": scores["key"], "reference": scores["ref_tokens"], "hypothesis": scores["hyp_tokens"],
-                  **{k: int(scores[k]) for k in ("substitutions", "deletions", "insertions", "num_ref_tokens")},
-                  "num_frames": n, "flops_per_frame": sum(comps.values())}
-        if per_frame["p_big"] is not None:
-            report["p_big_mean"] = float(per_frame["p_big"].double().mean())
-        if per_frame["use_big"] is not None:
-            report["big_fraction"] = float(per_frame["use_big"].double().mean())
-        if per_frame["steps"] is not None:
-            report["mean_steps"] = float(per_frame["steps"].double().mean())
-        return report
-
-
-# ----------------------------------------------------------------------------------------------
-# Batches
-# ----------------------------------------------------------------------------------------------
-def as_waveforms(wavs) -> Tensor:
-    """(B, S) float waveforms in [-1, 1] from a (B, S) or (S,) tensor or array; int16 is scaled by
-    1/32768, and float audio far outside [-1, 1] (int16-scaled, say) is refused.
-
-    Example
-    -------
-    >>> as_waveforms(torch.tensor([0, 16384, -32768], dtype=torch.int16))
-    tensor([[ 0.0000,  0.5000, -1.0000]])
-    >>> as_waveforms(torch.tensor([0.0, 1200.0]))
-    Traceback (most recent call last):
-        ...
-    ValueError: wavs must be audio in [-1, 1], but its largest magnitude is 1200 (int16-scaled?): divide by 32768
-    """
-    wavs = torch.as_tensor(wavs)
-    if wavs.dtype == torch.int16:
-        wavs = wavs.float() / 32768.0
-    elif not wavs.is_floating_point():
-        raise ValueError(f"wavs must be float audio in [-1, 1] (or int16), got {wavs.dtype}")
-    if wavs.ndim == 1:
-        wavs = wavs[None]
-    if wavs.ndim != 2:
-        raise ValueError(f"wavs must be (batch, samples), got shape {tuple(wavs.shape)}")
-    peak = float(wavs.abs().max()) if wavs.numel() else 0.0
-    if peak > 2.0:  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
-        raise ValueError(f"wavs must be audio in [-1, 1], but its largest magnitude is {peak:g} (int16-scaled?): "
-                         "divide by 32768")
-    return wavs
-
-
-def sample_counts(wavs: Tensor, wav_lens: Optional[Tensor]) -> Tensor:
-    """(B,) sample counts: ``wav_lens`` relative in (0, 1] (floating point) or sample counts (integers).
-
-    Example
-    -------
-    >>> sample_counts(torch.zeros(2, 100), torch.tensor([1.0, 0.5])).tolist()
-    [100, 50]
-    >>> sample_counts(torch.zeros(2, 100), torch.tensor([100, 20])).tolist()
-    [100, 20]
-    """
-    batch, width = wavs.shape[0], wavs.shape[1]
-    if wav_lens is None:
-        return torch.full((batch,), width, dtype=torch.long)
-    lens = torch.as_tensor(wav_lens).detach().cpu()
-    if lens.shape != (batch,):
-        raise ValueError(f"wav_lens must have one length per waveform ({batch}), got shape {tuple(lens.shape)}")
-    if lens.is_floating_point():
-        if bool(((lens <= 0) | (lens > 1 + 1e-6)).any()):
-            raise ValueError(f"relative wav_lens must lie in (0, 1] (SpeechBrain's convention), got {lens.tolist()}; "
-                             "give sample counts as num_samples=")
-        return (lens.double() * width).round().long().clamp(1, width)
-    if bool(((lens < 1) | (lens > width)).any()):
-        raise ValueError(f"sample counts must lie in [1, {width}] (the padded width), got {lens.tolist()}")
-    return lens.long()
-
-
-# ----------------------------------------------------------------------------------------------
-# Audio checks
-# ----------------------------------------------------------------------------------------------
-def check_audio_many(paths: Sequence[PathLike]) -> Tuple[Dict[str, Any], List[str]]:
-    """Decode every file once: ``({path: AudioInfo} of usable files, ["path: problem", ...])``.
-
-    Arguments
-    ---------
-    paths : sequence of str or path
-        Audio files.
-
-    Returns
-    -------
-    infos : dict of str to AudioInfo
-        Duration, sample rate and channels of each usable file, by path.
-    problems : list of str
-        One ``"path: problem"`` line per unusable file.
-    """
-    from .data.audio import check_audio_file
-
-    infos, problems = {}, []
-    for path in paths:
-        name, info, problem = check_audio_file(str(path))
-        if info is None:
-            problems.append(f"{name}: {problem}")
-        else:
-            infos[name] = info
-    return infos, problems
-
-
-def check_audio(path: PathLike, sample_rate: int = 16000) -> None:
-    """Raise :class:`BadAudioError` unless ``path`` is usable audio; warn when it will be converted.
-
-    The error has one line naming the file; the :class:`DataPreparationWarning` says that the file
-    will be resampled to ``sample_rate`` or downmixed to mono.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     bad = Path(tmp) / "bad.wav"
-    ...     _ = bad.write_text("not audio")
-    ...     try:
-    ...         check_audio(bad)
-    ...     except BadAudioError as err:
-    ...         print(len(err.problems), err.problems[0].startswith(str(bad)))
-    1 True
-    """
-    infos, problems = check_audio_many([path])
-    if problems:
-        raise BadAudioError(problems, 1)
-    warn_converted(infos, sample_rate)
-
-
-def warn_converted(infos: Dict[str, Any], sample_rate: int = 16000) -> None:
-    """One warning per file (up to 20) that is resampled or downmixed on load.
-
-    Arguments
-    ---------
-    infos : dict of str to AudioInfo
-        Usable files, as :func:`check_audio_many` returns them.
-    sample_rate : int
-        The model's sample rate.
-    """
-    notes = []
-    for path, info in infos.items():
-        if info.sample_rate != sample_rate:
-            notes.append(f"{path}: {info.sample_rate} Hz audio, resampled to {sample_rate} Hz")
-        if info.channels > 1:
-            notes.append(f"{path}: {info.channels} channels, downmixed to mono (channel mean)")
-    for note in notes[:MAX_LISTED]:
-        warnings.warn(note, DataPreparationWarning, stacklevel=3)
-    if len(notes) > MAX_LISTED:
-        warnings.warn(f"... and {len(notes) - MAX_LISTED} more resampled or downmixed files",
-                      DataPreparationWarning, stacklevel=3)
-
-
-def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:
-    """The given paths; a folder stands for the audio files under it (sorted).
-
-    Audio files are those ending in one of :data:`AUDIO_SUFFIXES` (what libsndfile decodes:
-    ``.flac``, ``.wav``, ``.sph``, ``.ogg``, ``.opus``, ``.mp3``, ``.aiff``, ``.aif``).
-
-    Example
-    -------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     for name in ("b.flac", "a.wav", "c.opus", "notes.txt"):
-    ...         _ = Path(tmp, name).write_text("")
-    ...     names = [p.name for p in iter_audio_paths([tmp])]
-    >>> names
-    ['a.wav', 'b.flac', 'c.opus']
-    """
-    from .data.manifest import list_files
-
-    for path in map(Path, paths):
-        if path.is_dir():
-            yield from list_files(path, AUDIO_SUFFIXES)
-        else:
-            yield path
+        return evaluate_corpus(self, data, mfa_labels=mfa_labels, skip_bad=skip_bad, batch_size=batch_size, seed=seed,
+                               g2p=g2p, timit_split=timit_split, progress=progress,
+                               any_pronunciation=any_pronunciation, flops_fraction=flops_fraction,
+                               per_utterance=per_utterance, alignments=alignments)

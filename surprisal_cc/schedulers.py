@@ -17,7 +17,6 @@ Example
 """
 from __future__ import annotations
 
-import math
 from typing import Tuple
 
 from speechbrain.nnet.schedulers import NewBobScheduler

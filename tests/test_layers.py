@@ -24,8 +24,8 @@ PACKAGE = "surprisal_cc"
 LOWER = {"", "errors", "data", "nnet", "flops", "features", "augment", "controllers", "adaptive", "encoders", "ctc",
          "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files", "precision", "threads", "viterbi",
          "runs", "label_eval", "forward", "model_folder"}
-UPPER = {"brain", "apc_training", "recipe", "inference", "corpora", "export", "realign", "cli", "long_audio",
-         "timestamps"}
+UPPER = {"brain", "apc_training", "recipe", "inference", "corpora", "evaluation", "export", "realign", "cli",
+         "long_audio", "timestamps"}
 TOOLS = {"grid", "report", "plots", "analysis"}
 
 

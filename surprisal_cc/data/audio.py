@@ -1,4 +1,4 @@
-"""Audio loading and corpus-wide audio checks (soundfile based; no ffmpeg needed).
+"""Audio input: loading, checks of files and of in-memory batches (soundfile based; no ffmpeg needed).
 
 Policy: audio that is not 16 kHz is resampled on load and multi-channel audio is downmixed
 (mean over channels); both are reported once, at prepare time, with the file names.  Files that
@@ -11,20 +11,24 @@ import multiprocessing
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import soundfile as sf
 import torch
 import torchaudio
 
-from .errors import DataPreparationError, DataPreparationWarning
+from .errors import BadAudioError, DataPreparationError, DataPreparationWarning
+from .manifest import list_files
 
 PathLike = Union[str, os.PathLike]
 TARGET_SAMPLE_RATE = 16000
 MIN_DURATION_S = 0.025  # one analysis frame
 POOL_THRESHOLD = 64  # use a worker pool from this many files on
 MAX_LISTED = 20
+# what libsndfile decodes
+AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 
 
 @dataclass(frozen=True)
@@ -92,18 +96,20 @@ def _listing(items: Sequence[str], limit: Optional[int] = MAX_LISTED) -> str:
     return f"\n  {shown}{more}"
 
 
-def check_audio_files(
-    paths: Sequence[PathLike],
-    *,
-    target_sr: int = TARGET_SAMPLE_RATE,
-    skip_bad_audio: bool = False,
-    num_workers: int = 2,
-) -> Dict[str, AudioInfo]:
-    """Decode every file and return ``{path: AudioInfo}`` for the usable ones.
+def check_audio_many(paths: Sequence[PathLike], num_workers: int = 1) -> Tuple[Dict[str, AudioInfo], List[str]]:
+    """Decode every file once: ``({path: AudioInfo} of usable files, ["path: problem", ...])``.
 
-    Warns (:class:`DataPreparationWarning`) about files that will be resampled or downmixed.
-    Raises :class:`DataPreparationError` listing *every* unreadable/corrupt/empty file, or with
-    ``skip_bad_audio=True`` leaves them out and warns with the list.
+    Arguments
+    ---------
+    paths : sequence of str or path
+        Audio files.
+    num_workers : int
+        Worker processes, used from :data:`POOL_THRESHOLD` files on.
+
+    Example
+    -------
+    >>> check_audio_many(["missing.flac"])
+    ({}, ['missing.flac: file does not exist'])
     """
     path_strs = [str(p) for p in paths]
     if num_workers > 1 and len(path_strs) >= POOL_THRESHOLD:
@@ -112,20 +118,32 @@ def check_audio_files(
             results = pool.map(check_audio_file, path_strs, chunksize=32)
     else:
         results = [check_audio_file(p) for p in path_strs]
-
-    good: Dict[str, AudioInfo] = {}
-    bad: List[str] = []
-    other_rate: List[str] = []
-    multichannel: List[str] = []
+    infos: Dict[str, AudioInfo] = {}
+    problems: List[str] = []
     for path, info, problem in results:
         if info is None:
-            bad.append(f"{path}: {problem}")
-            continue
-        good[path] = info
-        if info.sample_rate != target_sr:
-            other_rate.append(f"{path} ({info.sample_rate} Hz)")
-        if info.channels > 1:
-            multichannel.append(f"{path} ({info.channels} channels)")
+            problems.append(f"{path}: {problem}")
+        else:
+            infos[path] = info
+    return infos, problems
+
+
+def check_audio_files(
+    paths: Sequence[PathLike],
+    *,
+    target_sr: int = TARGET_SAMPLE_RATE,
+    skip_bad_audio: bool = False,
+    num_workers: int = 2,
+) -> Dict[str, AudioInfo]:
+    """Decode every file of a corpus and return ``{path: AudioInfo}`` for the usable ones.
+
+    Warns (:class:`DataPreparationWarning`) about files that will be resampled or downmixed.
+    Raises :class:`DataPreparationError` listing *every* unreadable/corrupt/empty file, or with
+    ``skip_bad_audio=True`` leaves them out and warns with the list.
+    """
+    good, bad = check_audio_many(paths, num_workers)
+    other_rate = [f"{path} ({info.sample_rate} Hz)" for path, info in good.items() if info.sample_rate != target_sr]
+    multichannel = [f"{path} ({info.channels} channels)" for path, info in good.items() if info.channels > 1]
     if other_rate:
         warnings.warn(
             f"{len(other_rate)} file(s) are not {target_sr} Hz; they will be resampled on load:"
@@ -152,3 +170,133 @@ def check_audio_files(
             stacklevel=2,
         )
     return good
+
+
+def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE) -> None:
+    """Raise :class:`BadAudioError` unless ``path`` is usable audio; warn when it will be converted.
+
+    The error has one line naming the file; the :class:`DataPreparationWarning` says that the file
+    will be resampled to ``sample_rate`` or downmixed to mono.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     bad = Path(tmp) / "bad.wav"
+    ...     _ = bad.write_text("not audio")
+    ...     try:
+    ...         check_audio(bad)
+    ...     except BadAudioError as err:
+    ...         print(len(err.problems), err.problems[0].startswith(str(bad)))
+    1 True
+    """
+    infos, problems = check_audio_many([path])
+    if problems:
+        raise BadAudioError(problems, 1)
+    warn_converted(infos, sample_rate)
+
+
+def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE) -> None:
+    """One warning per file (up to :data:`MAX_LISTED`) that is resampled or downmixed on load.
+
+    Arguments
+    ---------
+    infos : dict of str to AudioInfo
+        Usable files, as :func:`check_audio_many` returns them.
+    sample_rate : int
+        The model's sample rate.
+    """
+    notes = []
+    for path, info in infos.items():
+        if info.sample_rate != sample_rate:
+            notes.append(f"{path}: {info.sample_rate} Hz audio, resampled to {sample_rate} Hz")
+        if info.channels > 1:
+            notes.append(f"{path}: {info.channels} channels, downmixed to mono (channel mean)")
+    for note in notes[:MAX_LISTED]:
+        warnings.warn(note, DataPreparationWarning, stacklevel=3)
+    if len(notes) > MAX_LISTED:
+        warnings.warn(f"... and {len(notes) - MAX_LISTED} more resampled or downmixed files",
+                      DataPreparationWarning, stacklevel=3)
+
+
+def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:
+    """The given paths; a folder stands for the audio files under it (sorted).
+
+    Audio files are those ending in one of :data:`AUDIO_SUFFIXES` (what libsndfile decodes:
+    ``.flac``, ``.wav``, ``.sph``, ``.ogg``, ``.opus``, ``.mp3``, ``.aiff``, ``.aif``).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     for name in ("b.flac", "a.wav", "c.opus", "notes.txt"):
+    ...         _ = Path(tmp, name).write_text("")
+    ...     names = [p.name for p in iter_audio_paths([tmp])]
+    >>> names
+    ['a.wav', 'b.flac', 'c.opus']
+    """
+    for path in map(Path, paths):
+        if path.is_dir():
+            yield from list_files(path, AUDIO_SUFFIXES)
+        else:
+            yield path
+
+
+# ----------------------------------------------------------------------------------------------
+# In-memory batches
+# ----------------------------------------------------------------------------------------------
+def as_waveforms(wavs) -> torch.Tensor:
+    """(B, S) float waveforms in [-1, 1] from a (B, S) or (S,) tensor or array; int16 is scaled by
+    1/32768, and float audio far outside [-1, 1] (int16-scaled, say) is refused.
+
+    Example
+    -------
+    >>> as_waveforms(torch.tensor([0, 16384, -32768], dtype=torch.int16))
+    tensor([[ 0.0000,  0.5000, -1.0000]])
+    >>> as_waveforms(torch.tensor([0.0, 1200.0]))
+    Traceback (most recent call last):
+        ...
+    ValueError: wavs must be audio in [-1, 1], but its largest magnitude is 1200 (int16-scaled?): divide by 32768
+    """
+    wavs = torch.as_tensor(wavs)
+    if wavs.dtype == torch.int16:
+        wavs = wavs.float() / 32768.0
+    elif not wavs.is_floating_point():
+        raise ValueError(f"wavs must be float audio in [-1, 1] (or int16), got {wavs.dtype}")
+    if wavs.ndim == 1:
+        wavs = wavs[None]
+    if wavs.ndim != 2:
+        raise ValueError(f"wavs must be (batch, samples), got shape {tuple(wavs.shape)}")
+    peak = float(wavs.abs().max()) if wavs.numel() else 0.0
+    if peak > 2.0:  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
+        raise ValueError(f"wavs must be audio in [-1, 1], but its largest magnitude is {peak:g} (int16-scaled?): "
+                         "divide by 32768")
+    return wavs
+
+
+def sample_counts(wavs: torch.Tensor, wav_lens: Optional[torch.Tensor]) -> torch.Tensor:
+    """(B,) sample counts: ``wav_lens`` relative in (0, 1] (floating point) or sample counts (integers).
+
+    Example
+    -------
+    >>> sample_counts(torch.zeros(2, 100), torch.tensor([1.0, 0.5])).tolist()
+    [100, 50]
+    >>> sample_counts(torch.zeros(2, 100), torch.tensor([100, 20])).tolist()
+    [100, 20]
+    """
+    batch, width = wavs.shape[0], wavs.shape[1]
+    if wav_lens is None:
+        return torch.full((batch,), width, dtype=torch.long)
+    lens = torch.as_tensor(wav_lens).detach().cpu()
+    if lens.shape != (batch,):
+        raise ValueError(f"wav_lens must have one length per waveform ({batch}), got shape {tuple(lens.shape)}")
+    if lens.is_floating_point():
+        if bool(((lens <= 0) | (lens > 1 + 1e-6)).any()):
+            raise ValueError(f"relative wav_lens must lie in (0, 1] (SpeechBrain's convention), got {lens.tolist()}; "
+                             "give sample counts as num_samples=")
+        return (lens.double() * width).round().long().clamp(1, width)
+    if bool(((lens < 1) | (lens > width)).any()):
+        raise ValueError(f"sample counts must lie in [1, {width}] (the padded width), got {lens.tolist()}")
+    return lens.long()

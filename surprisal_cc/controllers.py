@@ -28,6 +28,7 @@ Example
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Callable, Dict, Iterable, NamedTuple, Optional
@@ -66,6 +67,8 @@ class Controller(nn.Module):
     # True: during training the encoder runs both networks on every real frame and mixes them
     # with the gate (the gradient the controller's estimator needs); evaluation always routes.
     both_networks_in_training = False
+    # True: a bias shift added to the logit moves p_big (the test-time bias sweep applies).
+    shifts_with_bias = True
 
     def probability(self, features: Tensor, surprisal: Optional[Tensor], bias_shift: float = 0.0) -> Tensor:
         """Probability p_big of the big network per frame.
@@ -172,6 +175,11 @@ class ConstantController(Controller):
     def name(self) -> str:
         """``big_only`` (p = 1), ``small_only`` (p = 0) or ``random``."""
         return {1.0: "big_only", 0.0: "small_only"}.get(self.p_big, "random")
+
+    @property
+    def shifts_with_bias(self) -> bool:
+        """False for p = 0 and p = 1, which no shift of the logit moves."""
+        return 0.0 < self.p_big < 1.0
 
     def probability(self, features, surprisal, bias_shift: float = 0.0):
         """(B, T) tensor filled with p_big (logit shifted by ``bias_shift``)."""
@@ -335,20 +343,34 @@ class LearnedController(Controller):
         return Decision(torch.sigmoid(z) * mask, use_big, gate, self.penalty_weight * penalty)
 
 
+def big_only() -> ConstantController:
+    """The big network on every frame."""
+    return ConstantController(p_big=1.0)
+
+
+def small_only() -> ConstantController:
+    """The small network on every frame."""
+    return ConstantController(p_big=0.0)
+
+
+# The controllers by name (hparams key ``controller``); build_controller passes each the settings
+# its constructor names.
 CONTROLLERS: Dict[str, Callable[..., Controller]] = {
     "surprisal": SurprisalController,
     "random": ConstantController,
     "learned": LearnedController,
-    "big_only": lambda **kw: ConstantController(p_big=1.0),
-    "small_only": lambda **kw: ConstantController(p_big=0.0),
+    "big_only": big_only,
+    "small_only": small_only,
 }
 
 
 def build_controller(name: str, **kwargs) -> Controller:
     """Controller by name (the YAML key ``controller``); unknown names list the choices.
 
-    Keyword arguments a controller does not take are ignored, so one hparams file can carry the
-    settings of every controller and switch with one override (``--controller=random``).
+    Keyword arguments that the controller's constructor does not name are ignored, so one hparams
+    file can carry the settings of every controller and switch with one override
+    (``--controller=random``). A new controller is a :class:`Controller` subclass and one entry of
+    :data:`CONTROLLERS` (``docs/extending.md``).
 
     Arguments
     ---------
@@ -375,12 +397,10 @@ def build_controller(name: str, **kwargs) -> Controller:
     """
     if name not in CONTROLLERS:
         raise ValueError(f"unknown controller {name!r} (hparams key 'controller'); choose one of {sorted(CONTROLLERS)}")
-    accepted = {
-        "surprisal": ("weight", "bias"),
-        "random": ("p_big",),
-        "learned": ("input_size", "hidden_size", "penalty_weight", "estimator", "penalty_utterances"),
-    }.get(name, ())
-    return CONTROLLERS[name](**{k: v for k, v in kwargs.items() if k in accepted})
+    factory = CONTROLLERS[name]
+    accepted = {arg.name for arg in inspect.signature(factory).parameters.values()
+                if arg.kind in (arg.POSITIONAL_OR_KEYWORD, arg.KEYWORD_ONLY)}
+    return factory(**{k: v for k, v in kwargs.items() if k in accepted})
 
 
 # ----------------------------------------------------------------------------------------------

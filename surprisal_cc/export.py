@@ -194,7 +194,7 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         raise ConfigurationError(f"{checkpoint.path}: the checkpoint does not fit {hp_file} "
                                  f"({str(err).splitlines()[0]})") from None
     controller = getattr(encoder, "controller", None)
-    if controller is not None and controller.uses_surprisal and not bool(controller.calibrated):
+    if controller is not None and not bool(getattr(controller, "calibrated", True)):
         warnings.warn(f"{checkpoint.path}: the surprisal controller is not calibrated", DataPreparationWarning)
     epoch = None
     counter = checkpoint.path / "counter.ckpt"

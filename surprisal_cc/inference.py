@@ -407,8 +407,9 @@ class ConditionalASR:
         config = {"format_version": FORMAT_VERSION, "encoder": kwargs, "input_features": input_features,
                   "features": FeatureConfig().as_dict(), "labels": ["<blank>", *labels], "blank_index": 0,
                   "beam_size": 10, "merge_sil": True}
-        apc = APCModel() if input_features == "apc" or controller == "surprisal" else None
-        return cls(config, build_encoder(**kwargs), apc, device=device)
+        encoder_module = build_encoder(**kwargs)
+        apc = APCModel() if input_features == "apc" or encoder_module.needs_surprisal(False) else None
+        return cls(config, encoder_module, apc, device=device)
 
     def save(self, folder: PathLike, dtype: str = "fp32") -> Path:
         """Write this model as a model folder (``from_pretrained`` loads it back).
@@ -444,14 +445,14 @@ class ConditionalASR:
 
     def set_bias_shift(self, shift: float) -> None:
         """Add ``shift`` to the controller's logit (paper Appendix B): a negative shift sends fewer
-        frames to the big network (fewer FLOPs), a positive one more. Only the surprisal and
-        random controllers have a logit to shift; a model without one gets a clear error."""
+        frames to the big network (fewer FLOPs), a positive one more. Big-only and small-only have
+        no logit to shift, nor do the adaptive encoders: a clear error."""
         if not hasattr(self.encoder, "test_bias_shift"):
             raise ModelFormatError(f"a bias shift needs a conditional encoder; this model's is "
                                    f"{self.config['encoder']['name']!r}")
-        controller = self.config["encoder"].get("controller")
-        if shift and controller not in ("surprisal", "random"):
-            raise ModelFormatError(f"the {controller!r} controller has no bias to shift (surprisal and random do)")
+        controller = self.encoder.controller
+        if shift and not controller.shifts_with_bias:
+            raise ModelFormatError(f"the {controller.name!r} controller has no bias to shift")
         self.encoder.test_bias_shift = float(shift)
 
     def budget_big_fraction(self, fraction: float) -> float:

@@ -269,6 +269,25 @@ def test_from_hparams_is_from_pretrained(untrained, tmp_path):
     assert ConditionalASR.from_pretrained(folder, deterministic=False, seed=4).seed == 4
 
 
+
+@pytest.mark.parametrize("controller", ["surprisal", "random", "learned"])
+def test_a_bias_shift_moves_the_routing_of_controllers_with_a_logit(controller):
+    """Appendix B's test-time shift: more frames on the big network at +4 than at -4; big-only and
+    small-only have no logit to shift, and say so."""
+    torch.manual_seed(0)
+    asr = ConditionalASR.untrained(["AH", "B", "sil"], controller=controller)
+    if controller == "surprisal":  # uncalibrated, a random APC's surprisal saturates p_big
+        asr.encoder.controller.weight.fill_(1e-3)
+    wavs = (0.1 * torch.randn(1, 16000, generator=torch.Generator().manual_seed(2))).clamp(-1, 1)
+    fractions = []
+    for shift in (-4.0, 4.0):
+        asr.set_bias_shift(shift)
+        fractions.append(float(asr.transcribe_batch(wavs)[0].use_big.float().mean()))
+    assert fractions[0] < fractions[1]
+    for constant in ("big_only", "small_only"):
+        with pytest.raises(ModelFormatError, match=f"the '{constant}' controller has no bias to shift"):
+            ConditionalASR.untrained(["AH", "B", "sil"], controller=constant).set_bias_shift(1.0)
+
 @pytest.mark.integration
 def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
     """The shipped model on 40 s of real speech, decoded in 10 s parts with 8 s of context: the same

@@ -50,7 +50,10 @@ class APCBrain(FiniteLossBrain):
         return surprisal_sum / frames.clamp(min=1)
 
     def on_stage_start(self, stage, epoch=None):
-        """Reset the frame counters and start the stage's clock."""
+        """Reset the frame counters and start the stage's clock; perturbed speeds in training only."""
+        perturbation = getattr(self.hparams, "speed_perturbation", None)
+        if perturbation is not None:
+            perturbation.active = stage == sb.Stage.TRAIN
         self.frames_seen, self.eval_sum, self.eval_frames = 0, 0.0, 0
         self.stage_start = time.time()
 
@@ -58,7 +61,8 @@ class APCBrain(FiniteLossBrain):
         """Keep the training statistics; after validation log the epoch and save a checkpoint."""
         elapsed = time.time() - self.stage_start
         if stage == sb.Stage.TRAIN:
-            self.train_stats = {"loss": stage_loss, "epoch_s": elapsed, "frames_per_s": self.frames_seen / elapsed}
+            self.train_stats = {"loss": stage_loss, "epoch_s": elapsed, "frames": self.frames_seen,
+                                "frames_per_s": self.frames_seen / elapsed}
             return
         # frame-weighted mean surprisal over the whole validation set
         valid_loss = self.eval_sum / max(self.eval_frames, 1)
@@ -67,7 +71,7 @@ class APCBrain(FiniteLossBrain):
         if if_main_process():
             with open(Path(self.hparams.output_folder) / "apc_history.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps({"epoch": epoch, "train_loss": self.train_stats["loss"], "valid_loss": valid_loss,
-                                    "epoch_s": self.train_stats["epoch_s"],
+                                    "epoch_s": self.train_stats["epoch_s"], "train_frames": self.train_stats["frames"],
                                     "train_frames_per_s": self.train_stats["frames_per_s"]}) + "\n")
         self.checkpointer.save_and_keep_only(meta={"loss": valid_loss}, min_keys=["loss"], num_to_keep=2)
 
@@ -180,7 +184,9 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
     hparams : dict
         Needs ``apc_model`` (APCModel), ``apc_opt_class``, ``apc_epoch_counter``,
         ``apc_checkpointer``, ``train_logger``, ``apc_output_folder``, ``apc_export_path`` and
-        ``apc_loader_options``; optional ``apc_max_grad_norm`` (default 5) and ``precision``.
+        ``apc_loader_options``; optional ``apc_max_grad_norm`` (default 5), ``precision`` and
+        ``apc_speed_perturbation`` (:class:`~surprisal_cc.augment.SpeedPerturbation`, drawn in
+        training stages only; the training dataset reads it, as :func:`~surprisal_cc.recipe.pretrain_apc_on` sets up).
     run_opts : dict
         SpeechBrain run options (device, ...).
 
@@ -208,7 +214,8 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
     brain = APCBrain(modules={"apc": model}, opt_class=hparams["apc_opt_class"],
                      hparams={"train_logger": hparams["train_logger"], "output_folder": hparams["apc_output_folder"],
                               "max_grad_norm": hparams.get("apc_max_grad_norm", 5.0),
-                              "precision": hparams.get("precision", "fp32")},
+                              "precision": hparams.get("precision", "fp32"),
+                              "speed_perturbation": hparams.get("apc_speed_perturbation")},
                      run_opts=run_opts, checkpointer=hparams["apc_checkpointer"])
     brain.fit(hparams["apc_epoch_counter"], datasets["train"], datasets["valid"],
               train_loader_kwargs=hparams["apc_loader_options"],

@@ -418,7 +418,9 @@ def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> O
 def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Path:
     """Pretrain APC on the ``train`` manifest (validation loss on ``valid``) from cached filterbanks.
 
-    Resumes from its checkpoints and skips training when ``apc_export_path`` exists.
+    Resumes from its checkpoints and skips training when ``apc_export_path`` exists. With
+    ``apc_speed_perturb`` factors, the training split's filterbanks are also cached at those speeds
+    and each training utterance is read, each epoch, at a random one of them or at 1.0.
 
     Returns
     -------
@@ -427,10 +429,13 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
     """
     from .apc_training import pretrain_apc
 
+    perturbation = hparams.get("apc_speed_perturbation")
     fbank_cache = FeatureCache(hparams["cache_folder"], None, hparams["feature_config"])
-    run_on_main(fill_cache, args=[fbank_cache, manifests, hparams["cache_batch_size"]])
+    run_on_main(fill_cache, args=[fbank_cache, manifests, hparams["cache_batch_size"], perturbation])
     datasets = {split: DynamicItemDataset.from_csv(csv_path=str(manifest)) for split, manifest in manifests.items()}
-    sb.dataio.dataset.add_dynamic_item(list(datasets.values()), cached_features(fbank_cache))
+    for split, dataset in datasets.items():
+        sb.dataio.dataset.add_dynamic_item([dataset], cached_features(fbank_cache, perturbation if split == "train"
+                                                                      else None))
     sb.dataio.dataset.set_output_keys(list(datasets.values()), ["id", "fbank"])
     return pretrain_apc(datasets, hparams, run_opts)
 

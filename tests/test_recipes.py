@@ -6,6 +6,7 @@ APC is pretrained once (one short epoch) and shared by every controller and enco
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import shutil
@@ -275,6 +276,24 @@ def test_apc_pretraining_recipe_exports_and_resumes(mini_corpus, tmp_path):
     proc = ok(run(args))
     assert "skipping pretraining" in proc.stdout + proc.stderr
 
+
+
+def test_apc_pretraining_perturbs_the_speed_of_training_utterances_only(mini_corpus, tmp_path):
+    """--apc_speed_perturb=[0.8]: the training split is cached at 0.8 too (not the validation split),
+    and an epoch reads each training utterance at 1.0 or 0.8: more frames than the clean run's."""
+    def pretrain(root: Path, *extra: str) -> dict:
+        ok(run([REPO / "recipes" / "LibriSpeech" / "pretrain_apc.py", REPO / "hparams" / "LibriSpeech" / "apc.yaml",
+                f"--data_folder={mini_corpus / 'corpus'}", "--subsets=[train-clean-5]", f"--experiment_root={root}",
+                "--apc_epochs=1", "--apc_batch_size=4", *extra]))
+        return json.loads((root / "apc" / "apc_history.jsonl").read_text().splitlines()[0])
+
+    clean = pretrain(tmp_path / "clean")
+    slow = pretrain(tmp_path / "slow", "--apc_speed_perturb=[0.8]")
+    with open(tmp_path / "slow" / "manifests" / "train.csv", newline="", encoding="utf-8") as f:
+        train_ids = {row["ID"] for row in csv.DictReader(f)}
+    assert {p.stem for p in (tmp_path / "slow").rglob("*@speed0.8.pt")} == {f"{u}@speed0.8" for u in train_ids}
+    assert not list((tmp_path / "clean").rglob("*@speed*.pt"))
+    assert slow["train_frames"] > clean["train_frames"]
 
 def _intra_epoch_checkpoint(save_folder: Path) -> bool:
     for meta in save_folder.glob("CKPT+*/CKPT.yaml"):

@@ -289,7 +289,7 @@ def test_apc_pretraining_perturbs_the_speed_of_training_utterances_only(mini_cor
 
     clean = pretrain(tmp_path / "clean")
     slow = pretrain(tmp_path / "slow", "--apc_speed_perturb=[0.8]")
-    with open(tmp_path / "slow" / "manifests" / "train.csv", newline="", encoding="utf-8") as f:
+    with open(tmp_path / "slow" / "manifests" / "apc_train.csv", newline="", encoding="utf-8") as f:
         train_ids = {row["ID"] for row in csv.DictReader(f)}
     assert {p.stem for p in (tmp_path / "slow").rglob("*@speed0.8.pt")} == {f"{u}@speed0.8" for u in train_ids}
     assert not list((tmp_path / "clean").rglob("*@speed*.pt"))

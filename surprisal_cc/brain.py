@@ -100,13 +100,20 @@ class RNGState:
 
 
 class RoutingStats:
-    """Running mean/variance of p_big and the fraction of real frames sent to the big network."""
+    """What ran on the real frames of the batches seen: the running mean/variance of p_big and the
+    fraction of frames sent to the big network (small/big routing), or the mean number of steps
+    (ACT, PonderNet)."""
 
     def __init__(self):
         self.n = 0
         self.sum_p = self.sum_p2 = self.sum_big = 0.0
+        self.steps_frames = 0
+        self.sum_steps = 0.0
 
     def update(self, stats: Dict[str, Tensor], mask: Tensor) -> None:
+        if "steps" in stats:
+            self.sum_steps += float(stats["steps"][mask].sum())
+            self.steps_frames += int(mask.sum())
         if "p_big" not in stats:
             return
         p = stats["p_big"].detach()[mask].double()
@@ -116,11 +123,16 @@ class RoutingStats:
         self.sum_big += float(stats["use_big"][mask].sum())
 
     def summary(self) -> Dict[str, float]:
-        if self.n == 0:
-            return {}
-        mean = self.sum_p / self.n
-        return {"p_big_mean": mean, "p_big_var": self.sum_p2 / self.n - mean ** 2,
-                "big_fraction": self.sum_big / self.n}
+        """``p_big_mean``, ``p_big_var`` and ``big_fraction`` when p_big was seen; ``mean_steps``
+        when steps were."""
+        summary: Dict[str, float] = {}
+        if self.n:
+            mean = self.sum_p / self.n
+            summary.update(p_big_mean=mean, p_big_var=self.sum_p2 / self.n - mean ** 2,
+                           big_fraction=self.sum_big / self.n)
+        if self.steps_frames:
+            summary["mean_steps"] = self.sum_steps / self.steps_frames
+        return summary
 
 
 def with_run_option(run_opts, **options):
@@ -299,9 +311,6 @@ class ConditionalCTCBrain(FiniteLossBrain):
         uniform = {"apc": self.apc_macs} if bool(out.stats.get("apc_ran", False)) else {}
         self.mac_meter.update(out.frame_macs, int(out.lengths.sum()), uniform=uniform)
         self.routing_stats.update(out.stats, mask)
-        if "steps" in out.stats:
-            self.steps_total += float(out.stats["steps"][mask].sum())
-            self.steps_frames += int(mask.sum())
 
     # ------------------------------------------------------------------ stages
     @property
@@ -325,7 +334,6 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.word_metrics = self.hparams.error_rate(merge_sil=False)
             self.mac_meter = MacMeter()
             self.routing_stats = RoutingStats()
-            self.steps_total, self.steps_frames = 0.0, 0
             self.nonfinite_eval_ids = []
         else:
             self.epoch_start_time = time.time()
@@ -339,8 +347,6 @@ class ConditionalCTCBrain(FiniteLossBrain):
         summary["flops_per_frame"] = flops["total"]
         summary["flops_components"] = flops
         summary.update(self.routing_stats.summary())
-        if self.steps_frames:
-            summary["mean_steps"] = self.steps_total / self.steps_frames
         if self.nonfinite_eval_ids:
             summary["nonfinite_loss_utterances"] = len(self.nonfinite_eval_ids)
             logger.warning("%d evaluation utterances were in batches whose loss was not finite (left out of the "

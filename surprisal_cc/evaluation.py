@@ -149,7 +149,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     # against the labels, and against the closest pronunciations (any_pronunciation)
     errors, closest = (ErrorRate(merge_sil=bool(asr.config.get("merge_sil", True))) for _ in range(2))
     meter, routing = MacMeter(), RoutingStats()
-    steps_total, steps_frames, seconds, audio_s = 0.0, 0, 0.0, 0.0
+    seconds, audio_s = 0.0, 0.0
     starts = range(0, len(items), batch_size)
     if progress:
         from tqdm import tqdm
@@ -177,9 +177,6 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
             meter.update(out.frame_macs, int(out.lengths.sum()),
                          uniform={"apc": asr.apc_macs} if asr.uses_apc else {})
             routing.update(out.stats, mask)
-            if "steps" in out.stats:
-                steps_total += float(out.stats["steps"][mask].sum())
-                steps_frames += int(mask.sum())
     if alignments is not None:
         errors.write_alignments(alignments)
     summary = errors.summarize()
@@ -191,8 +188,6 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         "num_ref_tokens": summary["num_ref_tokens"], "num_utterances": summary["num_utterances"],
         "flops_per_frame": flops["total"], "flops_components": flops, **routing.summary(),
     }
-    if steps_frames:
-        result["mean_steps"] = steps_total / steps_frames
     if graphs is not None:
         free = closest.summarize()
         result["any_pronunciation"] = {

@@ -596,7 +596,7 @@ class ConditionalASR:
         return self.feature_config.frame_shift_ms * self.feature_config.frame_skip / 1000.0
 
     def run_batch(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, List[List[int]], Tensor, Tensor,
-                                                             Optional[Tensor], float]:
+                                                                 Optional[Tensor], float]:
         """(encoder output, label ids, fbank, frame counts, surprisal, seconds) of one padded batch
         (``samples``: (B,) sample counts), decoded on this model's threads; ``seconds`` is the wall
         time of the forward pass and the beam search."""

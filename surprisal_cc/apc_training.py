@@ -17,6 +17,7 @@ import torch
 from speechbrain.utils.distributed import if_main_process
 
 from .apc import APCModel, save_apc
+from .augment import activate_in_training
 from .brain import FiniteLossBrain, absolute_lengths, unwrap
 from .nnet import lengths_to_mask
 
@@ -51,9 +52,7 @@ class APCBrain(FiniteLossBrain):
 
     def on_stage_start(self, stage, epoch=None):
         """Reset the frame counters and start the stage's clock; perturbed speeds in training only."""
-        perturbation = getattr(self.hparams, "speed_perturbation", None)
-        if perturbation is not None:
-            perturbation.active = stage == sb.Stage.TRAIN
+        activate_in_training(getattr(self.hparams, "speed_perturbation", None), stage)
         self.frames_seen, self.eval_sum, self.eval_frames = 0, 0.0, 0
         self.stage_start = time.time()
 

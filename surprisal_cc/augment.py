@@ -17,13 +17,14 @@ calibration see the clean audio only.
 from __future__ import annotations
 
 import random
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
+import speechbrain as sb
 import torchaudio
 from speechbrain.augment.freq_domain import SpectrogramDrop
 from torch import Tensor, nn
 
-__all__ = ["FeatureMasking", "SpeedPerturbation", "change_speed"]
+__all__ = ["FeatureMasking", "SpeedPerturbation", "activate_in_training", "change_speed"]
 
 
 def change_speed(wav: Tensor, factor: float, sample_rate: int = 16000) -> Tensor:
@@ -92,6 +93,22 @@ class SpeedPerturbation:
     def __call__(self, wav: Tensor, factor: float) -> Tensor:
         """``wav`` at speed ``factor`` (:func:`change_speed`)."""
         return change_speed(wav, factor, self.sample_rate)
+
+
+def activate_in_training(perturbation: Optional[SpeedPerturbation], stage: sb.Stage) -> None:
+    """Let ``perturbation`` (if any) draw speeds in training stages only; called by the Brains'
+    ``on_stage_start``, so validation, test and calibration hear the clean audio.
+
+    Example
+    -------
+    >>> perturbation = SpeedPerturbation([0.9, 1.1])
+    >>> activate_in_training(perturbation, sb.Stage.TRAIN); perturbation.active
+    True
+    >>> activate_in_training(perturbation, sb.Stage.VALID); perturbation.active
+    False
+    """
+    if perturbation is not None:
+        perturbation.active = stage == sb.Stage.TRAIN
 
 
 class FeatureMasking(nn.Module):

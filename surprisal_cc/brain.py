@@ -24,6 +24,7 @@ from speechbrain.utils.run_opts import RunOptions
 from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
+from .augment import activate_in_training
 from .controllers import (SurprisalController, bias_shift_for_big_fraction, calibrate_surprisal_controller,
                           target_mean_for_budget)
 from .errors import ConfigurationError, TrainingDivergedError
@@ -323,9 +324,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         return super().make_dataloader(dataset, stage, ckpt_prefix, **loader_kwargs)
 
     def on_stage_start(self, stage, epoch=None):
-        perturbation = getattr(self.hparams, "speed_perturbation", None)
-        if perturbation is not None:  # perturbed audio in training only (not in calibration)
-            perturbation.active = stage == sb.Stage.TRAIN
+        activate_in_training(getattr(self.hparams, "speed_perturbation", None), stage)
         sampler = self.train_batch_sampler
         if stage == sb.Stage.TRAIN and sampler is not None and self.train_sampler is None:
             sampler.set_epoch(epoch)  # SpeechBrain does this only for samplers it made itself

@@ -237,8 +237,8 @@ def test_8khz_and_stereo_audio_are_converted_with_a_warning(model, real_flac, tm
                  "--model", str(model), "--json", "--deterministic"]) == 0
     captured = capsys.readouterr()
     assert "warning: " in captured.err and "Traceback" not in captured.err
-    assert f"{tmp_path / 'stereo.flac'}: 2 channels, downmixed" in captured.err
-    assert f"{tmp_path / 'rate8k.wav'}: 8000 Hz audio, resampled to 16000 Hz" in captured.err
+    assert f"more than one channel; downmixed to mono (channel mean) on load:\n  {tmp_path / 'stereo.flac'} (2 channels)" in captured.err
+    assert f"not 16000 Hz; resampled to 16000 Hz on load:\n  {tmp_path / 'rate8k.wav'} (8000 Hz)" in captured.err
     mono, stereo, low = _json_lines(captured.out)
     assert stereo["phones"] == mono["phones"]  # two identical channels average to the original
     assert abs(low["num_frames"] - mono["num_frames"]) <= 1

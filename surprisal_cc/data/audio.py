@@ -142,22 +142,7 @@ def check_audio_files(
     ``skip_bad_audio=True`` leaves them out and warns with the list.
     """
     good, bad = check_audio_many(paths, num_workers)
-    other_rate = [f"{path} ({info.sample_rate} Hz)" for path, info in good.items() if info.sample_rate != target_sr]
-    multichannel = [f"{path} ({info.channels} channels)" for path, info in good.items() if info.channels > 1]
-    if other_rate:
-        warnings.warn(
-            f"{len(other_rate)} file(s) are not {target_sr} Hz; they will be resampled on load:"
-            + _listing(other_rate),
-            DataPreparationWarning,
-            stacklevel=2,
-        )
-    if multichannel:
-        warnings.warn(
-            f"{len(multichannel)} file(s) have more than one channel; they will be downmixed "
-            "(channel mean) on load:" + _listing(multichannel),
-            DataPreparationWarning,
-            stacklevel=2,
-        )
+    warn_converted(good, target_sr)
     if bad and not skip_bad_audio:
         raise DataPreparationError(
             f"{len(bad)} unusable audio file(s):" + _listing(bad, None) + "\nRe-download or repair "
@@ -198,7 +183,10 @@ def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE) -> None:
 
 
 def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE) -> None:
-    """One warning per file (up to :data:`MAX_LISTED`) that is resampled or downmixed on load.
+    """Warn once per kind of conversion (resampling, downmixing) with the files it applies to.
+
+    Corpus preparation, ``evaluate`` and ``transcribe`` all report converted files this way: one
+    :class:`DataPreparationWarning` per kind, listing up to :data:`MAX_LISTED` files.
 
     Arguments
     ---------
@@ -206,18 +194,27 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE)
         Usable files, as :func:`check_audio_many` returns them.
     sample_rate : int
         The model's sample rate.
+
+    Example
+    -------
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_converted({"a.wav": AudioInfo(1.0, 8000, 2, 8000)})
+    >>> for w in caught:
+    ...     print(w.message)
+    1 file(s) are not 16000 Hz; resampled to 16000 Hz on load:
+      a.wav (8000 Hz)
+    1 file(s) have more than one channel; downmixed to mono (channel mean) on load:
+      a.wav (2 channels)
     """
-    notes = []
-    for path, info in infos.items():
-        if info.sample_rate != sample_rate:
-            notes.append(f"{path}: {info.sample_rate} Hz audio, resampled to {sample_rate} Hz")
-        if info.channels > 1:
-            notes.append(f"{path}: {info.channels} channels, downmixed to mono (channel mean)")
-    for note in notes[:MAX_LISTED]:
-        warnings.warn(note, DataPreparationWarning, stacklevel=3)
-    if len(notes) > MAX_LISTED:
-        warnings.warn(f"... and {len(notes) - MAX_LISTED} more resampled or downmixed files",
-                      DataPreparationWarning, stacklevel=3)
+    other_rate = [f"{path} ({info.sample_rate} Hz)" for path, info in infos.items() if info.sample_rate != sample_rate]
+    multichannel = [f"{path} ({info.channels} channels)" for path, info in infos.items() if info.channels > 1]
+    if other_rate:
+        warnings.warn(f"{len(other_rate)} file(s) are not {sample_rate} Hz; resampled to {sample_rate} Hz on load:"
+                      + _listing(other_rate), DataPreparationWarning, stacklevel=3)
+    if multichannel:
+        warnings.warn(f"{len(multichannel)} file(s) have more than one channel; downmixed to mono (channel mean) "
+                      "on load:" + _listing(multichannel), DataPreparationWarning, stacklevel=3)
 
 
 def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:

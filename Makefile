@@ -16,7 +16,7 @@ CONTROLLER ?= surprisal
 # The CPU profile (30 epochs, annealed Adam, speed perturbation, relabelled training data, every
 # pronunciation, the shipped APC): one hparams file, which the grids read too.
 PROFILE ?= hparams/MiniLibriSpeech/cpu_profile.yaml
-# More --key=value overrides of the profile, e.g. ARGS="--number_of_epochs=14 --precision=auto".
+# More --key=value overrides of the profile, e.g. ARGS="--number_of_epochs=14 --precision=bf16".
 ARGS ?=
 # APC: empty = the profile's (the shipped model's); APC=pretrain pretrains one on the training audio
 # first (about 50 min); APC=FILE loads that file.
@@ -52,6 +52,7 @@ REALIGN = $(PY) recipes/MiniLibriSpeech/realign_labels.py
 venv: $(STAMP)
 
 $(STAMP): requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make venv: requirements.lock (numpy 2.4, torch 2.11) needs Python >= 3.11; run make PYTHON=python3.11 ..., or pip install . for the unpinned package (Python >= 3.9)" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.lock

@@ -468,7 +468,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                                 "as JSON Lines, as its batch finishes (-: standard output)")
             p.add_argument("--alignments", metavar="FILE",
                            help="write each utterance's alignment of hypothesis and reference to FILE "
-                                "(SpeechBrain's format, as the recipes' per.txt)")
+                                "(SpeechBrain's format, as the recipes' test_alignments.txt)")
             p.add_argument("--any-pronunciation", action="store_true",
                            help="also score against the references whose words take the CMUdict (or labelled) "
                                 "pronunciation closest to the hypothesis: how much of the PER is pronunciation")

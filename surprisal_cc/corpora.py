@@ -161,7 +161,8 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str]) -> Tuple[List[Item
         label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
         missing = {"ID", "wav"} - columns
         if missing or label is None:
-            raise DataPreparationError(f"{path}: manifest lacks the column(s) {sorted(missing | {'phn'})} "
+            lacking = sorted(missing | ({"phn or wrd"} if label is None else set()))
+            raise DataPreparationError(f"{path}: manifest lacks the column(s) {lacking} "
                                        "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
                                        "LibriSpeech recipes write)")
         rows = list(reader)

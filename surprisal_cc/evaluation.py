@@ -97,7 +97,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         ``big_fraction`` (small/big routing) or ``mean_steps`` (ACT, PonderNet).
     alignments : str or path, optional
         Also write every utterance's alignment of hypothesis and reference to this file, in
-        SpeechBrain's format (as the recipes write ``per.txt``).
+        SpeechBrain's format (as the recipes write ``test_alignments.txt``).
 
     Returns
     -------

@@ -251,10 +251,8 @@ class ConditionalASR:
         ``"fp32"`` (default), ``"bf16"`` (torch.autocast; only where the device has native bf16)
         or ``"auto"`` (:func:`resolve_inference_precision`).
     routing : str
-        ``"deterministic"`` (default: the big network where ``p_big > 0.5``, PonderNet halting at
-        its threshold; the same phones, routing and FLOPs on every run and at every batch size) or
-        ``"sampled"`` (routing drawn from ``p_big``, as the recipes test by default), see
-        :meth:`set_routing`.
+        ``"deterministic"`` (default: the same phones, routing and FLOPs on every run and at every
+        batch size) or ``"sampled"`` (drawn, as the recipes test by default), see :meth:`set_routing`.
     seed : int, optional
         Seed of sampled routing (a random one, recorded in ``seed``, when None).
     threads : int, optional
@@ -304,8 +302,7 @@ class ConditionalASR:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_pretrained(cls, source: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
-                        precision: str = "fp32", deterministic: Optional[bool] = None, routing: str = "deterministic",
-                        seed: Optional[int] = None, threads: Optional[int] = DEFAULT_DECODING_THREADS
+                        precision: str = "fp32", routing: str = "deterministic", seed: Optional[int] = None, threads: Optional[int] = DEFAULT_DECODING_THREADS
                         ) -> "ConditionalASR":
         """Load an exported model folder (default: :func:`default_model_dir`).
 
@@ -317,10 +314,9 @@ class ConditionalASR:
             ``"cpu"`` or ``"cuda"``/``"cuda:N"``.
         precision : str
             ``"fp32"``, ``"bf16"`` or ``"auto"`` (see :func:`resolve_inference_precision`).
-        deterministic : bool, optional
-            Older spelling of ``routing``: True for ``"deterministic"``, False for ``"sampled"``.
         routing : str
-            ``"deterministic"`` (default) or ``"sampled"``, whatever the model was tested with.
+            ``"deterministic"`` (default) or ``"sampled"``, whatever the model was tested with
+            (:meth:`set_routing`).
         seed : int, optional
             Seed of sampled routing.
         threads : int, optional
@@ -336,8 +332,6 @@ class ConditionalASR:
         ModelFormatError
             When the folder is missing, incomplete, damaged or of another format version.
         """
-        if deterministic is not None:
-            routing = "deterministic" if deterministic else "sampled"
         folder = Path(source) if source is not None else default_model_dir()
         config, encoder, apc = load_model_folder(folder)
         asr = cls(config, encoder, apc, device=device, precision=precision, routing=routing, seed=seed,
@@ -496,15 +490,21 @@ class ConditionalASR:
         return {"fraction": float(fraction), "big_fraction": big_fraction, "bias_shift": shift,
                 "frames": int(surprisal.numel())}
 
-    def set_deterministic(self) -> None:
-        """Route without sampling: ``p_big > 0.5`` (conditional), threshold halting (PonderNet)."""
-        self.set_routing("deterministic")
+    @property
+    def can_sample(self) -> bool:
+        """Whether this model has routing to draw: a small/big encoder (Bernoulli of ``p_big``) or
+        PonderNet in its ``sample``/``threshold`` inference (ACT, and PonderNet's ``expected`` and
+        ``truncated`` inference, compute the same thing on every run)."""
+        return hasattr(self.encoder, "test_stochastic") or getattr(self.encoder, "inference", None) in (
+            "sample", "threshold")
 
     def set_routing(self, routing: str, seed: Optional[int] = None) -> None:
-        """``"deterministic"``: the big network where ``p_big > 0.5`` (PonderNet: halt at the
-        threshold); ``"sampled"``: drawn from ``p_big`` (PonderNet: sampled halting), seeded with
-        ``seed`` (a random seed when None) before each :meth:`transcribe_batch` and
-        :meth:`evaluate` call, so that every call is reproducible from the recorded ``seed``.
+        """``"deterministic"``: the big network where ``p_big > 0.5`` (PonderNet's ``sample``
+        inference: halt at the threshold); ``"sampled"``: drawn from ``p_big`` (PonderNet: sampled
+        halting), seeded with ``seed`` (a random seed when None) before each
+        :meth:`transcribe_batch` and :meth:`evaluate` call, so that every call is reproducible from
+        the recorded ``seed``. A model that draws nothing (:attr:`can_sample` False) refuses
+        ``"sampled"``.
 
         Example
         -------
@@ -512,10 +512,19 @@ class ConditionalASR:
         >>> asr.set_routing("sampled", seed=3)
         >>> asr.routing, asr.seed, asr.encoder.test_stochastic
         ('sampled', 3, True)
+        >>> ConditionalASR.untrained(["AH", "sil"], encoder="act").set_routing("sampled")
+        Traceback (most recent call last):
+            ...
+        surprisal_cc.errors.ConfigurationError: this model's routing draws nothing (ACTEncoder): leave out --sampled and --seed (routing='deterministic')
         """
         if routing not in ROUTINGS:
             raise ConfigurationError(f"routing must be one of {ROUTINGS}, got {routing!r}")
         sampled = routing == "sampled"
+        if sampled and not self.can_sample:
+            mode = getattr(self.encoder, "inference", None)
+            kind = type(self.encoder).__name__ + (f", {mode} inference" if mode else "")
+            raise ConfigurationError(f"this model's routing draws nothing ({kind}): leave out --sampled and --seed "
+                                     "(routing='deterministic')")
         if hasattr(self.encoder, "test_stochastic"):
             self.encoder.test_stochastic = sampled
         if getattr(self.encoder, "inference", None) in ("sample", "threshold"):

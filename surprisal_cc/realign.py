@@ -583,7 +583,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     from .data.librispeech import scan_subset
     from .inference import ConditionalASR
 
-    asr = ConditionalASR.from_pretrained(model, device=device, precision="fp32", deterministic=True)
+    asr = ConditionalASR.from_pretrained(model, device=device, precision="fp32", routing="deterministic")
     if "sil" not in asr.labels:
         raise AlignmentError(f"{model}: the model has no 'sil' label to insert between words")
     label_encoder = CTCTextEncoder()

@@ -26,7 +26,7 @@ def test_pretrained_model_transcribes_real_speech():
         pytest.skip("no model shipped in surprisal_cc/pretrained/")
     root = require_dev_clean_2()
     audio = sorted((root / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
-    asr = ConditionalASR.from_pretrained(PRETRAINED, deterministic=True)
+    asr = ConditionalASR.from_pretrained(PRETRAINED, routing="deterministic")
     result = asr.transcribe_file(audio)
     assert len(result.phones) > 10 and set(result.phones) - {"sil"}  # real phones, not only silence
     assert result.surprisal is not None and result.surprisal.shape[0] == result.num_frames

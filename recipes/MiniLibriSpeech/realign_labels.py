@@ -84,6 +84,9 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     pauses = {"threshold": args.pause_threshold, "min_frames": args.min_pause_frames} if args.pauses else None
 
+    if not Path(args.source).is_dir():
+        parser.error(f"{args.source}: no such folder (an exported model folder with model.json, or a run folder "
+                     "with hyperparams.yaml)")
     exported = (Path(args.source) / "model.json").is_file()
     if exported != (args.corpus is not None):
         parser.error(f"{args.source}: an exported model folder (model.json) realigns the folders given with "

@@ -146,7 +146,7 @@ def check_audio_files(
     if bad and not skip_bad_audio:
         raise DataPreparationError(
             f"{len(bad)} unusable audio file(s):" + _listing(bad, None) + "\nRe-download or repair "
-            "these files, or pass skip_bad_audio=True to leave them out (they will be listed)."
+            "these files, or set skip_bad_audio to True (--skip_bad_audio=True) to leave them out (they will be listed)."
         )
     if bad:
         warnings.warn(

@@ -121,7 +121,7 @@ class Lexicon:
     """CMUdict lexicon with stress removed and an OOV policy: :meth:`words_to_phones` gives the first
     pronunciation of each word, :meth:`pronunciations` all of them."""
 
-    def __init__(self, g2p: str = "flite", flite_executable: str = "flite") -> None:
+    def __init__(self, g2p: str = "spn", flite_executable: str = "flite") -> None:
         if g2p not in G2P_CHOICES:
             raise ValueError(f"g2p must be one of {G2P_CHOICES}, got {g2p!r}")
         self.g2p = g2p

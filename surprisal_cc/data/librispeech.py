@@ -294,7 +294,7 @@ def prepare_mini_librispeech(
     save_folder: PathLike,
     labels: Union[str, Mapping[str, str]] = "mfa",
     mfa_labels: Union[None, PathLike, Mapping[str, PathLike]] = None,
-    g2p: str = "flite",
+    g2p: str = "spn",
     valid_speakers: Union[int, Sequence[str]] = DEFAULT_VALID_SPEAKERS,
     seed: int = DEFAULT_SEED,
     download: bool = False,
@@ -343,8 +343,9 @@ def prepare_mini_librispeech(
             splits.append(DEV_SPLIT)
         else:
             warnings.warn(f"dev_subset {dev_subset!r} not found under {[str(f) for f in _folders(data_folder)]}: "
-                          "no development split (stage it with ../shared/data/stage_mfa_dev.sh into one of those "
-                          "folders, or set dev_subset to null)", DataPreparationWarning, stacklevel=2)
+                          f"no development split (put its audio in LibriSpeech/{dev_subset}/ and its MFA TextGrids in "
+                          f"phone_labels/{dev_subset}/ of one of those folders: docs/data.md; or set dev_subset to null, "
+                          "--dev_subset=null)", DataPreparationWarning, stacklevel=2)
     if DEV_SPLIT in splits and not (isinstance(labels, Mapping) and DEV_SPLIT in labels):
         labels = {**({s: labels for s in SPLITS} if isinstance(labels, str) else labels), DEV_SPLIT: "mfa"}
     split_labels = _per_split(labels, splits, "labels", ("mfa", "lexicon"))
@@ -364,10 +365,11 @@ def prepare_mini_librispeech(
         src_path = Path(src).resolve() if src else _default_mfa_source(subset_dirs[subset], subset)
         if src_path is None and mfa_fallback == "error":
             raise DataPreparationError(
-                f"split {split!r} uses labels='mfa' but no MFA labels were given for {subset} "
-                f"(and no phone_labels/{subset}_mfa.csv was found): pass mfa_labels=..., create "
-                "them with surprisal_cc.data.mfa.run_mfa, use labels={'" + split + "': 'lexicon', ...},"
-                " or mfa_fallback='lexicon'"
+                f"split {split!r} uses labels 'mfa' but no MFA labels were given for {subset} and "
+                f"phone_labels/{subset}_mfa.csv is in none of the data folders: set mfa_labels "
+                f"(--mfa_labels=\"{{{split}: PATH}}\", a CSV or a TextGrid folder; docs/data.md says where to get "
+                f"them), give the split lexicon labels (--labels=\"{{..., {split}: lexicon}}\") or set "
+                "mfa_fallback to lexicon (--mfa_fallback=lexicon)"
             )
         if src_path is not None:
             mfa_sources[split] = src_path
@@ -445,14 +447,15 @@ def prepare_mini_librispeech(
             if missing:
                 raise DataPreparationError(
                     f"split {split!r}: {len(missing)} utterance(s) have no MFA labels in {src}: "
-                    f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}; pass "
-                    "mfa_fallback='lexicon' to use lexicon labels for them, or labels='lexicon'"
+                    f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}; set mfa_fallback to "
+                    "lexicon (--mfa_fallback=lexicon) to give them lexicon labels, or use lexicon labels for the "
+                    "split (--labels)"
                 )
             out[split] = write_manifest(save / f"{split}.csv", rows, LABELLED_COLUMNS)
         if fallback:
             warnings.warn(
                 f"{len(fallback)} utterance(s) had no MFA labels and got lexicon labels "
-                f"(mfa_fallback='lexicon'), e.g. {fallback[:10]}",
+                f"(mfa_fallback: lexicon), e.g. {fallback[:10]}",
                 DataPreparationWarning, stacklevel=3,
             )
         if lexicon is not None:

@@ -36,6 +36,8 @@ from typing import Callable, Dict, Iterable, NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
+from .flops import static_flop_rows
+
 logger = logging.getLogger(__name__)
 
 
@@ -468,6 +470,36 @@ def target_mean_for_budget(budget_macs: float, small_only_macs: float, big_only_
             "(small-only .. big-only): choose a budget in that range"
         )
     return (budget_macs - small_only_macs) / (big_only_macs - small_only_macs)
+
+
+def budget_big_fraction(encoder: nn.Module, apc_macs: int, fraction: float) -> float:
+    """The fraction of frames on the big network at which the expected MACs per frame of ``encoder``
+    (plus ``apc_macs``) are ``fraction`` x those of big-only; ValueError where its controller is not
+    the surprisal one, or no mix of the two networks costs that much.
+
+    Example
+    -------
+    >>> class Routed:  # an encoder: its controller and component_macs() are read
+    ...     controller = SurprisalController()
+    ...     def component_macs(self):
+    ...         return {"small_net": 100, "big_net": 500}
+    >>> budget_big_fraction(Routed(), apc_macs=0, fraction=0.6)
+    0.5
+    >>> budget_big_fraction(Routed(), apc_macs=0, fraction=0.1)
+    Traceback (most recent call last):
+    ...
+    ValueError: the budget 0.1 x big-only is outside (0.200, 1), the MACs per frame of small-only and big-only relative to big-only: choose a fraction between
+    """
+    controller = getattr(encoder, "controller", None)
+    if not isinstance(controller, SurprisalController):
+        has = repr(controller.name) if controller is not None else f"none (a {type(encoder).__name__})"
+        raise ValueError(f"a FLOPs budget needs the surprisal controller; this model's is {has}")
+    rows = static_flop_rows(encoder, apc_macs)
+    lowest = rows["small-only"] / rows["big-only"]
+    if not lowest < fraction < 1.0:
+        raise ValueError(f"the budget {fraction:g} x big-only is outside ({lowest:.3f}, 1), the MACs per frame of "
+                         "small-only and big-only relative to big-only: choose a fraction between")
+    return target_mean_for_budget(fraction * rows["big-only"], rows["small-only"], rows["big-only"])
 
 
 def bias_shift_for_big_fraction(controller: SurprisalController, surprisal: Tensor, big_fraction: float,

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
+from .controllers import budget_big_fraction
 from .data.audio import as_waveforms, check_audio, sample_counts
 from .data.errors import BadAudioError, DataPreparationError
 from .decoding import CTCBeamSearch
@@ -458,8 +459,6 @@ class ConditionalASR:
     def budget_big_fraction(self, fraction: float) -> float:
         """The fraction of frames on the big network that spends ``fraction`` x the big-only MACs per
         frame; a clear error for a model without a surprisal controller or a budget out of range."""
-        from .brain import budget_big_fraction
-
         try:
             return budget_big_fraction(self.encoder, self.apc_macs, float(fraction))
         except ValueError as err:

@@ -14,6 +14,7 @@ from surprisal_cc.controllers import (
     LearnedController,
     SurprisalController,
     bias_shift_for_big_fraction,
+    budget_big_fraction,
     build_controller,
     calibrate_surprisal_controller,
     calibration_loss,
@@ -579,7 +580,6 @@ def test_learned_controller_is_trainable_and_registered():
 
 def test_flops_budget_names_the_controller_it_cannot_shift():
     """A FLOPs budget needs the surprisal controller; any other gets an error naming the one it has."""
-    from surprisal_cc.brain import budget_big_fraction
     from surprisal_cc.encoders import build_encoder
 
     surprisal_encoder = build_encoder("conditional", input_size=8, num_outputs=5, controller="surprisal", hidden_size=8)

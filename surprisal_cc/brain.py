@@ -25,8 +25,8 @@ from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
 from .augment import activate_in_training
-from .controllers import (SurprisalController, bias_shift_for_big_fraction, budget_big_fraction,
-                          calibrate_surprisal_controller, target_mean_for_budget)
+from .controllers import (SurprisalController, budget_big_fraction, calibrate_surprisal_controller, solve_bias_shift,
+                          target_mean_for_budget)
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
 from .forward import CachedInputs, encode
@@ -568,18 +568,14 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def solve_budget_bias_shift(self, fraction: float, budget_set) -> Dict[str, float]:
         """The test-time bias shift at which the surprisal controller's expected MACs per frame on
         the frames of ``budget_set`` are ``fraction`` x those of big-only
-        (:func:`~surprisal_cc.controllers.bias_shift_for_big_fraction`)."""
-        controller = unwrap(self.modules.encoder).controller
+        (:func:`~surprisal_cc.controllers.solve_bias_shift`)."""
         big_fraction = self.budget_big_fraction(fraction)
-        with torch.no_grad():
-            surprisal = torch.cat([s.float() for s in self.frame_surprisal(budget_set)])
-        shift = bias_shift_for_big_fraction(controller, surprisal, big_fraction,
-                                            stochastic=bool(self.hparams.test_stochastic))
+        solution = solve_bias_shift(unwrap(self.modules.encoder).controller, self.frame_surprisal(budget_set),
+                                    big_fraction, stochastic=bool(self.hparams.test_stochastic))
         logger.info("test budget %.3g x big-only MACs per frame: %.1f%% of frames on the big network, "
-                    "bias shift %+.3f (solved on %d frames)", fraction, 100 * big_fraction, shift,
-                    surprisal.numel())
-        return {"fraction": fraction, "big_fraction": big_fraction, "bias_shift": shift,
-                "frames": int(surprisal.numel())}
+                    "bias shift %+.3f (solved on %d frames)", fraction, 100 * big_fraction, solution["bias_shift"],
+                    solution["frames"])
+        return {"fraction": fraction, **solution}
 
     def static_flop_rows(self) -> Dict[str, float]:
         return static_flop_rows(unwrap(self.modules.encoder), self.apc_macs)

@@ -538,6 +538,30 @@ def bias_shift_for_big_fraction(controller: SurprisalController, surprisal: Tens
     return 0.5 * (low + high)
 
 
+def solve_bias_shift(controller: SurprisalController, surprisal_batches: Iterable[Tensor], big_fraction: float,
+                     stochastic: bool = True) -> Dict[str, float]:
+    """The test-time bias shift of a FLOPs budget: :func:`bias_shift_for_big_fraction` on the frames of
+    all ``surprisal_batches`` (tensors of the surprisal of real frames, read once), with
+    ``big_fraction`` from :func:`budget_big_fraction`.
+
+    Returns ``{"big_fraction", "bias_shift", "frames"}`` (``frames``: how many it was solved on).
+
+    Example
+    -------
+    >>> import torch
+    >>> ctrl = SurprisalController()
+    >>> ctrl.set_parameters(weight=1.0, bias=-1.0)
+    >>> s = torch.linspace(-3.0, 3.0, 601)
+    >>> solution = solve_bias_shift(ctrl, [s[:300], s[300:]], 0.5)
+    >>> solution["big_fraction"], round(solution["bias_shift"], 3), solution["frames"]
+    (0.5, 1.0, 601)
+    """
+    with torch.no_grad():
+        surprisal = torch.cat([batch.detach().float().flatten() for batch in surprisal_batches])
+    shift = bias_shift_for_big_fraction(controller, surprisal, big_fraction, stochastic=stochastic)
+    return {"big_fraction": big_fraction, "bias_shift": shift, "frames": int(surprisal.numel())}
+
+
 CALIBRATION_METHODS = ("full_batch", "sgd", "authors_adam")
 # The authors' controller reads the squared prediction error sum_d (x - xhat)^2 = 2 * surprisal.
 AUTHORS_ERROR_SCALE = 2.0

@@ -19,6 +19,7 @@ from surprisal_cc.controllers import (
     calibrate_surprisal_controller,
     calibration_loss,
     sample_decisions,
+    solve_bias_shift,
     target_mean_for_budget,
 )
 from surprisal_cc.encoders import ConditionalEncoder, masked_mixture, route_frames
@@ -312,6 +313,19 @@ def test_budget_bias_shift_meets_the_fraction_on_the_held_out_frames(stochastic)
     for bad in (0.0, 1.0, -0.1):
         with pytest.raises(ValueError, match="fraction"):
             bias_shift_for_big_fraction(ctrl, surprisal, bad)
+
+
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_solve_bias_shift_solves_on_every_batch_together(stochastic):
+    """Batches of frames (any shape, read once) give the shift of all their frames together and how
+    many frames it was solved on."""
+    surprisal = torch.randn(5000, generator=torch.Generator().manual_seed(0)).exp() * 40.0
+    ctrl = SurprisalController()
+    ctrl.set_parameters(weight=0.05, bias=-1.5)
+    batches = iter([surprisal[:1000], surprisal[1000:4000].reshape(2, 1500), surprisal[4000:]])
+    solution = solve_bias_shift(ctrl, batches, 0.62, stochastic=stochastic)
+    assert solution == {"big_fraction": 0.62, "frames": 5000,
+                        "bias_shift": bias_shift_for_big_fraction(ctrl, surprisal, 0.62, stochastic=stochastic)}
 
 
 def test_bias_shift_raises_p():

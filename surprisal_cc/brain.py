@@ -25,13 +25,13 @@ from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
 from .augment import activate_in_training
-from .controllers import (SurprisalController, bias_shift_for_big_fraction, calibrate_surprisal_controller,
+from .controllers import (SurprisalController, budget_big_fraction, calibrate_surprisal_controller, solve_bias_shift,
                           target_mean_for_budget)
 from .errors import ConfigurationError, TrainingDivergedError
-from .flops import MacMeter, module_macs
+from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
 from .forward import CachedInputs, encode
 from .metrics import closest_path
-from .nnet import Encoder, EncoderOutput, lengths_to_mask
+from .nnet import EncoderOutput, lengths_to_mask
 from .schedulers import anneal
 from .threads import DEFAULT_DECODING_THREADS, decoding_threads
 
@@ -98,42 +98,6 @@ class RNGState:
         np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
-
-
-class RoutingStats:
-    """What ran on the real frames of the batches seen: the running mean/variance of p_big and the
-    fraction of frames sent to the big network (small/big routing), or the mean number of steps
-    (ACT, PonderNet)."""
-
-    def __init__(self):
-        self.n = 0
-        self.sum_p = self.sum_p2 = self.sum_big = 0.0
-        self.steps_frames = 0
-        self.sum_steps = 0.0
-
-    def update(self, stats: Dict[str, Tensor], mask: Tensor) -> None:
-        if "steps" in stats:
-            self.sum_steps += float(stats["steps"][mask].sum())
-            self.steps_frames += int(mask.sum())
-        if "p_big" not in stats:
-            return
-        p = stats["p_big"].detach()[mask].double()
-        self.n += p.numel()
-        self.sum_p += float(p.sum())
-        self.sum_p2 += float((p * p).sum())
-        self.sum_big += float(stats["use_big"][mask].sum())
-
-    def summary(self) -> Dict[str, float]:
-        """``p_big_mean``, ``p_big_var`` and ``big_fraction`` when p_big was seen; ``mean_steps``
-        when steps were."""
-        summary: Dict[str, float] = {}
-        if self.n:
-            mean = self.sum_p / self.n
-            summary.update(p_big_mean=mean, p_big_var=self.sum_p2 / self.n - mean ** 2,
-                           big_fraction=self.sum_big / self.n)
-        if self.steps_frames:
-            summary["mean_steps"] = self.sum_steps / self.steps_frames
-        return summary
 
 
 def with_run_option(run_opts, **options):
@@ -594,7 +558,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.set_test_bias_shift(budget["solution"]["bias_shift"])
 
     def budget_big_fraction(self, fraction: float) -> float:
-        """:func:`budget_big_fraction` of this brain's encoder, errors naming ``test_flops_fraction``."""
+        """:func:`~surprisal_cc.controllers.budget_big_fraction` of this brain's encoder, errors naming
+        ``test_flops_fraction``."""
         try:
             return budget_big_fraction(unwrap(self.modules.encoder), self.apc_macs, fraction)
         except ValueError as err:
@@ -603,18 +568,14 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def solve_budget_bias_shift(self, fraction: float, budget_set) -> Dict[str, float]:
         """The test-time bias shift at which the surprisal controller's expected MACs per frame on
         the frames of ``budget_set`` are ``fraction`` x those of big-only
-        (:func:`~surprisal_cc.controllers.bias_shift_for_big_fraction`)."""
-        controller = unwrap(self.modules.encoder).controller
+        (:func:`~surprisal_cc.controllers.solve_bias_shift`)."""
         big_fraction = self.budget_big_fraction(fraction)
-        with torch.no_grad():
-            surprisal = torch.cat([s.float() for s in self.frame_surprisal(budget_set)])
-        shift = bias_shift_for_big_fraction(controller, surprisal, big_fraction,
-                                            stochastic=bool(self.hparams.test_stochastic))
+        solution = solve_bias_shift(unwrap(self.modules.encoder).controller, self.frame_surprisal(budget_set),
+                                    big_fraction, stochastic=bool(self.hparams.test_stochastic))
         logger.info("test budget %.3g x big-only MACs per frame: %.1f%% of frames on the big network, "
-                    "bias shift %+.3f (solved on %d frames)", fraction, 100 * big_fraction, shift,
-                    surprisal.numel())
-        return {"fraction": fraction, "big_fraction": big_fraction, "bias_shift": shift,
-                "frames": int(surprisal.numel())}
+                    "bias shift %+.3f (solved on %d frames)", fraction, 100 * big_fraction, solution["bias_shift"],
+                    solution["frames"])
+        return {"fraction": fraction, **solution}
 
     def static_flop_rows(self) -> Dict[str, float]:
         return static_flop_rows(unwrap(self.modules.encoder), self.apc_macs)
@@ -624,32 +585,6 @@ class ConditionalCTCBrain(FiniteLossBrain):
         super().fit(*args, **kwargs)
         if not self.test_only:  # --test_only: no training happened, report none
             self.train_wallclock = time.time() - start
-
-
-def static_flop_rows(encoder: Encoder, apc_macs: int) -> Dict[str, float]:
-    """Per-component MACs per frame plus the big-only / small-only totals (paper Table 1 rows)."""
-    rows: Dict[str, float] = {"apc": apc_macs, **encoder.component_macs()}
-    if "small_net" in rows:
-        shared = rows["apc"] + rows.get("pre_net", 0) + rows.get("post_net", 0)
-        rows["big-only"] = shared + rows["big_net"]
-        rows["small-only"] = shared + rows["small_net"]
-    return rows
-
-
-def budget_big_fraction(encoder: Encoder, apc_macs: int, fraction: float) -> float:
-    """The fraction of frames on the big network at which the expected MACs per frame of ``encoder``
-    (plus ``apc_macs``) are ``fraction`` x those of big-only; ValueError where its controller is not
-    the surprisal one, or no mix of the two networks costs that much."""
-    controller = getattr(encoder, "controller", None)
-    if not isinstance(controller, SurprisalController):
-        has = repr(controller.name) if controller is not None else f"none (a {type(encoder).__name__})"
-        raise ValueError(f"a FLOPs budget needs the surprisal controller; this model's is {has}")
-    rows = static_flop_rows(encoder, apc_macs)
-    lowest = rows["small-only"] / rows["big-only"]
-    if not lowest < fraction < 1.0:
-        raise ValueError(f"the budget {fraction:g} x big-only is outside ({lowest:.3f}, 1), the MACs per frame of "
-                         "small-only and big-only relative to big-only: choose a fraction between")
-    return target_mean_for_budget(fraction * rows["big-only"], rows["small-only"], rows["big-only"])
 
 
 def git_commit() -> Optional[str]:

@@ -60,8 +60,7 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     the model needs it.
     """
     from .apc import APCModel
-    from .brain import static_flop_rows
-    from .flops import module_macs
+    from .flops import module_macs, static_flop_rows
     from .hparams_files import inert_overrides
     from .recipe import ConfigurationError, load_hparams
 

@@ -36,6 +36,8 @@ from typing import Callable, Dict, Iterable, NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
+from .flops import static_flop_rows
+
 logger = logging.getLogger(__name__)
 
 
@@ -470,6 +472,36 @@ def target_mean_for_budget(budget_macs: float, small_only_macs: float, big_only_
     return (budget_macs - small_only_macs) / (big_only_macs - small_only_macs)
 
 
+def budget_big_fraction(encoder: nn.Module, apc_macs: int, fraction: float) -> float:
+    """The fraction of frames on the big network at which the expected MACs per frame of ``encoder``
+    (plus ``apc_macs``) are ``fraction`` x those of big-only; ValueError where its controller is not
+    the surprisal one, or no mix of the two networks costs that much.
+
+    Example
+    -------
+    >>> class Routed:  # an encoder: its controller and component_macs() are read
+    ...     controller = SurprisalController()
+    ...     def component_macs(self):
+    ...         return {"small_net": 100, "big_net": 500}
+    >>> budget_big_fraction(Routed(), apc_macs=0, fraction=0.6)
+    0.5
+    >>> budget_big_fraction(Routed(), apc_macs=0, fraction=0.1)
+    Traceback (most recent call last):
+    ...
+    ValueError: the budget 0.1 x big-only is outside (0.200, 1), the MACs per frame of small-only and big-only relative to big-only: choose a fraction between
+    """
+    controller = getattr(encoder, "controller", None)
+    if not isinstance(controller, SurprisalController):
+        has = repr(controller.name) if controller is not None else f"none (a {type(encoder).__name__})"
+        raise ValueError(f"a FLOPs budget needs the surprisal controller; this model's is {has}")
+    rows = static_flop_rows(encoder, apc_macs)
+    lowest = rows["small-only"] / rows["big-only"]
+    if not lowest < fraction < 1.0:
+        raise ValueError(f"the budget {fraction:g} x big-only is outside ({lowest:.3f}, 1), the MACs per frame of "
+                         "small-only and big-only relative to big-only: choose a fraction between")
+    return target_mean_for_budget(fraction * rows["big-only"], rows["small-only"], rows["big-only"])
+
+
 def bias_shift_for_big_fraction(controller: SurprisalController, surprisal: Tensor, big_fraction: float,
                                 stochastic: bool = True, tolerance: float = 1e-4) -> float:
     """The test-time bias shift at which a fraction ``big_fraction`` of the frames of ``surprisal``
@@ -504,6 +536,30 @@ def bias_shift_for_big_fraction(controller: SurprisalController, surprisal: Tens
         middle = 0.5 * (low + high)
         low, high = (middle, high) if fraction(middle) < big_fraction else (low, middle)
     return 0.5 * (low + high)
+
+
+def solve_bias_shift(controller: SurprisalController, surprisal_batches: Iterable[Tensor], big_fraction: float,
+                     stochastic: bool = True) -> Dict[str, float]:
+    """The test-time bias shift of a FLOPs budget: :func:`bias_shift_for_big_fraction` on the frames of
+    all ``surprisal_batches`` (tensors of the surprisal of real frames, read once), with
+    ``big_fraction`` from :func:`budget_big_fraction`.
+
+    Returns ``{"big_fraction", "bias_shift", "frames"}`` (``frames``: how many it was solved on).
+
+    Example
+    -------
+    >>> import torch
+    >>> ctrl = SurprisalController()
+    >>> ctrl.set_parameters(weight=1.0, bias=-1.0)
+    >>> s = torch.linspace(-3.0, 3.0, 601)
+    >>> solution = solve_bias_shift(ctrl, [s[:300], s[300:]], 0.5)
+    >>> solution["big_fraction"], round(solution["bias_shift"], 3), solution["frames"]
+    (0.5, 1.0, 601)
+    """
+    with torch.no_grad():
+        surprisal = torch.cat([batch.detach().float().flatten() for batch in surprisal_batches])
+    shift = bias_shift_for_big_fraction(controller, surprisal, big_fraction, stochastic=stochastic)
+    return {"big_fraction": big_fraction, "bias_shift": shift, "frames": int(surprisal.numel())}
 
 
 CALIBRATION_METHODS = ("full_batch", "sgd", "authors_adam")

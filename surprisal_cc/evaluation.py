@@ -32,12 +32,11 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import torch
 from torch import Tensor
 
-from .brain import RoutingStats
 from .corpora import corpus_items, pronunciation_references
 from .data.audio import MAX_LISTED, check_audio_many, read_audio, warn_converted
 from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
 from .errors import ConfigurationError
-from .flops import MacMeter
+from .flops import MacMeter, RoutingStats
 from .metrics import ErrorRate, closest_path
 from .nnet import EncoderOutput, lengths_to_mask
 

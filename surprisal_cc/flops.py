@@ -6,8 +6,9 @@ GRU ``3 * (in*H + H*H + 2H)`` per direction, Conv1d ``in*out*k + out`` per outpu
 LayerNorm ``2 * width``. Operations without parameters (activations, residual adds, the
 halting-weighted sum of ACT / PonderNet step states) are not charged.
 
-Static tables describe what one frame costs in each component; :class:`MacMeter` accumulates
-what actually ran, frame by frame, over real (unpadded) frames.
+Static tables describe what one frame costs in each component (:func:`static_flop_rows`);
+:class:`MacMeter` accumulates what actually ran, frame by frame, over real (unpadded) frames, and
+:class:`RoutingStats` how the frames were routed.
 
 Example
 -------
@@ -125,6 +126,77 @@ class MacMeter:
         table = {name: total / frames for name, total in self.totals.items()}
         table["total"] = sum(table.values())
         return table
+
+
+class RoutingStats:
+    """What ran on the real frames of the batches seen: the running mean/variance of p_big and the
+    fraction of frames sent to the big network (small/big routing), or the mean number of steps
+    (ACT, PonderNet).
+
+    Example
+    -------
+    >>> import torch
+    >>> routing = RoutingStats()
+    >>> mask = torch.tensor([[True, True, False]])
+    >>> routing.update({"p_big": torch.tensor([[0.2, 0.6, 0.9]]),
+    ...                 "use_big": torch.tensor([[False, True, True]])}, mask)
+    >>> {name: round(value, 3) for name, value in routing.summary().items()}
+    {'p_big_mean': 0.4, 'p_big_var': 0.04, 'big_fraction': 0.5}
+    """
+
+    def __init__(self):
+        self.n = 0
+        self.sum_p = self.sum_p2 = self.sum_big = 0.0
+        self.steps_frames = 0
+        self.sum_steps = 0.0
+
+    def update(self, stats: Mapping[str, Tensor], mask: Tensor) -> None:
+        """Add one batch: an encoder's ``stats`` (``p_big`` and ``use_big``, or ``steps``; (B, T)
+        each) on the frames where ``mask`` (B, T) is True."""
+        if "steps" in stats:
+            self.sum_steps += float(stats["steps"][mask].sum())
+            self.steps_frames += int(mask.sum())
+        if "p_big" not in stats:
+            return
+        p = stats["p_big"].detach()[mask].double()
+        self.n += p.numel()
+        self.sum_p += float(p.sum())
+        self.sum_p2 += float((p * p).sum())
+        self.sum_big += float(stats["use_big"][mask].sum())
+
+    def summary(self) -> Dict[str, float]:
+        """``p_big_mean``, ``p_big_var`` and ``big_fraction`` when p_big was seen; ``mean_steps``
+        when steps were."""
+        summary: Dict[str, float] = {}
+        if self.n:
+            mean = self.sum_p / self.n
+            summary.update(p_big_mean=mean, p_big_var=self.sum_p2 / self.n - mean ** 2,
+                           big_fraction=self.sum_big / self.n)
+        if self.steps_frames:
+            summary["mean_steps"] = self.sum_steps / self.steps_frames
+        return summary
+
+
+def static_flop_rows(encoder: nn.Module, apc_macs: int) -> Dict[str, float]:
+    """Per-component MACs per frame of an :class:`~surprisal_cc.nnet.Encoder` (its
+    ``component_macs()``) and of the APC model, plus the big-only / small-only totals when it
+    routes between a small and a big network (paper Table 1 rows).
+
+    Example
+    -------
+    >>> class Routed:  # any encoder: only its component_macs() is read
+    ...     def component_macs(self):
+    ...         return {"pre_net": 10, "small_net": 100, "big_net": 400, "post_net": 20, "controller": 2}
+    >>> rows = static_flop_rows(Routed(), apc_macs=50)
+    >>> rows["big-only"], rows["small-only"]
+    (480, 180)
+    """
+    rows: Dict[str, float] = {"apc": apc_macs, **encoder.component_macs()}
+    if "small_net" in rows:
+        shared = rows["apc"] + rows.get("pre_net", 0) + rows.get("post_net", 0)
+        rows["big-only"] = shared + rows["big_net"]
+        rows["small-only"] = shared + rows["small_net"]
+    return rows
 
 
 def uniform_frame_macs(macs: int, mask: Tensor) -> Tensor:

@@ -23,12 +23,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
+from .controllers import budget_big_fraction, solve_bias_shift
 from .data.audio import as_waveforms, check_audio, sample_counts
 from .data.errors import BadAudioError, DataPreparationError
 from .decoding import CTCBeamSearch
@@ -452,8 +453,6 @@ class ConditionalASR:
     def budget_big_fraction(self, fraction: float) -> float:
         """The fraction of frames on the big network that spends ``fraction`` x the big-only MACs per
         frame; a clear error for a model without a surprisal controller or a budget out of range."""
-        from .brain import budget_big_fraction
-
         try:
             return budget_big_fraction(self.encoder, self.apc_macs, float(fraction))
         except ValueError as err:
@@ -463,16 +462,23 @@ class ConditionalASR:
     def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8) -> Dict[str, Any]:
         """Set the bias shift (:meth:`set_bias_shift`) at which the expected MACs per frame over the
         frames of ``audio`` are ``fraction`` x those of big-only, from their APC surprisal alone
-        (:func:`~surprisal_cc.controllers.bias_shift_for_big_fraction`; no labels). One extra APC
-        pass over the audio; the surprisal controller only.
+        (:func:`~surprisal_cc.controllers.solve_bias_shift`; no labels). One extra APC pass over the
+        audio; the surprisal controller only.
 
         Returns ``{"fraction", "big_fraction", "bias_shift", "frames"}``.
         """
-        from .controllers import bias_shift_for_big_fraction
+        big_fraction = self.budget_big_fraction(fraction)  # before any audio is read
+        solution = solve_bias_shift(self.encoder.controller, self.frame_surprisal(audio, batch_size), big_fraction,
+                                    stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
+        self.set_bias_shift(solution["bias_shift"])
+        return {"fraction": float(fraction), **solution}
+
+    @torch.no_grad()
+    def frame_surprisal(self, audio: Sequence[PathLike], batch_size: int = 8) -> Iterator[Tensor]:
+        """The APC surprisal of the real frames of the files ``audio``, ``batch_size`` files at a time
+        (one 1-D tensor per batch)."""
         from .data.audio import read_audio
 
-        big_fraction = self.budget_big_fraction(fraction)
-        frames = []
         paths = list(audio)
         for start in range(0, len(paths), batch_size):
             signals = [read_audio(path, self.feature_config.sample_rate) for path in paths[start:start + batch_size]]
@@ -482,13 +488,7 @@ class ConditionalASR:
             fbank, lengths = fbank.to(self.device), lengths.to(self.device)
             with decoding_threads(self.threads), self._autocast():
                 surprisal = self.apc(fbank, lengths).surprisal.float()
-            frames.append(surprisal[lengths_to_mask(lengths, surprisal.shape[1])])
-        surprisal = torch.cat(frames)
-        shift = bias_shift_for_big_fraction(self.encoder.controller, surprisal, big_fraction,
-                                            stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
-        self.set_bias_shift(shift)
-        return {"fraction": float(fraction), "big_fraction": big_fraction, "bias_shift": shift,
-                "frames": int(surprisal.numel())}
+            yield surprisal[lengths_to_mask(lengths, surprisal.shape[1])]
 
     @property
     def can_sample(self) -> bool:

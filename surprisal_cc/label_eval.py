@@ -1,7 +1,8 @@
 """Labels scored against reference labels (MFA's forced alignments): the word boundaries given a
 ``sil`` (precision, recall and F1), how often words with several pronunciations get the reference's,
-and the PER of whole label sequences; with the reference's place beside a corpus and its boundary
-silences read from the MFA export CSV or TextGrids.
+and the PER of whole label sequences (the lexicon's labels of a subset against MFA's:
+:func:`lexicon_vs_mfa_per`); with the reference's place beside a corpus and its boundary silences
+read from the MFA export CSV or TextGrids.
 
 Example
 -------
@@ -9,7 +10,7 @@ Example
 >>> ref = {"u": (3, {0, 2, 3})}
 >>> silence_precision_recall(hyp, ref)["precision"], silence_precision_recall(hyp, ref, interior_only=False)["f1"]
 (0.0, 0.6666666666666666)
->>> label_error_rate({"u": ["sil", "AH", "B", "sil"]}, {"u": ["sil", "AH", "D", "sil"]})
+>>> label_error_rate({"u": ["sil", "AH", "B", "sil"]}, {"u": ["sil", "AH", "D", "sil"]})["per"]
 25.0
 """
 from __future__ import annotations
@@ -201,10 +202,11 @@ def silence_precision_recall(hyp: Mapping[str, Tuple[int, Set[int]]], ref: Mappi
             "false_negatives": fn, "boundaries": boundaries, "utterances": scored, "unmatched_utterances": unmatched}
 
 
-def label_error_rate(hyp: Mapping[str, Sequence[str]], ref: Mapping[str, Sequence[str]]) -> float:
-    """Corpus PER (%) of label sequences ``hyp`` against ``ref`` over their common utterances.
-
-    Repeated ``sil`` are merged on both sides, as in the recipes' PER.
+def label_error_rate(hyp: Mapping[str, Sequence[str]], ref: Mapping[str, Sequence[str]], merge_sil: bool = True,
+                     ignore_sil: bool = False) -> Dict[str, float]:
+    """Corpus PER of label sequences ``hyp`` against ``ref`` over the utterances both have:
+    ``(S + D + I) / N`` in percent, the edit counts summed over utterances (SpeechBrain's edit
+    distance), so it can exceed 100 with many insertions.
 
     Arguments
     ---------
@@ -212,21 +214,86 @@ def label_error_rate(hyp: Mapping[str, Sequence[str]], ref: Mapping[str, Sequenc
         Hypothesised labels per utterance id.
     ref : mapping of str to sequence of str
         Reference labels per utterance id.
+    merge_sil : bool
+        Merge repeated ``sil`` on both sides first, as in the recipes' PER.
+    ignore_sil : bool
+        Remove every ``sil`` on both sides first (pauses between words cannot be predicted from
+        text, so this isolates pronunciation differences).
 
     Returns
     -------
-    float
-        (S + D + I) / N in percent.
+    dict
+        ``per`` (percent), ``substitutions``, ``deletions``, ``insertions``, ``ref_phones`` (N) and
+        ``utterances`` (scored); ValueError where no utterance is on both sides.
 
     Example
     -------
-    >>> label_error_rate({"u": ["sil", "AH", "B", "sil", "sil"]}, {"u": ["sil", "AH", "D", "sil"]})
-    25.0
+    >>> rates = label_error_rate({"u": ["sil", "AH", "B", "sil", "sil"]}, {"u": ["sil", "AH", "D", "sil"]})
+    >>> rates["per"], rates["substitutions"], rates["ref_phones"]
+    (25.0, 1, 4)
+    >>> label_error_rate({"u": ["sil", "AH", "B", "sil", "sil"]}, {"u": ["sil", "AH", "D", "sil"]},
+    ...                  merge_sil=False)["per"]
+    50.0
     """
     from speechbrain.utils.edit_distance import wer_details_for_batch, wer_summary
 
-    from .data.phones import merge_repeated
+    from .data.phones import SILENCE, merge_repeated
+
+    def prepared(labels: Sequence[str]) -> list:
+        if ignore_sil:
+            return [label for label in labels if label != SILENCE]
+        return merge_repeated(labels) if merge_sil else list(labels)
 
     ids = sorted(set(hyp) & set(ref))
-    details = wer_details_for_batch(ids, [merge_repeated(ref[u]) for u in ids], [merge_repeated(hyp[u]) for u in ids])
-    return float(wer_summary(details)["WER"])
+    if not ids:
+        raise ValueError(f"no utterance has both labels to score ({len(hyp)} hypotheses, {len(ref)} references)")
+    summary = wer_summary(wer_details_for_batch(ids, [prepared(ref[u]) for u in ids], [prepared(hyp[u]) for u in ids]))
+    return {"per": float(summary["WER"]), "substitutions": summary["substitutions"],
+            "deletions": summary["deletions"], "insertions": summary["insertions"],
+            "ref_phones": summary["num_scored_tokens"], "utterances": len(ids)}
+
+
+def lexicon_vs_mfa_per(
+    subset_dir: Union[str, Path],
+    mfa_labels: Union[str, Path],
+    g2p: str = "spn",
+    add_boundary_silence: bool = True,
+    ignore_sil: bool = False,
+) -> Dict[str, float]:
+    """Corpus PER of the lexicon's labels of a LibriSpeech subset against its MFA labels
+    (:func:`label_error_rate`, MFA's phones as reference, repeated ``sil`` merged), and
+    ``oov_tokens``: the words the lexicon spelled with ``g2p``.
+
+    Arguments
+    ---------
+    subset_dir : str or path
+        A LibriSpeech-format folder (its ``*.trans.txt`` are read, not its audio).
+    mfa_labels : str or path
+        MFA's labels of every utterance of it: an export CSV or a folder of TextGrids.
+    g2p : str
+        The lexicon's policy for words outside CMUdict (:class:`surprisal_cc.data.Lexicon`).
+    add_boundary_silence : bool
+        ``sil`` at both ends of the lexicon's labels.
+    ignore_sil : bool
+        Leave every ``sil`` out of both sides.
+
+    Example (the README's one-liner)::
+
+        python -c "from surprisal_cc.label_eval import lexicon_vs_mfa_per as f; print(f(
+            '../shared/data/LibriSpeech/dev-clean-2',
+            '../shared/data/phone_labels/dev-clean-2_mfa.csv', g2p='spn'))"
+    """
+    from .data.errors import DataPreparationError
+    from .data.lexicon import Lexicon
+    from .data.librispeech import read_librispeech_transcripts
+    from .data.mfa import load_mfa_labels
+
+    refs = load_mfa_labels(mfa_labels)
+    transcripts = read_librispeech_transcripts(subset_dir)
+    missing = sorted(set(transcripts) - set(refs))
+    if missing:
+        raise DataPreparationError(f"{mfa_labels} lacks {len(missing)} utterance(s), e.g. {missing[:5]}")
+    lexicon = Lexicon(g2p=g2p)
+    lexicon.prefetch(w for words in transcripts.values() for w in words)
+    hyps = {u: lexicon.words_to_phones(transcripts[u], add_boundary_silence, utt_id=u) for u in sorted(transcripts)}
+    return {**label_error_rate(hyps, refs, ignore_sil=ignore_sil), "oov_tokens": sum(lexicon.oov_counts.values())}

@@ -3,7 +3,8 @@
 The error rate is ``100 * (S + D + I) / N`` with S, D, I and the reference
 length N summed over the whole test set (Kaldi ``compute-wer`` convention),
 *not* the mean of per-utterance rates. Hypotheses are never truncated, so the
-rate can exceed 100 % when there are many insertions.
+rate can exceed 100 % when there are many insertions. The PER of label sequences keyed by
+utterance (e.g. labels against MFA's) is :func:`surprisal_cc.label_eval.label_error_rate`.
 
 Example
 -------
@@ -25,7 +26,7 @@ from speechbrain.utils.metric_stats import ErrorRateStats
 
 from .data.phones import merge_repeated
 
-__all__ = ["ErrorRate", "phone_error_rate", "word_error_rate", "closest_path"]
+__all__ = ["ErrorRate", "word_error_rate", "closest_path"]
 
 
 class ErrorRate:
@@ -102,33 +103,6 @@ class ErrorRate:
         return len(self._stats.scores)
 
 
-def _corpus_rate(
-    refs: Sequence[Sequence[str]],
-    hyps: Sequence[Sequence[str]],
-    merge_sil: bool,
-    sil_token: str = "sil",
-) -> float:
-    if len(refs) != len(hyps):
-        raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
-    er = ErrorRate(merge_sil=merge_sil, sil_token=sil_token)
-    er.append([str(i) for i in range(len(refs))], hyps, refs)
-    return float(er.summarize()["error_rate"])
-
-
-def phone_error_rate(
-    refs: Sequence[Sequence[str]],
-    hyps: Sequence[Sequence[str]],
-    merge_sil: bool = True,
-    sil_token: str = "sil",
-) -> float:
-    """Corpus-level PER in percent (consecutive ``sil`` merged by default).
-
-    >>> round(phone_error_rate([["sil", "a", "b"]], [["sil", "sil", "a", "c"]]), 2)
-    33.33
-    """
-    return _corpus_rate(refs, hyps, merge_sil, sil_token)
-
-
 def word_error_rate(
     refs: Sequence[Sequence[str] | str], hyps: Sequence[Sequence[str] | str]
 ) -> float:
@@ -137,8 +111,12 @@ def word_error_rate(
     >>> word_error_rate(["the cat sat", "hi"], ["the cat sat down", "hi"])
     25.0
     """
+    if len(refs) != len(hyps):
+        raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
     split = lambda xs: [x.split() if isinstance(x, str) else list(x) for x in xs]  # noqa: E731
-    return _corpus_rate(split(refs), split(hyps), merge_sil=False)
+    er = ErrorRate()
+    er.append([str(i) for i in range(len(refs))], split(hyps), split(refs))
+    return float(er.summarize()["error_rate"])
 
 
 def closest_path(hyp: Sequence[str], tokens: Sequence[str],

@@ -18,7 +18,7 @@ from data_fixtures import (
 )
 from surprisal_cc.data import load_mfa_labels, prepare_mini_librispeech
 from surprisal_cc.data.mfa import read_mfa_csv
-from surprisal_cc.label_eval import read_boundary_silences, silence_precision_recall
+from surprisal_cc.label_eval import lexicon_vs_mfa_per, read_boundary_silences, silence_precision_recall
 from surprisal_cc.realign import (
     RealignedUtterance,
     align_optional_silence,
@@ -379,6 +379,24 @@ def test_realigned_csv_feeds_the_data_preparation(tmp_path):
     rows = {r["ID"]: r["phn"] for split in ("train", "valid") for r in csv.DictReader(open(out[split]))}
     assert rows["11-1-0000"] == "DH AH sil K AE T" and rows["12-1-0001"] == "sil S T AA P sil"
     assert next(csv.DictReader(open(out["test"])))["phn"] == "sil AE D sil"
+
+
+def test_lexicon_vs_mfa_per_scores_the_lexicon_labels_of_a_subset(tmp_path):
+    """The lexicon has no pause between words, MFA has one: a deletion, which ``ignore_sil`` leaves out;
+    an utterance MFA lacks is named."""
+    from surprisal_cc.data import DataPreparationError
+
+    root = make_librispeech_fixture(tmp_path / "data", {"dev-clean-2": {"21-5": ["THE CAT", "ZZXQ ADD"]}})
+    subset = root / "LibriSpeech" / "dev-clean-2"
+    mfa = write_mfa_csv(root / "phone_labels" / "dev-clean-2_mfa.csv", "dev-clean-2",
+                        {"21-5-0000": "sil DH AH sil K AE T sil", "21-5-0001": "sil spn AE D sil"})
+    scores = lexicon_vs_mfa_per(subset, mfa)
+    assert scores == {"per": pytest.approx(100 / 13), "substitutions": 0, "deletions": 1, "insertions": 0,
+                      "ref_phones": 13, "utterances": 2, "oov_tokens": 1}
+    assert lexicon_vs_mfa_per(subset, mfa, ignore_sil=True)["per"] == 0.0
+    partial = write_mfa_csv(tmp_path / "partial.csv", "dev-clean-2", {"21-5-0000": "sil DH AH K AE T sil"})
+    with pytest.raises(DataPreparationError, match="lacks 1 utterance"):
+        lexicon_vs_mfa_per(subset, partial)
 
 
 @pytest.mark.integration

@@ -14,10 +14,12 @@ from surprisal_cc.controllers import (
     LearnedController,
     SurprisalController,
     bias_shift_for_big_fraction,
+    budget_big_fraction,
     build_controller,
     calibrate_surprisal_controller,
     calibration_loss,
     sample_decisions,
+    solve_bias_shift,
     target_mean_for_budget,
 )
 from surprisal_cc.encoders import ConditionalEncoder, masked_mixture, route_frames
@@ -313,6 +315,19 @@ def test_budget_bias_shift_meets_the_fraction_on_the_held_out_frames(stochastic)
             bias_shift_for_big_fraction(ctrl, surprisal, bad)
 
 
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_solve_bias_shift_solves_on_every_batch_together(stochastic):
+    """Batches of frames (any shape, read once) give the shift of all their frames together and how
+    many frames it was solved on."""
+    surprisal = torch.randn(5000, generator=torch.Generator().manual_seed(0)).exp() * 40.0
+    ctrl = SurprisalController()
+    ctrl.set_parameters(weight=0.05, bias=-1.5)
+    batches = iter([surprisal[:1000], surprisal[1000:4000].reshape(2, 1500), surprisal[4000:]])
+    solution = solve_bias_shift(ctrl, batches, 0.62, stochastic=stochastic)
+    assert solution == {"big_fraction": 0.62, "frames": 5000,
+                        "bias_shift": bias_shift_for_big_fraction(ctrl, surprisal, 0.62, stochastic=stochastic)}
+
+
 def test_bias_shift_raises_p():
     torch.manual_seed(0)
     features, surprisal, mask = _inputs()
@@ -579,7 +594,6 @@ def test_learned_controller_is_trainable_and_registered():
 
 def test_flops_budget_names_the_controller_it_cannot_shift():
     """A FLOPs budget needs the surprisal controller; any other gets an error naming the one it has."""
-    from surprisal_cc.brain import budget_big_fraction
     from surprisal_cc.encoders import build_encoder
 
     surprisal_encoder = build_encoder("conditional", input_size=8, num_outputs=5, controller="surprisal", hidden_size=8)

@@ -288,6 +288,33 @@ def test_a_bias_shift_moves_the_routing_of_controllers_with_a_logit(controller):
         with pytest.raises(ModelFormatError, match=f"the '{constant}' controller has no bias to shift"):
             ConditionalASR.untrained(["AH", "B", "sil"], controller=constant).set_bias_shift(1.0)
 
+
+def test_a_flops_budget_is_solved_on_the_frames_of_the_audio_given(tmp_path):
+    """``meet_flops_budget`` solves the shift on the real frames of every file (in padded batches) and sets
+    it; a budget the model cannot meet fails before any audio is read."""
+    import math
+
+    import soundfile as sf
+
+    torch.manual_seed(0)
+    asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal")
+    asr.encoder.controller.set_parameters(weight=0.0, bias=0.0)  # p_big = sigmoid(shift) on every frame
+    asr.set_routing("sampled", seed=0)  # the expected fraction, the mean p_big, meets the budget
+    paths = [tmp_path / f"u{i}.wav" for i in range(3)]
+    for i, (path, seconds) in enumerate(zip(paths, (1.0, 0.5, 0.75))):
+        signal = 0.1 * torch.randn(int(16000 * seconds), generator=torch.Generator().manual_seed(i))
+        sf.write(path, signal.numpy(), 16000)
+    budget = asr.meet_flops_budget(paths, 0.9, batch_size=2)
+    assert list(budget) == ["fraction", "big_fraction", "bias_shift", "frames"]
+    assert budget["fraction"] == 0.9 and budget["big_fraction"] == asr.budget_big_fraction(0.9)
+    big = budget["big_fraction"]
+    assert budget["bias_shift"] == pytest.approx(math.log(big / (1 - big)), abs=1e-3)
+    assert asr.encoder.test_bias_shift == budget["bias_shift"]
+    frames = sum(asr.transcribe_batch(sf.read(path, dtype="float32")[0])[0].num_frames for path in paths)
+    assert budget["frames"] == frames == asr.meet_flops_budget(paths, 0.9, batch_size=1)["frames"]
+    with pytest.raises(ModelFormatError, match="--flops-fraction 0.1"):
+        asr.meet_flops_budget([tmp_path / "missing.wav"], 0.1)
+
 @pytest.mark.integration
 def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
     """The shipped model on 40 s of real speech, decoded in 10 s parts with 8 s of context: the same

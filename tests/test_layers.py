@@ -11,6 +11,9 @@ Every module is assigned to one layer below, so a new module has to be placed.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
@@ -180,6 +183,19 @@ def test_the_inference_runtime_loads_no_experiment_tool(graph):
     loaded = loaded_at_import(graph, "surprisal_cc.inference") | loaded_at_import(graph, "surprisal_cc.cli")
     assert "surprisal_cc.encoders" in loaded  # the model's modules are there
     assert sorted(m for m in loaded if layer_of(m) in TOOLS | {"brain", "realign", "label_eval"}) == []
+
+
+def test_the_inference_runtime_does_not_load_the_training_brain():
+    """``surprisal-cc transcribe`` and ``evaluate`` run without the training Brain: importing the runtime,
+    the corpus evaluation and the command line (in a fresh interpreter) loads no ``surprisal_cc.brain``."""
+    code = ("import sys, surprisal_cc, surprisal_cc.inference, surprisal_cc.evaluation, surprisal_cc.cli; "
+            "print(surprisal_cc.__file__); print('surprisal_cc.brain' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    package_file, brain_loaded = proc.stdout.split()
+    assert Path(package_file).parent == REPO / PACKAGE
+    assert brain_loaded == "False"
 
 
 def test_training_and_inference_import_no_experiment_tool(graph):

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.metrics: corpus-level rates checked against jiwer."""
+"""Tests for surprisal_cc.metrics and label_eval.label_error_rate: corpus-level rates checked against jiwer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import jiwer
 import pytest
 
 from surprisal_cc.ctc import chain_predecessors, pronunciation_graph
-from surprisal_cc.metrics import ErrorRate, closest_path, phone_error_rate, word_error_rate
+from surprisal_cc.label_eval import label_error_rate
+from surprisal_cc.metrics import ErrorRate, closest_path, word_error_rate
 
 PHONES = ["aa", "ae", "b", "d", "iy", "k", "s", "t", "sil"]
 
@@ -35,6 +36,12 @@ def random_corpus(rng: random.Random, n: int) -> tuple[list[list[str]], list[lis
     return refs, hyps
 
 
+def corpus_per(refs: list[list[str]], hyps: list[list[str]], merge_sil: bool = True) -> float:
+    """:func:`label_error_rate`'s PER of parallel lists of label sequences."""
+    ids = [f"u{i}" for i in range(len(refs))]
+    return label_error_rate(dict(zip(ids, hyps)), dict(zip(ids, refs)), merge_sil=merge_sil)["per"]
+
+
 def test_corpus_counts_match_jiwer() -> None:
     rng = random.Random(0)
     for _ in range(5):
@@ -51,7 +58,11 @@ def test_corpus_counts_match_jiwer() -> None:
         assert s["substitutions"] + s["deletions"] + s["insertions"] == edits
         assert s["insertions"] - s["deletions"] == out.insertions - out.deletions
         assert s["error_rate"] == pytest.approx(100 * out.wer)
-        assert phone_error_rate(refs, hyps, merge_sil=False) == pytest.approx(100 * out.wer)
+        assert corpus_per(refs, hyps, merge_sil=False) == pytest.approx(100 * out.wer)
+        ids = [f"u{i}" for i in range(len(refs))]
+        counts = label_error_rate(dict(zip(ids, hyps)), dict(zip(ids, refs)), merge_sil=False)
+        assert counts["ref_phones"] == n_ref and counts["utterances"] == len(refs)
+        assert counts["substitutions"] + counts["deletions"] + counts["insertions"] == edits
 
 
 def test_accumulates_over_batches() -> None:
@@ -61,16 +72,14 @@ def test_accumulates_over_batches() -> None:
     for i in range(0, 30, 7):
         er.append([str(j) for j in range(i, min(i + 7, 30))], hyps[i : i + 7], refs[i : i + 7])
     assert len(er) == 30
-    assert er.summarize()["error_rate"] == pytest.approx(
-        phone_error_rate(refs, hyps, merge_sil=False)
-    )
+    assert er.summarize()["error_rate"] == pytest.approx(corpus_per(refs, hyps, merge_sil=False))
 
 
 def test_corpus_level_not_mean_of_utterances() -> None:
     # utt 1: 1 ref token, 1 error (100 %); utt 2: 9 ref tokens, 0 errors (0 %)
     refs = [["a"], list("bcdefghij")]
     hyps = [["z"], list("bcdefghij")]
-    per = phone_error_rate(refs, hyps, merge_sil=False)
+    per = corpus_per(refs, hyps, merge_sil=False)
     assert per == pytest.approx(10.0)  # 1 / 10, corpus level
     mean_of_rates = (100.0 + 0.0) / 2
     assert per != pytest.approx(mean_of_rates)
@@ -84,14 +93,16 @@ def test_no_truncation_over_100_percent() -> None:
     s = er.summarize()
     assert s["insertions"] == 6 and s["substitutions"] == 0 and s["deletions"] == 0
     assert s["error_rate"] == pytest.approx(300.0)
-    assert phone_error_rate([["a"]], [["b", "c", "d"]]) == pytest.approx(300.0)
+    assert corpus_per([["a"]], [["b", "c", "d"]]) == pytest.approx(300.0)
 
 
 def test_sil_merging() -> None:
     refs = [["sil", "a", "b", "sil"]]
     hyps = [["sil", "sil", "a", "b", "sil", "sil", "sil"]]
-    assert phone_error_rate(refs, hyps, merge_sil=True) == 0.0
-    assert phone_error_rate(refs, hyps, merge_sil=False) == pytest.approx(75.0)
+    assert corpus_per(refs, hyps, merge_sil=True) == 0.0
+    assert corpus_per(refs, hyps, merge_sil=False) == pytest.approx(75.0)
+    # ignore_sil: no sil on either side
+    assert label_error_rate({"u": ["sil", "a", "sil", "b"]}, {"u": ["a", "b", "sil"]}, ignore_sil=True)["per"] == 0.0
     # merging applies to references too
     er = ErrorRate(merge_sil=True)
     er.append(["u"], [["sil", "a"]], [["sil", "sil", "a"]])
@@ -118,7 +129,12 @@ def test_length_mismatch_raises() -> None:
     with pytest.raises(ValueError):
         ErrorRate().append(["a"], [["x"]], [["x"], ["y"]])
     with pytest.raises(ValueError):
-        phone_error_rate([["a"]], [])
+        word_error_rate(["a"], [])
+    with pytest.raises(ValueError, match="no utterance has both"):
+        label_error_rate({}, {"u": ["a"]})
+    # only the utterances on both sides are scored
+    partial = label_error_rate({"u": ["a"], "v": ["b"]}, {"u": ["a"], "w": ["c"]})
+    assert partial["utterances"] == 1 and partial["per"] == 0.0
 
 
 def _edits(ref: list[str], hyp: list[str]) -> int:

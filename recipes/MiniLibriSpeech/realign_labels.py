@@ -127,11 +127,11 @@ def main(argv=None) -> dict:
         stats["sil_vs_reference_interior"] = silence_precision_recall(hyp, ref, interior_only=True)
         stats["sil_vs_reference_all"] = silence_precision_recall(hyp, ref, interior_only=False)
         ref_phones = load_mfa_labels(reference)
-        stats["per_vs_reference_realigned"] = label_error_rate({u.id: u.phones for u in utterances}, ref_phones)
+        stats["per_vs_reference_realigned"] = label_error_rate({u.id: u.phones for u in utterances}, ref_phones)["per"]
         # without the pauses: with the first pronunciations that is the lexicon's labels
         unpaused = "per_vs_reference_without_pauses" if args.all_pronunciations else "per_vs_reference_lexicon"
         stats[unpaused] = label_error_rate(
-            {u.id: ["sil"] + [p for p in u.phones if p != "sil"] + ["sil"] for u in utterances}, ref_phones)
+            {u.id: ["sil"] + [p for p in u.phones if p != "sil"] + ["sil"] for u in utterances}, ref_phones)["per"]
         stats["pronunciations_vs_reference"] = pronunciation_agreement(
             read_word_phones(args.out_csv), load_mfa_word_phones(reference), Lexicon(g2p="spn").pronunciations)
         stats["reference"] = str(reference)

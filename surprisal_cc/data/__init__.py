@@ -14,7 +14,7 @@ from .errors import DataPreparationError, DataPreparationWarning
 _WHERE = {
     "AudioInfo": "audio", "check_audio_files": "audio", "inspect_audio": "audio", "read_audio": "audio",
     "Lexicon": "lexicon",
-    "lexicon_vs_mfa_per": "librispeech", "prepare_librispeech": "librispeech", "prepare_mini_librispeech": "librispeech",
+    "prepare_librispeech": "librispeech", "prepare_mini_librispeech": "librispeech",
     "load_mfa_labels": "mfa", "load_mfa_word_phones": "mfa", "run_mfa": "mfa",
     "ARPABET_39": "phones", "LIBRISPEECH_PHONES": "phones", "TIMIT_61_TO_39": "phones", "TIMIT_PHONES_39": "phones",
     "strip_stress": "phones", "validate_phones": "phones",

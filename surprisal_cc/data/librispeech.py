@@ -3,7 +3,6 @@
 Manifest columns: ``ID,duration,wav,spk_id,wrd,phn`` (audio-only manifests for APC pretraining:
 ``ID,duration,wav,spk_id``); ``ID`` is the LibriSpeech utterance id, ``wav`` an absolute path,
 ``wrd`` the upper-case transcript, ``phn`` space-separated labels over ``LIBRISPEECH_PHONES``.
-:func:`lexicon_vs_mfa_per` measures how far lexicon labels of a subset are from its MFA labels.
 """
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from .errors import DataPreparationError, DataPreparationWarning
 from .lexicon import Lexicon
 from .manifest import AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, write_manifest
 from .mfa import load_mfa_labels
-from .phones import LIBRISPEECH_PHONES, SILENCE, merge_repeated, validate_phones
+from .phones import LIBRISPEECH_PHONES, validate_phones
 
 PathLike = Union[str, os.PathLike]
 
@@ -531,53 +530,3 @@ def prepare_librispeech(
         }
 
     return cached_prepare(save_folder, "librispeech_apc_prepare", options, inputs, build)
-
-
-# --------------------------------------------------------------------------- label sources compared
-def lexicon_vs_mfa_per(
-    subset_dir: PathLike,
-    mfa_labels: PathLike,
-    g2p: str = "spn",
-    add_boundary_silence: bool = True,
-    ignore_sil: bool = False,
-) -> Dict[str, float]:
-    """Corpus-level phone error rate of lexicon labels against MFA labels.
-
-    ``(S + D + I) / N`` in percent, MFA phones as reference, repeated ``sil`` merged on both sides
-    (``ignore_sil=True`` removes every ``sil`` first: pauses between words cannot be predicted
-    from text, so this isolates pronunciation differences).
-    Example (the README's one-liner)::
-
-        python -c "from surprisal_cc.data import lexicon_vs_mfa_per as f; print(f(
-            '../shared/data/LibriSpeech/dev-clean-2',
-            '../shared/data/phone_labels/dev-clean-2_mfa.csv', g2p='spn'))"
-    """
-    from speechbrain.utils.edit_distance import wer_details_for_batch, wer_summary
-
-    refs = load_mfa_labels(mfa_labels)
-    transcripts = read_librispeech_transcripts(subset_dir)
-    missing = sorted(set(transcripts) - set(refs))
-    if missing:
-        raise DataPreparationError(f"{mfa_labels} lacks {len(missing)} utterance(s), e.g. {missing[:5]}")
-    lexicon = Lexicon(g2p=g2p)
-    lexicon.prefetch(w for words in transcripts.values() for w in words)
-    ids = sorted(transcripts)
-    hyps = [
-        merge_repeated(lexicon.words_to_phones(transcripts[u], add_boundary_silence, utt_id=u))
-        for u in ids
-    ]
-    ref_seqs = [refs[u] for u in ids]
-    if ignore_sil:
-        ref_seqs = [[p for p in seq if p != SILENCE] for seq in ref_seqs]
-        hyps = [[p for p in seq if p != SILENCE] for seq in hyps]
-    details = wer_details_for_batch(ids, ref_seqs, hyps)
-    summary = wer_summary(details)
-    return {
-        "per": summary["WER"],
-        "substitutions": summary["substitutions"],
-        "deletions": summary["deletions"],
-        "insertions": summary["insertions"],
-        "ref_phones": summary["num_scored_tokens"],
-        "utterances": len(ids),
-        "oov_tokens": sum(lexicon.oov_counts.values()),
-    }

@@ -35,7 +35,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
 class _Parser(argparse.ArgumentParser):
@@ -341,17 +341,21 @@ def _macs(value: float) -> str:
     return f"{value / 1e6:.2f}M" if value >= 1000 else f"{value:.0f}"
 
 
+def _json_lines_to(target) -> Callable[[Dict[str, Any]], None]:
+    """A writer of one JSON object per line to ``target``, flushed after each (JSON Lines)."""
+    def write(row: Dict[str, Any]) -> None:
+        target.write(json.dumps(row) + "\n")
+        target.flush()
+    return write
+
+
 def cmd_evaluate(args, unknown: List[str]) -> int:
     asr = _load_model(args)
     with contextlib.ExitStack() as stack:
         write = None
         if args.per_utterance:
-            target = sys.stdout if args.per_utterance == "-" else \
-                stack.enter_context(open(args.per_utterance, "w", encoding="utf-8"))
-
-            def write(row) -> None:
-                target.write(json.dumps(row) + "\n")
-                target.flush()
+            write = _json_lines_to(sys.stdout if args.per_utterance == "-" else
+                                   stack.enter_context(open(args.per_utterance, "w", encoding="utf-8")))
         result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad,
                               batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
                               progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,

@@ -553,7 +553,7 @@ def test_evaluate_timit_folder_and_manifest(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["num_ref_tokens"] == 4
     manifest.write_text(f"ID,wav\nu1,{wav}\n")
     assert main(["evaluate", str(manifest), "--model", str(timit_model)]) == 1
-    assert "lacks the column(s) ['phn']" in error_lines(capsys)[0]
+    assert "lacks the column(s) ['phn or wrd']" in error_lines(capsys)[0]
 
 
 def test_evaluate_data_errors(model, tmp_path, capsys):

@@ -37,16 +37,22 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from .errors import UsageError
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
 
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line ``error: ...`` (exit status 2)."""
 
     def error(self, message: str):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
-class UsageError(ValueError):
-    """A malformed command line found after parsing."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,9 +244,28 @@ def _load_model(args):
     return asr
 
 
+def unique_names(audio: Sequence[Path]) -> List[str]:
+    """A distinct name per audio file: its stem, with the parent folder's name added (then a number)
+    where two files share a stem. The CTM file ids and the routing plots' names.
+
+    Example
+    -------
+    >>> unique_names([Path("a/x.flac"), Path("b/x.flac"), Path("b/y.wav")])
+    ['a_x', 'b_x', 'y']
+    """
+    stems = [a.stem for a in audio]
+    names = [f"{a.parent.name}_{a.stem}" if stems.count(a.stem) > 1 else a.stem for a in audio]
+    seen: dict = {}
+    unique = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if names.count(name) == 1 else f"{name}_{seen[name]}")
+    return unique
+
+
 def plot_paths(plot: str, audio: Sequence[Path]) -> List[Path]:
-    """The routing plot of each audio file: ``plot`` for one file; for several, ``OUT_<stem>.png``,
-    with the parent folders' names added (then a number) where two files share a stem.
+    """The routing plot of each audio file: ``plot`` for one file; for several, ``OUT_<name>.png``
+    with :func:`unique_names`.
 
     Example
     -------
@@ -250,14 +275,7 @@ def plot_paths(plot: str, audio: Sequence[Path]) -> List[Path]:
     path = Path(plot)
     if len(audio) == 1:
         return [path]
-    stems = [a.stem for a in audio]
-    names = [f"{a.parent.name}_{a.stem}" if stems.count(a.stem) > 1 else a.stem for a in audio]
-    seen: dict = {}
-    unique = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        unique.append(name if names.count(name) == 1 else f"{name}_{seen[name]}")
-    return [path.with_name(f"{path.stem}_{name}{path.suffix or '.png'}") for name in unique]
+    return [path.with_name(f"{path.stem}_{name}{path.suffix or '.png'}") for name in unique_names(audio)]
 
 
 def _emit(line: str) -> None:
@@ -280,6 +298,8 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
     from .data.audio import check_audio_many, iter_audio_paths, warn_converted
     from .long_audio import PROGRESS_AFTER_S
 
+    if args.json and args.format not in ("text", "json"):
+        raise UsageError(f"--json and --format {args.format} choose different outputs: give one")
     fmt = "json" if args.json else args.format
     asr = _load_model(args)
     if args.plot and not asr.uses_apc:
@@ -298,6 +318,14 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
     usable = [p for p in paths if str(p) in infos]
     budget = asr.meet_flops_budget(usable, args.flops_fraction) if args.flops_fraction is not None else None
     plots = dict(zip(usable, plot_paths(args.plot, usable))) if args.plot and usable else {}
+    ctm_ids = dict(zip(usable, unique_names(usable)))
+    if fmt != "json":  # the JSON objects carry these; text and CTM say them once, on stderr
+        if budget:
+            print(f"budget: {budget['fraction']:g} x big-only MACs per frame at bias shift {budget['bias_shift']:+.3f} "
+                  f"({100 * budget['big_fraction']:.1f} % of frames on the big network, solved on "
+                  f"{budget['frames']} frames)", file=sys.stderr)
+        if fmt == "ctm" and asr.routing == "sampled":
+            print(f"routing: sampled, seed {asr.seed}", file=sys.stderr)
     run = {"model": str(asr.source), "device": str(asr.device), "precision": asr.precision, "threads": asr.threads,
            **({"budget": budget} if budget else {})}
     if fmt == "json":
@@ -318,7 +346,7 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
         if fmt == "json":
             _emit(json.dumps({**result.to_dict(), **run}))
         elif fmt == "ctm":
-            _emit(result.to_ctm())
+            _emit(result.to_ctm(ctm_ids[path]))
         else:
             _emit(_format_transcription(result))
     if not done:
@@ -360,8 +388,10 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
                               batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
                               progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,
                               flops_fraction=args.flops_fraction, per_utterance=write, alignments=args.alignments)
+    # with the per-utterance lines on standard output, the summary goes to stderr
+    out = sys.stderr if args.per_utterance == "-" else sys.stdout
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=2), file=out)
         return 0
     comps = ", ".join(f"{k} {_macs(v)}" for k, v in result["flops_components"].items() if k != "total")
     lines = [f"PER {result['per']:.2f} % (S {result['substitutions']}, D {result['deletions']}, "
@@ -384,7 +414,7 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
                  f"{result['batch_size']}, {result['routing']} routing{seed})")
     if result["skipped"]:
         lines.append(f"skipped {len(result['skipped'])} utterance(s) with unusable audio or labels")
-    print("\n".join(lines))
+    print("\n".join(lines), file=out)
     return 0
 
 
@@ -465,10 +495,11 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                            help="lexicon labels: words CMUdict lacks (default: the model's training policy)")
             p.add_argument("--timit-split", choices=["test", "valid", "train"], default="test",
                            help="TIMIT: core test set, development speakers or training set")
-            p.add_argument("--batch-size", type=int, help="utterances per forward pass (default: the run's)")
+            p.add_argument("--batch-size", type=_positive_int, help="utterances per forward pass (default: the run's)")
             p.add_argument("--per-utterance", metavar="FILE",
                            help="write each utterance's id, reference, hypothesis, S/D/I, FLOPs and p_big to FILE "
-                                "as JSON Lines, as its batch finishes (-: standard output)")
+                                "as JSON Lines, as its batch finishes (-: standard output, and the totals go to "
+                                "stderr)")
             p.add_argument("--alignments", metavar="FILE",
                            help="write each utterance's alignment of hypothesis and reference to FILE "
                                 "(SpeechBrain's format, as the recipes' test_alignments.txt)")
@@ -485,7 +516,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
         p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
                        help="bf16: autocast where the device computes it natively; auto (default): the faster "
                             "for inference, fp32 (bf16 is slower on CPUs at these sizes and on GPUs)")
-        p.add_argument("--threads", type=int, default=1, metavar="N",
+        p.add_argument("--threads", type=_positive_int, default=1, metavar="N",
                        help="torch threads (default 1: decoding never competes for busy cores; more pay off "
                             "only for large batches on idle cores)")
         p.add_argument("--deterministic", action="store_true",
@@ -556,6 +587,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): what it read is complete, say nothing more
         _silence_stdout()
         return 141  # as a shell reports a command ended by SIGPIPE
+    except UsageError as err:  # the command line itself, as argparse's own errors
+        _print_error(err)
+        return 2
     except (ValueError, OSError, YAMLError, TrainingDivergedError) as err:  # configuration and data errors
         _print_error(err)
         return 1

@@ -71,6 +71,7 @@ from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from .errors import UsageError
 from .hparams_files import load_yaml_tolerant
 from .runs import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
 
@@ -541,7 +542,7 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     args : argparse.Namespace
         The parsed options (``grid``, ``dry_run``, ``jobs``, ``only``, ``no_report``).
     overrides : sequence of str
-        ``--key=value`` options appended to every run's command; anything else raises :class:`GridError`.
+        ``--key=value`` options appended to every run's command; anything else raises :class:`UsageError`.
 
     Returns
     -------
@@ -550,7 +551,7 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     """
     bad = [o for o in overrides if not (o.startswith("--") and "=" in o)]
     if bad:
-        raise GridError(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
+        raise UsageError(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
     spec = load_grid(args.grid)
     runs = [r for r in expand(spec, overrides) if not args.only or any(s in r.name for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None

@@ -340,7 +340,11 @@ def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
         paths = [paths]
     rows, infos = [], {}
     for file in (f for p in paths for f in _results_files(Path(p))):
-        row = json.loads(file.read_text(encoding="utf-8"))
+        try:
+            row = json.loads(file.read_text(encoding="utf-8"))
+        except ValueError as err:
+            raise ValueError(f"{file}: not valid JSON ({err}); a run still writing it finishes it, otherwise re-run "
+                             "that run's test (--test_only) or remove the file") from None
         run_dir = file.parent
         if run_dir not in infos:
             infos[run_dir] = _run_info(run_dir)

@@ -68,15 +68,15 @@ def test_flops_on_hparams_as_written(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["nowhere.yaml"], "nowhere.yaml does not exist"),
-    ([str(TIMIT_HPARAMS), "--controler=random"], "controler"),
-    ([str(TIMIT_HPARAMS), "--controller=oracle"], "oracle"),
-    ([str(TIMIT_HPARAMS), "controller=random"], "must look like --key=value"),
+@pytest.mark.parametrize("args,expected,status", [
+    (["nowhere.yaml"], "nowhere.yaml does not exist", 1),
+    ([str(TIMIT_HPARAMS), "--controler=random"], "controler", 1),
+    ([str(TIMIT_HPARAMS), "--controller=oracle"], "oracle", 1),
+    ([str(TIMIT_HPARAMS), "controller=random"], "must look like --key=value", 2),  # a usage error
 ])
-def test_flops_errors(args, expected, tmp_path, monkeypatch, capsys):
+def test_flops_errors(args, expected, status, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["flops", *args]) == 1
+    assert main(["flops", *args]) == status
     assert expected in error_lines(capsys)[0]
 
 
@@ -109,7 +109,7 @@ def test_grid_errors(tmp_path, monkeypatch, capsys):
     assert main(["grid", "nowhere.yaml"]) == 1
     assert error_lines(capsys) == ["error: grid file nowhere.yaml does not exist"]
     grid_file = str(write_grid(tmp_path / "grid.yaml", tmp_path / "exp"))
-    assert main(["grid", grid_file, "--dry-run", "controller=random"]) == 1
+    assert main(["grid", grid_file, "--dry-run", "controller=random"]) == 2
     lines = error_lines(capsys)
     assert len(lines) == 1 and "extra overrides must look like --key=value" in lines[0]
     with pytest.raises(SystemExit) as exit_info:
@@ -133,7 +133,8 @@ def test_report(tmp_path, capsys):
     assert "Random controller" in capsys.readouterr().out
     (run / "results.json").write_text("{not json")
     assert main(["report", str(tmp_path)]) == 1
-    error_lines(capsys)
+    (line,) = error_lines(capsys)
+    assert str(run / "results.json") in line and "not valid JSON" in line
 
 
 def test_curves_of_runs_in_progress(tmp_path, capsys):
@@ -378,6 +379,9 @@ def test_plots_of_files_with_the_same_name_and_opus_in_folders(model, real_flac,
                  "--plot", str(tmp_path / "routing.png")]) == 0
     assert [Path(r["path"]).name for r in _json_lines(capsys.readouterr().out)] == ["x.opus", "x.opus"]
     assert sorted(p.name for p in tmp_path.glob("routing*.png")) == ["routing_a_x.png", "routing_b_x.png"]
+    # CTM file ids tell them apart the same way
+    assert main(["transcribe", str(tmp_path / "a"), str(tmp_path / "b"), "--model", str(model), "--format", "ctm"]) == 0
+    assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {"a_x", "b_x"}
 
 
 def test_version(capsys):
@@ -554,6 +558,29 @@ def test_evaluate_timit_folder_and_manifest(tmp_path, capsys):
     manifest.write_text(f"ID,wav\nu1,{wav}\n")
     assert main(["evaluate", str(manifest), "--model", str(timit_model)]) == 1
     assert "lacks the column(s) ['phn or wrd']" in error_lines(capsys)[0]
+
+
+def test_evaluate_per_utterance_on_stdout_stays_json_lines(tmp_path, capsys):
+    """With --per-utterance -, standard output holds only the utterances' JSON Lines; the totals go to stderr."""
+    timit_model = tmp_path / "timit_model"
+    ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)
+    make_timit_fixture(tmp_path / "timit")
+    for extra in ([], ["--json"]):
+        assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model), "--per-utterance", "-",
+                     *extra]) == 0
+        captured = capsys.readouterr()
+        rows = _json_lines(captured.out)
+        assert len(rows) == 2 and all("hypothesis" in row for row in rows)
+        assert ("\"per\"" if extra else "PER ") in captured.err
+
+
+def test_command_line_usage_errors_exit_with_2(tmp_path, capsys):
+    assert main(["transcribe", str(tmp_path / "x.flac"), "--json", "--format", "ctm"]) == 2
+    assert "choose different outputs" in error_lines(capsys)[0]
+    for option in (["--batch-size", "0"], ["--threads", "-1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["evaluate", str(tmp_path), *option])
+        assert exit_info.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
 
 
 def test_evaluate_data_errors(model, tmp_path, capsys):

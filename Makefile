@@ -60,7 +60,7 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q --doctest-modules surprisal_cc tests
+	$(PY) -m pytest -q -rs --doctest-modules surprisal_cc tests
 
 # Resumable: run it again after an interruption (each stage resumes from its checkpoints or is skipped).
 mini_librispeech: $(LABELS) | $(STAMP)

@@ -31,8 +31,12 @@ CORPUS_ALLOWED = True
 
 # ---------------------------------------------------------------------------------------------- real audio
 def shared_data() -> Path:
-    """``$SURPRISAL_CC_DATA`` or ``<repo>/../shared/data``."""
-    return Path(os.environ.get("SURPRISAL_CC_DATA", REPO.parent / "shared" / "data"))
+    """``$SURPRISAL_CC_DATA``; else the first of ``<repo>/../shared/data`` and ``<repo>/data/MiniLibriSpeech``
+    (where ``make mini_librispeech`` downloads) that holds ``LibriSpeech/dev-clean-2``."""
+    if os.environ.get("SURPRISAL_CC_DATA"):
+        return Path(os.environ["SURPRISAL_CC_DATA"])
+    candidates = [REPO.parent / "shared" / "data", REPO / "data" / "MiniLibriSpeech"]
+    return next((c for c in candidates if (c / "LibriSpeech" / "dev-clean-2").is_dir()), candidates[0])
 
 
 def require_dev_clean_2() -> Path:

@@ -17,7 +17,7 @@ import ast
 import csv
 import os
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pytest
@@ -216,6 +216,31 @@ def run_fbank_big_only_epoch(root: Path, experiment: str, counted: str, **overri
     assert proc.returncode == 0, proc.stderr[-5000:]
     results = root / experiment / "conditional-big_only-paper-fbank" / "seed3" / "results.json"
     return proc.stdout + proc.stderr, json.loads(results.read_text())
+
+
+# ---------------------------------------------------------------------------------------------- preparation reuse
+def assert_prepare_reuses(module, prepare: Callable[[], Dict[str, Path]], manifests: Mapping[str, Path]) -> None:
+    """Call ``prepare()`` again and check that it returns ``manifests`` without rebuilding them: the
+    audio check a rebuild starts with (``module.check_audio_files``, as the preparation module imported
+    it) is not called, and no file in the manifests' folders is rewritten, added or removed
+    (``st_mtime_ns``). Proves reuse without timing the call, which a loaded machine would slow down."""
+    folders = {Path(p).parent for p in manifests.values()}
+
+    def snapshot() -> Dict[Path, int]:
+        return {f: f.stat().st_mtime_ns for d in folders for f in d.iterdir() if f.is_file()}
+
+    before = snapshot()
+    calls = []
+
+    def no_audio_check(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("the repeated preparation checked the audio again instead of reusing its manifests")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "check_audio_files", no_audio_check)  # raises if the module no longer has it
+        assert prepare() == manifests
+    assert not calls
+    assert snapshot() == before
 
 
 # ---------------------------------------------------------------------------------------------- synthetic corpora

@@ -22,6 +22,7 @@ import torch
 import yaml
 
 from data_fixtures import REPO, make_bad_audio_fixture, make_timit_fixture, require_dev_clean_2
+from numerics import assert_same_routing_up_to_summation_order
 from surprisal_cc import cli
 from surprisal_cc.cli import main
 from surprisal_cc.data.phones import LIBRISPEECH_PHONES, TIMIT_PHONES_39
@@ -460,8 +461,12 @@ def test_evaluate_reports_each_utterance_and_what_ran(model, librispeech_folder,
         assert row["reference"][0] == "sil" and row["hypothesis"] and row["flops_per_frame"] > 3e6
         assert all(f"{r['id']}, %WER" in (tmp_path / "per.txt").read_text() for r in rows[batch])
         assert 0 <= row["big_fraction"] <= 1 and 0 <= row["p_big_mean"] <= 1
-    # deterministic routing: the batch size changes the padding, not which network ran
-    assert [r["big_fraction"] for r in rows[1]] == [r["big_fraction"] for r in rows[3]]
+    # deterministic routing: the batch size changes the padding, not which network ran (but for a frame
+    # whose p_big is within float32 rounding of 0.5, which the other batch's summation order can move)
+    assert [(r["id"], r["num_frames"]) for r in rows[1]] == [(r["id"], r["num_frames"]) for r in rows[3]]
+    assert_same_routing_up_to_summation_order([r["big_fraction"] for r in rows[3]],
+                                              [r["big_fraction"] for r in rows[1]],
+                                              [r["num_frames"] for r in rows[1]])
     assert main(["evaluate", str(librispeech_folder), "--model", str(model), "--skip-bad", "--json",
                  "--seed", "5"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -2,7 +2,8 @@
 
 The recipe runs for a few steps on the stand-in Mini-LibriSpeech of ``mini_corpus`` (one APC epoch,
 one training epoch) with deterministic routing at test time, so that ``evaluate`` on the same
-utterances must reproduce the recipe's own test decoding exactly.
+utterances must reproduce the recipe's own test decoding, up to the few frames that float32 rounding
+can move across the routing threshold in batches of another composition (``tests/numerics.py``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import torch
 import yaml
 
 from data_fixtures import REPO, mini_corpus, require_dev_clean_2  # noqa: F401  (a fixture)
+from numerics import (assert_same_errors_up_to_summation_order, assert_same_routing_up_to_summation_order,
+                      error_rate_tolerance)
 from surprisal_cc.cli import main
 from surprisal_cc.data import DataPreparationWarning
 from surprisal_cc.features import FeatureConfig
@@ -83,23 +86,35 @@ def test_transcribe_file_reports_phones_routing_flops_and_rtf(exported, mini_cor
 
 @pytest.mark.integration
 def test_evaluate_reproduces_the_recipe_test_decoding(exported, trained_run, mini_corpus, capsys):  # noqa: F811
-    """Same utterances, same model, same labels (MFA): the same PER, S/D/I, FLOPs and routing as the recipe."""
+    """Same utterances, same model, same labels (MFA): the same PER, S/D/I, FLOPs and routing as the recipe.
+
+    The recipe decoded them in batches of another composition, so a frame whose p_big is within float32
+    rounding of 0.5 may have gone to the other network: routing is compared up to a few frames, the
+    errors up to a few edits, and the FLOPs must differ by exactly what the switched frames cost."""
+    import soundfile
+
     results = json.loads((trained_run / "results.json").read_text())
     subset = mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2"
     mfa = mini_corpus / "corpus" / "phone_labels" / "dev-clean-2_mfa.csv"
     assert main(["evaluate", str(subset), "--model", str(exported), "--mfa-labels", str(mfa), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["per"] == results["PER"]
     details = results["error_rate_details"]
-    assert [report[k] for k in ("substitutions", "deletions", "insertions", "num_ref_tokens", "num_utterances")] == \
-        [details[k] for k in ("substitutions", "deletions", "insertions", "num_ref_tokens", "num_utterances")]
-    assert report["flops_per_frame"] == pytest.approx(results["flops_per_frame"], rel=1e-12)
-    assert report["big_fraction"] == results["big_fraction"]
-    assert report["p_big_mean"] == pytest.approx(results["p_big_mean"], abs=1e-6)
+    assert report["num_utterances"] == details["num_utterances"]
+    assert_same_errors_up_to_summation_order(report, details)
+    assert report["per"] == pytest.approx(results["PER"], abs=error_rate_tolerance(details["num_ref_tokens"]))
+    asr = ConditionalASR.from_pretrained(exported)
+    frames = sum(asr.feature_config.num_frames(soundfile.info(str(f)).frames) for f in subset.rglob("*.flac"))
+    assert_same_routing_up_to_summation_order(report["big_fraction"], results["big_fraction"], frames)
+    # FLOPs per frame are linear in the big fraction (tests above): they move only with switched frames
+    assert report["flops_per_frame"] - results["flops_per_frame"] == pytest.approx(
+        (report["big_fraction"] - results["big_fraction"]) * (BIG - SMALL), abs=1e-12 * results["flops_per_frame"])
+    # p_big itself goes through the APC network in float32: equal up to rounding, far below any model change
+    assert report["p_big_mean"] == pytest.approx(results["p_big_mean"], abs=1e-4)
     assert report["rtf"] > 0 and report["skipped"] == []
     # the recipe's own test manifest gives the same
-    manifest = Path(results["data"]["test"])
-    assert ConditionalASR.from_pretrained(exported).evaluate(manifest)["per"] == results["PER"]
+    from_manifest = asr.evaluate(Path(results["data"]["test"]))
+    assert_same_errors_up_to_summation_order(from_manifest, details)
+    assert from_manifest["per"] == pytest.approx(results["PER"], abs=error_rate_tolerance(details["num_ref_tokens"]))
 
 
 @pytest.mark.integration

@@ -549,12 +549,12 @@ def solve_bias_shift(controller: SurprisalController, surprisal_batches: Iterabl
     Example
     -------
     >>> import torch
-    >>> ctrl = SurprisalController()
-    >>> ctrl.set_parameters(weight=1.0, bias=-1.0)
-    >>> s = torch.linspace(-3.0, 3.0, 601)
-    >>> solution = solve_bias_shift(ctrl, [s[:300], s[300:]], 0.5)
-    >>> solution["big_fraction"], round(solution["bias_shift"], 3), solution["frames"]
-    (0.5, 1.0, 601)
+    >>> controller = SurprisalController()
+    >>> controller.set_parameters(weight=2.0, bias=0.5)
+    >>> batches = list(torch.linspace(-1.0, 1.0, 201).split(100))  # symmetric about 0
+    >>> solution = solve_bias_shift(controller, batches, 0.5)
+    >>> solution["big_fraction"], round(solution["bias_shift"], 2), solution["frames"]
+    (0.5, -0.5, 201)
     """
     with torch.no_grad():
         surprisal = torch.cat([batch.detach().float().flatten() for batch in surprisal_batches])

@@ -508,7 +508,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                                 "pronunciation closest to the hypothesis: how much of the PER is pronunciation")
         p.add_argument("--model", help="exported model folder (default: the shipped model, surprisal_cc/pretrained)")
         p.add_argument("--json", action="store_true",
-                       help="JSON Lines, one object per file as it finishes" if name == "transcribe" else
+                       help="the same as --format json" if name == "transcribe" else
                        "the corpus totals and what was run (seed, routing, batch size, threads, precision) as JSON")
         p.add_argument("--skip-bad", action="store_true", help="leave out unusable audio files (listed) "
                                                                "instead of stopping")

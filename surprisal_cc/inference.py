@@ -709,6 +709,27 @@ class ConditionalASR:
                 **per_frame))
         return results
 
+    def encode_batch(self, wavs: Tensor, wav_lens: Optional[Tensor] = None) -> Tensor:
+        """SpeechBrain's ``encode_batch``: the CTC log-probabilities of a padded batch, not decoded.
+
+        ``wavs`` and ``wav_lens`` as in :meth:`transcribe_batch` (at the model's sample rate);
+        routing and threads as there too. Returns (B, T, C) log-probabilities over ``labels`` (the
+        CTC blank at ``config["blank_index"]``); :meth:`forward` also gives each utterance's frame
+        count, its routing and its surprisal.
+
+        Example
+        -------
+        >>> import torch
+        >>> asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
+        >>> log_probs = asr.encode_batch(torch.rand(2, 8000) - 0.5, torch.tensor([1.0, 0.5]))
+        >>> tuple(log_probs.shape), bool(torch.allclose(log_probs.exp().sum(-1), torch.ones(2, 24)))
+        ((2, 24, 4), True)
+        """
+        wavs = as_waveforms(wavs)
+        with self.seeded_routing(), decoding_threads(self.threads), torch.no_grad():
+            out, _, _, _ = self.forward(wavs, sample_counts(wavs, wav_lens))
+        return out.log_probs.float()
+
     def segments(self, log_probs: Tensor, ids: Sequence[int], offset_frames: int = 0) -> List[Tuple[str, float, float]]:
         """``(phone, start_s, end_s)`` of the phones ``ids`` decoded from ``log_probs`` ((T, V) of one
         utterance): :func:`surprisal_cc.timestamps.phone_segments`."""

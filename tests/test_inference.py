@@ -276,6 +276,22 @@ def test_transcribe_batch_speechbrain_lengths_sample_rate_and_int16(untrained):
     assert untrained.to("cpu") is untrained and untrained.routing == "deterministic"
 
 
+def test_encode_batch_gives_the_log_probabilities_that_transcribe_batch_decodes(untrained):
+    """SpeechBrain's encode_batch: the same forward pass as transcribe_batch, before the beam search."""
+    g = torch.Generator().manual_seed(2)
+    wavs = (0.1 * torch.randn(2, 16000, generator=g)).clamp(-1, 1)
+    from surprisal_cc.threads import decoding_threads
+
+    log_probs = untrained.encode_batch(wavs, torch.tensor([1.0, 0.5]))
+    with decoding_threads(untrained.threads):  # the same threads: one code path, one batch, the same sums
+        out, _, frames, _ = untrained.forward(wavs, torch.tensor([1.0, 0.5]))
+    assert log_probs.shape == (2, 49, len(untrained.labels)) and frames.tolist() == [49, 24]
+    torch.testing.assert_close(log_probs, out.log_probs.float(), rtol=0, atol=0)
+    hyps = untrained.beam_search(log_probs, frames)
+    results = untrained.transcribe_batch(wavs, torch.tensor([1.0, 0.5]), timestamps=False)
+    assert [untrained.phones_of(h) for h in hyps] == [r.phones for r in results]
+
+
 def test_from_hparams_is_from_pretrained(untrained, tmp_path):
     folder = untrained.save(tmp_path / "model")
     loaded = ConditionalASR.from_hparams(source=str(folder), savedir=str(tmp_path / "unused"),

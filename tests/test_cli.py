@@ -132,6 +132,9 @@ def test_report(tmp_path, capsys):
                                                   "dataset": "MiniLibriSpeech", "seed": 1}))
     assert main(["report", str(tmp_path)]) == 0
     assert "Random controller" in capsys.readouterr().out
+    assert main(["report", str(tmp_path), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["PER"], row["controller"], row["seed"]) == (30.0, "random", 1)
     (run / "results.json").write_text("{not json")
     assert main(["report", str(tmp_path)]) == 1
     (line,) = error_lines(capsys)
@@ -339,6 +342,32 @@ def test_transcribe_json_lines_with_phone_times_and_ctm(model, real_flac, tmp_pa
     ctm = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert [row[4] for row in ctm] == result["phones"] and {row[0] for row in ctm} == {real_flac.stem}
     assert [float(row[2]) for row in ctm] == pytest.approx([s["start"] for s in segments], abs=0.006)
+
+
+@pytest.mark.integration
+def test_transcribe_long_file_in_parts_with_progress_and_blank_penalty(model, real_flac, tmp_path, capsys):
+    """--chunk-seconds decodes a 70 s file in parts (progress on stderr) into as many frames as whole-file
+    decoding; --blank-penalty lengthens the phone sequence."""
+    audio, rate = sf.read(str(real_flac), dtype="float32")
+    long = np.tile(audio, int(np.ceil(70 * rate / len(audio))))[: 70 * rate]
+    sf.write(tmp_path / "long.flac", long, rate)
+    assert main(["transcribe", str(tmp_path / "long.flac"), "--model", str(model), "--json",
+                 "--chunk-seconds", "20"]) == 0
+    captured = capsys.readouterr()
+    (parts,) = _json_lines(captured.out)
+    assert f"{tmp_path / 'long.flac'}: " in captured.err and "of 70 s" in captured.err
+    assert main(["transcribe", str(tmp_path / "long.flac"), "--model", str(model), "--json",
+                 "--chunk-seconds", "0"]) == 0
+    captured = capsys.readouterr()
+    (whole,) = _json_lines(captured.out)
+    assert "of 70 s" not in captured.err  # decoded whole: nothing to report
+    assert parts["num_frames"] == whole["num_frames"] == 3499  # 20 ms frames of 25 ms windows
+    assert parts["duration_s"] == whole["duration_s"] == 70
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--json", "--blank-penalty", "20"]) == 0
+    (penalised,) = _json_lines(capsys.readouterr().out)
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--json"]) == 0
+    (plain,) = _json_lines(capsys.readouterr().out)
+    assert len(penalised["phones"]) > len(plain["phones"])
 
 
 @pytest.mark.integration

@@ -303,8 +303,8 @@ class ConditionalASR:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_pretrained(cls, source: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
-                        precision: str = "fp32", routing: str = "deterministic", seed: Optional[int] = None, threads: Optional[int] = DEFAULT_DECODING_THREADS
-                        ) -> "ConditionalASR":
+                        precision: str = "fp32", routing: str = "deterministic", seed: Optional[int] = None,
+                        threads: Optional[int] = DEFAULT_DECODING_THREADS) -> "ConditionalASR":
         """Load an exported model folder (default: :func:`default_model_dir`).
 
         Arguments
@@ -726,7 +726,7 @@ class ConditionalASR:
         ((2, 24, 4), True)
         """
         wavs = as_waveforms(wavs)
-        with self.seeded_routing(), decoding_threads(self.threads), torch.no_grad():
+        with self.seeded_routing(), decoding_threads(self.threads):  # forward runs without gradients
             out, _, _, _ = self.forward(wavs, sample_counts(wavs, wav_lens))
         return out.log_probs.float()
 

@@ -495,6 +495,9 @@ class PonderNetEncoder(_AdaptiveEncoder):
     """
 
     INFERENCE_MODES = ("truncated", "expected", "sample", "threshold")
+    #: The modes whose halting is drawn (``"sample"``) or its deterministic counterpart (``"threshold"``):
+    #: the two that :meth:`surprisal_cc.inference.ConditionalASR.set_routing` switches between.
+    DRAWN_INFERENCE_MODES = ("sample", "threshold")
 
     def __init__(self, input_size: int, num_outputs: int, max_steps: int = 8, step_hidden: int = 256,
                  beta: float = 0.01, lambda_p: float = 0.5, inference: str = "truncated", tail_mass: float = 0.05,

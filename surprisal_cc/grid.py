@@ -51,6 +51,8 @@ Output of each run goes to ``<run folder>/grid.log``; afterwards the tables and 
 to ``<experiment_root>/report``. With ``publish``, each finished run's small result files are copied
 there at once, and the tables and figures of everything published so far are rewritten to
 ``<publish>/report``, so that the published results grow run by run.
+The command exits 1 when a run failed, 3 when none failed but a selected run was blocked (it needs a
+checkpoint that is not on this machine), else 0 (:func:`exit_status`).
 """
 from __future__ import annotations
 
@@ -547,7 +549,8 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     Returns
     -------
     int
-        The exit status: 1 when a run failed, else 0.
+        The exit status (:func:`exit_status`): 1 when a run failed, 3 when none failed but a run
+        could not run here (blocked), else 0.
     """
     bad = [o for o in overrides if not (o.startswith("--") and "=" in o)]
     if bad:
@@ -568,7 +571,23 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
         print(f"report: {out / 'report.md'} ({len(figures)} figures)")
         if report_published is not None:
             report_published()
-    return 1 if any(s == "failed" for s, _ in status.values()) else 0
+    return exit_status(status)
+
+
+def exit_status(status: Dict[str, Tuple[str, float]]) -> int:
+    """The grid command's exit status: 1 when a run failed, 3 when none failed but a run was
+    blocked (its training run failed, runs elsewhere or was published from another machine, so its
+    checkpoint is not here), else 0, so that a script can tell "every selected run is finished" apart.
+
+    Example
+    -------
+    >>> exit_status({"a": ("done", 5.0), "b": ("published", 0.0)}), exit_status({"a": ("blocked", 0.0)})
+    (0, 3)
+    >>> exit_status({"a": ("failed", 5.0), "b": ("blocked", 0.0)})
+    1
+    """
+    states = {state for state, _ in status.values()}
+    return 1 if "failed" in states else 3 if "blocked" in states else 0
 
 
 def write_grid_report(results_root: Path, out: Path) -> List[Path]:

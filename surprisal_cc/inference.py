@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 from torch import Tensor
 
+from .adaptive import PonderNetEncoder
 from .apc import APCModel, FrozenAPC
 from .controllers import budget_big_fraction, solve_bias_shift
 from .data.audio import as_waveforms, check_audio, sample_counts
@@ -483,9 +484,7 @@ class ConditionalASR:
         for start in range(0, len(paths), batch_size):
             signals = [read_audio(path, self.feature_config.sample_rate) for path in paths[start:start + batch_size]]
             samples = torch.tensor([signal.numel() for signal in signals])
-            wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
-            fbank, lengths = self.front_end(wavs.to(torch.float32), samples)
-            fbank, lengths = fbank.to(self.device), lengths.to(self.device)
+            fbank, lengths = self.filterbanks(torch.nn.utils.rnn.pad_sequence(signals, batch_first=True), samples)
             with decoding_threads(self.threads), self._autocast():
                 surprisal = self.apc(fbank, lengths).surprisal.float()
             yield surprisal[lengths_to_mask(lengths, surprisal.shape[1])]
@@ -495,8 +494,12 @@ class ConditionalASR:
         """Whether this model has routing to draw: a small/big encoder (Bernoulli of ``p_big``) or
         PonderNet in its ``sample``/``threshold`` inference (ACT, and PonderNet's ``expected`` and
         ``truncated`` inference, compute the same thing on every run)."""
-        return hasattr(self.encoder, "test_stochastic") or getattr(self.encoder, "inference", None) in (
-            "sample", "threshold")
+        return hasattr(self.encoder, "test_stochastic") or self._drawn_halting
+
+    @property
+    def _drawn_halting(self) -> bool:
+        """Whether the encoder is PonderNet in one of its drawn inference modes (``sample``/``threshold``)."""
+        return getattr(self.encoder, "inference", None) in PonderNetEncoder.DRAWN_INFERENCE_MODES
 
     def set_routing(self, routing: str, seed: Optional[int] = None) -> None:
         """``"deterministic"``: the big network where ``p_big > 0.5`` (PonderNet's ``sample``
@@ -527,7 +530,7 @@ class ConditionalASR:
                                      "(routing='deterministic')")
         if hasattr(self.encoder, "test_stochastic"):
             self.encoder.test_stochastic = sampled
-        if getattr(self.encoder, "inference", None) in ("sample", "threshold"):
+        if self._drawn_halting:
             self.encoder.inference = "sample" if sampled else "threshold"
         if sampled and seed is None:
             seed = int.from_bytes(os.urandom(4), "little") % 2 ** 31
@@ -586,18 +589,31 @@ class ConditionalASR:
         surprisal : torch.Tensor or None
             (B, T) APC surprisal when the model uses APC.
         """
-        samples = sample_counts(wavs, wav_lens)
-        fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples)  # as the recipes' cache
-        fbank, frames = fbank.to(self.device), frames.to(self.device)
+        fbank, frames = self.filterbanks(wavs, sample_counts(wavs, wav_lens))
+        with self._autocast():
+            step = encode(self.encoder, fbank, frames, apc=self.apc, use_apc_features=self.use_apc_features)
+        surprisal = step.surprisal.float() if step.surprisal is not None else None
+        return step.output, fbank, frames, surprisal
+
+    def filterbanks(self, wavs: Tensor, samples: Tensor) -> Tuple[Tensor, Tensor]:
+        """(fbank, frame counts) of a padded batch (``samples``: (B,) sample counts) on this model's
+        device. The filterbanks are computed on the CPU in float32, as the recipes' feature cache
+        computes them; an utterance shorter than one frame is a clear error.
+
+        Example
+        -------
+        >>> asr = ConditionalASR.untrained(["AH", "sil"])
+        >>> fbank, frames = asr.filterbanks(torch.zeros(2, 16000), torch.tensor([16000, 8000]))
+        >>> fbank.shape, frames.tolist()
+        (torch.Size([2, 49, 80]), [49, 24])
+        """
+        fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples)
         short = [i for i, n in enumerate(frames.tolist()) if n == 0]
         if short:
             raise DataPreparationError(
                 f"utterance(s) {short} of the batch are shorter than one {self.feature_config.frame_length_ms:g} ms "
                 "frame: nothing to recognise")
-        with self._autocast():
-            step = encode(self.encoder, fbank, frames, apc=self.apc, use_apc_features=self.use_apc_features)
-        surprisal = step.surprisal.float() if step.surprisal is not None else None
-        return step.output, fbank, frames, surprisal
+        return fbank.to(self.device), frames.to(self.device)
 
     @property
     def frame_shift_s(self) -> float:

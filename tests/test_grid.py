@@ -147,13 +147,13 @@ def test_published_runs_are_not_run_again_on_a_fresh_machine(grid_file: Path, tm
     grid_file.write_text(yaml.safe_dump(spec))
     assert main(["grid", str(grid_file), "--no-report", "--only", "controllers/controller-surprisal/seed1"]) == 0
     shutil.rmtree(tmp_path / "exp")  # the next session's machine
-    assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 0
+    assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 3
     out = capsys.readouterr().out
     assert "| controllers/controller-surprisal/seed1 | published |" in out
     assert "| bias/controller-surprisal/seed1 | blocked |" in out
     assert not (tmp_path / "exp/grid/controllers/controller-surprisal/seed1").exists()  # not trained again
     # selected alone, the test-only run finds no checkpoint to evaluate: blocked, not run on an untrained model
-    assert main(["grid", str(grid_file), "--no-report", "--only", "bias/controller-surprisal/seed1"]) == 0
+    assert main(["grid", str(grid_file), "--no-report", "--only", "bias/controller-surprisal/seed1"]) == 3
     out = capsys.readouterr().out
     assert "[blocked] bias/controller-surprisal/seed1: no checkpoint in" in out
     assert not (tmp_path / "exp/grid/controllers/controller-surprisal/seed1").exists()
@@ -375,7 +375,7 @@ def test_a_run_locked_by_a_live_grid_is_left_to_it_and_a_stale_lock_is_taken_ove
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (folder / "grid-controllers.lock").write_text(grid._process_identity(holder.pid))
-        assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 0
+        assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 3
         out = capsys.readouterr().out
         assert "| controllers/controller-surprisal/seed1 | elsewhere |" in out
         assert "| bias/controller-surprisal/seed1 | blocked |" in out

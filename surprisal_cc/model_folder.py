@@ -144,8 +144,11 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
             raise ModelFormatError(f"{apc_path}: missing (this model needs its APC model)")
         try:
             apc = load_apc(apc_path)
-        except (ValueError, RuntimeError, OSError) as err:
-            raise ModelFormatError(f"{apc_path}: {str(err).splitlines()[0]}") from None
+        except ValueError as err:  # load_apc's own checks, which name the file
+            raise ModelFormatError(str(err).splitlines()[0]) from None
+        except Exception as err:  # torch raises several types for damaged or unsafe files
+            raise ModelFormatError(f"{apc_path}: cannot be loaded ({type(err).__name__}: "
+                                   f"{str(err).splitlines()[0] if str(err) else ''})") from None
     return config, encoder, apc
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -298,6 +299,19 @@ def test_from_hparams_is_from_pretrained(untrained, tmp_path):
                                          run_opts={"device": "cpu"})
     assert loaded.source == folder and loaded.routing == "deterministic" and loaded.threads == 1
     assert ConditionalASR.from_pretrained(folder, routing="sampled", seed=4).seed == 4
+
+
+@pytest.mark.parametrize("damage", ["truncated", "pickled code"])
+def test_a_damaged_apc_file_is_one_error_naming_it(untrained, tmp_path, damage):
+    import argparse
+
+    folder = untrained.save(tmp_path / "model")
+    if damage == "truncated":
+        (folder / "apc.pt").write_bytes((folder / "apc.pt").read_bytes()[:4])
+    else:  # weights_only refuses it
+        torch.save({"config": {}, "state_dict": {}, "extra": argparse.Namespace(x=1)}, folder / "apc.pt")
+    with pytest.raises(ModelFormatError, match="^" + re.escape(f"{folder / 'apc.pt'}: cannot be loaded")):
+        ConditionalASR.from_pretrained(folder)
 
 
 

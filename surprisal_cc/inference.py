@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
+from speechbrain.utils.run_opts import RunOptions
 from torch import Tensor
 
 from .adaptive import PonderNetEncoder
@@ -343,7 +344,7 @@ class ConditionalASR:
 
     @classmethod
     def from_hparams(cls, source: Optional[PathLike] = None, savedir: Optional[PathLike] = None,
-                     run_opts: Optional[Dict[str, Any]] = None, **kwargs) -> "ConditionalASR":
+                     run_opts: Optional[Union[Dict[str, Any], RunOptions]] = None, **kwargs) -> "ConditionalASR":
         """SpeechBrain's name for :meth:`from_pretrained`: ``source`` is a local model folder.
 
         Arguments
@@ -352,8 +353,10 @@ class ConditionalASR:
             An exported model folder (nothing is downloaded); None: :func:`default_model_dir`.
         savedir : str or path, optional
             Accepted for SpeechBrain compatibility; a local folder needs no copy, so it is unused.
-        run_opts : dict, optional
-            SpeechBrain's run options; ``device`` and ``precision`` are read from it.
+        run_opts : dict or RunOptions, optional
+            SpeechBrain's run options (an unknown name is an error, as there). ``device`` and
+            ``precision`` are read from them, the rest do not apply; a ``device`` of None is the CPU
+            (SpeechBrain would pick CUDA where it can).
         **kwargs
             Further arguments of :meth:`from_pretrained`.
 
@@ -362,7 +365,9 @@ class ConditionalASR:
         ConditionalASR
             The model.
         """
-        options = {k: v for k, v in (run_opts or {}).items() if k in ("device", "precision")}
+        if not isinstance(run_opts, RunOptions):
+            run_opts = RunOptions.from_dictionary(run_opts or {})
+        options = {k: run_opts[k] for k in ("device", "precision") if run_opts[k] is not None}
         return cls.from_pretrained(source, **{**options, **kwargs})
 
     @classmethod

@@ -301,6 +301,17 @@ def test_from_hparams_is_from_pretrained(untrained, tmp_path):
     assert ConditionalASR.from_pretrained(folder, routing="sampled", seed=4).seed == 4
 
 
+def test_from_hparams_reads_speechbrain_run_options_as_speechbrain_does(untrained, tmp_path):
+    """SpeechBrain's parsed options (device None unless --device) load on the CPU; a misspelt option is an error."""
+    from speechbrain.utils.run_opts import RunOptions
+
+    folder = untrained.save(tmp_path / "model")
+    _, parsed, _ = RunOptions.from_command_line_args(["hyperparams.yaml"])
+    assert ConditionalASR.from_hparams(source=folder, run_opts=parsed).device == torch.device("cpu")
+    with pytest.raises(TypeError, match="devcie"):
+        ConditionalASR.from_hparams(source=folder, run_opts={"devcie": "cpu"})
+
+
 @pytest.mark.parametrize("damage", ["truncated", "pickled code"])
 def test_a_damaged_apc_file_is_one_error_naming_it(untrained, tmp_path, damage):
     import argparse

@@ -802,6 +802,36 @@ class ConditionalASR:
         check_audio(path, self.feature_config.sample_rate)
         return self.transcribe_checked_file(path, long_chunk_s=long_chunk_s, progress=progress)
 
+    def load_audio(self, path: PathLike) -> Tensor:
+        """SpeechBrain's ``load_audio``: the (S,) float32 mono waveform of the file ``path`` at the model's
+        sample rate, for :meth:`transcribe_batch` (converted with a warning, as :meth:`transcribe_file`
+        does). Unlike SpeechBrain's, it stays on the CPU, where the filterbanks are computed.
+
+        Raises
+        ------
+        BadAudioError
+            When the file cannot be decoded.
+
+        Example
+        -------
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> import numpy as np
+        >>> import soundfile
+        >>> from speechbrain.utils.data_utils import batch_pad_right
+        >>> asr = ConditionalASR.untrained(["AH", "B", "sil"])
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     for name, samples in (("a.flac", 8000), ("b.flac", 4000)):
+        ...         soundfile.write(Path(tmp) / name, np.random.default_rng(0).uniform(-0.5, 0.5, samples), 16000)
+        ...     wavs, wav_lens = batch_pad_right([asr.load_audio(Path(tmp) / n) for n in ("a.flac", "b.flac")])
+        >>> wavs.shape, wav_lens.tolist(), [r.num_frames for r in asr.transcribe_batch(wavs, wav_lens)]
+        (torch.Size([2, 8000]), [1.0, 0.5], [24, 12])
+        """
+        from .data.audio import read_audio
+
+        check_audio(path, self.feature_config.sample_rate)
+        return read_audio(path, self.feature_config.sample_rate)
+
     def transcribe_checked_file(self, path: PathLike, long_chunk_s: Optional[float] = None, progress=None,
                                 keep_fbank: bool = True) -> Transcription:
         """:meth:`transcribe_file` without the audio check (for files :func:`check_audio_many` passed)."""

@@ -326,6 +326,35 @@ def test_a_damaged_apc_file_is_one_error_naming_it(untrained, tmp_path, damage):
 
 
 
+def test_load_audio_batches_as_speechbrain_pads_and_decodes_as_transcribe_file(untrained, tmp_path):
+    """SpeechBrain's load_audio: mono at the model's rate (converted with a warning), padded with
+    SpeechBrain's batch_pad_right; each file decodes as transcribe_file decodes it alone."""
+    import soundfile
+    from speechbrain.utils.data_utils import batch_pad_right
+
+    from surprisal_cc.inference import BadAudioError
+
+    g = torch.Generator().manual_seed(3)
+    long, short = (0.1 * torch.randn(16000, generator=g)).clamp(-1, 1), (0.1 * torch.randn(4000, generator=g))
+    soundfile.write(tmp_path / "long.flac", long.numpy(), 16000)
+    soundfile.write(tmp_path / "short8k.wav", torch.stack([short, short], 1).clamp(-1, 1).numpy(), 8000)
+    paths = [tmp_path / "long.flac", tmp_path / "short8k.wav"]
+    with pytest.warns(DataPreparationWarning) as record:
+        wavs = [untrained.load_audio(path) for path in paths]
+    assert {"resampled", "downmixed"} <= {word for w in record for word in str(w.message).split()}
+    assert [(w.shape, w.dtype, w.device.type) for w in wavs] == [((16000,), torch.float32, "cpu"),
+                                                                  ((8000,), torch.float32, "cpu")]
+    torch.testing.assert_close(wavs[0], long, rtol=0, atol=1e-4)  # FLAC's 16 bits
+    batch = untrained.transcribe_batch(*batch_pad_right(wavs))
+    with pytest.warns(DataPreparationWarning):
+        alone = [untrained.transcribe_file(path) for path in paths]
+    assert [r.num_frames for r in batch] == [r.num_frames for r in alone] == [49, 24]
+    assert [r.phones for r in batch] == [r.phones for r in alone]
+    (tmp_path / "bad.wav").write_text("not audio")
+    with pytest.raises(BadAudioError, match="bad.wav"):
+        untrained.load_audio(tmp_path / "bad.wav")
+
+
 @pytest.mark.parametrize("controller", ["surprisal", "random", "learned"])
 def test_a_bias_shift_moves_the_routing_of_controllers_with_a_logit(controller):
     """Appendix B's test-time shift: more frames on the big network at +4 than at -4; big-only and

@@ -334,6 +334,12 @@ class ConditionalASR:
         ------
         ModelFormatError
             When the folder is missing, incomplete, damaged or of another format version.
+
+        Example
+        -------
+        >>> asr = ConditionalASR.from_pretrained()   # the shipped model
+        >>> asr.source.name, len(asr.labels), asr.uses_apc, asr.device
+        ('pretrained', 42, True, device(type='cpu'))
         """
         folder = Path(source) if source is not None else default_model_dir()
         config, encoder, apc = load_model_folder(folder)
@@ -345,7 +351,8 @@ class ConditionalASR:
     @classmethod
     def from_hparams(cls, source: Optional[PathLike] = None, savedir: Optional[PathLike] = None,
                      run_opts: Optional[Union[Dict[str, Any], RunOptions]] = None, **kwargs) -> "ConditionalASR":
-        """SpeechBrain's name for :meth:`from_pretrained`: ``source`` is a local model folder.
+        """SpeechBrain's name for :meth:`from_pretrained`: ``source`` is a local model folder, whose
+        ``model.json`` takes the place of SpeechBrain's ``hparams_file`` (not an argument here).
 
         Arguments
         ---------
@@ -575,6 +582,8 @@ class ConditionalASR:
                 ) -> Tuple[EncoderOutput, Tensor, Tensor, Optional[Tensor]]:
         """(encoder output, fbank, frame counts, surprisal) of one padded batch, without decoding.
 
+        SpeechBrain's ``forward`` returns its ``encode_batch`` output; that is :meth:`encode_batch` here.
+
         Arguments
         ---------
         wavs : torch.Tensor
@@ -593,6 +602,13 @@ class ConditionalASR:
             (B,) frame count of each utterance.
         surprisal : torch.Tensor or None
             (B, T) APC surprisal when the model uses APC.
+
+        Example
+        -------
+        >>> asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
+        >>> out, fbank, frames, surprisal = asr.forward(torch.rand(2, 8000) - 0.5, torch.tensor([1.0, 0.5]))
+        >>> tuple(out.log_probs.shape), tuple(fbank.shape), frames.tolist(), surprisal
+        ((2, 24, 4), (2, 24, 80), [24, 12], None)
         """
         fbank, frames = self.filterbanks(wavs, sample_counts(wavs, wav_lens))
         with self._autocast():
@@ -680,7 +696,8 @@ class ConditionalASR:
         Returns
         -------
         list of Transcription
-            One per utterance, in batch order.
+            One per utterance, in batch order (SpeechBrain's returns ``(predicted_words,
+            predicted_tokens)``; here ``str(t)`` is the phones, ``t.phones`` the tokens).
 
         Raises
         ------
@@ -735,8 +752,8 @@ class ConditionalASR:
 
         ``wavs`` and ``wav_lens`` as in :meth:`transcribe_batch` (at the model's sample rate);
         routing and threads as there too. Returns (B, T, C) log-probabilities over ``labels`` (the
-        CTC blank at ``config["blank_index"]``); :meth:`forward` also gives each utterance's frame
-        count, its routing and its surprisal.
+        CTC blank at ``config["blank_index"]``) on the model's device; :meth:`forward` also gives
+        each utterance's frame count, its routing and its surprisal.
 
         Example
         -------
@@ -778,7 +795,7 @@ class ConditionalASR:
         Returns
         -------
         Transcription
-            With ``path`` set.
+            With ``path`` set (SpeechBrain's returns the text, here ``str(result)``).
 
         Raises
         ------

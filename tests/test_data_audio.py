@@ -1,9 +1,11 @@
+import numpy as np
 import pytest
+import soundfile as sf
 import torch
 
-from data_fixtures import make_bad_audio_fixture
+from data_fixtures import make_bad_audio_fixture, tone
 from surprisal_cc.data import DataPreparationError, DataPreparationWarning
-from surprisal_cc.data.audio import check_audio_files, inspect_audio, read_audio
+from surprisal_cc.data.audio import as_waveforms, check_audio_files, inspect_audio, read_audio
 
 
 @pytest.fixture(scope="module")
@@ -46,3 +48,20 @@ def test_8k_and_stereo_warn_with_file_names(bad):
         check_audio_files([bad["rate_8k"]])
     with pytest.warns(DataPreparationWarning, match="stereo.flac \\(2 channels\\)"):
         check_audio_files([bad["stereo"]])
+
+
+@pytest.mark.parametrize("kind,reason", [("nan", "NaN or infinite"), ("inf", "NaN or infinite"),
+                                         ("int16_scaled", "int16-scaled")])
+def test_float_audio_with_unusable_samples_is_an_error_naming_the_file(kind, reason, tmp_path):
+    """Float WAVs decode to whatever they hold: NaN, inf or int16-scale samples are refused when the
+    files are checked, before any decoding, as the in-memory batches are refused."""
+    samples = tone(0.2).astype(np.float32) / 32768
+    sf.write(tmp_path / "fine.wav", samples * 1.2, 16000, subtype="FLOAT")  # overshoot, still audio
+    bad = samples.copy()
+    bad[100] = {"nan": np.nan, "inf": np.inf, "int16_scaled": 1.0}[kind]
+    sf.write(tmp_path / f"{kind}.wav", bad * (32768 if kind == "int16_scaled" else 1), 16000, subtype="FLOAT")
+    with pytest.raises(DataPreparationError, match=reason) as err:
+        check_audio_files([tmp_path / "fine.wav", tmp_path / f"{kind}.wav"])
+    assert f"{tmp_path / kind}.wav: " in str(err.value) and "fine.wav" not in str(err.value)
+    with pytest.raises(ValueError, match=reason):
+        as_waveforms(torch.from_numpy(bad * (32768 if kind == "int16_scaled" else 1)))

@@ -5,7 +5,7 @@ import torch
 
 from data_fixtures import make_bad_audio_fixture, tone
 from surprisal_cc.data import DataPreparationError, DataPreparationWarning
-from surprisal_cc.data.audio import as_waveforms, check_audio_files, inspect_audio, read_audio
+from surprisal_cc.data.audio import as_waveforms, check_audio_files, inspect_audio, iter_audio_paths, read_audio
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +65,18 @@ def test_float_audio_with_unusable_samples_is_an_error_naming_the_file(kind, rea
     assert f"{tmp_path / kind}.wav: " in str(err.value) and "fine.wav" not in str(err.value)
     with pytest.raises(ValueError, match=reason):
         as_waveforms(torch.from_numpy(bad * (32768 if kind == "int16_scaled" else 1)))
+
+
+def test_folders_give_their_audio_through_links_and_without_hidden_files(tmp_path):
+    """A folder stands for its audio files: those under links to folders too (each folder once, a
+    link back up the tree included), not hidden ones (macOS's ``._x.flac``, ``.Trash``)."""
+    corpus, elsewhere = tmp_path / "corpus", tmp_path / "elsewhere"
+    for name in ("a.flac", "notes.txt", ".hidden.flac", "sub/b.wav", "sub/._b.wav", ".Trash/old.flac"):
+        (corpus / name).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / name).write_bytes(b"")
+    (elsewhere / "speaker").mkdir(parents=True)
+    (elsewhere / "speaker" / "c.flac").write_bytes(b"")
+    (corpus / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (corpus / "sub" / "up").symlink_to(corpus, target_is_directory=True)
+    found = [p.relative_to(corpus).as_posix() for p in iter_audio_paths([corpus])]
+    assert found == ["a.flac", "linked/speaker/c.flac", "sub/b.wav"]

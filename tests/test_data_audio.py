@@ -5,7 +5,8 @@ import torch
 
 from data_fixtures import make_bad_audio_fixture, tone
 from surprisal_cc.data import DataPreparationError, DataPreparationWarning
-from surprisal_cc.data.audio import as_waveforms, check_audio_files, inspect_audio, iter_audio_paths, read_audio
+from surprisal_cc.data.audio import (as_waveforms, check_audio_files, check_audio_many, inspect_audio,
+                                     iter_audio_paths, read_audio)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +32,14 @@ def test_bad_file_is_an_error(bad, kind, reason):
     with pytest.raises(DataPreparationError, match=reason) as err:
         check_audio_files([bad["good"], bad[kind]])
     assert str(bad[kind]) in str(err.value) and "skip_bad_audio=True" in str(err.value)
+
+
+def test_a_folder_or_a_broken_link_given_as_a_file_says_so(tmp_path):
+    (tmp_path / "gone.flac").symlink_to(tmp_path / "deleted.flac")
+    _, problems = check_audio_many([tmp_path, tmp_path / "gone.flac", tmp_path / "missing.flac"])
+    assert problems == [f"{tmp_path}: a folder, not an audio file",
+                        f"{tmp_path / 'gone.flac'}: broken link (its target does not exist)",
+                        f"{tmp_path / 'missing.flac'}: file does not exist"]
 
 
 def test_all_problems_in_one_error_and_skip(bad):

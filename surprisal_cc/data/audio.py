@@ -79,7 +79,9 @@ def check_audio_file(path: str) -> Tuple[str, Optional[AudioInfo], Optional[str]
     ('missing.flac', None, 'file does not exist')
     """
     if not os.path.isfile(path):
-        return path, None, "file does not exist"
+        return path, None, ("a folder, not an audio file" if os.path.isdir(path) else
+                            "broken link (its target does not exist)" if os.path.islink(path) else
+                            "file does not exist")
     if os.path.getsize(path) == 0:
         return path, None, "empty file (0 bytes)"
     try:

@@ -608,6 +608,19 @@ def test_evaluate_per_utterance_on_stdout_stays_json_lines(tmp_path, capsys):
         assert ("\"per\"" if extra else "PER ") in captured.err
 
 
+def test_evaluate_refuses_an_alignments_file_it_cannot_write_before_decoding(tmp_path, monkeypatch, capsys):
+    timit_model = tmp_path / "timit_model"
+    ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)
+    make_timit_fixture(tmp_path / "timit")
+    decoded = []
+    monkeypatch.setattr(ConditionalASR, "run_batch", lambda self, *args: decoded.append(args))
+    under_a_file = tmp_path / "timit_model" / "model.json" / "alignments.txt"
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model),
+                 "--alignments", str(under_a_file)]) == 1
+    (line,) = error_lines(capsys)
+    assert line == f"error: alignments file {under_a_file} cannot be written: Not a directory" and not decoded
+
+
 def test_command_line_usage_errors_exit_with_2(tmp_path, capsys):
     assert main(["transcribe", str(tmp_path / "x.flac"), "--json", "--format", "ctm"]) == 2
     assert "choose different outputs" in error_lines(capsys)[0]

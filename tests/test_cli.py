@@ -221,6 +221,23 @@ def test_transcribe_bad_audio_is_one_line_naming_the_file(kind, reason, model, t
     assert line.startswith(f"error: {paths[kind]}: {reason}")
 
 
+def test_transcribe_checks_the_plot_folder_before_decoding_and_prints_before_plotting(model, tmp_path, monkeypatch, capsys):
+    sf.write(tmp_path / "a.flac", np.zeros(1600, dtype=np.float32), 16000)
+    decoded = []
+    monkeypatch.setattr(ConditionalASR, "transcribe_checked_file", lambda self, path, **kwargs: decoded.append(path))
+    plot = tmp_path / "a.flac" / "routing.png"
+    assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--plot", str(plot)]) == 1
+    (line,) = error_lines(capsys)
+    assert line == f"error: --plot {plot}: its folder {plot.parent} cannot be created (File exists)" and not decoded
+    # a plot that fails all the same comes after its file's result, which stays printed
+    monkeypatch.undo()
+    monkeypatch.setattr("surprisal_cc.plots.plot_routing", lambda *args, **kwargs: (_ for _ in ()).throw(
+        OSError("No space left on device")))
+    assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--plot",
+                 str(tmp_path / "routing.png")]) == 1
+    assert capsys.readouterr().out.startswith(f"{tmp_path / 'a.flac'}\n")
+
+
 @pytest.mark.integration
 def test_transcribe_several_files_with_bad_ones(model, real_flac, tmp_path, capsys):
     paths = make_bad_audio_fixture(tmp_path)

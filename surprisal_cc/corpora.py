@@ -126,7 +126,7 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: 
 
     path = Path(data)
     if path.is_file():
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             rows = {row["ID"]: row for row in csv.DictReader(f)}
         if any("wrd" not in row for row in rows.values()):
             raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
@@ -155,17 +155,20 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str]) -> Tuple[List[Item
     """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
     labelled by the lexicon as the model's training labels were), and the label source
     (:func:`_manifest_wav` resolves the ``wav`` paths)."""
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        columns = set(reader.fieldnames or [])
-        label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
-        missing = {"ID", "wav"} - columns
-        if missing or label is None:
-            lacking = sorted(missing | ({"phn or wrd"} if label is None else set()))
-            raise DataPreparationError(f"{path}: manifest lacks the column(s) {lacking} "
-                                       "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
-                                       "LibriSpeech recipes write)")
-        rows = list(reader)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # with or without the BOM spreadsheets write
+            reader = csv.DictReader(f)
+            columns = set(reader.fieldnames or [])
+            label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
+            missing = {"ID", "wav"} - columns
+            if missing or label is None:
+                lacking = sorted(missing | ({"phn or wrd"} if label is None else set()))
+                raise DataPreparationError(f"{path}: manifest lacks the column(s) {lacking} "
+                                           "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
+                                           "LibriSpeech recipes write)")
+            rows = list(reader)
+    except UnicodeDecodeError:
+        raise DataPreparationError(f"{path}: not UTF-8 text: save the manifest as UTF-8") from None
     if not rows:
         raise DataPreparationError(f"{path}: the manifest has no rows")
     empty = [r["ID"] for r in rows if not (r[label] or "").split()]

@@ -660,6 +660,25 @@ def test_evaluate_data_errors(model, tmp_path, capsys):
     assert "not the model's label set" in error_lines(capsys)[0]
 
 
+def test_evaluate_reads_csv_as_spreadsheets_save_it_and_names_a_file_that_is_not_text(model, tmp_path, capsys):
+    """A manifest with the byte order mark spreadsheets write is read; a manifest or MFA labels file
+    that is not UTF-8 is one line naming it."""
+    chapter = tmp_path / "corpus" / "1" / "2"
+    chapter.mkdir(parents=True)
+    sf.write(chapter / "1-2-0001.flac", np.random.default_rng(0).uniform(-0.1, 0.1, 3200), 16000)
+    (chapter / "1-2.trans.txt").write_text("1-2-0001 A\n")
+    manifest = tmp_path / "test.csv"
+    manifest.write_text(f"ID,wav,phn\nu1,{chapter / '1-2-0001.flac'},sil AH sil\n", encoding="utf-8-sig")
+    assert main(["evaluate", str(manifest), "--model", str(model), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_utterances"] == 1
+    manifest.write_text(f"ID,wav,wrd\nu1,{chapter / '1-2-0001.flac'},CAF\xc9\n", encoding="cp1252")
+    assert main(["evaluate", str(manifest), "--model", str(model)]) == 1
+    assert error_lines(capsys) == [f"error: {manifest}: not UTF-8 text: save the manifest as UTF-8"]
+    labels = chapter / "1-2-0001.flac"  # the audio given for the labels
+    assert main(["evaluate", str(tmp_path / "corpus"), "--model", str(model), "--mfa-labels", str(labels)]) == 1
+    assert error_lines(capsys) == [f"error: {labels}: not UTF-8 text: give MFA's CSV export or a folder of TextGrids"]
+
+
 @pytest.mark.parametrize("args", [["flops", str(TIMIT_HPARAMS), "--controller=oracle"], ["grid", "nowhere.yaml"]])
 def test_console_script_prints_one_line_and_no_traceback(args, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "surprisal_cc.cli", *args], cwd=tmp_path, capture_output=True,

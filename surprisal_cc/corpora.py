@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -65,7 +66,8 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     Raises
     ------
     DataPreparationError
-        When the corpus cannot be read or its labels are not the model's label set.
+        When the corpus cannot be read, an utterance id occurs twice or its labels are not the model's
+        label set.
     """
     path = Path(data)
     if not path.exists():
@@ -79,6 +81,10 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
     else:
         items, source = _librispeech_items(path, asr, mfa_labels, g2p, problems)
+    repeated = sorted(u for u, n in Counter(u for u, _, _ in items).items() if n > 1)
+    if repeated:
+        raise DataPreparationError(f"{data}: utterance id(s) {', '.join(repeated[:MAX_LISTED])} occur more than once: "
+                                   "give each utterance its own id")
     allowed = [label for i, label in enumerate(asr.labels) if i != asr.beam_search.blank]
     from .data.phones import validate_phones
 

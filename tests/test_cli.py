@@ -679,6 +679,18 @@ def test_evaluate_reads_csv_as_spreadsheets_save_it_and_names_a_file_that_is_not
     assert error_lines(capsys) == [f"error: {labels}: not UTF-8 text: give MFA's CSV export or a folder of TextGrids"]
 
 
+def test_evaluate_refuses_an_utterance_id_given_twice(model, tmp_path, capsys):
+    """Scores are kept by utterance id: a repeated id would score one utterance against the other's
+    reference, or drop one."""
+    for name in ("a", "b"):
+        sf.write(tmp_path / f"{name}.wav", np.random.default_rng(0).uniform(-0.1, 0.1, 3200), 16000)
+    manifest = tmp_path / "test.csv"
+    manifest.write_text("ID,wav,phn\nu1,a.wav,sil AH sil\nu1,b.wav,sil B sil\nu2,b.wav,sil B sil\n")
+    assert main(["evaluate", str(manifest), "--model", str(model)]) == 1
+    assert error_lines(capsys) == [f"error: {manifest}: utterance id(s) u1 occur more than once: "
+                                   "give each utterance its own id"]
+
+
 @pytest.mark.parametrize("args", [["flops", str(TIMIT_HPARAMS), "--controller=oracle"], ["grid", "nowhere.yaml"]])
 def test_console_script_prints_one_line_and_no_traceback(args, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "surprisal_cc.cli", *args], cwd=tmp_path, capture_output=True,

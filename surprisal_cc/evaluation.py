@@ -209,11 +209,14 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
 
 
 def _check_writable(path: PathLike) -> None:
-    """Raise now, before any decoding, when the alignments file ``path`` cannot be written (a file
-    already there keeps its content until the alignments replace it)."""
+    """Raise now, before any decoding, when the alignments file ``path`` cannot be written; leaves
+    the file system as it was (a file already there keeps its content until the alignments replace it)."""
+    existed = os.path.lexists(path)
     try:
         with open(path, "a", encoding="utf-8"):
             pass
+        if not existed:
+            os.remove(path)
     except OSError as err:
         raise OSError(f"alignments file {path} cannot be written: {err.strerror or err}") from None
 

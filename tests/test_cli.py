@@ -636,6 +636,10 @@ def test_evaluate_refuses_an_alignments_file_it_cannot_write_before_decoding(tmp
                  "--alignments", str(under_a_file)]) == 1
     (line,) = error_lines(capsys)
     assert line == f"error: alignments file {under_a_file} cannot be written: Not a directory" and not decoded
+    # the check itself leaves no file behind: a run that stops (here, at decoding) writes none
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model),
+                 "--alignments", str(tmp_path / "alignments.txt")]) == 1
+    assert not (tmp_path / "alignments.txt").exists()
 
 
 def test_command_line_usage_errors_exit_with_2(tmp_path, capsys):

@@ -89,3 +89,9 @@ def test_folders_give_their_audio_through_links_and_without_hidden_files(tmp_pat
     (corpus / "sub" / "up").symlink_to(corpus, target_is_directory=True)
     found = [p.relative_to(corpus).as_posix() for p in iter_audio_paths([corpus])]
     assert found == ["a.flac", "linked/speaker/c.flac", "sub/b.wav"]
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 100), (2, 0)])
+def test_a_batch_without_audio_is_one_clear_error(shape):
+    with pytest.raises(ValueError, match=r"wavs hold no audio \(shape"):
+        as_waveforms(torch.zeros(shape))

@@ -283,9 +283,11 @@ def as_waveforms(wavs) -> torch.Tensor:
         wavs = wavs[None]
     if wavs.ndim != 2:
         raise ValueError(f"wavs must be (batch, samples), got shape {tuple(wavs.shape)}")
+    if wavs.numel() == 0:
+        raise ValueError(f"wavs hold no audio (shape {tuple(wavs.shape)})")
     if not bool(torch.isfinite(wavs).all()):
         raise ValueError("wavs hold NaN or infinite samples")
-    peak = float(wavs.abs().max()) if wavs.numel() else 0.0
+    peak = float(wavs.abs().max())
     if peak > MAX_PEAK:
         raise ValueError(f"wavs must be audio in [-1, 1], but its largest magnitude is {peak:g} (int16-scaled?): "
                          "divide by 32768")

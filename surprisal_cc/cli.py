@@ -304,6 +304,12 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
     asr = _load_model(args)
     if args.plot and not asr.uses_apc:
         raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
+    if args.plot:  # before any decoding
+        folder = Path(args.plot).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OSError(f"--plot {args.plot}: its folder {folder} cannot be created ({err.strerror})") from None
     paths = list(iter_audio_paths(args.audio))
     if not paths:
         raise FileNotFoundError(f"no audio files in {', '.join(args.audio)}")
@@ -338,17 +344,17 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
         result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
                                              progress=_long_progress(path) if long else None)
         done += 1
-        if args.plot:
-            from .plots import plot_routing
-
-            plot_routing(result.fbank, result.surprisal, result.use_big, plots[path], title=path.name,
-                         frame_shift_s=result.frame_shift_s)
         if fmt == "json":
             _emit(json.dumps({**result.to_dict(), **run}))
         elif fmt == "ctm":
             _emit(result.to_ctm(ctm_ids[path]))
         else:
             _emit(_format_transcription(result))
+        if args.plot:
+            from .plots import plot_routing
+
+            plot_routing(result.fbank, result.surprisal, result.use_big, plots[path], title=path.name,
+                         frame_shift_s=result.frame_shift_s)
     if not done:
         raise DataPreparationError("none of the given files is usable audio")
     return 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -65,7 +66,8 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     Raises
     ------
     DataPreparationError
-        When the corpus cannot be read or its labels are not the model's label set.
+        When the corpus cannot be read, an utterance id occurs twice or its labels are not the model's
+        label set.
     """
     path = Path(data)
     if not path.exists():
@@ -79,6 +81,10 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
     else:
         items, source = _librispeech_items(path, asr, mfa_labels, g2p, problems)
+    repeated = sorted(u for u, n in Counter(u for u, _, _ in items).items() if n > 1)
+    if repeated:
+        raise DataPreparationError(f"{data}: utterance id(s) {', '.join(repeated[:MAX_LISTED])} occur more than once: "
+                                   "give each utterance its own id")
     allowed = [label for i, label in enumerate(asr.labels) if i != asr.beam_search.blank]
     from .data.phones import validate_phones
 
@@ -126,7 +132,7 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: 
 
     path = Path(data)
     if path.is_file():
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             rows = {row["ID"]: row for row in csv.DictReader(f)}
         if any("wrd" not in row for row in rows.values()):
             raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
@@ -155,17 +161,20 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str]) -> Tuple[List[Item
     """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
     labelled by the lexicon as the model's training labels were), and the label source
     (:func:`_manifest_wav` resolves the ``wav`` paths)."""
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        columns = set(reader.fieldnames or [])
-        label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
-        missing = {"ID", "wav"} - columns
-        if missing or label is None:
-            lacking = sorted(missing | ({"phn or wrd"} if label is None else set()))
-            raise DataPreparationError(f"{path}: manifest lacks the column(s) {lacking} "
-                                       "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
-                                       "LibriSpeech recipes write)")
-        rows = list(reader)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # with or without the BOM spreadsheets write
+            reader = csv.DictReader(f)
+            columns = set(reader.fieldnames or [])
+            label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
+            missing = {"ID", "wav"} - columns
+            if missing or label is None:
+                lacking = sorted(missing | ({"phn or wrd"} if label is None else set()))
+                raise DataPreparationError(f"{path}: manifest lacks the column(s) {lacking} "
+                                           "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
+                                           "LibriSpeech recipes write)")
+            rows = list(reader)
+    except UnicodeDecodeError:
+        raise DataPreparationError(f"{path}: not UTF-8 text: save the manifest as UTF-8") from None
     if not rows:
         raise DataPreparationError(f"{path}: the manifest has no rows")
     empty = [r["ID"] for r in rows if not (r[label] or "").split()]

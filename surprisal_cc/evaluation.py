@@ -123,6 +123,8 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         raise ConfigurationError("seed seeds sampled routing, and this model routes deterministically: "
                                  "set_routing('sampled', seed) (--sampled --seed N)")
     seed = asr.seed if seed is None else int(seed)
+    if alignments is not None:
+        _check_writable(alignments)
     label_problems: List[str] = []
     items, label_source = corpus_items(data, asr, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split,
                                        problems=label_problems if skip_bad else None)
@@ -204,6 +206,19 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     if budget is not None:
         result["budget"] = budget
     return result
+
+
+def _check_writable(path: PathLike) -> None:
+    """Raise now, before any decoding, when the alignments file ``path`` cannot be written; leaves
+    the file system as it was (a file already there keeps its content until the alignments replace it)."""
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+        if not existed:
+            os.remove(path)
+    except OSError as err:
+        raise OSError(f"alignments file {path} cannot be written: {err.strerror or err}") from None
 
 
 def _utterance_report(asr, scores: Dict[str, Any], out: EncoderOutput, b: int, n: int,

@@ -221,6 +221,23 @@ def test_transcribe_bad_audio_is_one_line_naming_the_file(kind, reason, model, t
     assert line.startswith(f"error: {paths[kind]}: {reason}")
 
 
+def test_transcribe_checks_the_plot_folder_before_decoding_and_prints_before_plotting(model, tmp_path, monkeypatch, capsys):
+    sf.write(tmp_path / "a.flac", np.zeros(1600, dtype=np.float32), 16000)
+    decoded = []
+    monkeypatch.setattr(ConditionalASR, "transcribe_checked_file", lambda self, path, **kwargs: decoded.append(path))
+    plot = tmp_path / "a.flac" / "routing.png"
+    assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--plot", str(plot)]) == 1
+    (line,) = error_lines(capsys)
+    assert line == f"error: --plot {plot}: its folder {plot.parent} cannot be created (File exists)" and not decoded
+    # a plot that fails all the same comes after its file's result, which stays printed
+    monkeypatch.undo()
+    monkeypatch.setattr("surprisal_cc.plots.plot_routing", lambda *args, **kwargs: (_ for _ in ()).throw(
+        OSError("No space left on device")))
+    assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--plot",
+                 str(tmp_path / "routing.png")]) == 1
+    assert capsys.readouterr().out.startswith(f"{tmp_path / 'a.flac'}\n")
+
+
 @pytest.mark.integration
 def test_transcribe_several_files_with_bad_ones(model, real_flac, tmp_path, capsys):
     paths = make_bad_audio_fixture(tmp_path)
@@ -608,6 +625,23 @@ def test_evaluate_per_utterance_on_stdout_stays_json_lines(tmp_path, capsys):
         assert ("\"per\"" if extra else "PER ") in captured.err
 
 
+def test_evaluate_refuses_an_alignments_file_it_cannot_write_before_decoding(tmp_path, monkeypatch, capsys):
+    timit_model = tmp_path / "timit_model"
+    ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)
+    make_timit_fixture(tmp_path / "timit")
+    decoded = []
+    monkeypatch.setattr(ConditionalASR, "run_batch", lambda self, *args: decoded.append(args))
+    under_a_file = tmp_path / "timit_model" / "model.json" / "alignments.txt"
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model),
+                 "--alignments", str(under_a_file)]) == 1
+    (line,) = error_lines(capsys)
+    assert line == f"error: alignments file {under_a_file} cannot be written: Not a directory" and not decoded
+    # the check itself leaves no file behind: a run that stops (here, at decoding) writes none
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model),
+                 "--alignments", str(tmp_path / "alignments.txt")]) == 1
+    assert not (tmp_path / "alignments.txt").exists()
+
+
 def test_command_line_usage_errors_exit_with_2(tmp_path, capsys):
     assert main(["transcribe", str(tmp_path / "x.flac"), "--json", "--format", "ctm"]) == 2
     assert "choose different outputs" in error_lines(capsys)[0]
@@ -628,6 +662,37 @@ def test_evaluate_data_errors(model, tmp_path, capsys):
     make_timit_fixture(tmp_path / "timit")  # TIMIT labels are not the model's (LibriSpeech) label set
     assert main(["evaluate", str(tmp_path / "timit"), "--model", str(model)]) == 1
     assert "not the model's label set" in error_lines(capsys)[0]
+
+
+def test_evaluate_reads_csv_as_spreadsheets_save_it_and_names_a_file_that_is_not_text(model, tmp_path, capsys):
+    """A manifest with the byte order mark spreadsheets write is read; a manifest or MFA labels file
+    that is not UTF-8 is one line naming it."""
+    chapter = tmp_path / "corpus" / "1" / "2"
+    chapter.mkdir(parents=True)
+    sf.write(chapter / "1-2-0001.flac", np.random.default_rng(0).uniform(-0.1, 0.1, 3200), 16000)
+    (chapter / "1-2.trans.txt").write_text("1-2-0001 A\n")
+    manifest = tmp_path / "test.csv"
+    manifest.write_text(f"ID,wav,phn\nu1,{chapter / '1-2-0001.flac'},sil AH sil\n", encoding="utf-8-sig")
+    assert main(["evaluate", str(manifest), "--model", str(model), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_utterances"] == 1
+    manifest.write_text(f"ID,wav,wrd\nu1,{chapter / '1-2-0001.flac'},CAF\xc9\n", encoding="cp1252")
+    assert main(["evaluate", str(manifest), "--model", str(model)]) == 1
+    assert error_lines(capsys) == [f"error: {manifest}: not UTF-8 text: save the manifest as UTF-8"]
+    labels = chapter / "1-2-0001.flac"  # the audio given for the labels
+    assert main(["evaluate", str(tmp_path / "corpus"), "--model", str(model), "--mfa-labels", str(labels)]) == 1
+    assert error_lines(capsys) == [f"error: {labels}: not UTF-8 text: give MFA's CSV export or a folder of TextGrids"]
+
+
+def test_evaluate_refuses_an_utterance_id_given_twice(model, tmp_path, capsys):
+    """Scores are kept by utterance id: a repeated id would score one utterance against the other's
+    reference, or drop one."""
+    for name in ("a", "b"):
+        sf.write(tmp_path / f"{name}.wav", np.random.default_rng(0).uniform(-0.1, 0.1, 3200), 16000)
+    manifest = tmp_path / "test.csv"
+    manifest.write_text("ID,wav,phn\nu1,a.wav,sil AH sil\nu1,b.wav,sil B sil\nu2,b.wav,sil B sil\n")
+    assert main(["evaluate", str(manifest), "--model", str(model)]) == 1
+    assert error_lines(capsys) == [f"error: {manifest}: utterance id(s) u1 occur more than once: "
+                                   "give each utterance its own id"]
 
 
 @pytest.mark.parametrize("args", [["flops", str(TIMIT_HPARAMS), "--controller=oracle"], ["grid", "nowhere.yaml"]])

@@ -1,9 +1,12 @@
+import numpy as np
 import pytest
+import soundfile as sf
 import torch
 
-from data_fixtures import make_bad_audio_fixture
+from data_fixtures import make_bad_audio_fixture, tone
 from surprisal_cc.data import DataPreparationError, DataPreparationWarning
-from surprisal_cc.data.audio import check_audio_files, inspect_audio, read_audio
+from surprisal_cc.data.audio import (as_waveforms, check_audio_files, check_audio_many, inspect_audio,
+                                     iter_audio_paths, read_audio)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +34,14 @@ def test_bad_file_is_an_error(bad, kind, reason):
     assert str(bad[kind]) in str(err.value) and "skip_bad_audio=True" in str(err.value)
 
 
+def test_a_folder_or_a_broken_link_given_as_a_file_says_so(tmp_path):
+    (tmp_path / "gone.flac").symlink_to(tmp_path / "deleted.flac")
+    _, problems = check_audio_many([tmp_path, tmp_path / "gone.flac", tmp_path / "missing.flac"])
+    assert problems == [f"{tmp_path}: a folder, not an audio file",
+                        f"{tmp_path / 'gone.flac'}: broken link (its target does not exist)",
+                        f"{tmp_path / 'missing.flac'}: file does not exist"]
+
+
 def test_all_problems_in_one_error_and_skip(bad):
     paths = [bad[k] for k in ("good", "corrupt", "empty", "too_short")]
     with pytest.raises(DataPreparationError) as err:
@@ -46,3 +57,41 @@ def test_8k_and_stereo_warn_with_file_names(bad):
         check_audio_files([bad["rate_8k"]])
     with pytest.warns(DataPreparationWarning, match="stereo.flac \\(2 channels\\)"):
         check_audio_files([bad["stereo"]])
+
+
+@pytest.mark.parametrize("kind,reason", [("nan", "NaN or infinite"), ("inf", "NaN or infinite"),
+                                         ("int16_scaled", "int16-scaled")])
+def test_float_audio_with_unusable_samples_is_an_error_naming_the_file(kind, reason, tmp_path):
+    """Float WAVs decode to whatever they hold: NaN, inf or int16-scale samples are refused when the
+    files are checked, before any decoding, as the in-memory batches are refused."""
+    samples = tone(0.2).astype(np.float32) / 32768
+    sf.write(tmp_path / "fine.wav", samples * 1.2, 16000, subtype="FLOAT")  # overshoot, still audio
+    bad = samples.copy()
+    bad[100] = {"nan": np.nan, "inf": np.inf, "int16_scaled": 1.0}[kind]
+    sf.write(tmp_path / f"{kind}.wav", bad * (32768 if kind == "int16_scaled" else 1), 16000, subtype="FLOAT")
+    with pytest.raises(DataPreparationError, match=reason) as err:
+        check_audio_files([tmp_path / "fine.wav", tmp_path / f"{kind}.wav"])
+    assert f"{tmp_path / kind}.wav: " in str(err.value) and "fine.wav" not in str(err.value)
+    with pytest.raises(ValueError, match=reason):
+        as_waveforms(torch.from_numpy(bad * (32768 if kind == "int16_scaled" else 1)))
+
+
+def test_folders_give_their_audio_through_links_and_without_hidden_files(tmp_path):
+    """A folder stands for its audio files: those under links to folders too (each folder once, a
+    link back up the tree included), not hidden ones (macOS's ``._x.flac``, ``.Trash``)."""
+    corpus, elsewhere = tmp_path / "corpus", tmp_path / "elsewhere"
+    for name in ("a.flac", "notes.txt", ".hidden.flac", "sub/b.wav", "sub/._b.wav", ".Trash/old.flac"):
+        (corpus / name).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / name).write_bytes(b"")
+    (elsewhere / "speaker").mkdir(parents=True)
+    (elsewhere / "speaker" / "c.flac").write_bytes(b"")
+    (corpus / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (corpus / "sub" / "up").symlink_to(corpus, target_is_directory=True)
+    found = [p.relative_to(corpus).as_posix() for p in iter_audio_paths([corpus])]
+    assert found == ["a.flac", "linked/speaker/c.flac", "sub/b.wav"]
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 100), (2, 0)])
+def test_a_batch_without_audio_is_one_clear_error(shape):
+    with pytest.raises(ValueError, match=r"wavs hold no audio \(shape"):
+        as_waveforms(torch.zeros(shape))

@@ -126,6 +126,13 @@ def test_transcript_problems(corpus, tmp_path, line, reason):
         prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"])
 
 
+def test_transcript_that_is_not_utf8_is_named(corpus, tmp_path):
+    trans = corpus / "LibriSpeech" / "dev-clean-2" / "22" / "6" / "22-6.trans.txt"
+    trans.write_bytes("22-6-0000 CAF\u00c9\n".encode("cp1252"))
+    with pytest.raises(DataPreparationError, match="22-6.trans.txt: not UTF-8 text"):
+        prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"])
+
+
 def test_oov_with_g2p_error(corpus, tmp_path):
     (corpus / "LibriSpeech" / "dev-clean-2" / "22" / "6" / "22-6.trans.txt").write_text("22-6-0000 QZXQ\n")
     with pytest.raises(DataPreparationError, match=r"22-6-0000.*'QZXQ'"):

@@ -2,8 +2,9 @@
 
 Policy: audio that is not 16 kHz is resampled on load and multi-channel audio is downmixed
 (mean over channels); both are reported once, at prepare time, with the file names.  Files that
-cannot be decoded, are empty or shorter than one 25 ms frame stop preparation with ONE error that
-lists all of them, unless ``skip_bad_audio=True`` (then they are left out with a warning).
+cannot be decoded, are empty, shorter than one 25 ms frame, or hold NaN, infinite or far
+out-of-range (int16-scaled float) samples stop preparation with ONE error that lists all of them,
+unless ``skip_bad_audio=True`` (then they are left out with a warning).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from .manifest import list_files
 PathLike = Union[str, os.PathLike]
 TARGET_SAMPLE_RATE = 16000
 MIN_DURATION_S = 0.025  # one analysis frame
+MAX_PEAK = 2.0  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
 POOL_THRESHOLD = 64  # use a worker pool from this many files on
 MAX_LISTED = 20
 # what libsndfile decodes
@@ -39,6 +41,7 @@ class AudioInfo:
     sample_rate: int
     channels: int
     num_samples: int
+    peak: float = 0.0  # largest sample magnitude; inf where a sample is NaN or infinite
 
 
 def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE) -> torch.Tensor:
@@ -58,10 +61,13 @@ def inspect_audio(path: PathLike) -> AudioInfo:
     """Decode the whole file (so truncated/corrupt data is caught) and describe it."""
     with sf.SoundFile(str(path)) as f:
         sr, channels = f.samplerate, f.channels
-        num_samples = 0
-        for block in f.blocks(blocksize=1 << 18, dtype="int16", always_2d=True):
+        num_samples, peak = 0, 0.0
+        for block in f.blocks(blocksize=1 << 18, dtype="float32", always_2d=True):
             num_samples += block.shape[0]
-    return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples)
+            if block.size:
+                largest = float(np.abs(block).max())  # NaN where a sample is NaN
+                peak = max(peak, largest if np.isfinite(largest) else np.inf)
+    return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples, peak)
 
 
 def check_audio_file(path: str) -> Tuple[str, Optional[AudioInfo], Optional[str]]:
@@ -73,7 +79,9 @@ def check_audio_file(path: str) -> Tuple[str, Optional[AudioInfo], Optional[str]
     ('missing.flac', None, 'file does not exist')
     """
     if not os.path.isfile(path):
-        return path, None, "file does not exist"
+        return path, None, ("a folder, not an audio file" if os.path.isdir(path) else
+                            "broken link (its target does not exist)" if os.path.islink(path) else
+                            "file does not exist")
     if os.path.getsize(path) == 0:
         return path, None, "empty file (0 bytes)"
     try:
@@ -86,6 +94,11 @@ def check_audio_file(path: str) -> Tuple[str, Optional[AudioInfo], Optional[str]
         return path, None, (
             f"too short ({info.num_samples} samples < one {MIN_DURATION_S * 1000:.0f} ms frame)"
         )
+    if not np.isfinite(info.peak):
+        return path, None, "contains NaN or infinite samples"
+    if info.peak > MAX_PEAK:
+        return path, None, (f"samples reach {info.peak:g}, far outside [-1, 1] (float audio stored int16-scaled?): "
+                            "rescale it to [-1, 1]")
     return path, info, None
 
 
@@ -256,6 +269,10 @@ def as_waveforms(wavs) -> torch.Tensor:
     Traceback (most recent call last):
         ...
     ValueError: wavs must be audio in [-1, 1], but its largest magnitude is 1200 (int16-scaled?): divide by 32768
+    >>> as_waveforms(torch.tensor([0.0, float("nan")]))
+    Traceback (most recent call last):
+        ...
+    ValueError: wavs hold NaN or infinite samples
     """
     wavs = torch.as_tensor(wavs)
     if wavs.dtype == torch.int16:
@@ -266,8 +283,12 @@ def as_waveforms(wavs) -> torch.Tensor:
         wavs = wavs[None]
     if wavs.ndim != 2:
         raise ValueError(f"wavs must be (batch, samples), got shape {tuple(wavs.shape)}")
-    peak = float(wavs.abs().max()) if wavs.numel() else 0.0
-    if peak > 2.0:  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
+    if wavs.numel() == 0:
+        raise ValueError(f"wavs hold no audio (shape {tuple(wavs.shape)})")
+    if not bool(torch.isfinite(wavs).all()):
+        raise ValueError("wavs hold NaN or infinite samples")
+    peak = float(wavs.abs().max())
+    if peak > MAX_PEAK:
         raise ValueError(f"wavs must be audio in [-1, 1], but its largest magnitude is {peak:g} (int16-scaled?): "
                          "divide by 32768")
     return wavs

@@ -63,7 +63,11 @@ def read_librispeech_transcripts(subset_dir: PathLike) -> Dict[str, List[str]]:
     """``{utterance id: [WORD, ...]}`` from every ``*.trans.txt`` under ``subset_dir``."""
     out: Dict[str, List[str]] = {}
     for trans in list_files(subset_dir, (".trans.txt",)):
-        for line in trans.read_text(encoding="utf-8").splitlines():
+        try:
+            text = trans.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise DataPreparationError(f"{trans}: not UTF-8 text: save the transcripts as UTF-8") from None
+        for line in text.splitlines():
             if line.strip():
                 utt, *words = line.split()
                 if utt in out:

@@ -91,8 +91,19 @@ def cached_prepare(
 
 
 def list_files(folder: PathLike, suffixes: Sequence[str]) -> List[Path]:
-    """All files under ``folder`` whose lower-cased name ends with one of ``suffixes`` (sorted)."""
+    """All files under ``folder`` whose lower-cased name ends with one of ``suffixes`` (sorted).
+
+    Links to folders are followed (each folder is read once); hidden files and folders (``.name``,
+    e.g. macOS's ``._x.flac`` and ``.Trash``) are left out.
+    """
     out: List[Path] = []
-    for root, _, names in os.walk(folder):
-        out.extend(Path(root, n) for n in names if n.lower().endswith(tuple(suffixes)))
+    seen = set()
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:  # a link back up the tree, or a second link to one folder
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        out.extend(Path(root, n) for n in names if not n.startswith(".") and n.lower().endswith(tuple(suffixes)))
     return sorted(out)

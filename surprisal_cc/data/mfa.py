@@ -63,17 +63,21 @@ MFA_INSTALL_HELP = (
 def read_mfa_csv(path: PathLike, column: str = "phonemes_39") -> Dict[str, List[str]]:
     """Read the CSV export (columns ``path,...,phonemes_39,...``): utterance id = file stem."""
     labels: Dict[str, List[str]] = {}
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or "path" not in reader.fieldnames or column not in reader.fieldnames:
-            raise DataPreparationError(
-                f"{path}: expected columns 'path' and {column!r}, found {reader.fieldnames}"
-            )
-        for row in reader:
-            utt_id = Path(row["path"]).name.split(".")[0]
-            phones = merge_repeated(row[column].split())
-            validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {utt_id}")
-            labels[utt_id] = phones
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or "path" not in reader.fieldnames or column not in reader.fieldnames:
+                raise DataPreparationError(
+                    f"{path}: expected columns 'path' and {column!r}, found {reader.fieldnames}"
+                )
+            for row in reader:
+                utt_id = Path(row["path"]).name.split(".")[0]
+                phones = merge_repeated(row[column].split())
+                validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {utt_id}")
+                labels[utt_id] = phones
+    except UnicodeDecodeError:
+        raise DataPreparationError(f"{path}: not UTF-8 text: give MFA's CSV export or a folder "
+                                   "of TextGrids") from None
     return labels
 
 

@@ -431,6 +431,18 @@ def test_plots_of_files_with_the_same_name_and_opus_in_folders(model, real_flac,
     assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {"a_x", "b_x"}
 
 
+@pytest.mark.parametrize("command,option", [
+    (command, option) for command in ("transcribe", "evaluate")
+    for option in (["--bias-shift", "nan"], ["--blank-penalty", "inf"], ["--flops-fraction", "nan"])
+] + [("transcribe", ["--chunk-seconds", "-5"]), ("transcribe", ["--chunk-seconds", "inf"])])
+def test_number_options_refuse_non_finite_and_negative_values(command, option, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, str(tmp_path / "a.flac"), *option])
+    assert exit_info.value.code == 2
+    line = error_lines(capsys)[0]
+    assert line.startswith(f"error: argument {option[0]}: must be") and option[1] in line
+
+
 def test_version(capsys):
     from surprisal_cc import __version__
 

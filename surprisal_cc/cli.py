@@ -337,9 +337,13 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise OSError(f"--plot {args.plot}: its folder {folder} cannot be created ({err.strerror})") from None
-    paths = list(iter_audio_paths(args.audio))
+    found = [(given, list(iter_audio_paths([given]))) for given in args.audio]
+    paths = [path for _, listed in found for path in listed]
     if not paths:
         raise FileNotFoundError(f"no audio files in {', '.join(args.audio)}")
+    empty = [given for given, listed in found if not listed]
+    if empty:
+        warnings.warn(f"no audio files in {', '.join(empty)}")
     infos, problems = check_audio_many(paths)
     if problems and not args.skip_bad:
         hint = (f"{len(problems)} of {len(paths)} files are unusable; pass --skip-bad to transcribe the others"

@@ -250,6 +250,17 @@ def test_transcribe_several_files_with_bad_ones(model, real_flac, tmp_path, caps
     assert captured.out.startswith(str(real_flac)) and captured.err.count("warning: skipped") == 2
 
 
+def test_a_folder_without_audio_beside_other_audio_is_named_in_a_warning(model, tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    sf.write(tmp_path / "a.flac", rng.uniform(-0.3, 0.3, 8000).astype(np.float32), 16000)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("no audio here")
+    assert main(["transcribe", str(tmp_path / "a.flac"), str(tmp_path / "notes"), "--model", str(model)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{tmp_path / 'a.flac'}\n")
+    assert f"no audio files in {tmp_path / 'notes'}" in captured.err
+
+
 @pytest.mark.integration
 def test_8khz_and_stereo_audio_are_converted_with_a_warning(model, real_flac, tmp_path, capsys):
     audio, rate = sf.read(str(real_flac), dtype="float32")

@@ -18,6 +18,7 @@ Example
 from __future__ import annotations
 
 import csv
+import io
 import os
 from collections import Counter
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .data.audio import MAX_LISTED
 from .data.errors import BadLabelsError, DataPreparationError
+from .data.manifest import read_text
 from .errors import ConfigurationError
 
 PathLike = Union[str, os.PathLike]
@@ -161,20 +163,18 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str]) -> Tuple[List[Item
     """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
     labelled by the lexicon as the model's training labels were), and the label source
     (:func:`_manifest_wav` resolves the ``wav`` paths)."""
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:  # with or without the BOM spreadsheets write
-            reader = csv.DictReader(f)
-            columns = set(reader.fieldnames or [])
-            label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
-            missing = {"ID", "wav"} - columns
-            if missing or label is None:
-                lacking = sorted(missing | ({"phn or wrd"} if label is None else set()))
-                raise DataPreparationError(f"{path}: manifest lacks the column(s) {lacking} "
-                                           "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
-                                           "LibriSpeech recipes write)")
-            rows = list(reader)
-    except UnicodeDecodeError:
-        raise DataPreparationError(f"{path}: not UTF-8 text: save the manifest as UTF-8") from None
+    # with or without the BOM spreadsheets write
+    text = read_text(path, "save the manifest as UTF-8", encoding="utf-8-sig", newline="")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    columns = set(reader.fieldnames or [])
+    label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
+    missing = {"ID", "wav"} - columns
+    if missing or label is None:
+        lacking = sorted(missing | ({"phn or wrd"} if label is None else set()))
+        raise DataPreparationError(f"{path}: manifest lacks the column(s) {lacking} "
+                                   "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
+                                   "LibriSpeech recipes write)")
+    rows = list(reader)
     if not rows:
         raise DataPreparationError(f"{path}: the manifest has no rows")
     empty = [r["ID"] for r in rows if not (r[label] or "").split()]

@@ -20,7 +20,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from .audio import AudioInfo, check_audio_files
 from .errors import DataPreparationError, DataPreparationWarning
 from .lexicon import Lexicon
-from .manifest import AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, write_manifest
+from .manifest import AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, write_manifest
 from .mfa import load_mfa_labels
 from .phones import LIBRISPEECH_PHONES, validate_phones
 
@@ -63,11 +63,7 @@ def read_librispeech_transcripts(subset_dir: PathLike) -> Dict[str, List[str]]:
     """``{utterance id: [WORD, ...]}`` from every ``*.trans.txt`` under ``subset_dir``."""
     out: Dict[str, List[str]] = {}
     for trans in list_files(subset_dir, (".trans.txt",)):
-        try:
-            text = trans.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise DataPreparationError(f"{trans}: not UTF-8 text: save the transcripts as UTF-8") from None
-        for line in text.splitlines():
+        for line in read_text(trans, "save the transcripts as UTF-8").splitlines():
             if line.strip():
                 utt, *words = line.split()
                 if utt in out:

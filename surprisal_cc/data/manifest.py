@@ -15,10 +15,33 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
+from .errors import DataPreparationError
+
 PathLike = Union[str, os.PathLike]
 LABELLED_COLUMNS = ["ID", "duration", "wav", "spk_id", "wrd", "phn"]
 AUDIO_COLUMNS = ["ID", "duration", "wav", "spk_id"]
 STATE_VERSION = 1
+
+
+def read_text(path: PathLike, hint: str, encoding: str = "utf-8", newline: Optional[str] = None) -> str:
+    """The text of ``path`` (``encoding`` and ``newline`` as :func:`open` takes them); a file that is
+    not UTF-8 is one :class:`DataPreparationError` naming it and saying what to do (``hint``).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "a.txt").write_bytes("caf\xe9".encode("latin-1"))
+    ...     read_text(Path(tmp, "a.txt"), "save it as UTF-8")
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.DataPreparationError: .../a.txt: not UTF-8 text: save it as UTF-8
+    """
+    try:
+        with open(path, encoding=encoding, newline=newline) as f:
+            return f.read()
+    except UnicodeDecodeError:
+        raise DataPreparationError(f"{path}: not UTF-8 text: {hint}") from None
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:

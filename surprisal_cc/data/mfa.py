@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 import os
 import re
 import shutil
@@ -44,12 +45,14 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import DataPreparationError
+from .manifest import read_text
 from .phones import LIBRISPEECH_PHONES, SILENCE, SPOKEN_NOISE, merge_repeated, strip_stress
 from .phones import validate_phones
 
 PathLike = Union[str, os.PathLike]
 Interval = Tuple[float, float, str]
 _SILENCE_MARKS = {"", "sp", "sil", "<eps>", "SIL"}
+TEXTGRID_HINT = "save the TextGrid as UTF-8, as MFA writes it"
 
 MFA_INSTALL_HELP = (
     "The Montreal Forced Aligner (`mfa`) is not installed. It cannot be pip-installed (it needs "
@@ -63,21 +66,17 @@ MFA_INSTALL_HELP = (
 def read_mfa_csv(path: PathLike, column: str = "phonemes_39") -> Dict[str, List[str]]:
     """Read the CSV export (columns ``path,...,phonemes_39,...``): utterance id = file stem."""
     labels: Dict[str, List[str]] = {}
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None or "path" not in reader.fieldnames or column not in reader.fieldnames:
-                raise DataPreparationError(
-                    f"{path}: expected columns 'path' and {column!r}, found {reader.fieldnames}"
-                )
-            for row in reader:
-                utt_id = Path(row["path"]).name.split(".")[0]
-                phones = merge_repeated(row[column].split())
-                validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {utt_id}")
-                labels[utt_id] = phones
-    except UnicodeDecodeError:
-        raise DataPreparationError(f"{path}: not UTF-8 text: give MFA's CSV export or a folder "
-                                   "of TextGrids") from None
+    text = read_text(path, "give MFA's CSV export or a folder of TextGrids", newline="")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if reader.fieldnames is None or "path" not in reader.fieldnames or column not in reader.fieldnames:
+        raise DataPreparationError(
+            f"{path}: expected columns 'path' and {column!r}, found {reader.fieldnames}"
+        )
+    for row in reader:
+        utt_id = Path(row["path"]).name.split(".")[0]
+        phones = merge_repeated(row[column].split())
+        validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {utt_id}")
+        labels[utt_id] = phones
     return labels
 
 
@@ -136,7 +135,7 @@ def read_mfa_textgrids(folder: PathLike) -> Dict[str, List[str]]:
     """Read every ``*.TextGrid`` under ``folder`` (utterance id = file stem)."""
     labels: Dict[str, List[str]] = {}
     for path in sorted(Path(folder).rglob("*.TextGrid")):
-        phones = textgrid_phones(parse_textgrid(path.read_text(encoding="utf-8")))
+        phones = textgrid_phones(parse_textgrid(read_text(path, TEXTGRID_HINT)))
         validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {path.stem}")
         labels[path.stem] = phones
     return labels
@@ -266,7 +265,7 @@ def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[st
     (the same sources as :func:`load_mfa_labels`)."""
     source = Path(source)
     if source.is_dir():
-        return {path.stem: textgrid_word_phones(parse_textgrid(path.read_text(encoding="utf-8")))
+        return {path.stem: textgrid_word_phones(parse_textgrid(read_text(path, TEXTGRID_HINT)))
                 for path in sorted(source.rglob("*.TextGrid"))}
     if source.is_file():
         try:

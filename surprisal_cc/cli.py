@@ -415,6 +415,9 @@ def _json_lines_to(target) -> Callable[[Dict[str, Any]], None]:
 
 
 def cmd_evaluate(args, unknown: List[str]) -> int:
+    if args.per_utterance == "-" and args.alignments == "-":
+        raise UsageError("--per-utterance - and --alignments - would both write to standard output: "
+                         "give one of them a file")
     asr = _load_model(args)
     with contextlib.ExitStack() as stack:
         write = None
@@ -424,9 +427,10 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
         result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad,
                               batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
                               progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,
-                              flops_fraction=args.flops_fraction, per_utterance=write, alignments=args.alignments)
-    # with the per-utterance lines on standard output, the summary goes to stderr
-    out = sys.stderr if args.per_utterance == "-" else sys.stdout
+                              flops_fraction=args.flops_fraction, per_utterance=write,
+                              alignments=sys.stdout if args.alignments == "-" else args.alignments)
+    # with the per-utterance lines or the alignments on standard output, the summary goes to stderr
+    out = sys.stderr if "-" in (args.per_utterance, args.alignments) else sys.stdout
     if args.json:
         print(json.dumps(result, indent=2), file=out)
         return 0
@@ -539,7 +543,8 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                                 "stderr)")
             p.add_argument("--alignments", metavar="FILE",
                            help="write each utterance's alignment of hypothesis and reference to FILE "
-                                "(SpeechBrain's format, as the recipes' test_alignments.txt)")
+                                "(SpeechBrain's format, as the recipes' test_alignments.txt; -: standard output, "
+                                "and the totals go to stderr)")
             p.add_argument("--any-pronunciation", action="store_true",
                            help="also score against the references whose words take the CMUdict (or labelled) "
                                 "pronunciation closest to the hypothesis: how much of the PER is pronunciation")

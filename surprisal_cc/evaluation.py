@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, TextIO, Union
 
 import torch
 from torch import Tensor
@@ -50,7 +50,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
                     timit_split: str = "test", progress: bool = False,
                     any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
                     per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None,
-                    alignments: Optional[PathLike] = None) -> Dict[str, Any]:
+                    alignments: Union[PathLike, TextIO, None] = None) -> Dict[str, Any]:
     """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF on a labelled corpus.
 
     Arguments
@@ -94,9 +94,10 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         ``hypothesis`` (phones, as scored), ``substitutions``, ``deletions``, ``insertions``,
         ``num_ref_tokens``, ``num_frames``, ``flops_per_frame``, ``p_big_mean`` and
         ``big_fraction`` (small/big routing) or ``mean_steps`` (ACT, PonderNet).
-    alignments : str or path, optional
-        Also write every utterance's alignment of hypothesis and reference to this file, in
-        SpeechBrain's format (as the recipes write ``test_alignments.txt``).
+    alignments : str, path or text stream, optional
+        Also write every utterance's alignment of hypothesis and reference to this file (or open
+        stream, such as ``sys.stdout``), in SpeechBrain's format (as the recipes write
+        ``test_alignments.txt``).
 
     Returns
     -------
@@ -123,7 +124,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         raise ConfigurationError("seed seeds sampled routing, and this model routes deterministically: "
                                  "set_routing('sampled', seed) (--sampled --seed N)")
     seed = asr.seed if seed is None else int(seed)
-    if alignments is not None:
+    if alignments is not None and not hasattr(alignments, "write"):
         _check_writable(alignments)
     label_problems: List[str] = []
     items, label_source = corpus_items(data, asr, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split,

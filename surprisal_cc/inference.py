@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
 
 import torch
 from speechbrain.utils.run_opts import RunOptions
@@ -868,7 +868,7 @@ class ConditionalASR:
                  timit_split: str = "test", progress: bool = False,
                  any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
                  per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None,
-                 alignments: Optional[PathLike] = None) -> Dict[str, Any]:
+                 alignments: Union[PathLike, TextIO, None] = None) -> Dict[str, Any]:
         """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF of this model on a labelled corpus
         (a LibriSpeech-format folder, a TIMIT folder or a manifest CSV):
         :func:`surprisal_cc.evaluation.evaluate_corpus`, which documents the arguments and the result."""

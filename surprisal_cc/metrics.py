@@ -18,7 +18,7 @@ Example
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Sequence, TextIO
 
 import numpy as np
 
@@ -94,9 +94,13 @@ class ErrorRate:
         """
         return self._stats.scores[len(self._stats.scores) - n:] if n > 0 else []
 
-    def write_alignments(self, path: str | os.PathLike[str]) -> None:
-        """Write the summary and per-utterance alignments (SpeechBrain format)."""
-        with open(path, "w", encoding="utf-8") as f:
+    def write_alignments(self, target: str | os.PathLike[str] | TextIO) -> None:
+        """Write the summary and per-utterance alignments (SpeechBrain format) to a file path or
+        an open text stream (left open)."""
+        if hasattr(target, "write"):
+            self._stats.write_stats(target)
+            return
+        with open(target, "w", encoding="utf-8") as f:
             self._stats.write_stats(f)
 
     def __len__(self) -> int:

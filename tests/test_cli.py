@@ -648,6 +648,21 @@ def test_evaluate_per_utterance_on_stdout_stays_json_lines(tmp_path, capsys):
         assert ("\"per\"" if extra else "PER ") in captured.err
 
 
+def test_evaluate_alignments_on_stdout_leave_no_file_named_dash(tmp_path, monkeypatch, capsys):
+    """With --alignments -, the alignments go to standard output and the totals to stderr."""
+    timit_model = tmp_path / "timit_model"
+    ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)
+    make_timit_fixture(tmp_path / "timit")
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model), "--alignments", "-"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("%WER") and captured.out.count(", %WER") == 2
+    assert captured.err.startswith("PER ") and not (tmp_path / "-").exists()
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model), "--alignments", "-",
+                 "--per-utterance", "-"]) == 2
+    assert "both write to standard output" in error_lines(capsys)[0]
+
+
 def test_evaluate_refuses_an_alignments_file_it_cannot_write_before_decoding(tmp_path, monkeypatch, capsys):
     timit_model = tmp_path / "timit_model"
     ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)

@@ -610,7 +610,15 @@ def _silence_stdout() -> None:
         pass
 
 
+def _printable_stdout() -> None:
+    """Let standard output print any file name: one whose bytes are not valid in the locale's
+    encoding (held as surrogate escapes) is written as escapes, as stderr does, instead of failing."""
+    if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    _printable_stdout()
     # SpeechBrain's notices (e.g. about optional packages) would reach stderr through logging's
     # last-resort handler; this CLI reports in its own lines
     logging.getLogger("speechbrain").addHandler(_DISCARD)

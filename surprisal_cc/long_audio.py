@@ -60,14 +60,14 @@ class _Reader:
     def __init__(self, path: PathLike, sample_rate: int):
         import soundfile
 
-        info = soundfile.info(str(path))
+        from .data.audio import read_audio, soundfile_name
+
+        info = soundfile.info(soundfile_name(path))
         self.file, self.wav = None, None
         if info.samplerate == sample_rate:
-            self.file = soundfile.SoundFile(str(path))
+            self.file = soundfile.SoundFile(soundfile_name(path))
             self.total = int(self.file.frames)
         else:  # resampling needs the whole signal: decoded once (the parts stay bounded)
-            from .data.audio import read_audio
-
             self.wav = read_audio(path, sample_rate)
             self.total = int(self.wav.numel())
 
@@ -87,7 +87,9 @@ def is_long(path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT
     """Whether ``path`` lasts longer than one part with its context on both sides."""
     import soundfile
 
-    info = soundfile.info(str(path))
+    from .data.audio import soundfile_name
+
+    info = soundfile.info(soundfile_name(path))
     return info.frames > (chunk_s + 2 * context_s) * info.samplerate
 
 

@@ -579,7 +579,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     from speechbrain.dataio.encoder import CTCTextEncoder
 
     from .data import Lexicon
-    from .data.audio import read_audio
+    from .data.audio import read_audio, soundfile_name
     from .data.librispeech import scan_subset
     from .inference import ConditionalASR
 
@@ -590,7 +590,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     for label in asr.labels:
         label_encoder.add_label(label)
     label_encoder.expect_len(len(asr.labels))
-    utts = sorted(scan_subset(corpus), key=lambda u: (sf.info(str(u.wav)).frames, u.id))[:limit]
+    utts = sorted(scan_subset(corpus), key=lambda u: (sf.info(soundfile_name(u.wav)).frames, u.id))[:limit]
     lexicon = Lexicon(g2p=asr.config.get("label_policy", {}).get("g2p") or "spn")
     lexicon.prefetch(w for u in utts for w in u.words)
     features = asr.feature_config

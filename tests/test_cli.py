@@ -21,7 +21,7 @@ import soundfile as sf
 import torch
 import yaml
 
-from data_fixtures import REPO, make_bad_audio_fixture, make_timit_fixture, require_dev_clean_2
+from data_fixtures import REPO, make_bad_audio_fixture, make_timit_fixture, require_dev_clean_2, tone
 from numerics import assert_same_routing_up_to_summation_order
 from surprisal_cc import cli
 from surprisal_cc.cli import main
@@ -424,6 +424,22 @@ def test_transcribe_output_to_a_closed_pipe_ends_quietly(model, real_flac, monke
 
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["transcribe", str(real_flac), "--model", str(model)]) == 141
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file names as bytes are POSIX's")
+def test_transcribe_prints_a_name_not_valid_in_a_strict_locale(model, tmp_path, monkeypatch, capsys):
+    """A Latin-1 name on a UTF-8 system decodes, and a strict standard output prints it escaped."""
+    name = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.wav")
+    try:
+        sf.write(os.fsencode(name), tone(0.5), 16000)
+    except OSError:
+        pytest.skip("this file system refuses names that are not UTF-8")
+    raw = io.BytesIO()
+    strict = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", write_through=True)
+    monkeypatch.setattr(sys, "stdout", strict)
+    assert main(["transcribe", str(tmp_path), "--model", str(model)]) == 0
+    assert raw.getvalue().decode("ascii", "replace").startswith(f"{tmp_path}/caf\\udce9.wav\n")
     assert capsys.readouterr().err == ""
 
 

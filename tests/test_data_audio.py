@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -7,6 +9,7 @@ from data_fixtures import make_bad_audio_fixture, tone
 from surprisal_cc.data import DataPreparationError, DataPreparationWarning
 from surprisal_cc.data.audio import (as_waveforms, check_audio_files, check_audio_many, inspect_audio,
                                      iter_audio_paths, read_audio)
+from surprisal_cc.long_audio import is_long
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +98,19 @@ def test_folders_give_their_audio_through_links_and_without_hidden_files(tmp_pat
 def test_a_batch_without_audio_is_one_clear_error(shape):
     with pytest.raises(ValueError, match=r"wavs hold no audio \(shape"):
         as_waveforms(torch.zeros(shape))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file names as bytes are POSIX's")
+def test_a_name_not_valid_in_the_locales_encoding_still_opens(tmp_path):
+    """Latin-1 bytes in a name on a UTF-8 system reach Python as surrogate escapes, which soundfile
+    would refuse to encode."""
+    name = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.wav")
+    try:
+        sf.write(os.fsencode(name), tone(0.3), 16000)
+    except OSError:
+        pytest.skip("this file system refuses names that are not UTF-8")
+    (found,) = iter_audio_paths([tmp_path])
+    assert str(found) == name and "\udce9" in name
+    infos, problems = check_audio_many([found])
+    assert not problems and infos[name].num_samples == 4800
+    assert read_audio(found).shape == (4800,) and not is_long(found)

@@ -33,6 +33,17 @@ MAX_LISTED = 20
 AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 
 
+def soundfile_name(path: PathLike) -> Union[str, bytes]:
+    """``path`` as soundfile should be given it: the file system's own bytes on POSIX, so that a name
+    that is not valid in the locale's encoding (Latin-1 bytes on a UTF-8 system, which Python holds
+    as surrogate escapes) still opens; soundfile would encode a ``str`` strictly and fail.
+
+    >>> soundfile_name("a/caf\udce9.flac") == b"a/caf\xe9.flac" if os.name == "posix" else True
+    True
+    """
+    return str(path) if os.name == "nt" else os.fsencode(path)
+
+
 @dataclass(frozen=True)
 class AudioInfo:
     """What decoding a file told us."""
@@ -50,7 +61,7 @@ def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE) -> torch.Ten
     Multi-channel audio is averaged to mono; other sample rates are resampled with
     :func:`torchaudio.functional.resample`.
     """
-    data, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    data, sr = sf.read(soundfile_name(path), dtype="float32", always_2d=True)
     wav = torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))
     if sr != target_sr:
         wav = torchaudio.functional.resample(wav, sr, target_sr)
@@ -59,7 +70,7 @@ def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE) -> torch.Ten
 
 def inspect_audio(path: PathLike) -> AudioInfo:
     """Decode the whole file (so truncated/corrupt data is caught) and describe it."""
-    with sf.SoundFile(str(path)) as f:
+    with sf.SoundFile(soundfile_name(path)) as f:
         sr, channels = f.samplerate, f.channels
         num_samples, peak = 0, 0.0
         for block in f.blocks(blocksize=1 << 18, dtype="float32", always_2d=True):

@@ -17,7 +17,7 @@ from data_fixtures import REPO, require_dev_clean_2
 pytestmark = pytest.mark.integration
 
 # what the wheel is built from: a copy, so that it cannot reach anything else of the checkout
-SOURCES = ("pyproject.toml", "README.md", "surprisal_cc")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "surprisal_cc")
 EXPERIMENT_TOOLS = ("surprisal_cc.grid", "surprisal_cc.report", "surprisal_cc.plots", "surprisal_cc.analysis",
                     "surprisal_cc.brain")
 # transcribe, then list the package's modules that ran (the console script's body plus that list)

@@ -397,7 +397,8 @@ def _default_penalty(row: Row) -> bool:
 
 
 def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
-    """Paper Table 2: controllers (learned at lambda=0.001 when present) plus ACT and PonderNet.
+    """Paper Table 2: controllers (learned at lambda=0.001 when present) plus ACT, PonderNet and any
+    other encoder; controllers and encoders not in the paper follow its own, by name.
 
     Table ``controllers``.
 
@@ -411,14 +412,14 @@ def table_controllers(rows: Sequence[Row], dataset: Optional[str] = None) -> Tab
     (['Random controller', 'Surprisal-based controller', 'Big network only'], [1, 2])
     """
     agg = ensure_aggregated(rows)
-    picked = select_rows(agg, dataset, controller=CONTROLLER_ORDER, test_flops_fraction=None)
+    picked = select_rows(agg, dataset, controller=None, test_flops_fraction=None)
     learned = [r for r in picked if r["controller"] == "learned"]
     default_learned = [r for r in learned if _default_penalty(r)]
     picked = [r for r in picked if r["controller"] != "learned" or r in (default_learned or learned)]
-    adaptive = select_rows(agg, dataset, encoder=("act", "pondernet"))
+    adaptive = [r for r in select_rows(agg, dataset, encoder=None) if r.get("encoder") != "conditional"]
     picked = sorted(picked, key=_budget_rank)  # each model's trained operating point before its budgets
-    table_rows = (_sorted(picked, "controller", order={"controller": CONTROLLER_ORDER})
-                  + _sorted(adaptive, "encoder", "act_ponder_cost", "pondernet_beta"))
+    table_rows = (_sorted(picked, "controller", order=SORT_ORDER)
+                  + _sorted(adaptive, "encoder", "act_ponder_cost", "pondernet_beta", order=SORT_ORDER))
     return Table("controllers", "Controllers (paper Table 2) and adaptive-depth baselines", table_rows,
                  with_dev([COL_MODEL, COL_PER, COL_FLOPS, COL_PBIG, COL_BIG, COL_STEPS, COL_SEEDS, COL_EPOCHS],
                           table_rows))

@@ -387,3 +387,13 @@ def test_development_split_per_beside_the_test_per():
     assert by_model["surprisal"]["dev_PER"] == pytest.approx(30.1) and by_model["surprisal"]["dev_PER_std"] is None
     without = report.table_converged([{k: v for k, v in r.items() if k != "dev"} for r in rows])
     assert "mfa-dev" not in without.markdown()
+
+
+def test_controllers_table_lists_a_new_controller_and_encoder():
+    """A controller or encoder registered as docs/extending.md says is a row of Table 2, after the paper's."""
+    rows = [{"controller": c, "encoder": e, "seed": 1, "PER": per, "flops_per_frame": 6e6}
+            for c, e, per in (("energy", "conditional", 21.0), ("surprisal", "conditional", 20.0),
+                              ("surprisal", "framewise", 30.0), ("surprisal", "act", 20.5))]
+    table = report.table_controllers(rows)
+    assert [(r["controller"], r["encoder"]) for r in table.rows] == [
+        ("surprisal", "conditional"), ("energy", "conditional"), ("surprisal", "act"), ("surprisal", "framewise")]

@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from .errors import UsageError
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     """argparse type: an integer of at least 1."""
     value = int(text)
     if value < 1:
@@ -536,7 +536,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                            help="lexicon labels: words CMUdict lacks (default: the model's training policy)")
             p.add_argument("--timit-split", choices=["test", "valid", "train"], default="test",
                            help="TIMIT: core test set, development speakers or training set")
-            p.add_argument("--batch-size", type=_positive_int, help="utterances per forward pass (default: the run's)")
+            p.add_argument("--batch-size", type=positive_int, help="utterances per forward pass (default: the run's)")
             p.add_argument("--per-utterance", metavar="FILE",
                            help="write each utterance's id, reference, hypothesis, S/D/I, FLOPs and p_big to FILE "
                                 "as JSON Lines, as its batch finishes (-: standard output, and the totals go to "
@@ -558,7 +558,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
         p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
                        help="bf16: autocast where the device computes it natively; auto (default): the faster "
                             "for inference, fp32 (bf16 is slower on CPUs at these sizes and on GPUs)")
-        p.add_argument("--threads", type=_positive_int, default=1, metavar="N",
+        p.add_argument("--threads", type=positive_int, default=1, metavar="N",
                        help="torch threads (default 1: decoding never competes for busy cores; more pay off "
                             "only for large batches on idle cores)")
         p.add_argument("--deterministic", action="store_true",

@@ -513,7 +513,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
                    help="weight storage (fp16: half the size, loaded back as fp32)")
     p.add_argument("--apc", help="APC model file (default: the run's apc_path or <experiment_root>/apc/apc.pt)")
-    p.add_argument("--average", type=int, default=1, metavar="N",
+    p.add_argument("--average", type=positive_int, default=1, metavar="N",
                    help="average the weights of the N best checkpoints (default 1: the best one)")
     for name, help_text in (("transcribe", "phones, routing, FLOPs and RTF of audio files"),
                             ("evaluate", "PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT or manifest corpus")):

@@ -180,13 +180,29 @@ def test_export_errors(tmp_path, capsys):
     (tmp_path / "hyperparams.yaml").write_text(expand_hparams(MLS_HPARAMS))  # as a run folder holds it
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
     assert "no test decoding yet" in error_lines(capsys)[0]
+    (tmp_path / "results.json").write_text("[30.0]")
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
+    assert error_lines(capsys) == [f"error: {tmp_path / 'results.json'}: not a JSON object of test results; re-run "
+                                   "the run's test (--test_only)"]
     (tmp_path / "results.json").write_text("{}")
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
     assert "no save/ folder" in error_lines(capsys)[0]
     (tmp_path / "save").mkdir()
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
     assert "no checkpoint with a validation PER" in error_lines(capsys)[0]
+    hparams = (tmp_path / "hyperparams.yaml").read_text()
+    (tmp_path / "hyperparams.yaml").write_text("lr: [0.1\n")  # damaged by hand: one line naming the file
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
+    (line,) = error_lines(capsys)
+    assert line.startswith(f"error: {tmp_path / 'hyperparams.yaml'}: ParserError: ")
+    (tmp_path / "hyperparams.yaml").write_text(hparams)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hyperparams.yaml", "results.json", "save"]
+    for average in ("0", "-2"):  # a command-line error, found before the run is read
+        with pytest.raises(SystemExit) as stop:
+            main(["export", str(tmp_path), str(tmp_path / "out"), "--average", average])
+        assert stop.value.code == 2
+        assert error_lines(capsys) == [f"error: argument --average: must be a positive integer, got {average} "
+                                       "(see surprisal-cc export --help)"]
 
 
 # ---------------------------------------------------------------------------------------------- transcribe

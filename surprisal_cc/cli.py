@@ -174,12 +174,18 @@ def cmd_report(args, unknown: List[str]) -> int:
 
 def cmd_curves(args, unknown: List[str]) -> int:
     from .report import format_learning_curves
+    from .runs import read_history
 
     runs = {}
     for spec in args.runs:
         folder, _, label = spec.partition("=")
         if not (Path(folder) / "history.jsonl").exists():
             raise FileNotFoundError(f"{folder}: no history.jsonl (give run folders of the recipes)")
+        history = read_history(Path(folder))
+        if history and not any(row.get(args.key) is not None for row in history):  # a run in progress may have none
+            found = sorted({key for row in history for key, value in row.items() if isinstance(value, (int, float))})
+            raise ValueError(f"{Path(folder) / 'history.jsonl'}: no {args.key} in any epoch; give --key one of "
+                             f"{', '.join(k for k in found if k != 'epoch')}")
         runs[label or folder] = folder
     print(format_learning_curves(runs, key=args.key))
     if args.plot:

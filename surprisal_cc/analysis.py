@@ -115,7 +115,12 @@ def read_aligned_csv(path: Path, audio_root: Path) -> Iterator[AlignedUtterance]
     ('a', 'corpus/spk/a.flac', ['sil', 'AH'], [640, 1280])
     """
     with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        missing = [c for c in ("path", "phn", "phn_starts", "phn_ends") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: no column {', '.join(missing)}; give the CSV export of MFA alignments "
+                             "with sample-level phone boundaries")
+        for row in reader:
             labels = [str(x) for x in ast.literal_eval(row["phn"])]
             starts = [int(x) for x in row["phn_starts"].split()]
             ends = [int(x) for x in row["phn_ends"].split()]
@@ -163,6 +168,9 @@ def surprisal_by_class(apc: APCModel, utterances: Iterator[AlignedUtterance], co
         if cache is not None and cache.has(utt.utt_id):
             surprisal = cache.load(utt.utt_id)["surprisal"]
         else:
+            if not utt.audio.is_file():
+                raise FileNotFoundError(f"{utt.audio}: no such audio file (utterance {utt.utt_id} of the "
+                                        "alignments): is the audio root the folder their paths are relative to?")
             fbank = front_end.single(read_audio(utt.audio))
             surprisal = apc(fbank[None], torch.tensor([fbank.shape[0]])).surprisal[0]
         silent = utt.frame_is_silence(surprisal.shape[0], config)
@@ -216,7 +224,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apc", required=True, help="exported APC model file")
     parser.add_argument("--mfa", required=True, help="MFA CSV export with sample-level phone boundaries")
     parser.add_argument("--audio-root", required=True, help="folder the CSV's paths are relative to")
-    parser.add_argument("--max-utterances", type=int, default=None)
+    from .cli import positive_int
+
+    parser.add_argument("--max-utterances", type=positive_int, default=None)
     parser.add_argument("--cache", help="feature cache folder to reuse surprisal from (e.g. results/MiniLibriSpeech/feature_cache)")
     parser.add_argument("--calibration", help="calibration.json of a run: draws its routing in the plot")
     parser.add_argument("--plot", help="write a routing plot of the first utterance to this PNG")
@@ -226,17 +236,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_analysis(args: argparse.Namespace) -> int:
     """``surprisal-cc analyse``: print (and optionally save) the surprisal by class, draw a routing plot."""
     apc = load_apc(args.apc)
+    # everything that can fail before the pass over the corpus: inputs read, output folders made
+    controller = _calibrated_controller(Path(args.calibration)) if args.calibration else None
+    first = next(read_aligned_csv(Path(args.mfa), Path(args.audio_root)), None)
+    if first is None:
+        raise ValueError(f"{args.mfa}: no utterances")
+    for option, output in (("--json", args.json), ("--plot", args.plot)):
+        if output:
+            try:
+                Path(output).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise OSError(f"{option} {output}: its folder cannot be created ({err.strerror})") from None
     result = surprisal_by_class(apc, read_aligned_csv(Path(args.mfa), Path(args.audio_root)),
                                 max_utterances=args.max_utterances,
                                 cache_root=Path(args.cache) if args.cache else None)
-    print(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     if args.plot:
-        controller = None
-        if args.calibration:
-            calibration = json.loads(Path(args.calibration).read_text())
-            controller = SurprisalController(calibration["weight"], calibration["bias"])
-        first = next(read_aligned_csv(Path(args.mfa), Path(args.audio_root)))
         print(routing_example(apc, first, Path(args.plot), controller))
     return 0
+
+
+def _calibrated_controller(path: Path) -> SurprisalController:
+    """The surprisal controller of a run's ``calibration.json`` (its ``weight`` and ``bias``)."""
+    try:
+        calibration = json.loads(path.read_text(encoding="utf-8"))
+        return SurprisalController(float(calibration["weight"]), float(calibration["bias"]))
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(f"--calibration {path}: not a run's calibration.json with a weight and a bias "
+                         f"({type(err).__name__}: {err})") from None

@@ -289,7 +289,13 @@ def load_apc(path, map_location="cpu", **model_kwargs) -> APCModel:
     >>> model.hidden_size, model.residual
     (8, True)
     """
-    blob = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        blob = torch.load(path, map_location=map_location, weights_only=True)
+    except OSError:
+        raise
+    except Exception as err:  # torch raises several types for a file that is not a torch.save file
+        raise ValueError(f"{path}: cannot be loaded as a torch file ({type(err).__name__}); give an APC model "
+                         "file written by recipes/LibriSpeech/pretrain_apc.py") from None
     if not isinstance(blob, dict) or "state_dict" not in blob:
         raise ValueError(f"{path}: not an APC model file (expected keys 'config' and 'state_dict'); "
                          "export one with recipes/LibriSpeech/pretrain_apc.py")

@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from .errors import UsageError
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     """argparse type: an integer of at least 1."""
     value = int(text)
     if value < 1:
@@ -174,12 +174,18 @@ def cmd_report(args, unknown: List[str]) -> int:
 
 def cmd_curves(args, unknown: List[str]) -> int:
     from .report import format_learning_curves
+    from .runs import read_history
 
     runs = {}
     for spec in args.runs:
         folder, _, label = spec.partition("=")
         if not (Path(folder) / "history.jsonl").exists():
             raise FileNotFoundError(f"{folder}: no history.jsonl (give run folders of the recipes)")
+        history = read_history(Path(folder))
+        if history and not any(row.get(args.key) is not None for row in history):  # a run in progress may have none
+            found = sorted({key for row in history for key, value in row.items() if isinstance(value, (int, float))})
+            raise ValueError(f"{Path(folder) / 'history.jsonl'}: no {args.key} in any epoch; give --key one of "
+                             f"{', '.join(k for k in found if k != 'epoch')}")
         runs[label or folder] = folder
     print(format_learning_curves(runs, key=args.key))
     if args.plot:
@@ -513,7 +519,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
                    help="weight storage (fp16: half the size, loaded back as fp32)")
     p.add_argument("--apc", help="APC model file (default: the run's apc_path or <experiment_root>/apc/apc.pt)")
-    p.add_argument("--average", type=int, default=1, metavar="N",
+    p.add_argument("--average", type=positive_int, default=1, metavar="N",
                    help="average the weights of the N best checkpoints (default 1: the best one)")
     for name, help_text in (("transcribe", "phones, routing, FLOPs and RTF of audio files"),
                             ("evaluate", "PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT or manifest corpus")):
@@ -536,7 +542,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                            help="lexicon labels: words CMUdict lacks (default: the model's training policy)")
             p.add_argument("--timit-split", choices=["test", "valid", "train"], default="test",
                            help="TIMIT: core test set, development speakers or training set")
-            p.add_argument("--batch-size", type=_positive_int, help="utterances per forward pass (default: the run's)")
+            p.add_argument("--batch-size", type=positive_int, help="utterances per forward pass (default: the run's)")
             p.add_argument("--per-utterance", metavar="FILE",
                            help="write each utterance's id, reference, hypothesis, S/D/I, FLOPs and p_big to FILE "
                                 "as JSON Lines, as its batch finishes (-: standard output, and the totals go to "
@@ -558,7 +564,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
         p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
                        help="bf16: autocast where the device computes it natively; auto (default): the faster "
                             "for inference, fp32 (bf16 is slower on CPUs at these sizes and on GPUs)")
-        p.add_argument("--threads", type=_positive_int, default=1, metavar="N",
+        p.add_argument("--threads", type=positive_int, default=1, metavar="N",
                        help="torch threads (default 1: decoding never competes for busy cores; more pay off "
                             "only for large batches on idle cores)")
         p.add_argument("--deterministic", action="store_true",

@@ -38,13 +38,13 @@ def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
     import yaml
     from hyperpyyaml import resolve_references
 
-    from .hparams_files import TolerantLoader
+    from .hparams_files import TolerantLoader, ruamel_errors
 
     try:
         text = resolve_references(io.StringIO(expand_hparams(hparams_file)), overrides).getvalue()
         data = yaml.load(text, Loader=TolerantLoader)
-    except (ValueError, KeyError, yaml.YAMLError) as err:
-        raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
+    except (ValueError, KeyError, yaml.YAMLError, ruamel_errors()) as err:
+        raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {' '.join(str(err).split())}") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -168,6 +168,9 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         results = json.loads(results_file.read_text(encoding="utf-8"))
     except ValueError as err:
         raise ConfigurationError(f"{results_file}: unreadable ({err})") from None
+    if not isinstance(results, dict):
+        raise ConfigurationError(f"{results_file}: not a JSON object of test results; re-run the run's test "
+                                 "(--test_only)")
     if not (run / "save").is_dir():
         raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
     overrides = "\n".join(f"{k}: {v}" for k, v in inert_overrides(hp_file).items())

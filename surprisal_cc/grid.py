@@ -173,19 +173,47 @@ def load_grid(path: str) -> GridSpec:
     """Read and check a grid file; raises :class:`GridError` when it is missing or malformed."""
     if not Path(path).is_file():
         raise GridError(f"grid file {path} does not exist")
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise GridError(f"grid file {path}: not valid YAML ({' '.join(str(err).split())})") from None
+    if not isinstance(data, dict):
+        raise GridError(f"grid file {path}: must be a mapping with recipe, hparams and groups")
     missing = [k for k in ("recipe", "hparams", "groups") if k not in data]
     if missing:
         raise GridError(f"grid file {path} lacks {', '.join(missing)}")
+    _check_shape(path, data)
     names = [g.get("name") for g in data["groups"]]
     if None in names or len(set(names)) != len(names):
         raise GridError(f"grid file {path}: every group needs a distinct name")
+    for key in ("recipe", "hparams"):
+        if not Path(str(data[key])).is_file():
+            raise GridError(f"grid file {path}: {key} {data[key]} is not a file (paths are relative to the folder "
+                            "the grid command runs in)")
     hparams_root = load_yaml_tolerant(data["hparams"]).get("experiment_root", "results")
     return GridSpec(recipe=data["recipe"], hparams=data["hparams"],
                     experiment_root=str(data.get("experiment_root") or hparams_root),
                     overrides=dict(data.get("overrides") or {}), groups=list(data["groups"]),
                     seeds=list(data.get("seeds") or [1]), publish=data.get("publish"),
                     prepare=_prepare_steps(path, data.get("prepare") or []))
+
+
+def _check_shape(path: str, data: Dict[str, Any]) -> None:
+    """:class:`GridError` unless ``groups`` is a list of mappings whose ``vary`` and ``set`` are mappings,
+    ``overrides`` a mapping and ``seeds`` a list."""
+    def fail(what: str) -> None:
+        raise GridError(f"grid file {path}: {what} (see the grid file format in surprisal-cc grid --help)")
+
+    if not isinstance(data["groups"], list) or not all(isinstance(g, dict) for g in data["groups"]):
+        fail("groups must be a list of mappings (name, vary, set, folder_of)")
+    for group in data["groups"]:
+        for key in ("vary", "set"):
+            if not isinstance(group.get(key) or {}, dict):
+                fail(f"{key} of group {group.get('name')!r} must be a mapping of keys to values")
+    if not isinstance(data.get("overrides") or {}, dict):
+        fail("overrides must be a mapping of keys to values")
+    if not isinstance(data.get("seeds") or [], list):
+        fail("seeds must be a list, e.g. [1, 2, 3]")
 
 
 def _prepare_steps(path: str, entries: Any) -> List[PrepareStep]:
@@ -526,10 +554,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     >>> args.grid, args.jobs, args.dry_run, overrides
     ('grid.yaml', 2, False, ['--device=cuda:0'])
     """
+    from .cli import positive_int
+
     parser.add_argument("grid", help="grid YAML file")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--jobs", type=positive_int, default=1, help="runs in parallel")
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch threads per run (default: cores // jobs)")
     parser.add_argument("--only", action="append", default=[],
                         help="only runs whose name (group/key-value+.../seedN) contains this (repeatable)")
@@ -557,6 +587,9 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
         raise UsageError(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
     spec = load_grid(args.grid)
     runs = [r for r in expand(spec, overrides) if not args.only or any(s in r.name for s in args.only)]
+    if args.only and not runs:
+        raise GridError(f"--only {' '.join(args.only)}: no run of {args.grid} has that in its name "
+                        "(group/key-value+.../seedN; --dry-run without --only lists them)")
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
     if any(not r.complete() and not (publish is not None and r.published(*publish)) for r in runs):
         prepare_inputs(spec.prepare, dry_run=args.dry_run)

@@ -191,7 +191,7 @@ def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
     overrides = {key: "null" for key in ("checkpointer", "apc_checkpointer") if key in keys}
     try:
         text = expand_hparams(path)
-    except ValueError:
+    except (ValueError, ruamel_errors()):  # not YAML: loading the file reports it
         text = path.read_text(encoding="utf-8", errors="replace")
     overrides.update({key: "placeholder" for key in re.findall(r"^(\w+):[ \t]*!PLACEHOLDER", text, flags=re.M)})
     return overrides

@@ -37,8 +37,11 @@ __all__ = ["plot_per_vs_flops", "point_labels", "plot_validation_curves", "plot_
 
 
 def _save(fig: "plt.Figure", path: PathLike) -> Path:
-    """Write ``fig`` to ``path`` (parent folders created), close it and return the path."""
+    """Write ``fig`` to ``path`` (``.png`` added to a name without a suffix, as matplotlib does; parent
+    folders created), close it and return the path written."""
     path = Path(path)
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)

@@ -113,10 +113,14 @@ def read_history(run_dir: Path) -> List[Row]:
     rows: List[Row] = []
     for number, line in enumerate(lines, 1):
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             if number < len(lines):
                 raise ValueError(f"{path}, line {number}: not JSON; repair or remove that line") from None
+            continue
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, line {number}: not a JSON object; repair or remove that line")
+        rows.append(row)
     # rows come in epoch order; an epoch validated again keeps its place, with the later row
     by_epoch = {row.get("epoch", ("row", n)): row for n, row in enumerate(rows)}
     return list(by_epoch.values())
@@ -345,6 +349,9 @@ def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
         except ValueError as err:
             raise ValueError(f"{file}: not valid JSON ({err}); a run still writing it finishes it, otherwise re-run "
                              "that run's test (--test_only) or remove the file") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{file}: not a results file (a JSON object of a run's test results); remove it or "
+                             "re-run that run's test (--test_only)")
         run_dir = file.parent
         if run_dir not in infos:
             infos[run_dir] = _run_info(run_dir)

@@ -29,3 +29,49 @@ def test_surprisal_by_class_on_real_audio(tmp_path):
     first = next(read_aligned_csv(shared / "phone_labels" / "dev-clean-2_mfa.csv", shared / "LibriSpeech"))
     png = routing_example(apc, first, tmp_path / "r.png", SurprisalController(0.01, -1.0))
     assert png.stat().st_size > 1000
+
+
+def _analyse(tmp_path, capsys, csv_text, *options):
+    """``surprisal-cc analyse`` of a tiny APC model and alignments ``csv_text``: (exit status, stderr lines)."""
+    from surprisal_cc.apc import save_apc
+    from surprisal_cc.cli import main
+
+    torch.manual_seed(0)
+    save_apc(APCModel(hidden_size=8), tmp_path / "apc.pt")
+    (tmp_path / "mfa.csv").write_text(csv_text)
+    status = main(["analyse", "--apc", str(tmp_path / "apc.pt"), "--mfa", str(tmp_path / "mfa.csv"),
+                   "--audio-root", str(tmp_path / "corpus"), *options])
+    return status, capsys.readouterr().err.splitlines()
+
+
+ROW = "path,phn,phn_starts,phn_ends\nspk/a.flac,\"['sil', 'AH']\",0 640,640 1280\n"
+
+
+def test_analyse_names_bad_inputs_and_outputs_before_the_pass_over_the_corpus(tmp_path, capsys):
+    missing_audio = tmp_path / "corpus" / "spk" / "a.flac"
+    assert _analyse(tmp_path, capsys, ROW) == (1, [
+        f"error: {missing_audio}: no such audio file (utterance a of the alignments): is the audio root the folder "
+        "their paths are relative to?"])
+    (tmp_path / "calibration.json").write_text('{"weight": 0.02}')
+    status, err = _analyse(tmp_path, capsys, ROW, "--plot", str(tmp_path / "r.png"),
+                           "--calibration", str(tmp_path / "calibration.json"))
+    assert status == 1 and err[0].startswith(f"error: --calibration {tmp_path / 'calibration.json'}: not a run's "
+                                             "calibration.json with a weight and a bias")
+    (tmp_path / "taken").write_text("")
+    assert _analyse(tmp_path, capsys, ROW, "--json", str(tmp_path / "taken" / "out.json")) == (1, [
+        f"error: --json {tmp_path / 'taken' / 'out.json'}: its folder cannot be created (File exists)"])
+    assert _analyse(tmp_path, capsys, "path,phn\n") == (1, [
+        f"error: {tmp_path / 'mfa.csv'}: no column phn_starts, phn_ends; give the CSV export of MFA alignments "
+        "with sample-level phone boundaries"])
+    assert _analyse(tmp_path, capsys, ROW.splitlines()[0] + "\n") == (1, [f"error: {tmp_path / 'mfa.csv'}: no utterances"])
+    with pytest.raises(SystemExit) as stop:
+        _analyse(tmp_path, capsys, ROW, "--max-utterances", "0")
+    assert stop.value.code == 2
+
+
+def test_load_apc_of_a_file_that_is_not_a_torch_file(tmp_path):
+    from surprisal_cc.apc import load_apc
+
+    (tmp_path / "apc.pt").write_text("x")
+    with pytest.raises(ValueError, match=r"apc\.pt: cannot be loaded as a torch file \(UnpicklingError\); give an APC"):
+        load_apc(tmp_path / "apc.pt")

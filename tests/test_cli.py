@@ -139,6 +139,10 @@ def test_report(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 1
     (line,) = error_lines(capsys)
     assert str(run / "results.json") in line and "not valid JSON" in line
+    (run / "results.json").write_text("[30.0]")  # JSON, but not a run's results
+    assert main(["report", str(tmp_path)]) == 1
+    assert error_lines(capsys) == [f"error: {run / 'results.json'}: not a results file (a JSON object of a run's "
+                                   "test results); remove it or re-run that run's test (--test_only)"]
 
 
 def test_curves_of_runs_in_progress(tmp_path, capsys):
@@ -154,6 +158,25 @@ def test_curves_of_runs_in_progress(tmp_path, capsys):
     assert out[0] == f"| epoch | big-only: lr | PER | min | {tmp_path / 'b'}: lr | PER | min |"
     assert out[2:4] == ["| 1 | 0.001 | 90.00 % | 2.0 | 0.001 | 95.00 % | 2.0 |", "| 2 | 0.001 | 70.50 % | 2.0 |  |  |  |"]
     assert plot.stat().st_size > 0
+
+
+def test_curves_of_a_metric_no_run_has_and_of_a_plot_name_without_suffix(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "history.jsonl").write_text(json.dumps({"epoch": 1, "lr": 1e-3, "PER": 90.0, "valid_loss": 3.0}) + "\n")
+    assert main(["curves", str(run), "--key", "WER", "--plot", str(tmp_path / "c.png")]) == 1
+    assert error_lines(capsys) == [f"error: {run / 'history.jsonl'}: no WER in any epoch; give --key one of "
+                                   "PER, lr, valid_loss"]
+    assert not (tmp_path / "c.png").exists()
+    (tmp_path / "in_progress").mkdir()
+    (tmp_path / "in_progress" / "history.jsonl").write_text("")  # no epoch validated yet: not an error
+    assert main(["curves", str(run), str(tmp_path / "in_progress"), "--plot", str(tmp_path / "curves")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {tmp_path / 'curves.png'}"
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    (run / "history.jsonl").write_text('[1, 2]\n{"epoch": 1, "PER": 90.0}\n')
+    assert main(["curves", str(run)]) == 1
+    assert error_lines(capsys) == [f"error: {run / 'history.jsonl'}, line 1: not a JSON object; repair or remove "
+                                   "that line"]
 
 
 def test_bench(monkeypatch, tmp_path, capsys):
@@ -180,13 +203,29 @@ def test_export_errors(tmp_path, capsys):
     (tmp_path / "hyperparams.yaml").write_text(expand_hparams(MLS_HPARAMS))  # as a run folder holds it
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
     assert "no test decoding yet" in error_lines(capsys)[0]
+    (tmp_path / "results.json").write_text("[30.0]")
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
+    assert error_lines(capsys) == [f"error: {tmp_path / 'results.json'}: not a JSON object of test results; re-run "
+                                   "the run's test (--test_only)"]
     (tmp_path / "results.json").write_text("{}")
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
     assert "no save/ folder" in error_lines(capsys)[0]
     (tmp_path / "save").mkdir()
     assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
     assert "no checkpoint with a validation PER" in error_lines(capsys)[0]
+    hparams = (tmp_path / "hyperparams.yaml").read_text()
+    (tmp_path / "hyperparams.yaml").write_text("lr: [0.1\n")  # damaged by hand: one line naming the file
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 1
+    (line,) = error_lines(capsys)
+    assert line.startswith(f"error: {tmp_path / 'hyperparams.yaml'}: ParserError: ")
+    (tmp_path / "hyperparams.yaml").write_text(hparams)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hyperparams.yaml", "results.json", "save"]
+    for average in ("0", "-2"):  # a command-line error, found before the run is read
+        with pytest.raises(SystemExit) as stop:
+            main(["export", str(tmp_path), str(tmp_path / "out"), "--average", average])
+        assert stop.value.code == 2
+        assert error_lines(capsys) == [f"error: argument --average: must be a positive integer, got {average} "
+                                       "(see surprisal-cc export --help)"]
 
 
 # ---------------------------------------------------------------------------------------------- transcribe

@@ -240,6 +240,35 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
         grid.load_grid(str(path))
 
 
+@pytest.mark.parametrize("change, message", [
+    (lambda spec: "recipe: [\n", "not valid YAML"),
+    (lambda spec: "- a\n- b\n", "must be a mapping"),
+    (lambda spec: {**spec, "groups": {"a": 1}}, "groups must be a list"),
+    (lambda spec: {**spec, "groups": ["a"]}, "groups must be a list"),
+    (lambda spec: {**spec, "groups": [{"name": "a", "vary": [1]}]}, "vary of group 'a'"),
+    (lambda spec: {**spec, "overrides": [1]}, "overrides must be a mapping"),
+    (lambda spec: {**spec, "seeds": 3}, "seeds must be a list"),
+    (lambda spec: {**spec, "recipe": "no_such_recipe.py"}, "recipe no_such_recipe.py is not a file"),
+    (lambda spec: {**spec, "hparams": "no_such.yaml"}, "hparams no_such.yaml is not a file"),
+])
+def test_grid_files_of_the_wrong_shape_are_one_line_naming_the_file(grid_file: Path, change: Any, message: str,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    changed = change(yaml.safe_load(grid_file.read_text()))
+    grid_file.write_text(changed if isinstance(changed, str) else yaml.safe_dump(changed))
+    assert main(["grid", str(grid_file), "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: grid file {grid_file}") and message in err and len(err.splitlines()) == 1
+
+
+def test_grid_options_that_select_nothing_or_no_cores_are_errors(grid_file: Path, capsys: pytest.CaptureFixture) -> None:
+    for option in (["--jobs", "0"], ["--threads", "-1"], ["--threads", "0"]):
+        with pytest.raises(SystemExit) as stop:
+            main(["grid", str(grid_file), "--dry-run", *option])
+        assert stop.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
+    assert main(["grid", str(grid_file), "--dry-run", "--only", "contoller"]) == 1
+    assert capsys.readouterr().err.startswith("error: --only contoller: no run of ")
+
+
 def _with_prepare_step(grid_file: Path, tmp_path: Path, sha256: Optional[str] = None, fail: bool = False) -> Path:
     """Give the grid file a prepare step that makes ``labels.csv`` and counts its own calls."""
     labels, calls = tmp_path / "inputs" / "labels.csv", tmp_path / "prepare_calls.txt"

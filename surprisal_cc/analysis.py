@@ -20,6 +20,7 @@ from typing import Dict, Iterator, List, Optional
 
 import torch
 
+from .arguments import positive_int
 from .apc import APCModel, load_apc
 from .cache import FeatureCache
 from .controllers import SurprisalController
@@ -224,8 +225,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apc", required=True, help="exported APC model file")
     parser.add_argument("--mfa", required=True, help="MFA CSV export with sample-level phone boundaries")
     parser.add_argument("--audio-root", required=True, help="folder the CSV's paths are relative to")
-    from .cli import positive_int
-
     parser.add_argument("--max-utterances", type=positive_int, default=None)
     parser.add_argument("--cache", help="feature cache folder to reuse surprisal from (e.g. results/MiniLibriSpeech/feature_cache)")
     parser.add_argument("--calibration", help="calibration.json of a run: draws its routing in the plot")

@@ -29,7 +29,6 @@ import contextlib
 import importlib
 import json
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -38,41 +37,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from .arguments import finite_float, non_negative_float, positive_int
 from .errors import UsageError
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    """argparse type: a finite number (not nan or inf).
-
-    Example
-    -------
-    >>> _finite_float("-1.5")
-    -1.5
-    >>> _finite_float("nan")
-    Traceback (most recent call last):
-        ...
-    argparse.ArgumentTypeError: must be a finite number, got nan
-    """
-    value = float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    """argparse type: a finite number of at least 0."""
-    value = _finite_float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -532,7 +498,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                            help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
                                 "with each phone's start and end; ctm: one line per phone (file channel start "
                                 "duration phone)")
-            p.add_argument("--chunk-seconds", type=_non_negative_float, metavar="S",
+            p.add_argument("--chunk-seconds", type=non_negative_float, metavar="S",
                            help="files longer than S + 16 s are decoded in parts of S seconds with 8 s of context "
                                 "on each side, in bounded memory (default 60; 0: every file whole)")
         else:
@@ -573,13 +539,13 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                        help="draw the routing from p_big as the recipes test (seeded: --seed, else a random "
                             "seed that is reported)")
         p.add_argument("--seed", type=int, help="seed of sampled routing (implies --sampled)")
-        p.add_argument("--bias-shift", type=_finite_float, default=0.0, metavar="S",
+        p.add_argument("--bias-shift", type=finite_float, default=0.0, metavar="S",
                        help="add S to the controller's logit: below 0 fewer frames on the big network, fewer "
                             "FLOPs (default 0, the trained operating point)")
-        p.add_argument("--flops-fraction", type=_finite_float, metavar="F",
+        p.add_argument("--flops-fraction", type=finite_float, metavar="F",
                        help="instead of --bias-shift: the shift that spends F x the big-only MACs per frame over "
                             "the given audio, from its surprisal (surprisal controller)")
-        p.add_argument("--blank-penalty", type=_finite_float, default=0.0, metavar="P",
+        p.add_argument("--blank-penalty", type=finite_float, default=0.0, metavar="P",
                        help="subtract P from the blank's log-probability before the beam search (default 0)")
     return parser
 

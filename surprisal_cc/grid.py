@@ -73,6 +73,7 @@ from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from .arguments import positive_int
 from .errors import UsageError
 from .hparams_files import load_yaml_tolerant
 from .runs import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
@@ -554,8 +555,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     >>> args.grid, args.jobs, args.dry_run, overrides
     ('grid.yaml', 2, False, ['--device=cuda:0'])
     """
-    from .cli import positive_int
-
     parser.add_argument("grid", help="grid YAML file")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--jobs", type=positive_int, default=1, help="runs in parallel")

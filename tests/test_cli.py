@@ -116,7 +116,7 @@ def test_grid_errors(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["grid", grid_file, "--jobs", "two"])
     assert exit_info.value.code == 2
-    assert error_lines(capsys)[0].startswith("error: argument --jobs: invalid int value")
+    assert error_lines(capsys)[0].startswith("error: argument --jobs: must be a positive integer, got two")
     assert not (tmp_path / "exp").exists()
 
 

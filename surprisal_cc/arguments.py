@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Callable, Optional, TypeVar
+
+Number = TypeVar("Number", int, float)
 
 __all__ = ["positive_int", "finite_float", "non_negative_float"]
 
@@ -23,11 +26,8 @@ def positive_int(text: str) -> int:
         ...
     argparse.ArgumentTypeError: must be a positive integer, got two
     """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
+    value = _number(int, text)
+    if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
 
@@ -40,11 +40,8 @@ def finite_float(text: str) -> float:
         ...
     argparse.ArgumentTypeError: must be a finite number, got nan
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
+    value = _number(float, text)
+    if value is None or not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value
 
@@ -61,3 +58,11 @@ def non_negative_float(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
+
+
+def _number(kind: Callable[[str], Number], text: str) -> Optional[Number]:
+    """``kind(text)``, or None where ``text`` is not such a number."""
+    try:
+        return kind(text)
+    except ValueError:
+        return None

@@ -120,6 +120,18 @@ def test_grid_errors(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "exp").exists()
 
 
+def test_file_system_errors_name_the_path_and_what_is_wrong(tmp_path, monkeypatch, capsys):
+    """An output path blocked by a file is one line saying so, not Python's "[Errno 17] File exists"."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "history.jsonl").write_text('{"epoch": 1, "PER": 50.0}\n')
+    Path("afile").write_text("")
+    assert main(["curves", str(run), "--plot", "afile/curves.png"]) == 1
+    assert error_lines(capsys) == ["error: afile: a file is in the way where a folder is needed; move it or "
+                                   "choose another output path"]
+
+
 # ---------------------------------------------------------------------------------------------- report, bench
 def test_report(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nowhere")]) == 1

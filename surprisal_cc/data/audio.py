@@ -34,7 +34,7 @@ AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".a
 
 
 def soundfile_name(path: PathLike) -> Union[str, bytes]:
-    """``path`` as soundfile should be given it: the file system's own bytes on POSIX, so that a name
+    r"""``path`` as soundfile should be given it: the file system's own bytes on POSIX, so that a name
     that is not valid in the locale's encoding (Latin-1 bytes on a UTF-8 system, which Python holds
     as surrogate escapes) still opens; soundfile would encode a ``str`` strictly and fail.
 

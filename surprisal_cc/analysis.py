@@ -20,7 +20,7 @@ from typing import Dict, Iterator, List, Optional
 
 import torch
 
-from .arguments import positive_int
+from .arguments import make_output_folder, positive_int
 from .apc import APCModel, load_apc
 from .cache import FeatureCache
 from .controllers import SurprisalController
@@ -242,10 +242,7 @@ def run_analysis(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.mfa}: no utterances")
     for option, output in (("--json", args.json), ("--plot", args.plot)):
         if output:
-            try:
-                Path(output).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise OSError(f"{option} {output}: its folder cannot be created ({err.strerror})") from None
+            make_output_folder(option, output)
     result = surprisal_by_class(apc, read_aligned_csv(Path(args.mfa), Path(args.audio_root)),
                                 max_utterances=args.max_utterances,
                                 cache_root=Path(args.cache) if args.cache else None)

@@ -1,4 +1,5 @@
-"""argparse value types shared by ``surprisal-cc`` and the experiment tools' parsers (grid, analysis).
+"""Command-line arguments shared by ``surprisal-cc`` and the experiment tools (grid, analysis): argparse
+value types, and the folder of an output file made before any work.
 
 A value that does not fit is argparse's usage error: one line, exit status 2.
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable, Optional, TypeVar
+import os
+from pathlib import Path
+from typing import Callable, Optional, TypeVar, Union
 
 Number = TypeVar("Number", int, float)
 
-__all__ = ["positive_int", "finite_float", "non_negative_float"]
+__all__ = ["positive_int", "finite_float", "non_negative_float", "make_output_folder"]
 
 
 def positive_int(text: str) -> int:
@@ -58,6 +61,16 @@ def non_negative_float(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
+
+
+def make_output_folder(option: str, path: Union[str, os.PathLike]) -> None:
+    """Create the folder of the output file ``path`` given as ``option``, before any work is done for it;
+    an :class:`OSError` naming the option, the file and the folder where it cannot be created."""
+    folder = Path(path).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OSError(f"{option} {path}: its folder {folder} cannot be created ({err.strerror})") from None
 
 
 def _number(kind: Callable[[str], Number], text: str) -> Optional[Number]:

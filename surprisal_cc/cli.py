@@ -38,7 +38,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .arguments import finite_float, non_negative_float, positive_int
+from .arguments import finite_float, make_output_folder, non_negative_float, positive_int
 from .errors import UsageError
 
 
@@ -305,11 +305,7 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
     if args.plot and not asr.uses_apc:
         raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
     if args.plot:  # before any decoding
-        folder = Path(args.plot).parent
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise OSError(f"--plot {args.plot}: its folder {folder} cannot be created ({err.strerror})") from None
+        make_output_folder("--plot", args.plot)
     found = [(given, list(iter_audio_paths([given]))) for given in args.audio]
     paths = [path for _, listed in found for path in listed]
     if not paths:

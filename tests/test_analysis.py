@@ -59,7 +59,8 @@ def test_analyse_names_bad_inputs_and_outputs_before_the_pass_over_the_corpus(tm
                                              "calibration.json with a weight and a bias")
     (tmp_path / "taken").write_text("")
     assert _analyse(tmp_path, capsys, ROW, "--json", str(tmp_path / "taken" / "out.json")) == (1, [
-        f"error: --json {tmp_path / 'taken' / 'out.json'}: its folder cannot be created (File exists)"])
+        f"error: --json {tmp_path / 'taken' / 'out.json'}: its folder {tmp_path / 'taken'} cannot be created "
+        "(File exists)"])
     assert _analyse(tmp_path, capsys, "path,phn\n") == (1, [
         f"error: {tmp_path / 'mfa.csv'}: no column phn_starts, phn_ends; give the CSV export of MFA alignments "
         "with sample-level phone boundaries"])

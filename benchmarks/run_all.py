@@ -172,12 +172,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes (seconds instead of minutes)")
     ap.add_argument("--smoke", action="store_true", help="tiniest sizes (tests; timings meaningless)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--only", default="", help=f"comma-separated subset of {','.join(BENCHMARKS)}")
+    ap.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHMARKS)}")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: os.cpu_count())")
     ap.add_argument("--device", default="cpu", help=f"cpu (default) or cuda[:N]: runs {', '.join(ON_ANY_DEVICE)} there")
     a = ap.parse_args(argv)
     size = "smoke" if a.smoke else "quick" if a.quick else "full"
-    only = [s for s in a.only.split(",") if s] or None
+    only = None if a.only is None else [s.strip() for s in a.only.split(",") if s.strip()]
+    if only == []:
+        ap.error(f"--only names no benchmark; choose from {','.join(BENCHMARKS)}")
     try:
         return run_benchmarks(as_json=a.json, size=size, only=only, threads=a.threads or None, device=a.device)
     except ValueError as err:  # an unknown benchmark name or a missing CUDA device: raised before any benchmark runs

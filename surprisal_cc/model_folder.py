@@ -199,15 +199,62 @@ def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[st
     dtype = WEIGHT_DTYPES[config["weights_dtype"]]
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MODEL_FILE).is_file())):
         raise ConfigurationError(f"{out}: exists and is not a model folder; export into a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_save(_cast(encoder_state, dtype), out / ENCODER_FILE)
+    # The folder is written whole beside its destination, then renamed into place: an export that is
+    # interrupted leaves the previous model folder, never one file of each.
+    target = out.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging, replaced = target.with_name(f".{target.name}.partial"), target.with_name(f".{target.name}.replaced")
+    if replaced.exists() and not target.exists():
+        os.replace(replaced, target)   # an earlier export stopped between its two renames
+    _remove_tree(staging)
+    staging.mkdir()
+    _atomic_save(_cast(encoder_state, dtype), staging / ENCODER_FILE)
     if apc_blob is not None:
-        _atomic_save({**apc_blob, "state_dict": _cast(apc_blob["state_dict"], dtype)}, out / APC_FILE)
-    elif (out / APC_FILE).exists():
-        (out / APC_FILE).unlink()
-    (out / MODEL_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
-    (out / CARD_FILE).write_text(model_card(config, out), encoding="utf-8")
+        _atomic_save({**apc_blob, "state_dict": _cast(apc_blob["state_dict"], dtype)}, staging / APC_FILE)
+    (staging / MODEL_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
+    (staging / CARD_FILE).write_text(model_card(config, staging, name=target.name), encoding="utf-8")
+    _swap_into_place(staging, target, replaced)
     return out
+
+
+def _swap_into_place(staging: Path, target: Path, replaced: Path) -> None:
+    """Rename the folder ``staging`` to ``target``. A model folder already at ``target`` is renamed
+    to ``replaced`` first and deleted last; the files in it that a model folder does not consist of
+    (a user's notes) are copied into the new one. The current working folder is not renamed: its
+    files are replaced one by one, ``model.json`` last."""
+    import shutil
+
+    if not target.exists():
+        os.replace(staging, target)
+        return
+    if target == Path.cwd().resolve():
+        if not (staging / APC_FILE).exists() and (target / APC_FILE).exists():
+            (target / APC_FILE).unlink()
+        for name in (ENCODER_FILE, APC_FILE, CARD_FILE, MODEL_FILE):
+            if (staging / name).exists():
+                os.replace(staging / name, target / name)
+        staging.rmdir()
+        return
+    for extra in target.iterdir():
+        if extra.name not in (MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE):
+            if extra.is_dir() and not extra.is_symlink():
+                shutil.copytree(extra, staging / extra.name, symlinks=True)
+            else:
+                shutil.copy2(extra, staging / extra.name, follow_symlinks=False)
+    _remove_tree(replaced)
+    os.replace(target, replaced)
+    os.replace(staging, target)
+    _remove_tree(replaced)
+
+
+def _remove_tree(path: Path) -> None:
+    """Delete the folder ``path`` (left by an earlier, interrupted export) if it exists."""
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
 
 
 def _cast(state: Dict[str, Tensor], dtype: torch.dtype) -> Dict[str, Tensor]:
@@ -230,7 +277,7 @@ def _atomic_save(obj: Any, path: Path) -> None:
 # ----------------------------------------------------------------------------------------------
 # Model card
 # ----------------------------------------------------------------------------------------------
-def model_card(config: Dict[str, Any], out: Path) -> str:
+def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) -> str:
     """The model folder's README.md, from ``model.json`` (its ``source`` part: the run it came from).
 
     Arguments
@@ -238,7 +285,9 @@ def model_card(config: Dict[str, Any], out: Path) -> str:
     config : dict
         The ``model.json`` content.
     out : pathlib.Path
-        The model folder (its name and the size of its ``.pt`` files appear in the card).
+        The folder holding the ``.pt`` files, whose size appears in the card.
+    name : str, optional
+        The model folder's name in the card's commands; default: ``out``'s.
 
     Returns
     -------
@@ -249,6 +298,7 @@ def model_card(config: Dict[str, Any], out: Path) -> str:
     test, details = src.get("test") or {}, src.get("error_rate_details") or {}
     calibration, policy = src.get("calibration") or {}, config.get("label_policy") or {}
     size = sum(f.stat().st_size for f in out.iterdir() if f.suffix == ".pt")
+    folder_name = name or out.name
     name = enc.get("name", "conditional")
     model = name if name != "conditional" else f"conditional, {enc.get('controller')} controller"
     rows = [
@@ -301,14 +351,14 @@ Surprisal-triggered conditional computation for CTC phone recognition{origin}
 ```python
 from surprisal_cc.inference import ConditionalASR
 
-asr = ConditionalASR.from_pretrained("{out.name}")   # deterministic routing (p_big > 0.5), one thread
+asr = ConditionalASR.from_pretrained("{folder_name}")   # deterministic routing (p_big > 0.5), one thread
 result = asr.transcribe_file("utterance.flac")
 print(result.text, result.segments, result.flops_per_frame, result.rtf)
 ```
 
 ```bash
-surprisal-cc transcribe utterance.flac --model {out.name} [--json | --format ctm] [--plot routing.png]
-surprisal-cc evaluate LibriSpeech/dev-clean-2 --model {out.name} [--mfa-labels dev-clean-2_mfa.csv] [--json]
+surprisal-cc transcribe utterance.flac --model {folder_name} [--json | --format ctm] [--plot routing.png]
+surprisal-cc evaluate LibriSpeech/dev-clean-2 --model {folder_name} [--mfa-labels dev-clean-2_mfa.csv] [--json]
 ```
 
 The test PER above is the recipe's decoding{tested}; both commands and `ConditionalASR` route

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from benchmarks.run_all import BENCHMARKS, run_benchmarks
+from benchmarks.run_all import BENCHMARKS, main, run_benchmarks
 from data_fixtures import make_librispeech_fixture, write_mfa_csv
 
 
@@ -194,8 +194,6 @@ def test_inference_benchmark_without_bf16(monkeypatch):
 def test_device_option(capsys):
     """``--device cuda`` runs training and rnn on the GPU and skips the CPU benchmarks; without CUDA it is
     one clear error before anything runs."""
-    from benchmarks.run_all import main
-
     status = main(["--smoke", "--only", "rnn,decoding", "--device", "cuda", "--json"])
     captured = capsys.readouterr()
     if not torch.cuda.is_available():
@@ -233,3 +231,11 @@ def test_step_products_count_every_multiply_of_the_step():
     seconds = bt.time_products(products, torch.float32, repeats=1)
     assert set(seconds) == {(p.m, p.k, p.n) for p in products} and all(s > 0 for s in seconds.values())
 
+
+
+@pytest.mark.parametrize("only", ["", " , "])
+def test_an_empty_only_is_a_usage_error_not_every_benchmark(only, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["--smoke", "--only", only])
+    assert stopped.value.code == 2
+    assert "--only names no benchmark; choose from training," in capsys.readouterr().err

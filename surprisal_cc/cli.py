@@ -485,7 +485,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--average", type=positive_int, default=1, metavar="N",
                    help="average the weights of the N best checkpoints (default 1: the best one)")
     for name, help_text in (("transcribe", "phones, routing, FLOPs and RTF of audio files"),
-                            ("evaluate", "PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT or manifest corpus")):
+                            ("evaluate", "PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT, Kaldi or manifest corpus")):
         p = sub.add_parser(name, help=help_text)
         if name == "transcribe":
             p.add_argument("audio", nargs="+", help="audio files or folders of audio files")
@@ -499,7 +499,8 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                            help="files longer than S + 16 s are decoded in parts of S seconds with 8 s of context "
                                 "on each side, in bounded memory (default 60; 0: every file whole)")
         else:
-            p.add_argument("data", help="LibriSpeech-format folder, TIMIT folder or manifest CSV")
+            p.add_argument("data", help="LibriSpeech-format folder, TIMIT folder, Kaldi data folder (wav.scp, text) "
+                                           "or manifest CSV")
             p.add_argument("--mfa-labels", help="MFA labels (CSV export or TextGrid folder) instead of lexicon labels")
             p.add_argument("--g2p", choices=["spn", "flite", "error"],
                            help="lexicon labels: words CMUdict lacks (default: the model's training policy)")

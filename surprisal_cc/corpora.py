@@ -1,6 +1,7 @@
 """The labelled corpora ``evaluate`` scores (:meth:`surprisal_cc.inference.ConditionalASR.evaluate`),
 each read as (utterance id, audio path, reference phones): a LibriSpeech-format folder (CMUdict
-labels by the model's training label policy, or MFA labels), a TIMIT folder or a manifest CSV.
+labels by the model's training label policy, or MFA labels), a TIMIT folder, a Kaldi data folder
+(``wav.scp`` and ``text``, labelled by the lexicon) or a manifest CSV.
 
 Example
 -------
@@ -26,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .data.audio import MAX_LISTED
 from .data.errors import BadLabelsError, DataPreparationError
+from .data.kaldi import is_kaldi_data_folder, read_kaldi_data_folder
 from .data.manifest import read_text
 from .errors import ConfigurationError
 
@@ -43,7 +45,7 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     Arguments
     ---------
     data : str or path
-        A LibriSpeech-format folder, a TIMIT folder or a manifest CSV (see
+        A LibriSpeech-format folder, a TIMIT folder, a Kaldi data folder or a manifest CSV (see
         :meth:`~surprisal_cc.inference.ConditionalASR.evaluate`).
     asr : ~surprisal_cc.inference.ConditionalASR
         The model: its label set and its training label policy.
@@ -54,8 +56,8 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     timit_split : str
         ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
     problems : list, optional
-        Given a list, utterances of a LibriSpeech-format folder without a usable transcript or
-        MFA labels are left out, with one ``"file: problem"`` line each appended to it, instead
+        Given a list, utterances of a LibriSpeech-format or Kaldi data folder without a usable
+        transcript (or MFA labels) are left out, with one ``"file: problem"`` line each appended to it, instead
         of failing.
 
     Returns
@@ -76,9 +78,14 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         raise DataPreparationError(f"{path}: no such file or folder")
     if path.is_file():
         if path.suffix.lower() != ".csv":
-            raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder "
-                                       "or a manifest CSV (ID, wav, phn columns)")
+            raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder, "
+                                       "a Kaldi data folder (wav.scp, text) or a manifest CSV (ID, wav, phn columns)")
         items, source = _manifest_items(path, asr, g2p)
+    elif is_kaldi_data_folder(path):
+        if mfa_labels is not None:
+            raise ConfigurationError(f"{path}: MFA labels are read for LibriSpeech-format folders; a Kaldi data "
+                                     "folder is labelled from its text by the lexicon")
+        items, source = _kaldi_items(path, asr, g2p, problems)
     elif _is_timit(path):
         items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
     else:
@@ -109,7 +116,8 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: 
     Arguments
     ---------
     data : str or path
-        The corpus of ``items``: a LibriSpeech-format folder or a manifest CSV with a ``wrd`` column.
+        The corpus of ``items``: a LibriSpeech-format folder, a Kaldi data folder or a manifest CSV
+        with a ``wrd`` column.
     items : sequence of (str, str, list of str)
         Utterance id, audio path and reference phones.
     mfa_labels : str or path, optional
@@ -139,6 +147,8 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: 
         if any("wrd" not in row for row in rows.values()):
             raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
         words = {utt: rows[utt]["wrd"].split() for utt, _, _ in items}
+    elif is_kaldi_data_folder(path):
+        words = {u.id: list(u.words) for u in read_kaldi_data_folder(path, problems=[])}
     elif _is_timit(path):
         raise ConfigurationError(f"{path}: TIMIT's labels are hand-labelled phones, not words' pronunciations: "
                                  "scoring against any pronunciation is for LibriSpeech folders and manifests")
@@ -189,6 +199,18 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str]) -> Tuple[List[Item
     items = [(r["ID"], wav, lexicon.words_to_phones(ws, boundary, r["ID"])) for r, wav, ws in zip(rows, wavs, words)]
     lexicon.warn_oov_summary()
     return items, f"manifest {path}, wrd by the lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
+
+
+def _kaldi_items(path: Path, asr: Any, g2p: Optional[str],
+                 problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
+    """Items of a Kaldi data folder, its ``text`` labelled by the lexicon as the model's training
+    labels were (``problems``: see :func:`corpus_items`), and the label source."""
+    utts = read_kaldi_data_folder(path, problems)
+    lexicon, g2p, boundary = _lexicon(asr, g2p)
+    lexicon.prefetch(w for u in utts for w in u.words)
+    items = [(u.id, u.wav, lexicon.words_to_phones(list(u.words), boundary, u.id)) for u in utts]
+    lexicon.warn_oov_summary()
+    return items, f"Kaldi text {path / 'text'} by the lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
 
 
 def _manifest_wav(manifest: Path, wav: str) -> str:

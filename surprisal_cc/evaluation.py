@@ -60,8 +60,10 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     data : str or path
         A LibriSpeech-format folder (``speaker/chapter/*.flac`` + ``*.trans.txt``; labels from
         CMUdict with the model's training G2P policy, or MFA labels from ``mfa_labels``), a
-        TIMIT folder (``timit_split``: the core ``test`` set, the ``valid`` speakers or ``train``)
-        or a manifest CSV as the recipes write (``ID``, ``wav``, ``phn`` columns).
+        TIMIT folder (``timit_split``: the core ``test`` set, the ``valid`` speakers or ``train``),
+        a Kaldi data folder (``wav.scp`` and ``text``, labelled by the lexicon:
+        :mod:`surprisal_cc.data.kaldi`) or a manifest CSV as the recipes write (``ID``, ``wav``,
+        ``phn`` columns, or ``wrd``).
     mfa_labels : str or path, optional
         MFA export CSV with the labels of a LibriSpeech-format folder.
     skip_bad : bool

@@ -643,6 +643,23 @@ def test_evaluate_speechbrain_manifest_with_words_and_relative_paths(model, real
 
 
 @pytest.mark.integration
+def test_evaluate_kaldi_data_folder(model, real_flac, tmp_path, monkeypatch, capsys):
+    """A Kaldi data folder (wav.scp, text) is labelled by the lexicon; an entry Kaldi would run as a
+    command is one error line, and --skip-bad scores the rest."""
+    folder = tmp_path / "data" / "test"
+    folder.mkdir(parents=True)
+    (folder / "wav.scp").write_text(f"u1 {real_flac}\nu2 flac -c -d -s {real_flac} |\n")
+    (folder / "text").write_text("u1 hello world\nu2 hello world\n")
+    assert main(["evaluate", str(folder), "--model", str(model)]) == 1
+    errors = error_lines(capsys)
+    assert errors[0].startswith(f"error: {folder / 'wav.scp'}: u2: a command (flac -c -d -s") and "--skip-bad" in errors[-1]
+    assert main(["evaluate", str(folder), "--model", str(model), "--skip-bad", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["num_utterances"] == 1 and report["num_ref_tokens"] == 10  # sil HH AH L OW W ER L D sil
+    assert report["labels"].startswith("Kaldi text") and len(report["skipped"]) == 1
+
+
+@pytest.mark.integration
 def test_evaluate_bias_shift_trades_flops(model, librispeech_folder, capsys):
     """--bias-shift S moves the controller's logit: fewer frames on the big network (and fewer FLOPs
     counted) below 0, more above; --flops-fraction F solves the shift that meets a budget on the

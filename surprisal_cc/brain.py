@@ -455,7 +455,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "target_unit": self.hparams.target_unit,
             "commit": git_commit(),
             "device": str(self.device),
-            "train_wallclock_s": getattr(self, "train_wallclock", None),  # this session's, when resumed
+            "train_wallclock_s": getattr(self, "train_wallclock", None),  # this process's, when resumed
             "train_resumed": getattr(self, "train_resumed", None),
             "test_wallclock_s": time.time() - self.stage_start_time,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -493,7 +493,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         return self.calibration
 
     def on_fit_start(self):
-        # a checkpoint present before recovery means this session resumes an interrupted run
+        # a checkpoint present before recovery means this process resumes an interrupted run
         self.train_resumed = self.checkpointer is not None and self.checkpointer.find_checkpoint() is not None
         try:
             super().on_fit_start()

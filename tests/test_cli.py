@@ -197,6 +197,8 @@ def test_bench(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("SURPRISAL_CC_DATA", str(tmp_path / "nowhere"))
     assert main(["bench", "--only", "dataprep"]) == 0
     assert "SKIPPED: dev-clean-2 not found" in capsys.readouterr().out
+    assert main(["bench", "--only", ""]) == 2  # not every benchmark
+    assert "--only names no benchmark" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "--bogus"])
     assert exit_info.value.code == 2

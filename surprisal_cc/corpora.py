@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .data.audio import MAX_LISTED
-from .data.errors import BadLabelsError, DataPreparationError
+from .data.errors import DataPreparationError, collect_or_raise_label_problems
 from .data.kaldi import is_kaldi_data_folder, read_kaldi_data_folder
 from .data.manifest import read_text
 from .errors import ConfigurationError
@@ -277,15 +277,10 @@ def _librispeech_items(path: Path, asr: Any, mfa_labels: Optional[PathLike],
     if labels is not None:
         found += [f"{u.wav}: no labels for {u.id} in {mfa_labels}" for u in utts if u.id not in labels]
         utts = [u for u in utts if u.id in labels]
-    if found and problems is None:
-        total = len(utts) + len(found)
-        hint = "leave out --mfa-labels to use lexicon labels, or " if labels is not None else ""
-        raise BadLabelsError(found[:MAX_LISTED] + ([f"... and {len(found) - MAX_LISTED} more"]
-                                                   if len(found) > MAX_LISTED else []), total,
-                             f"{len(found)} of {total} utterances have no usable labels; {hint}"
-                             "pass --skip-bad (skip_bad=True) to score the others")
-    if problems is not None:
-        problems.extend(found)
+    total = len(utts) + len(found)
+    hint = "leave out --mfa-labels to use lexicon labels, or " if labels is not None else ""
+    collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances have no usable labels; {hint}"
+                                    "pass --skip-bad (skip_bad=True) to score the others", problems, MAX_LISTED)
     if labels is not None:
         return [(u.id, str(u.wav), list(labels[u.id])) for u in utts], f"MFA {mfa_labels}"
     lexicon, g2p, boundary = _lexicon(asr, g2p)

@@ -1,7 +1,7 @@
 """Exceptions and warnings about corpora, labels and audio files."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import List, Optional, Sequence
 
 
 class DataPreparationError(ValueError):
@@ -36,3 +36,29 @@ class BadAudioError(DataPreparationError):
 class BadLabelsError(BadAudioError):
     """Utterances without usable labels (no transcript line, an empty one, no MFA labels);
     ``problems`` holds one ``"path: reason"`` line per utterance."""
+
+
+def collect_or_raise_label_problems(found: Sequence[str], total: int, message: str,
+                                    problems: Optional[List[str]], limit: int) -> None:
+    """Append the ``found`` problem lines to ``problems`` when a list is given (the caller skips
+    those utterances); otherwise, where there are any, raise :class:`BadLabelsError` listing the
+    first ``limit`` of them, with ``message`` as its last line.
+
+    Example
+    -------
+    >>> kept = []
+    >>> collect_or_raise_label_problems(["a.flac: no transcript"], 3, "pass --skip-bad", kept, limit=20)
+    >>> kept
+    ['a.flac: no transcript']
+    >>> collect_or_raise_label_problems(["a.flac: no transcript", "b.flac: empty"], 3, "pass --skip-bad", None, limit=1)
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.BadLabelsError: a.flac: no transcript
+    ... and 1 more
+    pass --skip-bad
+    """
+    if problems is not None:
+        problems.extend(found)
+    elif found:
+        listed = list(found[:limit]) + ([f"... and {len(found) - limit} more"] if len(found) > limit else [])
+        raise BadLabelsError(listed, total, message)

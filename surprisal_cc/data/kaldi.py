@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .audio import MAX_LISTED
-from .errors import BadLabelsError, DataPreparationError
+from .errors import DataPreparationError, collect_or_raise_label_problems
 from .manifest import read_text
 
 PathLike = Union[str, os.PathLike]
@@ -64,7 +64,7 @@ def read_kaldi_data_folder(folder: PathLike, problems: Optional[List[str]] = Non
     ------
     DataPreparationError
         When a file is missing, a line has no value or an utterance id occurs twice in a file;
-        :class:`BadLabelsError` for utterances without usable audio or words (without ``problems``).
+        :class:`~surprisal_cc.data.errors.BadLabelsError` for utterances without usable audio or words (without ``problems``).
     """
     folder = Path(folder)
     for name in ("wav.scp", "text"):
@@ -92,14 +92,9 @@ def read_kaldi_data_folder(folder: PathLike, problems: Optional[List[str]] = Non
             utterances.append(KaldiUtterance(utt, _audio_path(folder, entry), words))
     found += [f"{folder / 'wav.scp'}: no line for {utt} (it has a transcript in text)"
               for utt in sorted(set(texts) - set(entries))]
-    if found and problems is None:
-        total = len(entries.keys() | texts.keys())
-        raise BadLabelsError(found[:MAX_LISTED] + ([f"... and {len(found) - MAX_LISTED} more"]
-                                                   if len(found) > MAX_LISTED else []), total,
-                             f"{len(found)} of {total} utterances of {folder} cannot be scored; "
-                             "pass --skip-bad (skip_bad=True) to score the others")
-    if problems is not None:
-        problems.extend(found)
+    total = len(entries.keys() | texts.keys())
+    collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances of {folder} cannot be "
+                                    "scored; pass --skip-bad (skip_bad=True) to score the others", problems, MAX_LISTED)
     if not utterances:
         raise DataPreparationError(f"{folder}: no utterance with both audio and words")
     return utterances

@@ -193,24 +193,16 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str]) -> Tuple[List[Item
     wavs = [_manifest_wav(path, r["wav"]) for r in rows]
     if label == "phn":
         return [(r["ID"], wav, r["phn"].split()) for r, wav in zip(rows, wavs)], f"manifest {path}"
-    lexicon, g2p, boundary = _lexicon(asr, g2p)
-    words = [r["wrd"].upper().split() for r in rows]
-    lexicon.prefetch(w for ws in words for w in ws)
-    items = [(r["ID"], wav, lexicon.words_to_phones(ws, boundary, r["ID"])) for r, wav, ws in zip(rows, wavs, words)]
-    lexicon.warn_oov_summary()
-    return items, f"manifest {path}, wrd by the lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
+    items, policy = _lexicon_items(asr, g2p, [(r["ID"], wav, r["wrd"].upper().split()) for r, wav in zip(rows, wavs)])
+    return items, f"manifest {path}, wrd by the lexicon ({policy})"
 
 
 def _kaldi_items(path: Path, asr: Any, g2p: Optional[str],
                  problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
     """Items of a Kaldi data folder, its ``text`` labelled by the lexicon as the model's training
     labels were (``problems``: see :func:`corpus_items`), and the label source."""
-    utts = read_kaldi_data_folder(path, problems)
-    lexicon, g2p, boundary = _lexicon(asr, g2p)
-    lexicon.prefetch(w for u in utts for w in u.words)
-    items = [(u.id, u.wav, lexicon.words_to_phones(list(u.words), boundary, u.id)) for u in utts]
-    lexicon.warn_oov_summary()
-    return items, f"Kaldi text {path / 'text'} by the lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
+    items, policy = _lexicon_items(asr, g2p, read_kaldi_data_folder(path, problems))
+    return items, f"Kaldi text {path / 'text'} by the lexicon ({policy})"
 
 
 def _manifest_wav(manifest: Path, wav: str) -> str:
@@ -223,16 +215,23 @@ def _manifest_wav(manifest: Path, wav: str) -> str:
     return str(path if not beside.exists() and path.exists() else beside)
 
 
-def _lexicon(asr: Any, g2p: Optional[str]):
-    """(lexicon, g2p policy, boundary silence) of the model's training label policy (``g2p`` overrides)."""
+def _lexicon_items(asr: Any, g2p: Optional[str],
+                   utterances: Sequence[Tuple[str, Any, Sequence[str]]]) -> Tuple[List[Item], str]:
+    """Items of (utterance id, audio path, words) labelled by the lexicon with the model's training
+    label policy (``g2p`` overrides its G2P), OOV words reported once; and the policy in words."""
     from .data.lexicon import Lexicon
 
     policy = asr.config.get("label_policy", {})
     g2p = g2p or policy.get("g2p") or "spn"
+    boundary = bool(policy.get("add_boundary_silence", True))
     try:
-        return Lexicon(g2p=g2p), g2p, bool(policy.get("add_boundary_silence", True))
+        lexicon = Lexicon(g2p=g2p)
     except ValueError as err:
         raise ConfigurationError(str(err)) from None
+    lexicon.prefetch(w for _, _, words in utterances for w in words)
+    items = [(utt, str(wav), lexicon.words_to_phones(list(words), boundary, utt)) for utt, wav, words in utterances]
+    lexicon.warn_oov_summary()
+    return items, f"CMUdict, g2p={g2p}{', boundary sil' if boundary else ''}"
 
 
 def _timit_items(path: Path, split: str) -> List[Item]:
@@ -283,8 +282,5 @@ def _librispeech_items(path: Path, asr: Any, mfa_labels: Optional[PathLike],
                                     "pass --skip-bad (skip_bad=True) to score the others", problems, MAX_LISTED)
     if labels is not None:
         return [(u.id, str(u.wav), list(labels[u.id])) for u in utts], f"MFA {mfa_labels}"
-    lexicon, g2p, boundary = _lexicon(asr, g2p)
-    lexicon.prefetch(w for u in utts for w in u.words)
-    items = [(u.id, str(u.wav), lexicon.words_to_phones(u.words, boundary, u.id)) for u in utts]
-    lexicon.warn_oov_summary()
-    return items, f"lexicon (CMUdict, g2p={g2p}{', boundary sil' if boundary else ''})"
+    items, policy = _lexicon_items(asr, g2p, [(u.id, u.wav, u.words) for u in utts])
+    return items, f"lexicon ({policy})"

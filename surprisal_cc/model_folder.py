@@ -208,9 +208,9 @@ def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[st
         os.replace(replaced, target)   # an earlier export stopped between its two renames
     _remove_tree(staging)
     staging.mkdir()
-    _atomic_save(_cast(encoder_state, dtype), staging / ENCODER_FILE)
+    torch.save(_cast(encoder_state, dtype), staging / ENCODER_FILE)
     if apc_blob is not None:
-        _atomic_save({**apc_blob, "state_dict": _cast(apc_blob["state_dict"], dtype)}, staging / APC_FILE)
+        torch.save({**apc_blob, "state_dict": _cast(apc_blob["state_dict"], dtype)}, staging / APC_FILE)
     (staging / MODEL_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
     (staging / CARD_FILE).write_text(model_card(config, staging, name=target.name), encoding="utf-8")
     _swap_into_place(staging, target, replaced)
@@ -265,13 +265,6 @@ def _cast(state: Dict[str, Tensor], dtype: torch.dtype) -> Dict[str, Tensor]:
     """
     return {k: (v.to(dtype) if v.is_floating_point() and v.ndim >= 2 else v).detach().cpu().clone()
             for k, v in state.items()}
-
-
-def _atomic_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file beside ``path``, then rename it to ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -58,6 +58,13 @@ def test_entries_that_are_not_audio_files_and_missing_transcripts_are_listed(tmp
     assert found == problems
 
 
+def test_standard_input_is_refused_and_a_file_name_with_a_dash_is_not(tmp_path):
+    folder = _data_folder(tmp_path, "a -\nb /a/take-\nc /a/-c.wav\n", "a HELLO\nb HELLO\nc HELLO\n")
+    found = []
+    assert [u.wav for u in read_kaldi_data_folder(folder, problems=found)] == ["/a/take-", "/a/-c.wav"]
+    assert found == [f"{folder / 'wav.scp'}: a: standard input (-), not an audio file"]
+
+
 @pytest.mark.parametrize("files, message", [
     ({"text": None}, "a Kaldi data folder needs text"),
     ({"segments": "u1 rec1 0.0 1.5\n"}, "segments: utterances cut from longer recordings are not read"),

@@ -123,8 +123,8 @@ def _not_a_file(entry: str) -> Optional[str]:
     if entry.endswith("|"):
         return (f"a command ({entry}), not an audio file: write its output to a file and list that, "
                 "e.g. with Kaldi's wav-copy")
-    if entry.startswith("-") or entry.endswith("-"):
-        return f"standard input or output ({entry}), not an audio file"
+    if entry == "-":
+        return "standard input (-), not an audio file"
     if ".ark:" in entry:
         return f"an offset into a Kaldi archive ({entry}), not an audio file: list the audio files"
     return None

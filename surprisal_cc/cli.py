@@ -36,7 +36,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .arguments import finite_float, make_output_folder, non_negative_float, positive_int
 from .errors import UsageError
@@ -243,18 +243,42 @@ def _load_model(args):
     return asr
 
 
-def unique_names(audio: Sequence[Path]) -> List[str]:
-    """A distinct name per audio file: its stem, with the parent folder's name added (then a number)
-    where two files share a stem. The CTM file ids and the routing plots' names.
+def audio_inputs(given: str, problems: Optional[List[str]] = None) -> List[Tuple[Path, Optional[str]]]:
+    """The audio files one ``transcribe`` input stands for, each with its utterance id or None: a
+    Kaldi data folder (with ``wav.scp``) stands for its utterances, another folder for the audio files
+    under it, a file for itself. ``problems``: as :func:`~surprisal_cc.data.kaldi.read_wav_scp`'s.
 
     Example
     -------
-    >>> unique_names([Path("a/x.flac"), Path("b/x.flac"), Path("b/y.wav")])
-    ['a_x', 'b_x', 'y']
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "wav.scp").write_text("u1 /audio/a.flac\\n")
+    ...     audio_inputs(tmp), audio_inputs("/audio/b.wav")
+    ([(PosixPath('/audio/a.flac'), 'u1')], [(PosixPath('/audio/b.wav'), None)])
     """
-    stems = [a.stem for a in audio]
-    names = [f"{a.parent.name}_{a.stem}" if stems.count(a.stem) > 1 else a.stem for a in audio]
-    seen: dict = {}
+    from .data.audio import iter_audio_paths
+    from .data.kaldi import is_kaldi_data_folder, read_wav_scp
+
+    if is_kaldi_data_folder(given):
+        return [(Path(path), utt) for utt, path in read_wav_scp(given, problems).items()]
+    return [(path, None) for path in iter_audio_paths([given])]
+
+
+def output_names(items: Sequence[Tuple[Path, Optional[str]]]) -> List[str]:
+    """A distinct name per input of :func:`audio_inputs`, the CTM file ids and the routing plots'
+    names: the utterance id where there is one, else the file's stem, with the parent folder's name
+    added where two stems are the same; a name still taken gets a number.
+
+    Example
+    -------
+    >>> output_names([(Path("a/x.flac"), None), (Path("b/x.flac"), None), (Path("b/y.wav"), None),
+    ...               (Path("c/z.wav"), "y"), (Path("c/z.wav"), "u2")])
+    ['a_x', 'b_x', 'y_1', 'y_2', 'u2']
+    """
+    stems = [path.stem for path, utt in items if utt is None]
+    names = [utt if utt is not None else f"{path.parent.name}_{path.stem}" if stems.count(path.stem) > 1
+             else path.stem for path, utt in items]
+    seen: Dict[str, int] = {}
     unique = []
     for name in names:
         seen[name] = seen.get(name, 0) + 1
@@ -262,19 +286,19 @@ def unique_names(audio: Sequence[Path]) -> List[str]:
     return unique
 
 
-def plot_paths(plot: str, audio: Sequence[Path]) -> List[Path]:
-    """The routing plot of each audio file: ``plot`` for one file; for several, ``OUT_<name>.png``
-    with :func:`unique_names`.
+def plot_paths(plot: str, names: Sequence[str]) -> List[Path]:
+    """The routing plot of each input named by :func:`output_names`: ``plot`` for one input; for
+    several, ``OUT_<name>.png``.
 
     Example
     -------
-    >>> [p.name for p in plot_paths("out/r.png", [Path("a/x.flac"), Path("b/x.flac"), Path("b/y.wav")])]
-    ['r_a_x.png', 'r_b_x.png', 'r_y.png']
+    >>> [p.name for p in plot_paths("out/r.png", ["a_x", "b_x", "y"])], plot_paths("out/r.png", ["y"])
+    (['r_a_x.png', 'r_b_x.png', 'r_y.png'], [PosixPath('out/r.png')])
     """
     path = Path(plot)
-    if len(audio) == 1:
+    if len(names) == 1:
         return [path]
-    return [path.with_name(f"{path.stem}_{name}{path.suffix or '.png'}") for name in unique_names(audio)]
+    return [path.with_name(f"{path.stem}_{name}{path.suffix or '.png'}") for name in names]
 
 
 def _emit(line: str) -> None:
@@ -294,7 +318,7 @@ def _long_progress(path: Path):
 def cmd_transcribe(args, unknown: List[str]) -> int:
     from .data.errors import BadAudioError, DataPreparationError
     from .errors import ConfigurationError
-    from .data.audio import check_audio_many, iter_audio_paths, warn_converted
+    from .data.audio import check_audio_many, warn_converted
     from .long_audio import PROGRESS_AFTER_S
 
     if args.json and args.format not in ("text", "json"):
@@ -305,25 +329,29 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
         raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
     if args.plot:  # before any decoding
         make_output_folder("--plot", args.plot)
-    found = [(given, list(iter_audio_paths([given]))) for given in args.audio]
-    paths = [path for _, listed in found for path in listed]
-    if not paths:
+    not_audio: List[str] = []  # wav.scp entries that are not audio files (--skip-bad)
+    found = [(given, audio_inputs(given, not_audio if args.skip_bad else None)) for given in args.audio]
+    items = [item for _, listed in found for item in listed]
+    if not items:
         raise FileNotFoundError(f"no audio files in {', '.join(args.audio)}")
     empty = [given for given, listed in found if not listed]
     if empty:
         warnings.warn(f"no audio files in {', '.join(empty)}")
+    paths = [path for path, _ in items]
     infos, problems = check_audio_many(paths)
     if problems and not args.skip_bad:
         hint = (f"{len(problems)} of {len(paths)} files are unusable; pass --skip-bad to transcribe the others"
                 if len(paths) > 1 else "")
         raise BadAudioError(problems, len(paths), hint)
+    problems = not_audio + problems
     for problem in problems:
         warnings.warn(f"skipped {problem}")
     warn_converted(infos, asr.feature_config.sample_rate)
-    usable = [p for p in paths if str(p) in infos]
-    budget = asr.meet_flops_budget(usable, args.flops_fraction) if args.flops_fraction is not None else None
-    plots = dict(zip(usable, plot_paths(args.plot, usable))) if args.plot and usable else {}
-    ctm_ids = dict(zip(usable, unique_names(usable)))
+    usable = [(path, utt) for path, utt in items if str(path) in infos]
+    budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction)
+              if args.flops_fraction is not None else None)
+    names = output_names(usable)
+    plots = plot_paths(args.plot, names) if args.plot else []
     if fmt != "json":  # the JSON objects carry these; text and CTM say them once, on stderr
         if budget:
             print(f"budget: {budget['fraction']:g} x big-only MACs per frame at bias shift {budget['bias_shift']:+.3f} "
@@ -338,35 +366,36 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
             path, _, reason = problem.partition(": ")
             _emit(json.dumps({"path": path, "skipped": reason}))
     done = 0
-    for path in usable:
+    for i, (path, utt) in enumerate(usable):
         long = infos[str(path)].duration > PROGRESS_AFTER_S
         result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
                                              progress=_long_progress(path) if long else None)
         done += 1
         if fmt == "json":
-            _emit(json.dumps({**result.to_dict(), **run}))
+            _emit(json.dumps({**result.to_dict(), **({"utterance": utt} if utt else {}), **run}))
         elif fmt == "ctm":
-            _emit(result.to_ctm(ctm_ids[path]))
+            _emit(result.to_ctm(names[i]))
         else:
-            _emit(_format_transcription(result))
+            _emit(_format_transcription(result, utt))
         if args.plot:
             from .plots import plot_routing
 
-            plot_routing(result.fbank, result.surprisal, result.use_big, plots[path], title=path.name,
+            plot_routing(result.fbank, result.surprisal, result.use_big, plots[i], title=utt or path.name,
                          frame_shift_s=result.frame_shift_s)
     if not done:
         raise DataPreparationError("none of the given files is usable audio")
     return 0
 
 
-def _format_transcription(result) -> str:
+def _format_transcription(result, utterance: Optional[str] = None) -> str:
     routing = ""
     if result.p_big is not None:
         routing = (f", p_big {float(result.p_big.mean()):.3f} (big network on {100 * result.big_fraction:.1f} % "
                    f"of frames, {result.routing} routing{'' if result.seed is None else f' seed {result.seed}'})")
     elif result.steps is not None:
         routing = f", {float(result.steps.mean()):.2f} steps per frame"
-    return (f"{result.path}\n  {result.text}\n  {result.duration_s:.2f} s, {result.num_frames} frames, "
+    header = f"{utterance} ({result.path})" if utterance else result.path
+    return (f"{header}\n  {result.text}\n  {result.duration_s:.2f} s, {result.num_frames} frames, "
             f"{result.flops_per_frame / 1e6:.2f}M FLOPs per frame{routing}, RTF {result.rtf:.3f}")
 
 
@@ -487,9 +516,10 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                             ("evaluate", "PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT, Kaldi or manifest corpus")):
         p = sub.add_parser(name, help=help_text)
         if name == "transcribe":
-            p.add_argument("audio", nargs="+", help="audio files or folders of audio files")
+            p.add_argument("audio", nargs="+", help="audio files, folders of audio files, or Kaldi data folders "
+                                                    "(their wav.scp; each utterance named by its id)")
             p.add_argument("--plot", help="routing plot (spectrogram, surprisal, network per frame) as PNG; "
-                                          "with several files, one per file named OUT_<file>.png")
+                                          "with several files, one per file named OUT_<file or utterance id>.png")
             p.add_argument("--format", choices=["text", "json", "ctm"], default="text",
                            help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
                                 "with each phone's start and end; ctm: one line per phone (file channel start "

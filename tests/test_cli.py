@@ -426,6 +426,36 @@ def test_transcribe_json_lines_with_phone_times_and_ctm(model, real_flac, tmp_pa
 
 
 @pytest.mark.integration
+def test_transcribe_kaldi_data_folder_names_each_utterance_by_its_id(model, real_flac, tmp_path, capsys):
+    """A Kaldi data folder stands for its wav.scp's utterances (no text needed): CTM, JSON, text and
+    plots name them by id; an entry Kaldi would run as a command is an error, --skip-bad skips it."""
+    folder = tmp_path / "data" / "test"
+    folder.mkdir(parents=True)
+    (folder / "wav.scp").write_text(f"spk1-u2 {real_flac}\nspk1-u1 {real_flac}\nu3 flac -c -d -s {real_flac} |\n")
+    assert main(["transcribe", str(folder), "--model", str(model), "--format", "ctm"]) == 1
+    errors = error_lines(capsys)
+    assert errors[0] == (f"error: {folder / 'wav.scp'}: u3: a command (flac -c -d -s {real_flac} |), not an audio "
+                         "file: write its output to a file and list that, e.g. with Kaldi's wav-copy")
+    assert "--skip-bad" in errors[-1]
+    assert main(["transcribe", str(folder), str(real_flac), "--model", str(model), "--format", "ctm",
+                 "--skip-bad"]) == 0
+    captured = capsys.readouterr()
+    ctm = [line.split() for line in captured.out.splitlines()]
+    ids = list(dict.fromkeys(row[0] for row in ctm))
+    assert ids == ["spk1-u1", "spk1-u2", real_flac.stem]  # wav.scp sorted by id, then the file
+    assert [row[1:] for row in ctm if row[0] == "spk1-u1"] == [row[1:] for row in ctm if row[0] == real_flac.stem]
+    assert "skipped" in captured.err and "u3: a command" in captured.err
+    assert main(["transcribe", str(folder), "--model", str(model), "--json", "--skip-bad",
+                 "--plot", str(tmp_path / "plots" / "r.png")]) == 0
+    skipped, *results = _json_lines(capsys.readouterr().out)
+    assert skipped["path"] == str(folder / "wav.scp") and skipped["skipped"].startswith("u3: a command")
+    assert [(r["utterance"], r["path"]) for r in results] == [("spk1-u1", str(real_flac)), ("spk1-u2", str(real_flac))]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["r_spk1-u1.png", "r_spk1-u2.png"]
+    assert main(["transcribe", str(folder), "--model", str(model), "--skip-bad"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"spk1-u1 ({real_flac})"
+
+
+@pytest.mark.integration
 def test_transcribe_long_file_in_parts_with_progress_and_blank_penalty(model, real_flac, tmp_path, capsys):
     """--chunk-seconds decodes a 70 s file in parts (progress on stderr) into as many frames as whole-file
     decoding; --blank-penalty lengthens the phone sequence."""

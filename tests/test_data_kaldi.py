@@ -7,7 +7,7 @@ import pytest
 
 from surprisal_cc.corpora import corpus_items, pronunciation_references
 from surprisal_cc.data.errors import BadLabelsError, DataPreparationError
-from surprisal_cc.data.kaldi import KaldiUtterance, is_kaldi_data_folder, read_kaldi_data_folder
+from surprisal_cc.data.kaldi import KaldiUtterance, is_kaldi_data_folder, read_kaldi_data_folder, read_wav_scp
 from surprisal_cc.data.phones import LIBRISPEECH_PHONES
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.inference import ConditionalASR
@@ -63,6 +63,26 @@ def test_standard_input_is_refused_and_a_file_name_with_a_dash_is_not(tmp_path):
     found = []
     assert [u.wav for u in read_kaldi_data_folder(folder, problems=found)] == ["/a/take-", "/a/-c.wav"]
     assert found == [f"{folder / 'wav.scp'}: a: standard input (-), not an audio file"]
+
+
+def test_wav_scp_alone_is_what_transcription_reads(tmp_path):
+    """Transcribing needs no text; entries that are not audio files are listed or collected."""
+    folder = _data_folder(tmp_path, "b /a/b.wav\npipe sox /a/p.wav -t wav - |\na /a/a.flac\n", "")
+    (folder / "text").unlink()
+    with pytest.raises(BadLabelsError) as raised:
+        read_wav_scp(folder)
+    assert raised.value.problems == [f"{folder / 'wav.scp'}: pipe: a command (sox /a/p.wav -t wav - |), not an "
+                                     "audio file: write its output to a file and list that, e.g. with Kaldi's wav-copy"]
+    assert "1 of 3 utterances" in str(raised.value) and "--skip-bad to transcribe the others" in str(raised.value)
+    found = []
+    assert read_wav_scp(folder, problems=found) == {"a": "/a/a.flac", "b": "/a/b.wav"}
+    assert list(read_wav_scp(folder, problems=[])) == ["a", "b"] and found == raised.value.problems
+    (folder / "wav.scp").write_text("u1 cat x.wav |\n")
+    with pytest.raises(DataPreparationError, match="wav.scp: no utterance with an audio file"):
+        read_wav_scp(folder, problems=[])
+    (folder / "wav.scp").unlink()
+    with pytest.raises(DataPreparationError, match="needs wav.scp"):
+        read_wav_scp(folder)
 
 
 @pytest.mark.parametrize("files, message", [

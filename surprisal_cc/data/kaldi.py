@@ -1,5 +1,6 @@
 """A Kaldi data folder (``wav.scp`` and ``text``, as Kaldi, ESPnet and lhotse's ``kaldi export``
-write them) read as utterances with their audio file and words.
+write them) read as utterances with their audio file and words (:func:`read_kaldi_data_folder`,
+for scoring), or as utterances with their audio file alone (:func:`read_wav_scp`, for transcribing).
 
 ``wav.scp`` lines are ``UTT PATH``; a relative path is read from the current folder, as Kaldi reads
 it, or else from the data folder. Entries that Kaldi runs as commands (``... |``) or reads from
@@ -29,7 +30,7 @@ from .manifest import read_text
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["KaldiUtterance", "is_kaldi_data_folder", "read_kaldi_data_folder"]
+__all__ = ["KaldiUtterance", "is_kaldi_data_folder", "read_kaldi_data_folder", "read_wav_scp"]
 
 
 class KaldiUtterance(NamedTuple):
@@ -67,37 +68,87 @@ def read_kaldi_data_folder(folder: PathLike, problems: Optional[List[str]] = Non
         :class:`~surprisal_cc.data.errors.BadLabelsError` for utterances without usable audio or words (without ``problems``).
     """
     folder = Path(folder)
-    for name in ("wav.scp", "text"):
-        if not (folder / name).is_file():
-            raise DataPreparationError(f"{folder}: a Kaldi data folder needs {name} (wav.scp: UTT PATH lines; "
-                                       "text: UTT WORD ... lines)")
-    if (folder / "segments").exists():
-        raise DataPreparationError(f"{folder / 'segments'}: utterances cut from longer recordings are not read; "
-                                   "write each utterance to its own audio file (e.g. Kaldi's "
-                                   "extract-segments), or give the recordings whole with a wav.scp of its own")
-    entries = _read_table(folder / "wav.scp")
+    audio, refused = _wav_scp(folder)
+    if not (folder / "text").is_file():
+        raise DataPreparationError(f"{folder}: a Kaldi data folder needs text (UTT WORD ... lines) to be scored")
     texts = _read_table(folder / "text", empty_allowed=True)
     found: List[str] = []
     utterances = []
-    for utt, entry in sorted(entries.items()):
-        reason = _not_a_file(entry)
+    for utt in sorted(audio.keys() | refused.keys()):
         words = tuple(texts.get(utt, "").upper().split())
-        if reason:
-            found.append(f"{folder / 'wav.scp'}: {utt}: {reason}")
+        if utt in refused:
+            found.append(f"{folder / 'wav.scp'}: {utt}: {refused[utt]}")
         elif utt not in texts:
             found.append(f"{folder / 'text'}: no line for {utt}")
         elif not words:
             found.append(f"{folder / 'text'}: no words for {utt}")
         else:
-            utterances.append(KaldiUtterance(utt, _audio_path(folder, entry), words))
+            utterances.append(KaldiUtterance(utt, audio[utt], words))
     found += [f"{folder / 'wav.scp'}: no line for {utt} (it has a transcript in text)"
-              for utt in sorted(set(texts) - set(entries))]
-    total = len(entries.keys() | texts.keys())
+              for utt in sorted(set(texts) - set(audio) - set(refused))]
+    total = len(audio.keys() | refused.keys() | texts.keys())
     collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances of {folder} cannot be "
                                     "scored; pass --skip-bad (skip_bad=True) to score the others", problems, MAX_LISTED)
     if not utterances:
         raise DataPreparationError(f"{folder}: no utterance with both audio and words")
     return utterances
+
+
+def read_wav_scp(folder: PathLike, problems: Optional[List[str]] = None) -> Dict[str, str]:
+    """The audio file of each utterance in a Kaldi data folder's ``wav.scp``, by id (sorted): what
+    transcribing it needs (``text`` is not read).
+
+    Arguments
+    ---------
+    folder : str or path
+        A folder with ``wav.scp``.
+    problems : list, optional
+        Given a list, entries that are not audio files (commands, archive offsets, standard input)
+        are left out, with one ``"file: problem"`` line each appended to it, instead of failing.
+
+    Raises
+    ------
+    DataPreparationError
+        As :func:`read_kaldi_data_folder` does, for ``wav.scp`` alone.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "wav.scp").write_text("u2 /audio/u2.flac\\nu1 flac -c -d -s /audio/u1.flac |\\n")
+    ...     skipped = []
+    ...     read_wav_scp(tmp, skipped), [line.split(": ", 1)[1].split(" (")[0] for line in skipped]
+    ({'u2': '/audio/u2.flac'}, ['u1: a command'])
+    """
+    folder = Path(folder)
+    audio, refused = _wav_scp(folder)
+    found = [f"{folder / 'wav.scp'}: {utt}: {reason}" for utt, reason in refused.items()]
+    total = len(audio) + len(refused)
+    collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances of {folder} are not audio "
+                                    "files; pass --skip-bad to transcribe the others", problems, MAX_LISTED)
+    if not audio:
+        raise DataPreparationError(f"{folder / 'wav.scp'}: no utterance with an audio file")
+    return audio
+
+
+def _wav_scp(folder: Path) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """``wav.scp`` of ``folder`` as ({utt: audio path}, {utt: why its entry is not an audio file}),
+    sorted by id; a ``segments`` file is refused."""
+    if not (folder / "wav.scp").is_file():
+        raise DataPreparationError(f"{folder}: a Kaldi data folder needs wav.scp (UTT PATH lines)")
+    if (folder / "segments").exists():
+        raise DataPreparationError(f"{folder / 'segments'}: utterances cut from longer recordings are not read; "
+                                   "write each utterance to its own audio file (e.g. Kaldi's "
+                                   "extract-segments), or give the recordings whole with a wav.scp of its own")
+    audio: Dict[str, str] = {}
+    refused: Dict[str, str] = {}
+    for utt, entry in sorted(_read_table(folder / "wav.scp").items()):
+        reason = _not_a_file(entry)
+        if reason:
+            refused[utt] = reason
+        else:
+            audio[utt] = _audio_path(folder, entry)
+    return audio, refused
 
 
 def _read_table(path: Path, empty_allowed: bool = False) -> Dict[str, str]:

@@ -66,6 +66,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -426,20 +427,26 @@ def acquire_run_lock(folder: Path, name: str = "grid.lock") -> Optional[str]:
     (True, True, True)
     """
     lock = Path(folder) / name
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            holder = lock.read_text(encoding="utf-8").strip() if lock.exists() else ""
-            pid = holder.split()[0] if holder else ""
-            if pid.isdigit() and _process_identity(int(pid)) == holder:
-                return holder
-            lock.unlink(missing_ok=True)  # stale: its process has ended
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(_process_identity(os.getpid()) or str(os.getpid()))
-        return None
-    return lock.read_text(encoding="utf-8").strip() if lock.exists() else "?"
+    # the holder is written beside the lock and linked into place: a lock file is never seen empty
+    # (another grid would take an empty one for stale), and linking fails where the lock exists
+    fd, written = tempfile.mkstemp(dir=lock.parent, prefix=f".{name}.")
+    mine = Path(written)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(_process_identity(os.getpid()) or str(os.getpid()))
+    try:
+        for _ in range(2):
+            try:
+                os.link(mine, lock)
+                return None
+            except FileExistsError:
+                holder = lock.read_text(encoding="utf-8").strip() if lock.exists() else ""
+                pid = holder.split()[0] if holder else ""
+                if pid.isdigit() and _process_identity(int(pid)) == holder:
+                    return holder
+                lock.unlink(missing_ok=True)  # stale: its process has ended
+        return lock.read_text(encoding="utf-8").strip() if lock.exists() else "?"
+    finally:
+        mine.unlink(missing_ok=True)
 
 
 def release_run_lock(folder: Path, name: str = "grid.lock") -> None:

@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -415,3 +416,28 @@ def test_a_run_locked_by_a_live_grid_is_left_to_it_and_a_stale_lock_is_taken_ove
     assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 0
     assert "done: 2" in capsys.readouterr().out  # the dead holder's lock was taken over
     assert (folder / "results.json").exists() and not list(folder.glob("grid-*.lock"))  # released when done
+
+
+def test_two_grids_taking_one_lock_at_once_never_both_get_it(tmp_path, monkeypatch):
+    """The lock file holds its holder from the moment it exists: a grid that looks while another one is
+    taking it sees a live holder, never an empty file it would take for stale."""
+    import threading
+
+    identity = grid._process_identity
+    started = threading.Event()
+
+    def slow_identity(pid):  # the first taker is slow to name itself; the second looks meanwhile
+        if threading.current_thread().name == "first":
+            started.set()
+            time.sleep(0.3)
+        return identity(pid)
+
+    monkeypatch.setattr(grid, "_process_identity", slow_identity)
+    taken = {}
+    first = threading.Thread(target=lambda: taken.update(first=grid.acquire_run_lock(tmp_path)), name="first")
+    first.start()
+    started.wait(5)
+    taken["second"] = grid.acquire_run_lock(tmp_path)
+    first.join(5)
+    assert sorted(map(str, taken.values())).count("None") == 1  # exactly one of them holds it
+    assert [p.name for p in tmp_path.iterdir()] == ["grid.lock"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from typing import Callable, Dict, Iterable, NamedTuple, Optional
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -644,7 +644,7 @@ def calibrate_surprisal_controller(
         c = torch.tensor(math.log(target_mean / (1 - target_mean)), dtype=torch.float64, requires_grad=True)
         optimizer = torch.optim.SGD([a, c], lr=10.0 if lr is None else lr)
     m = sd = None
-    kept, n_seen = [], 0
+    kept, n_seen = _UniformSample(max_frames, generator), 0
     for batch in surprisal_batches:
         s = batch.detach().reshape(-1).double().cpu()
         if s.numel() == 0:
@@ -661,12 +661,10 @@ def calibrate_surprisal_controller(
             p = torch.sigmoid(a * AUTHORS_ERROR_SCALE * s + c)
             calibration_loss(p, target_mean, target_var, unbiased=True).backward()
             optimizer.step()
-        kept.append(s)
-        if sum(k.numel() for k in kept) > 2 * max_frames:
-            kept = [_subsample(torch.cat(kept), max_frames, generator)]
+        kept.add(s)
     if m is None:
         raise ValueError("controller calibration saw no frames: is the training set empty?")
-    values = _subsample(torch.cat(kept), max_frames, generator)
+    values = kept.values()
     if method == "full_batch":
         z = (values - m) / sd
         lbfgs = torch.optim.LBFGS([a, c], lr=1.0, max_iter=500, tolerance_grad=1e-14, tolerance_change=1e-16,
@@ -692,8 +690,37 @@ def calibrate_surprisal_controller(
     return result
 
 
-def _subsample(values: Tensor, max_frames: int, generator: torch.Generator) -> Tensor:
-    """At most ``max_frames`` of ``values``, a seeded uniform subsample when there are more."""
-    if values.numel() <= max_frames:
+class _UniformSample:
+    """A seeded uniform sample, without replacement, of at most ``max_frames`` of the values added
+    batch by batch, in bounded memory: each value draws a random key, and the ``max_frames`` smallest
+    keys seen so far are kept (a value's chance does not depend on when it came).
+
+    Example
+    -------
+    >>> sample = _UniformSample(3, torch.Generator().manual_seed(0))
+    >>> sample.add(torch.arange(5.0)); sample.add(torch.arange(5.0, 10.0))
+    >>> sample.values().numel(), _UniformSample(3, torch.Generator()).values().numel()
+    (3, 0)
+    """
+
+    def __init__(self, max_frames: int, generator: torch.Generator):
+        self.max_frames, self.generator = max_frames, generator
+        self._values: List[Tensor] = []
+        self._keys: List[Tensor] = []
+
+    def add(self, values: Tensor) -> None:
+        self._values.append(values)
+        self._keys.append(torch.rand(values.numel(), generator=self.generator, dtype=torch.float64))
+        if sum(v.numel() for v in self._values) > 2 * self.max_frames:  # compact: memory stays bounded
+            self._values = [self.values()]
+            self._keys = [self._kept_keys]
+
+    def values(self) -> Tensor:
+        """The sample: every value added when there are at most ``max_frames``, in order."""
+        values = torch.cat(self._values) if self._values else torch.zeros(0, dtype=torch.float64)
+        keys = torch.cat(self._keys) if self._keys else torch.zeros(0, dtype=torch.float64)
+        if values.numel() > self.max_frames:
+            kept = keys.topk(self.max_frames, largest=False).indices.sort().values
+            values, keys = values[kept], keys[kept]
+        self._kept_keys = keys
         return values
-    return values[torch.randperm(values.numel(), generator=generator)[:max_frames]]

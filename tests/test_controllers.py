@@ -605,3 +605,19 @@ def test_flops_budget_names_the_controller_it_cannot_shift():
     act = build_encoder("act", input_size=8, num_outputs=5, hidden_size=8)
     with pytest.raises(ValueError, match="this model's is none"):
         budget_big_fraction(act, apc_macs=100, fraction=0.9)
+
+
+def test_calibration_subsample_is_uniform_over_the_whole_pass():
+    """Beyond max_frames the kept frames are a uniform sample of the pass: early minibatches are
+    kept as often as late ones (memory stays bounded by compacting every 2 x max_frames)."""
+    from surprisal_cc.controllers import _UniformSample
+
+    sample = _UniformSample(1000, torch.Generator().manual_seed(0))
+    for i in range(10):  # 10,000 frames in 10 minibatches: the first five are 0, the last five 1
+        sample.add(torch.full((1000,), float(i >= 5), dtype=torch.float64))
+    kept = sample.values()
+    assert kept.numel() == 1000
+    assert abs(float((kept == 0).double().mean()) - 0.5) < 0.05  # binomial sd 0.016
+    small = _UniformSample(1000, torch.Generator().manual_seed(0))
+    small.add(torch.arange(3.0))
+    assert small.values().tolist() == [0.0, 1.0, 2.0]  # all of a short pass, in order

@@ -505,16 +505,34 @@ class PonderNetEncoder(_AdaptiveEncoder):
                  residual: bool = True):
         if not 0.0 < lambda_p < 1.0:
             raise ValueError(f"lambda_p must be in (0, 1), got {lambda_p}")
-        if inference not in self.INFERENCE_MODES:
-            raise ValueError(f"inference must be one of {self.INFERENCE_MODES}, got {inference!r}")
-        if not 0.0 <= tail_mass < 1.0:
-            raise ValueError(f"tail_mass must be in [0, 1), got {tail_mass}")
         if halting_bias_init is None:
             halting_bias_init = math.log(lambda_p / (1.0 - lambda_p))
         super().__init__(input_size, num_outputs, max_steps, step_hidden, residual, halting_bias_init,
                          hidden_size, dropout)
         self.beta, self.lambda_p, self.inference, self.tail_mass = beta, lambda_p, inference, tail_mass
         self.register_buffer("prior", truncated_geometric(lambda_p, max_steps), persistent=False)
+
+    @property
+    def inference(self) -> str:
+        """The evaluation mode, one of ``INFERENCE_MODES`` (checked when set)."""
+        return self._inference
+
+    @inference.setter
+    def inference(self, mode: str) -> None:
+        if mode not in self.INFERENCE_MODES:
+            raise ValueError(f"inference must be one of {self.INFERENCE_MODES}, got {mode!r}")
+        self._inference = mode
+
+    @property
+    def tail_mass(self) -> float:
+        """Unassigned mass below which truncated inference stops a frame, in [0, 1) (checked when set)."""
+        return self._tail_mass
+
+    @tail_mass.setter
+    def tail_mass(self, mass: float) -> None:
+        if not 0.0 <= mass < 1.0:
+            raise ValueError(f"tail_mass must be in [0, 1), got {mass}")
+        self._tail_mass = float(mass)
 
     def _aux_weight(self) -> float:
         return self.beta

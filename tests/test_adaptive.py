@@ -384,6 +384,14 @@ def test_argument_validation():
         ACTEncoder(**SMALL, max_steps=0)
     with pytest.raises(ValueError):
         PonderNetEncoder(**SMALL, tail_mass=1.0)
+    enc = PonderNetEncoder(**SMALL)  # an inference rule set after construction is checked the same way
+    with pytest.raises(ValueError, match="inference must be one of"):
+        enc.inference = "median"
+    with pytest.raises(ValueError, match="tail_mass must be in"):
+        enc.tail_mass = -0.1
+    enc.inference, enc.tail_mass = "expected", 0.0
+    assert (enc.inference, enc.tail_mass) == ("expected", 0.0)
+    assert set(enc.state_dict()) == set(PonderNetEncoder(**SMALL).state_dict())
 
 
 def test_model_files_and_interface():
@@ -410,3 +418,25 @@ def test_step_block_keeps_the_state_scale():
     torch.testing.assert_close(s.norm(dim=-1), torch.full((10,), 8.0), atol=1e-3, rtol=1e-3)
     assert plain.norm(dim=-1).mean() > 2 * s.norm(dim=-1).mean()
     assert module_macs(block) == (64 * 256 + 256) + (256 * 64 + 64) + 2 * 64  # LayerNorm: scale + shift
+
+
+def test_evaluate_valid_settings_do_not_leak_into_the_next_row(monkeypatch):
+    """recipes/MiniLibriSpeech/evaluate_valid.py: each --setting row starts from the trained run's
+    inference rule; a value the encoder refuses is one error line."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "recipes" / "MiniLibriSpeech"))
+    import evaluate_valid
+
+    enc = PonderNetEncoder(**SMALL, inference="truncated", tail_mass=0.05)
+    settings = [evaluate_valid.parse_setting("inference=threshold,tail_mass=0.2"),
+                evaluate_valid.parse_setting("inference=truncated")]
+    trained = evaluate_valid.trained_values(enc, settings)
+    evaluate_valid.apply_setting(enc, trained, settings[0])
+    assert (enc.inference, enc.tail_mass) == ("threshold", 0.2)
+    evaluate_valid.apply_setting(enc, trained, settings[1])
+    assert (enc.inference, enc.tail_mass) == ("truncated", 0.05)  # not the previous row's 0.2
+    with pytest.raises(SystemExit, match="inference must be one of"):
+        evaluate_valid.apply_setting(enc, trained, {"inference": "bogus"})
+    with pytest.raises(SystemExit, match="has no attribute 'tailmass'"):
+        evaluate_valid.trained_values(enc, [{"tailmass": 0.1}])

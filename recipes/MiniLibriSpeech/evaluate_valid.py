@@ -42,6 +42,25 @@ def parse_setting(text: str) -> Dict[str, object]:
     return setting
 
 
+def trained_values(encoder: torch.nn.Module, settings: List[Dict[str, object]]) -> Dict[str, object]:
+    """The encoder's own value of every attribute the settings change (one error line for a missing one)."""
+    keys = sorted({key for setting in settings for key in setting})
+    for key in keys:
+        if not hasattr(encoder, key):
+            raise SystemExit(f"error: --setting: {type(encoder).__name__} has no attribute {key!r}")
+    return {key: getattr(encoder, key) for key in keys}
+
+
+def apply_setting(encoder: torch.nn.Module, trained: Dict[str, object], setting: Dict[str, object]) -> None:
+    """Set ``setting`` on the encoder, every other attribute of ``trained`` back to the run's value:
+    a row never inherits the row before it. A value the encoder refuses is one error line."""
+    for key, value in {**trained, **setting}.items():
+        try:
+            setattr(encoder, key, value)
+        except ValueError as err:
+            raise SystemExit(f"error: --setting {key}={value!r}: {err}")
+
+
 def main(argv: List[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="JSON file to write")
@@ -65,12 +84,10 @@ def main(argv: List[str]) -> None:
                                     manifests=manifests)
         brain.write_results = lambda *a, **k: None  # the rows below are validation, not test, results
         encoder = unwrap(brain.modules.encoder)
+        trained = trained_values(encoder, settings)
         rows = []
         for setting in settings:
-            for key, value in setting.items():
-                if not hasattr(encoder, key):
-                    raise SystemExit(f"error: --setting: {type(encoder).__name__} has no attribute {key!r}")
-                setattr(encoder, key, value)
+            apply_setting(encoder, trained, setting)
             torch.manual_seed(hparams["seed"])  # sampled halting: the same draws for every run of this script
             loss = brain.evaluate(datasets["valid"], min_key=hparams["selection_metric"],
                                   test_loader_kwargs=hparams["test_loader_options"])

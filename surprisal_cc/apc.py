@@ -29,7 +29,7 @@ Example
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Mapping, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -308,17 +308,15 @@ def load_apc(path, map_location="cpu", **model_kwargs) -> APCModel:
     return model
 
 
-def save_apc(model: APCModel, path) -> None:
-    """Export an APC model to one file that the ASR recipes load by path.
+def apc_config(model: APCModel) -> dict:
+    """The constructor arguments of ``model``, as :func:`save_apc` stores them.
 
-    Arguments
-    ---------
-    model : APCModel
-        The model; its configuration is stored with the weights.
-    path : str or pathlib.Path
-        Output file (read back with :func:`load_apc`).
+    Example
+    -------
+    >>> apc_config(APCModel(hidden_size=8, residual=True))["residual"]
+    True
     """
-    config = dict(
+    return dict(
         input_size=model.input_size,
         hidden_size=model.hidden_size,
         num_layers=len(model.grus),
@@ -327,4 +325,21 @@ def save_apc(model: APCModel, path) -> None:
         input_scale=isinstance(model.input_scale, AffineScale),
         residual=model.residual,
     )
-    torch.save({"config": config, "state_dict": model.state_dict()}, path)
+
+
+def save_apc(model: APCModel, path, training: Optional[Mapping] = None) -> None:
+    """Export an APC model to one file that the ASR recipes load by path.
+
+    Arguments
+    ---------
+    model : APCModel
+        The model; its configuration is stored with the weights.
+    path : str or pathlib.Path
+        Output file (read back with :func:`load_apc`).
+    training : mapping, optional
+        The pretraining settings, stored as ``training`` (plain numbers and lists).
+    """
+    blob = {"config": apc_config(model), "state_dict": model.state_dict()}
+    if training is not None:
+        blob["training"] = dict(training)
+    torch.save(blob, path)

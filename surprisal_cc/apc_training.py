@@ -10,18 +10,21 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Dict, Mapping
+from typing import Dict, List, Mapping, Optional
 
 import speechbrain as sb
 import torch
 from speechbrain.utils.distributed import if_main_process
 
-from .apc import APCModel, save_apc
+from .apc import APCModel, apc_config, save_apc
 from .augment import activate_in_training
 from .brain import FiniteLossBrain, absolute_lengths, unwrap
+from .errors import ConfigurationError
 from .nnet import lengths_to_mask
 
 logger = logging.getLogger(__name__)
+
+SETTINGS_FILE = "apc_settings.json"  # in the checkpoint folder: the settings its checkpoints were trained with
 
 
 class APCBrain(FiniteLossBrain):
@@ -74,13 +77,15 @@ class APCBrain(FiniteLossBrain):
                                     "train_frames_per_s": self.train_stats["frames_per_s"]}) + "\n")
         self.checkpointer.save_and_keep_only(meta={"loss": valid_loss}, min_keys=["loss"], num_to_keep=2)
 
-    def export_best(self, path) -> Path:
+    def export_best(self, path, training: Optional[Mapping] = None) -> Path:
         """Load the checkpoint with the lowest validation loss and write it as one model file.
 
         Arguments
         ---------
         path : str or pathlib.Path
             Output file (:func:`~surprisal_cc.apc.save_apc`); written by the main process only.
+        training : mapping, optional
+            The pretraining settings stored with the model (:func:`pretraining_settings`).
 
         Returns
         -------
@@ -90,7 +95,7 @@ class APCBrain(FiniteLossBrain):
         self.checkpointer.recover_if_possible(min_key="loss")
         path = Path(path)
         if if_main_process():
-            save_apc(unwrap(self.modules.apc), path)
+            save_apc(unwrap(self.modules.apc), path, training=training)
             logger.info("best APC model exported to %s", path)
         return path
 
@@ -168,10 +173,78 @@ def reference_surprisal(dataset, mean_frame: torch.Tensor) -> Dict[str, float]:
     return {name: total / max(frames, 1) for name, total in totals.items()}
 
 
+def pretraining_settings(hparams: Mapping) -> Dict[str, Dict]:
+    """What an APC pretraining's result depends on besides its data: ``config`` (the model's
+    constructor arguments) and ``training`` (named by their hparams keys), as JSON values.
+
+    Arguments
+    ---------
+    hparams : mapping
+        The keys :func:`pretrain_apc` reads.
+
+    Returns
+    -------
+    dict
+        ``{"config": {...}, "training": {...}}``.
+    """
+    perturbation = hparams.get("apc_speed_perturbation")
+    training = {"apc_epochs": hparams["apc_epoch_counter"].limit,
+                "apc_lr": getattr(hparams["apc_opt_class"], "keywords", {}).get("lr"),
+                "apc_batch_size": hparams["apc_loader_options"]["batch_size"],
+                "apc_max_grad_norm": hparams.get("apc_max_grad_norm", 5.0),
+                "apc_speed_perturb": list(perturbation.factors) if perturbation is not None else []}
+    return json.loads(json.dumps({"config": apc_config(hparams["apc_model"]), "training": training}))
+
+
+def settings_differences(stored: Mapping, requested: Mapping) -> List[str]:
+    """``"key: stored X, requested Y"`` for each setting of :func:`pretraining_settings` that both
+    hold and that differs (a setting ``stored`` lacks, as in files written before it was stored, is
+    not compared).
+
+    Example
+    -------
+    >>> settings_differences({"config": {"residual": False}},
+    ...                      {"config": {"residual": True}, "training": {"apc_epochs": 6}})
+    ['apc_residual: stored False, requested True']
+    """
+    stored = json.loads(json.dumps(dict(stored), default=str))
+    differences = []
+    for part in ("config", "training"):
+        old = stored.get(part) or {}
+        for key, value in requested.get(part, {}).items():
+            if key in old and old[key] != value:
+                name = key if part == "training" else "apc_residual" if key == "residual" else f"apc_model.{key}"
+                differences.append(f"{name}: stored {old[key]!r}, requested {value!r}")
+    return differences
+
+
+def check_stored_settings(hparams: Mapping, settings: Mapping) -> None:
+    """Refuse an existing export or checkpoints of ``hparams``' APC pretraining made with other
+    ``settings`` (:func:`pretraining_settings`): they would be reused as if made with these."""
+    export = Path(hparams["apc_export_path"])
+    save_folder = Path(hparams["apc_checkpointer"].checkpoints_dir)
+    found = []
+    if export.is_file():
+        try:
+            found.append((export, torch.load(export, map_location="cpu", weights_only=True)))
+        except Exception:  # not a model file: load_apc says so where it is loaded
+            pass
+    elif (save_folder / SETTINGS_FILE).is_file() and hparams["apc_checkpointer"].list_checkpoints():
+        found.append((save_folder, json.loads((save_folder / SETTINGS_FILE).read_text(encoding="utf-8"))))
+    for path, stored in found:
+        differences = settings_differences(stored, settings) if isinstance(stored, dict) else []
+        if differences:
+            raise ConfigurationError(
+                f"{path}: APC pretrained with other settings ({'; '.join(differences)}); give another "
+                f"apc_output_folder (or experiment_root), or delete {hparams['apc_output_folder']} to pretrain again")
+
+
 def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], hparams: Dict, run_opts: Dict) -> Path:
     """Pretrain an APC model on ``datasets["train"]`` (validation on ``datasets["valid"]``) and export it.
 
-    Resumes from its checkpoints; skips training when the exported file already exists. A fresh
+    Resumes from its checkpoints; skips training when the exported file already exists. An export,
+    or checkpoints, made with other settings (:func:`pretraining_settings`, stored with the export
+    and as ``apc_settings.json`` in the checkpoint folder) are a :class:`ConfigurationError`. A fresh
     start sets the head's bias from the mean training frame (:meth:`APCModel.init_output_bias`),
     and the validation surprisal of the reference predictors (:func:`reference_surprisal`) is
     written once to ``<apc_output_folder>/reference_surprisal.json``.
@@ -195,10 +268,16 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
         The exported model file.
     """
     export = Path(hparams["apc_export_path"])
+    settings = pretraining_settings(hparams)
+    check_stored_settings(hparams, settings)
     if export.exists():
         logger.info("APC model %s exists: skipping pretraining", export)
         return export
     model: APCModel = hparams["apc_model"]
+    if if_main_process():
+        save_folder = Path(hparams["apc_checkpointer"].checkpoints_dir)
+        save_folder.mkdir(parents=True, exist_ok=True)
+        (save_folder / SETTINGS_FILE).write_text(json.dumps(settings, indent=2), encoding="utf-8")
     fresh_start = not hparams["apc_checkpointer"].list_checkpoints()
     reference_file = Path(hparams["apc_output_folder"]) / "reference_surprisal.json"
     needs_reference = if_main_process() and not reference_file.exists()
@@ -219,4 +298,4 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
     brain.fit(hparams["apc_epoch_counter"], datasets["train"], datasets["valid"],
               train_loader_kwargs=hparams["apc_loader_options"],
               valid_loader_kwargs={**hparams["apc_loader_options"], "shuffle": False})
-    return brain.export_best(export)
+    return brain.export_best(export, training=settings["training"])

@@ -464,18 +464,34 @@ def feature_cache(hparams: Dict, manifests: Mapping[str, str], apc: Optional[APC
 def training_loader_options(hparams: Dict, train_set: DynamicItemDataset) -> Dict:
     """Training DataLoader options: fixed-size batches, or length-bucketed ones (``dynamic_batching``).
 
+    With ``sorting: ascending`` or ``descending`` the batches follow the sorted training split
+    (:func:`dataio_prep`) instead of being shuffled; ``random`` shuffles them every epoch.
     With ``dynamic_batching: True`` SpeechBrain's ``DynamicBatchSampler`` groups utterances of
-    similar duration into batches of at most ``max_batch_length`` seconds of padded audio, in a
-    random order that changes every epoch (seeded), so the BiGRUs hardly run over padding.
+    similar duration into batches of at most ``max_batch_length`` seconds of padded audio, so the
+    BiGRUs hardly run over padding; the batches come in a random order that changes every epoch
+    (seeded), or ordered by duration as ``sorting`` says.
+
+    Example
+    -------
+    >>> options = {"train_loader_options": {"batch_size": 8, "shuffle": True}}
+    >>> training_loader_options({**options, "sorting": "ascending"}, None)["shuffle"]
+    False
+    >>> training_loader_options({**options, "sorting": "random"}, None)["shuffle"]
+    True
     """
     options = dict(hparams["train_loader_options"])
+    sorting = hparams.get("sorting", "random")
+    if sorting not in ("random", "ascending", "descending"):
+        raise ConfigurationError(f"sorting must be random, ascending or descending, got {sorting!r}")
     if not hparams.get("dynamic_batching", False):
+        if sorting != "random":
+            options["shuffle"] = False  # a shuffling sampler would undo the sorted order
         return options
     from speechbrain.dataio.sampler import DynamicBatchSampler
 
     sampler = DynamicBatchSampler(train_set, max_batch_length=hparams["max_batch_length"],
                                   num_buckets=hparams["num_buckets"], length_func=lambda x: float(x["duration"]),
-                                  shuffle=True, batch_ordering="random", seed=hparams["seed"])
+                                  shuffle=True, batch_ordering=sorting, seed=hparams["seed"])
     return {"batch_sampler": sampler, "num_workers": options.get("num_workers", 0)}
 
 

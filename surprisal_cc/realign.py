@@ -30,6 +30,7 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, 
 
 import numpy as np
 
+from .errors import ConfigurationError
 from .viterbi import Alignment, AlignmentError, as_numpy, ctc_viterbi_graph
 
 logger = logging.getLogger(__name__)
@@ -585,7 +586,8 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
 
     asr = ConditionalASR.from_pretrained(model, device=device, precision="fp32", routing="deterministic")
     if "sil" not in asr.labels:
-        raise AlignmentError(f"{model}: the model has no 'sil' label to insert between words")
+        raise ConfigurationError(f"{model}: the model has no 'sil' label to insert between words; realign with a "
+                                 "model trained on phone labels that have sil")
     label_encoder = CTCTextEncoder()
     for label in asr.labels:
         label_encoder.add_label(label)

@@ -23,10 +23,12 @@ from surprisal_cc.realign import (
     RealignedUtterance,
     align_optional_silence,
     align_words,
+    realign_corpus,
     realign_utterance,
     silence_statistics,
     write_alignment_csv,
 )
+from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.recipe import label_encoder_for, phone_set
 from surprisal_cc.viterbi import AlignmentError, ctc_viterbi_graph, ctc_viterbi_optional
 
@@ -496,3 +498,13 @@ def test_doctests():
     from surprisal_cc import label_eval, realign
 
     assert doctest.testmod(realign).failed == 0 and doctest.testmod(label_eval).failed == 0
+
+
+def test_realigning_with_a_model_without_sil_is_a_configuration_error(monkeypatch):
+    import types
+
+    from surprisal_cc.inference import ConditionalASR
+
+    monkeypatch.setattr(ConditionalASR, "from_pretrained", lambda *a, **k: types.SimpleNamespace(labels=["<blank>", "AH"]))
+    with pytest.raises(ConfigurationError, match="no 'sil' label"):
+        next(realign_corpus("models/chars", "corpus"))

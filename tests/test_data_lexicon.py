@@ -40,6 +40,11 @@ def test_oov_error_names_word_and_utterance():
         Lexicon(g2p="error").words_to_phones(["THE", "QZXQ"], utt_id="utt-3")
 
 
+def test_unknown_g2p_is_a_data_preparation_error():
+    with pytest.raises(DataPreparationError, match="g2p must be one of"):
+        Lexicon(g2p="cmu")
+
+
 def test_flite_missing_gives_install_hint(monkeypatch):
     monkeypatch.setattr(lexicon_module.shutil, "which", lambda _: None)
     lex = Lexicon(g2p="flite")

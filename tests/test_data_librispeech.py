@@ -219,3 +219,19 @@ def test_dev_clean_2_with_mfa_labels(tmp_path):
     assert all(set(r["phn"].split()) <= set(LIBRISPEECH_PHONES) for r in rows)
     assert_prepare_reuses(librispeech, lambda: prepare_mini_librispeech(
         root, tmp_path / "s", splits=["test"], mfa_labels=mfa_csv), out)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"labels": {"train": "lexicon", "test": "mfa"}}, r"labels has no entry for split\(s\) \['valid'\]"),
+    ({"labels": {"train": "lexicon", "valid": "lexicon", "test": "mfaa"}}, r"labels must be one of .*'test': 'mfaa'"),
+    ({"splits": ["train", "dev"]}, "splits must be a non-empty subset"),
+    ({"mfa_fallback": "skip"}, "mfa_fallback must be 'error' or 'lexicon'"),
+])
+def test_bad_preparation_options_are_data_preparation_errors(corpus, tmp_path, options, message):
+    with pytest.raises(DataPreparationError, match=message):
+        prepare_mini_librispeech(corpus, tmp_path / "s", **options)
+
+
+def test_bad_valid_by_is_a_data_preparation_error(corpus, tmp_path):
+    with pytest.raises(DataPreparationError, match="valid_by must be"):
+        prepare_librispeech(corpus, tmp_path / "s", subsets=["train-clean-5"], valid_by="speakers")

@@ -123,7 +123,7 @@ class Lexicon:
 
     def __init__(self, g2p: str = "spn", flite_executable: str = "flite") -> None:
         if g2p not in G2P_CHOICES:
-            raise ValueError(f"g2p must be one of {G2P_CHOICES}, got {g2p!r}")
+            raise DataPreparationError(f"g2p must be one of {list(G2P_CHOICES)}, got {g2p!r}")
         self.g2p = g2p
         self.flite_executable = flite_executable
         self._dict = _cmudict_pronunciations()

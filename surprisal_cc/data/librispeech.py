@@ -271,10 +271,25 @@ def _audio_rows(utts: Sequence[Utterance], infos: Mapping[str, AudioInfo]) -> Li
 
 def _per_split(value: Union[str, Mapping[str, str]], splits: Sequence[str], name: str,
                choices: Sequence[str]) -> Dict[str, str]:
-    out = {s: value if isinstance(value, str) else value.get(s, "") for s in splits}
+    """``value`` (one of ``choices``, or a dict of them by split) for each split of ``splits``.
+
+    Example
+    -------
+    >>> _per_split({"train": "lexicon", "test": "mfa"}, ["train", "valid", "test"], "labels",
+    ...            ("mfa", "lexicon"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.DataPreparationError: labels has no entry for split(s) ['valid']: ...
+    """
+    if not isinstance(value, str):
+        missing = [s for s in splits if s not in value]
+        if missing:
+            raise DataPreparationError(f"{name} has no entry for split(s) {missing}: give one of {list(choices)} "
+                                       f"for each of {list(splits)}, or one for all")
+    out = {s: value if isinstance(value, str) else value[s] for s in splits}
     bad = {s: v for s, v in out.items() if v not in choices}
     if bad:
-        raise ValueError(f"{name} must be one of {list(choices)} (or a per-split dict); got {bad}")
+        raise DataPreparationError(f"{name} must be one of {list(choices)} (or a per-split dict); got {bad}")
     return out
 
 
@@ -333,9 +348,9 @@ def prepare_mini_librispeech(
     """
     bad_splits = set(splits) - set(SPLITS)
     if bad_splits or not splits:
-        raise ValueError(f"splits must be a non-empty subset of {SPLITS}, got {list(splits)}")
+        raise DataPreparationError(f"splits must be a non-empty subset of {SPLITS}, got {list(splits)}")
     if mfa_fallback not in ("error", "lexicon"):
-        raise ValueError(f"mfa_fallback must be 'error' or 'lexicon', got {mfa_fallback!r}")
+        raise DataPreparationError(f"mfa_fallback must be 'error' or 'lexicon', got {mfa_fallback!r}")
     splits = list(splits)
     if dev_subset:
         if any(find_subset(f, dev_subset) for f in _folders(data_folder)):
@@ -486,7 +501,7 @@ def prepare_librispeech(
     :func:`prepare_mini_librispeech`.
     """
     if valid_by not in ("speaker", "utterance"):
-        raise ValueError(f"valid_by must be 'speaker' or 'utterance', got {valid_by!r}")
+        raise DataPreparationError(f"valid_by must be 'speaker' or 'utterance', got {valid_by!r}")
     overlap = sorted(set(subsets) & set(extra_train_subsets))
     if overlap:
         raise DataPreparationError(f"subsets {overlap} are listed in both subsets and extra_train_subsets")

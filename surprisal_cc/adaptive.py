@@ -296,11 +296,14 @@ class _AdaptiveEncoder(Encoder):
         Dropout after the BiGRUs.
     """
 
+    #: The hparams key of ``max_steps``, named by its error.
+    max_steps_key = "max_steps"
+
     def __init__(self, input_size: int, num_outputs: int, max_steps: int, step_hidden: int, residual: bool,
                  halting_bias_init: float, hidden_size: int, dropout: float):
         super().__init__()
         if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+            raise ValueError(f"max_steps (hparams key {self.max_steps_key!r}) must be >= 1, got {max_steps}")
         width = 2 * hidden_size
         self.max_steps = max_steps
         self.pre_net = BiGRU(input_size, hidden_size, dropout=dropout)
@@ -401,6 +404,8 @@ class ACTEncoder(_AdaptiveEncoder):
     ['post_net', 'pre_net', 'step_block']
     """
 
+    max_steps_key = "act_max_steps"
+
     def __init__(self, input_size: int, num_outputs: int, max_steps: int = 8, step_hidden: int = 256,
                  epsilon: float = 0.01, ponder_cost: float = 1e-4, halting_bias_init: Optional[float] = None,
                  hidden_size: int = 256, dropout: float = 0.5, residual: bool = True):
@@ -494,6 +499,7 @@ class PonderNetEncoder(_AdaptiveEncoder):
     [4.0, 4.0, 4.0, 4.0, 4.0, 4.0]
     """
 
+    max_steps_key = "pondernet_max_steps"
     INFERENCE_MODES = ("truncated", "expected", "sample", "threshold")
     #: The modes whose halting is drawn (``"sample"``) or its deterministic counterpart (``"threshold"``):
     #: the two that :meth:`surprisal_cc.inference.ConditionalASR.set_routing` switches between.

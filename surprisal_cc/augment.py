@@ -52,6 +52,8 @@ class SpeedPerturbation:
         Speeds besides 1.0 (empty: no perturbation). Each lies in [0.5, 2] and is not 1.
     sample_rate : int
         Audio sample rate.
+    key : str
+        The hparams key of ``factors``, named by the error about bad factors.
 
     The draw (:meth:`choose`) is 1.0 until ``active`` is set: the Brain sets it for its training
     stages only, so that the controller's calibration, run before training, sees clean audio.
@@ -67,12 +69,12 @@ class SpeedPerturbation:
     True
     """
 
-    def __init__(self, factors: Sequence[float] = (), sample_rate: int = 16000):
+    def __init__(self, factors: Sequence[float] = (), sample_rate: int = 16000, key: str = "speed_perturb"):
         factors = tuple(float(f) for f in (factors or ()))
         bad = [f for f in factors if not 0.5 <= f <= 2.0 or f == 1.0]
         if bad or len(set(factors)) != len(factors):
-            raise ValueError(f"speed_perturb: {list(factors)} is not a list of distinct speeds in [0.5, 2] other "
-                             "than 1.0 (1.0 is always included); e.g. --speed_perturb=[0.9,1.1], or [] for none")
+            raise ValueError(f"{key}: {list(factors)} is not a list of distinct speeds in [0.5, 2] other "
+                             f"than 1.0 (1.0 is always included); e.g. --{key}=[0.9,1.1], or [] for none")
         self.factors, self.sample_rate, self.active = factors, int(sample_rate), False
 
     def __bool__(self) -> bool:

@@ -170,7 +170,7 @@ class ConstantController(Controller):
     def __init__(self, p_big: float = 0.5):
         super().__init__()
         if not 0.0 <= p_big <= 1.0:
-            raise ValueError(f"p_big must be in [0, 1], got {p_big}")
+            raise ValueError(f"p_big (hparams key 'random_p_big') must be in [0, 1], got {p_big}")
         self.p_big = float(p_big)
 
     @property

@@ -17,6 +17,12 @@ MLS_HPARAMS = str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
     ("test_flops_fraction: 1.5", "test_flops_fraction must be a number in (0, 1)"),
     ("test_flops_fraction: 'most'", "test_flops_fraction must be a number in (0, 1)"),
     ("test_flops_fraction: 0.9\ntest_bias_shifts: [0.0, 1.0]", "leave test_bias_shifts at [0.0]"),
+    ("speed_perturb: [3.0]", "speed_perturb: [3.0] is not a list"),
+    ("apc_speed_perturb: [3.0]", "apc_speed_perturb: [3.0] is not a list of distinct speeds in [0.5, 2] other "
+                                 "than 1.0 (1.0 is always included); e.g. --apc_speed_perturb="),
+    ("controller: random\nrandom_p_big: 2.0", "p_big (hparams key 'random_p_big') must be in [0, 1]"),
+    ("encoder: act\nact_max_steps: 0", "max_steps (hparams key 'act_max_steps') must be >= 1"),
+    ("encoder: pondernet\npondernet_max_steps: 0", "max_steps (hparams key 'pondernet_max_steps') must be >= 1"),
 ])
 def test_bad_configuration_is_named_at_load_time(overrides, message):
     with pytest.raises(ConfigurationError) as err:

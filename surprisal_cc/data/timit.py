@@ -109,7 +109,7 @@ def scan_timit(data_folder: PathLike) -> List[TimitUtterance]:
 def prepare_timit(
     data_folder: PathLike, save_folder: PathLike, skip_bad_audio: bool = False
 ) -> Dict[str, Path]:
-    """Write ``train.csv``, ``valid.csv`` (dev speakers), ``test.csv`` (core test) for TIMIT.
+    """Write ``timit_train.csv``, ``timit_valid.csv`` (dev speakers), ``timit_test.csv`` (core test) for TIMIT.
 
     ``phn`` holds the folded 39-phone labels (``q`` removed, repeated ``sil`` merged), ``wrd`` the
     upper-case words from ``.WRD`` (or ``.TXT``).  Idempotent: an unchanged repeat returns at once.

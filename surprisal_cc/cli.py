@@ -530,7 +530,8 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
         else:
             p.add_argument("data", help="LibriSpeech-format folder, TIMIT folder, Kaldi data folder (wav.scp, text) "
                                            "or manifest CSV")
-            p.add_argument("--mfa-labels", help="MFA labels (CSV export or TextGrid folder) instead of lexicon labels")
+            p.add_argument("--mfa-labels", help="MFA labels (CSV export or TextGrid folder) of a LibriSpeech-format "
+                                                "folder, instead of lexicon labels")
             p.add_argument("--g2p", choices=["spn", "flite", "error"],
                            help="lexicon labels: words CMUdict lacks (default: the model's training policy)")
             p.add_argument("--timit-split", choices=["test", "valid", "train"], default="test",

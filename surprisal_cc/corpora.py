@@ -72,6 +72,8 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     DataPreparationError
         When the corpus cannot be read, an utterance id occurs twice or its labels are not the model's
         label set.
+    ConfigurationError
+        For ``mfa_labels`` with a corpus other than a LibriSpeech-format folder.
     """
     path = Path(data)
     if not path.exists():
@@ -80,13 +82,13 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         if path.suffix.lower() != ".csv":
             raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder, "
                                        "a Kaldi data folder (wav.scp, text) or a manifest CSV (ID, wav, phn columns)")
+        _refuse_mfa_labels(path, mfa_labels, "a manifest is labelled by its phn (or wrd) column")
         items, source = _manifest_items(path, asr, g2p)
     elif is_kaldi_data_folder(path):
-        if mfa_labels is not None:
-            raise ConfigurationError(f"{path}: MFA labels are read for LibriSpeech-format folders; a Kaldi data "
-                                     "folder is labelled from its text by the lexicon")
+        _refuse_mfa_labels(path, mfa_labels, "a Kaldi data folder is labelled from its text by the lexicon")
         items, source = _kaldi_items(path, asr, g2p, problems)
     elif _is_timit(path):
+        _refuse_mfa_labels(path, mfa_labels, "a TIMIT folder is labelled by its .PHN files")
         items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
     else:
         items, source = _librispeech_items(path, asr, mfa_labels, g2p, problems)
@@ -160,6 +162,13 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: 
         return {utt: spoken_pronunciation_graph(ref, spoken[utt], pronounce) if utt in spoken else None
                 for utt, _, ref in items}
     return {utt: pronunciation_graph(ref, words[utt], pronounce) for utt, _, ref in items}
+
+
+def _refuse_mfa_labels(path: Path, mfa_labels: Optional[PathLike], labelled_by: str) -> None:
+    """Raise where MFA labels are given for a corpus (``path``) they do not label."""
+    if mfa_labels is not None:
+        raise ConfigurationError(f"{path}: MFA labels are read for LibriSpeech-format folders; {labelled_by}, "
+                                 "so leave out --mfa-labels")
 
 
 def _is_timit(path: Path) -> bool:

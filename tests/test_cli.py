@@ -750,6 +750,19 @@ def test_evaluate_timit_folder_and_manifest(tmp_path, capsys):
     assert "lacks the column(s) ['phn or wrd']" in error_lines(capsys)[0]
 
 
+def test_evaluate_refuses_mfa_labels_for_a_manifest_or_a_timit_folder(model, tmp_path, capsys):
+    """MFA labels label LibriSpeech-format folders: with a manifest or a TIMIT folder, which carry their
+    own labels, they are one error line instead of being ignored."""
+    make_timit_fixture(tmp_path / "timit")
+    manifest = tmp_path / "test.csv"
+    manifest.write_text(f"ID,wav,phn\nu1,{next((tmp_path / 'timit').rglob('SX127.WAV'))},sil AH sil\n")
+    for data, labelled_by in ((manifest, "a manifest is labelled by its phn (or wrd) column"),
+                              (tmp_path / "timit", "a TIMIT folder is labelled by its .PHN files")):
+        assert main(["evaluate", str(data), "--model", str(model), "--mfa-labels", str(tmp_path / "mfa.csv")]) == 1
+        assert error_lines(capsys) == [f"error: {data}: MFA labels are read for LibriSpeech-format folders; "
+                                       f"{labelled_by}, so leave out --mfa-labels"]
+
+
 def test_evaluate_per_utterance_on_stdout_stays_json_lines(tmp_path, capsys):
     """With --per-utterance -, standard output holds only the utterances' JSON Lines; the totals go to stderr."""
     timit_model = tmp_path / "timit_model"

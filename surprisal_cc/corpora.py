@@ -23,7 +23,7 @@ import io
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .data.audio import MAX_LISTED
 from .data.errors import DataPreparationError, collect_or_raise_label_problems
@@ -39,7 +39,8 @@ __all__ = ["Item", "corpus_items", "pronunciation_references"]
 
 def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None,
                  g2p: Optional[str] = None, timit_split: str = "test",
-                 problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
+                 problems: Optional[List[str]] = None,
+                 words: Optional[Dict[str, List[str]]] = None) -> Tuple[List[Item], str]:
     """(utterance id, audio path, reference phones) of a corpus, and where the labels came from.
 
     Arguments
@@ -59,6 +60,9 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         Given a list, utterances of a LibriSpeech-format or Kaldi data folder without a usable
         transcript (or MFA labels) are left out, with one ``"file: problem"`` line each appended to it, instead
         of failing.
+    words : dict, optional
+        Given a dict, each utterance's words are put in it where the corpus has them (LibriSpeech-format
+        and Kaldi data folders, manifests with a ``wrd`` column), for :func:`pronunciation_references`.
 
     Returns
     -------
@@ -83,15 +87,15 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
             raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder, "
                                        "a Kaldi data folder (wav.scp, text) or a manifest CSV (ID, wav, phn columns)")
         _refuse_mfa_labels(path, mfa_labels, "a manifest is labelled by its phn (or wrd) column")
-        items, source = _manifest_items(path, asr, g2p)
+        items, source = _manifest_items(path, asr, g2p, words)
     elif is_kaldi_data_folder(path):
         _refuse_mfa_labels(path, mfa_labels, "a Kaldi data folder is labelled from its text by the lexicon")
-        items, source = _kaldi_items(path, asr, g2p, problems)
+        items, source = _kaldi_items(path, asr, g2p, problems, words)
     elif _is_timit(path):
         _refuse_mfa_labels(path, mfa_labels, "a TIMIT folder is labelled by its .PHN files")
         items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
     else:
-        items, source = _librispeech_items(path, asr, mfa_labels, g2p, problems)
+        items, source = _librispeech_items(path, asr, mfa_labels, g2p, problems, words)
     repeated = sorted(u for u, n in Counter(u for u, _, _ in items).items() if n > 1)
     if repeated:
         raise DataPreparationError(f"{data}: utterance id(s) {', '.join(repeated[:MAX_LISTED])} occur more than once: "
@@ -109,7 +113,8 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     return items, source
 
 
-def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: Optional[PathLike] = None,
+def pronunciation_references(data: PathLike, items: Sequence[Item], words: Mapping[str, Sequence[str]],
+                             mfa_labels: Optional[PathLike] = None,
                              g2p: str = "spn") -> Dict[str, Optional[Tuple[List[str], List[List[int]]]]]:
     """Per utterance of ``items`` (:func:`corpus_items`), its reference as a token graph in which
     each word may take any of its CMUdict pronunciations (and, with MFA labels, the one it was
@@ -122,6 +127,8 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: 
         with a ``wrd`` column.
     items : sequence of (str, str, list of str)
         Utterance id, audio path and reference phones.
+    words : mapping
+        Utterance id -> its words, as :func:`corpus_items` gave them.
     mfa_labels : str or path, optional
         The MFA labels (CSV export or TextGrid folder) the references came from: their words'
         phones are read from them.
@@ -139,24 +146,15 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], mfa_labels: 
         For a TIMIT folder (hand-labelled phones, not words' pronunciations) or a manifest without words.
     """
     from .ctc import lexicon_pronunciations, pronunciation_graph, spoken_pronunciation_graph
-    from .data.librispeech import scan_subset
     from .data.mfa import load_mfa_word_phones
 
     path = Path(data)
-    if path.is_file():
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = {row["ID"]: row for row in csv.DictReader(f)}
-        if any("wrd" not in row for row in rows.values()):
-            raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
-        words = {utt: rows[utt]["wrd"].split() for utt, _, _ in items}
-    elif is_kaldi_data_folder(path):
-        words = {u.id: list(u.words) for u in read_kaldi_data_folder(path, problems=[])}
-    elif _is_timit(path):
+    if path.is_dir() and not is_kaldi_data_folder(path) and _is_timit(path):
         raise ConfigurationError(f"{path}: TIMIT's labels are hand-labelled phones, not words' pronunciations: "
                                  "scoring against any pronunciation is for LibriSpeech folders and manifests")
-    else:
-        words = {u.id: list(u.words) for u in scan_subset(path)}
-    pronounce = lexicon_pronunciations(g2p, (w for ws in words.values() for w in ws))
+    if any(utt not in words for utt, _, _ in items):
+        raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
+    pronounce = lexicon_pronunciations(g2p, (w for utt, _, _ in items for w in words[utt]))
     if mfa_labels is not None and not path.is_file():
         spoken = load_mfa_word_phones(mfa_labels)
         return {utt: spoken_pronunciation_graph(ref, spoken[utt], pronounce) if utt in spoken else None
@@ -178,10 +176,11 @@ def _is_timit(path: Path) -> bool:
     return any(find_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
 
 
-def _manifest_items(path: Path, asr: Any, g2p: Optional[str]) -> Tuple[List[Item], str]:
+def _manifest_items(path: Path, asr: Any, g2p: Optional[str],
+                    words: Optional[Dict[str, List[str]]] = None) -> Tuple[List[Item], str]:
     """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
     labelled by the lexicon as the model's training labels were), and the label source
-    (:func:`_manifest_wav` resolves the ``wav`` paths)."""
+    (:func:`_manifest_wav` resolves the ``wav`` paths; ``words``: see :func:`corpus_items`)."""
     # with or without the BOM spreadsheets write
     text = read_text(path, "save the manifest as UTF-8", encoding="utf-8-sig", newline="")
     reader = csv.DictReader(io.StringIO(text, newline=""))
@@ -200,17 +199,22 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str]) -> Tuple[List[Item
     if empty:
         raise DataPreparationError(f"{path}: empty {label} for utterance(s) {', '.join(empty[:MAX_LISTED])}")
     wavs = [_manifest_wav(path, r["wav"]) for r in rows]
+    if words is not None and "wrd" in columns:
+        words.update((r["ID"], (r["wrd"] or "").split()) for r in rows)
     if label == "phn":
         return [(r["ID"], wav, r["phn"].split()) for r, wav in zip(rows, wavs)], f"manifest {path}"
     items, policy = _lexicon_items(asr, g2p, [(r["ID"], wav, r["wrd"].upper().split()) for r, wav in zip(rows, wavs)])
     return items, f"manifest {path}, wrd by the lexicon ({policy})"
 
 
-def _kaldi_items(path: Path, asr: Any, g2p: Optional[str],
-                 problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
+def _kaldi_items(path: Path, asr: Any, g2p: Optional[str], problems: Optional[List[str]] = None,
+                 words: Optional[Dict[str, List[str]]] = None) -> Tuple[List[Item], str]:
     """Items of a Kaldi data folder, its ``text`` labelled by the lexicon as the model's training
-    labels were (``problems``: see :func:`corpus_items`), and the label source."""
-    items, policy = _lexicon_items(asr, g2p, read_kaldi_data_folder(path, problems))
+    labels were (``problems``, ``words``: see :func:`corpus_items`), and the label source."""
+    utts = read_kaldi_data_folder(path, problems)
+    if words is not None:
+        words.update((u.id, list(u.words)) for u in utts)
+    items, policy = _lexicon_items(asr, g2p, utts)
     return items, f"Kaldi text {path / 'text'} by the lexicon ({policy})"
 
 
@@ -272,10 +276,11 @@ def _timit_items(path: Path, split: str) -> List[Item]:
     return sorted(items)
 
 
-def _librispeech_items(path: Path, asr: Any, mfa_labels: Optional[PathLike],
-                       g2p: Optional[str], problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
+def _librispeech_items(path: Path, asr: Any, mfa_labels: Optional[PathLike], g2p: Optional[str],
+                       problems: Optional[List[str]] = None,
+                       words: Optional[Dict[str, List[str]]] = None) -> Tuple[List[Item], str]:
     """Items of a LibriSpeech-format folder with MFA or lexicon labels, and the label source
-    (``problems``: see :func:`corpus_items`)."""
+    (``problems``, ``words``: see :func:`corpus_items`)."""
     from .data.librispeech import scan_subset
     from .data.mfa import load_mfa_labels
 
@@ -289,6 +294,8 @@ def _librispeech_items(path: Path, asr: Any, mfa_labels: Optional[PathLike],
     hint = "leave out --mfa-labels to use lexicon labels, or " if labels is not None else ""
     collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances have no usable labels; {hint}"
                                     "pass --skip-bad (skip_bad=True) to score the others", problems, MAX_LISTED)
+    if words is not None:
+        words.update((u.id, list(u.words)) for u in utts)
     if labels is not None:
         return [(u.id, str(u.wav), list(labels[u.id])) for u in utts], f"MFA {mfa_labels}"
     items, policy = _lexicon_items(asr, g2p, [(u.id, u.wav, u.words) for u in utts])

@@ -129,8 +129,9 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     if alignments is not None and not hasattr(alignments, "write"):
         _check_writable(alignments)
     label_problems: List[str] = []
+    words: Dict[str, List[str]] = {}
     items, label_source = corpus_items(data, asr, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split,
-                                       problems=label_problems if skip_bad else None)
+                                       problems=label_problems if skip_bad else None, words=words)
     if label_problems:
         warnings.warn(f"skipping {len(label_problems)} utterance(s) without usable labels:\n  "
                       + "\n  ".join(label_problems[:MAX_LISTED]), DataPreparationWarning, stacklevel=2)
@@ -144,8 +145,8 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     items = [item for item in items if str(item[1]) in infos]
     if not items:
         raise DataPreparationError(f"{data}: no usable utterance to score")
-    graphs = pronunciation_references(data, items, mfa_labels, g2p or asr.config.get("label_policy", {}).get(
-        "g2p") or "spn") if any_pronunciation else None
+    graphs = pronunciation_references(data, items, words, mfa_labels, g2p or asr.config.get(
+        "label_policy", {}).get("g2p") or "spn") if any_pronunciation else None
     warn_converted(infos, asr.feature_config.sample_rate)
     batch_size = int(batch_size or asr.config.get("batch_size", 8))
     budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size) \

@@ -21,7 +21,8 @@ import soundfile as sf
 import torch
 import yaml
 
-from data_fixtures import REPO, make_bad_audio_fixture, make_timit_fixture, require_dev_clean_2, tone
+from data_fixtures import (REPO, make_bad_audio_fixture, make_librispeech_fixture, make_timit_fixture,
+                           require_dev_clean_2, tone)
 from numerics import assert_same_routing_up_to_summation_order
 from surprisal_cc import cli
 from surprisal_cc.cli import main
@@ -761,6 +762,19 @@ def test_evaluate_refuses_mfa_labels_for_a_manifest_or_a_timit_folder(model, tmp
         assert main(["evaluate", str(data), "--model", str(model), "--mfa-labels", str(tmp_path / "mfa.csv")]) == 1
         assert error_lines(capsys) == [f"error: {data}: MFA labels are read for LibriSpeech-format folders; "
                                        f"{labelled_by}, so leave out --mfa-labels"]
+
+
+def test_evaluate_any_pronunciation_scores_what_skip_bad_kept(model, tmp_path, capsys):
+    """--any-pronunciation takes the words of the utterances --skip-bad kept: an utterance without a
+    transcript line is skipped, not an error when the words are looked up."""
+    make_librispeech_fixture(tmp_path, {"dev": {"1-2": ["HELLO WORLD", "GOOD MORNING", "AND"]}})
+    trans = tmp_path / "LibriSpeech" / "dev" / "1" / "2" / "1-2.trans.txt"
+    trans.write_text("".join(trans.read_text().splitlines(keepends=True)[:2]))  # none for 1-2-0002
+    assert main(["evaluate", str(tmp_path / "LibriSpeech" / "dev"), "--model", str(model), "--any-pronunciation",
+                 "--skip-bad", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["num_utterances"] == 2 and report["any_pronunciation"]["fixed"] == 0
+    assert [line for line in report["skipped"] if "1-2-0002" in line]
 
 
 def test_evaluate_per_utterance_on_stdout_stays_json_lines(tmp_path, capsys):

@@ -107,12 +107,14 @@ def test_a_broken_data_folder_is_one_line_naming_the_file(tmp_path, files, messa
 def test_evaluate_labels_a_kaldi_folder_by_the_models_lexicon_policy(tmp_path):
     folder = _data_folder(tmp_path, "u1 /a/u1.wav\nu2 /a/u2.wav\n", "u1 don't stop\nu2 QWXZT AND\n")
     asr = ConditionalASR.untrained(LIBRISPEECH_PHONES)
+    words: dict = {}
     with pytest.warns(UserWarning, match="QWXZT"):
-        items, source = corpus_items(folder, asr, g2p="spn")
+        items, source = corpus_items(folder, asr, g2p="spn", words=words)
     assert items == [("u1", "/a/u1.wav", ["sil", "D", "OW", "N", "T", "S", "T", "AA", "P", "sil"]),
                      ("u2", "/a/u2.wav", ["sil", "spn", "AH", "N", "D", "sil"])]
     assert source.startswith(f"Kaldi text {folder / 'text'} by the lexicon (CMUdict, g2p=spn")
-    tokens, _ = pronunciation_references(folder, items)["u2"]
+    assert words == {"u1": ["DON'T", "STOP"], "u2": ["QWXZT", "AND"]}
+    tokens, _ = pronunciation_references(folder, items, words)["u2"]
     assert "AE" in tokens  # AND's second CMUdict pronunciation is in the graph
     with pytest.raises(ConfigurationError, match="labelled from its text by the lexicon"):
         corpus_items(folder, asr, mfa_labels=tmp_path / "mfa.csv")

@@ -150,11 +150,11 @@ def test_evaluate_against_any_pronunciation(exported, mini_corpus, tmp_path, cap
     assert "against the closest pronunciation of each word" in capsys.readouterr().out
     (tmp_path / "TIMIT" / "TEST").mkdir(parents=True)
     with pytest.raises(ConfigurationError, match="hand-labelled"):
-        pronunciation_references(tmp_path / "TIMIT", [])
+        pronunciation_references(tmp_path / "TIMIT", [], {})
     manifest = tmp_path / "m.csv"
     manifest.write_text("ID,wav,phn\nu1,x.flac,sil AH sil\n")
     with pytest.raises(ConfigurationError, match="a wrd column"):
-        pronunciation_references(manifest, [("u1", "x.flac", ["sil", "AH", "sil"])])
+        pronunciation_references(manifest, [("u1", "x.flac", ["sil", "AH", "sil"])], {})
 
 
 @pytest.mark.integration

@@ -1,5 +1,5 @@
 """Command-line arguments shared by ``surprisal-cc`` and the experiment tools (grid, analysis): argparse
-value types, and the folder of an output file made before any work.
+value types, and output files checked (or their folder made) before any work.
 
 A value that does not fit is argparse's usage error: one line, exit status 2.
 
@@ -18,7 +18,7 @@ from typing import Callable, Optional, TypeVar, Union
 
 Number = TypeVar("Number", int, float)
 
-__all__ = ["positive_int", "finite_float", "non_negative_float", "make_output_folder"]
+__all__ = ["positive_int", "finite_float", "non_negative_float", "make_output_folder", "check_writable"]
 
 
 def positive_int(text: str) -> int:
@@ -71,6 +71,19 @@ def make_output_folder(option: str, path: Union[str, os.PathLike]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise OSError(f"{option} {path}: its folder {folder} cannot be created ({err.strerror})") from None
+
+
+def check_writable(what: str, path: Union[str, os.PathLike]) -> None:
+    """Raise now, before any work, when the output file ``path`` (``what``, as ``"alignments file"``)
+    cannot be written; leaves the file system as it was (a file already there keeps its content)."""
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+        if not existed:
+            os.remove(path)
+    except OSError as err:
+        raise OSError(f"{what} {path} cannot be written: {err.strerror or err}") from None
 
 
 def _number(kind: Callable[[str], Number], text: str) -> Optional[Number]:

@@ -38,7 +38,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .arguments import finite_float, make_output_folder, non_negative_float, positive_int
+from .arguments import check_writable, finite_float, make_output_folder, non_negative_float, positive_int
 from .errors import UsageError
 
 
@@ -403,11 +403,16 @@ def _macs(value: float) -> str:
     return f"{value / 1e6:.2f}M" if value >= 1000 else f"{value:.0f}"
 
 
-def _json_lines_to(target) -> Callable[[Dict[str, Any]], None]:
-    """A writer of one JSON object per line to ``target``, flushed after each (JSON Lines)."""
+def _json_lines_to(target, stack: contextlib.ExitStack) -> Callable[[Dict[str, Any]], None]:
+    """A writer of one JSON object per line to ``target``, flushed after each (JSON Lines): a stream, or
+    a file path opened (and emptied) in ``stack`` when the first line comes, not before."""
+    stream = [target if hasattr(target, "write") else None]
+
     def write(row: Dict[str, Any]) -> None:
-        target.write(json.dumps(row) + "\n")
-        target.flush()
+        if stream[0] is None:
+            stream[0] = stack.enter_context(open(target, "w", encoding="utf-8"))
+        stream[0].write(json.dumps(row) + "\n")
+        stream[0].flush()
     return write
 
 
@@ -415,12 +420,14 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
     if args.per_utterance == "-" and args.alignments == "-":
         raise UsageError("--per-utterance - and --alignments - would both write to standard output: "
                          "give one of them a file")
+    if args.per_utterance and args.per_utterance != "-":
+        check_writable("per-utterance file", args.per_utterance)
     asr = _load_model(args)
     with contextlib.ExitStack() as stack:
         write = None
         if args.per_utterance:
-            write = _json_lines_to(sys.stdout if args.per_utterance == "-" else
-                                   stack.enter_context(open(args.per_utterance, "w", encoding="utf-8")))
+            # a run that fails before its first result leaves the file from an earlier run as it was
+            write = _json_lines_to(sys.stdout if args.per_utterance == "-" else args.per_utterance, stack)
         result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad,
                               batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
                               progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Union
 import torch
 from torch import Tensor
 
+from .arguments import check_writable
 from .corpora import corpus_items, pronunciation_references
 from .data.audio import MAX_LISTED, check_audio_many, read_audio, warn_converted
 from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
@@ -127,7 +128,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
                                  "set_routing('sampled', seed) (--sampled --seed N)")
     seed = asr.seed if seed is None else int(seed)
     if alignments is not None and not hasattr(alignments, "write"):
-        _check_writable(alignments)
+        check_writable("alignments file", alignments)
     label_problems: List[str] = []
     words: Dict[str, List[str]] = {}
     items, label_source = corpus_items(data, asr, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split,
@@ -210,19 +211,6 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     if budget is not None:
         result["budget"] = budget
     return result
-
-
-def _check_writable(path: PathLike) -> None:
-    """Raise now, before any decoding, when the alignments file ``path`` cannot be written; leaves
-    the file system as it was (a file already there keeps its content until the alignments replace it)."""
-    existed = os.path.lexists(path)
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-        if not existed:
-            os.remove(path)
-    except OSError as err:
-        raise OSError(f"alignments file {path} cannot be written: {err.strerror or err}") from None
 
 
 def _utterance_report(asr, scores: Dict[str, Any], out: EncoderOutput, b: int, n: int,

@@ -823,6 +823,29 @@ def test_evaluate_refuses_an_alignments_file_it_cannot_write_before_decoding(tmp
     assert not (tmp_path / "alignments.txt").exists()
 
 
+def test_evaluate_per_utterance_file_is_replaced_only_when_results_come(model, tmp_path, capsys):
+    """--per-utterance FILE is checked before the corpus is read and emptied when the first result is
+    written: a run that fails on its data leaves the results of an earlier run as they were."""
+    timit_model = tmp_path / "timit_model"
+    ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)
+    make_timit_fixture(tmp_path / "timit")
+    per_utt = tmp_path / "utts.jsonl"
+    per_utt.write_text('{"id": "earlier run"}\n')
+    # no such corpus; TIMIT's labels are not this model's label set
+    for data, model_folder in ((tmp_path / "nowhere", timit_model), (tmp_path / "timit", model)):
+        assert main(["evaluate", str(data), "--model", str(model_folder), "--per-utterance", str(per_utt)]) == 1
+        error_lines(capsys)
+        assert per_utt.read_text() == '{"id": "earlier run"}\n'
+    under_a_file = per_utt / "utts.jsonl"
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model),
+                 "--per-utterance", str(under_a_file)]) == 1
+    assert error_lines(capsys) == [f"error: per-utterance file {under_a_file} cannot be written: Not a directory"]
+    assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model),
+                 "--per-utterance", str(per_utt)]) == 0
+    rows = _json_lines(per_utt.read_text())
+    assert len(rows) == 2 and all("hypothesis" in row for row in rows)
+
+
 def test_command_line_usage_errors_exit_with_2(tmp_path, capsys):
     assert main(["transcribe", str(tmp_path / "x.flac"), "--json", "--format", "ctm"]) == 2
     assert "choose different outputs" in error_lines(capsys)[0]

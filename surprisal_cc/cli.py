@@ -62,6 +62,7 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     from .apc import APCModel
     from .flops import module_macs, static_flop_rows
     from .hparams_files import inert_overrides
+    from .nnet import runs_apc
     from .recipe import ConfigurationError, load_hparams
 
     given = dict(_split_override(o) for o in overrides)
@@ -73,7 +74,7 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
         return {"hparams": hparams_file, "overrides": list(overrides),
                 "macs_per_frame": {"apc": module_macs(hparams["apc_model"])}}
     encoder = hparams["encoder_module"]
-    uses_apc = hparams["input_features"] == "apc" or encoder.needs_surprisal(True) or encoder.needs_surprisal(False)
+    uses_apc = runs_apc(hparams["input_features"], encoder)
     apc_macs = module_macs(hparams.get("apc_model") or APCModel()) if uses_apc else 0
     rows = static_flop_rows(encoder, apc_macs)
     mean = hparams.get("controller_target_mean")

@@ -250,19 +250,13 @@ def _lexicon_items(asr: Any, g2p: Optional[str],
 def _timit_items(path: Path, split: str) -> List[Item]:
     """Items of one TIMIT split, labels folded to 39 phones, sorted by utterance id."""
     from .data.phones import fold_timit
-    from .data.timit import TIMIT_CORE_TEST_SPEAKERS, TIMIT_DEV_SPEAKERS, find_sibling, read_phn, scan_timit
+    from .data.timit import find_sibling, read_phn, scan_timit, timit_split
 
     if split not in ("test", "valid", "train"):
         raise ConfigurationError(f"timit_split must be test, valid or train, got {split!r}")
-
-    def split_of(u) -> Optional[str]:
-        if u.part == "train":
-            return "train"
-        return "valid" if u.spk_id in TIMIT_DEV_SPEAKERS else "test" if u.spk_id in TIMIT_CORE_TEST_SPEAKERS else None
-
     items, problems = [], []
     for u in scan_timit(path):
-        if split_of(u) != split:
+        if timit_split(u) != split:
             continue
         phn = find_sibling(u.wav, ".phn")
         if phn is None:

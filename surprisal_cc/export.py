@@ -26,6 +26,7 @@ from .data.errors import DataPreparationWarning
 from .encoders import build_encoder
 from .errors import ConfigurationError
 from .hparams_files import expand_hparams, inert_overrides
+from .nnet import runs_apc
 from .model_folder import FORMAT_VERSION, WEIGHT_DTYPES, load_tensors, write_model_folder
 
 PathLike = Union[str, os.PathLike]
@@ -205,7 +206,7 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         epoch = int(counter.read_text().strip())
 
     input_features = hparams["input_features"]
-    uses_apc = input_features == "apc" or encoder.needs_surprisal(False)
+    uses_apc = runs_apc(input_features, encoder, training=False)
     apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
     if apc_file is not None:
         _check_apc_matches_cache(load_apc(apc_file), hparams)

@@ -38,7 +38,7 @@ from .decoding import CTCBeamSearch
 from .encoders import build_encoder
 from .forward import encode
 from .features import FeatureConfig, FilterbankFrontEnd
-from .nnet import Encoder, EncoderOutput, lengths_to_mask
+from .nnet import Encoder, EncoderOutput, lengths_to_mask, runs_apc
 from .flops import module_macs
 from .errors import ConfigurationError
 from .model_folder import (FORMAT_VERSION, WEIGHT_DTYPES, ModelFormatError, default_model_dir, load_model_folder,
@@ -290,7 +290,7 @@ class ConditionalASR:
         self.encoder = encoder.to(self.device).eval()
         self.use_apc_features = config["input_features"] == "apc"
         self.needs_surprisal = encoder.needs_surprisal(False)
-        self.uses_apc = self.use_apc_features or self.needs_surprisal
+        self.uses_apc = runs_apc(config["input_features"], encoder, training=False)
         if self.uses_apc and apc is None:
             raise ModelFormatError("this model needs an APC model (APC features or a surprisal controller)")
         self.apc = FrozenAPC(apc).to(self.device) if self.uses_apc else None
@@ -416,7 +416,7 @@ class ConditionalASR:
                   "features": FeatureConfig().as_dict(), "labels": ["<blank>", *labels], "blank_index": 0,
                   "beam_size": 10, "merge_sil": True}
         encoder_module = build_encoder(**kwargs)
-        apc = APCModel() if input_features == "apc" or encoder_module.needs_surprisal(False) else None
+        apc = APCModel() if runs_apc(input_features, encoder_module, training=False) else None
         return cls(config, encoder_module, apc, device=device)
 
     def save(self, folder: PathLike, dtype: str = "fp32") -> Path:

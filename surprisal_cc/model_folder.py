@@ -38,7 +38,7 @@ from torch import Tensor
 from .apc import APCModel, load_apc
 from .encoders import build_encoder
 from .errors import ConfigurationError
-from .nnet import Encoder
+from .nnet import Encoder, runs_apc
 
 FORMAT_VERSION = 1
 MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc.pt", "README.md"
@@ -138,7 +138,7 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
         raise ModelFormatError(f"{folder / ENCODER_FILE}: weights do not fit {MODEL_FILE} "
                                f"({str(err).splitlines()[0]})") from None
     apc = None
-    if config.get("uses_apc", True) and (config["input_features"] == "apc" or encoder.needs_surprisal(False)):
+    if config.get("uses_apc", True) and runs_apc(config["input_features"], encoder, training=False):
         apc_path = folder / APC_FILE
         if not apc_path.is_file():
             raise ModelFormatError(f"{apc_path}: missing (this model needs its APC model)")

@@ -128,6 +128,21 @@ class Encoder(nn.Module):
 # ----------------------------------------------------------------------------------------------
 # Building blocks
 # ----------------------------------------------------------------------------------------------
+def runs_apc(input_features: str, encoder: nn.Module, training: Optional[bool] = None) -> bool:
+    """Whether a model runs the APC: for its features (``input_features == "apc"``) or for the
+    surprisal ``encoder`` (possibly wrapped, e.g. by DDP) reads in training (``training=True``),
+    evaluation (``False``) or either (``None``: what preparing a training run must provide).
+
+    Example
+    -------
+    >>> runs_apc("fbank", Encoder()), runs_apc("apc", Encoder())
+    (False, True)
+    """
+    encoder = getattr(encoder, "module", encoder)
+    modes = (True, False) if training is None else (training,)
+    return input_features == "apc" or any(encoder.needs_surprisal(mode) for mode in modes)
+
+
 def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
     """Reverse every sequence of ``x`` (B, T, D) within its own length; padding stays at the end.
 

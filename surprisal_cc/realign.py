@@ -31,6 +31,7 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from .errors import ConfigurationError
+from .nnet import runs_apc
 from .viterbi import Alignment, AlignmentError, as_numpy, ctc_viterbi_graph
 
 logger = logging.getLogger(__name__)
@@ -478,8 +479,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     if split not in manifests:
         raise ConfigurationError(f"split {split!r} is not one of the run's splits {sorted(manifests)}")
     encoder = hparams["encoder_module"]
-    needs_apc = (hparams["input_features"] == "apc" or encoder.needs_surprisal(True)
-                 or encoder.needs_surprisal(False))
+    needs_apc = runs_apc(hparams["input_features"], encoder)
     if needs_apc and not hparams.get("apc_path") and not Path(hparams["apc_export_path"]).is_file():
         raise ConfigurationError(f"the run's APC model {hparams['apc_export_path']} does not exist (set apc_path)")
     apc = obtain_apc(hparams, manifests, {"device": device})

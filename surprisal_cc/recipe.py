@@ -30,6 +30,7 @@ from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
 from .hparams_files import expand_hparams, load_hparams_file, ruamel_errors
+from .nnet import runs_apc
 from .precision import auto_precision
 
 logger = logging.getLogger(__name__)
@@ -402,7 +403,7 @@ def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> O
         SpeechBrain's run options (device, precision...) for pretraining.
     """
     encoder = hparams["encoder_module"]
-    needed = hparams["input_features"] == "apc" or encoder.needs_surprisal(True) or encoder.needs_surprisal(False)
+    needed = runs_apc(hparams["input_features"], encoder)
     if not needed:
         logger.info("APC not needed: raw filterbank inputs and no surprisal-driven controller")
         return None

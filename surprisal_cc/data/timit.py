@@ -42,6 +42,23 @@ class TimitUtterance:
     part: str  # "train" | "test"
 
 
+def timit_split(utterance: TimitUtterance) -> Optional[str]:
+    """The recipe split of a TIMIT utterance: ``train`` (TIMIT's training part), ``valid`` (the 50
+    development speakers) or ``test`` (the 24 core-test speakers); None for the rest of TIMIT's test part.
+
+    Example
+    -------
+    >>> [timit_split(TimitUtterance("u", Path("u.wav"), spk, part))
+    ...  for spk, part in (("fcjf0", "train"), ("faks0", "test"), ("mdab0", "test"), ("fcmr0", "test"))]
+    ['train', 'valid', 'test', None]
+    """
+    if utterance.part == "train":
+        return "train"
+    if utterance.spk_id in TIMIT_DEV_SPEAKERS:
+        return "valid"
+    return "test" if utterance.spk_id in TIMIT_CORE_TEST_SPEAKERS else None
+
+
 def find_child(folder: Path, name: str) -> Optional[Path]:
     """Case-insensitive lookup of ``folder/name`` (TIMIT copies spell names in either case); None if absent."""
     for entry in folder.iterdir() if folder.is_dir() else ():
@@ -122,11 +139,7 @@ def prepare_timit(
 
     def build(save: Path) -> Dict[str, Path]:
         utts = scan_timit(root)
-        split_of = {
-            u.id: "train" if u.part == "train" else "valid" if u.spk_id in TIMIT_DEV_SPEAKERS
-            else "test" if u.spk_id in TIMIT_CORE_TEST_SPEAKERS else None
-            for u in utts
-        }
+        split_of = {u.id: timit_split(u) for u in utts}
         utts = [u for u in utts if split_of[u.id]]
         infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio)
         rows: Dict[str, List[dict]] = {"train": [], "valid": [], "test": []}

@@ -316,7 +316,36 @@ def _long_progress(path: Path):
     return report
 
 
+def read_standard_input(folder: Path, stream=None) -> Path:
+    """Standard input (an audio file piped in, e.g. ``ffmpeg -i talk.m4a -f wav - | surprisal-cc
+    transcribe -``) written to ``folder/stdin``, where it is read like any audio file."""
+    stream = sys.stdin if stream is None else stream
+    if stream.isatty():
+        raise UsageError("- reads audio from standard input, and nothing is piped to it "
+                         "(e.g. ffmpeg -i talk.m4a -f wav - | surprisal-cc transcribe -)")
+    path = folder / "stdin"
+    with open(path, "wb") as out:
+        while True:
+            chunk = stream.buffer.read(1 << 20)
+            if not chunk:
+                break
+            out.write(chunk)
+    return path
+
+
 def cmd_transcribe(args, unknown: List[str]) -> int:
+    import tempfile
+
+    if args.audio.count("-") > 1:
+        raise UsageError("- (standard input) can be given once")
+    if "-" not in args.audio:
+        return _transcribe(args)
+    with tempfile.TemporaryDirectory(prefix="surprisal-cc-") as folder:
+        return _transcribe(args, read_standard_input(Path(folder)))
+
+
+def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
+    """``transcribe``, with ``stdin_audio`` the file standard input was written to (given as ``-``)."""
     from .data.errors import BadAudioError, DataPreparationError
     from .errors import ConfigurationError
     from .data.audio import check_audio_many, warn_converted
@@ -331,7 +360,8 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
     if args.plot:  # before any decoding
         make_output_folder("--plot", args.plot)
     not_audio: List[str] = []  # wav.scp entries that are not audio files (--skip-bad)
-    found = [(given, audio_inputs(given, not_audio if args.skip_bad else None)) for given in args.audio]
+    found = [(given, [(stdin_audio, None)] if given == "-" else audio_inputs(given, not_audio if args.skip_bad else None))
+             for given in args.audio]
     items = [item for _, listed in found for item in listed]
     if not items:
         raise FileNotFoundError(f"no audio files in {', '.join(args.audio)}")
@@ -340,6 +370,9 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
         warnings.warn(f"no audio files in {', '.join(empty)}")
     paths = [path for path, _ in items]
     infos, problems = check_audio_many(paths)
+    if stdin_audio is not None:  # named as the user gave it
+        problems = [problem.replace(f"b'{stdin_audio}'", "it").replace(str(stdin_audio), "standard input (-)")
+                    for problem in problems]
     if problems and not args.skip_bad:
         hint = (f"{len(problems)} of {len(paths)} files are unusable; pass --skip-bad to transcribe the others"
                 if len(paths) > 1 else "")
@@ -347,7 +380,8 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
     problems = not_audio + problems
     for problem in problems:
         warnings.warn(f"skipped {problem}")
-    warn_converted(infos, asr.feature_config.sample_rate)
+    warn_converted({"-" if key == str(stdin_audio) else key: info for key, info in infos.items()},
+                   asr.feature_config.sample_rate)
     usable = [(path, utt) for path, utt in items if str(path) in infos]
     budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction)
               if args.flops_fraction is not None else None)
@@ -370,7 +404,9 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
     for i, (path, utt) in enumerate(usable):
         long = infos[str(path)].duration > PROGRESS_AFTER_S
         result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
-                                             progress=_long_progress(path) if long else None)
+                                             progress=_long_progress(Path("-") if path == stdin_audio else path) if long else None)
+        if path == stdin_audio:
+            result.path = "-"
         done += 1
         if fmt == "json":
             _emit(json.dumps({**result.to_dict(), **({"utterance": utt} if utt else {}), **run}))
@@ -524,8 +560,9 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                             ("evaluate", "PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT, Kaldi or manifest corpus")):
         p = sub.add_parser(name, help=help_text)
         if name == "transcribe":
-            p.add_argument("audio", nargs="+", help="audio files, folders of audio files, or Kaldi data folders "
-                                                    "(their wav.scp; each utterance named by its id)")
+            p.add_argument("audio", nargs="+", help="audio files, folders of audio files, Kaldi data folders "
+                                                    "(their wav.scp; each utterance named by its id), or - for "
+                                                    "audio piped to standard input")
             p.add_argument("--plot", help="routing plot (spectrogram, surprisal, network per frame) as PNG; "
                                           "with several files, one per file named OUT_<file or utterance id>.png")
             p.add_argument("--format", choices=["text", "json", "ctm"], default="text",

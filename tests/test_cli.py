@@ -456,6 +456,39 @@ def test_transcribe_kaldi_data_folder_names_each_utterance_by_its_id(model, real
     assert capsys.readouterr().out.splitlines()[0] == f"spk1-u1 ({real_flac})"
 
 
+class _Piped:
+    """A stand-in for sys.stdin: ``data`` piped in, or a terminal (``tty=True``)."""
+
+    def __init__(self, data: bytes = b"", tty: bool = False):
+        self.buffer, self.tty = io.BytesIO(data), tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.integration
+def test_transcribe_reads_audio_piped_to_standard_input(model, real_flac, monkeypatch, capsys):
+    """``-`` is the audio piped in (what ffmpeg or sox write to a pipe), decoded like the same file and
+    named ``-`` (CTM: ``stdin``); a terminal, a second ``-`` and undecodable bytes are one line each."""
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--json"]) == 0
+    from_file = _json_lines(capsys.readouterr().out)[0]
+    monkeypatch.setattr(sys, "stdin", _Piped(real_flac.read_bytes()))
+    assert main(["transcribe", "-", "--model", str(model), "--json"]) == 0
+    piped = _json_lines(capsys.readouterr().out)[0]
+    assert piped["path"] == "-" and piped["phones"] == from_file["phones"]
+    monkeypatch.setattr(sys, "stdin", _Piped(real_flac.read_bytes()))
+    assert main(["transcribe", "-", "--model", str(model), "--format", "ctm"]) == 0
+    assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {"stdin"}
+    monkeypatch.setattr(sys, "stdin", _Piped(b"not audio at all"))
+    assert main(["transcribe", "-", "--model", str(model)]) == 1
+    assert error_lines(capsys)[0].startswith("error: standard input (-): cannot be decoded")
+    monkeypatch.setattr(sys, "stdin", _Piped(tty=True))
+    assert main(["transcribe", "-", "--model", str(model)]) == 2
+    assert "nothing is piped to it" in capsys.readouterr().err
+    assert main(["transcribe", "-", "-", "--model", str(model)]) == 2
+    assert "can be given once" in capsys.readouterr().err
+
+
 @pytest.mark.integration
 def test_transcribe_long_file_in_parts_with_progress_and_blank_penalty(model, real_flac, tmp_path, capsys):
     """--chunk-seconds decodes a 70 s file in parts (progress on stderr) into as many frames as whole-file

@@ -536,9 +536,13 @@ class PonderNetEncoder(_AdaptiveEncoder):
 
     @tail_mass.setter
     def tail_mass(self, mass: float) -> None:
-        if not 0.0 <= mass < 1.0:
+        try:
+            value = float(mass)
+        except (TypeError, ValueError):
+            raise ValueError(f"tail_mass must be a number in [0, 1), got {mass!r}") from None
+        if not 0.0 <= value < 1.0:
             raise ValueError(f"tail_mass must be in [0, 1), got {mass}")
-        self._tail_mass = float(mass)
+        self._tail_mass = value
 
     def _aux_weight(self) -> float:
         return self.beta

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
@@ -220,23 +221,38 @@ def settings_differences(stored: Mapping, requested: Mapping) -> List[str]:
 
 def check_stored_settings(hparams: Mapping, settings: Mapping) -> None:
     """Refuse an existing export or checkpoints of ``hparams``' APC pretraining made with other
-    ``settings`` (:func:`pretraining_settings`): they would be reused as if made with these."""
+    ``settings`` (:func:`pretraining_settings`): they would be reused as if made with these. The
+    export is checked where it exists, else the checkpoint folder (when there is a checkpointer)."""
     export = Path(hparams["apc_export_path"])
-    save_folder = Path(hparams["apc_checkpointer"].checkpoints_dir)
+    checkpointer = hparams.get("apc_checkpointer")
     found = []
     if export.is_file():
         try:
             found.append((export, torch.load(export, map_location="cpu", weights_only=True)))
         except Exception:  # not a model file: load_apc says so where it is loaded
             pass
-    elif (save_folder / SETTINGS_FILE).is_file() and hparams["apc_checkpointer"].list_checkpoints():
-        found.append((save_folder, json.loads((save_folder / SETTINGS_FILE).read_text(encoding="utf-8"))))
+    elif checkpointer is not None and checkpointer.list_checkpoints():
+        settings_file = Path(checkpointer.checkpoints_dir) / SETTINGS_FILE
+        if settings_file.is_file():
+            try:
+                found.append((settings_file.parent, json.loads(settings_file.read_text(encoding="utf-8"))))
+            except (ValueError, UnicodeDecodeError):
+                raise ConfigurationError(f"{settings_file} is not the JSON of the settings the checkpoints beside it "
+                                         "were trained with: delete it to resume without the check") from None
     for path, stored in found:
         differences = settings_differences(stored, settings) if isinstance(stored, dict) else []
         if differences:
             raise ConfigurationError(
                 f"{path}: APC pretrained with other settings ({'; '.join(differences)}); give another "
                 f"apc_output_folder (or experiment_root), or delete {hparams['apc_output_folder']} to pretrain again")
+
+
+def _write_settings(save_folder: Path, settings: Mapping) -> None:
+    """``save_folder/apc_settings.json``, replaced whole (a reader never sees it half written)."""
+    save_folder.mkdir(parents=True, exist_ok=True)
+    partial = save_folder / (SETTINGS_FILE + ".partial")
+    partial.write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    os.replace(partial, save_folder / SETTINGS_FILE)
 
 
 def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], hparams: Dict, run_opts: Dict) -> Path:
@@ -275,9 +291,7 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
         return export
     model: APCModel = hparams["apc_model"]
     if if_main_process():
-        save_folder = Path(hparams["apc_checkpointer"].checkpoints_dir)
-        save_folder.mkdir(parents=True, exist_ok=True)
-        (save_folder / SETTINGS_FILE).write_text(json.dumps(settings, indent=2), encoding="utf-8")
+        _write_settings(Path(hparams["apc_checkpointer"].checkpoints_dir), settings)
     fresh_start = not hparams["apc_checkpointer"].list_checkpoints()
     reference_file = Path(hparams["apc_output_folder"]) / "reference_surprisal.json"
     needs_reference = if_main_process() and not reference_file.exists()

@@ -427,16 +427,18 @@ def acquire_run_lock(folder: Path, name: str = "grid.lock") -> Optional[str]:
     (True, True, True)
     """
     lock = Path(folder) / name
+    identity = _process_identity(os.getpid()) or str(os.getpid())
     # the holder is written beside the lock and linked into place: a lock file is never seen empty
     # (another grid would take an empty one for stale), and linking fails where the lock exists
     fd, written = tempfile.mkstemp(dir=lock.parent, prefix=f".{name}.")
     mine = Path(written)
+    os.fchmod(fd, 0o644)  # other users' grids read the holder (mkstemp's file is private)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(_process_identity(os.getpid()) or str(os.getpid()))
+        handle.write(identity)
     try:
         for _ in range(2):
             try:
-                os.link(mine, lock)
+                _place_lock(lock, mine, identity)
                 return None
             except FileExistsError:
                 holder = lock.read_text(encoding="utf-8").strip() if lock.exists() else ""
@@ -447,6 +449,19 @@ def acquire_run_lock(folder: Path, name: str = "grid.lock") -> Optional[str]:
         return lock.read_text(encoding="utf-8").strip() if lock.exists() else "?"
     finally:
         mine.unlink(missing_ok=True)
+
+
+def _place_lock(lock: Path, written: Path, identity: str) -> None:
+    """Link ``written`` (the holder) to ``lock``; on a file system without hard links, create ``lock``
+    and write ``identity`` into it. FileExistsError where the lock exists."""
+    try:
+        os.link(written, lock)
+    except FileExistsError:
+        raise
+    except OSError:  # e.g. vfat, some FUSE and SMB mounts
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(identity)
 
 
 def release_run_lock(folder: Path, name: str = "grid.lock") -> None:

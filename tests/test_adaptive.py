@@ -438,5 +438,8 @@ def test_evaluate_valid_settings_do_not_leak_into_the_next_row(monkeypatch):
     assert (enc.inference, enc.tail_mass) == ("truncated", 0.05)  # not the previous row's 0.2
     with pytest.raises(SystemExit, match="inference must be one of"):
         evaluate_valid.apply_setting(enc, trained, {"inference": "bogus"})
+    for bad in ("abc", None):
+        with pytest.raises(SystemExit, match="tail_mass must be a number"):
+            evaluate_valid.apply_setting(enc, trained, {"tail_mass": bad})
     with pytest.raises(SystemExit, match="has no attribute 'tailmass'"):
         evaluate_valid.trained_values(enc, [{"tailmass": 0.1}])

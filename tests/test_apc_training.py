@@ -87,3 +87,24 @@ def test_checkpoints_made_with_other_settings_are_refused(tmp_path):
     # checkpoints without a settings file (an older run) are resumed as before
     (tmp_path / "save" / SETTINGS_FILE).unlink()
     assert pretrain_apc(tiny_datasets(), apc_hparams(tmp_path, residual=True), {"device": "cpu"}).is_file()
+
+
+def test_an_export_is_checked_and_reused_without_a_checkpointer(tmp_path):
+    """A run loaded without side effects (apc_checkpointer null, as realignment loads one) reuses its
+    export after the same check."""
+    export = pretrain_apc(tiny_datasets(), apc_hparams(tmp_path), {"device": "cpu"})
+    inert = {**apc_hparams(tmp_path), "apc_checkpointer": None}
+    assert pretrain_apc({}, inert, {"device": "cpu"}) == export
+    with pytest.raises(ConfigurationError, match="apc_residual: stored False, requested True"):
+        pretrain_apc({}, {**apc_hparams(tmp_path, residual=True), "apc_checkpointer": None}, {"device": "cpu"})
+
+
+def test_a_broken_settings_file_is_one_line_naming_it(tmp_path):
+    hparams = apc_hparams(tmp_path)
+    hparams["apc_epoch_counter"].limit = 0
+    pretrain_apc(tiny_datasets(), hparams, {"device": "cpu"})
+    hparams["apc_checkpointer"].save_checkpoint()
+    (tmp_path / "apc.pt").unlink()
+    (tmp_path / "save" / SETTINGS_FILE).write_text('{"config": {"resid')  # cut short
+    with pytest.raises(ConfigurationError, match=f"{SETTINGS_FILE} is not the JSON"):
+        pretrain_apc({}, apc_hparams(tmp_path), {"device": "cpu"})

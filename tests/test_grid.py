@@ -441,3 +441,23 @@ def test_two_grids_taking_one_lock_at_once_never_both_get_it(tmp_path, monkeypat
     first.join(5)
     assert sorted(map(str, taken.values())).count("None") == 1  # exactly one of them holds it
     assert [p.name for p in tmp_path.iterdir()] == ["grid.lock"]
+
+
+def test_the_run_lock_is_readable_by_others_and_works_without_hard_links(tmp_path, monkeypatch):
+    """Another user's grid can read who holds a run (mode 0644); on a file system without hard
+    links the lock is created in place, and a live holder is still reported."""
+    import os
+    import stat
+
+    assert grid.acquire_run_lock(tmp_path) is None
+    assert stat.S_IMODE((tmp_path / "grid.lock").stat().st_mode) == 0o644
+    grid.release_run_lock(tmp_path)
+
+    def no_hard_links(src, dst):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_hard_links)
+    assert grid.acquire_run_lock(tmp_path) is None
+    assert (tmp_path / "grid.lock").read_text().split()[0] == str(os.getpid())
+    assert grid.acquire_run_lock(tmp_path) is not None  # held (by this very process): refused
+    assert [p.name for p in tmp_path.iterdir()] == ["grid.lock"]

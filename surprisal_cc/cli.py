@@ -323,13 +323,11 @@ def read_standard_input(folder: Path, stream=None) -> Path:
     if stream.isatty():
         raise UsageError("- reads audio from standard input, and nothing is piped to it "
                          "(e.g. ffmpeg -i talk.m4a -f wav - | surprisal-cc transcribe -)")
+    import shutil
+
     path = folder / "stdin"
     with open(path, "wb") as out:
-        while True:
-            chunk = stream.buffer.read(1 << 20)
-            if not chunk:
-                break
-            out.write(chunk)
+        shutil.copyfileobj(stream.buffer, out)
     return path
 
 

@@ -308,7 +308,7 @@ def _emit(line: str) -> None:
     sys.stdout.flush()
 
 
-def _long_progress(path: Path):
+def _long_progress(path: str):
     """A progress callback writing ``path: done of total s`` lines to stderr (long files)."""
     def report(done: float, total: float) -> None:
         print(f"{path}: {done:.0f} of {total:.0f} s ({100 * done / max(total, 1e-9):.0f} %)", file=sys.stderr,
@@ -352,6 +352,11 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     if args.json and args.format not in ("text", "json"):
         raise UsageError(f"--json and --format {args.format} choose different outputs: give one")
     fmt = "json" if args.json else args.format
+
+    def shown(path) -> str:
+        """A file as the user named it: ``-`` for standard input."""
+        return "-" if stdin_audio is not None and str(path) == str(stdin_audio) else str(path)
+
     asr = _load_model(args)
     if args.plot and not asr.uses_apc:
         raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
@@ -378,7 +383,7 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     problems = not_audio + problems
     for problem in problems:
         warnings.warn(f"skipped {problem}")
-    warn_converted({"-" if key == str(stdin_audio) else key: info for key, info in infos.items()},
+    warn_converted({shown(key): info for key, info in infos.items()},
                    asr.feature_config.sample_rate)
     usable = [(path, utt) for path, utt in items if str(path) in infos]
     budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction)
@@ -402,9 +407,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     for i, (path, utt) in enumerate(usable):
         long = infos[str(path)].duration > PROGRESS_AFTER_S
         result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
-                                             progress=_long_progress(Path("-") if path == stdin_audio else path) if long else None)
-        if path == stdin_audio:
-            result.path = "-"
+                                             progress=_long_progress(shown(path)) if long else None)
+        result.path = shown(path)
         done += 1
         if fmt == "json":
             _emit(json.dumps({**result.to_dict(), **({"utterance": utt} if utt else {}), **run}))

@@ -12,6 +12,7 @@ configuration and data errors into one line ``error: ...``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import sys
@@ -137,10 +138,15 @@ def recipe_errors():
 
 def close_process_group(barrier: bool = True) -> None:
     """Leave the DDP process group, if this process joined one (a no-op otherwise): wait for every
-    rank first when ``barrier``, then destroy the group explicitly rather than at interpreter exit."""
+    rank first when ``barrier``, then destroy the group explicitly rather than at interpreter exit.
+
+    The Brain's DDP wrappers sit in reference cycles that outlive ``main()``; they are collected
+    first, so their reducers release the group now and not during the interpreter's shutdown,
+    where gloo's threads can abort a finished run (SIGABRT)."""
     from speechbrain.utils.distributed import ddp_barrier, is_distributed_initialized
 
     if is_distributed_initialized():
+        gc.collect()
         if barrier:
             ddp_barrier()  # SpeechBrain's: passes the CUDA device under NCCL
         torch.distributed.destroy_process_group()

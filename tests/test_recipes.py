@@ -370,6 +370,30 @@ def test_recipe_leaves_its_process_group(tmp_path, fails):
     close_process_group()  # no group left: nothing to do
 
 
+def test_recipe_frees_its_ddp_wrappers_before_closing_the_group(tmp_path):
+    """A DDP wrapper left in a reference cycle by the script is collected while the group still exists,
+    not during the interpreter's shutdown."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from surprisal_cc.recipe import recipe_errors
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    gc.disable()  # only an explicit collection can free the cycle
+    try:
+        with recipe_errors():
+            wrapper = DistributedDataParallel(torch.nn.Linear(2, 2))
+            wrapper.cycle = [wrapper]
+            alive = weakref.ref(wrapper)
+            del wrapper
+        assert alive() is None and not dist.is_initialized()
+    finally:
+        gc.enable()
+
+
 def test_sentencepiece_targets_report_wer(pretrained):
     apc = pretrained / "exp" / "apc" / "apc.pt"
     ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, target_unit="sentencepiece",

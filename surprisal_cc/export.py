@@ -16,7 +16,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -150,15 +150,39 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         When the run folder lacks its hparams, results, checkpoints or APC model, or the
         checkpoint does not fit the hparams.
     """
-    from .recipe import load_hparams
-
     run, out = Path(run_dir), Path(out_dir)
+    _check_export_arguments(run, dtype, average)
+    hp_file, results = _run_inputs(run)
+    raw, hparams = _phone_model_hparams(hp_file)
+    encoder, encoder_kwargs = _rebuild_encoder(hp_file, raw, hparams)
+    metric = hparams.get("selection_metric", "PER")
+    checkpoints = _checkpoints(run, metric, average)
+    _load_averaged_weights(encoder, checkpoints, hp_file)
+    _warn_if_uncalibrated(encoder, checkpoints[0])
+    epoch = _checkpoint_epoch(checkpoints[0])
+    uses_apc = runs_apc(hparams["input_features"], encoder, training=False)
+    apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
+    if apc_file is not None:
+        _check_apc_matches_cache(load_apc(apc_file), hparams)
+    config = _model_config(hparams, encoder_kwargs, uses_apc, dtype)
+    config["source"] = _source(run, metric, checkpoints, epoch, average, apc_file, results)
+    blob = torch.load(apc_file, map_location="cpu", weights_only=True) if apc_file is not None else None
+    return write_model_folder(out, config, encoder.state_dict(), blob)
+
+
+def _check_export_arguments(run: Path, dtype: str, average: int) -> None:
+    """:class:`ConfigurationError` unless ``dtype`` and ``average`` are valid and ``run`` is a folder."""
     if dtype not in WEIGHT_DTYPES:
         raise ConfigurationError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {dtype!r}")
     if average < 1:
         raise ConfigurationError(f"average must be at least 1 checkpoint, got {average}")
     if not run.is_dir():
         raise ConfigurationError(f"{run}: no such run folder")
+
+
+def _run_inputs(run: Path) -> Tuple[Path, Dict[str, Any]]:
+    """The run's hparams file and test results; :class:`ConfigurationError` when either, or its save/
+    folder, is missing."""
     hp_file = _run_file(run, "hyperparams.yaml", "hparams.yaml", what="the hparams SpeechBrain writes into a recipe "
                         "run folder: is this the output_folder of a recipe run?")
     # results.json of a finished run, else the test-only evaluation of an unfinished run's best checkpoint
@@ -174,13 +198,26 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
                                  "(--test_only)")
     if not (run / "save").is_dir():
         raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
+    return hp_file, results
+
+
+def _phone_model_hparams(hp_file: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The run's hparams as plain data (no tag run) and loaded; :class:`ConfigurationError` unless they
+    describe a phone model with its ``encoder_module`` arguments."""
+    from .recipe import load_hparams
+
     overrides = "\n".join(f"{k}: {v}" for k, v in inert_overrides(hp_file).items())
     raw = _resolved_plain_yaml(hp_file, overrides)
     if raw.get("target_unit", "phone") != "phone":
         raise ConfigurationError(f"{hp_file}: only phone models can be exported (target_unit: {raw['target_unit']})")
     if not isinstance(raw.get("encoder_module"), dict):
         raise ConfigurationError(f"{hp_file}: no encoder_module (build_encoder arguments) to rebuild the model from")
-    hparams = load_hparams(str(hp_file), overrides)
+    return raw, load_hparams(str(hp_file), overrides)
+
+
+def _rebuild_encoder(hp_file: Path, raw: Dict[str, Any], hparams: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """The run's encoder rebuilt from its ``encoder_module`` arguments (checked against the one the hparams
+    build), and those arguments as JSON data."""
     try:
         encoder_kwargs = json.loads(json.dumps({**raw["encoder_module"], "input_size": int(hparams["input_size"])}))
         encoder = build_encoder(**encoder_kwargs)
@@ -188,36 +225,59 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         raise ConfigurationError(f"{hp_file}: cannot rebuild the encoder from encoder_module ({err})") from None
     if repr(encoder) != repr(hparams["encoder_module"]):
         raise ConfigurationError(f"{hp_file}: the encoder_module arguments do not rebuild the run's encoder")
-    metric = hparams.get("selection_metric", "PER")
-    checkpoints = _checkpoints(run, metric, average)
-    checkpoint = checkpoints[0]
+    return encoder, encoder_kwargs
+
+
+def _load_averaged_weights(encoder: torch.nn.Module, checkpoints: list, hp_file: Path) -> None:
+    """Load into ``encoder`` the weights of ``checkpoints`` (averaged when several)."""
     state = average_float_state_dicts(load_tensors(c.path / "encoder.ckpt") for c in checkpoints)
     try:
         encoder.load_state_dict(state)
     except RuntimeError as err:
-        raise ConfigurationError(f"{checkpoint.path}: the checkpoint does not fit {hp_file} "
+        raise ConfigurationError(f"{checkpoints[0].path}: the checkpoint does not fit {hp_file} "
                                  f"({str(err).splitlines()[0]})") from None
+
+
+def _warn_if_uncalibrated(encoder: torch.nn.Module, checkpoint: Any) -> None:
+    """Warn (at :func:`export_run`) when the encoder's surprisal controller is not calibrated."""
     controller = getattr(encoder, "controller", None)
     if controller is not None and not bool(getattr(controller, "calibrated", True)):
-        warnings.warn(f"{checkpoint.path}: the surprisal controller is not calibrated", DataPreparationWarning)
-    epoch = None
+        warnings.warn(f"{checkpoint.path}: the surprisal controller is not calibrated", DataPreparationWarning,
+                      stacklevel=2)
+
+
+def _checkpoint_epoch(checkpoint: Any) -> Optional[int]:
+    """The epoch counter saved with ``checkpoint``, or None without one."""
     counter = checkpoint.path / "counter.ckpt"
-    if counter.is_file():
-        epoch = int(counter.read_text().strip())
+    return int(counter.read_text().strip()) if counter.is_file() else None
 
-    input_features = hparams["input_features"]
-    uses_apc = runs_apc(input_features, encoder, training=False)
-    apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
-    if apc_file is not None:
-        _check_apc_matches_cache(load_apc(apc_file), hparams)
 
+def _source(run: Path, metric: str, checkpoints: list, epoch: Optional[int], average: int,
+            apc_file: Optional[Path], results: Dict[str, Any]) -> Dict[str, Any]:
+    """The model card's ``source``: the run, its checkpoint(s), APC model and test results."""
+    checkpoint = checkpoints[0]
+    return {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": epoch,
+            f"valid_{metric}": checkpoint.meta.get(metric), "apc": str(apc_file) if apc_file else None,
+            "averaged_checkpoints": [{"checkpoint": c.path.name, f"valid_{metric}": c.meta.get(metric)}
+                                     for c in checkpoints] if average > 1 else None,
+            "test": {k: results.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
+                                                  "mean_steps", "epochs", "commit", "data", "date")
+                     if k in results},
+            "epochs_trained": _epochs_trained(run) or results.get("epochs"), "commit": results.get("commit"),
+            "error_rate_details": results.get("error_rate_details"),
+            "calibration": results.get("calibration")}
+
+
+def _model_config(hparams: Dict[str, Any], encoder_kwargs: Dict[str, Any], uses_apc: bool,
+                  dtype: str) -> Dict[str, Any]:
+    """The model folder's ``model.json`` but its ``source``: how to rebuild, feed, decode and score the model."""
     labels = hparams["label_encoder"].ind2lab
     prepare = hparams.get("prepare_options") or {}
     beam = hparams["beam_searcher"]
-    config: Dict[str, Any] = {
+    return {
         "format_version": FORMAT_VERSION,
         "encoder": encoder_kwargs,
-        "input_features": input_features,
+        "input_features": hparams["input_features"],
         "uses_apc": uses_apc,
         "features": hparams["feature_config"].as_dict(),
         "labels": [labels[i] for i in range(len(labels))],
@@ -231,19 +291,7 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         "weights_dtype": dtype,
         "dataset": hparams.get("dataset"),
         "seed": hparams.get("seed"),
-        "source": {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": epoch,
-                   f"valid_{metric}": checkpoint.meta.get(metric), "apc": str(apc_file) if apc_file else None,
-                   "averaged_checkpoints": [{"checkpoint": c.path.name, f"valid_{metric}": c.meta.get(metric)}
-                                            for c in checkpoints] if average > 1 else None,
-                   "test": {k: results.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
-                                                         "mean_steps", "epochs", "commit", "data", "date")
-                            if k in results},
-                   "epochs_trained": _epochs_trained(run) or results.get("epochs"), "commit": results.get("commit"),
-                   "error_rate_details": results.get("error_rate_details"),
-                   "calibration": results.get("calibration")},
     }
-    blob = torch.load(apc_file, map_location="cpu", weights_only=True) if apc_file is not None else None
-    return write_model_folder(out, config, encoder.state_dict(), blob)
 
 
 def _check_apc_matches_cache(apc: APCModel, hparams: Dict[str, Any]) -> None:

@@ -346,56 +346,14 @@ def prepare_mini_librispeech(
 
     Example: ``prepare_mini_librispeech("../shared/data", "results/data", splits=["test"])``.
     """
-    bad_splits = set(splits) - set(SPLITS)
-    if bad_splits or not splits:
-        raise DataPreparationError(f"splits must be a non-empty subset of {SPLITS}, got {list(splits)}")
-    if mfa_fallback not in ("error", "lexicon"):
-        raise DataPreparationError(f"mfa_fallback must be 'error' or 'lexicon', got {mfa_fallback!r}")
-    splits = list(splits)
-    if dev_subset:
-        if any(find_subset(f, dev_subset) for f in _folders(data_folder)):
-            splits.append(DEV_SPLIT)
-        else:
-            warnings.warn(f"dev_subset {dev_subset!r} not found under {[str(f) for f in _folders(data_folder)]}: "
-                          f"no development split (put its audio in LibriSpeech/{dev_subset}/ and its MFA TextGrids in "
-                          f"phone_labels/{dev_subset}/ of one of those folders: docs/data.md; or set dev_subset to null, "
-                          "--dev_subset=null)", DataPreparationWarning, stacklevel=2)
-    if DEV_SPLIT in splits and not (isinstance(labels, Mapping) and DEV_SPLIT in labels):
-        labels = {**({s: labels for s in SPLITS} if isinstance(labels, str) else labels), DEV_SPLIT: "mfa"}
-    split_labels = _per_split(labels, splits, "labels", ("mfa", "lexicon"))
+    _check_split_options(splits, mfa_fallback)
+    splits = _with_dev_split(splits, data_folder, dev_subset)
+    split_labels = _per_split(_with_dev_labels(labels, splits), splits, "labels", ("mfa", "lexicon"))
     split_subset = {s: {"test": MINI_TEST, DEV_SPLIT: dev_subset}.get(s, MINI_TRAIN) for s in splits}
     subset_dirs = locate_subsets(data_folder, sorted(set(split_subset.values())), download, checksums)
     librispeech_root = subset_dirs[MINI_TRAIN if MINI_TRAIN in subset_dirs else split_subset[splits[0]]].parent
-
-    mfa_sources: Dict[str, Path] = {}
-    for split, kind in split_labels.items():
-        if kind != "mfa":
-            continue
-        subset = split_subset[split]
-        if isinstance(mfa_labels, Mapping):
-            src = mfa_labels.get(split) or mfa_labels.get(subset)
-        else:
-            src = mfa_labels
-        src_path = Path(src).resolve() if src else _default_mfa_source(subset_dirs[subset], subset)
-        if src_path is None and mfa_fallback == "error":
-            raise DataPreparationError(
-                f"split {split!r} uses labels 'mfa' but no MFA labels were given for {subset} and "
-                f"phone_labels/{subset}_mfa.csv is in none of the data folders: set mfa_labels "
-                f"(--mfa_labels=\"{{{split}: PATH}}\", a CSV or a TextGrid folder; docs/data.md says where to get "
-                f"them), give the split lexicon labels (--labels=\"{{..., {split}: lexicon}}\") or set "
-                "mfa_fallback to lexicon (--mfa_fallback=lexicon)"
-            )
-        if src_path is not None:
-            mfa_sources[split] = src_path
-
-    inputs: List[Path] = []
-    for subset_dir in subset_dirs.values():
-        inputs += list_files(subset_dir, (".flac", ".trans.txt"))
-    for src in set(mfa_sources.values()):
-        inputs += list_files(src, (".textgrid",)) if src.is_dir() else [src]
-    speakers_txt = librispeech_root / "SPEAKERS.TXT"
-    if speakers_txt.is_file():
-        inputs.append(speakers_txt)
+    mfa_sources = _mfa_sources(split_labels, split_subset, subset_dirs, mfa_labels, mfa_fallback)
+    inputs = _input_files(subset_dirs, mfa_sources, librispeech_root)
     uses_lexicon = "lexicon" in split_labels.values() or mfa_fallback == "lexicon"
     options = {
         "labels": split_labels, "mfa_labels": {k: str(v) for k, v in mfa_sources.items()},
@@ -406,30 +364,7 @@ def prepare_mini_librispeech(
     }
 
     def build(save: Path) -> Dict[str, Path]:
-        per_subset = {s: scan_subset(d) for s, d in subset_dirs.items()}
-        split_utts: Dict[str, List[Utterance]] = {}
-        for split in ("test", DEV_SPLIT):
-            if split in splits:
-                split_utts[split] = per_subset[split_subset[split]]
-        if "train" in splits or "valid" in splits:
-            train_utts = per_subset[MINI_TRAIN]
-            speakers = sorted({u.spk_id for u in train_utts})
-            if isinstance(valid_speakers, int):
-                held_out = select_valid_speakers(
-                    speakers, valid_speakers, read_speaker_genders(librispeech_root), seed
-                )
-            else:
-                held_out = sorted(str(s) for s in valid_speakers)
-                unknown = sorted(set(held_out) - set(speakers))
-                if unknown or not held_out:
-                    raise DataPreparationError(
-                        f"valid_speakers {unknown or held_out} are not speakers of {MINI_TRAIN}"
-                    )
-            for split in ("train", "valid"):
-                if split in splits:
-                    split_utts[split] = [
-                        u for u in train_utts if (u.spk_id in held_out) == (split == "valid")
-                    ]
+        split_utts = _split_utterances(subset_dirs, split_subset, splits, valid_speakers, librispeech_root, seed)
         all_utts = [u for utts in split_utts.values() for u in utts]
         infos = check_audio_files([u.wav for u in all_utts], skip_bad_audio=skip_bad_audio)
 
@@ -443,28 +378,8 @@ def prepare_mini_librispeech(
             rows = _audio_rows(split_utts[split], infos)
             src = mfa_sources.get(split)
             mfa = label_cache.setdefault(src, load_mfa_labels(src)) if src else {}
-            missing = []
-            for row in rows:
-                words = row["wrd"].split()
-                if split_labels[split] == "mfa" and row["ID"] in mfa:
-                    phones = mfa[row["ID"]]
-                elif split_labels[split] == "mfa" and mfa_fallback == "error":
-                    missing.append(row["ID"])
-                    continue
-                else:
-                    if split_labels[split] == "mfa":
-                        fallback.append(row["ID"])
-                    assert lexicon is not None
-                    phones = lexicon.words_to_phones(words, add_boundary_silence, row["ID"])
-                    validate_phones(phones, LIBRISPEECH_PHONES, f"utterance {row['ID']}")
-                row["phn"] = " ".join(phones)
-            if missing:
-                raise DataPreparationError(
-                    f"split {split!r}: {len(missing)} utterance(s) have no MFA labels in {src}: "
-                    f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}; set mfa_fallback to "
-                    "lexicon (--mfa_fallback=lexicon) to give them lexicon labels, or use lexicon labels for the "
-                    "split (--labels)"
-                )
+            fallback += _label_rows(rows, split, split_labels[split], mfa, src, mfa_fallback, lexicon,
+                                    add_boundary_silence)
             out[split] = write_manifest(save / f"{split}.csv", rows, LABELLED_COLUMNS)
         if fallback:
             warnings.warn(
@@ -477,6 +392,151 @@ def prepare_mini_librispeech(
         return out
 
     return cached_prepare(save_folder, "mini_librispeech_prepare", options, inputs, build)
+
+
+def _check_split_options(splits: Sequence[str], mfa_fallback: str) -> None:
+    """:class:`DataPreparationError` unless ``splits`` are some of :data:`SPLITS` and ``mfa_fallback`` is known."""
+    bad_splits = set(splits) - set(SPLITS)
+    if bad_splits or not splits:
+        raise DataPreparationError(f"splits must be a non-empty subset of {SPLITS}, got {list(splits)}")
+    if mfa_fallback not in ("error", "lexicon"):
+        raise DataPreparationError(f"mfa_fallback must be 'error' or 'lexicon', got {mfa_fallback!r}")
+
+
+def _with_dev_split(splits: Sequence[str], data_folder: Union[PathLike, Sequence[PathLike]],
+                    dev_subset: Optional[str]) -> List[str]:
+    """``splits`` and, when a data folder holds ``dev_subset``, the development split (not found: a warning
+    at :func:`prepare_mini_librispeech`'s caller)."""
+    splits = list(splits)
+    if dev_subset:
+        if any(find_subset(f, dev_subset) for f in _folders(data_folder)):
+            splits.append(DEV_SPLIT)
+        else:
+            warnings.warn(f"dev_subset {dev_subset!r} not found under {[str(f) for f in _folders(data_folder)]}: "
+                          f"no development split (put its audio in LibriSpeech/{dev_subset}/ and its MFA TextGrids in "
+                          f"phone_labels/{dev_subset}/ of one of those folders: docs/data.md; or set dev_subset to null, "
+                          "--dev_subset=null)", DataPreparationWarning, stacklevel=3)
+    return splits
+
+
+def _with_dev_labels(labels: Union[str, Mapping[str, str]], splits: Sequence[str]) -> Union[str, Mapping[str, str]]:
+    """``labels`` with MFA labels for the development split when it is among ``splits`` and ``labels`` names none."""
+    if DEV_SPLIT in splits and not (isinstance(labels, Mapping) and DEV_SPLIT in labels):
+        return {**({s: labels for s in SPLITS} if isinstance(labels, str) else labels), DEV_SPLIT: "mfa"}
+    return labels
+
+
+def _mfa_sources(split_labels: Mapping[str, str], split_subset: Mapping[str, str], subset_dirs: Mapping[str, Path],
+                 mfa_labels: Union[None, PathLike, Mapping[str, PathLike]], mfa_fallback: str) -> Dict[str, Path]:
+    """``{split: MFA labels file or folder}`` for the splits with MFA labels (see :func:`_mfa_source`)."""
+    sources: Dict[str, Path] = {}
+    for split, kind in split_labels.items():
+        if kind == "mfa":
+            src = _mfa_source(split, split_subset[split], subset_dirs, mfa_labels, mfa_fallback)
+            if src is not None:
+                sources[split] = src
+    return sources
+
+
+def _mfa_source(split: str, subset: str, subset_dirs: Mapping[str, Path],
+                mfa_labels: Union[None, PathLike, Mapping[str, PathLike]], mfa_fallback: str) -> Optional[Path]:
+    """The MFA labels of ``split`` (its subset's): as ``mfa_labels`` gives them, else the default
+    ``phone_labels/`` beside the corpus; none found is an error unless ``mfa_fallback`` is lexicon."""
+    if isinstance(mfa_labels, Mapping):
+        src = mfa_labels.get(split) or mfa_labels.get(subset)
+    else:
+        src = mfa_labels
+    src_path = Path(src).resolve() if src else _default_mfa_source(subset_dirs[subset], subset)
+    if src_path is None and mfa_fallback == "error":
+        raise DataPreparationError(
+            f"split {split!r} uses labels 'mfa' but no MFA labels were given for {subset} and "
+            f"phone_labels/{subset}_mfa.csv is in none of the data folders: set mfa_labels "
+            f"(--mfa_labels=\"{{{split}: PATH}}\", a CSV or a TextGrid folder; docs/data.md says where to get "
+            f"them), give the split lexicon labels (--labels=\"{{..., {split}: lexicon}}\") or set "
+            "mfa_fallback to lexicon (--mfa_fallback=lexicon)"
+        )
+    return src_path
+
+
+def _input_files(subset_dirs: Mapping[str, Path], mfa_sources: Mapping[str, Path],
+                 librispeech_root: Path) -> List[Path]:
+    """The files the manifests are made from (audio, transcripts, MFA labels, ``SPEAKERS.TXT``), by which
+    :func:`cached_prepare` tells whether they changed."""
+    inputs: List[Path] = []
+    for subset_dir in subset_dirs.values():
+        inputs += list_files(subset_dir, (".flac", ".trans.txt"))
+    for src in set(mfa_sources.values()):
+        inputs += list_files(src, (".textgrid",)) if src.is_dir() else [src]
+    speakers_txt = librispeech_root / "SPEAKERS.TXT"
+    if speakers_txt.is_file():
+        inputs.append(speakers_txt)
+    return inputs
+
+
+def _split_utterances(subset_dirs: Mapping[str, Path], split_subset: Mapping[str, str], splits: Sequence[str],
+                      valid_speakers: Union[int, Sequence[str]], librispeech_root: Path,
+                      seed: int) -> Dict[str, List[Utterance]]:
+    """``{split: utterances}``: test and dev their whole subsets, train and valid train-clean-5 divided
+    by speaker (:func:`_held_out_speakers`)."""
+    per_subset = {s: scan_subset(d) for s, d in subset_dirs.items()}
+    split_utts: Dict[str, List[Utterance]] = {}
+    for split in ("test", DEV_SPLIT):
+        if split in splits:
+            split_utts[split] = per_subset[split_subset[split]]
+    if "train" in splits or "valid" in splits:
+        train_utts = per_subset[MINI_TRAIN]
+        held_out = _held_out_speakers(train_utts, valid_speakers, librispeech_root, seed)
+        for split in ("train", "valid"):
+            if split in splits:
+                split_utts[split] = [
+                    u for u in train_utts if (u.spk_id in held_out) == (split == "valid")
+                ]
+    return split_utts
+
+
+def _held_out_speakers(train_utts: Sequence[Utterance], valid_speakers: Union[int, Sequence[str]],
+                       librispeech_root: Path, seed: int) -> List[str]:
+    """The validation speakers: ``valid_speakers`` ids (checked to be train-clean-5's), or that many
+    chosen by :func:`select_valid_speakers`."""
+    speakers = sorted({u.spk_id for u in train_utts})
+    if isinstance(valid_speakers, int):
+        return select_valid_speakers(speakers, valid_speakers, read_speaker_genders(librispeech_root), seed)
+    held_out = sorted(str(s) for s in valid_speakers)
+    unknown = sorted(set(held_out) - set(speakers))
+    if unknown or not held_out:
+        raise DataPreparationError(
+            f"valid_speakers {unknown or held_out} are not speakers of {MINI_TRAIN}"
+        )
+    return held_out
+
+
+def _label_rows(rows: List[dict], split: str, kind: str, mfa: Mapping[str, List[str]], src: Optional[Path],
+                mfa_fallback: str, lexicon: Optional[Lexicon], add_boundary_silence: bool) -> List[str]:
+    """Give each of one split's ``rows`` its ``phn``: MFA labels (``kind`` "mfa", from ``mfa``, read from
+    ``src``) or lexicon ones; returns the ids of the rows that fell back to lexicon labels (``mfa_fallback``)."""
+    missing, fallback = [], []
+    for row in rows:
+        words = row["wrd"].split()
+        if kind == "mfa" and row["ID"] in mfa:
+            phones = mfa[row["ID"]]
+        elif kind == "mfa" and mfa_fallback == "error":
+            missing.append(row["ID"])
+            continue
+        else:
+            if kind == "mfa":
+                fallback.append(row["ID"])
+            assert lexicon is not None
+            phones = lexicon.words_to_phones(words, add_boundary_silence, row["ID"])
+            validate_phones(phones, LIBRISPEECH_PHONES, f"utterance {row['ID']}")
+        row["phn"] = " ".join(phones)
+    if missing:
+        raise DataPreparationError(
+            f"split {split!r}: {len(missing)} utterance(s) have no MFA labels in {src}: "
+            f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}; set mfa_fallback to "
+            "lexicon (--mfa_fallback=lexicon) to give them lexicon labels, or use lexicon labels for the "
+            "split (--labels)"
+        )
+    return fallback
 
 
 def prepare_librispeech(

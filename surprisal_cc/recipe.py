@@ -449,10 +449,12 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
 
 def prepare_labels(hparams: Dict, manifests: Mapping[str, str]) -> None:
     """With ``target_unit: sentencepiece``, train the units on the training words (main process)
-    and make them ``hparams["label_encoder"]``; phone targets need nothing."""
+    and make them ``hparams["label_encoder"]``; phone targets need nothing. The units lie beside
+    the training manifest, in its preparation's folder: other options (validation speakers,
+    subsets) give other training words, hence units of their own."""
     if hparams["target_unit"] != "sentencepiece":
         return
-    sp_dir = Path(hparams["prepared_folder"]) / f"sentencepiece_{hparams['sp_vocab_size']}"
+    sp_dir = Path(manifests["train"]).parent / f"sentencepiece_{hparams['sp_vocab_size']}"
     run_on_main(SentencePieceLabels, args=[sp_dir, hparams["sp_vocab_size"], manifests["train"]])
     hparams["label_encoder"] = SentencePieceLabels(sp_dir, hparams["sp_vocab_size"], manifests["train"])
     check_consistency(hparams)

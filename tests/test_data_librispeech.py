@@ -56,6 +56,9 @@ def test_prepare_mini_librispeech(corpus, tmp_path):
         corpus, tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=2), out)
     out2 = prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=["12"])
     assert {r["spk_id"] for r in read(out2["valid"])} == {"12"}
+    # other options, the same save folder: their own manifests, the first preparation's left intact
+    assert out2["valid"].parent != out["valid"].parent and out["valid"].parent.parent == (tmp_path / "s").resolve()
+    assert {r["spk_id"] for r in read(out["valid"])} == {"14", "15"}
 
 
 TEXTGRID = """File type = "ooTextFile"
@@ -150,8 +153,10 @@ def test_prepare_librispeech_audio_only(corpus, tmp_path):
     assert list(train[0]) == ["ID", "duration", "wav", "spk_id"]
     assert len(train) + len(valid) == 12 and len(valid) == 4  # two whole speakers
     assert not {r["spk_id"] for r in train} & {r["spk_id"] for r in valid}
-    out = prepare_librispeech(corpus, tmp_path / "s2", subsets=["train-clean-5"], valid_utterances=3, valid_by="utterance")
-    assert len(read(out["valid"])) == 3
+    by_utterance = prepare_librispeech(corpus, tmp_path / "s", subsets=["train-clean-5"], valid_utterances=3,
+                                       valid_by="utterance")
+    assert len(read(by_utterance["valid"])) == 3
+    assert len(read(out["valid"])) == 4  # the same save folder: the first split is still there
 
 
 def test_prepare_librispeech_extra_train_subsets_keep_the_validation_split(corpus, tmp_path):

@@ -139,7 +139,9 @@ def test_augmentation_changes_training(pretrained):
     assert [results[name]["augment"] for name in runs] == [False, True, False]
     assert [results[name]["speed_perturb"] for name in runs] == [[], [], [0.9, 1.1]]
     assert losses["masks"] != losses["none"] and losses["speeds"] != losses["none"]
-    train_ids = {line.split(",", 1)[0] for line in (pretrained / "exp" / "manifests" / "train.csv").read_text().splitlines()[1:]}
+    train_manifest = Path(results["speeds"]["data"]["train"])  # the one the run trained on
+    assert train_manifest.parent.parent == (pretrained / "exp" / "manifests").resolve()
+    train_ids = {line.split(",", 1)[0] for line in train_manifest.read_text().splitlines()[1:]}
     cached = {path.stem for path in (pretrained / "exp" / "feature_cache").glob("*/*.pt")}
     for factor in ("0.9", "1.1"):
         assert {f"{utt}@speed{factor}" for utt in train_ids} <= cached
@@ -289,7 +291,8 @@ def test_apc_pretraining_perturbs_the_speed_of_training_utterances_only(mini_cor
 
     clean = pretrain(tmp_path / "clean")
     slow = pretrain(tmp_path / "slow", "--apc_speed_perturb=[0.8]")
-    with open(tmp_path / "slow" / "manifests" / "apc_train.csv", newline="", encoding="utf-8") as f:
+    [manifest] = (tmp_path / "slow" / "manifests").glob("*/apc_train.csv")  # the one preparation's folder
+    with open(manifest, newline="", encoding="utf-8") as f:
         train_ids = {row["ID"] for row in csv.DictReader(f)}
     assert {p.stem for p in (tmp_path / "slow").rglob("*@speed0.8.pt")} == {f"{u}@speed0.8" for u in train_ids}
     assert not list((tmp_path / "clean").rglob("*@speed*.pt"))
@@ -402,6 +405,8 @@ def test_sentencepiece_targets_report_wer(pretrained):
     res = json.loads((pretrained / "exp" / "sp" / "results.json").read_text())
     assert res["target_unit"] == "sentencepiece"
     assert res["WER"] > 0 and res["TER"] > 0
+    # the units lie beside the training manifest they were trained on
+    assert (Path(res["data"]["train"]).parent / "sentencepiece_40" / "40_unigram.model").is_file()
 
 
 def test_checkpoint_of_another_shape_is_reported(pretrained, tmp_path):

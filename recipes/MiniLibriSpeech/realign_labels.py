@@ -14,7 +14,7 @@ the same labels). The labels are written in the MFA export format, which the dat
     python recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \\
         --labels="{train: mfa, valid: mfa, test: mfa}" \\
         --mfa_labels="{train: realigned.csv, valid: realigned.csv}" \\
-        --prepared_folder=results/MiniLibriSpeech/manifests_realigned --output_folder=...
+        --output_folder=...
 
 A model trained on lexicon labels (``sil`` only at the two ends) hears no pause between words;
 ``--pauses`` adds a ``sil`` where the audio itself is silent for at least ``--min_pause_frames``

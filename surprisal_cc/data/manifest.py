@@ -1,8 +1,14 @@
 """Shared manifest writing and the "prepare once" cache used by the corpus preparers.
 
-A preparer records its options and an input fingerprint (file list + sizes + mtimes) in a JSON
-file next to the manifests; a later call with the same options and unchanged inputs returns the
-existing manifests immediately, anything else regenerates them.  All files are written atomically.
+Each set of preparation options gets a folder of its own, ``<save_folder>/<name>-<options digest>/``,
+so preparations with other options (labels, validation speakers ...) in the same ``save_folder``
+never read or overwrite each other's manifests.  The folder's JSON file records the options and an
+input fingerprint (file list + sizes + mtimes); a later call with the same options and unchanged
+inputs returns the existing manifests immediately, changed inputs regenerate them there.
+
+Every file is written atomically (a temporary file + ``os.replace``) and the record last, so two
+processes preparing the same options at once never see half-written files: each sees whole
+manifests, which hold the same rows whichever process wrote them.
 """
 from __future__ import annotations
 
@@ -81,6 +87,36 @@ def input_fingerprint(files: Iterable[PathLike]) -> str:
     return h.hexdigest()
 
 
+def options_digest(options: Mapping[str, Any]) -> str:
+    """10 hex digits of the SHA-256 of ``options`` as canonical JSON (keys sorted, paths and other
+    values JSON lacks as ``str``): a short name that stays the same for the same options.
+
+    Example
+    -------
+    >>> options_digest({"labels": "mfa", "seed": 1}) == options_digest({"seed": 1, "labels": "mfa"})
+    True
+    >>> options_digest({"labels": "mfa"}) == options_digest({"labels": "lexicon"})
+    False
+    >>> len(options_digest({}))
+    10
+    """
+    text = json.dumps(options, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+
+
+def recorded_manifests(state_path: Path, state: Mapping[str, Any]) -> Optional[Dict[str, Path]]:
+    """The manifests recorded in ``state_path`` if its record matches ``state`` (version, options,
+    input fingerprint) and every one of them exists; otherwise None."""
+    try:
+        previous = json.loads(state_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(previous, dict) or any(previous.get(k) != v for k, v in state.items()):
+        return None
+    manifests = {k: Path(v) for k, v in previous.get("manifests", {}).items()}
+    return manifests if manifests and all(p.is_file() for p in manifests.values()) else None
+
+
 def cached_prepare(
     save_folder: PathLike,
     name: str,
@@ -88,28 +124,39 @@ def cached_prepare(
     inputs: Iterable[PathLike],
     build: Callable[[Path], Dict[str, Path]],
 ) -> Dict[str, Path]:
-    """Return the manifests recorded in ``<save_folder>/<name>.json`` if options and inputs match;
-    otherwise call ``build(save_folder)`` (-> ``{split: manifest path}``) and record the result."""
-    save = Path(save_folder).resolve()
-    state_path = save / f"{name}.json"
+    """The manifests of ``options``, made once in their own folder ``<save_folder>/<name>-<digest>/``
+    (:func:`options_digest`): the ones recorded in its ``<name>.json`` when options and inputs match,
+    otherwise ``build(folder)`` (-> ``{split: manifest path}``) writes them there and they are recorded.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> def build(folder):
+    ...     print("building")
+    ...     return {"train": write_manifest(folder / "train.csv", [], AUDIO_COLUMNS)}
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     mfa = cached_prepare(tmp, "demo", {"labels": "mfa"}, [], build)
+    ...     again = cached_prepare(tmp, "demo", {"labels": "mfa"}, [], build)  # recorded: not built again
+    ...     lexicon = cached_prepare(tmp, "demo", {"labels": "lexicon"}, [], build)
+    ...     print(again == mfa, mfa["train"].parent.name == "demo-" + options_digest({"labels": "mfa"}),
+    ...           lexicon["train"].parent != mfa["train"].parent)
+    building
+    building
+    True True True
+    """
+    folder = Path(save_folder).resolve() / f"{name}-{options_digest(options)}"
+    state_path = folder / f"{name}.json"
     state = {
         "version": STATE_VERSION,
         "options": json.loads(json.dumps(options, default=str)),
         "fingerprint": input_fingerprint(inputs),
     }
-    previous: Optional[dict] = None
-    if state_path.is_file():
-        try:
-            previous = json.loads(state_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            previous = None
-    if previous and all(previous.get(k) == v for k, v in state.items()):
-        manifests = {k: Path(v) for k, v in previous.get("manifests", {}).items()}
-        if manifests and all(p.is_file() for p in manifests.values()):
-            return manifests
-    manifests = build(save)
-    state["manifests"] = {k: str(v) for k, v in manifests.items()}
-    atomic_write_text(state_path, json.dumps(state, indent=1, sort_keys=True) + "\n")
+    manifests = recorded_manifests(state_path, state)
+    if manifests is not None:
+        return manifests
+    manifests = build(folder)
+    record = {**state, "manifests": {k: str(v) for k, v in manifests.items()}}
+    atomic_write_text(state_path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return manifests
 
 

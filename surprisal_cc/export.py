@@ -159,13 +159,12 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     checkpoints = _checkpoints(run, metric, average)
     _load_averaged_weights(encoder, checkpoints, hp_file)
     _warn_if_uncalibrated(encoder, checkpoints[0])
-    epoch = _checkpoint_epoch(checkpoints[0])
     uses_apc = runs_apc(hparams["input_features"], encoder, training=False)
     apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
     if apc_file is not None:
         _check_apc_matches_cache(load_apc(apc_file), hparams)
     config = _model_config(hparams, encoder_kwargs, uses_apc, dtype)
-    config["source"] = _source(run, metric, checkpoints, epoch, average, apc_file, results)
+    config["source"] = _source(run, metric, checkpoints, average, apc_file, results)
     blob = torch.load(apc_file, map_location="cpu", weights_only=True) if apc_file is not None else None
     return write_model_folder(out, config, encoder.state_dict(), blob)
 
@@ -252,11 +251,11 @@ def _checkpoint_epoch(checkpoint: Any) -> Optional[int]:
     return int(counter.read_text().strip()) if counter.is_file() else None
 
 
-def _source(run: Path, metric: str, checkpoints: list, epoch: Optional[int], average: int,
+def _source(run: Path, metric: str, checkpoints: list, average: int,
             apc_file: Optional[Path], results: Dict[str, Any]) -> Dict[str, Any]:
     """The model card's ``source``: the run, its checkpoint(s), APC model and test results."""
     checkpoint = checkpoints[0]
-    return {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": epoch,
+    return {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": _checkpoint_epoch(checkpoint),
             f"valid_{metric}": checkpoint.meta.get(metric), "apc": str(apc_file) if apc_file else None,
             "averaged_checkpoints": [{"checkpoint": c.path.name, f"valid_{metric}": c.meta.get(metric)}
                                      for c in checkpoints] if average > 1 else None,

@@ -228,6 +228,45 @@ class SentencePieceLabels:
         return self.sp.decode_ids([int(i) - 1 for i in ids]).split()
 
 
+def train_units(sp_dir: Path, vocab_size: int, train_manifest: str) -> Path:
+    """SentencePiece units in ``sp_dir``, trained there unless already present.
+
+    They are trained in a private folder beside it that is then renamed into place in one step, so
+    two runs preparing the same units at the same moment cannot mix each other's files: the first
+    rename wins and the other run's folder is discarded.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> tmp = Path(tempfile.mkdtemp())
+    >>> manifest = tmp / "train.csv"
+    >>> words = ["THE CAT SAT ON THE MAT", "A DOG RAN IN THE PARK", "SHE READ HER BOOK BY THE WINDOW"]
+    >>> _ = manifest.write_text("ID,wrd\\n" + "".join(f"u{i},{words[i % 3]}\\n" for i in range(60)))
+    >>> (train_units(tmp / "units", 20, str(manifest)) / "20_unigram.model").is_file()
+    True
+    >>> sorted(p.name for p in tmp.iterdir())
+    ['train.csv', 'units']
+    """
+    import shutil
+
+    sp_dir = Path(sp_dir)
+    if (sp_dir / f"{vocab_size}_unigram.model").is_file():
+        return sp_dir
+    sp_dir.parent.mkdir(parents=True, exist_ok=True)
+    private = Path(tempfile.mkdtemp(prefix=f".{sp_dir.name}.", dir=sp_dir.parent))
+    try:
+        SentencePieceLabels(private, vocab_size, train_manifest)
+        try:
+            os.rename(private, sp_dir)  # atomic; fails if another run's units are already there
+        except OSError:
+            if not (sp_dir / f"{vocab_size}_unigram.model").is_file():
+                raise ConfigurationError(f"{sp_dir} exists without '{vocab_size}_unigram.model' (an interrupted "
+                                         f"run of an older version?): delete that folder and run again") from None
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    return sp_dir
+
+
 def dataio_prep(hparams: Dict, manifests: Mapping[str, str], cache: Optional[FeatureCache]) -> Dict[str, DynamicItemDataset]:
     """DynamicItemDatasets of every split, with their pipelines.
 
@@ -455,7 +494,7 @@ def prepare_labels(hparams: Dict, manifests: Mapping[str, str]) -> None:
     if hparams["target_unit"] != "sentencepiece":
         return
     sp_dir = Path(manifests["train"]).parent / f"sentencepiece_{hparams['sp_vocab_size']}"
-    run_on_main(SentencePieceLabels, args=[sp_dir, hparams["sp_vocab_size"], manifests["train"]])
+    run_on_main(train_units, args=[sp_dir, hparams["sp_vocab_size"], manifests["train"]])
     hparams["label_encoder"] = SentencePieceLabels(sp_dir, hparams["sp_vocab_size"], manifests["train"])
     check_consistency(hparams)
 

@@ -29,3 +29,43 @@ def test_guide_code_runs(guide, monkeypatch):
     namespace: dict = {"__name__": "guide"}
     for block in blocks:
         exec(compile(block, guide, "exec"), namespace)
+
+
+def markdown_files() -> list:
+    """The repository's Markdown files under version control (no experiment folders, no .venv)."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "*.md"], cwd=REPO, capture_output=True, text=True, check=True)
+    return sorted(REPO / name for name in listed.stdout.split())
+
+
+def heading_anchors(text: str) -> set:
+    """GitHub's anchors of a Markdown text's headings: lower case, punctuation dropped, spaces to hyphens."""
+    anchors = set()
+    for heading in re.findall(r"^#+ (.*)$", re.sub(r"^```.*?^```$", "", text, flags=re.S | re.M), flags=re.M):
+        anchors.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_heading_anchors_follow_github():
+    assert heading_anchors("# Speed perturbation: not adopted\n## Converged CPU profile (30 epochs)\n") == \
+        {"speed-perturbation-not-adopted", "converged-cpu-profile-30-epochs"}
+
+
+def test_relative_links_of_the_docs_resolve():
+    """Every relative link of every tracked Markdown file names a file that exists, and a heading that exists."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    broken = []
+    for md in markdown_files():
+        text = md.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"^```.*?^```$", "", text, flags=re.S | re.M)):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            path, _, anchor = target.partition("#")
+            resolved = (md.parent / path).resolve() if path else md
+            if not resolved.exists():
+                broken.append(f"{md.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in heading_anchors(resolved.read_text(encoding="utf-8")):
+                broken.append(f"{md.relative_to(REPO)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)

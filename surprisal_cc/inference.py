@@ -221,7 +221,8 @@ def resolve_inference_precision(precision: str, device: torch.device) -> str:
 
 
 def resolve_device(device: Union[str, torch.device]) -> torch.device:
-    """``torch.device(device)``; :class:`ConfigurationError` for an invalid name or missing CUDA.
+    """``torch.device(device)``; :class:`ConfigurationError` for an invalid name, missing CUDA or a CUDA
+    device number this machine lacks.
 
     Example
     -------
@@ -234,6 +235,10 @@ def resolve_device(device: Union[str, torch.device]) -> torch.device:
         raise ConfigurationError(f"device {device!r}: {err}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigurationError(f"device {device}: CUDA is not available on this machine; use cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ConfigurationError(f"device {device}: this machine has {count} CUDA device(s), cuda:0 to "
+                                 f"cuda:{count - 1}")
     return dev
 
 

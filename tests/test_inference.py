@@ -312,6 +312,19 @@ def test_from_hparams_reads_speechbrain_run_options_as_speechbrain_does(untraine
         ConditionalASR.from_hparams(source=folder, run_opts={"devcie": "cpu"})
 
 
+def test_a_cuda_device_number_the_machine_lacks_is_one_clear_error(monkeypatch):
+    """``cuda:1`` on a one-GPU machine is refused when the model is made, not by a CUDA error later."""
+    from surprisal_cc.errors import ConfigurationError
+    from surprisal_cc.inference import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda") == torch.device("cuda") and resolve_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(ConfigurationError, match=re.escape("device cuda:1: this machine has 1 CUDA device(s), "
+                                                           "cuda:0 to cuda:0")):
+        resolve_device("cuda:1")
+
+
 @pytest.mark.parametrize("damage", ["truncated", "pickled code"])
 def test_a_damaged_apc_file_is_one_error_naming_it(untrained, tmp_path, damage):
     import argparse

@@ -413,7 +413,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
         if fmt == "json":
             _emit(json.dumps({**result.to_dict(), **({"utterance": utt} if utt else {}), **run}))
         elif fmt == "ctm":
-            _emit(result.to_ctm(names[i]))
+            if result.phones:  # a file without phones has no CTM record (an empty line is none)
+                _emit(result.to_ctm(names[i]))
         else:
             _emit(_format_transcription(result, utt))
         if args.plot:

@@ -426,6 +426,18 @@ def test_transcribe_json_lines_with_phone_times_and_ctm(model, real_flac, tmp_pa
     assert [float(row[2]) for row in ctm] == pytest.approx([s["start"] for s in segments], abs=0.006)
 
 
+def test_transcribe_ctm_of_a_file_without_phones_is_no_line(model, tmp_path, capsys):
+    """A file in which nothing is recognised adds no line to the CTM (an empty line is no CTM record)."""
+    for name in ("a", "b"):
+        sf.write(tmp_path / f"{name}.wav", tone(0.2), 16000)
+    files = [str(tmp_path / "a.wav"), str(tmp_path / "b.wav")]
+    assert main(["transcribe", *files, "--model", str(model), "--format", "ctm", "--blank-penalty", "-1000"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["transcribe", *files, "--model", str(model), "--format", "ctm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(len(line.split()) == 5 for line in lines)
+
+
 @pytest.mark.integration
 def test_transcribe_kaldi_data_folder_names_each_utterance_by_its_id(model, real_flac, tmp_path, capsys):
     """A Kaldi data folder stands for its wav.scp's utterances (no text needed): CTM, JSON, text and

@@ -58,8 +58,8 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
     problems : list, optional
         Given a list, utterances of a LibriSpeech-format or Kaldi data folder without a usable
-        transcript (or MFA labels) are left out, with one ``"file: problem"`` line each appended to it, instead
-        of failing.
+        transcript (or MFA labels), and manifest rows with an empty label, are left out, with one
+        ``"file: problem"`` line each appended to it, instead of failing.
     words : dict, optional
         Given a dict, each utterance's words are put in it where the corpus has them (LibriSpeech-format
         and Kaldi data folders, manifests with a ``wrd`` column), for :func:`pronunciation_references`.
@@ -87,7 +87,7 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
             raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder, "
                                        "a Kaldi data folder (wav.scp, text) or a manifest CSV (ID, wav, phn columns)")
         _refuse_mfa_labels(path, mfa_labels, "a manifest is labelled by its phn (or wrd) column")
-        items, source = _manifest_items(path, asr, g2p, words)
+        items, source = _manifest_items(path, asr, g2p, words, problems)
     elif is_kaldi_data_folder(path):
         _refuse_mfa_labels(path, mfa_labels, "a Kaldi data folder is labelled from its text by the lexicon")
         items, source = _kaldi_items(path, asr, g2p, problems, words)
@@ -176,11 +176,11 @@ def _is_timit(path: Path) -> bool:
     return any(find_child(root, part) is not None for root in (path, path / "TIMIT") for part in ("TRAIN", "TEST"))
 
 
-def _manifest_items(path: Path, asr: Any, g2p: Optional[str],
-                    words: Optional[Dict[str, List[str]]] = None) -> Tuple[List[Item], str]:
+def _manifest_items(path: Path, asr: Any, g2p: Optional[str], words: Optional[Dict[str, List[str]]] = None,
+                    problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
     """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
     labelled by the lexicon as the model's training labels were), and the label source
-    (:func:`_manifest_wav` resolves the ``wav`` paths; ``words``: see :func:`corpus_items`)."""
+    (:func:`_manifest_wav` resolves the ``wav`` paths; ``words``, ``problems``: see :func:`corpus_items`)."""
     # with or without the BOM spreadsheets write
     text = read_text(path, "save the manifest as UTF-8", encoding="utf-8-sig", newline="")
     reader = csv.DictReader(io.StringIO(text, newline=""))
@@ -195,9 +195,13 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str],
     rows = list(reader)
     if not rows:
         raise DataPreparationError(f"{path}: the manifest has no rows")
-    empty = [r["ID"] for r in rows if not (r[label] or "").split()]
-    if empty:
-        raise DataPreparationError(f"{path}: empty {label} for utterance(s) {', '.join(empty[:MAX_LISTED])}")
+    empty = [f"{path}: {r['ID']}: empty {label}" for r in rows if not (r[label] or "").split()]
+    collect_or_raise_label_problems(empty, len(rows), f"{len(empty)} of {len(rows)} utterances of {path} have no "
+                                    f"{label}; pass --skip-bad (skip_bad=True) to score the others", problems,
+                                    MAX_LISTED)
+    rows = [r for r in rows if (r[label] or "").split()]
+    if not rows:
+        raise DataPreparationError(f"{path}: no utterance with a {label}")
     wavs = [_manifest_wav(path, r["wav"]) for r in rows]
     if words is not None and "wrd" in columns:
         words.update((r["ID"], (r["wrd"] or "").split()) for r in rows)

@@ -944,6 +944,20 @@ def test_evaluate_refuses_an_utterance_id_given_twice(model, tmp_path, capsys):
                                    "give each utterance its own id"]
 
 
+def test_evaluate_skip_bad_leaves_out_manifest_rows_without_labels(model, tmp_path, capsys):
+    """An empty phn (or wrd) is a missing transcript: named, with --skip-bad to score the others, and
+    left out (listed in skipped) with it, as in LibriSpeech and Kaldi folders."""
+    sf.write(tmp_path / "a.wav", tone(0.2), 16000)
+    manifest = tmp_path / "test.csv"
+    manifest.write_text("ID,wav,phn\nu1,a.wav,sil AH sil\nu2,a.wav,\n")
+    assert main(["evaluate", str(manifest), "--model", str(model)]) == 1
+    lines = error_lines(capsys)
+    assert lines[0] == f"error: {manifest}: u2: empty phn" and "pass --skip-bad" in lines[-1]
+    assert main(["evaluate", str(manifest), "--model", str(model), "--skip-bad", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["num_utterances"] == 1 and result["skipped"] == [f"{manifest}: u2: empty phn"]
+
+
 @pytest.mark.parametrize("args", [["flops", str(TIMIT_HPARAMS), "--controller=oracle"], ["grid", "nowhere.yaml"]])
 def test_console_script_prints_one_line_and_no_traceback(args, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "surprisal_cc.cli", *args], cwd=tmp_path, capture_output=True,

@@ -732,9 +732,9 @@ class ConditionalASR:
         samples = sample_counts(wavs, wav_lens)
         rate = self.feature_config.sample_rate
         if sample_rate is not None and int(sample_rate) != rate:
-            import torchaudio
+            from .data.audio import resample
 
-            wavs = torchaudio.functional.resample(wavs, int(sample_rate), rate)
+            wavs = resample(wavs, int(sample_rate), rate)
             samples = (samples.double() * rate / int(sample_rate)).round().long().clamp(max=wavs.shape[1])
         with self.seeded_routing():
             out, hyps, fbank, frames, surprisal, seconds = self.run_batch(wavs, samples)

@@ -27,6 +27,32 @@ def test_read_audio_resamples_and_downmixes(bad):
     assert info.duration == pytest.approx(0.2)
 
 
+def test_a_rate_sharing_no_factor_with_16k_is_resampled_in_bounded_memory(tmp_path, monkeypatch):
+    """16001 Hz would need torchaudio's kernel of 16000 x 16001 taps (gigabytes, minutes per second of
+    audio); the tone comes out at 16 kHz all the same, and 44.1 kHz still goes through torchaudio."""
+    import math
+
+    import torchaudio
+
+    real, used = torchaudio.functional.resample, []
+
+    def bounded(wav, orig, new, *args, **kwargs):
+        common = math.gcd(int(orig), int(new))
+        assert (orig // common) * (new // common) <= 1 << 20, f"a {orig // common} x {new // common} kernel"
+        used.append(orig)
+        return real(wav, orig, new, *args, **kwargs)
+
+    monkeypatch.setattr(torchaudio.functional, "resample", bounded)
+    for rate in (16001, 44100):
+        tone_440 = 0.5 * np.sin(2 * np.pi * 440 * np.arange(rate) / rate)
+        sf.write(tmp_path / f"{rate}.wav", tone_440, rate, subtype="FLOAT")
+        wav = read_audio(tmp_path / f"{rate}.wav")
+        expected = 0.5 * np.sin(2 * np.pi * 440 * np.arange(16000) / 16000)
+        assert wav.dtype == torch.float32 and wav.shape == (16000,)
+        np.testing.assert_allclose(wav[200:-200].numpy(), expected[200:-200], atol=0.01)
+    assert used == [44100]
+
+
 @pytest.mark.parametrize("kind,reason", [
     ("corrupt", "cannot be decoded"), ("empty", "empty file"), ("no_samples", "0 samples"),
     ("too_short", "too short"),

@@ -277,6 +277,19 @@ def test_transcribe_batch_speechbrain_lengths_sample_rate_and_int16(untrained):
     assert untrained.to("cpu") is untrained and untrained.routing == "deterministic"
 
 
+def test_transcribe_batch_resamples_a_rate_sharing_no_factor_with_16k_in_bounded_memory(untrained, monkeypatch):
+    """16001 Hz: a polyphase filter, not torchaudio's kernel of 16000 x 16001 taps (gigabytes, minutes)."""
+    import torchaudio
+
+    def refuse(wav, orig, new, *args, **kwargs):
+        raise AssertionError(f"torchaudio's {orig} -> {new} Hz kernel")
+
+    monkeypatch.setattr(torchaudio.functional, "resample", refuse)
+    g = torch.Generator().manual_seed(3)
+    odd = untrained.transcribe_batch((0.1 * torch.randn(2, 16001, generator=g)).clamp(-1, 1), sample_rate=16001)
+    assert [r.duration_s for r in odd] == [1.0, 1.0] and odd[0].num_frames == 49
+
+
 def test_encode_batch_gives_the_log_probabilities_that_transcribe_batch_decodes(untrained):
     """SpeechBrain's encode_batch: the same forward pass as transcribe_batch, before the beam search."""
     g = torch.Generator().manual_seed(2)

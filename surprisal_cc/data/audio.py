@@ -8,6 +8,7 @@ unless ``skip_bad_audio=True`` (then they are left out with a warning).
 """
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import warnings
@@ -29,6 +30,9 @@ MIN_DURATION_S = 0.025  # one analysis frame
 MAX_PEAK = 2.0  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
 POOL_THRESHOLD = 64  # use a worker pool from this many files on
 MAX_LISTED = 20
+# torchaudio's resampling kernel holds (rate / gcd) x (target / gcd) taps: 70,560 for 44.1 kHz, 256 million
+# (gigabytes, minutes per second of audio) for 16001 Hz; above this many, a polyphase filter resamples
+MAX_RESAMPLE_KERNEL = 1 << 20
 # what libsndfile decodes
 AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 
@@ -58,14 +62,32 @@ class AudioInfo:
 def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE) -> torch.Tensor:
     """Decode ``path`` to a mono float32 tensor of shape ``(samples,)`` at ``target_sr``.
 
-    Multi-channel audio is averaged to mono; other sample rates are resampled with
-    :func:`torchaudio.functional.resample`.
+    Multi-channel audio is averaged to mono; other sample rates are resampled (:func:`resample`).
     """
     data, sr = sf.read(soundfile_name(path), dtype="float32", always_2d=True)
     wav = torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))
     if sr != target_sr:
-        wav = torchaudio.functional.resample(wav, sr, target_sr)
+        wav = resample(wav, sr, target_sr)
     return wav
+
+
+def resample(wav: torch.Tensor, rate: int, target_sr: int) -> torch.Tensor:
+    """``wav`` (..., samples) from ``rate`` to ``target_sr`` Hz: :func:`torchaudio.functional.resample`,
+    or, for rates that share only a small factor with ``target_sr`` (its kernel over
+    :data:`MAX_RESAMPLE_KERNEL` taps), scipy's polyphase filter, in bounded memory.
+
+    Example
+    -------
+    >>> resample(torch.zeros(44100), 44100, 16000).shape, resample(torch.zeros(2, 16001), 16001, 16000).shape
+    (torch.Size([16000]), torch.Size([2, 16000]))
+    """
+    common = math.gcd(int(rate), int(target_sr))
+    if (rate // common) * (target_sr // common) <= MAX_RESAMPLE_KERNEL:
+        return torchaudio.functional.resample(wav, int(rate), int(target_sr))
+    from scipy.signal import resample_poly
+
+    out = resample_poly(wav.detach().cpu().numpy(), target_sr // common, rate // common, axis=-1)
+    return torch.from_numpy(out.astype(np.float32)).to(wav.device)
 
 
 def inspect_audio(path: PathLike) -> AudioInfo:

@@ -88,6 +88,14 @@ def test_8k_and_stereo_warn_with_file_names(bad):
         check_audio_files([bad["stereo"]])
 
 
+def test_only_audio_below_the_model_rate_warns_of_its_missing_band(bad, tmp_path):
+    sf.write(tmp_path / "cd.wav", tone(0.2, 44100), 44100)
+    with pytest.warns(DataPreparationWarning) as record:
+        check_audio_files([bad["rate_8k"], tmp_path / "cd.wav"])
+    narrowband = [str(w.message) for w in record if "no content above half their sample rate" in str(w.message)]
+    assert len(narrowband) == 1 and "rate_8k.flac (8000 Hz)" in narrowband[0] and "cd.wav" not in narrowband[0]
+
+
 @pytest.mark.parametrize("kind,reason", [("nan", "NaN or infinite"), ("inf", "NaN or infinite"),
                                          ("int16_scaled", "int16-scaled")])
 def test_float_audio_with_unusable_samples_is_an_error_naming_the_file(kind, reason, tmp_path):

@@ -229,7 +229,8 @@ def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE) -> None:
 
 
 def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE) -> None:
-    """Warn once per kind of conversion (resampling, downmixing) with the files it applies to.
+    """Warn once per kind of conversion (resampling, downmixing) with the files it applies to, and
+    once more for files below the model's rate (upsampling cannot restore their missing band).
 
     Corpus preparation, ``evaluate`` and ``transcribe`` all report converted files this way: one
     :class:`DataPreparationWarning` per kind, listing up to :data:`MAX_LISTED` files.
@@ -250,6 +251,8 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE)
     ...     print(w.message)
     1 file(s) are not 16000 Hz; resampled to 16000 Hz on load:
       a.wav (8000 Hz)
+    1 file(s) have no content above half their sample rate, where speech at 16000 Hz (the model's training audio) has it; expect a higher error rate:
+      a.wav (8000 Hz)
     1 file(s) have more than one channel; downmixed to mono (channel mean) on load:
       a.wav (2 channels)
     """
@@ -258,6 +261,11 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE)
     if other_rate:
         warnings.warn(f"{len(other_rate)} file(s) are not {sample_rate} Hz; resampled to {sample_rate} Hz on load:"
                       + _listing(other_rate), DataPreparationWarning, stacklevel=3)
+    narrowband = [f"{path} ({info.sample_rate} Hz)" for path, info in infos.items() if info.sample_rate < sample_rate]
+    if narrowband:
+        warnings.warn(f"{len(narrowband)} file(s) have no content above half their sample rate, where speech at "
+                      f"{sample_rate} Hz (the model's training audio) has it; expect a higher error rate:"
+                      + _listing(narrowband), DataPreparationWarning, stacklevel=3)
     if multichannel:
         warnings.warn(f"{len(multichannel)} file(s) have more than one channel; downmixed to mono (channel mean) "
                       "on load:" + _listing(multichannel), DataPreparationWarning, stacklevel=3)

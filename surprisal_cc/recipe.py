@@ -15,6 +15,7 @@ import contextlib
 import gc
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -247,8 +248,6 @@ def train_units(sp_dir: Path, vocab_size: int, train_manifest: str) -> Path:
     >>> sorted(p.name for p in tmp.iterdir())
     ['train.csv', 'units']
     """
-    import shutil
-
     sp_dir = Path(sp_dir)
     if (sp_dir / f"{vocab_size}_unigram.model").is_file():
         return sp_dir

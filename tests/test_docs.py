@@ -39,10 +39,15 @@ def markdown_files() -> list:
     return sorted(REPO / name for name in listed.stdout.split())
 
 
+def without_code_blocks(text: str) -> str:
+    """A Markdown text without its fenced code blocks (their ``#`` lines and brackets are code)."""
+    return re.sub(r"^```.*?^```$", "", text, flags=re.S | re.M)
+
+
 def heading_anchors(text: str) -> set:
     """GitHub's anchors of a Markdown text's headings: lower case, punctuation dropped, spaces to hyphens."""
     anchors = set()
-    for heading in re.findall(r"^#+ (.*)$", re.sub(r"^```.*?^```$", "", text, flags=re.S | re.M), flags=re.M):
+    for heading in re.findall(r"^#+ (.*)$", without_code_blocks(text), flags=re.M):
         anchors.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
     return anchors
 
@@ -59,7 +64,7 @@ def test_relative_links_of_the_docs_resolve():
     broken = []
     for md in markdown_files():
         text = md.read_text(encoding="utf-8")
-        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"^```.*?^```$", "", text, flags=re.S | re.M)):
+        for target in re.findall(r"\]\(([^)\s]+)\)", without_code_blocks(text)):
             if re.match(r"[a-z]+:", target):
                 continue  # https:, mailto:
             path, _, anchor = target.partition("#")

@@ -20,7 +20,8 @@ shipped model (surprisal_cc/pretrained, installed with the package); they route 
 (``p_big > 0.5``: the same result on every run) unless given --sampled, and decode on one thread
 unless given --threads. A configuration or data error ends the command with one line ``error: ...``
 per problem on stderr and exit status 1 (2 for a command-line usage error); results already printed
-stay printed (each is flushed as it finishes).
+stay printed (each is flushed as it finishes). A routing plot of transcribe that cannot be saved is
+such a line too, and the files after it are still transcribed (exit status 1 at the end).
 """
 from __future__ import annotations
 
@@ -403,7 +404,7 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
         for problem in problems:
             path, _, reason = problem.partition(": ")
             _emit(json.dumps({"path": path, "skipped": reason}))
-    done = 0
+    done, unsaved_plots = 0, 0
     for i, (path, utt) in enumerate(usable):
         long = infos[str(path)].duration > PROGRESS_AFTER_S
         result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
@@ -417,14 +418,26 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
                 _emit(result.to_ctm(names[i]))
         else:
             _emit(_format_transcription(result, utt))
-        if args.plot:
-            from .plots import plot_routing
-
-            plot_routing(result.fbank, result.surprisal, result.use_big, plots[i], title=utt or path.name,
-                         frame_shift_s=result.frame_shift_s)
+        if args.plot and not _save_routing_plot(result, plots[i], title=utt or path.name):
+            unsaved_plots += 1
     if not done:
         raise DataPreparationError("none of the given files is usable audio")
-    return 0
+    return 1 if unsaved_plots else 0
+
+
+def _save_routing_plot(result, path: Path, title: str) -> bool:
+    """Draw ``result``'s routing plot into ``path``; False, after one ``error:`` line naming the plot and
+    why, where it cannot be saved (the other files are still transcribed)."""
+    from .plots import plot_routing
+
+    try:
+        plot_routing(result.fbank, result.surprisal, result.use_big, path, title=title,
+                     frame_shift_s=result.frame_shift_s)
+    except (OSError, ValueError) as err:  # an unwritable path, a full disk, a format matplotlib lacks
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err) or type(err).__name__
+        print(f"error: {path}: routing plot not saved ({reason})", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def _format_transcription(result, utterance: Optional[str] = None) -> str:

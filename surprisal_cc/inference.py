@@ -32,7 +32,7 @@ from torch import Tensor
 from .adaptive import PonderNetEncoder
 from .apc import APCModel, FrozenAPC
 from .controllers import budget_big_fraction, solve_bias_shift
-from .data.audio import as_waveforms, check_audio, sample_counts
+from .data.audio import as_waveforms, check_audio, sample_counts, sample_rate_hz
 from .data.errors import BadAudioError, DataPreparationError
 from .decoding import CTCBeamSearch
 from .encoders import build_encoder
@@ -221,18 +221,25 @@ def resolve_inference_precision(precision: str, device: torch.device) -> str:
 
 
 def resolve_device(device: Union[str, torch.device]) -> torch.device:
-    """``torch.device(device)``; :class:`ConfigurationError` for an invalid name, missing CUDA or a CUDA
-    device number this machine lacks.
+    """``torch.device(device)``; :class:`ConfigurationError` for an invalid name, a device other than
+    cpu and cuda (mps, meta, ...), missing CUDA or a CUDA device number this machine lacks.
 
     Example
     -------
     >>> resolve_device("cpu")
     device(type='cpu')
+    >>> resolve_device("mps")
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.ConfigurationError: device mps: only cpu and cuda[:N] are supported; use cpu (or cuda on a machine with an NVIDIA GPU)
     """
     try:
         dev = torch.device(device)
     except RuntimeError as err:
         raise ConfigurationError(f"device {device!r}: {err}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigurationError(f"device {device}: only cpu and cuda[:N] are supported; use cpu "
+                                 "(or cuda on a machine with an NVIDIA GPU)")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigurationError(f"device {device}: CUDA is not available on this machine; use cpu")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
@@ -693,8 +700,8 @@ class ConditionalASR:
         num_samples : torch.Tensor, optional
             (B,) absolute lengths in samples, instead of ``wav_lens``.
         sample_rate : int, optional
-            Sample rate of ``wavs``; resampled to the model's when it differs. None: the model's
-            (``feature_config.sample_rate``, 16 kHz).
+            Sample rate of ``wavs`` in whole Hz; resampled to the model's when it differs. None: the
+            model's (``feature_config.sample_rate``, 16 kHz).
         timestamps : bool
             Align each phone to the frames (``segments``).
 
@@ -709,7 +716,8 @@ class ConditionalASR:
         DataPreparationError
             When an utterance is shorter than one analysis window.
         ValueError
-            For a malformed batch, lengths out of range, or audio that looks int16-scaled.
+            For a malformed batch, lengths out of range, audio that looks int16-scaled, or a
+            ``sample_rate`` that is not a positive whole number of Hz (8000.5, 0).
 
         Example
         -------
@@ -731,11 +739,12 @@ class ConditionalASR:
             wav_lens = torch.as_tensor(num_samples).long()
         samples = sample_counts(wavs, wav_lens)
         rate = self.feature_config.sample_rate
-        if sample_rate is not None and int(sample_rate) != rate:
+        given_rate = rate if sample_rate is None else sample_rate_hz(sample_rate)
+        if given_rate != rate:
             from .data.audio import resample
 
-            wavs = resample(wavs, int(sample_rate), rate)
-            samples = (samples.double() * rate / int(sample_rate)).round().long().clamp(max=wavs.shape[1])
+            wavs = resample(wavs, given_rate, rate)
+            samples = (samples.double() * rate / given_rate).round().long().clamp(max=wavs.shape[1])
         with self.seeded_routing():
             out, hyps, fbank, frames, surprisal, seconds = self.run_batch(wavs, samples)
         rtf = seconds / max(float(samples.sum()) / rate, 1e-9)

@@ -42,10 +42,12 @@ def _save(fig: "plt.Figure", path: PathLike) -> Path:
     path = Path(path)
     if not path.suffix:
         path = path.with_name(path.name + ".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.tight_layout()
+        fig.savefig(path, dpi=DPI)
+    finally:  # closed when saving fails too: a caller that goes on keeps no figure open
+        plt.close(fig)
     return path
 
 

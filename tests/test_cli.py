@@ -292,6 +292,22 @@ def test_transcribe_checks_the_plot_folder_before_decoding_and_prints_before_plo
     assert capsys.readouterr().out.startswith(f"{tmp_path / 'a.flac'}\n")
 
 
+def test_transcribe_goes_on_after_a_plot_it_cannot_save(model, tmp_path, capsys):
+    """A plot that cannot be written is one error line naming it; the next file is still transcribed
+    and plotted, and the exit status says that something failed."""
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        sf.write(tmp_path / f"{name}.flac", rng.uniform(-0.3, 0.3, 8000).astype(np.float32), 16000)
+    plot = tmp_path / "plots" / "routing.png"
+    (tmp_path / "plots" / "routing_a.png").mkdir(parents=True)  # a folder where a's plot should go
+    assert main(["transcribe", str(tmp_path / "a.flac"), str(tmp_path / "b.flac"), "--model", str(model), "--json",
+                 "--plot", str(plot)]) == 1
+    out = capsys.readouterr()
+    assert [r["path"] for r in _json_lines(out.out)] == [str(tmp_path / "a.flac"), str(tmp_path / "b.flac")]
+    assert out.err == f"error: {tmp_path / 'plots' / 'routing_a.png'}: routing plot not saved (Is a directory)\n"
+    assert (tmp_path / "plots" / "routing_b.png").read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.integration
 def test_transcribe_several_files_with_bad_ones(model, real_flac, tmp_path, capsys):
     paths = make_bad_audio_fixture(tmp_path)
@@ -372,6 +388,14 @@ def test_device_and_precision_errors(model, real_flac, capsys):
         assert code == 0 and "FLOPs per frame" in capsys.readouterr().out
     else:
         assert code == 1 and "bf16" in error_lines(capsys)[0]
+
+
+@pytest.mark.parametrize("device", ["mps", "meta"])
+def test_a_device_other_than_cpu_and_cuda_is_one_error_line_before_decoding(device, model, tmp_path, capsys):
+    sf.write(tmp_path / "a.flac", tone(0.5), 16000)
+    assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--device", device]) == 1
+    assert error_lines(capsys) == [f"error: device {device}: only cpu and cuda[:N] are supported; use cpu "
+                                   "(or cuda on a machine with an NVIDIA GPU)"]
 
 
 def _json_lines(text: str) -> list:

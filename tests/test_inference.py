@@ -290,6 +290,21 @@ def test_transcribe_batch_resamples_a_rate_sharing_no_factor_with_16k_in_bounded
     assert [r.duration_s for r in odd] == [1.0, 1.0] and odd[0].num_frames == 49
 
 
+@pytest.mark.parametrize("rate", [8000.5, 0, -16000, float("nan")])
+def test_a_sample_rate_that_is_not_a_positive_whole_number_is_refused_not_truncated(untrained, rate):
+    """8000.5 Hz is not read as 8000; 8000.0 is."""
+    from surprisal_cc.data.audio import resample
+
+    g = torch.Generator().manual_seed(4)
+    wavs = (0.1 * torch.randn(1, 4000, generator=g)).clamp(-1, 1)
+    message = re.escape(f"must be a positive whole number of Hz, got {rate!r}")
+    with pytest.raises(ValueError, match="sample_rate " + message):
+        untrained.transcribe_batch(wavs, sample_rate=rate)
+    with pytest.raises(ValueError, match="rate " + message):
+        resample(wavs, rate, 16000)
+    assert untrained.transcribe_batch(wavs, sample_rate=8000.0)[0].duration_s == 0.5
+
+
 def test_encode_batch_gives_the_log_probabilities_that_transcribe_batch_decodes(untrained):
     """SpeechBrain's encode_batch: the same forward pass as transcribe_batch, before the beam search."""
     g = torch.Generator().manual_seed(2)
@@ -336,6 +351,20 @@ def test_a_cuda_device_number_the_machine_lacks_is_one_clear_error(monkeypatch):
     with pytest.raises(ConfigurationError, match=re.escape("device cuda:1: this machine has 1 CUDA device(s), "
                                                            "cuda:0 to cuda:0")):
         resolve_device("cuda:1")
+
+
+@pytest.mark.parametrize("device", ["mps", "meta"])
+def test_a_device_other_than_cpu_and_cuda_is_one_clear_error(untrained, device):
+    """Refused when the model is made or moved, not by a late error of the device's backend."""
+    from surprisal_cc.errors import ConfigurationError
+    from surprisal_cc.inference import resolve_device
+
+    message = f"device {device}: only cpu and cuda[:N] are supported; use cpu"
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        resolve_device(device)
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        untrained.to(torch.device(device))
+    assert untrained.device == torch.device("cpu")
 
 
 @pytest.mark.parametrize("damage", ["truncated", "pickled code"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import numbers
 import os
 import warnings
 from dataclasses import dataclass
@@ -71,19 +72,41 @@ def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE) -> torch.Ten
     return wav
 
 
+def sample_rate_hz(rate: Any, name: str = "sample_rate") -> int:
+    """``rate`` as a whole number of Hz (``16000.0`` is 16000); a :class:`ValueError` naming ``name`` and
+    the value for anything else (8000.5, 0, -16000, nan, a string), instead of truncating it.
+
+    Example
+    -------
+    >>> sample_rate_hz(16000.0), sample_rate_hz(np.int64(8000))
+    (16000, 8000)
+    >>> sample_rate_hz(8000.5)
+    Traceback (most recent call last):
+        ...
+    ValueError: sample_rate must be a positive whole number of Hz, got 8000.5
+    """
+    value = rate.item() if getattr(rate, "ndim", None) == 0 else rate  # a 0-d tensor or array
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value).is_integer()
+            or value <= 0):
+        raise ValueError(f"{name} must be a positive whole number of Hz, got {rate!r}")
+    return int(value)
+
+
 def resample(wav: torch.Tensor, rate: int, target_sr: int) -> torch.Tensor:
     """``wav`` (..., samples) from ``rate`` to ``target_sr`` Hz: :func:`torchaudio.functional.resample`,
     or, for rates that share only a small factor with ``target_sr`` (its kernel over
-    :data:`MAX_RESAMPLE_KERNEL` taps), scipy's polyphase filter, in bounded memory.
+    :data:`MAX_RESAMPLE_KERNEL` taps), scipy's polyphase filter, in bounded memory. Either rate not a
+    positive whole number of Hz: :class:`ValueError` (:func:`sample_rate_hz`).
 
     Example
     -------
     >>> resample(torch.zeros(44100), 44100, 16000).shape, resample(torch.zeros(2, 16001), 16001, 16000).shape
     (torch.Size([16000]), torch.Size([2, 16000]))
     """
-    common = math.gcd(int(rate), int(target_sr))
+    rate, target_sr = sample_rate_hz(rate, "rate"), sample_rate_hz(target_sr, "target_sr")
+    common = math.gcd(rate, target_sr)
     if (rate // common) * (target_sr // common) <= MAX_RESAMPLE_KERNEL:
-        return torchaudio.functional.resample(wav, int(rate), int(target_sr))
+        return torchaudio.functional.resample(wav, rate, target_sr)
     from scipy.signal import resample_poly
 
     out = resample_poly(wav.detach().cpu().numpy(), target_sr // common, rate // common, axis=-1)

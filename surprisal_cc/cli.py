@@ -145,7 +145,7 @@ def cmd_curves(args, unknown: List[str]) -> int:
     from .report import format_learning_curves
     from .runs import read_history
 
-    runs = {}
+    runs, histories = {}, {}
     for spec in args.runs:
         folder, _, label = spec.partition("=")
         if not (Path(folder) / "history.jsonl").exists():
@@ -155,12 +155,13 @@ def cmd_curves(args, unknown: List[str]) -> int:
             found = sorted({key for row in history for key, value in row.items() if isinstance(value, (int, float))})
             raise ValueError(f"{Path(folder) / 'history.jsonl'}: no {args.key} in any epoch; give --key one of "
                              f"{', '.join(k for k in found if k != 'epoch')}")
-        runs[label or folder] = folder
-    print(format_learning_curves(runs, key=args.key))
+        runs[label or folder], histories[label or folder] = folder, history
+    print(format_learning_curves(runs, key=args.key, histories=histories))
     if args.plot:
         from .plots import plot_validation_curves
 
         written = plot_validation_curves(list(runs.values()), args.plot, key=args.key, labels=list(runs),
+                                         histories=list(histories.values()),
                                          title=args.title or f"Validation {args.key} by epoch")
         print(f"wrote {written}")
     return 0
@@ -387,7 +388,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     warn_converted({shown(key): info for key, info in infos.items()},
                    asr.feature_config.sample_rate)
     usable = [(path, utt) for path, utt in items if str(path) in infos]
-    budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction)
+    budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction,
+                                    long_chunk_s=args.chunk_seconds)
               if args.flops_fraction is not None else None)
     names = output_names(usable)
     plots = plot_paths(args.plot, names) if args.plot else []
@@ -485,7 +487,8 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
                               batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
                               progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,
                               flops_fraction=args.flops_fraction, per_utterance=write,
-                              alignments=sys.stdout if args.alignments == "-" else args.alignments)
+                              alignments=sys.stdout if args.alignments == "-" else args.alignments,
+                              long_chunk_s=args.chunk_seconds)
     # with the per-utterance lines or the alignments on standard output, the summary goes to stderr
     out = sys.stderr if "-" in (args.per_utterance, args.alignments) else sys.stdout
     if args.json:
@@ -585,9 +588,6 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                            help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
                                 "with each phone's start and end; ctm: one line per phone (file channel start "
                                 "duration phone)")
-            p.add_argument("--chunk-seconds", type=non_negative_float, metavar="S",
-                           help="files longer than S + 16 s are decoded in parts of S seconds with 8 s of context "
-                                "on each side, in bounded memory (default 60; 0: every file whole)")
         else:
             p.add_argument("data", help="LibriSpeech-format folder, TIMIT folder, Kaldi data folder (wav.scp, text) "
                                            "or manifest CSV")
@@ -609,6 +609,12 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
             p.add_argument("--any-pronunciation", action="store_true",
                            help="also score against the references whose words take the CMUdict (or labelled) "
                                 "pronunciation closest to the hypothesis: how much of the PER is pronunciation")
+        p.add_argument("--chunk-seconds", type=non_negative_float, metavar="S",
+                       help="files longer than S + 16 s are decoded in parts of S seconds with 8 s of context "
+                            "on each side, in bounded memory (default 60; 0: every file whole)" if name == "transcribe"
+                       else "utterances longer than S + 16 s are decoded alone, in parts of S seconds with 8 s of "
+                            "context on each side, in bounded memory (default 60; 0: every utterance whole, in "
+                            "batches)")
         p.add_argument("--model", help="exported model folder (default: the shipped model, surprisal_cc/pretrained)")
         p.add_argument("--json", action="store_true",
                        help="the same as --format json" if name == "transcribe" else

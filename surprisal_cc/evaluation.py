@@ -4,7 +4,9 @@ ran, routing statistics and the real-time factor (``surprisal-cc evaluate``,
 
 The labels are prepared as training prepared them (:mod:`surprisal_cc.corpora`), decoding is the
 model's (the recipes' beam search) and scoring is the recipes' (:class:`surprisal_cc.metrics.ErrorRate`,
-repeated ``sil`` merged).
+repeated ``sil`` merged). Utterances are decoded in batches; one longer than ``transcribe`` decodes
+whole (``long_chunk_s``, ``--chunk-seconds``: 76 s by default) is decoded alone, in parts with context
+(:func:`surprisal_cc.long_audio.decode_long`), in bounded memory, and scored and counted as the others.
 
 Example
 -------
@@ -31,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple, Union
 
 import torch
-from torch import Tensor
 
 from .arguments import check_writable
 from .corpora import Item, corpus_items, pronunciation_references
@@ -40,7 +41,7 @@ from .data.errors import BadAudioError, DataPreparationError, DataPreparationWar
 from .errors import ConfigurationError
 from .flops import MacMeter, RoutingStats
 from .metrics import ErrorRate, closest_path
-from .nnet import EncoderOutput, lengths_to_mask
+from .nnet import lengths_to_mask
 
 PathLike = Union[str, os.PathLike]
 
@@ -52,7 +53,8 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
                     timit_split: str = "test", progress: bool = False,
                     any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
                     per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None,
-                    alignments: Union[PathLike, TextIO, None] = None) -> Dict[str, Any]:
+                    alignments: Union[PathLike, TextIO, None] = None,
+                    long_chunk_s: Optional[float] = None) -> Dict[str, Any]:
     """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF on a labelled corpus.
 
     Arguments
@@ -102,6 +104,11 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         Also write every utterance's alignment of hypothesis and reference to this file (or open
         stream, such as ``sys.stdout``), in SpeechBrain's format (as the recipes write
         ``test_alignments.txt``).
+    long_chunk_s : float, optional
+        An utterance longer than this plus twice the context (as
+        :meth:`~surprisal_cc.inference.ConditionalASR.transcribe_file` decides; default
+        :data:`~surprisal_cc.long_audio.CHUNK_S`) is decoded alone in parts of this many seconds, and
+        ``flops_fraction`` reads its surprisal in parts; 0: every utterance whole, in batches.
 
     Returns
     -------
@@ -133,9 +140,9 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         "label_policy", {}).get("g2p") or "spn") if any_pronunciation else None
     warn_converted(infos, asr.feature_config.sample_rate)  # called here: its warning names our caller
     batch_size = int(batch_size or asr.config.get("batch_size", 8))
-    budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size) \
+    budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \
         if flops_fraction is not None else None
-    tally = _decode_corpus(asr, items, batch_size, seed, graphs, per_utterance, progress)
+    tally = _decode_corpus(asr, items, batch_size, seed, graphs, per_utterance, progress, long_chunk_s)
     if alignments is not None:
         tally.errors.write_alignments(alignments)
     result = _scores(tally, items, graphs)
@@ -199,19 +206,49 @@ class _Tally:
 
 
 def _decode_corpus(asr, items: List[Item], batch_size: int, seed: Optional[int], graphs: Optional[Dict[str, Any]],
-                   per_utterance: Optional[Callable[[Dict[str, Any]], None]], progress: bool) -> _Tally:
-    """Decode and score ``items`` in batches of ``batch_size``, routing seeded with ``seed``."""
+                   per_utterance: Optional[Callable[[Dict[str, Any]], None]], progress: bool,
+                   long_chunk_s: Optional[float] = None) -> _Tally:
+    """Decode and score ``items`` in batches of ``batch_size`` (long ones alone, in parts: :func:`_plan`),
+    routing seeded with ``seed``."""
+    from .long_audio import CHUNK_S, is_long
+
     merge_sil = bool(asr.config.get("merge_sil", True))
     tally = _Tally(errors=ErrorRate(merge_sil=merge_sil), closest=ErrorRate(merge_sil=merge_sil))
-    starts = range(0, len(items), batch_size)
+    chunk_s = CHUNK_S if long_chunk_s is None else float(long_chunk_s)
+    plan = _plan(items, batch_size, lambda wav: chunk_s > 0 and is_long(wav, chunk_s))
     if progress:
         from tqdm import tqdm
 
-        starts = tqdm(starts, desc="evaluate", unit="batch")
+        plan = tqdm(plan, desc="evaluate", unit="batch")
     with asr.seeded_routing(seed):
-        for start in starts:
-            _decode_batch(asr, items[start:start + batch_size], tally, graphs, per_utterance)
+        for in_parts, chunk in plan:
+            if in_parts:
+                _decode_long(asr, chunk[0], chunk_s, tally, graphs, per_utterance)
+            else:
+                _decode_batch(asr, chunk, tally, graphs, per_utterance)
     return tally
+
+
+def _plan(items: List[Item], batch_size: int, in_parts: Callable[[Any], bool]) -> List[Tuple[bool, List[Item]]]:
+    """The decoding order: the short items (``in_parts(wav)`` False) in corpus order, ``batch_size`` at a
+    time, as ``(False, batch)``, and each long one alone, where it comes, as ``(True, [item])``.
+
+    >>> _plan([("a", 1, []), ("b", 99, []), ("c", 2, []), ("d", 3, [])], 2, lambda wav: wav > 50)
+    [(True, [('b', 99, [])]), (False, [('a', 1, []), ('c', 2, [])]), (False, [('d', 3, [])])]
+    """
+    plan: List[Tuple[bool, List[Item]]] = []
+    batch: List[Item] = []
+    for item in items:
+        if in_parts(item[1]):
+            plan.append((True, [item]))
+            continue
+        batch.append(item)
+        if len(batch) == batch_size:
+            plan.append((False, batch))
+            batch = []
+    if batch:
+        plan.append((False, batch))
+    return plan
 
 
 def _decode_batch(asr, chunk: List[Item], tally: _Tally, graphs: Optional[Dict[str, Any]],
@@ -221,21 +258,51 @@ def _decode_batch(asr, chunk: List[Item], tally: _Tally, graphs: Optional[Dict[s
     samples = torch.tensor([s.numel() for s in signals])
     wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
     out, hyps, _, frames, surprisal, elapsed = asr.run_batch(wavs, samples)
-    phones = [asr.phones_of(h) for h in hyps]
     tally.seconds += elapsed
     tally.audio_s += float(samples.sum()) / asr.feature_config.sample_rate
-    tally.errors.append([u for u, _, _ in chunk], phones, [ref for _, _, ref in chunk])
+    rows = _add_edits(tally, chunk, [asr.phones_of(h) for h in hyps], graphs)
     if per_utterance is not None:
-        for b, (row, n) in enumerate(zip(tally.errors.last(len(chunk)), frames.tolist())):
-            per_utterance(_utterance_report(asr, row, out, b, n, surprisal))
-    if graphs is not None:
-        tally.closest.append([u for u, _, _ in chunk], phones,
-                             [closest_path(hyp, *graphs[u]) if graphs.get(u) else ref
-                              for hyp, (u, _, ref) in zip(phones, chunk)])
+        for b, (row, n) in enumerate(zip(rows, frames.tolist())):
+            per_frame = asr.frame_results(out, b, n, surprisal)
+            per_utterance(_utterance_report(row, n, asr.flops_components(per_frame["macs"], n), per_frame))
     mask = lengths_to_mask(out.lengths, out.log_probs.shape[1])
     tally.meter.update(out.frame_macs, int(out.lengths.sum()),
                        uniform={"apc": asr.apc_macs} if asr.uses_apc else {})
     tally.routing.update(out.stats, mask)
+
+
+def _decode_long(asr, item: Item, chunk_s: float, tally: _Tally, graphs: Optional[Dict[str, Any]],
+                 per_utterance: Optional[Callable[[Dict[str, Any]], None]]) -> None:
+    """Decode one long item alone, in parts of ``chunk_s`` seconds (:func:`~surprisal_cc.long_audio.decode_long`),
+    and add it to ``tally`` and report it as :func:`_decode_batch` does a batch."""
+    from .long_audio import decode_long
+
+    result = decode_long(asr, item[1], chunk_s=chunk_s, seeded=False)  # the corpus's seeded RNG draws on
+    n, comps = int(result["num_frames"]), result["flops_components"]
+    tally.seconds += result["rtf"] * result["duration_s"]
+    tally.audio_s += result["duration_s"]
+    (row,) = _add_edits(tally, [item], [result["phones"]], graphs)
+    if per_utterance is not None:
+        per_utterance(_utterance_report(row, n, comps, result))
+    # MACs of the kept frames (as transcribe counts them), the APC's on every frame as in a batch
+    tally.meter.update({name: torch.tensor(per_frame * n, dtype=torch.float64)
+                        for name, per_frame in comps.items() if name != "apc"}, n,
+                       uniform={"apc": asr.apc_macs} if asr.uses_apc else {})
+    tally.routing.update({name: result[name][None] for name in ("p_big", "use_big", "steps")
+                          if result[name] is not None}, torch.ones(1, n, dtype=torch.bool))
+
+
+def _add_edits(tally: _Tally, chunk: List[Item], phones: List[List[str]],
+               graphs: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Score the hypotheses ``phones`` of ``chunk`` against its references (and with ``graphs``, the
+    closest pronunciations) into ``tally``; their rows of :meth:`ErrorRate.last <surprisal_cc.metrics.ErrorRate.last>`."""
+    tally.errors.append([u for u, _, _ in chunk], phones, [ref for _, _, ref in chunk])
+    rows = tally.errors.last(len(chunk))
+    if graphs is not None:
+        tally.closest.append([u for u, _, _ in chunk], phones,
+                             [closest_path(hyp, *graphs[u]) if graphs.get(u) else ref
+                              for hyp, (u, _, ref) in zip(phones, chunk)])
+    return rows
 
 
 def _scores(tally: _Tally, items: List[Item], graphs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -269,13 +336,12 @@ def _what_ran(asr, seed: Optional[int], batch_size: int) -> Dict[str, Any]:
             "bias_shift": float(getattr(asr.encoder, "test_bias_shift", 0.0))}
 
 
-def _utterance_report(asr, scores: Dict[str, Any], out: EncoderOutput, b: int, n: int,
-                      surprisal: Optional[Tensor]) -> Dict[str, Any]:
-    """One utterance of :func:`evaluate_corpus`'s ``per_utterance``: its edit counts and what ran
-    (utterance ``b`` of the batch output ``out``, its first ``n`` frames; ``scores``: its row of
-    :meth:`ErrorRate.last <surprisal_cc.metrics.ErrorRate.last>`)."""
-    per_frame = asr.frame_results(out, b, n, surprisal)
-    comps = asr.flops_components(per_frame["macs"], n)
+def _utterance_report(scores: Dict[str, Any], n: int, comps: Dict[str, float],
+                      per_frame: Dict[str, Any]) -> Dict[str, Any]:
+    """One utterance of :func:`evaluate_corpus`'s ``per_utterance``: its edit counts and what ran on its
+    ``n`` frames (``scores``: its row of :meth:`ErrorRate.last <surprisal_cc.metrics.ErrorRate.last>`;
+    ``comps``: MACs per frame of each component; ``per_frame``: its ``p_big``, ``use_big`` and ``steps``,
+    each None where the model has none)."""
     report = {"id": scores["key"], "reference": scores["ref_tokens"], "hypothesis": scores["hyp_tokens"],
               **{k: int(scores[k]) for k in ("substitutions", "deletions", "insertions", "num_ref_tokens")},
               "num_frames": n, "flops_per_frame": sum(comps.values())}

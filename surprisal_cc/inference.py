@@ -484,34 +484,50 @@ class ConditionalASR:
             raise ModelFormatError(f"--flops-fraction {fraction}: {err}") from None
 
     @torch.no_grad()
-    def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8) -> Dict[str, Any]:
+    def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8,
+                          long_chunk_s: Optional[float] = None) -> Dict[str, Any]:
         """Set the bias shift (:meth:`set_bias_shift`) at which the expected MACs per frame over the
         frames of ``audio`` are ``fraction`` x those of big-only, from their APC surprisal alone
         (:func:`~surprisal_cc.controllers.solve_bias_shift`; no labels). One extra APC pass over the
-        audio; the surprisal controller only.
+        audio (:meth:`frame_surprisal`: long files in parts); the surprisal controller only.
 
         Returns ``{"fraction", "big_fraction", "bias_shift", "frames"}``.
         """
         big_fraction = self.budget_big_fraction(fraction)  # before any audio is read
-        solution = solve_bias_shift(self.encoder.controller, self.frame_surprisal(audio, batch_size), big_fraction,
-                                    stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
+        solution = solve_bias_shift(self.encoder.controller, self.frame_surprisal(audio, batch_size, long_chunk_s),
+                                    big_fraction, stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
         self.set_bias_shift(solution["bias_shift"])
         return {"fraction": float(fraction), **solution}
 
     @torch.no_grad()
-    def frame_surprisal(self, audio: Sequence[PathLike], batch_size: int = 8) -> Iterator[Tensor]:
+    def frame_surprisal(self, audio: Sequence[PathLike], batch_size: int = 8,
+                        long_chunk_s: Optional[float] = None) -> Iterator[Tensor]:
         """The APC surprisal of the real frames of the files ``audio``, ``batch_size`` files at a time
-        (one 1-D tensor per batch)."""
+        (one 1-D tensor per batch); a file longer than ``long_chunk_s`` plus twice the context
+        (as :meth:`transcribe_file` decides) alone, in parts with context
+        (:func:`~surprisal_cc.long_audio.long_surprisal`), in bounded memory."""
         from .data.audio import read_audio
+        from .long_audio import CHUNK_S, is_long, long_surprisal
 
+        chunk_s = CHUNK_S if long_chunk_s is None else float(long_chunk_s)
         paths = list(audio)
-        for start in range(0, len(paths), batch_size):
-            signals = [read_audio(path, self.feature_config.sample_rate) for path in paths[start:start + batch_size]]
+        long = [chunk_s > 0 and is_long(path, chunk_s) for path in paths]  # headers only
+        short = [path for path, in_parts in zip(paths, long) if not in_parts]
+        for start in range(0, len(short), batch_size):
+            signals = [read_audio(path, self.feature_config.sample_rate) for path in short[start:start + batch_size]]
             samples = torch.tensor([signal.numel() for signal in signals])
             fbank, lengths = self.filterbanks(torch.nn.utils.rnn.pad_sequence(signals, batch_first=True), samples)
-            with decoding_threads(self.threads), self._autocast():
-                surprisal = self.apc(fbank, lengths).surprisal.float()
+            surprisal = self.apc_surprisal(fbank, lengths)
             yield surprisal[lengths_to_mask(lengths, surprisal.shape[1])]
+        for path in (path for path, in_parts in zip(paths, long) if in_parts):
+            yield from long_surprisal(self, path, chunk_s)
+
+    @torch.no_grad()
+    def apc_surprisal(self, fbank: Tensor, lengths: Tensor) -> Tensor:
+        """(B, T) float32 APC surprisal of a padded batch of filterbank frames (``lengths``: (B,)
+        frame counts), on this model's threads and precision; zero on padding."""
+        with decoding_threads(self.threads), self._autocast():
+            return self.apc(fbank, lengths).surprisal.float()
 
     @property
     def can_sample(self) -> bool:
@@ -882,7 +898,8 @@ class ConditionalASR:
                  timit_split: str = "test", progress: bool = False,
                  any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
                  per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None,
-                 alignments: Union[PathLike, TextIO, None] = None) -> Dict[str, Any]:
+                 alignments: Union[PathLike, TextIO, None] = None,
+                 long_chunk_s: Optional[float] = None) -> Dict[str, Any]:
         """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF of this model on a labelled corpus
         (a LibriSpeech-format folder, a TIMIT folder, a Kaldi data folder or a manifest CSV):
         :func:`surprisal_cc.evaluation.evaluate_corpus`, which documents the arguments and the result."""
@@ -891,4 +908,4 @@ class ConditionalASR:
         return evaluate_corpus(self, data, mfa_labels=mfa_labels, skip_bad=skip_bad, batch_size=batch_size, seed=seed,
                                g2p=g2p, timit_split=timit_split, progress=progress,
                                any_pronunciation=any_pronunciation, flops_fraction=flops_fraction,
-                               per_utterance=per_utterance, alignments=alignments)
+                               per_utterance=per_utterance, alignments=alignments, long_chunk_s=long_chunk_s)

@@ -14,6 +14,9 @@ blank (its posteriors): the parts' phones are found by the beam search and align
 separately, and a CTC path through a blank frame is split there without changing its phones.
 Memory is that of one part, whatever the file's length; the per-frame arrays of the result
 (surprisal, p_big, ...) are the only thing that grows, at a few bytes per 20 ms frame.
+:func:`long_surprisal` computes the APC surprisal alone the same way (the APC is causal: a part
+needs only the context before it); ``evaluate`` decodes its long utterances with
+:func:`decode_long` and solves ``--flops-fraction`` on long files with :func:`long_surprisal`.
 
 Peak memory, wall time and the phones that differ from whole-file decoding:
 ``python -m benchmarks.long_audio MINUTES`` (figures in benchmarks/README.md, "Long files").
@@ -38,7 +41,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, Optional, Union
+import contextlib
+from typing import Callable, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 import torch
@@ -50,7 +54,7 @@ PROGRESS_AFTER_S = 60.0  # files longer than this report progress
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "is_long", "decode_long"]
+__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "is_long", "decode_long", "long_surprisal"]
 
 
 class _Reader:
@@ -94,7 +98,8 @@ def is_long(path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT
 
 
 def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S,
-                progress: Optional[Callable[[float, float], None]] = None, keep_fbank: bool = False) -> Dict:
+                progress: Optional[Callable[[float, float], None]] = None, keep_fbank: bool = False,
+                seeded: bool = True) -> Dict:
     """Decode a file of any length part by part (see the module's description).
 
     Arguments
@@ -111,6 +116,9 @@ def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float 
         ``progress(done_s, total_s)`` after each part.
     keep_fbank : bool
         Also return the filterbank frames (``fbank``; 320 bytes per frame).
+    seeded : bool
+        Seed sampled routing with the model's seed (:meth:`ConditionalASR.seeded_routing`); False:
+        draw from the RNG as the caller left it (``evaluate``, which seeds the whole corpus once).
 
     Returns
     -------
@@ -135,7 +143,7 @@ def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float 
     segments: list = []
     seconds, start = 0.0, 0
     try:
-        with asr.seeded_routing():
+        with asr.seeded_routing() if seeded else contextlib.nullcontext():
             while start < total_frames:
                 last = total_frames - start <= chunk + context
                 stop = total_frames if last else start + chunk  # nominal end of the kept frames
@@ -181,3 +189,34 @@ def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float 
 def _sliced_macs(out, keep: slice) -> Dict[str, float]:
     """MACs per component summed over the kept frames of a one-utterance forward pass."""
     return {name: float(m[0, keep].double().sum()) for name, m in out.frame_macs.items()}
+
+
+def long_surprisal(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S) -> Iterator[torch.Tensor]:
+    """The APC surprisal of a file's frames, ``chunk_s`` seconds of frames at a time (1-D tensors,
+    in order), each part computed after ``context_s`` seconds of the audio before it.
+
+    Example
+    -------
+    >>> from surprisal_cc.inference import ConditionalASR
+    >>> asr = ConditionalASR.untrained(["AH", "sil"], controller="surprisal")
+    >>> import tempfile, soundfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     soundfile.write(f"{tmp}/a.wav", np.random.default_rng(0).uniform(-0.5, 0.5, 16000 * 3), 16000)
+    ...     parts = list(long_surprisal(asr, f"{tmp}/a.wav", chunk_s=1.0, context_s=0.5))
+    >>> [part.numel() for part in parts]
+    [50, 50, 49]
+    """
+    cfg = asr.feature_config
+    rate, hop = cfg.sample_rate, cfg.shift_samples * cfg.frame_skip
+    reader = _Reader(path, rate)
+    per_s = 1.0 / asr.frame_shift_s
+    chunk, context = max(1, int(round(chunk_s * per_s))), max(0, int(round(context_s * per_s)))
+    try:
+        total_frames = cfg.num_frames(reader.total)
+        for start in range(0, total_frames, chunk):
+            stop, first = min(total_frames, start + chunk), max(0, start - context)
+            wav = reader.read(first * hop, min(reader.total, (stop - 1) * hop + cfg.window_samples))
+            fbank, frames = asr.filterbanks(wav[None], torch.tensor([wav.numel()]))
+            yield asr.apc_surprisal(fbank, frames)[0, start - first:stop - first].cpu()
+    finally:
+        reader.close()

@@ -124,7 +124,8 @@ def point_labels(agg: Sequence[dict]) -> List[str]:
 
 def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: str = "PER",
                            title: str = "Validation PER over training",
-                           labels: Optional[Sequence[str]] = None) -> Path:
+                           labels: Optional[Sequence[str]] = None,
+                           histories: Optional[Sequence[List[Row]]] = None) -> Path:
     """Validation ``key`` per epoch, mean over the seeds of each configuration with a ±std band (paper Fig. 2).
 
     ``path`` and the return value: see the module docstring.
@@ -140,6 +141,8 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
         Figure title.
     labels : sequence of str, optional
         The curve of each run folder (same label: one curve over seeds); default: named as above.
+    histories : sequence of lists, optional
+        Each run folder's rows of :func:`~surprisal_cc.runs.read_history`, where already read.
 
     Example
     -------
@@ -156,7 +159,7 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} run folders")
     for i, run_dir in enumerate(map(Path, run_dirs)):
         label = labels[i] if labels is not None else run_label(run_dir)
-        for entry in read_history(run_dir):
+        for entry in read_history(run_dir) if histories is None else histories[i]:
             if entry.get(key) is not None:
                 curves.setdefault(label, {}).setdefault(int(entry["epoch"]), []).append(float(entry[key]))
     fig, ax = plt.subplots(figsize=(7, 4.5))

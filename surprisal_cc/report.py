@@ -45,7 +45,8 @@ __all__ = ["aggregate", "pareto_front", "Table", "table_summary", "table_control
 
 
 # ---------------------------------------------------------------------------- learning curves
-def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER") -> str:
+def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER",
+                           histories: Optional[Dict[str, List[Row]]] = None) -> str:
     """Markdown table of validation curves, finished runs or runs in progress: per epoch and run, the
     learning rate, the validation ``key`` and the epoch's wall-clock minutes
     (:func:`~surprisal_cc.runs.epoch_minutes`).
@@ -56,6 +57,8 @@ def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER") -> str:
         Column label -> run folder (with ``history.jsonl``).
     key : str
         The validation metric of ``history.jsonl``.
+    histories : dict of str to list, optional
+        Column label -> the run's rows of :func:`~surprisal_cc.runs.read_history`, where already read.
 
     Example
     -------
@@ -71,8 +74,9 @@ def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER") -> str:
     """
     columns = {}
     for label, folder in runs.items():
-        history = {int(e["epoch"]): e for e in read_history(Path(folder)) if e.get(key) is not None}
-        columns[label] = (history, epoch_minutes(folder))
+        rows = read_history(Path(folder)) if histories is None else histories[label]
+        history = {int(e["epoch"]): e for e in rows if e.get(key) is not None}
+        columns[label] = (history, epoch_minutes(folder, rows))
     last = max((max(h) for h, _ in columns.values() if h), default=0)
     lines = ["| epoch | " + " | ".join(f"{label}: lr | {key} | min" for label in columns) + " |",
              "|---:|" + "---:|---:|---:|" * len(columns)]

@@ -129,11 +129,12 @@ def read_history(run_dir: Path) -> List[Row]:
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ - .* - (?:Going into epoch (\d+)|epoch: (\d+),)")
 
 
-def epoch_minutes(run_dir: PathLike) -> Dict[int, float]:
+def epoch_minutes(run_dir: PathLike, history: Optional[List[Row]] = None) -> Dict[int, float]:
     """Wall-clock minutes of each epoch (training and validation) of a run folder.
 
-    From ``epoch_s`` of ``history.jsonl``; for epochs without it, from the time stamps of
-    SpeechBrain's ``Going into epoch N`` and ``epoch: N, ...`` lines in ``log.txt``.
+    From ``epoch_s`` of ``history.jsonl`` (``history``: its rows, where :func:`read_history` already
+    read them); for epochs without it, from the time stamps of SpeechBrain's ``Going into epoch N``
+    and ``epoch: N, ...`` lines in ``log.txt``.
 
     Example
     -------
@@ -164,7 +165,7 @@ def epoch_minutes(run_dir: PathLike) -> Dict[int, float]:
             elif int(match.group(3)) in started:
                 epoch = int(match.group(3))
                 minutes[epoch] = (stamp - started[epoch]).total_seconds() / 60
-    for entry in read_history(run_dir):
+    for entry in read_history(run_dir) if history is None else history:
         if entry.get("epoch_s") is not None:
             minutes[int(entry["epoch"])] = float(entry["epoch_s"]) / 60
     return dict(sorted(minutes.items()))

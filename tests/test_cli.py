@@ -158,7 +158,12 @@ def test_report(tmp_path, capsys):
                                    "test results); remove it or re-run that run's test (--test_only)"]
 
 
-def test_curves_of_runs_in_progress(tmp_path, capsys):
+def test_curves_of_runs_in_progress(tmp_path, monkeypatch, capsys):
+    """The table and the plot of runs in progress, each run's history.jsonl read once."""
+    reads = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *args, **kwargs: (
+        reads.append(self.parent.name) if self.name == "history.jsonl" else None) or read_text(self, *args, **kwargs))
     assert main(["curves", str(tmp_path)]) == 1
     assert "no history.jsonl" in error_lines(capsys)[0]
     for name, pers in (("a", [90.0, 70.5]), ("b", [95.0])):
@@ -170,7 +175,7 @@ def test_curves_of_runs_in_progress(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"| epoch | big-only: lr | PER | min | {tmp_path / 'b'}: lr | PER | min |"
     assert out[2:4] == ["| 1 | 0.001 | 90.00 % | 2.0 | 0.001 | 95.00 % | 2.0 |", "| 2 | 0.001 | 70.50 % | 2.0 |  |  |  |"]
-    assert plot.stat().st_size > 0
+    assert plot.stat().st_size > 0 and reads == ["a", "b"]
 
 
 def test_curves_of_a_metric_no_run_has_and_of_a_plot_name_without_suffix(tmp_path, capsys):
@@ -614,7 +619,7 @@ def test_plots_of_files_with_the_same_name_and_opus_in_folders(model, real_flac,
 @pytest.mark.parametrize("command,option", [
     (command, option) for command in ("transcribe", "evaluate")
     for option in (["--bias-shift", "nan"], ["--blank-penalty", "inf"], ["--flops-fraction", "nan"])
-] + [("transcribe", ["--chunk-seconds", "-5"]), ("transcribe", ["--chunk-seconds", "inf"])])
+] + [(command, ["--chunk-seconds", value]) for command in ("transcribe", "evaluate") for value in ("-5", "inf")])
 def test_number_options_refuse_non_finite_and_negative_values(command, option, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([command, str(tmp_path / "a.flac"), *option])
@@ -980,6 +985,40 @@ def test_evaluate_skip_bad_leaves_out_manifest_rows_without_labels(model, tmp_pa
     assert main(["evaluate", str(manifest), "--model", str(model), "--skip-bad", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["num_utterances"] == 1 and result["skipped"] == [f"{manifest}: u2: empty phn"]
+
+
+def test_evaluate_and_flops_fraction_read_long_files_in_parts(model, tmp_path, monkeypatch, capsys):
+    """--chunk-seconds S: evaluate decodes an utterance longer than S + twice the context in parts, and
+    --flops-fraction (evaluate and transcribe) reads its surprisal in parts; 0: everything whole. (The
+    context is cut to 0.5 s here, so that 5 s of audio is long for 1 s parts.)"""
+    import functools
+
+    from surprisal_cc import long_audio
+
+    ran = []
+    decode_long, long_surprisal = long_audio.decode_long, long_audio.long_surprisal
+    monkeypatch.setattr(long_audio, "is_long", functools.partial(long_audio.is_long, context_s=0.5))
+    monkeypatch.setattr(long_audio, "decode_long", lambda asr, path, **kw: ran.append(("decode", Path(path).name))
+                        or decode_long(asr, path, **{**kw, "context_s": 0.5}))
+    monkeypatch.setattr(long_audio, "long_surprisal", lambda asr, path, chunk_s: ran.append(
+        ("surprisal", Path(path).name)) or long_surprisal(asr, path, chunk_s, context_s=0.5))
+    for name, seconds in (("short.wav", 0.5), ("long.wav", 5.0)):
+        sf.write(tmp_path / name, tone(seconds), 16000)
+    manifest = tmp_path / "test.csv"
+    manifest.write_text("ID,wav,phn\nu1,short.wav,sil AH sil\nu2,long.wav,sil AH B sil\n")
+    for chunk, expected in (("1", [("surprisal", "long.wav"), ("decode", "long.wav")]), ("0", [])):
+        ran.clear()
+        assert main(["evaluate", str(manifest), "--model", str(model), "--chunk-seconds", chunk,
+                     "--flops-fraction", "0.9", "--per-utterance", str(tmp_path / "utts.jsonl"), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        rows = {row["id"]: row for row in _json_lines((tmp_path / "utts.jsonl").read_text())}
+        assert ran == expected and report["num_utterances"] == 2 and report["num_ref_tokens"] == 7
+        assert rows["u2"]["num_frames"] == report["budget"]["frames"] - rows["u1"]["num_frames"] == 249
+    ran.clear()
+    assert main(["transcribe", str(tmp_path / "long.wav"), "--model", str(model), "--chunk-seconds", "1",
+                 "--flops-fraction", "0.9", "--json"]) == 0
+    assert ran == [("surprisal", "long.wav"), ("decode", "long.wav")]
+    assert _json_lines(capsys.readouterr().out)[0]["budget"]["frames"] == 249
 
 
 @pytest.mark.parametrize("args", [["flops", str(TIMIT_HPARAMS), "--controller=oracle"], ["grid", "nowhere.yaml"]])

@@ -455,6 +455,43 @@ def test_a_flops_budget_is_solved_on_the_frames_of_the_audio_given(tmp_path):
     with pytest.raises(ModelFormatError, match="--flops-fraction 0.1"):
         asr.meet_flops_budget([tmp_path / "missing.wav"], 0.1)
 
+
+def test_the_surprisal_of_a_long_file_is_computed_in_parts(tmp_path, monkeypatch):
+    """``long_surprisal`` gives the whole file's surprisal part by part (the same where the context reaches
+    the file's start); ``meet_flops_budget`` reads a long file that way (1 s parts, 0.5 s of context),
+    the short ones in batches, and solves on as many frames as whole-file reading."""
+    import functools
+
+    import soundfile as sf
+
+    from surprisal_cc import long_audio
+
+    torch.manual_seed(0)
+    asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal")
+    paths = [tmp_path / "short.wav", tmp_path / "long.wav"]
+    for i, (path, seconds) in enumerate(zip(paths, (0.5, 3.0))):
+        signal = 0.1 * torch.randn(int(16000 * seconds), generator=torch.Generator().manual_seed(i))
+        sf.write(path, signal.numpy(), 16000)
+    fbank, frames = asr.filterbanks(asr.load_audio(paths[1])[None], torch.tensor([48000]))
+    whole = asr.apc_surprisal(fbank, frames)[0]
+    reaching = list(long_audio.long_surprisal(asr, paths[1], chunk_s=1.0, context_s=3.0))
+    assert [part.numel() for part in reaching] == [50, 50, 49] and whole.numel() == 149
+    torch.testing.assert_close(torch.cat(reaching), whole, rtol=1e-5, atol=1e-5)
+    short_context = list(long_audio.long_surprisal(asr, paths[1], chunk_s=1.0, context_s=0.5))
+    assert torch.equal(short_context[0], reaching[0]) and sum(p.numel() for p in short_context) == 149
+
+    calls, in_parts = [], long_audio.long_surprisal
+    monkeypatch.setattr(long_audio, "is_long", functools.partial(long_audio.is_long, context_s=0.5))
+    monkeypatch.setattr(long_audio, "long_surprisal", lambda asr, path, chunk_s: calls.append(path.name) or
+                        in_parts(asr, path, chunk_s, context_s=0.5))
+    asr.encoder.controller.set_parameters(weight=0.0, bias=0.0)  # p_big = sigmoid(shift) on every frame
+    asr.set_routing("sampled", seed=0)
+    parts = asr.meet_flops_budget(paths, 0.9, long_chunk_s=1.0)
+    assert calls == ["long.wav"]
+    whole_budget = asr.meet_flops_budget(paths, 0.9, long_chunk_s=0)
+    assert calls == ["long.wav"] and parts["frames"] == whole_budget["frames"] == 24 + 149
+    assert parts["bias_shift"] == pytest.approx(whole_budget["bias_shift"], abs=1e-6)
+
 @pytest.mark.integration
 def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
     """The shipped model on 40 s of real speech, decoded in 10 s parts with 8 s of context: the same

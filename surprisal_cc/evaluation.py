@@ -210,12 +210,12 @@ def _decode_corpus(asr, items: List[Item], batch_size: int, seed: Optional[int],
                    long_chunk_s: Optional[float] = None) -> _Tally:
     """Decode and score ``items`` in batches of ``batch_size`` (long ones alone, in parts: :func:`_plan`),
     routing seeded with ``seed``."""
-    from .long_audio import CHUNK_S, is_long
+    from .long_audio import is_long, part_seconds
 
     merge_sil = bool(asr.config.get("merge_sil", True))
     tally = _Tally(errors=ErrorRate(merge_sil=merge_sil), closest=ErrorRate(merge_sil=merge_sil))
-    chunk_s = CHUNK_S if long_chunk_s is None else float(long_chunk_s)
-    plan = _plan(items, batch_size, lambda wav: chunk_s > 0 and is_long(wav, chunk_s))
+    chunk_s = part_seconds(long_chunk_s)
+    plan = _plan(items, batch_size, lambda wav: is_long(wav, chunk_s))
     if progress:
         from tqdm import tqdm
 

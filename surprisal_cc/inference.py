@@ -32,7 +32,7 @@ from torch import Tensor
 from .adaptive import PonderNetEncoder
 from .apc import APCModel, FrozenAPC
 from .controllers import budget_big_fraction, solve_bias_shift
-from .data.audio import as_waveforms, check_audio, sample_counts, sample_rate_hz
+from .data.audio import as_waveforms, check_audio, resample, sample_counts, sample_rate_hz
 from .data.errors import BadAudioError, DataPreparationError
 from .decoding import CTCBeamSearch
 from .encoders import build_encoder
@@ -507,11 +507,11 @@ class ConditionalASR:
         (as :meth:`transcribe_file` decides) alone, in parts with context
         (:func:`~surprisal_cc.long_audio.long_surprisal`), in bounded memory."""
         from .data.audio import read_audio
-        from .long_audio import CHUNK_S, is_long, long_surprisal
+        from .long_audio import is_long, long_surprisal, part_seconds
 
-        chunk_s = CHUNK_S if long_chunk_s is None else float(long_chunk_s)
+        chunk_s = part_seconds(long_chunk_s)
         paths = list(audio)
-        long = [chunk_s > 0 and is_long(path, chunk_s) for path in paths]  # headers only
+        long = [is_long(path, chunk_s) for path in paths]  # headers only
         short = [path for path, in_parts in zip(paths, long) if not in_parts]
         for start in range(0, len(short), batch_size):
             signals = [read_audio(path, self.feature_config.sample_rate) for path in short[start:start + batch_size]]
@@ -757,8 +757,6 @@ class ConditionalASR:
         rate = self.feature_config.sample_rate
         given_rate = rate if sample_rate is None else sample_rate_hz(sample_rate)
         if given_rate != rate:
-            from .data.audio import resample
-
             wavs = resample(wavs, given_rate, rate)
             samples = (samples.double() * rate / given_rate).round().long().clamp(max=wavs.shape[1])
         with self.seeded_routing():
@@ -883,10 +881,10 @@ class ConditionalASR:
                                 keep_fbank: bool = True) -> Transcription:
         """:meth:`transcribe_file` without the audio check (for files :func:`check_audio_many` passed)."""
         from .data.audio import read_audio
-        from .long_audio import CHUNK_S, decode_long, is_long
+        from .long_audio import decode_long, is_long, part_seconds
 
-        chunk_s = CHUNK_S if long_chunk_s is None else float(long_chunk_s)
-        if chunk_s > 0 and is_long(path, chunk_s):
+        chunk_s = part_seconds(long_chunk_s)
+        if is_long(path, chunk_s):
             return Transcription(**decode_long(self, path, chunk_s=chunk_s, progress=progress, keep_fbank=keep_fbank))
         result = self.transcribe_batch(read_audio(path, self.feature_config.sample_rate)[None])[0]
         result.path = str(path)

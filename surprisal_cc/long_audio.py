@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 import time
 import contextlib
-from typing import Callable, Dict, Iterator, List, Optional, Union
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ PROGRESS_AFTER_S = 60.0  # files longer than this report progress
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "is_long", "decode_long", "long_surprisal"]
+__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "part_seconds", "is_long", "decode_long", "long_surprisal"]
 
 
 class _Reader:
@@ -75,6 +75,12 @@ class _Reader:
             self.wav = read_audio(path, sample_rate)
             self.total = int(self.wav.numel())
 
+    def read_frames(self, cfg, first: int, upto: int) -> torch.Tensor:
+        """The samples that frames ``[first, upto)`` of feature config ``cfg`` read (frame t's window
+        starts at t x its hop)."""
+        hop = cfg.shift_samples * cfg.frame_skip
+        return self.read(first * hop, min(self.total, (upto - 1) * hop + cfg.window_samples))
+
     def read(self, start: int, stop: int) -> torch.Tensor:
         if self.wav is not None:
             return self.wav[start:stop]
@@ -87,12 +93,21 @@ class _Reader:
             self.file.close()
 
 
+def part_seconds(long_chunk_s: Optional[float] = None) -> float:
+    """Seconds of frames per part: ``long_chunk_s``, or :data:`CHUNK_S` where it is None (0: no file is
+    long, :func:`is_long`)."""
+    return CHUNK_S if long_chunk_s is None else float(long_chunk_s)
+
+
 def is_long(path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S) -> bool:
-    """Whether ``path`` lasts longer than one part with its context on both sides."""
+    """Whether ``path`` lasts longer than one part with its context on both sides (never where
+    ``chunk_s`` is 0: every file whole)."""
     import soundfile
 
     from .data.audio import soundfile_name
 
+    if chunk_s <= 0:
+        return False
     info = soundfile.info(soundfile_name(path))
     return info.frames > (chunk_s + 2 * context_s) * info.samplerate
 
@@ -130,12 +145,11 @@ def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float 
     from .threads import decoding_threads
 
     cfg = asr.feature_config
-    rate, hop = cfg.sample_rate, cfg.shift_samples * cfg.frame_skip  # samples per kept frame
+    rate = cfg.sample_rate
     reader = _Reader(path, rate)
     total_frames = cfg.num_frames(reader.total)
-    per_s = 1.0 / asr.frame_shift_s
-    chunk, context = max(1, int(round(chunk_s * per_s))), max(0, int(round(context_s * per_s)))
-    window = min(chunk, max(1, int(round(SEAM_WINDOW_S * per_s))))
+    chunk, context = _part_frames(asr, chunk_s, context_s)
+    window = min(chunk, max(1, int(round(SEAM_WINDOW_S / asr.frame_shift_s))))
     blank = asr.beam_search.blank
     pieces: Dict[str, List[torch.Tensor]] = {"surprisal": [], "p_big": [], "use_big": [], "steps": [], "fbank": []}
     macs: Dict[str, float] = {}
@@ -148,10 +162,7 @@ def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float 
                 last = total_frames - start <= chunk + context
                 stop = total_frames if last else start + chunk  # nominal end of the kept frames
                 first = max(0, start - context)
-                upto = min(total_frames, stop + context)
-                # samples of frames [first, upto): frame t's window starts at t * hop
-                samples_to = min(reader.total, (upto - 1) * hop + cfg.window_samples)
-                wav = reader.read(first * hop, samples_to)
+                wav = reader.read_frames(cfg, first, min(total_frames, stop + context))
                 began = time.perf_counter()
                 with decoding_threads(asr.threads):
                     out, fbank, frames, surprisal = asr.forward(wav[None], torch.tensor([wav.numel()]))
@@ -186,6 +197,12 @@ def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float 
                 frame_shift_s=asr.frame_shift_s, routing=asr.routing, seed=asr.seed, **joined)
 
 
+def _part_frames(asr, chunk_s: float, context_s: float) -> Tuple[int, int]:
+    """Frames kept per part (at least 1) and frames of context (at least 0) for these seconds."""
+    per_s = 1.0 / asr.frame_shift_s
+    return max(1, int(round(chunk_s * per_s))), max(0, int(round(context_s * per_s)))
+
+
 def _sliced_macs(out, keep: slice) -> Dict[str, float]:
     """MACs per component summed over the kept frames of a one-utterance forward pass."""
     return {name: float(m[0, keep].double().sum()) for name, m in out.frame_macs.items()}
@@ -207,15 +224,13 @@ def long_surprisal(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: flo
     [50, 50, 49]
     """
     cfg = asr.feature_config
-    rate, hop = cfg.sample_rate, cfg.shift_samples * cfg.frame_skip
-    reader = _Reader(path, rate)
-    per_s = 1.0 / asr.frame_shift_s
-    chunk, context = max(1, int(round(chunk_s * per_s))), max(0, int(round(context_s * per_s)))
+    reader = _Reader(path, cfg.sample_rate)
+    chunk, context = _part_frames(asr, chunk_s, context_s)
     try:
         total_frames = cfg.num_frames(reader.total)
         for start in range(0, total_frames, chunk):
             stop, first = min(total_frames, start + chunk), max(0, start - context)
-            wav = reader.read(first * hop, min(reader.total, (stop - 1) * hop + cfg.window_samples))
+            wav = reader.read_frames(cfg, first, stop)
             fbank, frames = asr.filterbanks(wav[None], torch.tensor([wav.numel()]))
             yield asr.apc_surprisal(fbank, frames)[0, start - first:stop - first].cpu()
     finally:

@@ -195,11 +195,16 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str], words: Optional[Di
     rows = list(reader)
     if not rows:
         raise DataPreparationError(f"{path}: the manifest has no rows")
-    empty = [f"{path}: {r['ID']}: empty {label}" for r in rows if not (r[label] or "").split()]
+    labelled, empty = [], []
+    for r in rows:
+        if (r[label] or "").split():
+            labelled.append(r)
+        else:
+            empty.append(f"{path}: {r['ID']}: empty {label}")
     collect_or_raise_label_problems(empty, len(rows), f"{len(empty)} of {len(rows)} utterances of {path} have no "
                                     f"{label}; pass --skip-bad (skip_bad=True) to score the others", problems,
                                     MAX_LISTED)
-    rows = [r for r in rows if (r[label] or "").split()]
+    rows = labelled
     if not rows:
         raise DataPreparationError(f"{path}: no utterance with a {label}")
     wavs = [_manifest_wav(path, r["wav"]) for r in rows]

@@ -1,6 +1,6 @@
 """Controllers: per-frame choice between the small (0) and the big (1) network.
 
-One interface, :class:`Controller`: ``probability(features, surprisal)`` gives p_big per frame,
+One interface, :class:`Controller`: ``probability(features, surprisal, mask=mask)`` gives p_big per frame,
 ``forward(...)`` turns it into a :class:`Decision` (Bernoulli sample when ``stochastic``, else
 ``p_big > 0.5``; the learned controller always thresholds), restricted to real frames.
 Implementations:
@@ -58,9 +58,10 @@ class Controller(nn.Module):
     ``both_networks_in_training`` whether the encoder must run both networks on every real frame
     during training.
 
-    The methods share these arguments: ``features`` (B, T, D), the input features of the encoder;
-    ``surprisal`` (B, T), the APC surprisal, or None when no APC model runs; ``bias_shift``, a float
-    added to the controller's logit (the paper's test-time bias sweep).
+    The methods share these arguments: ``features`` (B, T, D), the input features of the encoder
+    (the APC features, or filterbanks with ``input_features: fbank``); ``surprisal`` (B, T), the APC
+    surprisal, or None when no APC model runs; ``bias_shift``, a float added to the controller's
+    logit (the paper's test-time bias sweep); ``mask`` (B, T) bool, True on real frames.
     """
 
     uses_surprisal = False
@@ -72,10 +73,13 @@ class Controller(nn.Module):
     # True: a bias shift added to the logit moves p_big (the test-time bias sweep applies).
     shifts_with_bias = True
 
-    def probability(self, features: Tensor, surprisal: Optional[Tensor], bias_shift: float = 0.0) -> Tensor:
+    def probability(self, features: Tensor, surprisal: Optional[Tensor], bias_shift: float = 0.0,
+                    mask: Optional[Tensor] = None) -> Tensor:
         """Probability p_big of the big network per frame.
 
-        ``features``, ``surprisal`` and ``bias_shift``: see the class docstring.
+        ``features``, ``surprisal``, ``bias_shift`` and ``mask`` (None: every frame is real): see the
+        class docstring. A rule that pools over an utterance (a mean, a z-score) must read only the
+        frames of ``mask``, so that an utterance's p_big does not depend on its batch's padding.
 
         Returns
         -------
@@ -85,7 +89,8 @@ class Controller(nn.Module):
         raise NotImplementedError
 
     def macs_per_frame(self) -> int:
-        """Multiply-accumulates per frame (paper convention: parameters used per frame)."""
+        """Multiply-accumulates per frame (paper convention: parameters used per frame); a rule that
+        computes more per frame than it has parameters overrides this."""
         return sum(p.numel() for p in self.parameters())
 
     def forward(
@@ -112,7 +117,7 @@ class Controller(nn.Module):
         Decision
             ``p_big`` and ``use_big`` are zero / False on padding; no gate, zero auxiliary loss.
         """
-        p_big = self.probability(features, surprisal, bias_shift) * mask
+        p_big = self.probability(features, surprisal, bias_shift, mask=mask) * mask
         use_big = sample_decisions(p_big, stochastic) & mask
         return Decision(p_big, use_big, None, p_big.new_zeros(()))
 
@@ -183,7 +188,7 @@ class ConstantController(Controller):
         """False for p = 0 and p = 1, which no shift of the logit moves."""
         return 0.0 < self.p_big < 1.0
 
-    def probability(self, features, surprisal, bias_shift: float = 0.0):
+    def probability(self, features, surprisal, bias_shift: float = 0.0, mask=None):
         """(B, T) tensor filled with p_big (logit shifted by ``bias_shift``)."""
         p = self.p_big
         if bias_shift and 0.0 < p < 1.0:
@@ -229,7 +234,7 @@ class SurprisalController(Controller):
         self.register_buffer("bias", torch.tensor(float(bias)))
         self.register_buffer("calibrated", torch.tensor(False))
 
-    def probability(self, features, surprisal, bias_shift: float = 0.0):
+    def probability(self, features, surprisal, bias_shift: float = 0.0, mask=None):
         """(B, T) sigmoid(weight * surprisal + bias + bias_shift); ``features`` are not read."""
         if surprisal is None:
             raise ValueError("the surprisal controller needs surprisal: run the APC model (features: apc)")
@@ -321,7 +326,7 @@ class LearnedController(Controller):
         """(B, T) MLP output z_t (plus ``bias_shift``); the decision is z_t > 0."""
         return self.net(features).squeeze(-1) + bias_shift
 
-    def probability(self, features, surprisal, bias_shift: float = 0.0):
+    def probability(self, features, surprisal, bias_shift: float = 0.0, mask=None):
         """(B, T) sigmoid of the logit; ``surprisal`` is not read."""
         return torch.sigmoid(self.logit(features, bias_shift))
 
@@ -369,15 +374,16 @@ CONTROLLERS: Dict[str, Callable[..., Controller]] = {
 def build_controller(name: str, **kwargs) -> Controller:
     """Controller by name (the YAML key ``controller``); unknown names list the choices.
 
-    Keyword arguments that the controller's constructor does not name are ignored, so one hparams
-    file can carry the settings of every controller and switch with one override
-    (``--controller=random``). A new controller is a :class:`Controller` subclass and one entry of
-    :data:`CONTROLLERS` (``docs/extending.md``).
+    Settings that this controller's constructor does not name are ignored, so one hparams file can
+    carry the settings of every controller and switch with one override (``--controller=random``);
+    a setting that no controller of :data:`CONTROLLERS` names is an error (a misspelt key). A new
+    controller is a :class:`Controller` subclass whose ``name`` is its key in :data:`CONTROLLERS`
+    (``docs/extending.md``).
 
     Arguments
     ---------
     name : str
-        One of ``surprisal``, ``random``, ``learned``, ``big_only``, ``small_only``.
+        A key of :data:`CONTROLLERS`: ``surprisal``, ``random``, ``learned``, ``big_only``, ``small_only``.
     **kwargs
         Settings of the controllers (``weight``, ``bias``, ``p_big``, ``input_size``,
         ``hidden_size``, ``penalty_weight``, ``estimator``, ``penalty_utterances``).
@@ -396,13 +402,29 @@ def build_controller(name: str, **kwargs) -> Controller:
     1.0
     >>> all(build_controller(name).name == name for name in CONTROLLERS)
     True
+    >>> build_controller("random", p_bgi=0.3)
+    Traceback (most recent call last):
+    ...
+    ValueError: controller setting(s) ['p_bgi'] (hparams controller_options) are named by no controller; ...
     """
     if name not in CONTROLLERS:
         raise ValueError(f"unknown controller {name!r} (hparams key 'controller'); choose one of {sorted(CONTROLLERS)}")
-    factory = CONTROLLERS[name]
-    accepted = {arg.name for arg in inspect.signature(factory).parameters.values()
-                if arg.kind in (arg.POSITIONAL_OR_KEYWORD, arg.KEYWORD_ONLY)}
-    return factory(**{k: v for k, v in kwargs.items() if k in accepted})
+    known = {controller: _setting_names(factory) for controller, factory in CONTROLLERS.items()}
+    unknown = sorted(set(kwargs) - set().union(*known.values()))
+    if unknown:
+        raise ValueError(f"controller setting(s) {unknown} (hparams controller_options) are named by no controller; "
+                         f"the controllers take {sorted(set().union(*known.values()))}")
+    controller = CONTROLLERS[name](**{k: v for k, v in kwargs.items() if k in known[name]})
+    if controller.name != name:
+        raise ValueError(f"controller {type(controller).__name__} is registered as CONTROLLERS[{name!r}] but its "
+                         f"name is {controller.name!r}: give the class name = {name!r}")
+    return controller
+
+
+def _setting_names(factory: Callable[..., Controller]) -> set:
+    """The keyword arguments a controller's constructor (or factory function) names."""
+    return {arg.name for arg in inspect.signature(factory).parameters.values()
+            if arg.kind in (arg.POSITIONAL_OR_KEYWORD, arg.KEYWORD_ONLY)}
 
 
 # ----------------------------------------------------------------------------------------------

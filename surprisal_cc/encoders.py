@@ -303,8 +303,8 @@ def build_encoder(name: str, input_size: int, num_outputs: int, controller: str 
     input_size, num_outputs : int
         Feature width and CTC outputs (labels + blank).
     controller : str
-        The conditional encoder's controller: ``surprisal``, ``random``, ``learned``, ``big_only``
-        or ``small_only``.
+        The conditional encoder's controller, a key of
+        :data:`~surprisal_cc.controllers.CONTROLLERS` (``surprisal``, ``random``, ...).
     architecture : str
         A file of that folder: ``paper`` or, for the conditional encoder, Appendix A's ``model1``-``model3``.
 

@@ -280,6 +280,62 @@ def test_build_controller_unknown_name():
     assert {"surprisal", "random", "learned", "big_only", "small_only"} <= set(CONTROLLERS)  # and any registered since
 
 
+def test_build_controller_refuses_a_setting_no_controller_names():
+    """A misspelt controller_options key is an error naming it, not a silently kept default."""
+    with pytest.raises(ValueError, match=r"\['penalty_wieght'\].*named by no controller"):
+        build_controller("learned", input_size=4, penalty_wieght=0.5)
+    build_controller("random", penalty_weight=0.5, input_size=4)  # another controller's setting: ignored
+
+
+def test_build_controller_refuses_a_class_registered_under_another_name(monkeypatch):
+    class Misnamed(ConstantController):
+        name = "always_big"
+
+    monkeypatch.setitem(CONTROLLERS, "big", Misnamed)
+    with pytest.raises(ValueError, match=r"CONTROLLERS\['big'\].*'always_big'"):
+        build_controller("big")
+
+
+def test_probability_reads_the_padding_mask(monkeypatch):
+    """forward hands probability the mask, so a rule pooled over an utterance can skip padding:
+    an utterance's p_big is then the same alone and padded in a batch."""
+
+    class ZScore(ConstantController):
+        name = "zscore"
+
+        def probability(self, features, surprisal, bias_shift=0.0, mask=None):
+            energy = features.sum(-1)
+            real = torch.ones_like(energy, dtype=torch.bool) if mask is None else mask
+            count = real.sum(1, keepdim=True)
+            mean = (energy * real).sum(1, keepdim=True) / count
+            std = (((energy - mean) * real) ** 2).sum(1, keepdim=True).div(count).sqrt()
+            return torch.sigmoid((energy - mean) / std + bias_shift)
+
+    monkeypatch.setitem(CONTROLLERS, "zscore", ZScore)
+    ctrl = build_controller("zscore")
+    torch.manual_seed(0)
+    alone = torch.randn(1, 6, 4)
+    batch = torch.cat([torch.cat([alone, torch.full((1, 3, 4), 5.0)], 1), torch.randn(1, 9, 4)])
+    p_alone = ctrl(alone, None, torch.ones(1, 6, dtype=torch.bool), stochastic=False).p_big
+    p_batch = ctrl(batch, None, lengths_to_mask(torch.tensor([6, 9]), 9), stochastic=False).p_big
+    torch.testing.assert_close(p_batch[0, :6], p_alone[0])
+    assert torch.all(p_batch[0, 6:] == 0)
+
+
+def test_the_documented_lists_of_controllers_name_every_registered_one():
+    """The controllers' table in the module's docstring and the hparams comment list CONTROLLERS."""
+    import re
+    from pathlib import Path
+
+    import surprisal_cc.controllers as module
+
+    table = re.findall(r"^(\w+) {2,}", module.__doc__.split("=====\n", 2)[2], flags=re.M)
+    assert set(table) == set(CONTROLLERS)
+    yaml = (Path(__file__).parents[1] / "hparams/common/conditional_ctc.yaml").read_text()
+    listed = re.search(r"^controller: \w+ .*CONTROLLERS: (.*)$", yaml, flags=re.M).group(1)
+    assert set(listed.split(" | ")) == set(CONTROLLERS)
+
+
 def test_constant_controllers():
     torch.manual_seed(0)
     features, surprisal, mask = _inputs()

@@ -36,6 +36,9 @@ Item = Tuple[str, str, List[str]]  # utterance id, audio path, reference phones
 
 __all__ = ["Item", "corpus_items", "pronunciation_references"]
 
+DATA_KINDS = ("DATA must be a LibriSpeech-format folder, a TIMIT folder, a Kaldi data folder (wav.scp, text) "
+              "or a manifest CSV (ID, wav, phn or wrd columns)")
+
 
 def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None,
                  g2p: Optional[str] = None, timit_split: str = "test",
@@ -84,8 +87,7 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         raise DataPreparationError(f"{path}: no such file or folder")
     if path.is_file():
         if path.suffix.lower() != ".csv":
-            raise DataPreparationError(f"{path}: DATA must be a LibriSpeech-format folder, a TIMIT folder, "
-                                       "a Kaldi data folder (wav.scp, text) or a manifest CSV (ID, wav, phn columns)")
+            raise DataPreparationError(f"{path}: {DATA_KINDS}")
         _refuse_mfa_labels(path, mfa_labels, "a manifest is labelled by its phn (or wrd) column")
         items, source = _manifest_items(path, asr, g2p, words, problems)
     elif is_kaldi_data_folder(path):
@@ -94,6 +96,9 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     elif _is_timit(path):
         _refuse_mfa_labels(path, mfa_labels, "a TIMIT folder is labelled by its .PHN files")
         items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
+    elif next(path.rglob("*.flac"), None) is None:
+        raise DataPreparationError(f"{path}: no .flac file, wav.scp or TIMIT TRAIN/TEST folder in it: {DATA_KINDS} "
+                                   "(any other layout: write a manifest CSV)")
     else:
         items, source = _librispeech_items(path, asr, mfa_labels, g2p, problems, words)
     repeated = sorted(u for u, n in Counter(u for u, _, _ in items).items() if n > 1)

@@ -2,7 +2,7 @@
 
 Each ``train.py`` shows its pipeline top to bottom and calls these in order:
 :func:`parse_arguments` and :func:`load_hparams` (command line and hparams, clear errors),
-:func:`create_experiment_directory`, the corpus's ``prepare_*`` function under ``run_on_main``,
+:func:`create_experiment_directory`, :func:`prepare_manifests` (the corpus's ``prepare_*`` function),
 :func:`obtain_apc` (load or pretrain the frozen APC model), :func:`feature_cache` (filterbanks,
 APC features and surprisal of every utterance, computed once), :func:`dataio_prep`
 (DynamicItemDataset pipelines) and :func:`training_loader_options`; the Brain
@@ -12,14 +12,16 @@ configuration and data errors into one line ``error: ...``.
 from __future__ import annotations
 
 import contextlib
+import csv
 import gc
+import inspect
 import logging
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import speechbrain as sb
 import torch
@@ -192,12 +194,21 @@ def input_size_for(input_features: str, apc_hidden_size: int = 512, n_mels: int 
 def label_encoder_for(labels: Sequence[str], blank: str = "<blank>") -> CTCTextEncoder:
     """CTC label encoder with the blank at index 0 and the given labels in order (fixed, not data-derived).
 
+    ``labels`` is the hparams key ``phone_set``: a list of labels, or the name of a
+    :func:`phone_set` (``--phone_set=timit``).
+
     Example
     -------
     >>> encoder = label_encoder_for(["sil", "AH", "B"])
     >>> encoder.encode_sequence(["AH", "B", "sil"]), encoder.ind2lab[0]
     ([2, 3, 1], '<blank>')
+    >>> len(label_encoder_for("librispeech").ind2lab)
+    42
     """
+    if isinstance(labels, str):  # a name, not a string of one-character labels
+        labels = phone_set(labels)
+    if len(set(labels)) != len(labels):
+        raise ConfigurationError(f"phone_set lists a label more than once: {sorted(l for l in set(labels) if list(labels).count(l) > 1)}")
     encoder = CTCTextEncoder()
     encoder.insert_blank(blank_label=blank, index=0)
     encoder.update_from_iterable(labels, sequence_input=False)
@@ -485,12 +496,43 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
     return pretrain_apc(datasets, hparams, run_opts)
 
 
+def prepare_manifests(prepare: Callable[..., Dict[str, str]], hparams: Mapping) -> Dict[str, str]:
+    """Run the corpus's ``prepare`` function with the hparams key ``prepare_options`` on the main
+    process, then on every process (a repeat returns the manifests at once), and return
+    ``{split: manifest path}``. Options that ``prepare`` does not take are a clear error first.
+
+    Example
+    -------
+    >>> def prepare_toy(save_folder: str, speakers: int = 2):
+    ...     return {"train": f"{save_folder}/train.csv"}
+    >>> prepare_manifests(prepare_toy, {"prepare_options": {"save_folder": "out"}})
+    {'train': 'out/train.csv'}
+    >>> prepare_manifests(prepare_toy, {"prepare_options": {"save_folder": "out", "speaker": 3}})
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: prepare_options: 'speaker' is not an argument of prepare_toy, which takes ['save_folder', 'speakers']
+    """
+    options = dict(hparams["prepare_options"])
+    parameters = inspect.signature(prepare).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        taken = [name for name, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        for key in options:
+            if key not in taken:
+                raise ConfigurationError(f"prepare_options: {key!r} is not an argument of {prepare.__name__}, "
+                                         f"which takes {taken}")
+    run_on_main(prepare, kwargs=options)
+    return prepare(**options)
+
+
 def prepare_labels(hparams: Dict, manifests: Mapping[str, str]) -> None:
-    """With ``target_unit: sentencepiece``, train the units on the training words (main process)
-    and make them ``hparams["label_encoder"]``; phone targets need nothing. The units lie beside
-    the training manifest, in its preparation's folder: other options (validation speakers,
-    subsets) give other training words, hence units of their own."""
+    """Check the manifests' phones against the label set (``phone_set``), or with ``target_unit:
+    sentencepiece``, train the units on the training words (main process) and make them
+    ``hparams["label_encoder"]``. The units lie beside the training manifest, in its preparation's
+    folder: other options (validation speakers, subsets) give other training words, hence units of
+    their own."""
     if hparams["target_unit"] != "sentencepiece":
+        encoder = hparams["label_encoder"]
+        check_manifest_phones(manifests, [label for label in encoder.lab2ind if label != encoder.blank_label])
         return
     sp_dir = Path(manifests["train"]).parent / f"sentencepiece_{hparams['sp_vocab_size']}"
     run_on_main(train_units, args=[sp_dir, hparams["sp_vocab_size"], manifests["train"]])
@@ -594,6 +636,34 @@ def resolve_precision(precision: str, run_opts) -> str:
         return precision
     device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
     return auto_precision(device)
+
+
+def check_manifest_phones(manifests: Mapping[str, str], labels: Sequence[str]) -> None:
+    """Every phone of the manifests' ``phn`` columns is one of ``labels``: a clear error naming the
+    manifest, the phones and an utterance, before any feature is computed.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "test.csv").write_text("ID,phn\\nu1,sil HH AY sil\\n")
+    ...     check_manifest_phones({"test": f"{tmp}/test.csv"}, ["sil", "AY"])
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: .../test.csv: phone(s) ['HH'] (utterance u1) are not in the label set (2 labels, hparams key phone_set): set phone_set to the corpus's phones, or map them in its prepare function
+    """
+    for split, manifest in manifests.items():
+        with open(manifest, newline="", encoding="utf-8") as f:
+            rows = csv.DictReader(f)
+            if "phn" not in (rows.fieldnames or []):
+                continue
+            for row in rows:
+                unknown = sorted(set((row["phn"] or "").split()) - set(labels))
+                if unknown:
+                    raise ConfigurationError(
+                        f"{manifest}: phone(s) {unknown} (utterance {row.get('ID')}) are not in the label set "
+                        f"({len(labels)} labels, hparams key phone_set): set phone_set to the corpus's phones, "
+                        "or map them in its prepare function")
 
 
 def check_consistency(hparams: Dict) -> None:

@@ -932,8 +932,12 @@ def test_command_line_usage_errors_exit_with_2(tmp_path, capsys):
 def test_evaluate_data_errors(model, tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "nowhere"), "--model", str(model)]) == 1
     assert "nowhere: no such file or folder" in error_lines(capsys)[0]
-    assert main(["evaluate", str(tmp_path), "--model", str(model)]) == 1
-    assert "contains no .flac files" in error_lines(capsys)[0]
+    (tmp_path / "wavs").mkdir()
+    (tmp_path / "wavs" / "u1.wav").write_bytes(b"")  # a layout evaluate does not read: the ones it does are named
+    assert main(["evaluate", str(tmp_path / "wavs"), "--model", str(model)]) == 1
+    line = error_lines(capsys)[0]
+    assert "no .flac file, wav.scp or TIMIT TRAIN/TEST folder" in line and "Kaldi data folder" in line
+    assert "write a manifest CSV" in line
     (tmp_path / "a.txt").write_text("x")
     assert main(["evaluate", str(tmp_path / "a.txt"), "--model", str(model)]) == 1
     assert "manifest CSV" in error_lines(capsys)[0]

@@ -261,6 +261,13 @@ def test_timit_recipe_on_fixture(tmp_path):
     res = json.loads((tmp_path / "exp" / "conditional-surprisal-paper-apc" / "seed1" / "results.json").read_text())
     assert res["dataset"] == "TIMIT"
     assert res["component_macs"]["post_net"] == 1_203_240  # 39 phones + blank
+    # labels outside phone_set: one line naming the manifest and the phones, before any feature is computed
+    proc = run([REPO / "recipes" / "TIMIT" / "train.py", REPO / "hparams" / "TIMIT" / "conditional_ctc.yaml",
+                f"--data_folder={tmp_path / 'timit'}", f"--experiment_root={tmp_path / 'exp2'}",
+                "--phone_set=librispeech", "--num_outputs=42"])
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert ".csv: phone(s) [" in proc.stderr and "hparams key phone_set" in proc.stderr
+    assert not list((tmp_path / "exp2").rglob("*.pt"))
 
 
 def test_apc_pretraining_recipe_exports_and_resumes(mini_corpus, tmp_path):

@@ -10,11 +10,10 @@ Resumable: re-running the same command continues from the last checkpoint. The e
 import sys
 
 import speechbrain as sb
-from speechbrain.utils.distributed import run_on_main
 
 from surprisal_cc.data import prepare_librispeech
-from surprisal_cc.recipe import (create_experiment_directory, load_hparams, parse_arguments, pretrain_apc_on,
-                                 recipe_errors)
+from surprisal_cc.recipe import (create_experiment_directory, load_hparams, parse_arguments, prepare_manifests,
+                                 pretrain_apc_on, recipe_errors)
 
 
 def main(argv):
@@ -25,8 +24,7 @@ def main(argv):
     create_experiment_directory(hparams["apc_output_folder"], hparams_file, overrides)
 
     # Audio-only manifests: the listed subsets, a held-out fraction for validation.
-    run_on_main(prepare_librispeech, kwargs=hparams["prepare_options"])
-    manifests = prepare_librispeech(**hparams["prepare_options"])
+    manifests = prepare_manifests(prepare_librispeech, hparams)
 
     # Filterbanks cached once, APC trained on them (APCBrain), the best model exported.
     pretrain_apc_on(hparams, {"train": manifests["train"], "valid": manifests["valid"]}, run_opts)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Dict, List
 
 import torch
-from speechbrain.utils.distributed import run_on_main
 
 from surprisal_cc import recipe
 from surprisal_cc.brain import ConditionalCTCBrain, unwrap
@@ -74,8 +73,7 @@ def main(argv: List[str]) -> None:
         hparams = recipe.load_hparams(hparams_file, overrides, run_opts)
         recipe.create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
                                            test_only=bool(run_opts.get("test_only", False)), hparams=hparams)
-        run_on_main(prepare_mini_librispeech, kwargs=hparams["prepare_options"])
-        manifests = prepare_mini_librispeech(**hparams["prepare_options"])
+        manifests = recipe.prepare_manifests(prepare_mini_librispeech, hparams)
         recipe.prepare_labels(hparams, manifests)
         apc = recipe.obtain_apc(hparams, manifests, run_opts)
         datasets = recipe.dataio_prep(hparams, manifests, recipe.feature_cache(hparams, manifests, apc))

@@ -12,14 +12,13 @@ Re-running the same command resumes an interrupted run. Results: README.md besid
 import sys
 
 import speechbrain as sb
-from speechbrain.utils.distributed import run_on_main
 
 from surprisal_cc.brain import ConditionalCTCBrain
 from surprisal_cc.data import prepare_mini_librispeech
 from surprisal_cc.data.librispeech import DEV_SPLIT
 from surprisal_cc.recipe import (check_test_only, create_experiment_directory, dataio_prep, feature_cache,
-                                 load_hparams, obtain_apc, parse_arguments, prepare_labels, recipe_errors,
-                                 training_loader_options)
+                                 load_hparams, obtain_apc, parse_arguments, prepare_labels, prepare_manifests,
+                                 recipe_errors, training_loader_options)
 
 
 def main(argv):
@@ -35,9 +34,8 @@ def main(argv):
     # Manifests: train-clean-5 without the validation speakers, the validation speakers,
     # mfa-dev (MFA TextGrids) and dev-clean-2 (the paper's MFA labels), labels checked.
     # The main process writes them; every process reads them.
-    run_on_main(prepare_mini_librispeech, kwargs=hparams["prepare_options"])
-    manifests = prepare_mini_librispeech(**hparams["prepare_options"])
-    prepare_labels(hparams, manifests)  # target_unit: sentencepiece trains its units here
+    manifests = prepare_manifests(prepare_mini_librispeech, hparams)
+    prepare_labels(hparams, manifests)  # phones checked against phone_set (sentencepiece: its units trained)
 
     # The frozen APC model: loaded from apc_path, or pretrained on the training split.
     apc = obtain_apc(hparams, manifests, run_opts)

@@ -14,13 +14,12 @@ Re-running the same command resumes an interrupted run. Results: README.md besid
 import sys
 
 import speechbrain as sb
-from speechbrain.utils.distributed import run_on_main
 
 from surprisal_cc.brain import ConditionalCTCBrain
 from surprisal_cc.data import prepare_timit
 from surprisal_cc.recipe import (check_test_only, create_experiment_directory, dataio_prep, feature_cache,
-                                 load_hparams, obtain_apc, parse_arguments, prepare_labels, recipe_errors,
-                                 training_loader_options)
+                                 load_hparams, obtain_apc, parse_arguments, prepare_labels, prepare_manifests,
+                                 recipe_errors, training_loader_options)
 
 
 def main(argv):
@@ -36,9 +35,8 @@ def main(argv):
     # Manifests of train (SA sentences removed), the 50-speaker dev set (checkpoint selection) and
     # the 192-utterance core test set, phones folded 61 -> 39 and checked. The main process writes
     # them; every process reads them.
-    run_on_main(prepare_timit, kwargs=hparams["prepare_options"])
-    manifests = prepare_timit(**hparams["prepare_options"])
-    prepare_labels(hparams, manifests)  # target_unit: sentencepiece trains its units here
+    manifests = prepare_manifests(prepare_timit, hparams)
+    prepare_labels(hparams, manifests)  # phones checked against phone_set (sentencepiece: its units trained)
 
     # The frozen APC model: loaded from apc_path (pretrained on LibriSpeech), or pretrained on TIMIT train.
     apc = obtain_apc(hparams, manifests, run_opts)

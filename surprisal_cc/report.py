@@ -493,6 +493,8 @@ def short_label(config: Row) -> str:
     'big-only'
     >>> short_label({"encoder": "pondernet", "controller": "surprisal"})
     'PonderNet'
+    >>> short_label({"encoder": "early_exit", "controller": "surprisal"})
+    'early_exit'
     >>> short_label({"controller": "surprisal", "input_features": "fbank", "controller_at_train": False})
     'surprisal (fbank input, random in training)'
     >>> short_label({"controller": "learned", "penalty": 0.001, "penalty_utterances": None})
@@ -502,8 +504,8 @@ def short_label(config: Row) -> str:
     """
     config = config_of(config)
     encoder = config["encoder"]
-    name = SHORT_NAMES.get(encoder if encoder != "conditional" else config["controller"],
-                           str(config["controller"]))
+    model = encoder if encoder != "conditional" else config["controller"]
+    name = SHORT_NAMES.get(model, str(model))
     notes = [text for key, text in (("controller_at_train", "random in training"),
                                     ("controller_at_test", "random at test"),
                                     ("train_stochastic", "deterministic training"),

@@ -424,6 +424,8 @@ def model_name(config: Row) -> str:
     'Learned controller (λ=0.001, per utterance x32)'
     >>> model_name({"encoder": "act", "act_ponder_cost": 0.001})
     'ACT (τ=0.001)'
+    >>> model_name({"encoder": "early_exit", "controller": "surprisal"})  # a new encoder: its own name
+    'early_exit'
     >>> model_name({"controller": "surprisal", "input_features": "fbank", "test_bias_shift": 1.0})
     'Surprisal-based controller [fbank features, bias +1]'
     >>> model_name({"controller": "big_only", "train_labels": "mfa:realigned", "precision": "fp32", "augment": True})
@@ -438,6 +440,8 @@ def model_name(config: Row) -> str:
     elif config.get("encoder") == "pondernet":
         beta = config.get("pondernet_beta")
         name = "PonderNet" + (f" (β={beta:g})" if beta is not None else "")
+    elif config.get("encoder", "conditional") != "conditional":  # an encoder without a controller
+        name = str(config["encoder"])
     else:
         controller = config.get("controller", "surprisal")
         name = CONTROLLER_NAMES.get(controller, str(controller))

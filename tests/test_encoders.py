@@ -10,6 +10,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from surprisal_cc.controllers import ConstantController, LearnedController, SurprisalController
 from surprisal_cc.encoders import (
+    MODELS_DIR,
     ConditionalEncoder,
     architectures,
     build_encoder,
@@ -448,6 +449,44 @@ def test_padding_invariance_of_encoder():
     for i, n in enumerate(LENGTHS.tolist()):
         alone = enc(x[i:i + 1, :n], LENGTHS[i:i + 1], surprisal[i:i + 1, :n])
         torch.testing.assert_close(out.log_probs[i, :n], alone.log_probs[0], rtol=1e-5, atol=1e-5)
+
+
+ENCODERS = sorted(p.name for p in MODELS_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_every_encoder_keeps_the_encoder_contract(name):
+    """Every encoder of the model folders (a new one too): normalised log-probabilities, one MACs
+    tensor per component of component_macs, MACs and statistics zero on padding, and the same
+    output for an utterance alone and padded in a batch (evaluation)."""
+    torch.manual_seed(0)
+    enc = build_encoder(name, input_size=D, num_outputs=5, hidden_size=8).eval()
+    if hasattr(enc, "test_stochastic"):
+        enc.test_stochastic = False  # sampled routing draws differently for other shapes
+    x = noisy_padding(torch.randn(3, T, D), LENGTHS)
+    surprisal = torch.rand(3, T) * 4
+    with torch.no_grad():
+        out = enc(x, LENGTHS, surprisal if enc.needs_surprisal(False) else None)
+        padding = ~lengths_to_mask(LENGTHS, T)
+        assert out.log_probs.shape == (3, T, 5)
+        torch.testing.assert_close(out.log_probs.exp().sum(-1)[~padding], torch.ones(int(LENGTHS.sum())))
+        assert set(out.frame_macs) <= set(enc.component_macs())
+        for component, macs in out.frame_macs.items():
+            assert macs.shape == (3, T) and torch.all(macs[padding] == 0), component
+        for key, value in out.stats.items():
+            assert torch.all(value[padding] == 0), key
+        for i, n in enumerate(LENGTHS.tolist()):
+            alone = enc(x[i:i + 1, :n], LENGTHS[i:i + 1], surprisal[i:i + 1, :n] if enc.needs_surprisal(False) else None)
+            torch.testing.assert_close(out.log_probs[i, :n], alone.log_probs[0], rtol=1e-4, atol=1e-4)
+
+
+def test_the_hparams_comment_lists_every_encoder():
+    import re
+    from pathlib import Path
+
+    yaml = (Path(__file__).parents[1] / "hparams/common/conditional_ctc.yaml").read_text()
+    listed = re.search(r"^encoder: \w+ .*surprisal_cc/models: (.*)$", yaml, flags=re.M).group(1)
+    assert set(listed.split(" | ")) == set(ENCODERS)
 
 
 def test_learned_controller_aux_loss_reaches_encoder_output():

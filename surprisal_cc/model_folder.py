@@ -329,6 +329,8 @@ def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) ->
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     stochastic = (enc.get("conditional_options") or {}).get("test_stochastic")
     tested = "" if stochastic is None else f" ({'sampled' if stochastic else 'deterministic'} routing)"
+    routing = ("; both commands and `ConditionalASR` route deterministically (`p_big > 0.5`) unless given "
+               "`--sampled` (`routing=\"sampled\"`)") if name == "conditional" else ""
     origin = (f", exported from checkpoint `{src['checkpoint']}` of a recipe run with `surprisal-cc export`."
               if src.get("checkpoint") else ".")
     return f"""# surprisal_cc phone recogniser ({config.get('dataset') or 'untrained'}, {model})
@@ -344,7 +346,7 @@ Surprisal-triggered conditional computation for CTC phone recognition{origin}
 ```python
 from surprisal_cc.inference import ConditionalASR
 
-asr = ConditionalASR.from_pretrained("{folder_name}")   # deterministic routing (p_big > 0.5), one thread
+asr = ConditionalASR.from_pretrained("{folder_name}")   # {"deterministic routing (p_big > 0.5), " if name == "conditional" else ""}one thread
 result = asr.transcribe_file("utterance.flac")
 print(result.text, result.segments, result.flops_per_frame, result.rtf)
 ```
@@ -354,8 +356,7 @@ surprisal-cc transcribe utterance.flac --model {folder_name} [--json | --format 
 surprisal-cc evaluate LibriSpeech/dev-clean-2 --model {folder_name} [--mfa-labels dev-clean-2_mfa.csv] [--json]
 ```
 
-The test PER above is the recipe's decoding{tested}; both commands and `ConditionalASR` route
-deterministically (`p_big > 0.5`) unless given `--sampled` (`routing="sampled"`).
+The test PER above is the recipe's decoding{tested}{routing}.
 """
 
 

@@ -493,8 +493,8 @@ def short_label(config: Row) -> str:
     'big-only'
     >>> short_label({"encoder": "pondernet", "controller": "surprisal"})
     'PonderNet'
-    >>> short_label({"encoder": "early_exit", "controller": "surprisal"})
-    'early_exit'
+    >>> short_label({"encoder": "early_exit", "controller": "surprisal", "model_options": "k=3"})
+    'early_exit (k=3)'
     >>> short_label({"controller": "surprisal", "input_features": "fbank", "controller_at_train": False})
     'surprisal (fbank input, random in training)'
     >>> short_label({"controller": "learned", "penalty": 0.001, "penalty_utterances": None})
@@ -506,6 +506,8 @@ def short_label(config: Row) -> str:
     encoder = config["encoder"]
     model = encoder if encoder != "conditional" else config["controller"]
     name = SHORT_NAMES.get(model, str(model))
+    if config.get("model_options"):  # an encoder or controller added to the toolkit: its settings
+        name += f" ({config['model_options']})"
     notes = [text for key, text in (("controller_at_train", "random in training"),
                                     ("controller_at_test", "random at test"),
                                     ("train_stochastic", "deterministic training"),

@@ -35,15 +35,20 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "penalty": None, "penalty_utterances": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
     "number_of_epochs": None, "train_labels": None, "precision": None, "augment": False,
     "speed_perturb": (), "train_targets": None, "test_flops_fraction": None, "test_budget_split": None,
+    "model_options": None,
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
+# the encoders and the controller settings of hparams/common/conditional_ctc.yaml that have keys of
+# their own above; a new encoder's or controller's settings are recorded as ``model_options``
+BUILT_IN_ENCODERS = ("conditional", "act", "pondernet")
+BUILT_IN_CONTROLLER_SETTINGS = ("p_big", "penalty_weight", "penalty_utterances", "estimator", "hidden_size")
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
                     "surprisal": "Surprisal-based controller", "big_only": "Big network only",
                     "small_only": "Small network only"}
 
 __all__ = ["collect_results", "read_history", "epoch_minutes", "train_labels_name", "train_targets_name",
            "results_file_name", "evaluation_tag", "test_only_hyperparams_name", "config_of", "model_name",
-           "budget_name", "setup_notes", "run_label"]
+           "budget_name", "setup_notes", "run_label", "new_model_options"]
 
 
 # ---------------------------------------------------------------------------- reading runs
@@ -221,7 +226,34 @@ def _run_info(run_dir: Path) -> Row:
         "train_labels": train_labels_name(hp.get("labels"), hp.get("mfa_labels")) if hp else None,
         "train_targets": train_targets_name(hp.get("optional_silence"), hp.get("pronunciation_alternatives")),
         "train_loss": history[-1].get("train_loss") if history else None,
+        "model_options": new_model_options(hp) if hp else None,
     }
+
+
+def new_model_options(hparams: Mapping[str, Any]) -> Optional[str]:
+    """The settings of an encoder or controller added to the toolkit (not one of the built-in ones)
+    as ``key=value`` text, so that runs differing in them are told apart; None for the built-in ones.
+
+    Example
+    -------
+    >>> hp = {"encoder": "conditional", "controller": "change", "encoder_module": {"controller_options":
+    ...       {"p_big": 0.5, "change_scale": 0.5, "change_bias": -6.0}}}
+    >>> new_model_options(hp)
+    'change_bias=-6.0, change_scale=0.5'
+    >>> new_model_options({"encoder": "early_exit", "encoder_module": {"adaptive_options": {"early_exit": {"k": 3}}}})
+    'k=3'
+    >>> new_model_options({"encoder": "act", "controller": "surprisal"}) is None
+    True
+    """
+    encoder = hparams.get("encoder") or "conditional"
+    if encoder not in BUILT_IN_ENCODERS:
+        options = _hparam(dict(hparams), f"encoder_module.adaptive_options.{encoder}") or {}
+    elif encoder == "conditional" and (hparams.get("controller") or "surprisal") not in CONTROLLER_NAMES:
+        options = {key: value for key, value in (_hparam(dict(hparams), "encoder_module.controller_options") or {}).items()
+                   if key not in BUILT_IN_CONTROLLER_SETTINGS}
+    else:
+        return None
+    return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or None
 
 
 TEST_ONLY_HYPERPARAMS = "hyperparams_test_only.yaml"
@@ -441,7 +473,7 @@ def model_name(config: Row) -> str:
         beta = config.get("pondernet_beta")
         name = "PonderNet" + (f" (β={beta:g})" if beta is not None else "")
     elif config.get("encoder", "conditional") != "conditional":  # an encoder without a controller
-        name = str(config["encoder"])
+        name = str(config["encoder"]) + (f" ({config['model_options']})" if config.get("model_options") else "")
     else:
         controller = config.get("controller", "surprisal")
         name = CONTROLLER_NAMES.get(controller, str(controller))
@@ -450,6 +482,8 @@ def model_name(config: Row) -> str:
             name += f" (λ={config['penalty']:g}{per_utterance})"
         if controller == "learned" and config.get("learned_estimator") == "routed":
             name += " (routed estimator)"
+        if controller not in CONTROLLER_NAMES and config.get("model_options"):
+            name += f" ({config['model_options']})"
     notes = setup_notes(config)
     return name + (f" [{', '.join(notes)}]" if notes else "")
 

@@ -397,3 +397,40 @@ def test_controllers_table_lists_a_new_controller_and_encoder():
     table = report.table_controllers(rows)
     assert [(r["controller"], r["encoder"]) for r in table.rows] == [
         ("surprisal", "conditional"), ("energy", "conditional"), ("surprisal", "act"), ("surprisal", "framewise")]
+
+
+def test_runs_of_a_new_controller_that_differ_in_its_settings_are_not_pooled(tmp_path):
+    """A controller added to the toolkit: its settings (from hyperparams.yaml) name and separate its runs."""
+    import json
+
+    import yaml
+
+    from surprisal_cc.report import aggregate
+    from surprisal_cc.runs import collect_results
+
+    for bias in (-6.0, -4.0):
+        for seed in (1, 2):
+            run = tmp_path / f"change{bias}" / f"seed{seed}"
+            run.mkdir(parents=True)
+            (run / "results.json").write_text(json.dumps({"controller": "change", "seed": seed, "PER": 30.0 + seed,
+                                                          "flops_per_frame": 7e6, "dataset": "MiniLibriSpeech"}))
+            (run / "hyperparams.yaml").write_text(yaml.safe_dump({
+                "encoder": "conditional", "controller": "change",
+                "encoder_module": {"controller_options": {"p_big": 0.5, "change_bias": bias, "change_scale": 0.5}}}))
+    rows = aggregate(collect_results([tmp_path]))
+    assert sorted(r["model_options"] for r in rows) == ["change_bias=-4.0, change_scale=0.5",
+                                                        "change_bias=-6.0, change_scale=0.5"]
+    assert all(r["n_seeds"] == 2 for r in rows) and all("change_bias" in r["model"] for r in rows)
+
+
+def test_built_in_controller_settings_are_those_of_the_common_hparams():
+    from pathlib import Path
+
+    import yaml
+
+    from surprisal_cc.runs import BUILT_IN_CONTROLLER_SETTINGS
+
+    text = (Path(__file__).parents[1] / "hparams/common/conditional_ctc.yaml").read_text()
+    block = text[text.index("    controller_options:"):].split("\n    conditional_options:")[0]
+    keys = [line.split(":")[0].strip() for line in block.splitlines()[1:] if line.strip()]
+    assert set(keys) == set(BUILT_IN_CONTROLLER_SETTINGS)

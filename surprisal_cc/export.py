@@ -89,7 +89,8 @@ def _checkpoints(run: Path, metric: str, number: int = 1) -> list:
         raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
     checkpoints = Checkpointer(save).find_checkpoints(min_key=metric, max_num_checkpoints=number)
     if not checkpoints:
-        raise ConfigurationError(f"{save}: no checkpoint with a validation {metric} (has the run finished an epoch?)")
+        raise ConfigurationError(f"{save}: no checkpoint with a validation {metric} (has the run finished an epoch? A --debug "
+                                 "run keeps its checkpoints in a temporary folder: train one epoch, --number_of_epochs=1)")
     if len(checkpoints) < number:
         raise ConfigurationError(f"{save}: {len(checkpoints)} checkpoints with a validation {metric}, not {number} "
                                  "(the recipe keeps checkpoints_to_keep of them): average fewer")

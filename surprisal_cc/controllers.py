@@ -28,7 +28,6 @@ Example
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional
@@ -37,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from .flops import static_flop_rows
+from .nnet import keyword_names
 
 logger = logging.getLogger(__name__)
 
@@ -409,22 +409,19 @@ def build_controller(name: str, **kwargs) -> Controller:
     """
     if name not in CONTROLLERS:
         raise ValueError(f"unknown controller {name!r} (hparams key 'controller'); choose one of {sorted(CONTROLLERS)}")
-    known = {controller: _setting_names(factory) for controller, factory in CONTROLLERS.items()}
-    unknown = sorted(set(kwargs) - set().union(*known.values()))
-    if unknown:
-        raise ValueError(f"controller setting(s) {unknown} (hparams controller_options) are named by no controller; "
-                         f"the controllers take {sorted(set().union(*known.values()))}")
-    controller = CONTROLLERS[name](**{k: v for k, v in kwargs.items() if k in known[name]})
+    known = {controller: keyword_names(factory) for controller, factory in CONTROLLERS.items()}
+    if None not in known.values():  # no controller takes any setting (**kwargs): a key none names is misspelt
+        named = set().union(*known.values())
+        unknown = sorted(set(kwargs) - named)
+        if unknown:
+            raise ValueError(f"controller setting(s) {unknown} (hparams controller_options) are named by no "
+                             f"controller; the controllers take {sorted(named)}")
+    accepted = known[name]
+    controller = CONTROLLERS[name](**{k: v for k, v in kwargs.items() if accepted is None or k in accepted})
     if controller.name != name:
         raise ValueError(f"controller {type(controller).__name__} is registered as CONTROLLERS[{name!r}] but its "
                          f"name is {controller.name!r}: give the class name = {name!r}")
     return controller
-
-
-def _setting_names(factory: Callable[..., Controller]) -> set:
-    """The keyword arguments a controller's constructor (or factory function) names."""
-    return {arg.name for arg in inspect.signature(factory).parameters.values()
-            if arg.kind in (arg.POSITIONAL_OR_KEYWORD, arg.KEYWORD_ONLY)}
 
 
 # ----------------------------------------------------------------------------------------------

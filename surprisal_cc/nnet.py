@@ -18,8 +18,9 @@ Example
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Set
 
 import torch
 from speechbrain.dataio.dataio import length_to_mask
@@ -61,6 +62,23 @@ def with_options(factory, options: Optional[Dict[str, Any]] = None, **kwargs):
     2
     """
     return factory(**kwargs, **dict(options or {}))
+
+
+def keyword_names(factory: Callable[..., Any]) -> Optional[Set[str]]:
+    """The settings ``factory`` takes by name, or None when it takes any (``**kwargs``): what a
+    mapping of settings passed to it may hold.
+
+    Example
+    -------
+    >>> def prepare_toy(save_folder, *, speakers=2):
+    ...     return {}
+    >>> sorted(keyword_names(prepare_toy)), keyword_names(with_options)
+    (['save_folder', 'speakers'], None)
+    """
+    parameters = inspect.signature(factory).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
 @dataclass

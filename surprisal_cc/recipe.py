@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import gc
-import inspect
 import logging
 import os
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -34,7 +34,7 @@ from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
 from .hparams_files import expand_hparams, load_hparams_file, ruamel_errors
-from .nnet import runs_apc
+from .nnet import keyword_names, runs_apc
 from .precision import auto_precision
 
 logger = logging.getLogger(__name__)
@@ -204,11 +204,16 @@ def label_encoder_for(labels: Sequence[str], blank: str = "<blank>") -> CTCTextE
     ([2, 3, 1], '<blank>')
     >>> len(label_encoder_for("librispeech").ind2lab)
     42
+    >>> label_encoder_for(["AH", "B", "AH"])
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: phone_set lists a label more than once: ['AH']
     """
     if isinstance(labels, str):  # a name, not a string of one-character labels
         labels = phone_set(labels)
-    if len(set(labels)) != len(labels):
-        raise ConfigurationError(f"phone_set lists a label more than once: {sorted(l for l in set(labels) if list(labels).count(l) > 1)}")
+    repeated = sorted(label for label, count in Counter(labels).items() if count > 1)
+    if repeated:
+        raise ConfigurationError(f"phone_set lists a label more than once: {repeated}")
     encoder = CTCTextEncoder()
     encoder.insert_blank(blank_label=blank, index=0)
     encoder.update_from_iterable(labels, sequence_input=False)
@@ -513,13 +518,11 @@ def prepare_manifests(prepare: Callable[..., Dict[str, str]], hparams: Mapping) 
     surprisal_cc.errors.ConfigurationError: prepare_options: 'speaker' is not an argument of prepare_toy, which takes ['save_folder', 'speakers']
     """
     options = dict(hparams["prepare_options"])
-    parameters = inspect.signature(prepare).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        taken = [name for name, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        for key in options:
-            if key not in taken:
-                raise ConfigurationError(f"prepare_options: {key!r} is not an argument of {prepare.__name__}, "
-                                         f"which takes {taken}")
+    taken = keyword_names(prepare)
+    for key in options:
+        if taken is not None and key not in taken:
+            raise ConfigurationError(f"prepare_options: {key!r} is not an argument of {prepare.__name__}, "
+                                     f"which takes {sorted(taken)}")
     run_on_main(prepare, kwargs=options)
     return prepare(**options)
 

@@ -52,7 +52,7 @@ __all__ = ["collect_results", "read_history", "epoch_minutes", "train_labels_nam
 
 
 # ---------------------------------------------------------------------------- reading runs
-def _hparam(hparams: Dict[str, Any], *keys: str) -> Any:
+def _hparam(hparams: Mapping[str, Any], *keys: str) -> Any:
     """First of the (dotted) keys found, following a ``<ref>`` once; None when absent."""
     for dotted in keys:
         value: Any = hparams
@@ -247,9 +247,9 @@ def new_model_options(hparams: Mapping[str, Any]) -> Optional[str]:
     """
     encoder = hparams.get("encoder") or "conditional"
     if encoder not in BUILT_IN_ENCODERS:
-        options = _hparam(dict(hparams), f"encoder_module.adaptive_options.{encoder}") or {}
+        options = _hparam(hparams, f"encoder_module.adaptive_options.{encoder}") or {}
     elif encoder == "conditional" and (hparams.get("controller") or "surprisal") not in CONTROLLER_NAMES:
-        options = {key: value for key, value in (_hparam(dict(hparams), "encoder_module.controller_options") or {}).items()
+        options = {key: value for key, value in (_hparam(hparams, "encoder_module.controller_options") or {}).items()
                    if key not in BUILT_IN_CONTROLLER_SETTINGS}
     else:
         return None
@@ -473,7 +473,7 @@ def model_name(config: Row) -> str:
         beta = config.get("pondernet_beta")
         name = "PonderNet" + (f" (β={beta:g})" if beta is not None else "")
     elif config.get("encoder", "conditional") != "conditional":  # an encoder without a controller
-        name = str(config["encoder"]) + (f" ({config['model_options']})" if config.get("model_options") else "")
+        name = str(config["encoder"])
     else:
         controller = config.get("controller", "surprisal")
         name = CONTROLLER_NAMES.get(controller, str(controller))
@@ -482,8 +482,8 @@ def model_name(config: Row) -> str:
             name += f" (λ={config['penalty']:g}{per_utterance})"
         if controller == "learned" and config.get("learned_estimator") == "routed":
             name += " (routed estimator)"
-        if controller not in CONTROLLER_NAMES and config.get("model_options"):
-            name += f" ({config['model_options']})"
+    if config.get("model_options"):  # an encoder or controller added to the toolkit: its settings
+        name += f" ({config['model_options']})"
     notes = setup_notes(config)
     return name + (f" [{', '.join(notes)}]" if notes else "")
 

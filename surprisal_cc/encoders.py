@@ -264,12 +264,26 @@ def model_file(name: str, architecture: str = "paper", models_dir: Optional[Path
     path = models_dir / name / f"{architecture}.yaml"
     if path.is_file():
         return path
-    encoders = sorted(d.name for d in models_dir.iterdir() if d.is_dir()) if models_dir.is_dir() else []
+    encoders = encoder_names(models_dir)
     if name not in encoders:
         raise ValueError(f"unknown encoder {name!r} (hparams key 'encoder'); choose one of {encoders} "
                          f"(the folders of {models_dir})")
     raise ValueError(f"no architecture {architecture!r} for encoder {name!r} (hparams key 'architecture'); "
                      f"choose one of {architectures(name, models_dir)} (the files of {models_dir / name})")
+
+
+def encoder_names(models_dir: Optional[Path] = None) -> List[str]:
+    """The encoders: the folders of ``models_dir`` (default: :data:`MODELS_DIR`) that hold a model file.
+
+    Example
+    -------
+    >>> encoder_names()
+    ['act', 'conditional', 'pondernet']
+    """
+    models_dir = Path(models_dir) if models_dir is not None else MODELS_DIR
+    if not models_dir.is_dir():
+        return []
+    return sorted(d.name for d in models_dir.iterdir() if d.is_dir() and any(d.glob("*.yaml")))
 
 
 def architectures(name: str = "conditional", models_dir: Optional[Path] = None) -> List[str]:

@@ -10,9 +10,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from surprisal_cc.controllers import ConstantController, LearnedController, SurprisalController
 from surprisal_cc.encoders import (
-    MODELS_DIR,
     ConditionalEncoder,
     architectures,
+    encoder_names,
     build_encoder,
     gather_frames,
     masked_mixture,
@@ -453,7 +453,7 @@ def test_padding_invariance_of_encoder():
         torch.testing.assert_close(out.log_probs[i, :n], alone.log_probs[0], rtol=1e-5, atol=1e-5)
 
 
-ENCODERS = sorted(p.name for p in MODELS_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+ENCODERS = encoder_names()
 
 
 @pytest.mark.parametrize("name", ENCODERS)

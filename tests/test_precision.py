@@ -6,7 +6,7 @@ import torch
 from speechbrain.utils.run_opts import RunOptions
 
 from surprisal_cc.controllers import build_controller
-from surprisal_cc.encoders import MODELS_DIR, ConditionalEncoder
+from surprisal_cc.encoders import ConditionalEncoder, encoder_names
 from surprisal_cc.recipe import ConfigurationError, resolve_precision
 
 
@@ -47,7 +47,7 @@ def test_routed_encoder_runs_under_bf16_autocast(controller):
     assert all(p.grad is None or torch.isfinite(p.grad).all() for p in enc.parameters())
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in MODELS_DIR.iterdir() if p.is_dir() and p.name != "conditional"))
+@pytest.mark.parametrize("name", [n for n in encoder_names() if n != "conditional"])
 @pytest.mark.parametrize("training", [True, False])
 def test_adaptive_encoders_run_under_bf16_autocast(name, training):
     from surprisal_cc.encoders import build_encoder

@@ -31,7 +31,7 @@ from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
 from .forward import CachedInputs, encode
 from .metrics import closest_path
-from .nnet import EncoderOutput, lengths_to_mask
+from .nnet import EncoderOutput, lengths_to_mask, weights_fingerprint
 from .schedulers import anneal
 from .threads import DEFAULT_DECODING_THREADS, decoding_threads
 
@@ -446,6 +446,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
                                               getattr(self.hparams, "mfa_labels", None)),
             "train_targets": train_targets_name(getattr(self.hparams, "optional_silence", False),
                                                 getattr(self.hparams, "pronunciation_alternatives", False)),
+            "apc": weights_fingerprint(self.apc_model) if self.apc_model is not None else None,
             "component_macs": {"apc": self.apc_macs, **encoder.component_macs()},
             "calibration": calibration,
             "seed": self.hparams.seed,

@@ -480,7 +480,7 @@ SHORT_NAMES = {"surprisal": "surprisal", "random": "random", "big_only": "big-on
                "learned": "learned", "act": "ACT", "pondernet": "PonderNet"}
 # what one training profile shares: the rows of table ``converged`` agree on these with the reference
 PROFILE_KEYS = ("dataset", "number_of_epochs", "train_labels", "train_targets", "precision", "augment",
-                "speed_perturb", "architecture")
+                "speed_perturb", "architecture", "apc")
 
 
 def short_label(config: Row) -> str:

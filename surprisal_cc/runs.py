@@ -27,7 +27,8 @@ Row = Dict[str, Any]
 EVALUATION_TAGS = (("controller_at_test", "_random_at_test"), ("test_stochastic", "_deterministic"))
 RESULTS_PATTERN = re.compile(r"^results(_test_only" + "".join(f"({re.escape(tag)})?" for _, tag in EVALUATION_TAGS)
                              + r"(_budget[0-9.eE+-]+(_on_test)?)?)?(_bias[+-][0-9.eE+-]+)?\.json$")
-# configuration keys of a run and their values when a results file lacks them
+# configuration keys of a run and their values when a results file lacks them ("apc": the fingerprint of the
+# APC weights, nnet.weights_fingerprint; results written before it was recorded have none)
 CONFIG_DEFAULTS: Dict[str, Any] = {
     "dataset": "", "encoder": "conditional", "controller": "surprisal", "architecture": "paper",
     "input_features": "apc", "controller_at_train": True, "controller_at_test": True,
@@ -35,7 +36,7 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "penalty": None, "penalty_utterances": None, "learned_estimator": None, "act_ponder_cost": None, "pondernet_beta": None,
     "number_of_epochs": None, "train_labels": None, "precision": None, "augment": False,
     "speed_perturb": (), "train_targets": None, "test_flops_fraction": None, "test_budget_split": None,
-    "model_options": None,
+    "model_options": None, "apc": None,
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 # the encoders and the controller settings of hparams/common/conditional_ctc.yaml that have keys of
@@ -464,6 +465,8 @@ def model_name(config: Row) -> str:
     'Big network only [training labels realigned, fp32 training, masked inputs]'
     >>> model_name({"controller": "surprisal", "speed_perturb": [0.9, 1.1]})
     'Surprisal-based controller [speeds 0.9/1/1.1]'
+    >>> model_name({"controller": "surprisal", "apc": "3f9a1c07b2d4"})  # runs with other APCs are other rows
+    'Surprisal-based controller [APC 3f9a1c07]'
     >>> model_name({"controller": "surprisal", "test_flops_fraction": 0.9})
     'Surprisal-based controller [test budget 0.9x big-only]'
     """
@@ -528,6 +531,8 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
         notes.append("MFA training labels" if labels == "mfa" else f"training labels {labels.split(':', 1)[-1]}")
     notes += {"pronunciation_alternatives": ["every pronunciation"], "optional_silence": ["optional sil"]}.get(
         config.get("train_targets"), [])
+    if config.get("apc") and shown("apc"):  # the weights' fingerprint (recorded since the APC became a key)
+        notes.append(f"APC {str(config['apc'])[:8]}")
     if config.get("precision") in ("fp32", "bf16"):
         notes.append(f"{config['precision']} training")
     if config.get("augment"):

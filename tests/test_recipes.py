@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (a fixture)
+from surprisal_cc.apc import load_apc
 from surprisal_cc.grid import file_sha256
+from surprisal_cc.nnet import weights_fingerprint
 from surprisal_cc.runs import config_of, model_name
 
 pytestmark = pytest.mark.integration
@@ -93,6 +95,7 @@ def test_each_controller_runs(pretrained, controller, expected_flops):
     ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained), f"--controller={controller}", f"--apc_path={apc}"]))
     res = results_of(pretrained, f"conditional-{controller}-paper-apc")
     assert res["controller"] == controller
+    assert res["apc"] == weights_fingerprint(load_apc(apc))  # what report tells runs of other APCs apart by
     if expected_flops is not None:
         assert res["flops_per_frame"] == pytest.approx(expected_flops, rel=1e-9)
     else:
@@ -167,6 +170,7 @@ def test_fbank_ablation_skips_apc(pretrained):
     res = results_of(pretrained, "conditional-random-paper-fbank")
     assert res["component_macs"]["apc"] == 0
     assert res["flops_components"].get("apc", 0) == 0
+    assert res["apc"] is None
 
 
 def test_test_only_bias_sweep_and_ablation(pretrained):

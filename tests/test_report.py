@@ -434,3 +434,22 @@ def test_built_in_controller_settings_are_those_of_the_common_hparams():
     block = text[text.index("    controller_options:"):].split("\n    conditional_options:")[0]
     keys = [line.split(":")[0].strip() for line in block.splitlines()[1:] if line.strip()]
     assert set(keys) == set(BUILT_IN_CONTROLLER_SETTINGS)
+
+
+def test_runs_with_other_apc_weights_are_not_pooled():
+    """Runs that differ only in their APC (results.json ``apc``, the weights' fingerprint) are rows of
+    their own, are paired only with runs of the same APC, and the converged table keeps to one APC."""
+    rows = [{"controller": c, "seed": s, "PER": per + (0.0 if apc == "old" else -2.5), "apc": apc,
+             "flops_per_frame": f, "number_of_epochs": 30}
+            for c, f, per in (("big_only", 7.54e6, 29.3), ("surprisal", 6.93e6, 29.4))
+            for apc in ("old", "new0123456789") for s in (1, 2)]
+    rows += [{"controller": "big_only", "seed": s, "PER": 29.0, "flops_per_frame": 7.54e6, "number_of_epochs": 30}
+             for s in (1, 2, 3)]  # older results files, without a fingerprint
+    agg = report.aggregate(rows)
+    assert sorted((r["model"], r["n_seeds"], round(r["PER"], 2)) for r in agg) == [
+        ("Big network only", 3, 29.0), ("Big network only [APC new01234]", 2, 26.8), ("Big network only [APC old]", 2, 29.3),
+        ("Surprisal-based controller [APC new01234]", 2, 26.9), ("Surprisal-based controller [APC old]", 2, 29.4)]
+    table = report.table_converged(rows)
+    assert {r["apc"] for r in table.rows} == {None}  # the reference: the big-only row with the most seeds
+    paired = report.table_paired([r for r in rows if r.get("apc")])
+    assert sorted(round(r["delta_PER"], 2) for r in paired.rows) == [0.1, 0.1]

@@ -41,7 +41,7 @@ __all__ = ["aggregate", "pareto_front", "Table", "table_summary", "table_control
            "short_label", "table_paired", "table_precision", "paired_difference", "table_ablation",
            "table_stochastic", "table_lambda", "table_bias_sweep", "setup_of", "setup_groups", "format_markdown",
            "write_csv", "report_tables", "write_report", "format_learning_curves", "ensure_aggregated",
-           "select_rows"]
+           "select_rows", "apc_legend"]
 
 
 # ---------------------------------------------------------------------------- learning curves
@@ -840,8 +840,28 @@ def format_markdown(rows: Sequence[Row]) -> str:
     '| Surprisal-based controller |  | 21.00% ± 1.41% | – | – | – | – | 2 | – |'
     """
     table = table_summary(rows)
+    legend = apc_legend(rows)
     return table.markdown() + ("\nBold rows are Pareto-optimal (no other row has lower PER and FLOPs); ± is the "
-                               "sample standard deviation (ddof=1) over the n seeds of a row (none for one seed).\n")
+                               "sample standard deviation (ddof=1) over the n seeds of a row (none for one seed).\n"
+                               + (f"\n{legend}" if legend else ""))
+
+
+def apc_legend(rows: Sequence[Row]) -> str:
+    """What the ``APC <fingerprint>`` of the tables' labels stands for: one line per APC fingerprint
+    in ``rows``, with the ``apc_path`` its runs loaded; empty when no run recorded one.
+
+    Example
+    -------
+    >>> print(apc_legend([{"apc": "27d287a179a6", "apc_path": "apc/big.pt"}, {"apc": None}]), end="")
+    APC 27d287a1: weights fingerprint 27d287a179a6, loaded from apc/big.pt
+    """
+    paths: Dict[str, Set[str]] = {}
+    for row in rows:
+        if row.get("apc"):
+            paths.setdefault(str(row["apc"]), set()).update([str(row["apc_path"])] if row.get("apc_path") else [])
+    return "".join(f"APC {fingerprint[:8]}: weights fingerprint {fingerprint}"
+                   + (f", loaded from {', '.join(sorted(files))}" if files else "") + "\n"
+                   for fingerprint, files in sorted(paths.items()))
 
 
 def write_csv(rows: Sequence[Row], path: PathLike) -> None:
@@ -929,5 +949,7 @@ def write_report(results_root: Union[PathLike, Sequence[PathLike]], out_dir: Pat
     text = "\n".join(sections) + ("\nBold rows are Pareto-optimal in PER and average FLOPs per input frame "
                                   "(the paper's grey rows); ± is the sample standard deviation (ddof=1) over the "
                                   "n seeds of a row (none for one seed).\n")
+    legend = apc_legend(rows)
+    text += f"\n{legend}" if legend else ""
     (out / "report.md").write_text(text, encoding="utf-8")
     return text

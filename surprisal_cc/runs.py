@@ -213,7 +213,7 @@ def train_targets_name(optional_silence: Any = False, pronunciation_alternatives
 
 
 def _run_info(run_dir: Path) -> Row:
-    """What a results file lacks: penalty and ponder settings (hyperparams.yaml), last train loss."""
+    """What a results file lacks: penalty and ponder settings and the APC file (hyperparams.yaml), last train loss."""
     hp = load_yaml_tolerant(run_dir / "hyperparams.yaml")
     history = read_history(run_dir)
     return {
@@ -228,6 +228,7 @@ def _run_info(run_dir: Path) -> Row:
         "train_targets": train_targets_name(hp.get("optional_silence"), hp.get("pronunciation_alternatives")),
         "train_loss": history[-1].get("train_loss") if history else None,
         "model_options": new_model_options(hp) if hp else None,
+        "apc_path": _hparam(hp, "apc_path"),
     }
 
 

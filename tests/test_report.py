@@ -453,3 +453,5 @@ def test_runs_with_other_apc_weights_are_not_pooled():
     assert {r["apc"] for r in table.rows} == {None}  # the reference: the big-only row with the most seeds
     paired = report.table_paired([r for r in rows if r.get("apc")])
     assert sorted(round(r["delta_PER"], 2) for r in paired.rows) == [0.1, 0.1]
+    assert report.format_markdown(rows).endswith("\nAPC new01234: weights fingerprint new0123456789\n"
+                                                 "APC old: weights fingerprint old\n")

@@ -856,9 +856,10 @@ def apc_legend(rows: Sequence[Row]) -> str:
     APC 27d287a1: weights fingerprint 27d287a179a6, loaded from apc/big.pt
     """
     paths: Dict[str, Set[str]] = {}
-    for row in rows:
-        if row.get("apc"):
-            paths.setdefault(str(row["apc"]), set()).update([str(row["apc_path"])] if row.get("apc_path") else [])
+    for row in (r for r in rows if r.get("apc")):
+        files = paths.setdefault(str(row["apc"]), set())
+        if row.get("apc_path"):
+            files.add(str(row["apc_path"]))
     return "".join(f"APC {fingerprint[:8]}: weights fingerprint {fingerprint}"
                    + (f", loaded from {', '.join(sorted(files))}" if files else "") + "\n"
                    for fingerprint, files in sorted(paths.items()))

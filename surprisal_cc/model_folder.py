@@ -304,6 +304,9 @@ def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) ->
         ("epochs", f"{src.get('epochs_trained', '–')} trained; best checkpoint: epoch {src.get('epoch', '–')} "
                    f"(validation PER {_fmt(src.get('valid_PER'))} %)"),
     ]
+    if src.get("apc_fingerprint"):
+        rows.append(("APC", f"weights fingerprint {src['apc_fingerprint']} (the APC the run trained with, "
+                            f"results.json \"apc\")"))
     averaged = src.get("averaged_checkpoints")
     if averaged:
         rows.append(("weights averaged", f"over the {len(averaged)} best checkpoints (validation PER "

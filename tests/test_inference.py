@@ -23,10 +23,12 @@ import yaml
 from data_fixtures import REPO, mini_corpus, require_dev_clean_2  # noqa: F401  (a fixture)
 from numerics import (assert_same_errors_up_to_summation_order, assert_same_routing_up_to_summation_order,
                       error_rate_tolerance)
+from surprisal_cc.apc import APCModel, save_apc
 from surprisal_cc.cli import main
 from surprisal_cc.data import DataPreparationWarning
 from surprisal_cc.features import FeatureConfig
 from surprisal_cc.inference import ConditionalASR, ModelFormatError, default_model_dir
+from surprisal_cc.nnet import weights_fingerprint
 
 RECIPE = REPO / "recipes" / "MiniLibriSpeech" / "train.py"
 HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
@@ -59,13 +61,14 @@ def test_export_writes_a_safe_model_folder_with_a_card(exported, trained_run):
     config = json.loads((exported / "model.json").read_text())
     results = json.loads((trained_run / "results.json").read_text())
     assert config["format_version"] == 1 and config["encoder"]["controller"] == "surprisal"
+    assert config["source"]["apc_fingerprint"] == results["apc"]  # the APC the run trained with
     assert config["labels"][0] == "<blank>" and len(config["labels"]) == 42 and config["beam_size"] == 10
     state = torch.load(exported / "encoder.pt", weights_only=True)  # plain tensors, no pickled code
     assert float(state["controller.weight"]) == pytest.approx(results["calibration"]["weight"], rel=1e-6)
     assert bool(state["controller.calibrated"])
     card = (exported / "README.md").read_text()
     for text in ("MiniLibriSpeech", "seed | 3", f"{results['PER']:.2f} %", results["commit"] or "None",
-                 f"{results['flops_per_frame'] / 1e6:.2f}M", "epoch 1"):
+                 f"{results['flops_per_frame'] / 1e6:.2f}M", "epoch 1", f"weights fingerprint {results['apc']}"):
         assert text in card, text
 
 
@@ -197,6 +200,16 @@ def test_export_averages_the_best_checkpoints(trained_run, exported, tmp_path, c
     assert "weights averaged | over the 2 best checkpoints" in (tmp_path / "avg" / "README.md").read_text()
     assert main(["export", str(run), str(tmp_path / "avg3"), "--average", "3"]) == 1
     assert "2 checkpoints with a validation PER, not 3" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_export_refuses_an_apc_the_run_did_not_train_with(trained_run, tmp_path, capsys):
+    other = APCModel(num_layers=1)
+    save_apc(other, tmp_path / "other_apc.pt")
+    assert main(["export", str(trained_run), str(tmp_path / "model"), "--apc", str(tmp_path / "other_apc.pt")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'other_apc.pt'}: APC weights fingerprint {weights_fingerprint(other)}")
+    assert "pass that APC with --apc PATH" in err and not (tmp_path / "model").exists()
 
 
 @pytest.mark.integration

@@ -545,7 +545,8 @@ def table_converged(rows: Sequence[Row], dataset: Optional[str] = None) -> Table
     """Every row of the reference training profile, with short labels and paired differences.
 
     The reference profile is that of the big-only model with the most epochs (labels, training
-    targets, precision, augmentation, speeds, epochs, architecture); every configuration trained in
+    targets, precision, augmentation, speeds, epochs, architecture, APC), then the most seeds, then
+    the most configurations trained in its profile; every configuration trained in
     it (controllers, ACT, PonderNet, other inputs or test conditions) is a row, labelled by
     :func:`short_label`, with PER mean ± sample std over seeds, FLOPs per frame, mean steps or big
     fraction, and its PER minus surprisal's and minus big-only's, paired by seed. Table ``converged``.
@@ -570,8 +571,17 @@ def table_converged(rows: Sequence[Row], dataset: Optional[str] = None) -> Table
     references = select_rows(mine, None, controller="big_only")
     if not references:
         return Table("converged", "Converged profile", [], [])
-    best = max(references, key=lambda r: (r.get("number_of_epochs") or r.get("epochs") or 0, r["n_seeds"]))
-    profile = {key: best.get(key) for key in PROFILE_KEYS}
+    def profile_of(row: Row) -> Dict[str, Any]:
+        return {key: row.get(key) for key in PROFILE_KEYS}
+
+    def configurations(row: Row) -> int:
+        return sum(all(r.get(k) == v for k, v in profile_of(row).items()) for r in mine)
+
+    # most epochs, then most seeds, then the profile the most configurations were trained in; a tie
+    # left after that goes to the first profile in sorted order, so the input's order never decides
+    best = max(sorted(references, key=lambda r: repr(sorted(profile_of(r).items())), reverse=True),
+               key=lambda r: (r.get("number_of_epochs") or r.get("epochs") or 0, r["n_seeds"], configurations(r)))
+    profile = profile_of(best)
     picked = [r for r in mine if all(r.get(k) == v for k, v in profile.items()) and not r.get("test_bias_shift")]
     base = select_rows(picked, None)
     reference = {c: next((r for r in base if r["controller"] == c and

@@ -455,3 +455,15 @@ def test_runs_with_other_apc_weights_are_not_pooled():
     assert sorted(round(r["delta_PER"], 2) for r in paired.rows) == [0.1, 0.1]
     assert report.format_markdown(rows).endswith("\nAPC new01234: weights fingerprint new0123456789\n"
                                                  "APC old: weights fingerprint old\n")
+
+
+def test_converged_reference_ties_go_to_the_profile_with_more_configurations():
+    """Two big-only rows with the same epochs and seeds (e.g. two APCs): the reference profile is the
+    one more configurations were trained in, whatever the order of the results files."""
+    rows = [{"controller": c, "seed": s, "PER": 29.0, "apc": apc, "flops_per_frame": 7e6, "number_of_epochs": 30}
+            for apc, controllers in (("aaa", ("big_only", "surprisal")), ("bbb", ("big_only", "surprisal", "random")))
+            for c in controllers for s in (1, 2, 3)]
+    for ordered in (rows, rows[::-1]):
+        assert {r["apc"] for r in report.table_converged(ordered).rows} == {"bbb"}
+    tied = [r for r in rows if r["controller"] != "random"]  # equal in every respect: sorted order decides
+    assert {r["apc"] for r in report.table_converged(tied).rows} == {r["apc"] for r in report.table_converged(tied[::-1]).rows}

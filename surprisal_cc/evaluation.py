@@ -41,7 +41,7 @@ from .data.errors import BadAudioError, DataPreparationError, DataPreparationWar
 from .errors import ConfigurationError
 from .flops import MacMeter, RoutingStats
 from .metrics import ErrorRate, closest_path
-from .nnet import lengths_to_mask
+from .nnet import lengths_to_mask, weights_fingerprint
 
 PathLike = Union[str, os.PathLike]
 
@@ -118,7 +118,8 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         ``p_big_var`` and ``big_fraction`` (small/big routing), ``mean_steps`` (ACT, PonderNet), ``rtf``,
         ``compute_s``, ``audio_s`` and what was evaluated (``data``, ``labels``, ``skipped``,
         ``model``, ``device``, ``precision``, ``threads``, ``routing``, ``seed``, ``batch_size``,
-        ``beam_size``); with ``any_pronunciation``,
+        ``beam_size``, ``apc``: the APC's weights fingerprint, as a run's results.json records it);
+        with ``any_pronunciation``,
         ``any_pronunciation``: ``per``, ``substitutions``, ``deletions``, ``insertions``,
         ``num_ref_tokens`` against those references and ``fixed`` (utterances whose labels
         are not their words' phones, scored against their labels as they are); with
@@ -333,7 +334,8 @@ def _what_ran(asr, seed: Optional[int], batch_size: int) -> Dict[str, Any]:
             "routing": asr.routing, "seed": seed if asr.routing == "sampled" else None,
             "batch_size": batch_size, "beam_size": asr.beam_search.beam_size,
             "blank_penalty": asr.beam_search.blank_penalty,
-            "bias_shift": float(getattr(asr.encoder, "test_bias_shift", 0.0))}
+            "bias_shift": float(getattr(asr.encoder, "test_bias_shift", 0.0)),
+            "apc": weights_fingerprint(asr.apc.apc) if asr.apc is not None else None}
 
 
 def _utterance_report(scores: Dict[str, Any], n: int, comps: Dict[str, float],

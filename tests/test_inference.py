@@ -103,6 +103,7 @@ def test_evaluate_reproduces_the_recipe_test_decoding(exported, trained_run, min
     assert main(["evaluate", str(subset), "--model", str(exported), "--mfa-labels", str(mfa), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     details = results["error_rate_details"]
+    assert report["apc"] == results["apc"]  # the APC the run trained with, exported in fp32
     assert report["num_utterances"] == details["num_utterances"]
     assert_same_errors_up_to_summation_order(report, details)
     assert report["per"] == pytest.approx(results["PER"], abs=error_rate_tolerance(details["num_ref_tokens"]))

@@ -17,7 +17,8 @@ per-frame networks, BiGRU post-net.
   unidirectional GRUs with per-sequence reversal (``surprisal_cc.nnet.BiGRU``). In fp32, and
   in bf16 under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (forward and loss; the row is
   skipped where the CPU has no native bf16). The goal compares ours in the best precision
-  (bf16 where native, else fp32) with the authors' step on the same batches: >= 5x.
+  (what ``precision: auto`` picks: bf16 where native and measured faster, else fp32) with the
+  authors' step on the same batches: >= 5x.
 * ours, length-bucketed: ours (best precision) on batches whose lengths are close together.
   Each is the middle bucket of a pool of 16 batches' worth of utterances drawn from the same
   length distribution and sorted by length, so it has about as many real frames as a random

@@ -11,10 +11,39 @@ from surprisal_cc.recipe import ConfigurationError, resolve_precision
 
 
 def test_auto_precision_follows_the_cpu():
-    expected = "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    from surprisal_cc.precision import BF16_MIN_SPEEDUP, bf16_speedup
+
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    expected = "bf16" if native and bf16_speedup() >= BF16_MIN_SPEEDUP else "fp32"
     assert resolve_precision("auto", RunOptions()) == expected
     assert resolve_precision("fp32", RunOptions()) == "fp32"
     assert resolve_precision("bf16", RunOptions()) == "bf16"
+
+
+@pytest.mark.parametrize("native, speedup, expected", [(False, None, "fp32"), (True, 1.5, "bf16"),
+                                                       (True, 1.05, "fp32"), (True, 0.5, "fp32")])
+def test_auto_precision_takes_bf16_only_where_it_measured_faster(monkeypatch, native, speedup, expected):
+    """A CPU with native bf16 may still train slower in bf16 autocast (2x on one Xeon with AMX): ``auto``
+    measures; without native bf16 it does not even measure."""
+    from surprisal_cc import precision
+
+    def measured(threads):
+        assert speedup is not None, "measured on a CPU without native bf16"
+        return speedup
+
+    monkeypatch.setattr(precision, "native_bf16", lambda device="cpu": native)
+    monkeypatch.setattr(precision, "_cached_speedup", measured)
+    assert resolve_precision("auto", RunOptions()) == expected
+
+
+def test_measuring_bf16_leaves_the_random_numbers_alone():
+    from surprisal_cc.precision import measure_bf16_speedup
+
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    assert measure_bf16_speedup(batch=2, frames=3, repeats=1) > 0
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_auto_precision_is_fp32_on_cuda():

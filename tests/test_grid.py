@@ -375,6 +375,32 @@ def test_shipped_grid_files_set_only_keys_their_recipe_reads(path: Path, monkeyp
         assert set(yaml.safe_load(overrides)) <= keys, (run.name, set(yaml.safe_load(overrides)) - keys)
 
 
+SELF_CONTAINED_GRIDS = [p for p in sorted((REPOSITORY / "hparams").glob("*/grid_*.yaml"))
+                        if "\nprepare:" in p.read_text()]
+
+
+@pytest.mark.parametrize("path", SELF_CONTAINED_GRIDS, ids=lambda p: p.name)
+def test_grids_with_prepare_steps_run_on_a_fresh_clone(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid that prepares its inputs needs no file that lives only on the machine that made it: each
+    run's APC and training labels are in git or made by a prepare step (the step's file, or a file
+    written beside it)."""
+    import subprocess
+
+    import speechbrain as sb
+
+    monkeypatch.chdir(REPOSITORY)
+    spec = grid.load_grid(str(path))
+    made = {Path(step.creates) for step in spec.prepare}
+    tracked = set(subprocess.run(["git", "ls-files"], capture_output=True, text=True, check=True).stdout.split())
+    for run in grid.expand(spec, log=io.StringIO()):
+        _, _, overrides = sb.parse_arguments(run.command[2:])
+        for key in ("apc_path", "relabelled_train"):
+            value = yaml.safe_load(overrides).get(key)
+            if value:
+                assert (value in tracked or Path(value) in made or Path(value).parent in {m.parent for m in made}), \
+                    f"{path.name}: {run.name}: {key} {value} is neither in git nor made by a prepare step"
+
+
 def test_test_time_ablation_and_bias_sweep_share_a_folder(grid_file: Path, tmp_path: Path) -> None:
     """Table 4's "surprisal at test?" as a test-only run beside the bias sweep: its files are named
     apart, so neither evaluation makes the other look complete or overwrites it."""

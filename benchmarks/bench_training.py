@@ -415,9 +415,12 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device
     res.summary.append(SummaryRow(f"training step, {shape}: ours ({best}) vs the authors' step (fbank + APC every "
                                   f"step, masked, unpacked nn.GRU)", t[best_name], t[AUTHORS], "s/step", speedup,
                                   "baseline/ours", f">= {GOAL:g}x", speedup >= GOAL, note=fps_note(best_name)))
-    if best == "bf16":  # the fp32 row, and both steps in bf16, as information
-        res.summary.append(SummaryRow("training step: ours fp32 vs the authors' step", t[OURS], t[AUTHORS], "s/step",
-                                      t[AUTHORS] / t[OURS], "baseline/ours", "info", None, note=fps_note(OURS)))
+    native = bf16_supported(device)
+    if native:  # ours in the other precision, and both steps in bf16, as information
+        other = OURS if best == "bf16" else OURS_BF16
+        res.summary.append(SummaryRow(f"training step: ours {'fp32' if other == OURS else 'bf16'} vs the authors' "
+                                      "step", t[other], t[AUTHORS], "s/step", t[AUTHORS] / t[other], "baseline/ours",
+                                      "info", None, note=fps_note(other)))
         res.summary.append(SummaryRow("training step, both in bf16 autocast: ours vs the authors' step",
                                       t[OURS_BF16], t[AUTHORS_BF16], "s/step", t[AUTHORS_BF16] / t[OURS_BF16],
                                       "baseline/ours", "info", None,
@@ -452,7 +455,7 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device
     for name, spec in specs.items():
         rows.append([name, spec.precision, spec.batching, t[name], min(times[name]), max(times[name]), real[name],
                      f"{1 - real[name] / padded[name]:.0%}", fps[name], fps[name] / fps[AUTHORS], t[name] / t[OURS]])
-    if best != "bf16":
+    if not native:
         rows.insert(1, [OURS_BF16, "bf16", "random", no_bf16] + [None] * 7)
         rows.append([AUTHORS_BF16, "bf16", "random", no_bf16] + [None] * 7)
     res.add_detail("Time per training step (median of interleaved steps); speed = real frames/s relative to the "

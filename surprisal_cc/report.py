@@ -579,7 +579,7 @@ def table_converged(rows: Sequence[Row], dataset: Optional[str] = None) -> Table
 
     # most epochs, then most seeds, then the profile the most configurations were trained in; a tie
     # left after that goes to the first profile in sorted order, so the input's order never decides
-    best = max(sorted(references, key=lambda r: repr(sorted(profile_of(r).items())), reverse=True),
+    best = max(sorted(references, key=lambda r: repr(sorted(profile_of(r).items()))),
                key=lambda r: (r.get("number_of_epochs") or r.get("epochs") or 0, r["n_seeds"], configurations(r)))
     profile = profile_of(best)
     picked = [r for r in mine if all(r.get(k) == v for k, v in profile.items()) and not r.get("test_bias_shift")]

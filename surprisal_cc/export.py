@@ -163,12 +163,13 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     uses_apc = runs_apc(hparams["input_features"], encoder, training=False)
     apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
     apc = load_apc(apc_file) if apc_file is not None else None
+    fingerprint = weights_fingerprint(apc) if apc is not None else None
     if apc is not None:
-        _check_apc_is_the_runs(apc, apc_file, results)
+        _check_apc_is_the_runs(fingerprint, apc_file, results)
         _check_apc_matches_cache(apc, hparams)
     config = _model_config(hparams, encoder_kwargs, uses_apc, dtype)
     config["source"] = _source(run, metric, checkpoints, average, apc_file, results)
-    config["source"]["apc_fingerprint"] = weights_fingerprint(apc) if apc is not None else None
+    config["source"]["apc_fingerprint"] = fingerprint
     blob = torch.load(apc_file, map_location="cpu", weights_only=True) if apc_file is not None else None
     return write_model_folder(out, config, encoder.state_dict(), blob)
 
@@ -297,12 +298,13 @@ def _model_config(hparams: Dict[str, Any], encoder_kwargs: Dict[str, Any], uses_
     }
 
 
-def _check_apc_is_the_runs(apc: APCModel, apc_file: Path, results: Dict[str, Any]) -> None:
+def _check_apc_is_the_runs(fingerprint: str, apc_file: Path, results: Dict[str, Any]) -> None:
     """:class:`ConfigurationError` when the run's results name the APC it trained with (``apc``, a
-    :func:`~surprisal_cc.nnet.weights_fingerprint`) and ``apc_file`` holds another one."""
+    :func:`~surprisal_cc.nnet.weights_fingerprint`) and ``apc_file`` (whose fingerprint is
+    ``fingerprint``) holds another one."""
     trained_with = results.get("apc")
-    if trained_with and weights_fingerprint(apc, digits=len(trained_with)) != trained_with:
-        raise ConfigurationError(f"{apc_file}: APC weights fingerprint {weights_fingerprint(apc)}, but the run "
+    if trained_with and fingerprint[:len(trained_with)] != trained_with:
+        raise ConfigurationError(f"{apc_file}: APC weights fingerprint {fingerprint}, but the run "
                                  f"trained with APC {trained_with} (results.json \"apc\"); pass that APC "
                                  "with --apc PATH")
 

@@ -574,15 +574,18 @@ def table_converged(rows: Sequence[Row], dataset: Optional[str] = None) -> Table
     def profile_of(row: Row) -> Dict[str, Any]:
         return {key: row.get(key) for key in PROFILE_KEYS}
 
+    def in_profile(row: Row, profile: Dict[str, Any]) -> bool:
+        return all(row.get(k) == v for k, v in profile.items())
+
     def configurations(row: Row) -> int:
-        return sum(all(r.get(k) == v for k, v in profile_of(row).items()) for r in mine)
+        return sum(in_profile(r, profile_of(row)) for r in mine)
 
     # most epochs, then most seeds, then the profile the most configurations were trained in; a tie
     # left after that goes to the first profile in sorted order, so the input's order never decides
     best = max(sorted(references, key=lambda r: repr(sorted(profile_of(r).items()))),
                key=lambda r: (r.get("number_of_epochs") or r.get("epochs") or 0, r["n_seeds"], configurations(r)))
     profile = profile_of(best)
-    picked = [r for r in mine if all(r.get(k) == v for k, v in profile.items()) and not r.get("test_bias_shift")]
+    picked = [r for r in mine if in_profile(r, profile) and not r.get("test_bias_shift")]
     base = select_rows(picked, None)
     reference = {c: next((r for r in base if r["controller"] == c and
                           (c != "learned" or _default_penalty(r))), None) for c in ("surprisal", "big_only")}

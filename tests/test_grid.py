@@ -391,13 +391,15 @@ def test_grids_with_prepare_steps_run_on_a_fresh_clone(path: Path, monkeypatch: 
     monkeypatch.chdir(REPOSITORY)
     spec = grid.load_grid(str(path))
     made = {Path(step.creates) for step in spec.prepare}
+    made_folders = {m.parent for m in made}
     tracked = set(subprocess.run(["git", "ls-files"], capture_output=True, text=True, check=True).stdout.split())
     for run in grid.expand(spec, log=io.StringIO()):
         _, _, overrides = sb.parse_arguments(run.command[2:])
+        values = yaml.safe_load(overrides)
         for key in ("apc_path", "relabelled_train"):
-            value = yaml.safe_load(overrides).get(key)
+            value = values.get(key)
             if value:
-                assert (value in tracked or Path(value) in made or Path(value).parent in {m.parent for m in made}), \
+                assert (value in tracked or Path(value) in made or Path(value).parent in made_folders), \
                     f"{path.name}: {run.name}: {key} {value} is neither in git nor made by a prepare step"
 
 

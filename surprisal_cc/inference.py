@@ -185,7 +185,7 @@ def resolve_inference_precision(precision: str, device: torch.device) -> str:
     made ``transcribe`` slower on CPUs with native bf16 (RTF 0.052 against 0.037 at batch 1: the
     APC's and encoder's GRUs run small per-step products where the casts cost more than they
     save), and on GPUs (kernel launches, not arithmetic, bound these small networks). Training,
-    with its large batched products, keeps bf16 there (:func:`surprisal_cc.recipe.auto_precision`).
+    with its large batched products, keeps bf16 there (:func:`surprisal_cc.precision.auto_precision`).
 
     Arguments
     ---------

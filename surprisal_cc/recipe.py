@@ -638,7 +638,22 @@ def resolve_precision(precision: str, run_opts) -> str:
     if precision != "auto":
         return precision
     device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
-    return auto_precision(device)
+    return _agreed_by_every_rank(auto_precision, device)
+
+
+def _agreed_by_every_rank(choose: Callable[[str], str], device: str) -> str:
+    """``choose(device)`` as the main process makes it, for every DDP rank: on a CPU, ``auto`` times
+    bf16 against fp32 (:func:`~surprisal_cc.precision.auto_precision`), and ranks timed side by side
+    could choose differently. Only the main process measures; the others take its choice (a no-op
+    outside DDP and on CUDA, where the rule is fixed and nothing is measured)."""
+    from speechbrain.utils.distributed import is_distributed_initialized
+
+    if not is_distributed_initialized() or torch.device(device).type == "cuda":
+        return choose(device)
+    main = torch.distributed.get_rank() == 0
+    choice = torch.tensor([PRECISIONS.index(choose(device)) if main else -1])
+    torch.distributed.broadcast(choice, src=0)
+    return PRECISIONS[int(choice)]
 
 
 def check_manifest_phones(manifests: Mapping[str, str], labels: Sequence[str]) -> None:

@@ -36,6 +36,33 @@ def test_auto_precision_takes_bf16_only_where_it_measured_faster(monkeypatch, na
     assert resolve_precision("auto", RunOptions()) == expected
 
 
+def _rank_resolves_auto(rank: int, store: str, speedups, chosen: str) -> None:
+    """One DDP rank (gloo) whose own measurement says ``speedups[rank]``; writes what it resolved."""
+    import torch.distributed as dist
+
+    from surprisal_cc import precision
+
+    precision.native_bf16 = lambda device="cpu": True
+    precision._cached_speedup = lambda threads: speedups[rank]
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=len(speedups))
+    try:
+        resolved = resolve_precision("auto", RunOptions())
+    finally:
+        dist.destroy_process_group()
+    with open(f"{chosen}.{rank}", "w") as out:
+        out.write(resolved)
+
+
+@pytest.mark.parametrize("speedups, expected", [((1.5, 0.5), "bf16"), ((0.5, 1.5), "fp32")])
+def test_ddp_ranks_take_the_main_processs_precision(tmp_path, speedups, expected):
+    """Ranks timed side by side may measure bf16 differently; every rank trains in the main process's choice."""
+    import torch.multiprocessing as mp
+
+    chosen = tmp_path / "chosen"
+    mp.spawn(_rank_resolves_auto, args=(str(tmp_path / "store"), speedups, str(chosen)), nprocs=len(speedups))
+    assert [(tmp_path / f"chosen.{rank}").read_text() for rank in range(len(speedups))] == [expected] * len(speedups)
+
+
 def test_measuring_bf16_leaves_the_random_numbers_alone():
     from surprisal_cc.precision import measure_bf16_speedup
 

@@ -64,6 +64,7 @@ import itertools
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,7 +81,7 @@ from .hparams_files import load_yaml_tolerant
 from .runs import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
 
 __all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "expand", "override_value", "results_files", "execute",
-           "publish_run", "acquire_run_lock", "release_run_lock", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
+           "publish_run", "acquire_run_lock", "lock_holder", "release_run_lock", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
 
 
 class GridError(ValueError):
@@ -165,10 +166,18 @@ class Run:
         return any((self.output_folder / "save").glob("CKPT+*"))
 
     def progress(self) -> str:
-        """Validated epochs of a training run so far, e.g. ``5/14`` (``–`` for a test-only run)."""
+        """Validated epochs of a training run so far, e.g. ``5/14``, and while it is unfinished the
+        hours its remaining epochs take at its median epoch so far (``5/14, ~1.2 h left``; ``–`` for a
+        test-only run)."""
         if self.test_only:
             return "–"
-        return f"{len(read_history(self.output_folder))}/{self.epochs if self.epochs is not None else '?'}"
+        history = read_history(self.output_folder)
+        done = f"{len(history)}/{self.epochs if self.epochs is not None else '?'}"
+        seconds = [row["epoch_s"] for row in history if isinstance(row.get("epoch_s"), (int, float))]
+        if not seconds or self.epochs is None or len(history) >= self.epochs or self.complete():
+            return done
+        left_h = (self.epochs - len(history)) * statistics.median(seconds) / 3600
+        return f"{done}, ~{left_h:.1f} h left"
 
 
 def load_grid(path: str) -> GridSpec:
@@ -441,14 +450,33 @@ def acquire_run_lock(folder: Path, name: str = "grid.lock") -> Optional[str]:
                 _place_lock(lock, mine, identity)
                 return None
             except FileExistsError:
-                holder = lock.read_text(encoding="utf-8").strip() if lock.exists() else ""
-                pid = holder.split()[0] if holder else ""
-                if pid.isdigit() and _process_identity(int(pid)) == holder:
+                holder = lock_holder(lock.parent, name)
+                if holder is not None:
                     return holder
                 lock.unlink(missing_ok=True)  # stale: its process has ended
         return lock.read_text(encoding="utf-8").strip() if lock.exists() else "?"
     finally:
         mine.unlink(missing_ok=True)
+
+
+def lock_holder(folder: Path, name: str = "grid.lock") -> Optional[str]:
+    """The live grid process (``"PID START"``) that holds the lock file ``folder/name``, without taking
+    it; None when there is no lock or its process has ended.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     free = lock_holder(Path(folder))
+    ...     _ = acquire_run_lock(Path(folder))
+    ...     held = lock_holder(Path(folder))
+    >>> free is None, held.split()[0] == str(os.getpid())
+    (True, True)
+    """
+    try:
+        holder = (Path(folder) / name).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    pid = holder.split()[0] if holder else ""
+    return holder if pid.isdigit() and _process_identity(int(pid)) == holder else None
 
 
 def _place_lock(lock: Path, written: Path, identity: str) -> None:
@@ -476,7 +504,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     """Run what is not complete, ``jobs`` at a time (``threads`` torch threads each; default: the
     cores divided among the jobs); returns name -> (status, seconds), status one of done / skipped /
     published / failed / blocked / elsewhere / dry-run ("elsewhere": another grid process holds the
-    run's lock file (:attr:`Run.lock_name`), i.e. is running it now). With ``publish = (grid_root, destination)``, each run's
+    run's lock file (:attr:`Run.lock_name`), i.e. is running it now; a dry run says so too). With ``publish = (grid_root, destination)``, each run's
     result files are copied there when it is done (or found complete), and a run whose results are
     there already is not run again ("published": finished on a machine whose ``grid_root`` is gone;
     a test-only run of its folder is "blocked", as it needs the checkpoint that stayed there)."""
@@ -502,7 +530,9 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
         prefix = f"OMP_NUM_THREADS={_threads(jobs, threads)} "
         for run in runs:
             print(("# done: " if run.name in status else "") + prefix + shlex.join(run.command), file=log)
-        return {**{r.name: ("dry-run", 0.0) for r in pending}, **status}
+        # a run that another grid process trains now is shown as such ("elsewhere")
+        return {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name) else "dry-run", 0.0)
+                   for r in pending}, **status}
     running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
     env = _env(jobs, threads)
     while pending or running:

@@ -91,6 +91,36 @@ def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Pat
     assert not (tmp_path / "exp" / "grid").exists()
 
 
+def test_progress_gives_the_hours_left_at_the_median_epoch(tmp_path: Path) -> None:
+    """A long run's status says how far it is and how long the rest takes at its pace so far (the median
+    epoch: an epoch slowed by a pause or a second job does not throw the estimate)."""
+    run = grid.Run(group="g", name="g/seed1", output_folder=tmp_path, overrides={}, command=["python"], epochs=30)
+    assert run.progress() == "0/30"
+    epochs = [{"epoch": e, "PER": 50.0, "epoch_s": s} for e, s in ((1, 600.0), (2, 6000.0), (3, 720.0), (4, 660.0))]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in epochs))
+    assert run.progress() == "4/30, ~5.0 h left"  # 26 epochs x 690 s
+    (tmp_path / "results.json").write_text("{}")  # finished: no estimate
+    assert run.progress() == "4/30"
+
+
+def test_dry_run_shows_a_run_another_grid_trains_now(grid_file: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    folder.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (folder / "grid-controllers.lock").write_text(grid._process_identity(holder.pid))
+        assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0
+        out = capsys.readouterr().out
+        assert "| controllers/controller-surprisal/seed1 | elsewhere |" in out
+        assert "| controllers/controller-random/seed1 | dry-run |" in out
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0  # its process has ended
+    assert "| controllers/controller-surprisal/seed1 | dry-run |" in capsys.readouterr().out
+
+
 def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["grid", str(grid_file), "--jobs", "2"]) == 0
     out = capsys.readouterr().out

@@ -103,24 +103,6 @@ def test_progress_gives_the_hours_left_at_the_median_epoch(tmp_path: Path) -> No
     assert run.progress() == "4/30"
 
 
-def test_dry_run_shows_a_run_another_grid_trains_now(grid_file: Path, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture) -> None:
-    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
-    folder.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        (folder / "grid-controllers.lock").write_text(grid._process_identity(holder.pid))
-        assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0
-        out = capsys.readouterr().out
-        assert "| controllers/controller-surprisal/seed1 | elsewhere |" in out
-        assert "| controllers/controller-random/seed1 | dry-run |" in out
-    finally:
-        holder.kill()
-        holder.wait()
-    assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0  # its process has ended
-    assert "| controllers/controller-surprisal/seed1 | dry-run |" in capsys.readouterr().out
-
-
 def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["grid", str(grid_file), "--jobs", "2"]) == 0
     out = capsys.readouterr().out
@@ -456,13 +438,18 @@ def test_test_time_ablation_and_bias_sweep_share_a_folder(grid_file: Path, tmp_p
 
 def test_a_run_locked_by_a_live_grid_is_left_to_it_and_a_stale_lock_is_taken_over(
         grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """Two grid commands on one machine never train the same run; the lock of a process that has
-    ended (a machine stopped mid-run) does not stop the next command."""
+    """Two grid commands on one machine never train the same run (a dry run shows it as trained
+    elsewhere); the lock of a process that has ended (a machine stopped mid-run) does not stop the
+    next command."""
     folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
     folder.mkdir(parents=True)
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (folder / "grid-controllers.lock").write_text(grid._process_identity(holder.pid))
+        assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0
+        out = capsys.readouterr().out
+        assert "| controllers/controller-surprisal/seed1 | elsewhere |" in out
+        assert "| controllers/controller-random/seed1 | dry-run |" in out
         assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 3
         out = capsys.readouterr().out
         assert "| controllers/controller-surprisal/seed1 | elsewhere |" in out

@@ -25,7 +25,7 @@ from data_fixtures import REPO
 PACKAGE = "surprisal_cc"
 # by the module's first name below the package (surprisal_cc.data.mfa: data)
 LOWER = {"", "errors", "arguments", "data", "nnet", "flops", "features", "augment", "controllers", "adaptive", "encoders", "ctc",
-         "decoding", "apc", "cache", "metrics", "schedulers", "hparams_files", "precision", "threads", "viterbi",
+         "decoding", "apc", "cache", "metrics", "schedulers", "checkpoints", "hparams_files", "precision", "threads", "viterbi",
          "runs", "label_eval", "forward", "model_folder"}
 UPPER = {"brain", "apc_training", "recipe", "inference", "corpora", "evaluation", "export", "realign", "cli",
          "long_audio", "timestamps"}

@@ -1,0 +1,102 @@
+"""Checkpoints that appear whole or not at all: a process killed while saving leaves the last complete
+checkpoint as the one a run resumes from."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from surprisal_cc.checkpoints import PARTIAL_PREFIX, Checkpointer
+
+# A process that saves one complete checkpoint, then dies (os._exit, no clean-up) while writing the
+# second one: after the model's file, before the counter's.
+DIES_WHILE_SAVING = textwrap.dedent("""
+    import os, sys
+    import torch
+    from torch import nn
+    from speechbrain.utils.checkpoints import mark_as_loader, mark_as_saver, register_checkpoint_hooks
+    from surprisal_cc.checkpoints import Checkpointer
+
+    @register_checkpoint_hooks
+    class Counter:
+        def __init__(self):
+            self.value, self.die = 0, False
+
+        @mark_as_saver
+        def save(self, path):
+            if self.die:
+                os._exit(9)
+            with open(path, "w") as out:
+                out.write(str(self.value))
+
+        @mark_as_loader
+        def load(self, path, end_of_epoch=True):
+            self.value = int(open(path).read())
+
+    torch.manual_seed(0)
+    model, counter = nn.Linear(4, 4), Counter()
+    checkpointer = Checkpointer(sys.argv[1], recoverables={"model": model, "counter": counter})
+    counter.value = 1
+    checkpointer.save_checkpoint(meta={"step": 1})
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    counter.value, counter.die = 2, True
+    checkpointer.save_checkpoint(meta={"step": 2})
+""")
+
+
+def test_a_process_killed_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path: Path) -> None:
+    folder = tmp_path / "save"
+    done = subprocess.run([sys.executable, "-c", DIES_WHILE_SAVING, str(folder)], capture_output=True, text=True)
+    assert done.returncode == 9, done.stderr
+    partial = [p for p in folder.iterdir() if p.name.startswith(PARTIAL_PREFIX)]
+    assert len(partial) == 1 and (partial[0] / "model.ckpt").is_file()  # the second save, cut short
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    expected = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.zero_()
+    checkpointer = Checkpointer(folder, recoverables={"model": model})
+    assert [c.meta["step"] for c in checkpointer.list_checkpoints()] == [1]
+    assert checkpointer.recover_if_possible() is not None
+    assert torch.equal(model.weight, expected)  # the first checkpoint's weights, not the half-saved second's
+
+    checkpointer.save_and_keep_only(meta={"step": 3}, num_to_keep=1)  # the next save clears the cut-short folder
+    assert [p.name.startswith("CKPT+") for p in folder.iterdir()] == [True]
+    assert [c.meta["step"] for c in checkpointer.list_checkpoints()] == [3]
+
+
+def test_a_save_that_fails_leaves_no_checkpoint(tmp_path: Path) -> None:
+    class Broken(nn.Module):
+        def state_dict(self, *args, **kwargs):
+            raise OSError("disk full")
+
+    checkpointer = Checkpointer(tmp_path, recoverables={"model": nn.Linear(2, 2), "broken": Broken()})
+    with pytest.raises(OSError, match="disk full"):
+        checkpointer.save_checkpoint()
+    assert checkpointer.list_checkpoints() == [] and checkpointer.find_checkpoint() is None
+
+
+def test_saved_checkpoints_load_as_speechbrains_do(tmp_path: Path) -> None:
+    """The paths of the returned checkpoint are the final ones, a custom name saved again replaces its
+    folder, and SpeechBrain's own Checkpointer reads what this one wrote."""
+    from speechbrain.utils.checkpoints import Checkpointer as SpeechBrainCheckpointer
+
+    model = nn.Linear(3, 2)
+    checkpointer = Checkpointer(tmp_path, recoverables={"model": model})
+    saved = checkpointer.save_checkpoint(meta={"PER": 40.0}, name="best")
+    assert saved.path == tmp_path / "CKPT+best" and saved.paramfiles["model"].is_file()
+    with torch.no_grad():
+        model.bias.fill_(7.0)
+    checkpointer.save_checkpoint(meta={"PER": 35.0}, name="best")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["CKPT+best"]
+
+    other = nn.Linear(3, 2)
+    found = SpeechBrainCheckpointer(tmp_path, recoverables={"model": other}).recover_if_possible(min_key="PER")
+    assert found.meta["PER"] == 35.0 and torch.equal(other.bias, torch.full((2,), 7.0))

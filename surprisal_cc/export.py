@@ -26,7 +26,7 @@ from .data.errors import DataPreparationWarning
 from .encoders import build_encoder
 from .errors import ConfigurationError
 from .hparams_files import expand_hparams, inert_overrides
-from .nnet import runs_apc, weights_fingerprint
+from .nnet import FINGERPRINT_DIGITS, runs_apc, weights_fingerprint
 from .model_folder import FORMAT_VERSION, WEIGHT_DTYPES, load_tensors, write_model_folder
 
 PathLike = Union[str, os.PathLike]
@@ -163,13 +163,13 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     uses_apc = runs_apc(hparams["input_features"], encoder, training=False)
     apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
     apc = load_apc(apc_file) if apc_file is not None else None
-    fingerprint = weights_fingerprint(apc) if apc is not None else None
+    digest = weights_fingerprint(apc, digits=64) if apc is not None else None  # whole, once: the fingerprints are its prefixes
     if apc is not None:
-        _check_apc_is_the_runs(fingerprint, apc_file, results)
+        _check_apc_is_the_runs(digest, apc_file, results)
         _check_apc_matches_cache(apc, hparams)
     config = _model_config(hparams, encoder_kwargs, uses_apc, dtype)
     config["source"] = _source(run, metric, checkpoints, average, apc_file, results)
-    config["source"]["apc_fingerprint"] = fingerprint
+    config["source"]["apc_fingerprint"] = digest[:FINGERPRINT_DIGITS] if digest is not None else None
     blob = torch.load(apc_file, map_location="cpu", weights_only=True) if apc_file is not None else None
     return write_model_folder(out, config, encoder.state_dict(), blob)
 
@@ -298,13 +298,13 @@ def _model_config(hparams: Dict[str, Any], encoder_kwargs: Dict[str, Any], uses_
     }
 
 
-def _check_apc_is_the_runs(fingerprint: str, apc_file: Path, results: Dict[str, Any]) -> None:
+def _check_apc_is_the_runs(digest: str, apc_file: Path, results: Dict[str, Any]) -> None:
     """:class:`ConfigurationError` when the run's results name the APC it trained with (``apc``, a
-    :func:`~surprisal_cc.nnet.weights_fingerprint`) and ``apc_file`` (whose fingerprint is
-    ``fingerprint``) holds another one."""
+    :func:`~surprisal_cc.nnet.weights_fingerprint` of any length) and ``apc_file`` (whose whole weights
+    digest is ``digest``) holds another one."""
     trained_with = results.get("apc")
-    if trained_with and fingerprint[:len(trained_with)] != trained_with:
-        raise ConfigurationError(f"{apc_file}: APC weights fingerprint {fingerprint}, but the run "
+    if trained_with and digest[:len(trained_with)] != trained_with:
+        raise ConfigurationError(f"{apc_file}: APC weights fingerprint {digest[:FINGERPRINT_DIGITS]}, but the run "
                                  f"trained with APC {trained_with} (results.json \"apc\"); pass that APC "
                                  "with --apc PATH")
 

@@ -82,7 +82,11 @@ def keyword_names(factory: Callable[..., Any]) -> Optional[Set[str]]:
     return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
-def weights_fingerprint(module: nn.Module, digits: int = 12) -> str:
+#: Hex digits of a :func:`weights_fingerprint` as results files and model folders record it.
+FINGERPRINT_DIGITS = 12
+
+
+def weights_fingerprint(module: nn.Module, digits: int = FINGERPRINT_DIGITS) -> str:
     """The identity of a module's weights: the first ``digits`` hex digits of the SHA-256 of its
     state_dict (names, dtypes, shapes and values), the same on every machine and device.
 

@@ -289,22 +289,40 @@ def load_apc(path, map_location="cpu", **model_kwargs) -> APCModel:
     >>> model.hidden_size, model.residual
     (8, True)
     """
+    return apc_from_blob(load_apc_blob(path, map_location), path, **model_kwargs)
+
+
+def load_apc_blob(path, map_location="cpu") -> dict:
+    """The contents of an APC model file, loaded with ``torch.load(weights_only=True)`` (no code runs);
+    :func:`apc_from_blob` builds the model from them."""
     try:
-        blob = torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
     except OSError:
         raise
     except Exception as err:  # torch raises several types for a file that is not a torch.save file
         raise ValueError(f"{path}: cannot be loaded as a torch file ({type(err).__name__}); give an APC model "
                          "file written by recipes/LibriSpeech/pretrain_apc.py") from None
-    if not isinstance(blob, dict) or "state_dict" not in blob:
-        raise ValueError(f"{path}: not an APC model file (expected keys 'config' and 'state_dict'); "
+
+
+def apc_from_blob(blob: Mapping, source="the APC blob", **model_kwargs) -> APCModel:
+    """The model of a loaded APC file's contents (``{"config": ..., "state_dict": ...}``, as
+    :func:`save_apc` writes them); ``source`` names the file in errors.
+
+    Example
+    -------
+    >>> blob = {"config": {"hidden_size": 8}, "state_dict": APCModel(hidden_size=8).state_dict()}
+    >>> apc_from_blob(blob).hidden_size
+    8
+    """
+    if not isinstance(blob, Mapping) or "state_dict" not in blob:
+        raise ValueError(f"{source}: not an APC model file (expected keys 'config' and 'state_dict'); "
                          "export one with recipes/LibriSpeech/pretrain_apc.py")
     config = {**blob.get("config", {}), **model_kwargs}
     model = APCModel(**config)
     try:
         model.load_state_dict(blob["state_dict"])
     except RuntimeError as err:
-        raise ValueError(f"{path}: APC weights do not match the configuration {config}: {err}") from None
+        raise ValueError(f"{source}: APC weights do not match the configuration {config}: {err}") from None
     return model
 
 

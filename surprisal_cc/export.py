@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from .apc import APCModel, load_apc
+from .apc import APCModel, apc_from_blob, load_apc_blob
 from .data.errors import DataPreparationWarning
 from .encoders import build_encoder
 from .errors import ConfigurationError
@@ -80,14 +80,17 @@ def _locate_apc(hparams: Dict[str, Any], run: Path, explicit: Optional[PathLike]
                              "pass --apc PATH (export_run(apc_path=...))")
 
 
-def _checkpoints(run: Path, metric: str, number: int = 1) -> list:
-    """The ``number`` checkpoints of ``run/save`` with the lowest ``metric``, best first."""
-    from speechbrain.utils.checkpoints import Checkpointer
+def _checkpoints(run: Path, metric: str, encoder: torch.nn.Module, number: int = 1) -> list:
+    """The ``number`` complete checkpoints of ``run/save`` with the lowest ``metric``, best first (one
+    whose save was cut short, without an ``encoder`` file, is passed over with a warning)."""
+    from .checkpoints import Checkpointer
 
     save = run / "save"
     if not save.is_dir():
         raise ConfigurationError(f"{run}: no save/ folder with checkpoints")
-    checkpoints = Checkpointer(save).find_checkpoints(min_key=metric, max_num_checkpoints=number)
+    checkpointer = Checkpointer(save, recoverables={"encoder": encoder})
+    checkpoints = checkpointer.find_checkpoints(min_key=metric, max_num_checkpoints=number,
+                                                ckpt_predicate=lambda c: checkpointer.is_complete(c, warn=True))
     if not checkpoints:
         raise ConfigurationError(f"{save}: no checkpoint with a validation {metric} (has the run finished an epoch? A --debug "
                                  "run keeps its checkpoints in a temporary folder: train one epoch, --number_of_epochs=1)")
@@ -157,12 +160,13 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     raw, hparams = _phone_model_hparams(hp_file)
     encoder, encoder_kwargs = _rebuild_encoder(hp_file, raw, hparams)
     metric = hparams.get("selection_metric", "PER")
-    checkpoints = _checkpoints(run, metric, average)
+    checkpoints = _checkpoints(run, metric, encoder, average)
     _load_averaged_weights(encoder, checkpoints, hp_file)
     _warn_if_uncalibrated(encoder, checkpoints[0])
     uses_apc = runs_apc(hparams["input_features"], encoder, training=False)
     apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
-    apc = load_apc(apc_file) if apc_file is not None else None
+    blob = load_apc_blob(apc_file) if apc_file is not None else None
+    apc = apc_from_blob(blob, apc_file) if blob is not None else None
     digest = weights_fingerprint(apc, digits=64) if apc is not None else None  # whole, once: the fingerprints are its prefixes
     if apc is not None:
         _check_apc_is_the_runs(digest, apc_file, results)
@@ -170,7 +174,6 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     config = _model_config(hparams, encoder_kwargs, uses_apc, dtype)
     config["source"] = _source(run, metric, checkpoints, average, apc_file, results)
     config["source"]["apc_fingerprint"] = digest[:FINGERPRINT_DIGITS] if digest is not None else None
-    blob = torch.load(apc_file, map_location="cpu", weights_only=True) if apc_file is not None else None
     return write_model_folder(out, config, encoder.state_dict(), blob)
 
 

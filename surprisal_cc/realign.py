@@ -389,7 +389,7 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
         When the folder holds no hparams file or no checkpoint, or the targets are not phones.
     """
     import yaml
-    from speechbrain.utils.checkpoints import Checkpointer
+    from .checkpoints import Checkpointer
 
     from .brain import ConditionalCTCBrain
     from .hparams_files import inert_overrides

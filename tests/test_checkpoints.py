@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from surprisal_cc.checkpoints import PARTIAL_PREFIX, Checkpointer
+from surprisal_cc.checkpoints import PARTIAL_PREFIX, REPLACED_PREFIX, Checkpointer
 
 # A process that saves one complete checkpoint, then dies (os._exit, no clean-up) while writing the
 # second one: after the model's file, before the counter's.
@@ -100,3 +100,43 @@ def test_saved_checkpoints_load_as_speechbrains_do(tmp_path: Path) -> None:
     other = nn.Linear(3, 2)
     found = SpeechBrainCheckpointer(tmp_path, recoverables={"model": other}).recover_if_possible(min_key="PER")
     assert found.meta["PER"] == 35.0 and torch.equal(other.bias, torch.full((2,), 7.0))
+
+
+@pytest.mark.parametrize("cut", ["missing", "empty"])
+def test_recovery_passes_over_a_checkpoint_cut_short_by_a_checkpointer_without_the_guarantee(
+        tmp_path: Path, cut: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A checkpoint SpeechBrain's own Checkpointer left half-written (a file missing, or empty) is
+    passed over with a warning naming it; the run resumes from the newest complete one."""
+    from speechbrain.utils.checkpoints import Checkpointer as SpeechBrainCheckpointer
+
+    model, other = nn.Linear(3, 2), nn.Linear(3, 2)
+    writer = SpeechBrainCheckpointer(tmp_path, recoverables={"model": model, "other": other})
+    writer.save_checkpoint(meta={"step": 1})
+    expected = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    newest = writer.save_checkpoint(meta={"step": 2})
+    if cut == "missing":
+        newest.paramfiles["other"].unlink()
+    else:
+        newest.paramfiles["other"].write_bytes(b"")
+
+    with torch.no_grad():
+        model.weight.zero_()
+    reader = Checkpointer(tmp_path, recoverables={"model": model, "other": other})
+    with caplog.at_level("WARNING", logger="surprisal_cc.checkpoints"):
+        found = reader.recover_if_possible()
+    assert found.meta["step"] == 1 and torch.equal(model.weight, expected)
+    assert any(newest.path.name in r.getMessage() and "'other'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_custom_named_checkpoint_moved_aside_by_a_save_cut_short_is_put_back(tmp_path: Path) -> None:
+    """Saving a custom name again moves the old folder aside before the new one is renamed in; a process
+    killed between the two renames leaves the old one aside, and the next start puts it back."""
+    model = nn.Linear(3, 2)
+    checkpointer = Checkpointer(tmp_path, recoverables={"model": model})
+    saved = checkpointer.save_checkpoint(meta={"PER": 40.0}, name="best")
+    saved.path.rename(saved.path.with_name(REPLACED_PREFIX + saved.path.name))  # killed between the renames
+    assert checkpointer.find_checkpoint() is None
+    assert checkpointer.recover_if_possible().meta["PER"] == 40.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["CKPT+best"]

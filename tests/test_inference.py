@@ -177,6 +177,7 @@ def test_fp16_export_halves_the_size_and_loads_as_fp32(trained_run, exported, tm
 
 @pytest.mark.integration
 def test_export_averages_the_best_checkpoints(trained_run, exported, tmp_path, capsys):
+    """The best complete checkpoints are averaged; one whose save was cut short is passed over."""
     run = tmp_path / "run"
     shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("*.flac"))
     best = next(p for p in (run / "save").iterdir() if p.name.startswith("CKPT+"))
@@ -187,6 +188,10 @@ def test_export_averages_the_best_checkpoints(trained_run, exported, tmp_path, c
     state = torch.load(other / "encoder.ckpt", weights_only=True)
     torch.save({k: v * 3 if torch.is_floating_point(v) and v.dim() >= 2 else v for k, v in state.items()},
                other / "encoder.ckpt")
+    cut = best.with_name(best.name + "-cut-short")  # the best by PER, but its save was cut short
+    shutil.copytree(best, cut)
+    (cut / "CKPT.yaml").write_text(yaml.safe_dump({**meta, "PER": meta["PER"] - 1.0}))
+    (cut / "encoder.ckpt").unlink()
     assert main(["export", str(run), str(tmp_path / "avg"), "--average", "2"]) == 0
     assert "averaged with the next 1 best" in capsys.readouterr().out
     averaged = torch.load(tmp_path / "avg" / "encoder.pt", weights_only=True)

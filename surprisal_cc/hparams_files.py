@@ -16,6 +16,7 @@ builds one (hyperpyyaml: the recipes' hparams, the model files), :func:`load_yam
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any, Dict, Union
 
@@ -39,7 +40,9 @@ def expand_hparams(path: PathLike, _depth: int = 0) -> str:
 
     The included file comes first, in its own order (so objects are built, and random numbers
     drawn, in the same order); each top-level key of ``path`` replaces the included value at its
-    place, and new keys follow. A file without a root-level include is returned as it is.
+    place, and new keys follow, except that a new key whose value holds a reference moves just
+    before the first key that refers to it: hyperpyyaml resolves a reference to a later key only
+    when that key's value holds no reference itself. A file without a root-level include is returned as it is.
 
     Arguments
     ---------
@@ -72,10 +75,34 @@ def expand_hparams(path: PathLike, _depth: int = 0) -> str:
     if not base_file.is_file():
         raise ValueError(f"{path} starts from {base_file}, which does not exist")
     base = _load(expand_hparams(base_file, _depth + 1))
+    added = []
     for key, value in _load(text).items():
+        if key not in base:
+            added.append(key)
         base[key] = value
+    for key in added:
+        if _dump({key: base[key]}).count("!ref"):  # a plain value resolves wherever it stands
+            _move_before_first_referrer(base, key)
     out = io.StringIO()
     ruamel.yaml.YAML().dump(base, out)
+    return out.getvalue()
+
+
+def _move_before_first_referrer(mapping, key: str) -> None:
+    """Move ``key`` of the ruamel ``mapping`` just before the first key whose value refers to it."""
+    keys = list(mapping)
+    position = keys.index(key)
+    pattern = re.compile(r"<" + re.escape(str(key)) + r"(?:[.\[>])")
+    for index, other in enumerate(keys[:position]):
+        if pattern.search(_dump({other: mapping[other]})):
+            value = mapping.pop(key)
+            mapping.insert(index, key, value)
+            return
+
+
+def _dump(data) -> str:
+    out = io.StringIO()
+    ruamel.yaml.YAML().dump(data, out)
     return out.getvalue()
 
 

@@ -33,3 +33,23 @@ def test_bad_configuration_is_named_at_load_time(overrides, message):
 def test_test_flops_fraction_loads():
     hparams = load_hparams(MLS_HPARAMS, "test_flops_fraction: 0.9", run_opts={"device": "cpu"})
     assert hparams["test_flops_fraction"] == 0.9 and hparams["test_bias_shifts"] == [0.0]
+
+
+@pytest.mark.parametrize("name,overrides", [("MiniLibriSpeech/conditional_ctc.yaml", ""),
+                                            ("MiniLibriSpeech/cpu_profile.yaml", ""),
+                                            ("TIMIT/conditional_ctc.yaml", "data_folder: /TIMIT")])  # licensed: no default
+def test_every_recipe_hparams_file_builds_with_its_defaults(name, overrides):
+    hparams = load_hparams(str(REPO / "hparams" / name), overrides, run_opts={"device": "cpu"})
+    assert hparams["encoder_module"] is not None
+
+
+def test_a_new_key_holding_a_reference_moves_before_the_included_key_that_refers_to_it(tmp_path):
+    """hyperpyyaml resolves a reference to a later key only when that key's value holds no reference."""
+    from surprisal_cc.hparams_files import expand_hparams, load_hparams_file
+
+    (tmp_path / "base.yaml").write_text("root: /data\nsource: {train: null}\nepochs: 5\n")
+    (tmp_path / "run.yaml").write_text("--- !include:base.yaml\nfile: !ref <root>/train.csv\n"
+                                       "source: {train: !ref <file>}\nplain: 3\n")
+    assert [line.split(":")[0] for line in expand_hparams(tmp_path / "run.yaml").splitlines()] == \
+        ["root", "file", "source", "epochs", "plain"]
+    assert load_hparams_file(tmp_path / "run.yaml")["source"] == {"train": "/data/train.csv"}

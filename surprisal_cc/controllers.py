@@ -383,7 +383,7 @@ def build_controller(name: str, **kwargs) -> Controller:
     Arguments
     ---------
     name : str
-        A key of :data:`CONTROLLERS`: ``surprisal``, ``random``, ``learned``, ``big_only``, ``small_only``.
+        A key of :data:`CONTROLLERS` (built in: ``surprisal``, ``random``, ``learned``, ``big_only``, ``small_only``).
     **kwargs
         Settings of the controllers (``weight``, ``bias``, ``p_big``, ``input_size``,
         ``hidden_size``, ``penalty_weight``, ``estimator``, ``penalty_utterances``).

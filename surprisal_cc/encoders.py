@@ -277,8 +277,8 @@ def encoder_names(models_dir: Optional[Path] = None) -> List[str]:
 
     Example
     -------
-    >>> encoder_names()
-    ['act', 'conditional', 'pondernet']
+    >>> {"act", "conditional", "pondernet"} <= set(encoder_names())  # and any encoder added beside them
+    True
     """
     models_dir = Path(models_dir) if models_dir is not None else MODELS_DIR
     if not models_dir.is_dir():
@@ -313,7 +313,7 @@ def build_encoder(name: str, input_size: int, num_outputs: int, controller: str 
     Arguments
     ---------
     name : str
-        ``conditional``, ``act`` or ``pondernet`` (a folder of :data:`MODELS_DIR`).
+        A folder of :data:`MODELS_DIR` (built in: ``conditional``, ``act``, ``pondernet``).
     input_size, num_outputs : int
         Feature width and CTC outputs (labels + blank).
     controller : str

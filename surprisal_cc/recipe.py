@@ -85,6 +85,7 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
         if hparams.get("target_unit") == "phone":
             check_consistency(hparams)
         check_test_budget(hparams)
+        check_bias_sweep(hparams)
     return hparams
 
 
@@ -706,3 +707,20 @@ def check_test_budget(hparams: Mapping) -> None:
     if [float(s) for s in hparams.get("test_bias_shifts", [0.0])] != [0.0]:
         raise ConfigurationError(f"test_flops_fraction: {fraction} solves the test-time bias shift itself: leave "
                                  f"test_bias_shifts at [0.0] (it is {hparams['test_bias_shifts']})")
+
+
+def check_bias_sweep(hparams: Mapping) -> None:
+    """A test-time bias sweep (``test_bias_shifts`` other than 0) needs a controller with a logit to
+    shift: not big-only, small-only, nor an adaptive-depth encoder (their results would repeat the
+    unshifted one under another name)."""
+    shifts = [float(s) for s in hparams.get("test_bias_shifts", [0.0])]
+    if not any(shifts):
+        return
+    encoder = hparams.get("encoder_module")
+    controller = getattr(encoder, "controller", None)
+    if controller is None or not hasattr(encoder, "test_bias_shift"):
+        raise ConfigurationError(f"test_bias_shifts: {shifts} shifts a controller's logit; the {hparams.get('encoder')!r} "
+                                 "encoder has none: leave test_bias_shifts at [0.0]")
+    if not controller.shifts_with_bias:
+        raise ConfigurationError(f"test_bias_shifts: {shifts} shifts a controller's logit; the {controller.name!r} "
+                                 "controller has none to shift: leave test_bias_shifts at [0.0]")

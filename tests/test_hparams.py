@@ -23,11 +23,20 @@ MLS_HPARAMS = str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
     ("controller: random\nrandom_p_big: 2.0", "p_big (hparams key 'random_p_big') must be in [0, 1]"),
     ("encoder: act\nact_max_steps: 0", "max_steps (hparams key 'act_max_steps') must be >= 1"),
     ("encoder: pondernet\npondernet_max_steps: 0", "max_steps (hparams key 'pondernet_max_steps') must be >= 1"),
+    ("controller: big_only\ntest_bias_shifts: [0.0, 2.0]", "the 'big_only' controller has none to shift"),
+    ("encoder: act\ntest_bias_shifts: [-1.0]", "the 'act' encoder has none: leave test_bias_shifts at [0.0]"),
 ])
 def test_bad_configuration_is_named_at_load_time(overrides, message):
     with pytest.raises(ConfigurationError) as err:
         load_hparams(MLS_HPARAMS, overrides, run_opts={"device": "cpu"})
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("overrides", ["controller: random\ntest_bias_shifts: [0.0, 1.0]",
+                                       "controller: learned\ntest_bias_shifts: [-1.0]",
+                                       "controller: big_only\ntest_bias_shifts: [0.0]"])
+def test_a_bias_sweep_loads_where_there_is_a_logit_to_shift(overrides):
+    assert load_hparams(MLS_HPARAMS, overrides, run_opts={"device": "cpu"})["test_bias_shifts"]
 
 
 def test_test_flops_fraction_loads():

@@ -60,8 +60,10 @@ def main(argv=None) -> dict:
                         help="LibriSpeech-format folders, or subset names found in --data_folder, to realign "
                              "with an exported model (e.g. train-clean-5); dev-clean-2 alone is scored against "
                              "its MFA labels")
-    parser.add_argument("--data_folder", default="[../shared/data]",
-                        help="YAML list of folders holding LibriSpeech/<subset>, for subset names in --corpus")
+    parser.add_argument("--data_folder", default="[data/MiniLibriSpeech,../shared/data]",
+                        help="YAML list of folders holding LibriSpeech/<subset>, searched in order, for subset "
+                             "names in --corpus (default: the Makefile's DATA, "
+                             "[data/MiniLibriSpeech,../shared/data])")
     parser.add_argument("--download", action="store_true",
                         help="download Mini-LibriSpeech subsets that --data_folder lacks into its first folder")
     parser.add_argument("--reference", default=None,

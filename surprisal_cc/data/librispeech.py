@@ -35,7 +35,7 @@ MINI_LIBRISPEECH_MD5 = {
 }
 SPLITS = ("train", "valid", "test")
 # The labelled development split: LibriSpeech speakers in neither train-clean-5 nor dev-clean-2, with MFA
-# TextGrids made the way dev-clean-2's labels were (../shared/data/stage_mfa_dev.sh), for choosing settings
+# TextGrids made the way dev-clean-2's labels were (docs/protocol.md), for choosing settings
 # without reading the test set.
 DEV_SPLIT, MFA_DEV = "dev", "mfa-dev"
 DEFAULT_SEED = 1234

@@ -37,7 +37,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .arguments import check_writable, finite_float, make_output_folder, non_negative_float, positive_int
 from .errors import UsageError
@@ -344,6 +344,22 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
         return _transcribe(args, read_standard_input(Path(folder)))
 
 
+def _skipped_record(problem: str, utterance_of: Mapping[str, str]) -> Dict[str, str]:
+    """The JSON record of a file ``transcribe --skip-bad`` left out, from its ``"path: reason"`` line (a
+    ``wav.scp`` entry's is ``"wav.scp: utterance: reason"``), naming the utterance where there is one.
+
+    Example
+    -------
+    >>> _skipped_record("d/wav.scp: u1: a command", {}), _skipped_record("/a.wav: empty file", {"/a.wav": "u2"})
+    ({'path': 'd/wav.scp', 'utterance': 'u1', 'skipped': 'a command'}, {'path': '/a.wav', 'utterance': 'u2', 'skipped': 'empty file'})
+    """
+    path, _, reason = problem.partition(": ")
+    if Path(path).name == "wav.scp" and path not in utterance_of:
+        utt, _, reason = reason.partition(": ")
+        return {"path": path, "utterance": utt, "skipped": reason}
+    return {"path": path, **({"utterance": utterance_of[path]} if path in utterance_of else {}), "skipped": reason}
+
+
 def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     """``transcribe``, with ``stdin_audio`` the file standard input was written to (given as ``-``)."""
     from .data.errors import BadAudioError, DataPreparationError
@@ -364,8 +380,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
         raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
     if args.plot:  # before any decoding
         make_output_folder("--plot", args.plot)
-    not_audio: List[str] = []  # wav.scp entries that are not audio files (--skip-bad)
-    found = [(given, [(stdin_audio, None)] if given == "-" else audio_inputs(given, not_audio if args.skip_bad else None))
+    not_audio: List[str] = []  # wav.scp entries that are not audio files, listed with the unusable files
+    found = [(given, [(stdin_audio, None)] if given == "-" else audio_inputs(given, not_audio))
              for given in args.audio]
     items = [item for _, listed in found for item in listed]
     if not items:
@@ -378,13 +394,17 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     if stdin_audio is not None:  # named as the user gave it
         problems = [problem.replace(f"b'{stdin_audio}'", "it").replace(str(stdin_audio), "standard input (-)")
                     for problem in problems]
+    problems = not_audio + problems  # every problem at once
+    total = len(paths) + len(not_audio)
     if problems and not args.skip_bad:
-        hint = (f"{len(problems)} of {len(paths)} files are unusable; pass --skip-bad to transcribe the others"
-                if len(paths) > 1 else "")
-        raise BadAudioError(problems, len(paths), hint)
-    problems = not_audio + problems
-    for problem in problems:
-        warnings.warn(f"skipped {problem}")
+        hint = (f"{len(problems)} of {total} files are unusable; pass --skip-bad to transcribe the others"
+                if len(problems) < total else "")
+        raise BadAudioError(problems, total, hint)
+    utterance_of = {str(path): utt for path, utt in items if utt}
+    skipped = [_skipped_record(problem, utterance_of) for problem in problems]
+    for record in skipped:
+        warnings.warn(f"skipped {record['path']}: " + (f"utterance {record['utterance']}: " if "utterance" in record
+                                                       else "") + record["skipped"])
     warn_converted({shown(key): info for key, info in infos.items()},
                    asr.feature_config.sample_rate)
     usable = [(path, utt) for path, utt in items if str(path) in infos]
@@ -403,9 +423,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     run = {"model": str(asr.source), "device": str(asr.device), "precision": asr.precision, "threads": asr.threads,
            **({"budget": budget} if budget else {})}
     if fmt == "json":
-        for problem in problems:
-            path, _, reason = problem.partition(": ")
-            _emit(json.dumps({"path": path, "skipped": reason}))
+        for record in skipped:
+            _emit(json.dumps(record))
     done, unsaved_plots = 0, 0
     for i, (path, utt) in enumerate(usable):
         long = infos[str(path)].duration > PROGRESS_AFTER_S

@@ -30,14 +30,14 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Union
 
 import torch
 
 from .arguments import check_writable
 from .corpora import Item, corpus_items, pronunciation_references
 from .data.audio import MAX_LISTED, check_audio_many, read_audio, warn_converted
-from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
+from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning
 from .errors import ConfigurationError
 from .flops import MacMeter, RoutingStats
 from .metrics import ErrorRate, closest_path
@@ -136,7 +136,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     if alignments is not None and not hasattr(alignments, "write"):
         check_writable("alignments file", alignments)
     items, label_source, words, label_problems = _labelled_items(asr, data, mfa_labels, g2p, timit_split, skip_bad)
-    items, infos, problems = _usable_audio(data, items, skip_bad)
+    items, infos, problems = _usable_audio(data, items, skip_bad, label_problems, mfa_labels is not None)
     graphs = pronunciation_references(data, items, words, mfa_labels, g2p or asr.config.get(
         "label_policy", {}).get("g2p") or "spn") if any_pronunciation else None
     warn_converted(infos, asr.feature_config.sample_rate)  # called here: its warning names our caller
@@ -168,23 +168,33 @@ def _labelled_items(asr, data: PathLike, mfa_labels: Optional[PathLike], g2p: Op
                     skip_bad: bool) -> Tuple[List[Item], str, Dict[str, List[str]], List[str]]:
     """The corpus's ``(id, wav, reference phones)``, where its labels came from, each utterance's words
     and the utterances left out for want of labels (``skip_bad``: with a warning)."""
-    label_problems: List[str] = []
+    label_problems: List[str] = []  # collected in any case: without skip_bad, _usable_audio lists them with the audio's
     words: Dict[str, List[str]] = {}
     items, label_source = corpus_items(data, asr, mfa_labels=mfa_labels, g2p=g2p, timit_split=timit_split,
-                                       problems=label_problems if skip_bad else None, words=words)
-    if label_problems:
+                                       problems=label_problems, words=words)
+    if label_problems and skip_bad:
         warnings.warn(f"skipping {len(label_problems)} utterance(s) without usable labels:\n  "
                       + "\n  ".join(label_problems[:MAX_LISTED]), DataPreparationWarning, stacklevel=3)
     return items, label_source, words, label_problems
 
 
-def _usable_audio(data: PathLike, items: List[Item], skip_bad: bool) -> Tuple[List[Item], Dict[str, Any], List[str]]:
+def _usable_audio(data: PathLike, items: List[Item], skip_bad: bool, label_problems: Sequence[str] = (),
+                  mfa_labels: bool = False) -> Tuple[List[Item], Dict[str, Any], List[str]]:
     """The items whose audio is usable, its audio infos and the unusable files (``skip_bad``: with a
-    warning; otherwise :class:`BadAudioError`)."""
+    warning; otherwise :class:`BadAudioError` listing them after ``label_problems``, the utterances
+    already left out for want of labels, so that every problem is named at once)."""
     infos, problems = check_audio_many([wav for _, wav, _ in items])
-    if problems and not skip_bad:
-        raise BadAudioError(problems, len(items), f"{len(problems)} of {len(items)} audio files are unusable; "
-                                                 "pass --skip-bad (skip_bad=True) to score the others")
+    if (problems or label_problems) and not skip_bad:
+        total, bad = len(items) + len(label_problems), len(problems) + len(label_problems)
+        listed = list(label_problems[:MAX_LISTED]) + (
+            [f"... and {len(label_problems) - MAX_LISTED} more without usable labels"]
+            if len(label_problems) > MAX_LISTED else [])
+        what = ("usable labels or audio" if problems and label_problems
+                else "usable audio" if problems else "usable labels")
+        hint = ("leave out --mfa-labels to use lexicon labels, or " if mfa_labels and label_problems else "") + (
+            f"{bad} of {total} utterances have no {what}; pass --skip-bad (skip_bad=True) to score the others"
+            if bad < total else f"none of the {total} utterances has {what}")
+        raise (BadLabelsError if label_problems else BadAudioError)(listed + problems, total, hint)
     if problems:
         warnings.warn(f"skipping {len(problems)} unusable audio file(s):\n  " + "\n  ".join(problems),
                       DataPreparationWarning, stacklevel=3)

@@ -474,11 +474,12 @@ def test_transcribe_kaldi_data_folder_names_each_utterance_by_its_id(model, real
     folder = tmp_path / "data" / "test"
     folder.mkdir(parents=True)
     (folder / "wav.scp").write_text(f"spk1-u2 {real_flac}\nspk1-u1 {real_flac}\nu3 flac -c -d -s {real_flac} |\n")
-    assert main(["transcribe", str(folder), "--model", str(model), "--format", "ctm"]) == 1
-    errors = error_lines(capsys)
+    missing = tmp_path / "missing.wav"
+    assert main(["transcribe", str(folder), str(missing), "--model", str(model), "--format", "ctm"]) == 1
+    errors = error_lines(capsys)  # every problem at once: the command and the missing file
     assert errors[0] == (f"error: {folder / 'wav.scp'}: u3: a command (flac -c -d -s {real_flac} |), not an audio "
                          "file: write its output to a file and list that, e.g. with Kaldi's wav-copy")
-    assert "--skip-bad" in errors[-1]
+    assert errors[1].startswith(f"error: {missing}: ") and "2 of 4 files are unusable; pass --skip-bad" in errors[-1]
     assert main(["transcribe", str(folder), str(real_flac), "--model", str(model), "--format", "ctm",
                  "--skip-bad"]) == 0
     captured = capsys.readouterr()
@@ -490,7 +491,8 @@ def test_transcribe_kaldi_data_folder_names_each_utterance_by_its_id(model, real
     assert main(["transcribe", str(folder), "--model", str(model), "--json", "--skip-bad",
                  "--plot", str(tmp_path / "plots" / "r.png")]) == 0
     skipped, *results = _json_lines(capsys.readouterr().out)
-    assert skipped["path"] == str(folder / "wav.scp") and skipped["skipped"].startswith("u3: a command")
+    assert skipped["path"] == str(folder / "wav.scp") and skipped["utterance"] == "u3"
+    assert skipped["skipped"].startswith("a command")
     assert [(r["utterance"], r["path"]) for r in results] == [("spk1-u1", str(real_flac)), ("spk1-u2", str(real_flac))]
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["r_spk1-u1.png", "r_spk1-u2.png"]
     assert main(["transcribe", str(folder), "--model", str(model), "--skip-bad"]) == 0
@@ -674,7 +676,7 @@ def test_evaluate_reports_every_bad_file_and_scores_the_rest_with_skip_bad(model
     assert main(args) == 1
     lines = error_lines(capsys)
     assert len(lines) == 3 and "-9998.flac: empty file" in lines[0] and "-9999.flac: cannot be decoded" in lines[1]
-    assert "2 of 5 audio files are unusable" in lines[2] and "--skip-bad" in lines[2]
+    assert "2 of 5 utterances have no usable audio" in lines[2] and "--skip-bad" in lines[2]
     assert main([*args, "--skip-bad", "--json"]) == 0
     captured = capsys.readouterr()
     report = json.loads(captured.out)
@@ -724,9 +726,10 @@ def test_evaluate_skip_bad_covers_missing_transcripts(model, librispeech_folder,
     trans.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
     args = ["evaluate", str(librispeech_folder), "--model", str(model)]
     assert main(args) == 1
-    errors = error_lines(capsys)
-    assert any(f"{dropped}.flac: no transcript line for {dropped}" in line for line in errors)
-    assert "--skip-bad" in errors[-1]
+    errors = error_lines(capsys)  # every problem at once: the missing transcript and the unusable audio
+    assert f"{dropped}.flac: no transcript line for {dropped}" in errors[0]
+    assert "-9998.flac: empty file" in errors[1] and "-9999.flac: cannot be decoded" in errors[2]
+    assert "3 of 5 utterances have no usable labels or audio" in errors[-1] and "--skip-bad" in errors[-1]
     assert main([*args, "--skip-bad", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["num_utterances"] == 2 and len(report["skipped"]) == 3

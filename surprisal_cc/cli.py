@@ -228,17 +228,16 @@ def cmd_export(args, unknown: List[str]) -> int:
 
 
 def _load_model(args):
-    from .errors import ConfigurationError
     from .inference import ConditionalASR
 
     if args.deterministic and (args.sampled or args.seed is not None):
-        raise ConfigurationError("--deterministic and --sampled/--seed choose different routings: give one")
+        raise UsageError("--deterministic and --sampled/--seed choose different routings: give one")
+    if args.bias_shift and args.flops_fraction is not None:
+        raise UsageError("--bias-shift and --flops-fraction both set the controller's bias: give one")
     routing = "sampled" if args.sampled or args.seed is not None else "deterministic"
     asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision, routing=routing,
                                          seed=args.seed, threads=args.threads)
     asr.beam_search.blank_penalty = args.blank_penalty
-    if args.bias_shift and args.flops_fraction is not None:
-        raise ConfigurationError("--bias-shift and --flops-fraction both set the controller's bias: give one")
     if args.bias_shift:
         asr.set_bias_shift(args.bias_shift)
     if args.flops_fraction is not None:
@@ -291,17 +290,27 @@ def output_names(items: Sequence[Tuple[Path, Optional[str]]]) -> List[str]:
 
 def plot_paths(plot: str, names: Sequence[str]) -> List[Path]:
     """The routing plot of each input named by :func:`output_names`: ``plot`` for one input; for
-    several, ``OUT_<name>.png``.
+    several, ``OUT_<name>.png``; where ``plot`` is a folder (one that exists, or a name ending in
+    ``/``), ``<name>.png`` in it.
 
     Example
     -------
     >>> [p.name for p in plot_paths("out/r.png", ["a_x", "b_x", "y"])], plot_paths("out/r.png", ["y"])
     (['r_a_x.png', 'r_b_x.png', 'r_y.png'], [PosixPath('out/r.png')])
+    >>> plot_paths("plots/", ["y"])
+    [PosixPath('plots/y.png')]
     """
     path = Path(plot)
+    if plot_is_folder(plot):
+        return [path / f"{name}.png" for name in names]
     if len(names) == 1:
         return [path]
     return [path.with_name(f"{path.stem}_{name}{path.suffix or '.png'}") for name in names]
+
+
+def plot_is_folder(plot: str) -> bool:
+    """Whether ``--plot`` names a folder: one that exists, or a name ending in ``/``."""
+    return plot.endswith(("/", os.sep)) or Path(plot).is_dir()
 
 
 def _emit(line: str) -> None:
@@ -379,7 +388,7 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     if args.plot and not asr.uses_apc:
         raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
     if args.plot:  # before any decoding
-        make_output_folder("--plot", args.plot)
+        make_output_folder("--plot", Path(args.plot) / "plot.png" if plot_is_folder(args.plot) else args.plot)
     not_audio: List[str] = []  # wav.scp entries that are not audio files, listed with the unusable files
     found = [(given, [(stdin_audio, None)] if given == "-" else audio_inputs(given, not_audio))
              for given in args.audio]
@@ -602,7 +611,8 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                                                     "(their wav.scp; each utterance named by its id), or - for "
                                                     "audio piped to standard input")
             p.add_argument("--plot", help="routing plot (spectrogram, surprisal, network per frame) as PNG; "
-                                          "with several files, one per file named OUT_<file or utterance id>.png")
+                                          "with several files, one per file named OUT_<file or utterance id>.png; a folder (an existing one, "
+                                          "or a name ending in /): <file or utterance id>.png in it")
             p.add_argument("--format", choices=["text", "json", "ctm"], default="text",
                            help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
                                 "with each phone's start and end; ctm: one line per phone (file channel start "
@@ -724,8 +734,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command not in TAKE_OVERRIDES:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown and args.command not in TAKE_OVERRIDES:  # named with the subcommand's help
+        parser.exit(2, f"error: unrecognized arguments: {' '.join(unknown)} (see {parser.prog} {args.command} --help)\n")
     from yaml import YAMLError
 
     from .errors import TrainingDivergedError

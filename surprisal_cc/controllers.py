@@ -507,7 +507,7 @@ def budget_big_fraction(encoder: nn.Module, apc_macs: int, fraction: float) -> f
     >>> budget_big_fraction(Routed(), apc_macs=0, fraction=0.1)
     Traceback (most recent call last):
     ...
-    ValueError: the budget 0.1 x big-only is outside (0.200, 1), the MACs per frame of small-only and big-only relative to big-only: choose a fraction between
+    ValueError: the budget 0.1 x big-only is outside (0.200, 1), the MACs per frame of small-only and big-only relative to big-only: choose a fraction in that range
     """
     controller = getattr(encoder, "controller", None)
     if not isinstance(controller, SurprisalController):
@@ -517,7 +517,7 @@ def budget_big_fraction(encoder: nn.Module, apc_macs: int, fraction: float) -> f
     lowest = rows["small-only"] / rows["big-only"]
     if not lowest < fraction < 1.0:
         raise ValueError(f"the budget {fraction:g} x big-only is outside ({lowest:.3f}, 1), the MACs per frame of "
-                         "small-only and big-only relative to big-only: choose a fraction between")
+                         "small-only and big-only relative to big-only: choose a fraction in that range")
     return target_mean_for_budget(fraction * rows["big-only"], rows["small-only"], rows["big-only"])
 
 

@@ -235,9 +235,9 @@ def resolve_device(device: Union[str, torch.device]) -> torch.device:
     """
     try:
         dev = torch.device(device)
-    except RuntimeError as err:
-        raise ConfigurationError(f"device {device!r}: {err}") from None
-    if dev.type not in ("cpu", "cuda"):
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
         raise ConfigurationError(f"device {device}: only cpu and cuda[:N] are supported; use cpu "
                                  "(or cuda on a machine with an NVIDIA GPU)")
     if dev.type == "cuda" and not torch.cuda.is_available():

@@ -208,7 +208,7 @@ def test_bench(monkeypatch, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "--bogus"])
     assert exit_info.value.code == 2
-    assert error_lines(capsys)[0].startswith("error: unrecognized arguments: --bogus")
+    assert error_lines(capsys)[0] == "error: unrecognized arguments: --bogus (see surprisal-cc bench --help)"
     monkeypatch.chdir(tmp_path)  # outside a source checkout
     assert main(["bench", "--only", "dataprep"]) == 1
     assert "benchmarks/ folder of a source checkout" in error_lines(capsys)[0]
@@ -387,7 +387,8 @@ def test_device_and_precision_errors(model, real_flac, capsys):
         assert main(["transcribe", str(real_flac), "--model", str(model), "--device", "cuda"]) == 1
         assert "CUDA is not available" in error_lines(capsys)[0]
     assert main(["transcribe", str(real_flac), "--model", str(model), "--device", "tpu9"]) == 1
-    error_lines(capsys)
+    assert error_lines(capsys) == ["error: device tpu9: only cpu and cuda[:N] are supported; use cpu "
+                                   "(or cuda on a machine with an NVIDIA GPU)"]
     code = main(["transcribe", str(real_flac), "--model", str(model), "--precision", "bf16"])
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
         assert code == 0 and "FLOPs per frame" in capsys.readouterr().out
@@ -432,8 +433,11 @@ def test_transcribe_is_deterministic_unless_sampled(model, real_flac, capsys):
     assert seeded[0]["use_big"] == seeded[1]["use_big"] and seeded[0]["phones"] == seeded[1]["phones"]
     assert not any(first["use_big"]) and 0 < sum(seeded[0]["use_big"]) < len(seeded[0]["use_big"])  # drawn
     assert isinstance(run("--sampled")["seed"], int)  # a random seed, reported
-    assert main(["transcribe", str(real_flac), "--model", str(model), "--deterministic", "--sampled"]) == 1
-    assert "give one" in error_lines(capsys)[0]
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--deterministic", "--sampled"]) == 2  # usage
+    assert "give one" in capsys.readouterr().err
+    assert main(["transcribe", str(real_flac), "--model", str(model), "--bias-shift", "1",
+                 "--flops-fraction", "0.9"]) == 2
+    assert "both set the controller's bias: give one" in capsys.readouterr().err
 
 
 @pytest.mark.integration
@@ -495,6 +499,10 @@ def test_transcribe_kaldi_data_folder_names_each_utterance_by_its_id(model, real
     assert skipped["skipped"].startswith("a command")
     assert [(r["utterance"], r["path"]) for r in results] == [("spk1-u1", str(real_flac)), ("spk1-u2", str(real_flac))]
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["r_spk1-u1.png", "r_spk1-u2.png"]
+    assert main(["transcribe", str(folder), "--model", str(model), "--skip-bad",
+                 "--plot", str(tmp_path / "by_id") + "/"]) == 0  # a folder: one plot per utterance in it
+    capsys.readouterr()
+    assert sorted(p.name for p in (tmp_path / "by_id").iterdir()) == ["spk1-u1.png", "spk1-u2.png"]
     assert main(["transcribe", str(folder), "--model", str(model), "--skip-bad"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"spk1-u1 ({real_flac})"
 

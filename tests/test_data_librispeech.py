@@ -129,6 +129,12 @@ def test_transcript_problems(corpus, tmp_path, line, reason):
         prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"])
 
 
+def test_a_chapter_without_its_transcript_file_is_named_as_such(corpus, tmp_path):
+    (corpus / "LibriSpeech" / "dev-clean-2" / "22" / "6" / "22-6.trans.txt").unlink()
+    with pytest.raises(DataPreparationError, match="22-6-0000.flac: no transcript: its folder has no \\*.trans.txt"):
+        prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"])
+
+
 def test_transcript_that_is_not_utf8_is_named(corpus, tmp_path):
     trans = corpus / "LibriSpeech" / "dev-clean-2" / "22" / "6" / "22-6.trans.txt"
     trans.write_bytes("22-6-0000 CAF\u00c9\n".encode("cp1252"))

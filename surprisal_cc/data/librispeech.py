@@ -86,11 +86,16 @@ def scan_subset(subset_dir: PathLike, with_transcripts: bool = True,
     subset_dir = Path(subset_dir)
     transcripts = read_librispeech_transcripts(subset_dir) if with_transcripts else {}
     utts, found = [], []
+    has_transcripts: Dict[Path, bool] = {}
     for wav in _audio_files(subset_dir):
         utt_id = wav.name[: -len(".flac")]
         words = transcripts.get(utt_id)
         if with_transcripts and words is None:
-            found.append(f"{wav}: no transcript line for {utt_id} in its *.trans.txt")
+            if wav.parent not in has_transcripts:
+                has_transcripts[wav.parent] = any(wav.parent.glob("*.trans.txt"))
+            found.append(f"{wav}: no transcript line for {utt_id} in its *.trans.txt"
+                         if has_transcripts[wav.parent] else
+                         f"{wav}: no transcript: its folder has no *.trans.txt (LibriSpeech's SPEAKER-CHAPTER.trans.txt)")
         elif with_transcripts and not words:
             found.append(f"{wav}: empty transcript for {utt_id}")
         else:

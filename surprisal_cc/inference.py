@@ -19,6 +19,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -252,6 +253,11 @@ def resolve_device(device: Union[str, torch.device]) -> torch.device:
 class ConditionalASR:
     """A trained conditional-computation CTC phone recogniser, ready for inference.
 
+    Unlike SpeechBrain's ``Pretrained``, it is not a ``torch.nn.Module``: its networks are
+    ``encoder`` and ``apc`` (always in eval mode), :meth:`to` moves them, and :meth:`forward` returns
+    the encoder output with the filterbanks, frame counts and surprisal (:meth:`encode_batch`:
+    the log-probabilities alone).
+
     Arguments
     ---------
     config : dict
@@ -470,6 +476,8 @@ class ConditionalASR:
         if not hasattr(self.encoder, "test_bias_shift"):
             raise ModelFormatError(f"a bias shift needs a conditional encoder; this model's is "
                                    f"{self.config['encoder']['name']!r}")
+        if not math.isfinite(float(shift)):
+            raise ValueError(f"a bias shift must be a finite number, got {shift}")
         controller = self.encoder.controller
         if shift and not controller.shifts_with_bias:
             raise ModelFormatError(f"the {controller.name!r} controller has no bias to shift")
@@ -481,7 +489,7 @@ class ConditionalASR:
         try:
             return budget_big_fraction(self.encoder, self.apc_macs, float(fraction))
         except ValueError as err:
-            raise ModelFormatError(f"--flops-fraction {fraction}: {err}") from None
+            raise ModelFormatError(f"FLOPs fraction {fraction}: {err}") from None
 
     @torch.no_grad()
     def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8,
@@ -493,6 +501,11 @@ class ConditionalASR:
 
         Returns ``{"fraction", "big_fraction", "bias_shift", "frames"}``.
         """
+        if isinstance(audio, (str, os.PathLike)):
+            audio = [audio]
+        audio = list(audio)
+        if not audio:
+            raise ValueError("meet_flops_budget needs audio files to solve the bias shift on; got none")
         big_fraction = self.budget_big_fraction(fraction)  # before any audio is read
         solution = solve_bias_shift(self.encoder.controller, self.frame_surprisal(audio, batch_size, long_chunk_s),
                                     big_fraction, stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
@@ -659,8 +672,9 @@ class ConditionalASR:
         fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples)
         short = [i for i, n in enumerate(frames.tolist()) if n == 0]
         if short:
+            listed = ", ".join(map(str, short[:10])) + (f" and {len(short) - 10} more" if len(short) > 10 else "")
             raise DataPreparationError(
-                f"utterance(s) {short} of the batch are shorter than one {self.feature_config.frame_length_ms:g} ms "
+                f"utterance(s) {listed} of the batch are shorter than one {self.feature_config.frame_length_ms:g} ms "
                 "frame: nothing to recognise")
         return fbank.to(self.device), frames.to(self.device)
 
@@ -708,8 +722,9 @@ class ConditionalASR:
 
         Arguments
         ---------
-        wavs : torch.Tensor
-            (B, S) or (S,) mono audio in [-1, 1] (int16 tensors are scaled by 1/32768).
+        wavs : torch.Tensor or list of torch.Tensor
+            (B, S) or (S,) mono audio in [-1, 1] (int16 tensors are scaled by 1/32768), or a list of
+            (S,) waveforms, padded here (their lengths taken as they are).
         wav_lens : torch.Tensor, optional
             (B,) relative lengths in (0, 1], as in SpeechBrain. Integer tensors are still read as
             sample counts (the earlier form of this argument); prefer ``num_samples``.
@@ -748,17 +763,8 @@ class ConditionalASR:
         >>> asr.transcribe_batch(wavs[:, ::2], sample_rate=8000)[0].num_frames
         24
         """
-        wavs = as_waveforms(wavs)
-        if num_samples is not None:
-            if wav_lens is not None:
-                raise ValueError("give wav_lens (relative) or num_samples (absolute), not both")
-            wav_lens = torch.as_tensor(num_samples).long()
-        samples = sample_counts(wavs, wav_lens)
+        wavs, samples = self.batch_inputs(wavs, wav_lens, num_samples, sample_rate)
         rate = self.feature_config.sample_rate
-        given_rate = rate if sample_rate is None else sample_rate_hz(sample_rate)
-        if given_rate != rate:
-            wavs = resample(wavs, given_rate, rate)
-            samples = (samples.double() * rate / given_rate).round().long().clamp(max=wavs.shape[1])
         with self.seeded_routing():
             out, hyps, fbank, frames, surprisal, seconds = self.run_batch(wavs, samples)
         rtf = seconds / max(float(samples.sum()) / rate, 1e-9)
@@ -775,10 +781,45 @@ class ConditionalASR:
                 **per_frame))
         return results
 
-    def encode_batch(self, wavs: Tensor, wav_lens: Optional[Tensor] = None) -> Tensor:
+    def batch_inputs(self, wavs, wav_lens: Optional[Tensor] = None, num_samples: Optional[Tensor] = None,
+                     sample_rate: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+        """(B, S) float waveforms at the model's sample rate and (B,) sample counts, from the arguments of
+        :meth:`transcribe_batch`; a list of 1-D waveforms (what :meth:`load_audio` returns) is padded here.
+
+        Example
+        -------
+        >>> asr = ConditionalASR.untrained(["AH", "sil"])
+        >>> wavs, samples = asr.batch_inputs([torch.zeros(800), torch.zeros(400)])
+        >>> tuple(wavs.shape), samples.tolist()
+        ((2, 800), [800, 400])
+        """
+        if isinstance(wavs, (list, tuple)) and wavs and all(torch.as_tensor(w).ndim == 1 for w in wavs):
+            if wav_lens is not None or num_samples is not None:
+                raise ValueError("a list of waveforms carries its own lengths: give no wav_lens or num_samples")
+            num_samples = torch.tensor([len(w) for w in wavs])
+            wavs = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(w) for w in wavs], batch_first=True)
+        wavs = as_waveforms(wavs)
+        if num_samples is not None:
+            if wav_lens is not None:
+                raise ValueError("give wav_lens (relative) or num_samples (absolute), not both")
+            counts = torch.as_tensor(num_samples)
+            if counts.is_floating_point() and not bool((counts == counts.round()).all()):
+                raise ValueError(f"num_samples are whole numbers of samples, got {counts.tolist()}; relative "
+                                 "lengths go in wav_lens")
+            wav_lens = counts.long()
+        samples = sample_counts(wavs, wav_lens)
+        rate = self.feature_config.sample_rate
+        given_rate = rate if sample_rate is None else sample_rate_hz(sample_rate)
+        if given_rate != rate:
+            wavs = resample(wavs, given_rate, rate)
+            samples = (samples.double() * rate / given_rate).round().long().clamp(max=wavs.shape[1])
+        return wavs, samples
+
+    def encode_batch(self, wavs: Tensor, wav_lens: Optional[Tensor] = None, *,
+                     num_samples: Optional[Tensor] = None, sample_rate: Optional[int] = None) -> Tensor:
         """SpeechBrain's ``encode_batch``: the CTC log-probabilities of a padded batch, not decoded.
 
-        ``wavs`` and ``wav_lens`` as in :meth:`transcribe_batch` (at the model's sample rate);
+        ``wavs``, ``wav_lens``, ``num_samples`` and ``sample_rate`` as in :meth:`transcribe_batch`;
         routing and threads as there too. Returns (B, T, C) log-probabilities over ``labels`` (the
         CTC blank at ``config["blank_index"]``) on the model's device; :meth:`forward` also gives
         each utterance's frame count, its routing and its surprisal.
@@ -791,9 +832,9 @@ class ConditionalASR:
         >>> tuple(log_probs.shape), bool(torch.allclose(log_probs.exp().sum(-1), torch.ones(2, 24)))
         ((2, 24, 4), True)
         """
-        wavs = as_waveforms(wavs)
+        wavs, samples = self.batch_inputs(wavs, wav_lens, num_samples, sample_rate)
         with self.seeded_routing(), decoding_threads(self.threads):  # forward runs without gradients
-            out, _, _, _ = self.forward(wavs, sample_counts(wavs, wav_lens))
+            out, _, _, _ = self.forward(wavs, samples)
         return out.log_probs.float()
 
     def segments(self, log_probs: Tensor, ids: Sequence[int], offset_frames: int = 0) -> List[Tuple[str, float, float]]:
@@ -844,6 +885,9 @@ class ConditionalASR:
         >>> result.num_frames, result.duration_s, Path(result.path).name
         (24, 0.5, 'utt.flac')
         """
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"transcribe_file takes the path of an audio file, got a {type(path).__name__}; "
+                            "transcribe waveforms with transcribe_batch")
         check_audio(path, self.feature_config.sample_rate)
         return self.transcribe_checked_file(path, long_chunk_s=long_chunk_s, progress=progress)
 

@@ -805,7 +805,7 @@ def test_evaluate_bias_shift_trades_flops(model, librispeech_folder, capsys):
     # weight 0: every frame's p_big is sigmoid(shift), so the shift is the budget's logit
     assert budgeted["bias_shift"] == budgeted["budget"]["bias_shift"] == pytest.approx(
         math.log(expected_big / (1 - expected_big)), abs=1e-3)
-    assert main([*args, "--flops-fraction", "0.9", "--bias-shift", "1"]) == 1
+    assert main([*args, "--flops-fraction", "0.9", "--bias-shift", "1"]) == 2  # a usage error
     assert "give one" in error_lines(capsys)[0]
     big_only = model.parent / "big_only"
     ConditionalASR.untrained(LIBRISPEECH_PHONES, controller="big_only", input_features="apc").save(big_only)

@@ -296,6 +296,31 @@ def test_transcribe_batch_speechbrain_lengths_sample_rate_and_int16(untrained):
     assert untrained.to("cpu") is untrained and untrained.routing == "deterministic"
 
 
+def test_batch_inputs_a_user_may_give(untrained):
+    """A list of waveforms is padded; encode_batch takes num_samples and sample_rate as transcribe_batch
+    does; layouts and lengths that would be misread are one clear error each."""
+    g = torch.Generator().manual_seed(3)
+    wavs = (0.1 * torch.randn(2, 16000, generator=g)).clamp(-1, 1)
+    listed = untrained.transcribe_batch([wavs[0], wavs[1, :8000]])
+    padded = untrained.transcribe_batch(wavs, num_samples=torch.tensor([16000, 8000]))
+    assert [r.phones for r in listed] == [r.phones for r in padded] and [r.num_frames for r in listed] == [49, 24]
+    assert untrained.encode_batch(wavs[:, ::2], num_samples=torch.tensor([8000, 4000]), sample_rate=8000).shape[1] == 49
+    for bad, message in [((wavs.T,), r"look like \(samples, channels\)"),
+                         ((wavs, torch.tensor([1, 1])), "integer wav_lens are read as sample counts"),
+                         (([wavs[0], wavs[1]], torch.tensor([1.0, 1.0])), "carries its own lengths")]:
+        with pytest.raises(ValueError, match=message):
+            untrained.transcribe_batch(*bad)
+    with pytest.raises(ValueError, match="whole numbers of samples"):
+        untrained.transcribe_batch(wavs, num_samples=torch.tensor([16000.0, 7999.5]))
+    with pytest.raises(ValueError, match="finite"):
+        untrained.set_bias_shift(float("nan"))
+    with pytest.raises(TypeError, match="takes the path of an audio file"):
+        untrained.transcribe_file(wavs[0])
+    with pytest.raises(ValueError, match="got none"):
+        untrained.meet_flops_budget([], 0.9)
+    assert untrained.transcribe_batch(wavs.clone().requires_grad_())[0].num_frames == 49
+
+
 def test_transcribe_batch_resamples_a_rate_sharing_no_factor_with_16k_in_bounded_memory(untrained, monkeypatch):
     """16001 Hz: a polyphase filter, not torchaudio's kernel of 16000 x 16001 taps (gigabytes, minutes)."""
     import torchaudio
@@ -471,7 +496,7 @@ def test_a_flops_budget_is_solved_on_the_frames_of_the_audio_given(tmp_path):
     assert asr.encoder.test_bias_shift == budget["bias_shift"]
     frames = sum(asr.transcribe_batch(sf.read(path, dtype="float32")[0])[0].num_frames for path in paths)
     assert budget["frames"] == frames == asr.meet_flops_budget(paths, 0.9, batch_size=1)["frames"]
-    with pytest.raises(ModelFormatError, match="--flops-fraction 0.1"):
+    with pytest.raises(ModelFormatError, match="FLOPs fraction 0.1"):
         asr.meet_flops_budget([tmp_path / "missing.wav"], 0.1)
 
 

@@ -321,6 +321,10 @@ def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:
 # ----------------------------------------------------------------------------------------------
 # In-memory batches
 # ----------------------------------------------------------------------------------------------
+#: Widest (samples, channels) layout :func:`as_waveforms` recognises as one recording's channels.
+MAX_CHANNELS = 8
+
+
 def as_waveforms(wavs) -> torch.Tensor:
     """(B, S) float waveforms in [-1, 1] from a (B, S) or (S,) tensor or array; int16 is scaled by
     1/32768, and float audio far outside [-1, 1] (int16-scaled, say) is refused.
@@ -337,7 +341,14 @@ def as_waveforms(wavs) -> torch.Tensor:
     Traceback (most recent call last):
         ...
     ValueError: wavs hold NaN or infinite samples
+    >>> as_waveforms([torch.zeros(3), torch.zeros(2)])
+    Traceback (most recent call last):
+        ...
+    ValueError: wavs is a list of 2 waveforms: pad them into one (batch, samples) tensor first, e.g. wavs, wav_lens = speechbrain.utils.data_utils.batch_pad_right(wavs)
     """
+    if isinstance(wavs, (list, tuple)) and wavs and all(hasattr(w, "shape") for w in wavs):
+        raise ValueError(f"wavs is a list of {len(wavs)} waveforms: pad them into one (batch, samples) tensor first, "
+                         "e.g. wavs, wav_lens = speechbrain.utils.data_utils.batch_pad_right(wavs)")
     wavs = torch.as_tensor(wavs)
     if wavs.dtype == torch.int16:
         wavs = wavs.float() / 32768.0
@@ -347,8 +358,12 @@ def as_waveforms(wavs) -> torch.Tensor:
         wavs = wavs[None]
     if wavs.ndim != 2:
         raise ValueError(f"wavs must be (batch, samples), got shape {tuple(wavs.shape)}")
+    if wavs.shape[1] <= MAX_CHANNELS < wavs.shape[0]:
+        raise ValueError(f"wavs of shape {tuple(wavs.shape)} look like (samples, channels): give (batch, samples) "
+                         "mono audio, e.g. wavs.mean(dim=1)[None] to downmix one recording")
     if wavs.numel() == 0:
         raise ValueError(f"wavs hold no audio (shape {tuple(wavs.shape)})")
+    wavs = wavs.detach()
     if not bool(torch.isfinite(wavs).all()):
         raise ValueError("wavs hold NaN or infinite samples")
     peak = float(wavs.abs().max())
@@ -374,6 +389,9 @@ def sample_counts(wavs: torch.Tensor, wav_lens: Optional[torch.Tensor]) -> torch
     lens = torch.as_tensor(wav_lens).detach().cpu()
     if lens.shape != (batch,):
         raise ValueError(f"wav_lens must have one length per waveform ({batch}), got shape {tuple(lens.shape)}")
+    if not lens.is_floating_point() and width > 1 and bool((lens <= 1).all()):
+        raise ValueError(f"integer wav_lens are read as sample counts, and {lens.tolist()} would keep at most one "
+                         "sample: give relative lengths as floating point (torch.tensor([1.0, 0.5]))")
     if lens.is_floating_point():
         if bool(((lens <= 0) | (lens > 1 + 1e-6)).any()):
             raise ValueError(f"relative wav_lens must lie in (0, 1] (SpeechBrain's convention), got {lens.tolist()}; "

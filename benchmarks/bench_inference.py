@@ -202,7 +202,7 @@ def encoder_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
 
 def _staged(asr, wav, samples, stage_times: Dict[str, List[float]]) -> None:
     """The steps of ``ConditionalASR._run``, each timed: filterbank, APC, encoder, beam search."""
-    from surprisal_cc.forward import CachedInputs, encode
+    from surprisal_cc.forward import CachedInputs, run_model
 
     clock = time.perf_counter
     with torch.no_grad():
@@ -215,7 +215,7 @@ def _staged(asr, wav, samples, stage_times: Dict[str, List[float]]) -> None:
                 apc_out = asr.apc(fbank, frames)
                 cached = CachedInputs(fbank, apc_out.features, apc_out.surprisal.float())
             t2 = clock()
-            out = encode(asr.encoder, fbank, frames, apc=asr.apc, use_apc_features=asr.use_apc_features,
+            out = run_model(asr.encoder, fbank, frames, apc=asr.apc, use_apc_features=asr.use_apc_features,
                          cached=cached).output
         log_probs = out.log_probs.float()
         t3 = clock()

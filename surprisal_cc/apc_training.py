@@ -19,9 +19,9 @@ from speechbrain.utils.distributed import if_main_process
 
 from .apc import APCModel, apc_config, save_apc
 from .augment import activate_in_training
-from .brain import FiniteLossBrain, absolute_lengths, unwrap
+from .brain import FiniteLossBrain
 from .errors import ConfigurationError
-from .nnet import lengths_to_mask
+from .nnet import absolute_lengths, lengths_to_mask, unwrap
 
 logger = logging.getLogger(__name__)
 

@@ -29,23 +29,13 @@ from .controllers import (SurprisalController, budget_big_fraction, calibrate_su
                           target_mean_for_budget)
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
-from .forward import CachedInputs, encode
+from .forward import CachedInputs, run_model
 from .metrics import closest_path
-from .nnet import EncoderOutput, lengths_to_mask, weights_fingerprint
+from .nnet import EncoderOutput, absolute_lengths, lengths_to_mask, unwrap, weights_fingerprint
 from .schedulers import anneal
 from .threads import DEFAULT_DECODING_THREADS, decoding_threads
 
 logger = logging.getLogger(__name__)
-
-
-def unwrap(module: torch.nn.Module) -> torch.nn.Module:
-    """The module inside a DistributedDataParallel / DataParallel wrapper."""
-    return getattr(module, "module", module)
-
-
-def absolute_lengths(padded) -> Tensor:
-    """Exact integer lengths from SpeechBrain's relative lengths of a PaddedData."""
-    return (padded.lengths * padded.data.shape[1]).round().long()
 
 
 @sb.utils.checkpoints.register_checkpoint_hooks
@@ -188,7 +178,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
         As for ``speechbrain.Brain``. Hparams used: ``front_end``, ``input_features`` ("apc" |
         "fbank"), ``label_encoder``, ``blank_index``, ``beam_searcher``, ``greedy_searcher``,
         ``valid_search`` ("greedy" | "beam"), ``error_rate`` (a callable returning a fresh
-        ErrorRate), ``results_file`` and the controller calibration keys.
+        ErrorRate), ``results_file`` and the controller calibration keys; :meth:`write_results`
+        reads more, to record the run (seed, dataset, schedule, feature masking, test threads).
 
     The random state (:class:`RNGState`) is one of the checkpointed recoverables. Call
     :meth:`calibrate_controller` before :meth:`fit` when the controller is the surprisal one.
@@ -214,7 +205,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         self.rng_state.apply_pending()
 
     def compute_forward(self, batch, stage) -> EncoderOutput:
-        """The model's forward pass (:func:`~surprisal_cc.forward.encode`) on cached features, or
+        """The model's forward pass (:func:`~surprisal_cc.forward.run_model`) on cached features, or
         on the batch's audio through the front end and the frozen APC model."""
         batch = batch.to(self.device)
         training = stage == sb.Stage.TRAIN
@@ -227,7 +218,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             cached = None
             fbank, lengths = self.hparams.front_end(batch.sig.data, absolute_lengths(batch.sig))
         transform = self.hparams.feature_masking if training and getattr(self.hparams, "augment", False) else None
-        step = encode(self.modules.encoder, fbank, lengths.to(self.device), apc=getattr(self.modules, "apc", None),
+        step = run_model(self.modules.encoder, fbank, lengths.to(self.device), apc=getattr(self.modules, "apc", None),
                       use_apc_features=self.hparams.input_features == "apc", training=training, cached=cached,
                       transform=transform)
         step.output.stats["apc_ran"] = torch.tensor(step.apc_ran)
@@ -322,7 +313,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.train_loss = stage_loss
             return
         summary = self.stage_summary()
-        metric_key = next(iter(summary))
+        metric_key = next(iter(summary))  # the error rate: PER, or TER with sentencepiece targets
         stats = {"loss": stage_loss, metric_key: summary[metric_key], "flops_per_frame_M": summary["flops_per_frame"] / 1e6}
         for key in ("p_big_mean", "big_fraction", "mean_steps"):
             if key in summary:
@@ -338,7 +329,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
                                  **{k: v for k, v in summary.items() if k != "flops_components"},
                                  "elapsed_s": time.time() - self.stage_start_time,  # validation
                                  "epoch_s": time.time() - getattr(self, "epoch_start_time", self.stage_start_time)})
-            self.checkpointer.save_and_keep_only(meta={metric_key: summary[metric_key]}, min_keys=[metric_key],
+            selection = getattr(self.hparams, "selection_metric", metric_key)  # what evaluate(min_key=...) reads
+            self.checkpointer.save_and_keep_only(meta={selection: summary[selection]}, min_keys=[selection],
                                                  num_to_keep=self.hparams.checkpoints_to_keep)
         else:
             split = getattr(self, "eval_split", "test")
@@ -484,7 +476,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         target_mean = self.hparams.controller_target_mean
         budget = getattr(self.hparams, "flops_budget", None)
         if budget:
-            table = self.static_flop_rows()
+            table = self.encoder_flop_rows()
             target_mean = target_mean_for_budget(budget, table["small-only"], table["big-only"])
         self.calibration = calibrate_surprisal_controller(
             controller, self.frame_surprisal(train_set), target_mean, self.hparams.controller_target_var,
@@ -538,7 +530,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         whose labels are not read) once the evaluated checkpoint is loaded
         (:meth:`on_evaluate_start`), and recorded in the results' ``budget_solution``."""
         if fraction is not None:
-            self.budget_big_fraction(float(fraction))  # a budget no model of this shape can meet fails now
+            self.test_budget_big_fraction(float(fraction))  # a budget no model of this shape can meet fails now
         self.test_budget = None if fraction is None else {"fraction": float(fraction), "dataset": budget_set,
                                                           "split": split}
 
@@ -558,7 +550,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
                 budget["solved_for"] = (max_key, min_key)
             self.set_test_bias_shift(budget["solution"]["bias_shift"])
 
-    def budget_big_fraction(self, fraction: float) -> float:
+    def test_budget_big_fraction(self, fraction: float) -> float:
         """:func:`~surprisal_cc.controllers.budget_big_fraction` of this brain's encoder, errors naming
         ``test_flops_fraction``."""
         try:
@@ -570,7 +562,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         """The test-time bias shift at which the surprisal controller's expected MACs per frame on
         the frames of ``budget_set`` are ``fraction`` x those of big-only
         (:func:`~surprisal_cc.controllers.solve_bias_shift`)."""
-        big_fraction = self.budget_big_fraction(fraction)
+        big_fraction = self.test_budget_big_fraction(fraction)
         solution = solve_bias_shift(unwrap(self.modules.encoder).controller, self.frame_surprisal(budget_set),
                                     big_fraction, stochastic=bool(self.hparams.test_stochastic))
         logger.info("test budget %.3g x big-only MACs per frame: %.1f%% of frames on the big network, "
@@ -578,7 +570,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
                     solution["frames"])
         return {"fraction": fraction, **solution}
 
-    def static_flop_rows(self) -> Dict[str, float]:
+    def encoder_flop_rows(self) -> Dict[str, float]:
+        """:func:`~surprisal_cc.flops.static_flop_rows` of this brain's encoder and APC."""
         return static_flop_rows(unwrap(self.modules.encoder), self.apc_macs)
 
     def fit(self, *args, **kwargs):

@@ -1,4 +1,5 @@
-"""CTC encoders: the encoder interface and the conditional (small/big) encoder with real routing.
+"""CTC encoders: the conditional (small/big) encoder with real routing, and :func:`build_encoder`
+(the interface they share, :class:`~surprisal_cc.nnet.Encoder`, is in :mod:`surprisal_cc.nnet`).
 
 Every encoder maps features (B, T, D) with exact frame lengths (and, when it needs it, per-frame
 surprisal) to an :class:`EncoderOutput`: CTC log-probabilities, an auxiliary loss to add to the

@@ -3,7 +3,7 @@
 APC runs only when the encoder reads its features (``input_features: apc``) or its controller
 reads surprisal; features and surprisal that the recipes' feature cache computed once stand in
 for that APC run. The Brain (training, validation, test, realignment) and the inference runtime
-both call :func:`encode`, so they cannot drift apart.
+both call :func:`run_model`, so they cannot drift apart.
 
 Example
 -------
@@ -12,7 +12,7 @@ Example
 >>> from surprisal_cc.controllers import build_controller
 >>> from surprisal_cc.encoders import ConditionalEncoder
 >>> encoder = ConditionalEncoder.paper(input_size=512, num_outputs=42, controller=build_controller("surprisal")).eval()
->>> step = encode(encoder, torch.randn(2, 7, 80), torch.tensor([7, 5]), apc=FrozenAPC(APCModel()))
+>>> step = run_model(encoder, torch.randn(2, 7, 80), torch.tensor([7, 5]), apc=FrozenAPC(APCModel()))
 >>> step.output.log_probs.shape, step.surprisal.shape, step.apc_ran
 (torch.Size([2, 7, 42]), torch.Size([2, 7]), True)
 """
@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 from torch import Tensor, nn
 
-from .nnet import EncoderOutput
+from .nnet import EncoderOutput, unwrap
 
 
 @dataclass
@@ -47,10 +47,10 @@ class ForwardStep:
 
 def needs_surprisal(encoder: nn.Module, training: bool) -> bool:
     """Whether ``encoder`` (possibly wrapped, e.g. by DDP) reads surprisal in training or evaluation."""
-    return getattr(encoder, "module", encoder).needs_surprisal(training)
+    return unwrap(encoder).needs_surprisal(training)
 
 
-def encode(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, apc: Optional[nn.Module] = None,
+def run_model(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, apc: Optional[nn.Module] = None,
            use_apc_features: bool = True, training: bool = False, cached: Optional[CachedInputs] = None,
            transform: Optional[Callable[[Tensor], Tensor]] = None) -> ForwardStep:
     """Run the model on one padded batch.

@@ -37,7 +37,7 @@ from .data.audio import as_waveforms, check_audio, resample, sample_counts, samp
 from .data.errors import BadAudioError, DataPreparationError
 from .decoding import CTCBeamSearch
 from .encoders import build_encoder
-from .forward import encode
+from .forward import run_model
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import Encoder, EncoderOutput, lengths_to_mask, runs_apc
 from .flops import module_macs
@@ -653,7 +653,7 @@ class ConditionalASR:
         """
         fbank, frames = self.filterbanks(wavs, sample_counts(wavs, wav_lens))
         with self._autocast():
-            step = encode(self.encoder, fbank, frames, apc=self.apc, use_apc_features=self.use_apc_features)
+            step = run_model(self.encoder, fbank, frames, apc=self.apc, use_apc_features=self.use_apc_features)
         surprisal = step.surprisal.float() if step.surprisal is not None else None
         return step.output, fbank, frames, surprisal
 

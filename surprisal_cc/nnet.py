@@ -175,6 +175,30 @@ class Encoder(nn.Module):
 # ----------------------------------------------------------------------------------------------
 # Building blocks
 # ----------------------------------------------------------------------------------------------
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The module inside a DistributedDataParallel / DataParallel wrapper (the module itself otherwise).
+
+    Example
+    -------
+    >>> layer = nn.Linear(2, 2)
+    >>> unwrap(layer) is layer
+    True
+    """
+    return getattr(module, "module", module)
+
+
+def absolute_lengths(padded) -> Tensor:
+    """Exact integer lengths from SpeechBrain's relative lengths of a PaddedData.
+
+    Example
+    -------
+    >>> from speechbrain.dataio.batch import PaddedData
+    >>> absolute_lengths(PaddedData(torch.zeros(2, 10), torch.tensor([1.0, 0.3]))).tolist()
+    [10, 3]
+    """
+    return (padded.lengths * padded.data.shape[1]).round().long()
+
 def runs_apc(input_features: str, encoder: nn.Module, training: Optional[bool] = None) -> bool:
     """Whether a model runs the APC: for its features (``input_features == "apc"``) or for the
     surprisal ``encoder`` (possibly wrapped, e.g. by DDP) reads in training (``training=True``),
@@ -185,7 +209,7 @@ def runs_apc(input_features: str, encoder: nn.Module, training: Optional[bool] =
     >>> runs_apc("fbank", Encoder()), runs_apc("apc", Encoder())
     (False, True)
     """
-    encoder = getattr(encoder, "module", encoder)
+    encoder = unwrap(encoder)
     modes = (True, False) if training is None else (training,)
     return input_features == "apc" or any(encoder.needs_surprisal(mode) for mode in modes)
 

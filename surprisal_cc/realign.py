@@ -616,7 +616,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
 
 def _batch_fbank(batch, front_end) -> np.ndarray:
     """(B, T, n_mels) log-mel frames of a batch: cached (``fbank``) or computed from the audio."""
-    from .brain import absolute_lengths
+    from .nnet import absolute_lengths
 
     if hasattr(batch, "fbank"):
         return batch.fbank.data.float().cpu().numpy()

@@ -2,7 +2,9 @@
 
 Each ``train.py`` shows its pipeline top to bottom and calls these in order:
 :func:`parse_arguments` and :func:`load_hparams` (command line and hparams, clear errors),
+:func:`check_test_only` (a ``--test_only`` run has a trained folder to read),
 :func:`create_experiment_directory`, :func:`prepare_manifests` (the corpus's ``prepare_*`` function),
+:func:`prepare_labels` (phones checked against the phone set, or sentencepiece units trained),
 :func:`obtain_apc` (load or pretrain the frozen APC model), :func:`feature_cache` (filterbanks,
 APC features and surprisal of every utterance, computed once), :func:`dataio_prep`
 (DynamicItemDataset pipelines) and :func:`training_loader_options`; the Brain
@@ -57,8 +59,10 @@ def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
 def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapping] = None) -> Dict:
     """Load a hyperpyyaml file with overrides; unknown keys and bad values get a clear error.
 
-    With ``run_opts`` (a recipe run) the training ``precision`` is resolved (:func:`resolve_precision`)
-    and the label settings are checked. Note: hparams files are code (``!new:``/``!apply:`` run
+    With ``run_opts`` (a recipe run) the training ``precision`` is resolved (:func:`resolve_precision`),
+    the settings that must agree are checked (labels and ``num_outputs``, a test budget, a bias
+    sweep), and ``malloc_reuse: True`` switches this process's allocator to reuse freed memory
+    (:func:`reuse_freed_memory`). Note: hparams files are code (``!new:``/``!apply:`` run
     Python); only load files you trust.
     """
     path = Path(hparams_file)
@@ -83,9 +87,10 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
         if hparams.get("target_unit", "phone") not in ("phone", "sentencepiece"):
             raise ConfigurationError(f"target_unit must be 'phone' or 'sentencepiece', got {hparams['target_unit']!r}")
         if hparams.get("target_unit") == "phone":
-            check_consistency(hparams)
+            check_num_outputs(hparams)
         check_test_budget(hparams)
         check_bias_sweep(hparams)
+        check_selection_metric(hparams)
     return hparams
 
 
@@ -541,7 +546,7 @@ def prepare_labels(hparams: Dict, manifests: Mapping[str, str]) -> None:
     sp_dir = Path(manifests["train"]).parent / f"sentencepiece_{hparams['sp_vocab_size']}"
     run_on_main(train_units, args=[sp_dir, hparams["sp_vocab_size"], manifests["train"]])
     hparams["label_encoder"] = SentencePieceLabels(sp_dir, hparams["sp_vocab_size"], manifests["train"])
-    check_consistency(hparams)
+    check_num_outputs(hparams)
 
 
 def feature_cache(hparams: Dict, manifests: Mapping[str, str], apc: Optional[APCModel]) -> Optional[FeatureCache]:
@@ -685,8 +690,27 @@ def check_manifest_phones(manifests: Mapping[str, str], labels: Sequence[str]) -
                         "or map them in its prepare function")
 
 
-def check_consistency(hparams: Dict) -> None:
-    """Catch configuration mistakes before any data is touched."""
+def check_selection_metric(hparams: Mapping) -> None:
+    """``selection_metric`` (the validation metric the checkpoints are kept and chosen by) is one that
+    validation reports for the run's targets: PER for phones; TER or WER for sentencepiece units.
+
+    Example
+    -------
+    >>> check_selection_metric({"target_unit": "sentencepiece", "selection_metric": "PER"})
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.ConfigurationError: selection_metric: PER is not reported for sentencepiece targets: choose one of ['TER', 'WER'] (--selection_metric=TER)
+    """
+    unit = hparams.get("target_unit", "phone")
+    choices = ["PER"] if unit == "phone" else ["TER", "WER"]
+    metric = hparams.get("selection_metric", choices[0])
+    if metric not in choices:
+        raise ConfigurationError(f"selection_metric: {metric} is not reported for {unit} targets: choose one of "
+                                 f"{choices} (--selection_metric={choices[0]})")
+
+
+def check_num_outputs(hparams: Dict) -> None:
+    """``num_outputs`` is the label set's size plus the blank, found before any data is touched."""
     expected = len(hparams["label_encoder"].ind2lab)
     if hparams["num_outputs"] != expected:
         raise ConfigurationError(f"num_outputs is {hparams['num_outputs']} but the label set has {expected - 1} "

@@ -25,6 +25,8 @@ MLS_HPARAMS = str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
     ("encoder: pondernet\npondernet_max_steps: 0", "max_steps (hparams key 'pondernet_max_steps') must be >= 1"),
     ("controller: big_only\ntest_bias_shifts: [0.0, 2.0]", "the 'big_only' controller has none to shift"),
     ("encoder: act\ntest_bias_shifts: [-1.0]", "the 'act' encoder has none: leave test_bias_shifts at [0.0]"),
+    ("target_unit: sentencepiece", "selection_metric: PER is not reported for sentencepiece targets"),
+    ("selection_metric: WER", "selection_metric: WER is not reported for phone targets"),
 ])
 def test_bad_configuration_is_named_at_load_time(overrides, message):
     with pytest.raises(ConfigurationError) as err:

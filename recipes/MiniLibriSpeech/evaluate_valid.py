@@ -23,7 +23,8 @@ from typing import Dict, List
 import torch
 
 from surprisal_cc import recipe
-from surprisal_cc.brain import ConditionalCTCBrain, unwrap
+from surprisal_cc.brain import ConditionalCTCBrain
+from surprisal_cc.nnet import unwrap
 from surprisal_cc.data import prepare_mini_librispeech
 
 

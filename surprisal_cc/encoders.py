@@ -230,16 +230,15 @@ class ConditionalEncoder(Encoder):
         mix = masked_mixture if both else route_frames
         y = mix(x, lengths, decision.use_big, self.small_net, self.big_net, decision.gate)
         logits = self.post_net(y, lengths) if self.post_net is not None else y
-        macs = self.component_macs()
-        big_frames = mask if both else decision.use_big & mask
-        small_frames = mask if both else (~decision.use_big) & mask
-        frame_macs = {
-            "pre_net": uniform_frame_macs(macs["pre_net"], mask),
-            "small_net": uniform_frame_macs(macs["small_net"], small_frames),
-            "big_net": uniform_frame_macs(macs["big_net"], big_frames),
-            "post_net": uniform_frame_macs(macs["post_net"], mask),
-            "controller": uniform_frame_macs(controller.macs_per_frame(), mask),
+        ran_on = {  # the frames each component of component_macs() ran on
+            "pre_net": mask,
+            "small_net": mask if both else (~decision.use_big) & mask,
+            "big_net": mask if both else decision.use_big & mask,
+            "post_net": mask,
+            "controller": mask,
         }
+        macs = {**self.component_macs(), "controller": controller.macs_per_frame()}  # the controller that ran
+        frame_macs = {name: uniform_frame_macs(macs[name], frames) for name, frames in ran_on.items()}
         return EncoderOutput(
             log_probs=torch.log_softmax(logits, dim=-1),
             lengths=lengths,

@@ -27,6 +27,7 @@ from .apc import APCModel, FrozenAPC
 from .augment import activate_in_training
 from .controllers import (SurprisalController, budget_big_fraction, calibrate_surprisal_controller, solve_bias_shift,
                           target_mean_for_budget)
+from .ctc import utterance_mean_ctc_loss
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
 from .forward import CachedInputs, run_model
@@ -225,22 +226,11 @@ class ConditionalCTCBrain(FiniteLossBrain):
         return step.output
 
     def compute_objectives(self, out: EncoderOutput, batch, stage) -> Tensor:
-        tokens, token_lens = batch.tokens.data, absolute_lengths(batch.tokens)
-        if hasattr(batch, "predecessors"):  # every pronunciation of every word (training and validation)
-            from .ctc import ctc_loss_graph
-
-            ctc = ctc_loss_graph(out.log_probs, tokens, token_lens, batch.predecessors.data, out.lengths,
-                                 blank=self.hparams.blank_index, reduction="sum") / tokens.shape[0]
-        elif stage == sb.Stage.TRAIN and hasattr(batch, "optional"):  # optional_silence: sum over sil or not
-            from .ctc import ctc_loss_optional
-
-            ctc = ctc_loss_optional(out.log_probs, tokens, token_lens, out.lengths, batch.optional.data,
-                                    blank=self.hparams.blank_index, reduction="sum") / tokens.shape[0]
-        else:
-            ctc = torch.nn.functional.ctc_loss(
-                out.log_probs.transpose(0, 1), tokens, out.lengths, token_lens,
-                blank=self.hparams.blank_index, reduction="sum", zero_infinity=False,
-            ) / tokens.shape[0]
+        # every pronunciation of every word (training and validation), or optional silences (training)
+        predecessors = batch.predecessors.data if hasattr(batch, "predecessors") else None
+        optional = batch.optional.data if stage == sb.Stage.TRAIN and hasattr(batch, "optional") else None
+        ctc = utterance_mean_ctc_loss(out.log_probs, out.lengths, batch.tokens.data, absolute_lengths(batch.tokens),
+                                      blank=self.hparams.blank_index, predecessors=predecessors, optional=optional)
         loss = ctc + out.aux_loss
         if stage != sb.Stage.TRAIN:
             self.record_evaluation(out, batch, stage)

@@ -29,8 +29,38 @@ IMPOSSIBLE = NEG / 2  # a log-likelihood below this means no path fits
 # times slower on the CPU.
 FLOOR = -80.0
 
-__all__ = ["ctc_loss_graph", "ctc_loss_optional", "optional_silence_labels", "optional_silence_targets",
+__all__ = ["utterance_mean_ctc_loss", "ctc_loss_graph", "ctc_loss_optional", "optional_silence_labels", "optional_silence_targets",
            "pronunciation_graph", "pronunciation_targets", "spoken_pronunciation_graph"]
+
+
+def utterance_mean_ctc_loss(log_probs: Tensor, input_lengths: Tensor, tokens: Tensor, target_lengths: Tensor, *,
+                            blank: int, predecessors: Optional[Tensor] = None,
+                            optional: Optional[Tensor] = None) -> Tensor:
+    """The recipes' training objective: the CTC loss of a batch summed over its utterances and divided
+    by their number. Over every label sequence of a graph (``predecessors``: :func:`ctc_loss_graph`),
+    over the sequences that leave out optional tokens (``optional``: :func:`ctc_loss_optional`), or
+    torch's CTC of the one sequence ``tokens``.
+
+    Example
+    -------
+    >>> log_probs = torch.randn(2, 6, 4).log_softmax(-1)
+    >>> tokens, target_lengths = torch.tensor([[1, 2], [3, 0]]), torch.tensor([2, 1])
+    >>> plain = utterance_mean_ctc_loss(log_probs, torch.tensor([6, 4]), tokens, target_lengths, blank=0)
+    >>> none_optional = utterance_mean_ctc_loss(log_probs, torch.tensor([6, 4]), tokens, target_lengths, blank=0,
+    ...                                         optional=torch.zeros(2, 2, dtype=torch.bool))
+    >>> bool(torch.allclose(plain, none_optional, atol=1e-4))
+    True
+    """
+    if predecessors is not None:
+        total = ctc_loss_graph(log_probs, tokens, target_lengths, predecessors, input_lengths, blank=blank,
+                               reduction="sum")
+    elif optional is not None:
+        total = ctc_loss_optional(log_probs, tokens, target_lengths, input_lengths, optional, blank=blank,
+                                  reduction="sum")
+    else:
+        total = F.ctc_loss(log_probs.transpose(0, 1), tokens, input_lengths, target_lengths, blank=blank,
+                           reduction="sum", zero_infinity=False)
+    return total / tokens.shape[0]
 
 
 def _transitions(targets: Tensor, target_lengths: Tensor, optional: Tensor, blank: int):

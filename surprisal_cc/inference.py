@@ -44,7 +44,7 @@ from .flops import module_macs
 from .errors import ConfigurationError
 from .model_folder import (FORMAT_VERSION, WEIGHT_DTYPES, ModelFormatError, default_model_dir, load_model_folder,
                            write_model_folder)
-from .precision import native_bf16
+from .precision import INFERENCE_PRECISIONS, native_bf16
 from .threads import DEFAULT_DECODING_THREADS, check_threads, decoding_threads
 
 PathLike = Union[str, os.PathLike]
@@ -176,7 +176,6 @@ class Transcription:
 # ----------------------------------------------------------------------------------------------
 # The model
 # ----------------------------------------------------------------------------------------------
-PRECISIONS = ("fp32", "bf16", "auto")
 
 
 def resolve_inference_precision(precision: str, device: torch.device) -> str:
@@ -211,8 +210,8 @@ def resolve_inference_precision(precision: str, device: torch.device) -> str:
     >>> resolve_inference_precision("fp32", torch.device("cpu")), resolve_inference_precision("auto", torch.device("cpu"))
     ('fp32', 'fp32')
     """
-    if precision not in PRECISIONS:
-        raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision not in INFERENCE_PRECISIONS:
+        raise ConfigurationError(f"precision must be one of {INFERENCE_PRECISIONS}, got {precision!r}")
     if precision == "auto":
         return "fp32"
     if precision == "bf16" and not native_bf16(device):

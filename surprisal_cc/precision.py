@@ -19,6 +19,10 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
+#: The ``precision`` values of training (the hparams key; fp16 on CUDA only) and of inference.
+TRAINING_PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+INFERENCE_PRECISIONS = ("fp32", "bf16", "auto")
+
 #: bf16 autocast is chosen on a CPU only when its training step is at least this much faster than fp32's.
 BF16_MIN_SPEEDUP = 1.1
 

@@ -37,7 +37,7 @@ from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
 from .hparams_files import expand_hparams, load_hparams_file, ruamel_errors
 from .nnet import keyword_names, runs_apc
-from .precision import auto_precision
+from .precision import TRAINING_PRECISIONS, auto_precision
 
 logger = logging.getLogger(__name__)
 
@@ -593,9 +593,6 @@ def training_loader_options(hparams: Dict, train_set: DynamicItemDataset) -> Dic
     return {"batch_sampler": sampler, "num_workers": options.get("num_workers", 0)}
 
 
-PRECISIONS = ("fp32", "bf16", "fp16", "auto")
-
-
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 
@@ -639,8 +636,8 @@ def resolve_precision(precision: str, run_opts) -> str:
     """
     if "precision" in getattr(run_opts, "overridden_args", ()):
         return run_opts["precision"]
-    if precision not in PRECISIONS:
-        raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision not in TRAINING_PRECISIONS:
+        raise ConfigurationError(f"precision must be one of {TRAINING_PRECISIONS}, got {precision!r}")
     if precision != "auto":
         return precision
     device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
@@ -657,9 +654,9 @@ def _agreed_by_every_rank(choose: Callable[[str], str], device: str) -> str:
     if not is_distributed_initialized() or torch.device(device).type == "cuda":
         return choose(device)
     main = torch.distributed.get_rank() == 0
-    choice = torch.tensor([PRECISIONS.index(choose(device)) if main else -1])
+    choice = torch.tensor([TRAINING_PRECISIONS.index(choose(device)) if main else -1])
     torch.distributed.broadcast(choice, src=0)
-    return PRECISIONS[int(choice)]
+    return TRAINING_PRECISIONS[int(choice)]
 
 
 def check_manifest_phones(manifests: Mapping[str, str], labels: Sequence[str]) -> None:

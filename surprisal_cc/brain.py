@@ -373,36 +373,34 @@ class ConditionalCTCBrain(FiniteLossBrain):
 
     @main_process_only
     def write_results(self, summary: Dict[str, object], test_loss: float) -> None:
-        """Write one test evaluation to its own results and alignments files
-        (:func:`~surprisal_cc.runs.results_file_name`).
+        """Write one test evaluation (:meth:`results_record`) to its own results and alignments files
+        (:func:`~surprisal_cc.runs.results_file_name`). A ``--test_only`` evaluation never replaces
+        the training run's ``results.json``."""
+        from .runs import evaluation_tag, results_file_name
 
-        A ``--test_only`` evaluation never replaces the training run's ``results.json``. Under a
-        test-time FLOPs budget (:meth:`set_test_flops_budget`) ``test_bias_shift`` stays 0 (no shift
-        was asked for) and ``budget_solution`` holds the shift that was solved and applied. The
-        calibration of a run that was resumed, or evaluated with ``--test_only``, is read back from
-        ``calibration.json`` (or, without it, from the controller loaded from the checkpoint).
-        """
-        from .runs import evaluation_tag, results_file_name, train_labels_name, train_targets_name
+        self.write_alignments()
+        results = self.results_record(summary, test_loss)
+        path = Path(self.hparams.results_file)
+        path = path.with_name(results_file_name(results["test_bias_shift"], results["test_only"], path.stem,
+                                                path.suffix, evaluation_tag(vars(self.hparams))))
+        path.write_text(json.dumps(results, indent=2, default=float))
+        self.split_results = {}
+        logger.info("results written to %s", path)
+
+    def results_record(self, summary: Dict[str, object], test_loss: float) -> Dict[str, object]:
+        """What a results file holds: the test ``summary`` (:meth:`stage_summary`) and loss, the
+        development split's (``dev``), and the run's settings and provenance. A new column goes here;
+        :mod:`surprisal_cc.runs` gives older results files its default, and :mod:`surprisal_cc.report`
+        shows it. Under a test-time FLOPs budget (:meth:`set_test_flops_budget`) ``test_bias_shift``
+        stays 0 (no shift was asked for) and ``budget_solution`` holds the shift that was solved and
+        applied."""
+        from .runs import train_labels_name, train_targets_name
 
         encoder = unwrap(self.modules.encoder)
         controller = getattr(encoder, "controller", None)
-        test_only = bool(getattr(self, "test_only", False))
         budget = getattr(self, "test_budget", None)
         solution = {k: v for k, v in budget["solution"].items() if k != "fraction"} if budget else None
-        shift = self.asked_bias_shift()
-        tag = evaluation_tag(vars(self.hparams))
-        self.write_alignments()
-        calibration = getattr(self, "calibration", None)
-        if calibration is None and isinstance(controller, SurprisalController) and bool(controller.calibrated):
-            weight, bias = float(controller.weight), float(controller.bias)
-            calibration = {"weight": weight, "bias": bias, "source": "checkpoint"}
-            stored = Path(self.hparams.output_folder, "calibration.json")
-            if stored.is_file():
-                saved = json.loads(stored.read_text())
-                if all(abs(float(saved.get(k, "nan")) - v) <= 1e-5 * max(1.0, abs(v))
-                       for k, v in (("weight", weight), ("bias", bias))):
-                    calibration = saved
-        results = {
+        return {
             **summary,
             "error_rate_details": self.error_metrics.summarize(),
             "test_loss": test_loss,
@@ -415,12 +413,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "controller_at_test": self.hparams.controller_at_test,
             "train_stochastic": self.hparams.train_stochastic,
             "test_stochastic": self.hparams.test_stochastic,
-            "test_bias_shift": shift,
+            "test_bias_shift": self.asked_bias_shift(),
             "test_flops_fraction": budget["fraction"] if budget else None,
             "test_budget_split": budget["split"] if budget else None,
             "budget_solution": solution,  # the bias shift that met the budget on that split's frames
             "learned_estimator": getattr(controller, "estimator", None),
-            "test_only": test_only,
+            "test_only": bool(getattr(self, "test_only", False)),
             "precision": self.precision,
             "augment": bool(getattr(self.hparams, "augment", False)),
             "speed_perturb": list(getattr(getattr(self.hparams, "speed_perturbation", None), "factors", ())),
@@ -430,7 +428,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
                                                 getattr(self.hparams, "pronunciation_alternatives", False)),
             "apc": weights_fingerprint(self.apc_model) if self.apc_model is not None else None,
             "component_macs": {"apc": self.apc_macs, **encoder.component_macs()},
-            "calibration": calibration,
+            "calibration": self.recorded_calibration(),
             "seed": self.hparams.seed,
             "dataset": self.hparams.dataset,
             "data": {split: str(path) for split, path in self.manifests.items()},
@@ -443,11 +441,24 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "test_wallclock_s": time.time() - self.stage_start_time,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
-        path = Path(self.hparams.results_file)
-        path = path.with_name(results_file_name(results["test_bias_shift"], test_only, path.stem, path.suffix, tag))
-        path.write_text(json.dumps(results, indent=2, default=float))
-        self.split_results = {}
-        logger.info("results written to %s", path)
+
+    def recorded_calibration(self) -> Optional[Dict[str, object]]:
+        """The surprisal controller's calibration as this process made it, or, for a run that was
+        resumed or evaluated with ``--test_only``, read back from ``calibration.json`` where it matches
+        the controller loaded from the checkpoint (else that controller's w and b); None without one."""
+        if getattr(self, "calibration", None) is not None:
+            return self.calibration
+        controller = getattr(unwrap(self.modules.encoder), "controller", None)
+        if not (isinstance(controller, SurprisalController) and bool(controller.calibrated)):
+            return None
+        weight, bias = float(controller.weight), float(controller.bias)
+        stored = Path(self.hparams.output_folder, "calibration.json")
+        if stored.is_file():
+            saved = json.loads(stored.read_text())
+            if all(abs(float(saved.get(k, "nan")) - v) <= 1e-5 * max(1.0, abs(v))
+                   for k, v in (("weight", weight), ("bias", bias))):
+                return saved
+        return {"weight": weight, "bias": bias, "source": "checkpoint"}
 
     # ------------------------------------------------------------------ controller calibration
     def calibrate_controller(self, train_set) -> Optional[Dict[str, float]]:

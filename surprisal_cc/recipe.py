@@ -311,38 +311,8 @@ def dataio_prep(hparams: Dict, manifests: Mapping[str, str], cache: Optional[Fea
         alternatives, the training and validation splits give ``predecessors`` (``tokens`` then
         hold the graph's tokens; :func:`surprisal_cc.ctc.ctc_loss_graph`).
     """
-    from .data.audio import read_audio
-
-    datasets = {}
-    for split, manifest in manifests.items():
-        data = DynamicItemDataset.from_csv(csv_path=str(manifest))
-        if split == "train" and hparams.get("sorting", "random") != "random":
-            data = data.filtered_sorted(sort_key="duration", reverse=hparams["sorting"] == "descending")
-        datasets[split] = data
+    datasets = _load_splits(manifests, hparams.get("sorting", "random"))
     label_encoder: CTCTextEncoder = hparams["label_encoder"]
-
-    target_column = "phn" if hparams["target_unit"] == "phone" else "wrd"
-
-    @sb.utils.data_pipeline.takes(target_column)
-    @sb.utils.data_pipeline.provides("tokens")
-    def targets(text: str):
-        return torch.LongTensor(label_encoder.encode_sequence(text.split()))
-
-    outputs = ["id", "tokens", "wrd"] + (cache_items(cache) if cache is not None else ["sig"])
-
-    def features(perturbation: Optional[SpeedPerturbation]):
-        """The cached features, or without a cache the audio (``sig``), at the drawn speed."""
-        if cache is not None:
-            return cached_features(cache, perturbation)
-
-        @sb.utils.data_pipeline.takes("wav")
-        @sb.utils.data_pipeline.provides("sig")
-        def audio(wav: str):
-            signal = read_audio(wav)
-            return perturbation(signal, perturbation.choose()) if perturbation else signal
-
-        return audio
-
     optional_silence = hparams.get("optional_silence", False)
     alternatives = hparams.get("pronunciation_alternatives", False)
     if optional_silence and alternatives:
@@ -351,46 +321,95 @@ def dataio_prep(hparams: Dict, manifests: Mapping[str, str], cache: Optional[Fea
     graph_splits = [split for split in ("train", "valid") if split in datasets] if alternatives else []
     special = graph_splits or (["train"] if optional_silence and "train" in datasets else [])
     plain = [d for split, d in datasets.items() if split not in special]
-    from .ctc import chain_predecessors, graph_tensor, pronunciation_targets
-
     for split in graph_splits:  # every pronunciation of every word: trained on, and validated against
-        graphs = _special_targets(hparams, datasets[split], split, "pronunciation_alternatives", pronunciation_targets,
-                                  "labels made of its words' CMUdict pronunciations (lexicon or realigned labels) "
-                                  "with a word of several", "every pronunciation of every word")
-        width = max((len(p) for _, preds in graphs.values() for p in preds), default=1)  # one width per split
-
-        @sb.utils.data_pipeline.takes("id", "phn")
-        @sb.utils.data_pipeline.provides("tokens", "predecessors")
-        def graph_targets(utt_id: str, text: str, graphs=graphs, width=width):
-            phones = text.split()
-            tokens, preds = graphs.get(utt_id, (phones, chain_predecessors(len(phones))))
-            yield torch.LongTensor(label_encoder.encode_sequence(tokens))
-            yield graph_tensor(preds, width)
-
-        sb.dataio.dataset.add_dynamic_item([datasets[split]], graph_targets)
+        _add_graph_targets(hparams, datasets[split], split, label_encoder)
     if optional_silence and "train" in datasets:  # training targets: an optional sil at every word boundary
-        from .ctc import optional_silence_targets
+        _add_optional_silence_targets(hparams, datasets["train"], label_encoder)
+    target_column = "phn" if hparams["target_unit"] == "phone" else "wrd"
 
-        table = _special_targets(hparams, datasets["train"], "train", "optional_silence", optional_silence_targets,
-                                 "lexicon labels (labels: {train: lexicon}) to insert optional sil into",
-                                 "optional sil at word boundaries")
+    @sb.utils.data_pipeline.takes(target_column)
+    @sb.utils.data_pipeline.provides("tokens")
+    def targets(text: str):
+        return torch.LongTensor(label_encoder.encode_sequence(text.split()))
 
-        @sb.utils.data_pipeline.takes("id", "phn")
-        @sb.utils.data_pipeline.provides("tokens", "optional")
-        def optional_targets(utt_id: str, text: str):
-            phones, optional = table.get(utt_id, (text.split(), None))
-            yield torch.LongTensor(label_encoder.encode_sequence(phones))
-            yield torch.tensor(optional if optional is not None else [False] * len(phones), dtype=torch.bool)
-
-        sb.dataio.dataset.add_dynamic_item([datasets["train"]], optional_targets)
     sb.dataio.dataset.add_dynamic_item(plain, targets)
-    sb.dataio.dataset.add_dynamic_item([d for split, d in datasets.items() if split != "train"], features(None))
+    sb.dataio.dataset.add_dynamic_item([d for split, d in datasets.items() if split != "train"],
+                                       _features(cache, None))
     if "train" in datasets:
-        sb.dataio.dataset.add_dynamic_item([datasets["train"]], features(hparams.get("speed_perturbation")))
+        sb.dataio.dataset.add_dynamic_item([datasets["train"]], _features(cache, hparams.get("speed_perturbation")))
+    outputs = ["id", "tokens", "wrd"] + (cache_items(cache) if cache is not None else ["sig"])
     sb.dataio.dataset.set_output_keys(plain, outputs)
     sb.dataio.dataset.set_output_keys([datasets[split] for split in special],
                                       outputs + ["predecessors" if alternatives else "optional"])
     return datasets
+
+
+def _load_splits(manifests: Mapping[str, str], sorting: str) -> Dict[str, DynamicItemDataset]:
+    """A DynamicItemDataset per manifest; the training split sorted by duration unless ``sorting`` is random."""
+    datasets = {}
+    for split, manifest in manifests.items():
+        data = DynamicItemDataset.from_csv(csv_path=str(manifest))
+        if split == "train" and sorting != "random":
+            data = data.filtered_sorted(sort_key="duration", reverse=sorting == "descending")
+        datasets[split] = data
+    return datasets
+
+
+def _features(cache: Optional[FeatureCache], perturbation: Optional[SpeedPerturbation]):
+    """The dynamic item of the features: the cached ones, or without a cache the audio (``sig``), at
+    the speed ``perturbation`` draws."""
+    from .data.audio import read_audio
+
+    if cache is not None:
+        return cached_features(cache, perturbation)
+
+    @sb.utils.data_pipeline.takes("wav")
+    @sb.utils.data_pipeline.provides("sig")
+    def audio(wav: str):
+        signal = read_audio(wav)
+        return perturbation(signal, perturbation.choose()) if perturbation else signal
+
+    return audio
+
+
+def _add_graph_targets(hparams: Dict, data: DynamicItemDataset, split: str, label_encoder: CTCTextEncoder) -> None:
+    """``tokens`` and ``predecessors`` of ``data``: the graph of every pronunciation of every word
+    (:func:`~surprisal_cc.ctc.pronunciation_targets`); a plain chain where an utterance has none."""
+    from .ctc import chain_predecessors, graph_tensor, pronunciation_targets
+
+    graphs = _special_targets(hparams, data, split, "pronunciation_alternatives", pronunciation_targets,
+                              "labels made of its words' CMUdict pronunciations (lexicon or realigned labels) "
+                              "with a word of several", "every pronunciation of every word")
+    width = max((len(p) for _, preds in graphs.values() for p in preds), default=1)  # one width per split
+
+    @sb.utils.data_pipeline.takes("id", "phn")
+    @sb.utils.data_pipeline.provides("tokens", "predecessors")
+    def graph_targets(utt_id: str, text: str):
+        phones = text.split()
+        tokens, preds = graphs.get(utt_id, (phones, chain_predecessors(len(phones))))
+        yield torch.LongTensor(label_encoder.encode_sequence(tokens))
+        yield graph_tensor(preds, width)
+
+    sb.dataio.dataset.add_dynamic_item([data], graph_targets)
+
+
+def _add_optional_silence_targets(hparams: Dict, data: DynamicItemDataset, label_encoder: CTCTextEncoder) -> None:
+    """``tokens`` and ``optional`` of the training split: an optional ``sil`` at every word boundary
+    (:func:`~surprisal_cc.ctc.optional_silence_targets`)."""
+    from .ctc import optional_silence_targets
+
+    table = _special_targets(hparams, data, "train", "optional_silence", optional_silence_targets,
+                             "lexicon labels (labels: {train: lexicon}) to insert optional sil into",
+                             "optional sil at word boundaries")
+
+    @sb.utils.data_pipeline.takes("id", "phn")
+    @sb.utils.data_pipeline.provides("tokens", "optional")
+    def optional_targets(utt_id: str, text: str):
+        phones, optional = table.get(utt_id, (text.split(), None))
+        yield torch.LongTensor(label_encoder.encode_sequence(phones))
+        yield torch.tensor(optional if optional is not None else [False] * len(phones), dtype=torch.bool)
+
+    sb.dataio.dataset.add_dynamic_item([data], optional_targets)
 
 
 def _special_targets(hparams: Dict, data: DynamicItemDataset, split: str, key: str, build, needs: str,

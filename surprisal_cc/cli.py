@@ -611,8 +611,9 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                                                     "(their wav.scp; each utterance named by its id), or - for "
                                                     "audio piped to standard input")
             p.add_argument("--plot", help="routing plot (spectrogram, surprisal, network per frame) as PNG; "
-                                          "with several files, one per file named OUT_<file or utterance id>.png; a folder (an existing one, "
-                                          "or a name ending in /): <file or utterance id>.png in it")
+                                          "with several files, one per file named OUT_<file or utterance id>.png; "
+                                          "a folder (an existing one, or a name ending in /): "
+                                          "<file or utterance id>.png in it")
             p.add_argument("--format", choices=["text", "json", "ctm"], default="text",
                            help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
                                 "with each phone's start and end; ctm: one line per phone (file channel start "

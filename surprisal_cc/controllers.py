@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -731,15 +731,18 @@ class _UniformSample:
         self._values.append(values)
         self._keys.append(torch.rand(values.numel(), generator=self.generator, dtype=torch.float64))
         if sum(v.numel() for v in self._values) > 2 * self.max_frames:  # compact: memory stays bounded
-            self._values = [self.values()]
-            self._keys = [self._kept_keys]
+            values, keys = self._select()
+            self._values, self._keys = [values], [keys]
 
     def values(self) -> Tensor:
         """The sample: every value added when there are at most ``max_frames``, in order."""
+        return self._select()[0]
+
+    def _select(self) -> Tuple[Tensor, Tensor]:
+        """(values, their keys) of the ``max_frames`` smallest keys so far, in the order added."""
         values = torch.cat(self._values) if self._values else torch.zeros(0, dtype=torch.float64)
         keys = torch.cat(self._keys) if self._keys else torch.zeros(0, dtype=torch.float64)
         if values.numel() > self.max_frames:
             kept = keys.topk(self.max_frames, largest=False).indices.sort().values
             values, keys = values[kept], keys[kept]
-        self._kept_keys = keys
-        return values
+        return values, keys

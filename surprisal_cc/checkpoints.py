@@ -62,8 +62,7 @@ class Checkpointer(sb_checkpoints.Checkpointer):
         final = written.path.with_name(written.path.name[len(PARTIAL_PREFIX):])
         replaced = final.with_name(REPLACED_PREFIX + final.name)
         if final.exists():  # a custom name saved again: moved aside until the newer one is in place
-            shutil.rmtree(replaced, ignore_errors=True)
-            final.rename(replaced)
+            final.rename(replaced)  # (remove_partial_checkpoints left no such folder)
         written.path.rename(final)
         shutil.rmtree(replaced, ignore_errors=True)
         kind = "end-of-epoch" if end_of_epoch else "intra-epoch"

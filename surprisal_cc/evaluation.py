@@ -37,7 +37,7 @@ import torch
 from .arguments import check_writable
 from .corpora import Item, corpus_items, pronunciation_references
 from .data.audio import MAX_LISTED, check_audio_many, read_audio, warn_converted
-from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning
+from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
 from .errors import ConfigurationError
 from .flops import MacMeter, RoutingStats
 from .metrics import ErrorRate, closest_path
@@ -186,9 +186,7 @@ def _usable_audio(data: PathLike, items: List[Item], skip_bad: bool, label_probl
     infos, problems = check_audio_many([wav for _, wav, _ in items])
     if (problems or label_problems) and not skip_bad:
         total, bad = len(items) + len(label_problems), len(problems) + len(label_problems)
-        listed = list(label_problems[:MAX_LISTED]) + (
-            [f"... and {len(label_problems) - MAX_LISTED} more without usable labels"]
-            if len(label_problems) > MAX_LISTED else [])
+        listed = first_listed(label_problems, MAX_LISTED, " without usable labels")
         what = ("usable labels or audio" if problems and label_problems
                 else "usable audio" if problems else "usable labels")
         hint = ("leave out --mfa-labels to use lexicon labels, or " if mfa_labels and label_problems else "") + (

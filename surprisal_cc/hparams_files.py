@@ -81,7 +81,7 @@ def expand_hparams(path: PathLike, _depth: int = 0) -> str:
             added.append(key)
         base[key] = value
     for key in added:
-        if _dump({key: base[key]}).count("!ref"):  # a plain value resolves wherever it stands
+        if "!ref" in _dump({key: base[key]}):  # a plain value resolves wherever it stands
             _move_before_first_referrer(base, key)
     out = io.StringIO()
     ruamel.yaml.YAML().dump(base, out)

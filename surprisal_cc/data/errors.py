@@ -60,5 +60,15 @@ def collect_or_raise_label_problems(found: Sequence[str], total: int, message: s
     if problems is not None:
         problems.extend(found)
     elif found:
-        listed = list(found[:limit]) + ([f"... and {len(found) - limit} more"] if len(found) > limit else [])
-        raise BadLabelsError(listed, total, message)
+        raise BadLabelsError(first_listed(found, limit), total, message)
+
+
+def first_listed(found: Sequence[str], limit: int, more: str = "") -> List[str]:
+    """The first ``limit`` problem lines of ``found``, and a line counting the rest (``more`` says what they are).
+
+    Example
+    -------
+    >>> first_listed(["a", "b", "c"], 2, " without labels")
+    ['a', 'b', '... and 1 more without labels']
+    """
+    return list(found[:limit]) + ([f"... and {len(found) - limit} more{more}"] if len(found) > limit else [])

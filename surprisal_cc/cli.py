@@ -245,25 +245,35 @@ def _load_model(args):
     return asr
 
 
-def audio_inputs(given: str, problems: Optional[List[str]] = None) -> List[Tuple[Path, Optional[str]]]:
+def audio_inputs(given: str, skipped: Optional[List[Dict[str, str]]] = None) -> List[Tuple[Path, Optional[str]]]:
     """The audio files one ``transcribe`` input stands for, each with its utterance id or None: a
     Kaldi data folder (with ``wav.scp``) stands for its utterances, another folder for the audio files
-    under it, a file for itself. ``problems``: as :func:`~surprisal_cc.data.kaldi.read_wav_scp`'s.
+    under it, a file for itself. Given a ``skipped`` list, ``wav.scp`` entries that are not audio files
+    (commands, archive offsets) are left out with a :func:`_skipped_record` each appended to it; without
+    one, such an entry is an error.
 
     Example
     -------
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     _ = Path(tmp, "wav.scp").write_text("u1 /audio/a.flac\\n")
-    ...     audio_inputs(tmp), audio_inputs("/audio/b.wav")
-    ([(PosixPath('/audio/a.flac'), 'u1')], [(PosixPath('/audio/b.wav'), None)])
+    ...     _ = Path(tmp, "wav.scp").write_text("u1 /audio/a.flac\\nu2 flac -c -d -s /audio/u2.flac |\\n")
+    ...     skipped = []
+    ...     audio_inputs(tmp, skipped), [(s["utterance"], s["skipped"].split(" (")[0]) for s in skipped]
+    ([(PosixPath('/audio/a.flac'), 'u1')], [('u2', 'a command')])
+    >>> audio_inputs("/audio/b.wav")
+    [(PosixPath('/audio/b.wav'), None)]
     """
     from .data.audio import iter_audio_paths
-    from .data.kaldi import is_kaldi_data_folder, read_wav_scp
+    from .data.kaldi import is_kaldi_data_folder, read_wav_scp, read_wav_scp_entries
 
-    if is_kaldi_data_folder(given):
-        return [(Path(path), utt) for utt, path in read_wav_scp(given, problems).items()]
-    return [(path, None) for path in iter_audio_paths([given])]
+    if not is_kaldi_data_folder(given):
+        return [(path, None) for path in iter_audio_paths([given])]
+    if skipped is None:
+        return [(Path(path), utt) for utt, path in read_wav_scp(given).items()]
+    audio, not_files = read_wav_scp_entries(Path(given))
+    wav_scp = str(Path(given) / "wav.scp")
+    skipped += [_skipped_record(wav_scp, reason, utt) for utt, reason in not_files.items()]
+    return [(Path(path), utt) for utt, path in audio.items()]
 
 
 def output_names(items: Sequence[Tuple[Path, Optional[str]]]) -> List[str]:
@@ -353,27 +363,34 @@ def cmd_transcribe(args, unknown: List[str]) -> int:
         return _transcribe(args, read_standard_input(Path(folder)))
 
 
-def _skipped_record(problem: str, utterance_of: Mapping[str, str]) -> Dict[str, str]:
-    """The JSON record of a file ``transcribe --skip-bad`` left out, from its ``"path: reason"`` line (a
-    ``wav.scp`` entry's is ``"wav.scp: utterance: reason"``), naming the utterance where there is one.
+def _skipped_record(path: str, reason: str, utterance: Optional[str] = None) -> Dict[str, str]:
+    """The JSON record of an input ``transcribe --skip-bad`` leaves out: its file (a ``wav.scp`` for an
+    entry that is not an audio file), its utterance where there is one, and why.
 
     Example
     -------
-    >>> _skipped_record("d/wav.scp: u1: a command", {}), _skipped_record("/a.wav: empty file", {"/a.wav": "u2"})
-    ({'path': 'd/wav.scp', 'utterance': 'u1', 'skipped': 'a command'}, {'path': '/a.wav', 'utterance': 'u2', 'skipped': 'empty file'})
+    >>> _skipped_record("d/wav.scp", "a command", "u1")
+    {'path': 'd/wav.scp', 'utterance': 'u1', 'skipped': 'a command'}
     """
-    path, _, reason = problem.partition(": ")
-    if Path(path).name == "wav.scp" and path not in utterance_of:
-        utt, _, reason = reason.partition(": ")
-        return {"path": path, "utterance": utt, "skipped": reason}
-    return {"path": path, **({"utterance": utterance_of[path]} if path in utterance_of else {}), "skipped": reason}
+    return {"path": path, **({"utterance": utterance} if utterance else {}), "skipped": reason}
+
+
+def _skipped_line(record: Mapping[str, str]) -> str:
+    """A :func:`_skipped_record` as one ``path: [utterance: ]reason`` line.
+
+    Example
+    -------
+    >>> _skipped_line(_skipped_record("d/wav.scp", "a command", "u1")), _skipped_line(_skipped_record("a.wav", "empty"))
+    ('d/wav.scp: u1: a command', 'a.wav: empty')
+    """
+    return ": ".join([record["path"], *([record["utterance"]] if "utterance" in record else []), record["skipped"]])
 
 
 def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     """``transcribe``, with ``stdin_audio`` the file standard input was written to (given as ``-``)."""
     from .data.errors import BadAudioError, DataPreparationError
     from .errors import ConfigurationError
-    from .data.audio import check_audio_many, warn_converted
+    from .data.audio import AudioInfo, check_audio_each, warn_converted
     from .long_audio import PROGRESS_AFTER_S
 
     if args.json and args.format not in ("text", "json"):
@@ -389,28 +406,29 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
         raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
     if args.plot:  # before any decoding
         make_output_folder("--plot", Path(args.plot) / "plot.png" if plot_is_folder(args.plot) else args.plot)
-    not_audio: List[str] = []  # wav.scp entries that are not audio files, listed with the unusable files
-    found = [(given, [(stdin_audio, None)] if given == "-" else audio_inputs(given, not_audio))
+    skipped: List[Dict[str, str]] = []  # every unusable input, found before any decoding
+    found = [(given, [(stdin_audio, None)] if given == "-" else audio_inputs(given, skipped))
              for given in args.audio]
     items = [item for _, listed in found for item in listed]
-    if not items:
+    if not items and not skipped:
         raise FileNotFoundError(f"no audio files in {', '.join(args.audio)}")
     empty = [given for given, listed in found if not listed]
-    if empty:
+    if empty and items:
         warnings.warn(f"no audio files in {', '.join(empty)}")
-    paths = [path for path, _ in items]
-    infos, problems = check_audio_many(paths)
-    if stdin_audio is not None:  # named as the user gave it
-        problems = [problem.replace(f"b'{stdin_audio}'", "it").replace(str(stdin_audio), "standard input (-)")
-                    for problem in problems]
-    problems = not_audio + problems  # every problem at once
-    total = len(paths) + len(not_audio)
-    if problems and not args.skip_bad:
-        hint = (f"{len(problems)} of {total} files are unusable; pass --skip-bad to transcribe the others"
-                if len(problems) < total else "")
-        raise BadAudioError(problems, total, hint)
-    utterance_of = {str(path): utt for path, utt in items if utt}
-    skipped = [_skipped_record(problem, utterance_of) for problem in problems]
+    total = len(items) + len(skipped)
+    infos: Dict[str, AudioInfo] = {}
+    for (path, utt), (_, info, problem) in zip(items, check_audio_each([path for path, _ in items])):
+        if info is not None:
+            infos[str(path)] = info
+        elif stdin_audio is not None and path == stdin_audio:  # named as the user gave it
+            reason = problem.replace(f"b'{stdin_audio}'", "it").replace(str(stdin_audio), "standard input (-)")
+            skipped.append(_skipped_record("standard input (-)", reason))
+        else:
+            skipped.append(_skipped_record(str(path), problem, utt))
+    if skipped and not args.skip_bad:
+        hint = (f"{len(skipped)} of {total} files are unusable; pass --skip-bad to transcribe the others"
+                if len(skipped) < total else "")
+        raise BadAudioError([_skipped_line(record) for record in skipped], total, hint)
     for record in skipped:
         warnings.warn(f"skipped {record['path']}: " + (f"utterance {record['utterance']}: " if "utterance" in record
                                                        else "") + record["skipped"])

@@ -442,7 +442,7 @@ def test_transcribe_is_deterministic_unless_sampled(model, real_flac, capsys):
 
 @pytest.mark.integration
 def test_transcribe_json_lines_with_phone_times_and_ctm(model, real_flac, tmp_path, capsys):
-    bad = tmp_path / "bad.flac"
+    bad = tmp_path / "take: 2.flac"  # ": " in a path is kept whole in its record
     bad.write_bytes(b"")
     assert main(["transcribe", str(bad), str(real_flac), "--model", str(model), "--json", "--skip-bad"]) == 0
     skipped, result = _json_lines(capsys.readouterr().out)
@@ -505,6 +505,9 @@ def test_transcribe_kaldi_data_folder_names_each_utterance_by_its_id(model, real
     assert sorted(p.name for p in (tmp_path / "by_id").iterdir()) == ["spk1-u1.png", "spk1-u2.png"]
     assert main(["transcribe", str(folder), "--model", str(model), "--skip-bad"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"spk1-u1 ({real_flac})"
+    (folder / "wav.scp").write_text(f"u3 flac -c -d -s {real_flac} |\n")  # nothing usable: the entry, no hint
+    assert main(["transcribe", str(folder), "--model", str(model)]) == 1
+    assert error_lines(capsys) == [errors[0]]
 
 
 class _Piped:

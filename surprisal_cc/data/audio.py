@@ -165,6 +165,30 @@ def _listing(items: Sequence[str], limit: Optional[int] = MAX_LISTED) -> str:
     return f"\n  {shown}{more}"
 
 
+def check_audio_each(paths: Sequence[PathLike],
+                     num_workers: int = 1) -> List[Tuple[str, Optional[AudioInfo], Optional[str]]]:
+    """:func:`check_audio_file` of every path, in order.
+
+    Arguments
+    ---------
+    paths : sequence of str or path
+        Audio files.
+    num_workers : int
+        Worker processes, used from :data:`POOL_THRESHOLD` files on.
+
+    Example
+    -------
+    >>> check_audio_each(["missing.flac"])
+    [('missing.flac', None, 'file does not exist')]
+    """
+    path_strs = [str(p) for p in paths]
+    if num_workers > 1 and len(path_strs) >= POOL_THRESHOLD:
+        ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        with ctx.Pool(num_workers) as pool:
+            return pool.map(check_audio_file, path_strs, chunksize=32)
+    return [check_audio_file(p) for p in path_strs]
+
+
 def check_audio_many(paths: Sequence[PathLike], num_workers: int = 1) -> Tuple[Dict[str, AudioInfo], List[str]]:
     """Decode every file once: ``({path: AudioInfo} of usable files, ["path: problem", ...])``.
 
@@ -180,16 +204,9 @@ def check_audio_many(paths: Sequence[PathLike], num_workers: int = 1) -> Tuple[D
     >>> check_audio_many(["missing.flac"])
     ({}, ['missing.flac: file does not exist'])
     """
-    path_strs = [str(p) for p in paths]
-    if num_workers > 1 and len(path_strs) >= POOL_THRESHOLD:
-        ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        with ctx.Pool(num_workers) as pool:
-            results = pool.map(check_audio_file, path_strs, chunksize=32)
-    else:
-        results = [check_audio_file(p) for p in path_strs]
     infos: Dict[str, AudioInfo] = {}
     problems: List[str] = []
-    for path, info, problem in results:
+    for path, info, problem in check_audio_each(paths, num_workers):
         if info is None:
             problems.append(f"{path}: {problem}")
         else:

@@ -30,7 +30,7 @@ from .manifest import read_text
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["KaldiUtterance", "is_kaldi_data_folder", "read_kaldi_data_folder", "read_wav_scp"]
+__all__ = ["KaldiUtterance", "is_kaldi_data_folder", "read_kaldi_data_folder", "read_wav_scp", "read_wav_scp_entries"]
 
 
 class KaldiUtterance(NamedTuple):
@@ -68,7 +68,7 @@ def read_kaldi_data_folder(folder: PathLike, problems: Optional[List[str]] = Non
         :class:`~surprisal_cc.data.errors.BadLabelsError` for utterances without usable audio or words (without ``problems``).
     """
     folder = Path(folder)
-    audio, refused = _wav_scp(folder)
+    audio, refused = read_wav_scp_entries(folder)
     if not (folder / "text").is_file():
         raise DataPreparationError(f"{folder}: a Kaldi data folder needs text (UTT WORD ... lines) to be scored")
     texts = _read_table(folder / "text", empty_allowed=True)
@@ -121,7 +121,7 @@ def read_wav_scp(folder: PathLike, problems: Optional[List[str]] = None) -> Dict
     ({'u2': '/audio/u2.flac'}, ['u1: a command'])
     """
     folder = Path(folder)
-    audio, refused = _wav_scp(folder)
+    audio, refused = read_wav_scp_entries(folder)
     found = [f"{folder / 'wav.scp'}: {utt}: {reason}" for utt, reason in refused.items()]
     total = len(audio) + len(refused)
     collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances of {folder} are not audio "
@@ -131,9 +131,20 @@ def read_wav_scp(folder: PathLike, problems: Optional[List[str]] = None) -> Dict
     return audio
 
 
-def _wav_scp(folder: Path) -> Tuple[Dict[str, str], Dict[str, str]]:
+def read_wav_scp_entries(folder: PathLike) -> Tuple[Dict[str, str], Dict[str, str]]:
     """``wav.scp`` of ``folder`` as ({utt: audio path}, {utt: why its entry is not an audio file}),
-    sorted by id; a ``segments`` file is refused."""
+    sorted by id; a ``segments`` file is refused.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "wav.scp").write_text("u2 /audio/u2.flac\\nu1 flac -c -d -s /audio/u1.flac |\\n")
+    ...     audio, refused = read_wav_scp_entries(tmp)
+    ...     audio, {utt: reason.split(" (")[0] for utt, reason in refused.items()}
+    ({'u2': '/audio/u2.flac'}, {'u1': 'a command'})
+    """
+    folder = Path(folder)
     if not (folder / "wav.scp").is_file():
         raise DataPreparationError(f"{folder}: a Kaldi data folder needs wav.scp (UTT PATH lines)")
     if (folder / "segments").exists():

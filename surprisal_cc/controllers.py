@@ -653,17 +653,9 @@ def calibrate_surprisal_controller(
                          f"choose one of {CALIBRATION_METHODS}")
     if not 0.0 < target_mean < 1.0:
         raise ValueError(f"target mean of p_big must be in (0, 1), got {target_mean}")
-    generator = torch.Generator().manual_seed(seed)
-    if method == "authors_adam":  # w', b on the authors' error scale
-        a = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
-        c = torch.tensor(-1.0, dtype=torch.float64, requires_grad=True)
-        optimizer = torch.optim.Adam([a, c], lr=0.01 if lr is None else lr)
-    else:  # standardised parametrisation
-        a = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
-        c = torch.tensor(math.log(target_mean / (1 - target_mean)), dtype=torch.float64, requires_grad=True)
-        optimizer = torch.optim.SGD([a, c], lr=10.0 if lr is None else lr)
-    m = sd = None
-    kept, n_seen = _UniformSample(max_frames, generator), 0
+    a, c, optimizer = _calibration_start(method, target_mean, lr)
+    m = sd = None  # standardisation, from the first minibatch
+    kept, n_seen = _UniformSample(max_frames, torch.Generator().manual_seed(seed)), 0
     for batch in surprisal_batches:
         s = batch.detach().reshape(-1).double().cpu()
         if s.numel() == 0:
@@ -672,34 +664,20 @@ def calibrate_surprisal_controller(
             m, sd = s.mean(), (s.std().clamp(min=1e-6) if s.numel() > 1 else s.new_tensor(1.0))
         n_seen += s.numel()
         if method == "sgd":
-            optimizer.zero_grad()
-            calibration_loss(torch.sigmoid(a * (s - m) / sd + c), target_mean, target_var).backward()
-            optimizer.step()
+            _calibration_step(optimizer, torch.sigmoid(a * (s - m) / sd + c), target_mean, target_var)
         elif method == "authors_adam" and s.numel() > 1:
-            optimizer.zero_grad()
-            p = torch.sigmoid(a * AUTHORS_ERROR_SCALE * s + c)
-            calibration_loss(p, target_mean, target_var, unbiased=True).backward()
-            optimizer.step()
+            _calibration_step(optimizer, torch.sigmoid(a * AUTHORS_ERROR_SCALE * s + c), target_mean, target_var,
+                              unbiased=True)
         kept.add(s)
     if m is None:
         raise ValueError("controller calibration saw no frames: is the training set empty?")
     values = kept.values()
     if method == "full_batch":
-        z = (values - m) / sd
-        lbfgs = torch.optim.LBFGS([a, c], lr=1.0, max_iter=500, tolerance_grad=1e-14, tolerance_change=1e-16,
-                                  line_search_fn="strong_wolfe")
-
-        def closure():
-            lbfgs.zero_grad()
-            loss = 1e4 * calibration_loss(torch.sigmoid(a * z + c), target_mean, target_var)
-            loss.backward()
-            return loss
-
-        lbfgs.step(closure)
+        _fit_full_batch(a, c, (values - m) / sd, target_mean, target_var)
     with torch.no_grad():
         if method == "authors_adam":
             weight, bias = float(a * AUTHORS_ERROR_SCALE), float(c)
-        else:
+        else:  # back from the standardised parametrisation
             weight, bias = float(a / sd), float(c - a * m / sd)
         p = torch.sigmoid(weight * values + bias)
     controller.set_parameters(weight, bias)
@@ -707,6 +685,43 @@ def calibrate_surprisal_controller(
                   target_mean=target_mean, target_var=target_var, frames=n_seen, method=method)
     logger.info("controller calibrated: %s", result)
     return result
+
+
+def _calibration_start(method: str, target_mean: float,
+                       lr: Optional[float]) -> Tuple[Tensor, Tensor, torch.optim.Optimizer]:
+    """The starting (a, c) of :func:`calibrate_surprisal_controller` and the optimiser of its
+    minibatch steps: the authors' (w', b) = (0.1, -1) with Adam, else the standardised
+    parametrisation's (1, logit(target_mean)) with SGD."""
+    if method == "authors_adam":  # w', b on the authors' error scale
+        a = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
+        c = torch.tensor(-1.0, dtype=torch.float64, requires_grad=True)
+        return a, c, torch.optim.Adam([a, c], lr=0.01 if lr is None else lr)
+    a = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    c = torch.tensor(math.log(target_mean / (1 - target_mean)), dtype=torch.float64, requires_grad=True)
+    return a, c, torch.optim.SGD([a, c], lr=10.0 if lr is None else lr)
+
+
+def _calibration_step(optimizer: torch.optim.Optimizer, p_big: Tensor, target_mean: float, target_var: float,
+                      unbiased: bool = False) -> None:
+    """One optimiser step on Eq. 4 of one minibatch's ``p_big``."""
+    optimizer.zero_grad()
+    calibration_loss(p_big, target_mean, target_var, unbiased=unbiased).backward()
+    optimizer.step()
+
+
+def _fit_full_batch(a: Tensor, c: Tensor, z: Tensor, target_mean: float, target_var: float) -> None:
+    """Minimise Eq. 4 of ``sigmoid(a * z + c)`` over all the standardised surprisal ``z`` with L-BFGS,
+    in place."""
+    lbfgs = torch.optim.LBFGS([a, c], lr=1.0, max_iter=500, tolerance_grad=1e-14, tolerance_change=1e-16,
+                              line_search_fn="strong_wolfe")
+
+    def closure():
+        lbfgs.zero_grad()
+        loss = 1e4 * calibration_loss(torch.sigmoid(a * z + c), target_mean, target_var)
+        loss.backward()
+        return loss
+
+    lbfgs.step(closure)
 
 
 class _UniformSample:

@@ -496,7 +496,8 @@ def _format_transcription(result, utterance: Optional[str] = None) -> str:
     elif result.steps is not None:
         routing = f", {float(result.steps.mean()):.2f} steps per frame"
     header = f"{utterance} ({result.path})" if utterance else result.path
-    return (f"{header}\n  {result.text}\n  {result.duration_s:.2f} s, {result.num_frames} frames, "
+    text = result.text or "(no phones recognised)"  # silence, or audio too short to hold a phone
+    return (f"{header}\n  {text}\n  {result.duration_s:.2f} s, {result.num_frames} frames, "
             f"{result.flops_per_frame / 1e6:.2f}M FLOPs per frame{routing}, RTF {result.rtf:.3f}")
 
 

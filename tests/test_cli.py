@@ -1059,3 +1059,14 @@ def test_analyse_surprisal_by_class(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text()) and printed["frames_silence"] > 0
     assert printed["mean_surprisal_silence"] < printed["mean_surprisal_speech"]
+
+
+def test_transcribe_text_says_when_no_phone_was_recognised():
+    from types import SimpleNamespace
+
+    from surprisal_cc.cli import _format_transcription
+
+    result = SimpleNamespace(p_big=None, steps=None, path="quiet.wav", text="", duration_s=0.05, num_frames=5,
+                             flops_per_frame=7.5e6, rtf=0.01)
+    assert _format_transcription(result).splitlines()[1] == "  (no phones recognised)"
+    assert _format_transcription(SimpleNamespace(**{**vars(result), "text": "sil AH"})).splitlines()[1] == "  sil AH"

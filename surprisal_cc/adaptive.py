@@ -4,8 +4,9 @@ Both share the layout of :class:`~surprisal_cc.encoders.ConditionalEncoder`: BiG
 per-frame pondering -> post-net (BiGRU + Linear). Pondering applies one shared step block up to
 ``max_steps`` (N) times to every real frame independently,
 
-    s_n = s_{n-1} + f(s_{n-1})        (``residual=True``; else s_n = f(s_{n-1})),
-    f   = FrameNet([D, step_hidden, D]),  h_n = sigmoid(Linear(D, 1)(s_n))  (halting unit),
+    s_n = LayerNorm(s_{n-1} + f(s_{n-1}))   (``residual=True``; else s_n = LayerNorm(f(s_{n-1}))),
+    f   = FrameNet([D, step_hidden, D]) (Linear, LeakyReLU, Linear, LeakyReLU),
+    h_n = sigmoid(Linear(D, 1)(s_n))  (halting unit),
 
 and feeds a halting-weighted combination ``sum_n w_n s_n`` of the step states to the post-net.
 The default block (D = 512, ``step_hidden=256``) and its halting unit cost 0.264M MACs per step,
@@ -50,7 +51,8 @@ from .flops import module_macs, uniform_frame_macs
 class StepBlock(nn.Module):
     """One pondering step on (M, D) frame states: ``LayerNorm(s + net(s))`` or ``LayerNorm(net(s))``.
 
-    The Universal Transformer's transition block, with ``net = FrameNet([D, hidden, D])``. The
+    After the Universal Transformer's transition block, with ``net = FrameNet([D, hidden, D])`` (a
+    LeakyReLU after each of its two Linear layers, the last one included). The
     normalisation keeps every step's state at the scale of the pre-net output. Without it the
     norm grows about 6x per step on a trained ACT model, which saturates the halting unit after
     the first step and feeds the post-net inputs far outside the range its GRUs work in.
@@ -352,7 +354,7 @@ class _AdaptiveEncoder(Encoder):
         return EncoderOutput(
             log_probs=torch.log_softmax(logits, dim=-1),
             lengths=lengths,
-            aux_loss=self._aux_weight() * aux_bt.sum(1).mean(),
+            aux_loss=self._aux_weight() * aux_bt.sum() / max(aux_bt.shape[0], 1),  # per utterance; 0 for no utterance
             frame_macs={
                 "pre_net": uniform_frame_macs(macs["pre_net"], mask),
                 "step_block": steps_bt.detach().to(torch.float64) * float(macs["step_block"]),
@@ -410,7 +412,8 @@ class ACTEncoder(_AdaptiveEncoder):
                  epsilon: float = 0.01, ponder_cost: float = 1e-4, halting_bias_init: Optional[float] = None,
                  hidden_size: int = 256, dropout: float = 0.5, residual: bool = True):
         if not 0.0 < epsilon < 1.0:
-            raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
+            raise ValueError(f"ACT epsilon (an ACTEncoder setting of the model file's adaptive_options) must be "
+                             f"in (0, 1), got {epsilon}")
         if halting_bias_init is None:
             halting_bias_init = -math.log(max_steps - 1) if max_steps > 1 else 0.0  # logit(1 / N)
         super().__init__(input_size, num_outputs, max_steps, step_hidden, residual, halting_bias_init,
@@ -510,7 +513,7 @@ class PonderNetEncoder(_AdaptiveEncoder):
                  halting_bias_init: Optional[float] = None, hidden_size: int = 256, dropout: float = 0.5,
                  residual: bool = True):
         if not 0.0 < lambda_p < 1.0:
-            raise ValueError(f"lambda_p must be in (0, 1), got {lambda_p}")
+            raise ValueError(f"lambda_p (hparams key 'pondernet_lambda_p') must be in (0, 1), got {lambda_p}")
         if halting_bias_init is None:
             halting_bias_init = math.log(lambda_p / (1.0 - lambda_p))
         super().__init__(input_size, num_outputs, max_steps, step_hidden, residual, halting_bias_init,
@@ -526,7 +529,8 @@ class PonderNetEncoder(_AdaptiveEncoder):
     @inference.setter
     def inference(self, mode: str) -> None:
         if mode not in self.INFERENCE_MODES:
-            raise ValueError(f"inference must be one of {self.INFERENCE_MODES}, got {mode!r}")
+            raise ValueError(f"PonderNet inference (hparams key 'pondernet_inference') must be one of "
+                             f"{self.INFERENCE_MODES}, got {mode!r}")
         self._inference = mode
 
     @property
@@ -539,9 +543,10 @@ class PonderNetEncoder(_AdaptiveEncoder):
         try:
             value = float(mass)
         except (TypeError, ValueError):
-            raise ValueError(f"tail_mass must be a number in [0, 1), got {mass!r}") from None
+            raise ValueError(f"tail_mass (hparams key 'pondernet_tail_mass') must be a number in [0, 1), "
+                             f"got {mass!r}") from None
         if not 0.0 <= value < 1.0:
-            raise ValueError(f"tail_mass must be in [0, 1), got {mass}")
+            raise ValueError(f"tail_mass (hparams key 'pondernet_tail_mass') must be in [0, 1), got {mass}")
         self._tail_mass = value
 
     def _aux_weight(self) -> float:

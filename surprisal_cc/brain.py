@@ -220,7 +220,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             fbank, lengths = self.hparams.front_end(batch.sig.data, absolute_lengths(batch.sig))
         transform = self.hparams.feature_masking if training and getattr(self.hparams, "augment", False) else None
         step = run_model(self.modules.encoder, fbank, lengths.to(self.device), apc=getattr(self.modules, "apc", None),
-                      use_apc_features=self.hparams.input_features == "apc", training=training, cached=cached,
+                      use_apc_features=self.hparams.input_features == "apc", cached=cached,
                       transform=transform)
         step.output.stats["apc_ran"] = torch.tensor(step.apc_ran)
         return step.output

@@ -17,7 +17,8 @@
 run), then writes the tables and figures; ``bench`` runs the benchmarks/ folder of the source checkout
 it is started in (``python -m benchmarks.run_all``). Without --model, transcribe and evaluate use the
 shipped model (surprisal_cc/pretrained, installed with the package); they route deterministically
-(``p_big > 0.5``: the same result on every run) unless given --sampled, and decode on one thread
+(``p_big > 0.5``: the same result on every run) unless given --sampled (a random-controller model, which
+routes by chance alone, is always sampled), and decode on one thread
 unless given --threads. A configuration or data error ends the command with one line ``error: ...``
 per problem on stderr and exit status 1 (2 for a command-line usage error); results already printed
 stay printed (each is flushed as it finishes). A routing plot of transcribe that cannot be saved is
@@ -234,7 +235,7 @@ def _load_model(args):
         raise UsageError("--deterministic and --sampled/--seed choose different routings: give one")
     if args.bias_shift and args.flops_fraction is not None:
         raise UsageError("--bias-shift and --flops-fraction both set the controller's bias: give one")
-    routing = "sampled" if args.sampled or args.seed is not None else "deterministic"
+    routing = "sampled" if args.sampled or args.seed is not None else "deterministic" if args.deterministic else None
     asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision, routing=routing,
                                          seed=args.seed, threads=args.threads)
     asr.beam_search.blank_penalty = args.blank_penalty
@@ -678,7 +679,8 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                        help="torch threads (default 1: decoding never competes for busy cores; more pay off "
                             "only for large batches on idle cores)")
         p.add_argument("--deterministic", action="store_true",
-                       help="route with p_big > 0.5 (the default; the same result on every run)")
+                       help="route with p_big > 0.5 (the default, but for a random-controller model, which is "
+                            "always sampled; the same result on every run)")
         p.add_argument("--sampled", action="store_true",
                        help="draw the routing from p_big as the recipes test (seeded: --seed, else a random "
                             "seed that is reported)")

@@ -72,6 +72,11 @@ class Controller(nn.Module):
     both_networks_in_training = False
     # True: a bias shift added to the logit moves p_big (the test-time bias sweep applies).
     shifts_with_bias = True
+    # True: ``stochastic=True`` draws the routing from p_big (sampled routing has something to draw).
+    draws = True
+    # True: p_big does not depend on the input, so only a draw routes (the deterministic rule
+    # p_big > 0.5 would send every frame to one network): such a controller is always sampled.
+    routes_by_chance = False
 
     def probability(self, features: Tensor, surprisal: Optional[Tensor], bias_shift: float = 0.0,
                     mask: Optional[Tensor] = None) -> Tensor:
@@ -117,7 +122,7 @@ class Controller(nn.Module):
         Decision
             ``p_big`` and ``use_big`` are zero / False on padding; no gate, zero auxiliary loss.
         """
-        p_big = self.probability(features, surprisal, bias_shift, mask=mask) * mask
+        p_big = torch.where(mask, self.probability(features, surprisal, bias_shift, mask=mask), 0.0)
         use_big = sample_decisions(p_big, stochastic) & mask
         return Decision(p_big, use_big, None, p_big.new_zeros(()))
 
@@ -188,6 +193,16 @@ class ConstantController(Controller):
         """False for p = 0 and p = 1, which no shift of the logit moves."""
         return 0.0 < self.p_big < 1.0
 
+    @property
+    def draws(self) -> bool:
+        """True for 0 < p < 1; p = 0 and p = 1 leave nothing to draw."""
+        return 0.0 < self.p_big < 1.0
+
+    @property
+    def routes_by_chance(self) -> bool:
+        """True for 0 < p < 1: the same p on every frame, so only the draw routes."""
+        return 0.0 < self.p_big < 1.0
+
     def probability(self, features, surprisal, bias_shift: float = 0.0, mask=None):
         """(B, T) tensor filled with p_big (logit shifted by ``bias_shift``)."""
         p = self.p_big
@@ -237,7 +252,8 @@ class SurprisalController(Controller):
     def probability(self, features, surprisal, bias_shift: float = 0.0, mask=None):
         """(B, T) sigmoid(weight * surprisal + bias + bias_shift); ``features`` are not read."""
         if surprisal is None:
-            raise ValueError("the surprisal controller needs surprisal: run the APC model (features: apc)")
+            raise ValueError("no surprisal was given to the surprisal controller: run the APC model on the "
+                             "filterbanks (run_model(..., apc=FrozenAPC(...))) and pass its surprisal")
         return torch.sigmoid(self.weight * surprisal + self.bias + bias_shift)
 
     def macs_per_frame(self) -> int:
@@ -301,6 +317,7 @@ class LearnedController(Controller):
     """
 
     name = "learned"
+    draws = False  # the decision z_t > 0 is deterministic in training and evaluation
 
     def __init__(self, input_size: int = 512, hidden_size: int = 80, penalty_weight: float = 1e-3,
                  estimator: str = "both_networks", penalty_utterances: Optional[int] = 32):
@@ -324,7 +341,7 @@ class LearnedController(Controller):
 
     def logit(self, features: Tensor, bias_shift: float = 0.0) -> Tensor:
         """(B, T) MLP output z_t (plus ``bias_shift``); the decision is z_t > 0."""
-        return self.net(features).squeeze(-1) + bias_shift
+        return self.net(features).squeeze(-1).float() + bias_shift  # float32 statistics under bf16 autocast
 
     def probability(self, features, surprisal, bias_shift: float = 0.0, mask=None):
         """(B, T) sigmoid of the logit; ``surprisal`` is not read."""
@@ -350,6 +367,24 @@ class LearnedController(Controller):
         return Decision(torch.sigmoid(z) * mask, use_big, gate, self.penalty_weight * penalty)
 
 
+def random_routing(p_big: float = 0.5) -> ConstantController:
+    """The big network on each frame with probability ``p_big`` (hparams key ``random_p_big``), in (0, 1).
+
+    Example
+    -------
+    >>> random_routing(0.3).p_big
+    0.3
+    >>> random_routing(1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: random_p_big 1 routes every frame to the big network: use controller big_only
+    """
+    if p_big in (0.0, 1.0):
+        raise ValueError(f"random_p_big {p_big:g} routes every frame to the {'big' if p_big else 'small'} network: "
+                         f"use controller {'big_only' if p_big else 'small_only'}")
+    return ConstantController(p_big)
+
+
 def big_only() -> ConstantController:
     """The big network on every frame."""
     return ConstantController(p_big=1.0)
@@ -364,7 +399,7 @@ def small_only() -> ConstantController:
 # its constructor names.
 CONTROLLERS: Dict[str, Callable[..., Controller]] = {
     "surprisal": SurprisalController,
-    "random": ConstantController,
+    "random": random_routing,
     "learned": LearnedController,
     "big_only": big_only,
     "small_only": small_only,
@@ -493,8 +528,8 @@ def target_mean_for_budget(budget_macs: float, small_only_macs: float, big_only_
 
 def budget_big_fraction(encoder: nn.Module, apc_macs: int, fraction: float) -> float:
     """The fraction of frames on the big network at which the expected MACs per frame of ``encoder``
-    (plus ``apc_macs``) are ``fraction`` x those of big-only; ValueError where its controller is not
-    the surprisal one, or no mix of the two networks costs that much.
+    (plus ``apc_macs``) are ``fraction`` x those of big-only; ValueError where its test-time controller
+    is not the surprisal one, or no mix of the two networks costs that much.
 
     Example
     -------
@@ -513,6 +548,9 @@ def budget_big_fraction(encoder: nn.Module, apc_macs: int, fraction: float) -> f
     if not isinstance(controller, SurprisalController):
         has = repr(controller.name) if controller is not None else f"none (a {type(encoder).__name__})"
         raise ValueError(f"a FLOPs budget needs the surprisal controller; this model's is {has}")
+    if not getattr(encoder, "controller_at_test", True):
+        raise ValueError("a FLOPs budget needs the surprisal controller at test time; this model tests with "
+                         "random routing (controller_at_test False)")
     rows = static_flop_rows(encoder, apc_macs)
     lowest = rows["small-only"] / rows["big-only"]
     if not lowest < fraction < 1.0:

@@ -159,7 +159,8 @@ class ConditionalEncoder(Encoder):
     controller : :class:`~surprisal_cc.controllers.Controller` deciding per frame.
     controller_at_train, controller_at_test : if False, that stage uses a random p = 0.5 controller
         instead (the paper's ablation "surprisal during training/testing off").
-    train_stochastic, test_stochastic : Bernoulli sampling (True) or ``p_big > 0.5`` (False).
+    train_stochastic, test_stochastic : Bernoulli sampling (True) or ``p_big > 0.5`` (False). A
+        controller that routes by chance (random) is always sampled: False is refused for its stage.
     test_bias_shift : added to the controller logit at test time (Appendix B sweep).
     execution : "routed" (default) or "masked" (both networks on every real frame, mixed by the
         decision; a reference, charged for both networks). A controller with
@@ -194,6 +195,11 @@ class ConditionalEncoder(Encoder):
         self.train_stochastic, self.test_stochastic = train_stochastic, test_stochastic
         self.test_bias_shift = test_bias_shift
         self.execution = execution
+        for training, key in ((True, "train_stochastic"), (False, "test_stochastic")):
+            if not getattr(self, key) and self.stage_controller(training).routes_by_chance:
+                raise ValueError(f"{key} False with a controller that routes by chance (p_big "
+                                 f"{self.stage_controller(training).p_big:g} on every frame) would run one network "
+                                 f"on every frame: set {key} True")
 
     @classmethod
     def paper(cls, input_size: int, num_outputs: int, controller: Controller, **kwargs) -> "ConditionalEncoder":
@@ -202,13 +208,17 @@ class ConditionalEncoder(Encoder):
         return cls(controller=controller, pre_net=parts.pre_net, small_net=parts.small_net, big_net=parts.big_net,
                    post_net=parts.post_net, **kwargs)
 
-    def active_controller(self) -> Controller:
-        use_main = self.controller_at_train if self.training else self.controller_at_test
+    def stage_controller(self, training: bool) -> Controller:
+        """The controller that routes in training (True) or evaluation (False)."""
+        use_main = self.controller_at_train if training else self.controller_at_test
         return self.controller if use_main else self.random_controller
 
+    def active_controller(self) -> Controller:
+        """The controller that routes in the current mode (``self.training``)."""
+        return self.stage_controller(self.training)
+
     def needs_surprisal(self, training: bool) -> bool:
-        use_main = self.controller_at_train if training else self.controller_at_test
-        return use_main and self.controller.uses_surprisal
+        return self.stage_controller(training).uses_surprisal
 
     def component_macs(self) -> Dict[str, int]:
         return {

@@ -45,15 +45,11 @@ class ForwardStep:
     apc_ran: bool
 
 
-def needs_surprisal(encoder: nn.Module, training: bool) -> bool:
-    """Whether ``encoder`` (possibly wrapped, e.g. by DDP) reads surprisal in training or evaluation."""
-    return unwrap(encoder).needs_surprisal(training)
-
-
 def run_model(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, apc: Optional[nn.Module] = None,
-           use_apc_features: bool = True, training: bool = False, cached: Optional[CachedInputs] = None,
+           use_apc_features: bool = True, cached: Optional[CachedInputs] = None,
            transform: Optional[Callable[[Tensor], Tensor]] = None) -> ForwardStep:
-    """Run the model on one padded batch.
+    """Run the model on one padded batch, in the encoder's mode (``encoder.training``): its controller
+    in that mode decides whether APC surprisal is read.
 
     Arguments
     ---------
@@ -68,8 +64,6 @@ def run_model(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, a
         when its features or surprisal are used.
     use_apc_features : bool
         Whether the encoder reads APC features (else the filterbanks).
-    training : bool
-        Which of the encoder's modes decides whether surprisal is read.
     cached : CachedInputs, optional
         The batch's cached filterbanks, APC features and surprisal, used instead of running APC.
     transform : callable, optional
@@ -80,7 +74,7 @@ def run_model(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, a
     -------
     ForwardStep
     """
-    need_surprisal = needs_surprisal(encoder, training)
+    need_surprisal = unwrap(encoder).needs_surprisal(unwrap(encoder).training)
     apc_ran = use_apc_features or need_surprisal
     if cached is not None:
         features = cached.features if use_apc_features else cached.fbank

@@ -270,9 +270,10 @@ class ConditionalASR:
     precision : str
         ``"fp32"`` (default), ``"bf16"`` (torch.autocast; only where the device has native bf16)
         or ``"auto"`` (:func:`resolve_inference_precision`).
-    routing : str
-        ``"deterministic"`` (default: the same phones, routing and FLOPs on every run and at every
-        batch size) or ``"sampled"`` (drawn, as the recipes test by default), see :meth:`set_routing`.
+    routing : str, optional
+        ``"deterministic"`` (the same phones, routing and FLOPs on every run and at every batch size)
+        or ``"sampled"`` (drawn, as the recipes test by default), see :meth:`set_routing`; None
+        (default): deterministic, unless the model routes by chance (:attr:`routes_by_chance`).
     seed : int, optional
         Seed of sampled routing (a random one, recorded in ``seed``, when None).
     threads : int, optional
@@ -289,12 +290,12 @@ class ConditionalASR:
     ...     folder = asr.save(Path(tmp) / "model")
     ...     files = sorted(p.name for p in folder.iterdir())
     ...     loaded = ConditionalASR.from_hparams(source=folder, savedir=None)
-    >>> files, loaded.labels == asr.labels, loaded.routing
-    (['README.md', 'encoder.pt', 'model.json'], True, 'deterministic')
+    >>> files, loaded.labels == asr.labels, loaded.routing   # a random controller is always sampled
+    (['README.md', 'encoder.pt', 'model.json'], True, 'sampled')
     """
 
     def __init__(self, config: Dict[str, Any], encoder: Encoder, apc: Optional[APCModel] = None,
-                 device: Union[str, torch.device] = "cpu", precision: str = "fp32", routing: str = "deterministic",
+                 device: Union[str, torch.device] = "cpu", precision: str = "fp32", routing: Optional[str] = None,
                  seed: Optional[int] = None, threads: Optional[int] = DEFAULT_DECODING_THREADS):
         self.config = config
         self.device = resolve_device(device)
@@ -306,7 +307,6 @@ class ConditionalASR:
         self.front_end = FilterbankFrontEnd(self.feature_config)
         self.encoder = encoder.to(self.device).eval()
         self.use_apc_features = config["input_features"] == "apc"
-        self.needs_surprisal = encoder.needs_surprisal(False)
         self.uses_apc = runs_apc(config["input_features"], encoder, training=False)
         if self.uses_apc and apc is None:
             raise ModelFormatError("this model needs an APC model (APC features or a surprisal controller)")
@@ -322,7 +322,7 @@ class ConditionalASR:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_pretrained(cls, source: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
-                        precision: str = "fp32", routing: str = "deterministic", seed: Optional[int] = None,
+                        precision: str = "fp32", routing: Optional[str] = None, seed: Optional[int] = None,
                         threads: Optional[int] = DEFAULT_DECODING_THREADS) -> "ConditionalASR":
         """Load an exported model folder (default: :func:`default_model_dir`).
 
@@ -334,9 +334,9 @@ class ConditionalASR:
             ``"cpu"`` or ``"cuda"``/``"cuda:N"``.
         precision : str
             ``"fp32"``, ``"bf16"`` or ``"auto"`` (see :func:`resolve_inference_precision`).
-        routing : str
-            ``"deterministic"`` (default) or ``"sampled"``, whatever the model was tested with
-            (:meth:`set_routing`).
+        routing : str, optional
+            ``"deterministic"`` or ``"sampled"``, whatever the model was tested with; None (default):
+            the model's own (:meth:`set_routing`).
         seed : int, optional
             Seed of sampled routing.
         threads : int, optional
@@ -541,25 +541,41 @@ class ConditionalASR:
         with decoding_threads(self.threads), self._autocast():
             return self.apc(fbank, lengths).surprisal.float()
 
+    def _test_controller(self):
+        """The controller that routes this model's frames, or None (an adaptive-depth encoder)."""
+        stage_controller = getattr(self.encoder, "stage_controller", None)
+        return stage_controller(False) if stage_controller is not None else None
+
     @property
     def can_sample(self) -> bool:
-        """Whether this model has routing to draw: a small/big encoder (Bernoulli of ``p_big``) or
-        PonderNet in its ``sample``/``threshold`` inference (ACT, and PonderNet's ``expected`` and
-        ``truncated`` inference, compute the same thing on every run)."""
-        return hasattr(self.encoder, "test_stochastic") or self._drawn_halting
+        """Whether this model has routing to draw: a small/big encoder whose controller draws from
+        ``p_big`` (surprisal, random; not learned, big-only or small-only) or PonderNet in its
+        ``sample``/``threshold`` inference (ACT, and PonderNet's ``expected`` and ``truncated``
+        inference, compute the same thing on every run)."""
+        controller = self._test_controller()
+        return (controller is not None and controller.draws) or self._drawn_halting
+
+    @property
+    def routes_by_chance(self) -> bool:
+        """Whether only a draw routes this model's frames (the random controller: the same ``p_big``
+        on every frame), so that its routing is always sampled."""
+        controller = self._test_controller()
+        return controller is not None and controller.routes_by_chance
 
     @property
     def _drawn_halting(self) -> bool:
         """Whether the encoder is PonderNet in one of its drawn inference modes (``sample``/``threshold``)."""
         return getattr(self.encoder, "inference", None) in PonderNetEncoder.DRAWN_INFERENCE_MODES
 
-    def set_routing(self, routing: str, seed: Optional[int] = None) -> None:
+    def set_routing(self, routing: Optional[str], seed: Optional[int] = None) -> None:
         """``"deterministic"``: the big network where ``p_big > 0.5`` (PonderNet's ``sample``
         inference: halt at the threshold); ``"sampled"``: drawn from ``p_big`` (PonderNet: sampled
         halting), seeded with ``seed`` (a random seed when None) before each
         :meth:`transcribe_batch` and :meth:`evaluate` call, so that every call is reproducible from
-        the recorded ``seed``. A model that draws nothing (:attr:`can_sample` False) refuses
-        ``"sampled"``.
+        the recorded ``seed``; None: the model's own, sampled for a model that routes by chance
+        (:attr:`routes_by_chance`, which refuses ``"deterministic"``: every frame would go to one
+        network), else deterministic. A model that draws nothing (:attr:`can_sample` False)
+        refuses ``"sampled"``.
 
         Example
         -------
@@ -572,12 +588,20 @@ class ConditionalASR:
             ...
         surprisal_cc.errors.ConfigurationError: this model's routing draws nothing (ACTEncoder): leave out --sampled and --seed (routing='deterministic')
         """
+        if routing is None:
+            routing = "sampled" if self.routes_by_chance else "deterministic"
         if routing not in ROUTINGS:
             raise ConfigurationError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+        if routing == "deterministic" and self.routes_by_chance:
+            p_big = self._test_controller().p_big
+            raise ConfigurationError(f"this model routes by chance (p_big {p_big:g} on every frame): deterministic "
+                                     f"routing would run the {'big' if p_big > 0.5 else 'small'} network on every "
+                                     "frame; leave out --deterministic (routing='sampled')")
         sampled = routing == "sampled"
         if sampled and not self.can_sample:
-            mode = getattr(self.encoder, "inference", None)
-            kind = type(self.encoder).__name__ + (f", {mode} inference" if mode else "")
+            mode, controller = getattr(self.encoder, "inference", None), self._test_controller()
+            kind = type(self.encoder).__name__ + (f", {mode} inference" if mode else "") + (
+                f", {controller.name} controller" if controller is not None else "")
             raise ConfigurationError(f"this model's routing draws nothing ({kind}): leave out --sampled and --seed "
                                      "(routing='deterministic')")
         if hasattr(self.encoder, "test_stochastic"):

@@ -334,6 +334,8 @@ def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) ->
     tested = "" if stochastic is None else f" ({'sampled' if stochastic else 'deterministic'} routing)"
     routing = ("; both commands and `ConditionalASR` route deterministically (`p_big > 0.5`) unless given "
                "`--sampled` (`routing=\"sampled\"`)") if name == "conditional" else ""
+    if name == "conditional" and enc.get("controller") == "random":
+        routing = "; both commands and `ConditionalASR` draw its routing (it routes by chance alone)"
     origin = (f", exported from checkpoint `{src['checkpoint']}` of a recipe run with `surprisal-cc export`."
               if src.get("checkpoint") else ".")
     return f"""# surprisal_cc phone recogniser ({config.get('dataset') or 'untrained'}, {model})

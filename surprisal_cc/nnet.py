@@ -318,6 +318,9 @@ class Conv1dPreNet(nn.Module):
     def __init__(self, input_size: int, channels: int = 512, kernel_size: int = 11, dropout: float = 0.0,
                  leaky_slope: float = 0.125):
         super().__init__()
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f"Conv1dPreNet kernel_size must be a positive odd number (the output keeps the "
+                             f"input's length), got {kernel_size}")
         self.conv = nn.Conv1d(input_size, channels, kernel_size, padding=kernel_size // 2)
         self.activation = nn.LeakyReLU(leaky_slope)
         self.dropout = nn.Dropout(dropout)

@@ -320,6 +320,9 @@ def test_probability_reads_the_padding_mask(monkeypatch):
     p_batch = ctrl(batch, None, lengths_to_mask(torch.tensor([6, 9]), 9), stochastic=False).p_big
     torch.testing.assert_close(p_batch[0, :6], p_alone[0])
     assert torch.all(p_batch[0, 6:] == 0)
+    # a rule that is NaN on padding (here: the z-score of an all-padding row) still gives p_big 0 there
+    empty = ctrl(batch, None, lengths_to_mask(torch.tensor([6, 0]), 9), stochastic=True)
+    assert torch.all(empty.p_big[1] == 0) and not empty.use_big[1].any()
 
 
 def test_the_documented_lists_of_controllers_name_every_registered_one():
@@ -661,6 +664,9 @@ def test_flops_budget_names_the_controller_it_cannot_shift():
     act = build_encoder("act", input_size=8, num_outputs=5, hidden_size=8)
     with pytest.raises(ValueError, match="this model's is none"):
         budget_big_fraction(act, apc_macs=100, fraction=0.9)
+    surprisal_encoder.controller_at_test = False  # tested with random routing: no surprisal logit to shift
+    with pytest.raises(ValueError, match="controller_at_test False"):
+        budget_big_fraction(surprisal_encoder, apc_macs=100, fraction=0.9)
 
 
 def test_calibration_subsample_is_uniform_over_the_whole_pass():

@@ -9,6 +9,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from surprisal_cc.controllers import ConstantController, LearnedController, SurprisalController
+from surprisal_cc.forward import CachedInputs, run_model
 from surprisal_cc.encoders import (
     ConditionalEncoder,
     architectures,
@@ -276,6 +277,13 @@ def test_model3_frame_net_equals_conv1d_prenet():
     assert torch.all(expected[~mask] == 0)
 
 
+def test_conv1d_pre_net_kernel_size_must_be_odd():
+    from surprisal_cc.nnet import Conv1dPreNet
+
+    with pytest.raises(ValueError, match="kernel_size must be a positive odd number"):
+        Conv1dPreNet(D, 6, kernel_size=4)
+
+
 def test_frame_net_context_validation():
     with pytest.raises(ValueError):
         FrameNet([4, 4], context=4)
@@ -402,6 +410,17 @@ def test_controller_at_train_false():
     assert enc.eval().active_controller() is enc.controller
 
 
+def test_run_model_follows_the_encoders_mode():
+    """Whether surprisal is read is decided by the encoder's own mode, the mode its controller runs in."""
+    torch.manual_seed(0)
+    enc = small_encoder(controller_at_test=False)  # surprisal in training only
+    fbank, lengths = torch.randn(3, T, D), LENGTHS
+    for training in (True, False):
+        step = run_model(enc.train(training), fbank, lengths, use_apc_features=False,
+                         cached=CachedInputs(fbank, None, torch.rand(3, T)))
+        assert step.output.stats["p_big"].shape == (3, T) and step.apc_ran == training
+
+
 def test_learned_controller_never_needs_surprisal():
     enc = small_encoder(controller=LearnedController(D, 12))
     assert not enc.needs_surprisal(True) and not enc.needs_surprisal(False)
@@ -510,6 +529,12 @@ def test_learned_controller_aux_loss_reaches_encoder_output():
 def test_constructor_validation():
     with pytest.raises(ValueError, match="execution"):
         small_encoder(execution="dense")
+    # routing by chance thresholded at 0.5 would run one network on every frame
+    with pytest.raises(ValueError, match="test_stochastic False .* set test_stochastic True"):
+        small_encoder(controller=ConstantController(0.5), test_stochastic=False)
+    with pytest.raises(ValueError, match="train_stochastic False"):
+        small_encoder(controller_at_train=False, train_stochastic=False)
+    small_encoder(controller=ConstantController(1.0), test_stochastic=False)  # big-only: nothing drawn
     with pytest.raises(ValueError, match="output size"):
         ConditionalEncoder(FrameNet([D, D]), FrameNet([D, 3]), SurprisalController())
 

@@ -564,3 +564,25 @@ def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
     assert agree > 0.98, agree
     edits = wer_details_for_batch(["x"], [whole.phones], [parts.phones])[0]["num_edits"]
     assert edits <= 3 * 3, (edits, len(whole.phones))  # 3 joins, a few phones each at most (4 in all here)
+
+
+def test_routing_defaults_to_what_the_controller_can_do():
+    """Deterministic by default; a random controller (only a draw routes) is always sampled; a model
+    that draws nothing (learned, big-only, ACT) refuses sampled routing."""
+    from surprisal_cc.errors import ConfigurationError
+    from surprisal_cc.recipe import phone_set
+
+    labels = phone_set("librispeech")
+    assert ConditionalASR.untrained(labels, controller="surprisal", input_features="apc").routing == "deterministic"
+    chance = ConditionalASR.untrained(labels, controller="random")
+    assert chance.routing == "sampled" and chance.routes_by_chance and chance.can_sample
+    with pytest.raises(ConfigurationError, match="routes by chance .* small network on every frame"):
+        chance.set_routing("deterministic")
+    torch.manual_seed(0)
+    out = chance.transcribe_batch(torch.rand(1, 32000) - 0.5)[0]
+    assert 0.3 < out.big_fraction < 0.7  # not every frame on one network
+    for controller in ("learned", "big_only"):
+        fixed = ConditionalASR.untrained(labels, controller=controller)
+        assert fixed.routing == "deterministic" and not fixed.can_sample
+        with pytest.raises(ConfigurationError, match=f"draws nothing .*{controller} controller"):
+            fixed.set_routing("sampled")

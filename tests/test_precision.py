@@ -90,16 +90,18 @@ def test_unknown_precision_is_a_configuration_error():
         resolve_precision("fp8", RunOptions())
 
 
-@pytest.mark.parametrize("controller", ["random", "big_only", "small_only"])
+@pytest.mark.parametrize("controller", ["random", "big_only", "small_only", "learned", "surprisal"])
 def test_routed_encoder_runs_under_bf16_autocast(controller):
     torch.manual_seed(0)
-    enc = ConditionalEncoder.paper(input_size=16, num_outputs=5, controller=build_controller(controller))
+    enc = ConditionalEncoder.paper(input_size=16, num_outputs=5, controller=build_controller(controller, input_size=16))
     x, lengths = torch.randn(3, 7, 16), torch.tensor([7, 4, 1])
+    surprisal = torch.rand(3, 7) * 4 if controller == "surprisal" else None
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = enc(x, lengths)
-        loss = out.log_probs.float().sum()
+        out = enc(x, lengths, surprisal)
+        loss = out.log_probs.float().sum() + out.aux_loss
     loss.backward()
     assert torch.isfinite(out.log_probs.float()).all()
+    assert out.stats["p_big"].dtype == torch.float32 and out.aux_loss.dtype == torch.float32  # the statistics contract
     assert all(p.grad is None or torch.isfinite(p.grad).all() for p in enc.parameters())
 
 

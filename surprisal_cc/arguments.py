@@ -1,5 +1,6 @@
 """Command-line arguments shared by ``surprisal-cc`` and the experiment tools (grid, analysis): argparse
-value types, and output files checked (or their folder made) before any work.
+value types, and output files checked (or their folder made) before any work; and the checks of the
+Python API's own arguments (a routing seed, a batch size).
 
 A value that does not fit is argparse's usage error: one line, exit status 2.
 
@@ -12,13 +13,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import operator
 import os
 from pathlib import Path
 from typing import Callable, Optional, TypeVar, Union
 
+from .errors import ConfigurationError
+
 Number = TypeVar("Number", int, float)
 
-__all__ = ["positive_int", "finite_float", "non_negative_float", "make_output_folder", "check_writable"]
+__all__ = ["positive_int", "finite_float", "non_negative_float", "make_output_folder", "check_writable",
+           "check_routing_seed", "check_batch_size"]
 
 
 def positive_int(text: str) -> int:
@@ -84,6 +89,49 @@ def check_writable(what: str, path: Union[str, os.PathLike]) -> None:
             os.remove(path)
     except OSError as err:
         raise OSError(f"{what} {path} cannot be written: {err.strerror or err}") from None
+
+
+def check_routing_seed(seed) -> int:
+    """``seed`` as the int that seeds sampled routing; :class:`ConfigurationError` unless it is a whole
+    number in [0, 2**63).
+
+    Example
+    -------
+    >>> check_routing_seed(3)
+    3
+    >>> check_routing_seed(3.5)
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.ConfigurationError: a routing seed is a whole number in [0, 2**63), got 3.5
+    """
+    try:
+        value = operator.index(seed) if not isinstance(seed, bool) else None
+    except TypeError:
+        value = None
+    if value is None or not 0 <= value < 2 ** 63:
+        raise ConfigurationError(f"a routing seed is a whole number in [0, 2**63), got {seed!r}")
+    return value
+
+
+def check_batch_size(batch_size) -> int:
+    """``batch_size`` as a positive int; :class:`ConfigurationError` otherwise.
+
+    Example
+    -------
+    >>> check_batch_size(8)
+    8
+    >>> check_batch_size(0)
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.ConfigurationError: batch_size must be a whole number of utterances, at least 1; got 0
+    """
+    try:
+        value = operator.index(batch_size) if not isinstance(batch_size, bool) else None
+    except TypeError:
+        value = None
+    if value is None or value < 1:
+        raise ConfigurationError(f"batch_size must be a whole number of utterances, at least 1; got {batch_size!r}")
+    return value
 
 
 def _number(kind: Callable[[str], Number], text: str) -> Optional[Number]:

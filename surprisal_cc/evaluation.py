@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple,
 
 import torch
 
-from .arguments import check_writable
+from .arguments import check_batch_size, check_routing_seed, check_writable
 from .corpora import Item, corpus_items, pronunciation_references
 from .data.audio import MAX_LISTED, check_audio_many, read_audio, warn_converted
 from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
@@ -133,6 +133,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         When the corpus, its labels or its audio cannot be used.
     """
     seed = _routing_seed(asr, seed)
+    batch_size = check_batch_size(batch_size or asr.config.get("batch_size", 8))
     if alignments is not None and not hasattr(alignments, "write"):
         check_writable("alignments file", alignments)
     items, label_source, words, label_problems = _labelled_items(asr, data, mfa_labels, g2p, timit_split, skip_bad)
@@ -140,10 +141,14 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     graphs = pronunciation_references(data, items, words, mfa_labels, g2p or asr.config.get(
         "label_policy", {}).get("g2p") or "spn") if any_pronunciation else None
     warn_converted(infos, asr.feature_config.sample_rate)  # called here: its warning names our caller
-    batch_size = int(batch_size or asr.config.get("batch_size", 8))
-    budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \
-        if flops_fraction is not None else None
-    tally = _decode_corpus(asr, items, batch_size, seed, graphs, per_utterance, progress, long_chunk_s)
+    shift = getattr(asr.encoder, "test_bias_shift", None)
+    try:  # a budget holds for this evaluation only: the model's bias shift is restored after
+        budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \
+            if flops_fraction is not None else None
+        tally = _decode_corpus(asr, items, batch_size, seed, graphs, per_utterance, progress, long_chunk_s)
+    finally:
+        if shift is not None:
+            asr.encoder.test_bias_shift = shift
     if alignments is not None:
         tally.errors.write_alignments(alignments)
     result = _scores(tally, items, graphs)
@@ -161,7 +166,7 @@ def _routing_seed(asr, seed: Optional[int]) -> Optional[int]:
     if seed is not None and asr.routing != "sampled":
         raise ConfigurationError("seed seeds sampled routing, and this model routes deterministically: "
                                  "set_routing('sampled', seed) (--sampled --seed N)")
-    return asr.seed if seed is None else int(seed)
+    return asr.seed if seed is None else check_routing_seed(seed)
 
 
 def _labelled_items(asr, data: PathLike, mfa_labels: Optional[PathLike], g2p: Optional[str], timit_split: str,

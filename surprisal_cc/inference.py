@@ -31,6 +31,7 @@ from speechbrain.utils.run_opts import RunOptions
 from torch import Tensor
 
 from .adaptive import PonderNetEncoder
+from .arguments import check_batch_size, check_routing_seed
 from .apc import APCModel, FrozenAPC
 from .controllers import budget_big_fraction, solve_bias_shift
 from .data.audio import as_waveforms, check_audio, resample, sample_counts, sample_rate_hz
@@ -437,7 +438,8 @@ class ConditionalASR:
         return cls(config, encoder_module, apc, device=device)
 
     def save(self, folder: PathLike, dtype: str = "fp32") -> Path:
-        """Write this model as a model folder (``from_pretrained`` loads it back).
+        """Write this model as a model folder (``from_pretrained`` loads it back, its bias shift
+        (:meth:`set_bias_shift`, :meth:`meet_flops_budget`) included).
 
         Arguments
         ---------
@@ -465,6 +467,12 @@ class ConditionalASR:
             buffer.seek(0)
             blob = torch.load(buffer, weights_only=True)
         config = {**self.config, "uses_apc": self.uses_apc, "weights_dtype": dtype}
+        shift = float(getattr(self.encoder, "test_bias_shift", 0.0))
+        if shift:  # the operating point travels with the weights
+            encoder_config = dict(config["encoder"])
+            encoder_config["conditional_options"] = {**(encoder_config.get("conditional_options") or {}),
+                                                     "test_bias_shift": shift}
+            config["encoder"] = encoder_config
         state = {k: v.cpu() for k, v in self.encoder.state_dict().items()}
         return write_model_folder(Path(folder), config, state, blob)
 
@@ -473,13 +481,13 @@ class ConditionalASR:
         frames to the big network (fewer FLOPs), a positive one more. Big-only and small-only have
         no logit to shift, nor do the adaptive encoders: a clear error."""
         if not hasattr(self.encoder, "test_bias_shift"):
-            raise ModelFormatError(f"a bias shift needs a conditional encoder; this model's is "
-                                   f"{self.config['encoder']['name']!r}")
+            raise ConfigurationError(f"a bias shift needs a conditional encoder; this model's is "
+                                     f"{self.config['encoder']['name']!r}")
         if not math.isfinite(float(shift)):
-            raise ValueError(f"a bias shift must be a finite number, got {shift}")
+            raise ConfigurationError(f"a bias shift must be a finite number, got {shift}")
         controller = self.encoder.controller
         if shift and not controller.shifts_with_bias:
-            raise ModelFormatError(f"the {controller.name!r} controller has no bias to shift")
+            raise ConfigurationError(f"the {controller.name!r} controller has no bias to shift")
         self.encoder.test_bias_shift = float(shift)
 
     def budget_big_fraction(self, fraction: float) -> float:
@@ -487,8 +495,8 @@ class ConditionalASR:
         frame; a clear error for a model without a surprisal controller or a budget out of range."""
         try:
             return budget_big_fraction(self.encoder, self.apc_macs, float(fraction))
-        except ValueError as err:
-            raise ModelFormatError(f"FLOPs fraction {fraction}: {err}") from None
+        except (TypeError, ValueError) as err:
+            raise ConfigurationError(f"FLOPs fraction {fraction}: {err}") from None
 
     @torch.no_grad()
     def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8,
@@ -499,13 +507,29 @@ class ConditionalASR:
         audio (:meth:`frame_surprisal`: long files in parts); the surprisal controller only.
 
         Returns ``{"fraction", "big_fraction", "bias_shift", "frames"}``.
+
+        Raises
+        ------
+        ConfigurationError
+            For a model without a surprisal controller, a fraction out of range or a batch size
+            below 1.
+        BadAudioError
+            Listing every file of ``audio`` that is not usable audio, before any is decoded.
         """
+        from .data.audio import check_audio_many
+
         if isinstance(audio, (str, os.PathLike)):
             audio = [audio]
         audio = list(audio)
         if not audio:
-            raise ValueError("meet_flops_budget needs audio files to solve the bias shift on; got none")
+            raise ConfigurationError("meet_flops_budget needs audio files to solve the bias shift on; got none")
+        if not all(isinstance(path, (str, os.PathLike)) for path in audio):
+            raise ConfigurationError("meet_flops_budget reads audio files: give their paths")
+        check_batch_size(batch_size)
         big_fraction = self.budget_big_fraction(fraction)  # before any audio is read
+        _, problems = check_audio_many(audio)
+        if problems:
+            raise BadAudioError(problems, len(audio), "the bias shift of a FLOPs budget is solved on usable audio")
         solution = solve_bias_shift(self.encoder.controller, self.frame_surprisal(audio, batch_size, long_chunk_s),
                                     big_fraction, stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
         self.set_bias_shift(solution["bias_shift"])
@@ -608,9 +632,12 @@ class ConditionalASR:
             self.encoder.test_stochastic = sampled
         if self._drawn_halting:
             self.encoder.inference = "sample" if sampled else "threshold"
+        if seed is not None and not sampled:
+            raise ConfigurationError("seed seeds sampled routing, and this model routes deterministically: "
+                                     "set_routing('sampled', seed) (--sampled --seed N)")
         if sampled and seed is None:
             seed = int.from_bytes(os.urandom(4), "little") % 2 ** 31
-        self.routing, self.seed = routing, (int(seed) if sampled else None)
+        self.routing, self.seed = routing, (check_routing_seed(seed) if sampled else None)
 
     def to(self, device: Union[str, torch.device]) -> "ConditionalASR":
         """Move the model to ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``); returns the model."""
@@ -651,7 +678,8 @@ class ConditionalASR:
         Arguments
         ---------
         wavs : torch.Tensor
-            (B, S) padded 16 kHz audio.
+            (B, S) padded 16 kHz audio, or what :meth:`transcribe_batch` takes (int16, a list of
+            1-D waveforms, arrays).
         wav_lens : torch.Tensor, optional
             (B,) lengths: relative in (0, 1] (floating point, SpeechBrain's convention) or sample
             counts (integers); None: every waveform is whole.
@@ -674,7 +702,8 @@ class ConditionalASR:
         >>> tuple(out.log_probs.shape), tuple(fbank.shape), frames.tolist(), surprisal
         ((2, 24, 4), (2, 24, 80), [24, 12], None)
         """
-        fbank, frames = self.filterbanks(wavs, sample_counts(wavs, wav_lens))
+        wavs, samples = self.batch_inputs(wavs, wav_lens)
+        fbank, frames = self.filterbanks(wavs, samples)
         with self._autocast():
             step = run_model(self.encoder, fbank, frames, apc=self.apc, use_apc_features=self.use_apc_features)
         surprisal = step.surprisal.float() if step.surprisal is not None else None
@@ -816,11 +845,21 @@ class ConditionalASR:
         >>> tuple(wavs.shape), samples.tolist()
         ((2, 800), [800, 400])
         """
-        if isinstance(wavs, (list, tuple)) and wavs and all(torch.as_tensor(w).ndim == 1 for w in wavs):
+        if isinstance(wavs, (str, os.PathLike)) or (isinstance(wavs, (list, tuple)) and wavs
+                                                     and isinstance(wavs[0], (str, os.PathLike))):
+            raise ValueError("transcribe_batch and encode_batch take waveforms, not files: transcribe a file with "
+                             "transcribe_file, or read it with load_audio first")
+        if isinstance(wavs, (list, tuple)) and wavs and all(isinstance(w, (list, tuple)) or getattr(w, "ndim", 0) >= 1
+                                                            for w in wavs):  # waveforms, not numbers
             if wav_lens is not None or num_samples is not None:
                 raise ValueError("a list of waveforms carries its own lengths: give no wav_lens or num_samples")
-            num_samples = torch.tensor([len(w) for w in wavs])
-            wavs = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(w) for w in wavs], batch_first=True)
+            listed = [as_waveforms(w, f"wavs[{i}]") for i, w in enumerate(wavs)]  # each scaled on its own
+            if any(w.shape[0] != 1 for w in listed):
+                shapes = [tuple(torch.as_tensor(w).shape) for w in wavs]
+                raise ValueError(f"wavs is a list of waveforms of shapes {shapes[:4]}{' ...' if len(shapes) > 4 else ''}: "
+                                 "give each as 1-D (samples,) mono audio, e.g. w.mean(dim=0) to downmix")
+            num_samples = torch.tensor([w.shape[1] for w in listed])
+            wavs = torch.nn.utils.rnn.pad_sequence([w[0] for w in listed], batch_first=True)
         wavs = as_waveforms(wavs)
         if num_samples is not None:
             if wav_lens is not None:

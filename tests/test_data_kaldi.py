@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from surprisal_cc.corpora import corpus_items, pronunciation_references
-from surprisal_cc.data.errors import BadLabelsError, DataPreparationError
+from surprisal_cc.data.errors import BadAudioError, BadLabelsError, DataPreparationError
 from surprisal_cc.data.kaldi import KaldiUtterance, is_kaldi_data_folder, read_kaldi_data_folder, read_wav_scp
 from surprisal_cc.data.phones import LIBRISPEECH_PHONES
 from surprisal_cc.errors import ConfigurationError
@@ -78,8 +78,9 @@ def test_wav_scp_alone_is_what_transcription_reads(tmp_path):
     assert read_wav_scp(folder, problems=found) == {"a": "/a/a.flac", "b": "/a/b.wav"}
     assert list(read_wav_scp(folder, problems=[])) == ["a", "b"] and found == raised.value.problems
     (folder / "wav.scp").write_text("u1 cat x.wav |\n")
-    with pytest.raises(DataPreparationError, match="wav.scp: no utterance with an audio file"):
+    with pytest.raises(BadAudioError, match="wav.scp: no utterance with an audio file") as raised:
         read_wav_scp(folder, problems=[])
+    assert raised.value.problems[0].startswith(f"{folder / 'wav.scp'}: u1: a command")  # why, even when skipping
     (folder / "wav.scp").unlink()
     with pytest.raises(DataPreparationError, match="needs wav.scp"):
         read_wav_scp(folder)
@@ -90,7 +91,6 @@ def test_wav_scp_alone_is_what_transcription_reads(tmp_path):
     ({"segments": "u1 rec1 0.0 1.5\n"}, "segments: utterances cut from longer recordings are not read"),
     ({"wav.scp": "u1 /a.wav\nu1 /b.wav\n"}, "wav.scp, line 2: utterance id 'u1' occurs twice"),
     ({"wav.scp": "u1\n"}, "wav.scp, line 1: 'u1' has no value"),
-    ({"text": "u2 HELLO\n"}, "no utterance with both audio and words"),
 ])
 def test_a_broken_data_folder_is_one_line_naming_the_file(tmp_path, files, message):
     folder = _data_folder(tmp_path, "u1 /a.wav\n", "u1 HELLO\n")
@@ -102,6 +102,14 @@ def test_a_broken_data_folder_is_one_line_naming_the_file(tmp_path, files, messa
     with pytest.raises(DataPreparationError, match=message.replace("(", r"\(")) as raised:
         read_kaldi_data_folder(folder, problems=[])
     assert str(folder) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_folder_without_a_usable_utterance_says_why_of_each(tmp_path):
+    folder = _data_folder(tmp_path, "u1 /a.wav\n", "u2 HELLO\n")
+    with pytest.raises(BadLabelsError, match="no utterance with both audio and words") as raised:
+        read_kaldi_data_folder(folder, problems=[])
+    assert raised.value.problems == [f"{folder / 'text'}: no line for u1",
+                                     f"{folder / 'wav.scp'}: no line for u2 (it has a transcript in text)"]
 
 
 def test_evaluate_labels_a_kaldi_folder_by_the_models_lexicon_policy(tmp_path):

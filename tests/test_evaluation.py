@@ -118,3 +118,18 @@ def test_sampled_routing_of_a_long_utterance_draws_from_the_evaluation_seed(corp
     runs = [_evaluate(asr, corpus, tmp_path, long_chunk_s=1.0, seed=seed)[1]["long"] for seed in (3, 3, 5)]
     assert runs[0] == runs[1] and runs[0]["p_big_mean"] == runs[2]["p_big_mean"]
     assert runs[0]["big_fraction"] != runs[2]["big_fraction"]
+
+
+def test_a_flops_budget_holds_for_its_evaluation_only(corpus, tmp_path):
+    """evaluate(flops_fraction=F) decodes at the budget's shift and leaves the model's own shift as it was;
+    a batch size that is not a positive whole number is refused before any audio is read."""
+    from surprisal_cc.errors import ConfigurationError
+
+    torch.manual_seed(0)
+    asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal", input_features="apc")
+    asr.set_bias_shift(0.25)
+    scores = evaluate_corpus(asr, corpus, flops_fraction=0.9)
+    assert scores["budget"]["bias_shift"] != 0.25 and asr.encoder.test_bias_shift == 0.25
+    for batch_size in (-1, 2.5):
+        with pytest.raises(ConfigurationError, match="batch_size must be a whole number"):
+            evaluate_corpus(asr, corpus, batch_size=batch_size)

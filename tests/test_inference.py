@@ -16,6 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -26,8 +27,9 @@ from numerics import (assert_same_errors_up_to_summation_order, assert_same_rout
 from surprisal_cc.apc import APCModel, save_apc
 from surprisal_cc.cli import main
 from surprisal_cc.data import DataPreparationWarning
+from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.features import FeatureConfig
-from surprisal_cc.inference import ConditionalASR, ModelFormatError, default_model_dir
+from surprisal_cc.inference import BadAudioError, ConditionalASR, ModelFormatError, default_model_dir
 from surprisal_cc.nnet import weights_fingerprint
 
 RECIPE = REPO / "recipes" / "MiniLibriSpeech" / "train.py"
@@ -319,6 +321,20 @@ def test_batch_inputs_a_user_may_give(untrained):
     with pytest.raises(ValueError, match="got none"):
         untrained.meet_flops_budget([], 0.9)
     assert untrained.transcribe_batch(wavs.clone().requires_grad_())[0].num_frames == 49
+    # each waveform of a list is scaled on its own: int16 beside float, (1, S) as torchaudio.load gives it
+    int16 = (wavs[0] * 32767).round().to(torch.int16)
+    mixed = untrained.batch_inputs([int16, wavs[1, :8000]])[0]
+    torch.testing.assert_close(mixed, untrained.batch_inputs([wavs[0], wavs[1, :8000]])[0], atol=1e-4, rtol=0)
+    assert torch.equal(untrained.batch_inputs([wavs[:1], wavs[1, :8000]])[1], torch.tensor([16000, 8000]))
+    with pytest.raises(ValueError, match=r"shapes \[\(2, 16000\)\]: give each as 1-D"):
+        untrained.transcribe_batch([wavs])
+    with pytest.raises(ValueError, match="not files: transcribe a file with transcribe_file"):
+        untrained.transcribe_batch(["a.flac", "b.flac"])
+    with pytest.raises(ValueError, match="magnitude is 3: scale it into"):
+        untrained.transcribe_batch(torch.tensor([0.0, 3.0] * 800))
+    # forward takes what transcribe_batch takes
+    torch.testing.assert_close(untrained.forward(int16)[0].log_probs, untrained.forward(wavs[0].numpy())[0].log_probs,
+                               atol=1e-3, rtol=0)
 
 
 def test_transcribe_batch_resamples_a_rate_sharing_no_factor_with_16k_in_bounded_memory(untrained, monkeypatch):
@@ -469,7 +485,7 @@ def test_a_bias_shift_moves_the_routing_of_controllers_with_a_logit(controller):
         fractions.append(float(asr.transcribe_batch(wavs)[0].use_big.float().mean()))
     assert fractions[0] < fractions[1]
     for constant in ("big_only", "small_only"):
-        with pytest.raises(ModelFormatError, match=f"the '{constant}' controller has no bias to shift"):
+        with pytest.raises(ConfigurationError, match=f"the '{constant}' controller has no bias to shift"):
             ConditionalASR.untrained(["AH", "B", "sil"], controller=constant).set_bias_shift(1.0)
 
 
@@ -496,8 +512,14 @@ def test_a_flops_budget_is_solved_on_the_frames_of_the_audio_given(tmp_path):
     assert asr.encoder.test_bias_shift == budget["bias_shift"]
     frames = sum(asr.transcribe_batch(sf.read(path, dtype="float32")[0])[0].num_frames for path in paths)
     assert budget["frames"] == frames == asr.meet_flops_budget(paths, 0.9, batch_size=1)["frames"]
-    with pytest.raises(ModelFormatError, match="FLOPs fraction 0.1"):
+    with pytest.raises(ConfigurationError, match="FLOPs fraction 0.1"):
         asr.meet_flops_budget([tmp_path / "missing.wav"], 0.1)
+    with pytest.raises(BadAudioError, match="missing.wav: file does not exist"):
+        asr.meet_flops_budget([paths[0], tmp_path / "missing.wav"], 0.9)
+    with pytest.raises(ConfigurationError, match="batch_size must be a whole number"):
+        asr.meet_flops_budget(paths, 0.9, batch_size=0)
+    # the budget's shift is saved with the model and loaded back
+    assert ConditionalASR.from_pretrained(asr.save(tmp_path / "model")).encoder.test_bias_shift == budget["bias_shift"]
 
 
 def test_the_surprisal_of_a_long_file_is_computed_in_parts(tmp_path, monkeypatch):
@@ -566,10 +588,22 @@ def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
     assert edits <= 3 * 3, (edits, len(whole.phones))  # 3 joins, a few phones each at most (4 in all here)
 
 
+def test_a_routing_seed_is_a_whole_number_for_sampled_routing():
+    from surprisal_cc.recipe import phone_set
+
+    asr = ConditionalASR.untrained(phone_set("librispeech"), controller="surprisal", input_features="apc")
+    with pytest.raises(ConfigurationError, match="this model routes deterministically"):
+        asr.set_routing("deterministic", seed=3)
+    for seed in (3.5, 2 ** 64, -1, "3", True):
+        with pytest.raises(ConfigurationError, match="a routing seed is a whole number"):
+            asr.set_routing("sampled", seed=seed)
+    asr.set_routing("sampled", seed=np.int64(7))
+    assert asr.seed == 7 and type(asr.seed) is int
+
+
 def test_routing_defaults_to_what_the_controller_can_do():
     """Deterministic by default; a random controller (only a draw routes) is always sampled; a model
     that draws nothing (learned, big-only, ACT) refuses sampled routing."""
-    from surprisal_cc.errors import ConfigurationError
     from surprisal_cc.recipe import phone_set
 
     labels = phone_set("librispeech")

@@ -342,9 +342,10 @@ def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:
 MAX_CHANNELS = 8
 
 
-def as_waveforms(wavs) -> torch.Tensor:
+def as_waveforms(wavs, name: str = "wavs") -> torch.Tensor:
     """(B, S) float waveforms in [-1, 1] from a (B, S) or (S,) tensor or array; int16 is scaled by
-    1/32768, and float audio far outside [-1, 1] (int16-scaled, say) is refused.
+    1/32768, and float audio far outside [-1, 1] (int16-scaled, say) is refused. ``name``: how the
+    errors call the input.
 
     Example
     -------
@@ -362,31 +363,37 @@ def as_waveforms(wavs) -> torch.Tensor:
     Traceback (most recent call last):
         ...
     ValueError: wavs is a list of 2 waveforms: pad them into one (batch, samples) tensor first, e.g. wavs, wav_lens = speechbrain.utils.data_utils.batch_pad_right(wavs)
+    >>> as_waveforms(torch.tensor([0.0, 3.0]))
+    Traceback (most recent call last):
+        ...
+    ValueError: wavs must be audio in [-1, 1], but its largest magnitude is 3: scale it into [-1, 1]
     """
-    if isinstance(wavs, (list, tuple)) and wavs and all(hasattr(w, "shape") for w in wavs):
-        raise ValueError(f"wavs is a list of {len(wavs)} waveforms: pad them into one (batch, samples) tensor first, "
-                         "e.g. wavs, wav_lens = speechbrain.utils.data_utils.batch_pad_right(wavs)")
+    if isinstance(wavs, (list, tuple)) and wavs and all(getattr(w, "ndim", 0) >= 1 for w in wavs):
+        raise ValueError(f"{name} is a list of {len(wavs)} waveforms: pad them into one (batch, samples) tensor "
+                         "first, e.g. wavs, wav_lens = speechbrain.utils.data_utils.batch_pad_right(wavs)")
     wavs = torch.as_tensor(wavs)
     if wavs.dtype == torch.int16:
         wavs = wavs.float() / 32768.0
     elif not wavs.is_floating_point():
-        raise ValueError(f"wavs must be float audio in [-1, 1] (or int16), got {wavs.dtype}")
+        raise ValueError(f"{name} must be float audio in [-1, 1] (or int16), got {wavs.dtype}")
     if wavs.ndim == 1:
         wavs = wavs[None]
     if wavs.ndim != 2:
-        raise ValueError(f"wavs must be (batch, samples), got shape {tuple(wavs.shape)}")
+        raise ValueError(f"{name} must be (batch, samples), got shape {tuple(wavs.shape)}")
     if wavs.shape[1] <= MAX_CHANNELS < wavs.shape[0]:
-        raise ValueError(f"wavs of shape {tuple(wavs.shape)} look like (samples, channels): give (batch, samples) "
+        raise ValueError(f"{name} of shape {tuple(wavs.shape)} look like (samples, channels): give (batch, samples) "
                          "mono audio, e.g. wavs.mean(dim=1)[None] to downmix one recording")
     if wavs.numel() == 0:
-        raise ValueError(f"wavs hold no audio (shape {tuple(wavs.shape)})")
+        raise ValueError(f"{name} hold no audio (shape {tuple(wavs.shape)})")
     wavs = wavs.detach()
     if not bool(torch.isfinite(wavs).all()):
-        raise ValueError("wavs hold NaN or infinite samples")
+        raise ValueError(f"{name} hold NaN or infinite samples")
     peak = float(wavs.abs().max())
     if peak > MAX_PEAK:
-        raise ValueError(f"wavs must be audio in [-1, 1], but its largest magnitude is {peak:g} (int16-scaled?): "
-                         "divide by 32768")
+        # int16 values stored as float reach hundreds or thousands; a little over 1 is clipping or a gain
+        hint = "(int16-scaled?): divide by 32768" if peak > 256 else ": scale it into [-1, 1]"
+        raise ValueError(f"{name} must be audio in [-1, 1], but its largest magnitude is {peak:g}"
+                         + (" " if hint.startswith("(") else "") + hint)
     return wavs
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .audio import MAX_LISTED
-from .errors import DataPreparationError, collect_or_raise_label_problems
+from .errors import BadAudioError, BadLabelsError, DataPreparationError, collect_or_raise_label_problems, first_listed
 from .manifest import read_text
 
 PathLike = Union[str, os.PathLike]
@@ -89,8 +89,8 @@ def read_kaldi_data_folder(folder: PathLike, problems: Optional[List[str]] = Non
     total = len(audio.keys() | refused.keys() | texts.keys())
     collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances of {folder} cannot be "
                                     "scored; pass --skip-bad (skip_bad=True) to score the others", problems, MAX_LISTED)
-    if not utterances:
-        raise DataPreparationError(f"{folder}: no utterance with both audio and words")
+    if not utterances:  # every utterance refused: why, whether or not they were to be skipped
+        raise BadLabelsError(first_listed(found, MAX_LISTED), total, f"{folder}: no utterance with both audio and words")
     return utterances
 
 
@@ -127,7 +127,8 @@ def read_wav_scp(folder: PathLike, problems: Optional[List[str]] = None) -> Dict
     collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances of {folder} are not audio "
                                     "files; pass --skip-bad to transcribe the others", problems, MAX_LISTED)
     if not audio:
-        raise DataPreparationError(f"{folder / 'wav.scp'}: no utterance with an audio file")
+        raise BadAudioError(first_listed(found, MAX_LISTED), total, f"{folder / 'wav.scp'}: no utterance with an "
+                            "audio file")
     return audio
 
 

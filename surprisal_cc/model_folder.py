@@ -27,6 +27,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -38,11 +39,13 @@ from torch import Tensor
 from .apc import APCModel, load_apc
 from .encoders import build_encoder
 from .errors import ConfigurationError
+from .features import FeatureConfig
 from .nnet import Encoder, runs_apc
 
 FORMAT_VERSION = 1
 MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc.pt", "README.md"
 WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+_INPUT_FEATURES = ("apc", "fbank")   # what the encoder reads: APC features h_t or the filterbank frames
 
 __all__ = ["FORMAT_VERSION", "WEIGHT_DTYPES", "ModelFormatError", "default_model_dir", "load_model_folder",
            "load_tensors", "write_model_folder", "model_card"]
@@ -92,7 +95,10 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
     Raises
     ------
     ModelFormatError
-        When the folder is missing, incomplete, damaged or of another format version.
+        When the folder is missing, incomplete, damaged or of another format version, or when
+        ``model.json`` contradicts itself, the encoder or the APC model (unknown ``features`` keys,
+        ``labels`` not one per encoder output, ``blank_index`` outside them, ``input_features`` of
+        another width than ``encoder.input_size``).
 
     Example
     -------
@@ -136,7 +142,7 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
         encoder.load_state_dict(state)
     except RuntimeError as err:
         raise ModelFormatError(f"{folder / ENCODER_FILE}: weights do not fit {MODEL_FILE} "
-                               f"({str(err).splitlines()[0]})") from None
+                               f"({_state_dict_problems(err)})") from None
     apc = None
     if config.get("uses_apc", True) and runs_apc(config["input_features"], encoder, training=False):
         apc_path = folder / APC_FILE
@@ -149,7 +155,80 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
         except Exception as err:  # torch raises several types for damaged or unsafe files
             raise ModelFormatError(f"{apc_path}: cannot be loaded ({type(err).__name__}: "
                                    f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    _check_config(config, config_path, encoder, apc)
     return config, encoder, apc
+
+
+def _check_config(config: Dict[str, Any], config_path: Path, encoder: Encoder, apc: Optional[APCModel]) -> None:
+    """Refuse a ``model.json`` whose fields contradict each other, the encoder or the APC model, with
+    a :class:`ModelFormatError` that names ``config_path``, the field and what is wrong:
+
+    * ``features``: an object of :class:`~surprisal_cc.features.FeatureConfig`'s fields, no other key;
+    * ``labels``: a list of strings, one per encoder output (``encoder.num_outputs``, the blank included);
+    * ``blank_index`` (default 0): an index of ``labels``;
+    * ``uses_apc``: not false where the model runs the APC (APC features or a surprisal controller);
+    * ``input_features``: ``apc`` or ``fbank``, whose width per frame is ``encoder.input_size``:
+      ``features.n_mels`` for ``fbank``, the APC model's hidden size for ``apc``;
+    * ``features.n_mels``: the APC model's input width, where the model runs the APC.
+
+    Example
+    -------
+    >>> from surprisal_cc.encoders import build_encoder
+    >>> encoder = {"name": "conditional", "input_size": 80, "num_outputs": 3, "controller": "big_only"}
+    >>> config = {"encoder": encoder, "input_features": "fbank", "features": {}, "labels": ["<blank>", "AH", "B"]}
+    >>> _check_config({**config, "blank_index": 3}, Path("model.json"), build_encoder(**encoder), None)
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.model_folder.ModelFormatError: model.json: blank_index 3 is not an index of labels (0 to 2)
+    """
+    features, labels, inputs = config["features"], config["labels"], config["input_features"]
+    input_size, num_outputs = config["encoder"]["input_size"], config["encoder"]["num_outputs"]
+    known = [f.name for f in dataclasses.fields(FeatureConfig)]
+    if not isinstance(features, dict):
+        raise ModelFormatError(f"{config_path}: features must be an object of {', '.join(known)}, "
+                               f"got {type(features).__name__}")
+    unknown = sorted(set(features) - set(known))
+    if unknown:
+        raise ModelFormatError(f"{config_path}: features has unknown keys {unknown} (known: {', '.join(known)})")
+    n_mels = FeatureConfig(**features).n_mels
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise ModelFormatError(f"{config_path}: labels must be a list of strings, got {repr(labels)[:80]}")
+    if len(labels) != num_outputs:
+        raise ModelFormatError(f"{config_path}: labels lists {len(labels)} labels, but encoder.num_outputs is "
+                               f"{num_outputs} (one output per label, the blank included)")
+    blank = config.get("blank_index", 0)
+    if isinstance(blank, bool) or not isinstance(blank, int) or not 0 <= blank < len(labels):
+        raise ModelFormatError(f"{config_path}: blank_index {blank!r} is not an index of labels "
+                               f"(0 to {len(labels) - 1})")
+    if inputs not in _INPUT_FEATURES:
+        raise ModelFormatError(f"{config_path}: input_features {inputs!r} is unknown (known: "
+                               f"{', '.join(map(repr, _INPUT_FEATURES))})")
+    if apc is None and runs_apc(inputs, encoder, training=False):
+        raise ModelFormatError(f"{config_path}: uses_apc is false, but this model runs the APC (input_features "
+                               f"{inputs!r}, encoder.controller {config['encoder'].get('controller')!r})")
+    width, source = (apc.hidden_size, "the APC model's hidden size") if inputs == "apc" else (n_mels, "features.n_mels")
+    if input_size != width:
+        raise ModelFormatError(f"{config_path}: encoder.input_size is {input_size}, but input_features {inputs!r} "
+                               f"gives {width} values per frame ({source})")
+    if apc is not None and apc.input_size != n_mels:
+        raise ModelFormatError(f"{config_path}: features.n_mels is {n_mels}, but the APC model ({APC_FILE}) reads "
+                               f"{apc.input_size} mel bins per frame")
+
+
+def _state_dict_problems(err: RuntimeError, count: int = 3, width: int = 200) -> str:
+    """The first ``count`` lines of torch's ``load_state_dict`` error that say what does not fit (missing and
+    unexpected keys, size mismatches), each cut to ``width`` characters.
+
+    Example
+    -------
+    >>> message = 'Error(s) in loading state_dict for Net:\\n\\tMissing key(s) in state_dict: "a". \\n\\tUnexpected ...'
+    >>> _state_dict_problems(RuntimeError(message), count=1)
+    'Error(s) in loading state_dict for Net: Missing key(s) in state_dict: "a"; and 1 more'
+    """
+    head, *lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+    shown = [line.rstrip(".") if len(line) <= width else line[:width - 3] + "..." for line in lines[:count]]
+    more = f"; and {len(lines) - count} more" if len(lines) > count else ""
+    return " ".join([head, "; ".join(shown)]).strip() + more
 
 
 def load_tensors(path: Path) -> Dict[str, Tensor]:

@@ -1,20 +1,24 @@
-"""Writing a model folder: a new folder, a replaced one, and an export that is interrupted."""
+"""Writing a model folder: a new folder, a replaced one, and an export that is interrupted; reading one
+whose model.json contradicts itself or its weights."""
 from __future__ import annotations
 
+import json
 import os
+import re
 
 import pytest
 import torch
 
 from surprisal_cc import model_folder
+from surprisal_cc.apc import APCModel, apc_config
 from surprisal_cc.encoders import build_encoder
-from surprisal_cc.model_folder import FORMAT_VERSION, load_model_folder, write_model_folder
+from surprisal_cc.model_folder import FORMAT_VERSION, ModelFormatError, load_model_folder, write_model_folder
 
 ENCODER = {"name": "conditional", "input_size": 6, "num_outputs": 4, "controller": "big_only", "hidden_size": 8}
 
 
 def _config(seed: int) -> dict:
-    return {"format_version": FORMAT_VERSION, "encoder": ENCODER, "input_features": "fbank", "features": {},
+    return {"format_version": FORMAT_VERSION, "encoder": ENCODER, "input_features": "fbank", "features": {"n_mels": 6},
             "labels": ["<blank>", "AH", "B", "sil"], "weights_dtype": "fp32", "seed": seed}
 
 
@@ -105,3 +109,84 @@ def test_a_folder_that_is_not_a_model_is_refused_and_untouched(tmp_path):
     with pytest.raises(model_folder.ConfigurationError, match="not a model folder"):
         write_model_folder(tmp_path, _config(1), _state(1), None)
     assert [p.name for p in tmp_path.iterdir()] == ["data.txt"]
+
+
+# ----------------------------------------------------------------------------------------------
+# A model.json that contradicts itself or its weights
+# ----------------------------------------------------------------------------------------------
+def _apc_folder(tmp_path):
+    """A model folder with APC inputs: a tiny APC (6 mel bins in, 8 features out) and an encoder reading 8."""
+    encoder = {**ENCODER, "input_size": 8}
+    apc = APCModel(input_size=6, hidden_size=8)
+    config = {**_config(1), "encoder": encoder, "input_features": "apc", "uses_apc": True}
+    return write_model_folder(tmp_path / "apc_model", config, build_encoder(**encoder).state_dict(),
+                              {"config": apc_config(apc), "state_dict": apc.state_dict()})
+
+
+def _edited(folder, **fields):
+    """``folder`` with ``fields`` of its model.json replaced (None: removed)."""
+    config = json.loads((folder / "model.json").read_text())
+    config.update(fields)
+    config = {key: value for key, value in config.items() if value is not None}
+    (folder / "model.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_folder_with_apc_inputs_loads(tmp_path):
+    config, _, apc = load_model_folder(_apc_folder(tmp_path))
+    assert config["input_features"] == "apc" and apc.hidden_size == 8
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"features": {"n_mels": 6, "bogus": 1}}, "features has unknown keys ['bogus'] (known: sample_rate, n_mels,"),
+    ({"features": [6]}, "features must be an object of sample_rate, n_mels,"),
+    ({"labels": "<blank> AH B sil"}, "labels must be a list of strings"),
+    ({"labels": ["<blank>", "AH", "B", 3]}, "labels must be a list of strings"),
+    ({"labels": ["<blank>", "AH", "B"]}, "labels lists 3 labels, but encoder.num_outputs is 4"),
+    ({"blank_index": 4}, "blank_index 4 is not an index of labels (0 to 3)"),
+    ({"blank_index": -1}, "blank_index -1 is not an index of labels"),
+    ({"blank_index": "0"}, "blank_index '0' is not an index of labels"),
+    ({"input_features": "mfcc"}, "input_features 'mfcc' is unknown (known: 'apc', 'fbank')"),
+    ({"features": {"n_mels": 80}}, "encoder.input_size is 6, but input_features 'fbank' gives 80 values per frame "
+                                   "(features.n_mels)"),
+    ({"features": {}}, "encoder.input_size is 6, but input_features 'fbank' gives 80"),
+])
+def test_an_inconsistent_model_json_is_refused_naming_the_field(tmp_path, fields, problem):
+    folder = _edited(write_model_folder(tmp_path / "model", _config(1), _state(1), None), **fields)
+    with pytest.raises(ModelFormatError, match="^" + re.escape(f"{folder / 'model.json'}: {problem}")):
+        load_model_folder(folder)
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"features": {"n_mels": 40}}, "features.n_mels is 40, but the APC model (apc.pt) reads 6 mel bins per frame"),
+    ({"input_features": "fbank"}, "encoder.input_size is 8, but input_features 'fbank' gives 6 values per frame"),
+    ({"uses_apc": False}, "uses_apc is false, but this model runs the APC (input_features 'apc'"),
+])
+def test_a_model_json_that_does_not_fit_its_apc_is_refused(tmp_path, fields, problem):
+    folder = _edited(_apc_folder(tmp_path), **fields)
+    with pytest.raises(ModelFormatError, match="^" + re.escape(f"{folder / 'model.json'}: {problem}")):
+        load_model_folder(folder)
+
+
+def test_an_apc_of_another_width_is_refused(tmp_path):
+    folder = _apc_folder(tmp_path)
+    apc = APCModel(input_size=6, hidden_size=16)
+    torch.save({"config": apc_config(apc), "state_dict": apc.state_dict()}, folder / "apc.pt")
+    with pytest.raises(ModelFormatError, match=re.escape("encoder.input_size is 8, but input_features 'apc' gives 16 "
+                                                         "values per frame (the APC model's hidden size)")):
+        load_model_folder(folder)
+
+
+def test_weights_that_do_not_fit_are_refused_saying_what_does_not_fit(tmp_path):
+    folder = write_model_folder(tmp_path / "model", _config(1), _state(1), None)
+    state = torch.load(folder / "encoder.pt", weights_only=True)
+    state["extra"] = state.pop("pre_net.forward_gru.weight_ih_l0")
+    torch.save(state, folder / "encoder.pt")
+    _edited(folder, encoder={**ENCODER, "hidden_size": 4})
+    with pytest.raises(ModelFormatError) as raised:
+        load_model_folder(folder)
+    message = str(raised.value)
+    assert message.startswith(f"{folder / 'encoder.pt'}: weights do not fit model.json (Error(s) in loading")
+    assert 'Missing key(s) in state_dict: "pre_net.forward_gru.weight_ih_l0"' in message
+    assert 'Unexpected key(s) in state_dict: "extra"' in message and "size mismatch for " in message
+    assert re.search(r"; and \d+ more\)$", message) and len(message) < 1000

@@ -58,7 +58,7 @@ def run_model(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, a
     fbank : torch.Tensor or None
         (B, T, n_mels) log-mel frames; None when ``cached`` is given.
     lengths : torch.Tensor
-        (B,) frames of each utterance.
+        (B,) frames of each utterance, on any device (moved to the features').
     apc : torch.nn.Module, optional
         The frozen APC model (:class:`~surprisal_cc.apc.FrozenAPC`); needed without ``cached``
         when its features or surprisal are used.
@@ -74,6 +74,7 @@ def run_model(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, a
     -------
     ForwardStep
     """
+    lengths = lengths.to((fbank if fbank is not None else cached.fbank).device)  # masks are made on their device
     need_surprisal = unwrap(encoder).needs_surprisal(unwrap(encoder).training)
     apc_ran = use_apc_features or need_surprisal
     if cached is not None:

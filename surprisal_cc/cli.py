@@ -434,7 +434,7 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
         warnings.warn(f"skipped {record['path']}: " + (f"utterance {record['utterance']}: " if "utterance" in record
                                                        else "") + record["skipped"])
     warn_converted({shown(key): info for key, info in infos.items()},
-                   asr.feature_config.sample_rate)
+                   asr.feature_config.sample_rate, stacklevel=3)
     usable = [(path, utt) for path, utt in items if str(path) in infos]
     budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction,
                                     long_chunk_s=args.chunk_seconds)

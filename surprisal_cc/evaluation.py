@@ -140,7 +140,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     items, infos, problems = _usable_audio(data, items, skip_bad, label_problems, mfa_labels is not None)
     graphs = pronunciation_references(data, items, words, mfa_labels, g2p or asr.config.get(
         "label_policy", {}).get("g2p") or "spn") if any_pronunciation else None
-    warn_converted(infos, asr.feature_config.sample_rate)  # called here: its warning names our caller
+    warn_converted(infos, asr.feature_config.sample_rate, stacklevel=3)  # called here: its warning names our caller
     shift = getattr(asr.encoder, "test_bias_shift", None)
     try:  # a budget holds for this evaluation only: the model's bias shift is restored after
         budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \

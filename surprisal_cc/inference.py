@@ -950,7 +950,7 @@ class ConditionalASR:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"transcribe_file takes the path of an audio file, got a {type(path).__name__}; "
                             "transcribe waveforms with transcribe_batch")
-        check_audio(path, self.feature_config.sample_rate)
+        check_audio(path, self.feature_config.sample_rate, stacklevel=3)  # the warning names our caller
         return self.transcribe_checked_file(path, long_chunk_s=long_chunk_s, progress=progress)
 
     def load_audio(self, path: PathLike) -> Tensor:
@@ -980,7 +980,7 @@ class ConditionalASR:
         """
         from .data.audio import read_audio
 
-        check_audio(path, self.feature_config.sample_rate)
+        check_audio(path, self.feature_config.sample_rate, stacklevel=3)  # the warning names our caller
         return read_audio(path, self.feature_config.sample_rate)
 
     def transcribe_checked_file(self, path: PathLike, long_chunk_s: Optional[float] = None, progress=None,

@@ -620,3 +620,18 @@ def test_routing_defaults_to_what_the_controller_can_do():
         assert fixed.routing == "deterministic" and not fixed.can_sample
         with pytest.raises(ConfigurationError, match=f"draws nothing .*{controller} controller"):
             fixed.set_routing("sampled")
+
+
+def test_conversion_warnings_name_the_callers_line(tmp_path):
+    """transcribe_file and load_audio report a resampled file at the user's call, where a warnings filter
+    on the caller's module can reach it."""
+    import soundfile as sf
+
+    path = tmp_path / "narrow.wav"
+    sf.write(path, 0.1 * np.random.default_rng(0).uniform(-1, 1, 8000).astype(np.float32), 8000)
+    asr = ConditionalASR.untrained(["AH", "B", "sil"])
+    for call in (asr.transcribe_file, asr.load_audio):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call(path)
+        assert caught and all(w.filename == __file__ for w in caught), [(w.filename, str(w.message)) for w in caught]

@@ -228,7 +228,7 @@ def check_audio_files(
     ``skip_bad_audio=True`` leaves them out and warns with the list.
     """
     good, bad = check_audio_many(paths, num_workers)
-    warn_converted(good, target_sr)
+    warn_converted(good, target_sr, stacklevel=3)  # names the caller of check_audio_files
     if bad and not skip_bad_audio:
         raise DataPreparationError(
             f"{len(bad)} unusable audio file(s):" + _listing(bad, None) + "\nRe-download or repair "
@@ -243,11 +243,12 @@ def check_audio_files(
     return good
 
 
-def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE) -> None:
+def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE, stacklevel: int = 2) -> None:
     """Raise :class:`BadAudioError` unless ``path`` is usable audio; warn when it will be converted.
 
     The error has one line naming the file; the :class:`DataPreparationWarning` says that the file
-    will be resampled to ``sample_rate`` or downmixed to mono.
+    will be resampled to ``sample_rate`` or downmixed to mono, and is reported at the caller
+    ``stacklevel`` frames up (as :func:`warnings.warn` counts: 2 is this function's caller).
 
     Example
     -------
@@ -265,10 +266,10 @@ def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE) -> None:
     infos, problems = check_audio_many([path])
     if problems:
         raise BadAudioError(problems, 1)
-    warn_converted(infos, sample_rate)
+    warn_converted(infos, sample_rate, stacklevel=stacklevel + 1)
 
 
-def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE) -> None:
+def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE, stacklevel: int = 2) -> None:
     """Warn once per kind of conversion (resampling, downmixing) with the files it applies to, and
     once more for files below the model's rate (upsampling cannot restore their missing band).
 
@@ -281,6 +282,9 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE)
         Usable files, as :func:`check_audio_many` returns them.
     sample_rate : int
         The model's sample rate.
+    stacklevel : int
+        The frame the warnings are reported at, as :func:`warnings.warn` counts (2: this
+        function's caller).
 
     Example
     -------
@@ -300,15 +304,15 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE)
     multichannel = [f"{path} ({info.channels} channels)" for path, info in infos.items() if info.channels > 1]
     if other_rate:
         warnings.warn(f"{len(other_rate)} file(s) are not {sample_rate} Hz; resampled to {sample_rate} Hz on load:"
-                      + _listing(other_rate), DataPreparationWarning, stacklevel=3)
+                      + _listing(other_rate), DataPreparationWarning, stacklevel=stacklevel)
     narrowband = [f"{path} ({info.sample_rate} Hz)" for path, info in infos.items() if info.sample_rate < sample_rate]
     if narrowband:
         warnings.warn(f"{len(narrowband)} file(s) have no content above half their sample rate, where speech at "
                       f"{sample_rate} Hz (the model's training audio) has it; expect a higher error rate:"
-                      + _listing(narrowband), DataPreparationWarning, stacklevel=3)
+                      + _listing(narrowband), DataPreparationWarning, stacklevel=stacklevel)
     if multichannel:
         warnings.warn(f"{len(multichannel)} file(s) have more than one channel; downmixed to mono (channel mean) "
-                      "on load:" + _listing(multichannel), DataPreparationWarning, stacklevel=3)
+                      "on load:" + _listing(multichannel), DataPreparationWarning, stacklevel=stacklevel)
 
 
 def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:

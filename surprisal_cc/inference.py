@@ -22,6 +22,7 @@ import contextlib
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
@@ -35,7 +36,7 @@ from .arguments import check_batch_size, check_routing_seed
 from .apc import APCModel, FrozenAPC
 from .controllers import budget_big_fraction, solve_bias_shift
 from .data.audio import as_waveforms, check_audio, resample, sample_counts, sample_rate_hz
-from .data.errors import BadAudioError, DataPreparationError
+from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
 from .decoding import CTCBeamSearch
 from .encoders import build_encoder
 from .forward import run_model
@@ -872,6 +873,10 @@ class ConditionalASR:
         samples = sample_counts(wavs, wav_lens)
         rate = self.feature_config.sample_rate
         given_rate = rate if sample_rate is None else sample_rate_hz(sample_rate)
+        if given_rate < rate:  # as warn_converted says it of files
+            warnings.warn(f"audio at {given_rate} Hz has no content above {given_rate // 2} Hz, where speech at {rate} Hz "
+                          "(the model's training audio) has it; expect a higher error rate", DataPreparationWarning,
+                          stacklevel=3)
         if given_rate != rate:
             wavs = resample(wavs, given_rate, rate)
             samples = (samples.double() * rate / given_rate).round().long().clamp(max=wavs.shape[1])

@@ -291,7 +291,9 @@ def test_transcribe_batch_speechbrain_lengths_sample_rate_and_int16(untrained):
         untrained.transcribe_batch(wavs * 32768)
     int16 = (wavs * 32767).round().to(torch.int16)
     assert untrained.transcribe_batch(int16)[0].num_frames == 49
-    low = untrained.transcribe_batch(wavs[:, ::2], sample_rate=8000)
+    with pytest.warns(DataPreparationWarning, match="at 8000 Hz has no content above 4000 Hz") as caught:
+        low = untrained.transcribe_batch(wavs[:, ::2], sample_rate=8000)
+    assert caught[0].filename == __file__
     assert [r.duration_s for r in low] == [1.0, 1.0] and low[0].num_frames == 49
     result = relative[0]
     assert str(result) == result.text == " ".join(result.phones) and result.frame_shift_s == 0.02
@@ -306,7 +308,8 @@ def test_batch_inputs_a_user_may_give(untrained):
     listed = untrained.transcribe_batch([wavs[0], wavs[1, :8000]])
     padded = untrained.transcribe_batch(wavs, num_samples=torch.tensor([16000, 8000]))
     assert [r.phones for r in listed] == [r.phones for r in padded] and [r.num_frames for r in listed] == [49, 24]
-    assert untrained.encode_batch(wavs[:, ::2], num_samples=torch.tensor([8000, 4000]), sample_rate=8000).shape[1] == 49
+    with pytest.warns(DataPreparationWarning, match="8000 Hz"):
+        assert untrained.encode_batch(wavs[:, ::2], num_samples=torch.tensor([8000, 4000]), sample_rate=8000).shape[1] == 49
     for bad, message in [((wavs.T,), r"look like \(samples, channels\)"),
                          ((wavs, torch.tensor([1, 1])), "integer wav_lens are read as sample counts"),
                          (([wavs[0], wavs[1]], torch.tensor([1.0, 1.0])), "carries its own lengths")]:
@@ -362,7 +365,8 @@ def test_a_sample_rate_that_is_not_a_positive_whole_number_is_refused_not_trunca
         untrained.transcribe_batch(wavs, sample_rate=rate)
     with pytest.raises(ValueError, match="rate " + message):
         resample(wavs, rate, 16000)
-    assert untrained.transcribe_batch(wavs, sample_rate=8000.0)[0].duration_s == 0.5
+    with pytest.warns(DataPreparationWarning, match="8000 Hz"):
+        assert untrained.transcribe_batch(wavs, sample_rate=8000.0)[0].duration_s == 0.5
 
 
 def test_encode_batch_gives_the_log_probabilities_that_transcribe_batch_decodes(untrained):

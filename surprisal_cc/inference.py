@@ -597,7 +597,7 @@ class ConditionalASR:
         inference: halt at the threshold); ``"sampled"``: drawn from ``p_big`` (PonderNet: sampled
         halting), seeded with ``seed`` (a random seed when None) before each
         :meth:`transcribe_batch` and :meth:`evaluate` call, so that every call is reproducible from
-        the recorded ``seed``; None: the model's own, sampled for a model that routes by chance
+        the recorded ``seed``; None: sampled where a ``seed`` is given or the model routes by chance
         (:attr:`routes_by_chance`, which refuses ``"deterministic"``: every frame would go to one
         network), else deterministic. A model that draws nothing (:attr:`can_sample` False)
         refuses ``"sampled"``.
@@ -613,8 +613,8 @@ class ConditionalASR:
             ...
         surprisal_cc.errors.ConfigurationError: this model's routing draws nothing (ACTEncoder): leave out --sampled and --seed (routing='deterministic')
         """
-        if routing is None:
-            routing = "sampled" if self.routes_by_chance else "deterministic"
+        if routing is None:  # a seed asks for sampled routing, as --seed implies --sampled
+            routing = "sampled" if self.routes_by_chance or seed is not None else "deterministic"
         if routing not in ROUTINGS:
             raise ConfigurationError(f"routing must be one of {ROUTINGS}, got {routing!r}")
         if routing == "deterministic" and self.routes_by_chance:
@@ -629,16 +629,16 @@ class ConditionalASR:
                 f", {controller.name} controller" if controller is not None else "")
             raise ConfigurationError(f"this model's routing draws nothing ({kind}): leave out --sampled and --seed "
                                      "(routing='deterministic')")
-        if hasattr(self.encoder, "test_stochastic"):
+        if seed is not None and not sampled:
+            raise ConfigurationError("seed seeds sampled routing, and deterministic routing draws nothing: "
+                                     "set_routing('sampled', seed) (--sampled --seed N)")
+        seed = check_routing_seed(seed) if seed is not None else (
+            int.from_bytes(os.urandom(4), "little") % 2 ** 31 if sampled else None)
+        if hasattr(self.encoder, "test_stochastic"):  # every argument checked: now change the model
             self.encoder.test_stochastic = sampled
         if self._drawn_halting:
             self.encoder.inference = "sample" if sampled else "threshold"
-        if seed is not None and not sampled:
-            raise ConfigurationError("seed seeds sampled routing, and this model routes deterministically: "
-                                     "set_routing('sampled', seed) (--sampled --seed N)")
-        if sampled and seed is None:
-            seed = int.from_bytes(os.urandom(4), "little") % 2 ** 31
-        self.routing, self.seed = routing, (check_routing_seed(seed) if sampled else None)
+        self.routing, self.seed = routing, seed
 
     def to(self, device: Union[str, torch.device]) -> "ConditionalASR":
         """Move the model to ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``); returns the model."""

@@ -596,8 +596,12 @@ def test_a_routing_seed_is_a_whole_number_for_sampled_routing():
     from surprisal_cc.recipe import phone_set
 
     asr = ConditionalASR.untrained(phone_set("librispeech"), controller="surprisal", input_features="apc")
-    with pytest.raises(ConfigurationError, match="this model routes deterministically"):
+    with pytest.raises(ConfigurationError, match="deterministic routing draws nothing"):
         asr.set_routing("deterministic", seed=3)
+    assert asr.routing == "deterministic" and not asr.encoder.test_stochastic  # a refused call changes nothing
+    assert ConditionalASR.untrained(["AH", "sil"], controller="surprisal", input_features="apc").routing == "deterministic"
+    asr.set_routing(None, seed=5)  # a seed asks for sampled routing
+    assert (asr.routing, asr.seed, asr.encoder.test_stochastic) == ("sampled", 5, True)
     for seed in (3.5, 2 ** 64, -1, "3", True):
         with pytest.raises(ConfigurationError, match="a routing seed is a whole number"):
             asr.set_routing("sampled", seed=seed)

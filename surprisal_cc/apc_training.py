@@ -93,7 +93,9 @@ class APCBrain(FiniteLossBrain):
         pathlib.Path
             ``path``.
         """
-        self.checkpointer.recover_if_possible(min_key="loss")
+        if self.checkpointer.recover_if_possible(min_key="loss") is None:
+            raise ConfigurationError(f"{self.checkpointer.checkpoints_dir} holds no APC checkpoint to export: "
+                                     "pretrain at least one epoch (a --test_only run does not pretrain)")
         path = Path(path)
         if if_main_process():
             save_apc(unwrap(self.modules.apc), path, training=training)

@@ -542,6 +542,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
             return super().evaluate(*args, **kwargs)
 
     def on_evaluate_start(self, max_key=None, min_key=None):
+        key = max_key or min_key
+        if self.checkpointer is not None and key and \
+                self.checkpointer.find_checkpoint(max_key=max_key, min_key=min_key) is None:
+            raise ConfigurationError(f"{self.checkpointer.checkpoints_dir} holds no checkpoint of a validated epoch "
+                                     f"({key}) to evaluate: train at least one epoch (number_of_epochs >= 1), or "
+                                     "point --output_folder at a trained run")
         super().on_evaluate_start(max_key=max_key, min_key=min_key)
         budget = getattr(self, "test_budget", None)
         if budget is not None:

@@ -91,7 +91,74 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
         check_test_budget(hparams)
         check_bias_sweep(hparams)
         check_selection_metric(hparams)
+        check_settings(hparams)
+        check_apc_path(hparams, run_opts)
     return hparams
+
+
+# Settings checked before any data is read (check_settings): a misread one would otherwise fail, or
+# silently change the run, after data preparation and the feature cache.
+BOOLEAN_KEYS = ("apc_residual", "augment", "controller_at_test", "controller_at_train", "dynamic_batching",
+                "find_unused_parameters", "malloc_reuse", "optional_silence", "pronunciation_alternatives",
+                "skip_bad_audio", "test_stochastic", "train_stochastic", "use_feature_cache")
+POSITIVE_INT_KEYS = ("batch_size", "number_of_epochs", "apc_batch_size", "apc_epochs", "checkpoints_to_keep")
+POSITIVE_FLOAT_KEYS = ("lr", "apc_lr")
+CHOICE_KEYS = {"valid_search": ("greedy", "beam"), "sorting": ("random", "ascending", "descending"),
+               "calibration_method": ("full_batch", "sgd", "authors_adam")}
+
+
+def check_settings(hparams: Mapping) -> None:
+    """Every setting of the lists above that is present has its type and range, and the controller's
+    calibration targets are reachable; one :class:`ConfigurationError` line per problem otherwise.
+
+    Example
+    -------
+    >>> check_settings({"augment": "no", "lr": -1, "valid_search": "beams"})
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: augment must be True or False, got 'no'
+    lr must be a positive number, got -1
+    valid_search must be one of ('greedy', 'beam'), got 'beams'
+    """
+    problems = [f"{key} must be True or False, got {hparams[key]!r}" for key in BOOLEAN_KEYS
+                if key in hparams and not isinstance(hparams[key], bool)]
+    problems += [f"{key} must be a whole number of at least 1, got {hparams[key]!r}" for key in POSITIVE_INT_KEYS
+                 if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], int)
+                                        or hparams[key] < 1)]
+    problems += [f"{key} must be a positive number, got {hparams[key]!r}" for key in POSITIVE_FLOAT_KEYS
+                 if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], (int, float))
+                                        or not 0 < hparams[key] < float("inf"))]
+    problems += [f"{key} must be one of {choices}, got {hparams[key]!r}" for key, choices in CHOICE_KEYS.items()
+                 if key in hparams and hparams[key] not in choices]
+    mean, var = hparams.get("controller_target_mean"), hparams.get("controller_target_var")
+    if isinstance(mean, (int, float)) and not 0 < mean < 1:
+        problems.append(f"controller_target_mean must be in (0, 1), got {mean!r}")
+    elif isinstance(mean, (int, float)) and isinstance(var, (int, float)) and not 0 <= var < mean * (1 - mean):
+        problems.append(f"controller_target_var must be in [0, {mean * (1 - mean):.4g}) with controller_target_mean "
+                        f"{mean:g} (p_big in [0, 1] has variance below mean x (1 - mean)), got {var!r}")
+    if problems:
+        raise ConfigurationError("\n".join(problems))
+
+
+def check_apc_path(hparams: Mapping, run_opts: Mapping) -> None:
+    """Where the run needs APC: ``apc_path`` is a loadable APC model file; with ``apc_path`` null, a
+    ``--test_only`` run finds the APC its training exported (it never pretrains one)."""
+    if not runs_apc(hparams.get("input_features", "apc"), hparams["encoder_module"]):
+        return
+    if hparams.get("apc_path"):
+        path = Path(hparams["apc_path"])
+        if not path.is_file():
+            what = "is a folder, not an APC model file" if path.is_dir() else "does not exist"
+            raise ConfigurationError(f"apc_path {path} {what}: pretrain one with recipes/LibriSpeech/pretrain_apc.py "
+                                     "or set apc_path: null to pretrain here")
+        try:
+            load_apc(path)
+        except ValueError as err:
+            raise ConfigurationError(f"apc_path {path}: {err}") from None
+    elif run_opts.get("test_only") and not Path(hparams.get("apc_export_path", "")).is_file():
+        raise ConfigurationError(f"--test_only with apc_path null needs the APC the run trained with, and "
+                                 f"{hparams.get('apc_export_path')} does not exist: give --apc_path=FILE (the APC "
+                                 "the run loaded; its results.json names its fingerprint)")
 
 
 def create_experiment_directory(experiment_directory: str, hparams_file: str, overrides: str = "",
@@ -162,10 +229,18 @@ def close_process_group(barrier: bool = True) -> None:
 
 
 def check_test_only(hparams: Mapping, run_opts: Mapping) -> None:
-    """``--test_only`` needs a trained run: its ``save_folder`` must hold a checkpoint."""
-    if run_opts.get("test_only") and not any(Path(hparams["save_folder"]).glob("CKPT+*")):
-        raise ConfigurationError(f"--test_only: {hparams['save_folder']} holds no checkpoint to evaluate: train "
-                                 "this run first, or point --output_folder at a trained run")
+    """``--test_only`` needs a trained run: its ``save_folder`` must hold a checkpoint of a validated
+    epoch (one that records ``selection_metric``), not only a checkpoint taken within an epoch."""
+    if not run_opts.get("test_only"):
+        return
+    metric = hparams.get("selection_metric", "PER")
+    validated = [ckpt for ckpt in Path(hparams["save_folder"]).glob("CKPT+*")
+                 if (ckpt / "CKPT.yaml").is_file()
+                 and any(line.split(":")[0] == metric for line in (ckpt / "CKPT.yaml").read_text().splitlines())]
+    if not validated:
+        raise ConfigurationError(f"--test_only: {hparams['save_folder']} holds no checkpoint of a validated epoch "
+                                 f"({metric}) to evaluate: train this run first, or point --output_folder at a "
+                                 "trained run")
 
 
 def phone_set(name: str) -> List[str]:

@@ -78,9 +78,10 @@ def test_an_old_export_without_training_settings_is_compared_by_its_model_config
 def test_checkpoints_made_with_other_settings_are_refused(tmp_path):
     hparams = apc_hparams(tmp_path)
     hparams["apc_epoch_counter"].limit = 0  # "interrupted" before any training: settings and a checkpoint
-    pretrain_apc(tiny_datasets(), hparams, {"device": "cpu"})
+    with pytest.raises(ConfigurationError, match="holds no APC checkpoint to export"):  # untrained: not exported
+        pretrain_apc(tiny_datasets(), hparams, {"device": "cpu"})
+    assert not (tmp_path / "apc.pt").exists()
     hparams["apc_checkpointer"].save_checkpoint()
-    (tmp_path / "apc.pt").unlink()
     with pytest.raises(ConfigurationError) as info:
         pretrain_apc({}, apc_hparams(tmp_path, residual=True), {"device": "cpu"})
     assert str(tmp_path / "save") in str(info.value) and "apc_residual: stored False, requested True" in str(info.value)
@@ -102,9 +103,10 @@ def test_an_export_is_checked_and_reused_without_a_checkpointer(tmp_path):
 def test_a_broken_settings_file_is_one_line_naming_it(tmp_path):
     hparams = apc_hparams(tmp_path)
     hparams["apc_epoch_counter"].limit = 0
-    pretrain_apc(tiny_datasets(), hparams, {"device": "cpu"})
+    with pytest.raises(ConfigurationError, match="holds no APC checkpoint to export"):  # untrained: not exported
+        pretrain_apc(tiny_datasets(), hparams, {"device": "cpu"})
+    assert not (tmp_path / "apc.pt").exists()
     hparams["apc_checkpointer"].save_checkpoint()
-    (tmp_path / "apc.pt").unlink()
     (tmp_path / "save" / SETTINGS_FILE).write_text('{"config": {"resid')  # cut short
     with pytest.raises(ConfigurationError, match=f"{SETTINGS_FILE} is not the JSON"):
         pretrain_apc({}, apc_hparams(tmp_path), {"device": "cpu"})

@@ -54,3 +54,37 @@ def test_a_units_folder_without_its_model_is_named(tmp_path, monkeypatch):
     with pytest.raises(ConfigurationError, match="sentencepiece_40 exists without '40_unigram.model'.*delete"):
         recipe.train_units(sp_dir, 40, "train.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sentencepiece_40"]
+
+
+def test_test_only_needs_a_checkpoint_of_a_validated_epoch(tmp_path):
+    """A checkpoint taken within an epoch records no PER: --test_only would evaluate an untrained model."""
+    hparams, test_only = {"save_folder": str(tmp_path), "selection_metric": "PER"}, {"test_only": True}
+    (tmp_path / "CKPT+2026-01-01+00-00-00+00").mkdir()
+    (tmp_path / "CKPT+2026-01-01+00-00-00+00" / "CKPT.yaml").write_text("brain_intra_epoch_ckpt: true\nend-of-epoch: false\n")
+    with pytest.raises(ConfigurationError, match="no checkpoint of a validated epoch \\(PER\\)"):
+        recipe.check_test_only(hparams, test_only)
+    recipe.check_test_only(hparams, {})  # training: nothing to check
+    (tmp_path / "CKPT+2026-01-02+00-00-00+00").mkdir()
+    (tmp_path / "CKPT+2026-01-02+00-00-00+00" / "CKPT.yaml").write_text("PER: 30.5\nend-of-epoch: true\n")
+    recipe.check_test_only(hparams, test_only)
+
+
+def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
+    from surprisal_cc.apc import APCModel, save_apc
+    from surprisal_cc.encoders import build_encoder
+
+    encoder = build_encoder("conditional", input_size=512, num_outputs=42, controller="surprisal")
+    hparams = {"input_features": "apc", "encoder_module": encoder, "apc_export_path": str(tmp_path / "apc" / "apc.pt")}
+    for path, message in ((tmp_path / "nope.pt", "does not exist"), (tmp_path, "is a folder")):
+        with pytest.raises(ConfigurationError, match=f"apc_path {path} {message}"):
+            recipe.check_apc_path({**hparams, "apc_path": str(path)}, {})
+    (tmp_path / "notes.pt").write_text("not a model")
+    with pytest.raises(ConfigurationError, match="apc_path .*notes.pt: "):
+        recipe.check_apc_path({**hparams, "apc_path": str(tmp_path / "notes.pt")}, {})
+    with pytest.raises(ConfigurationError, match="--test_only with apc_path null needs the APC the run trained with"):
+        recipe.check_apc_path({**hparams, "apc_path": None}, {"test_only": True})
+    recipe.check_apc_path({**hparams, "apc_path": None}, {})  # training pretrains one
+    save_apc(APCModel(), tmp_path / "good.pt")
+    recipe.check_apc_path({**hparams, "apc_path": str(tmp_path / "good.pt")}, {"test_only": True})
+    fbank_only = build_encoder("conditional", input_size=80, num_outputs=42, controller="random")
+    recipe.check_apc_path({"input_features": "fbank", "encoder_module": fbank_only, "apc_path": "/nope.pt"}, {})

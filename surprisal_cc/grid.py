@@ -209,15 +209,25 @@ def load_grid(path: str) -> GridSpec:
                     prepare=_prepare_steps(path, data.get("prepare") or []))
 
 
+GRID_KEYS = {"recipe", "hparams", "groups", "overrides", "seeds", "publish", "prepare", "experiment_root"}
+GROUP_KEYS = {"name", "vary", "set", "folder_of"}
+
+
 def _check_shape(path: str, data: Dict[str, Any]) -> None:
     """:class:`GridError` unless ``groups`` is a list of mappings whose ``vary`` and ``set`` are mappings,
     ``overrides`` a mapping and ``seeds`` a list."""
     def fail(what: str) -> None:
         raise GridError(f"grid file {path}: {what} (see the grid file format in surprisal-cc grid --help)")
 
+    unknown = sorted(set(data) - GRID_KEYS)
+    if unknown:
+        fail(f"unknown key(s) {unknown}: a grid file has {sorted(GRID_KEYS)}")
     if not isinstance(data["groups"], list) or not all(isinstance(g, dict) for g in data["groups"]):
         fail("groups must be a list of mappings (name, vary, set, folder_of)")
     for group in data["groups"]:
+        unknown = sorted(set(group) - GROUP_KEYS)
+        if unknown:
+            fail(f"unknown key(s) {unknown} in group {group.get('name')!r}: a group has {sorted(GROUP_KEYS)}")
         for key in ("vary", "set"):
             if not isinstance(group.get(key) or {}, dict):
                 fail(f"{key} of group {group.get('name')!r} must be a mapping of keys to values")
@@ -637,10 +647,12 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     if bad:
         raise UsageError(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
     spec = load_grid(args.grid)
-    runs = [r for r in expand(spec, overrides) if not args.only or any(s in r.name for s in args.only)]
-    if args.only and not runs:
-        raise GridError(f"--only {' '.join(args.only)}: no run of {args.grid} has that in its name "
+    every = expand(spec, overrides)
+    unmatched = [s for s in args.only or [] if not any(s in r.name for r in every)]
+    if unmatched:  # each --only names some run: a misspelt one would leave its runs out unnoticed
+        raise GridError(f"--only {' '.join(unmatched)}: no run of {args.grid} has that in its name "
                         "(group/key-value+.../seedN; --dry-run without --only lists them)")
+    runs = [r for r in every if not args.only or any(s in r.name for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
     if any(not r.complete() and not (publish is not None and r.published(*publish)) for r in runs):
         prepare_inputs(spec.prepare, dry_run=args.dry_run)

@@ -261,6 +261,9 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     (lambda spec: {**spec, "groups": [{"name": "a", "vary": [1]}]}, "vary of group 'a'"),
     (lambda spec: {**spec, "overrides": [1]}, "overrides must be a mapping"),
     (lambda spec: {**spec, "seeds": 3}, "seeds must be a list"),
+    (lambda spec: {**spec, "overides": {"lr": 1}}, "unknown key(s) ['overides']: a grid file has"),
+    (lambda spec: {**spec, "groups": [{**spec["groups"][0], "sets": {"encoder": "act"}}]},
+     f"unknown key(s) ['sets'] in group"),
     (lambda spec: {**spec, "recipe": "no_such_recipe.py"}, "recipe no_such_recipe.py is not a file"),
     (lambda spec: {**spec, "hparams": "no_such.yaml"}, "hparams no_such.yaml is not a file"),
 ])
@@ -280,6 +283,9 @@ def test_grid_options_that_select_nothing_or_no_cores_are_errors(grid_file: Path
         assert stop.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
     assert main(["grid", str(grid_file), "--dry-run", "--only", "contoller"]) == 1
     assert capsys.readouterr().err.startswith("error: --only contoller: no run of ")
+    first = grid.expand(grid.load_grid(str(grid_file)), [])[0].name
+    assert main(["grid", str(grid_file), "--dry-run", "--only", first, "--only", "seed9"]) == 1  # each one is checked
+    assert capsys.readouterr().err.startswith("error: --only seed9: no run of ")
 
 
 def _with_prepare_step(grid_file: Path, tmp_path: Path, sha256: Optional[str] = None, fail: bool = False) -> Path:

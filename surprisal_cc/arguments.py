@@ -1,6 +1,6 @@
 """Command-line arguments shared by ``surprisal-cc`` and the experiment tools (grid, analysis): argparse
 value types, and output files checked (or their folder made) before any work; and the checks of the
-Python API's own arguments (a routing seed, a batch size).
+Python API's own arguments (a routing seed, a batch size, a device).
 
 A value that does not fit is argparse's usage error: one line, exit status 2.
 
@@ -18,12 +18,14 @@ import os
 from pathlib import Path
 from typing import Callable, Optional, TypeVar, Union
 
+import torch
+
 from .errors import ConfigurationError
 
 Number = TypeVar("Number", int, float)
 
 __all__ = ["positive_int", "finite_float", "non_negative_float", "make_output_folder", "check_writable",
-           "check_routing_seed", "check_batch_size"]
+           "check_routing_seed", "check_batch_size", "resolve_device"]
 
 
 def positive_int(text: str) -> int:
@@ -132,6 +134,35 @@ def check_batch_size(batch_size) -> int:
     if value is None or value < 1:
         raise ConfigurationError(f"batch_size must be a whole number of utterances, at least 1; got {batch_size!r}")
     return value
+
+
+def resolve_device(device: Union[str, torch.device]) -> torch.device:
+    """``torch.device(device)``; :class:`ConfigurationError` for an invalid name, a device other than
+    cpu and cuda (mps, meta, ...), missing CUDA or a CUDA device number this machine lacks.
+
+    Example
+    -------
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    >>> resolve_device("mps")
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.ConfigurationError: device mps: only cpu and cuda[:N] are supported; use cpu (or cuda on a machine with an NVIDIA GPU)
+    """
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ConfigurationError(f"device {device}: only cpu and cuda[:N] are supported; use cpu "
+                                 "(or cuda on a machine with an NVIDIA GPU)")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigurationError(f"device {device}: CUDA is not available on this machine; use cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ConfigurationError(f"device {device}: this machine has {count} CUDA device(s), cuda:0 to "
+                                 f"cuda:{count - 1}")
+    return dev
 
 
 def _number(kind: Callable[[str], Number], text: str) -> Optional[Number]:

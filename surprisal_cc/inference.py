@@ -32,7 +32,7 @@ from speechbrain.utils.run_opts import RunOptions
 from torch import Tensor
 
 from .adaptive import PonderNetEncoder
-from .arguments import check_batch_size, check_routing_seed
+from .arguments import check_batch_size, check_routing_seed, resolve_device
 from .apc import APCModel, FrozenAPC
 from .controllers import budget_big_fraction, solve_bias_shift
 from .data.audio import as_waveforms, check_audio, resample, sample_counts, sample_rate_hz
@@ -220,35 +220,6 @@ def resolve_inference_precision(precision: str, device: torch.device) -> str:
         raise ConfigurationError(f"precision bf16: this {device.type.upper()} has no native bf16 "
                                  "(CPU: AVX-512-BF16 or AMX; GPU: Ampere or newer); use fp32")
     return precision
-
-
-def resolve_device(device: Union[str, torch.device]) -> torch.device:
-    """``torch.device(device)``; :class:`ConfigurationError` for an invalid name, a device other than
-    cpu and cuda (mps, meta, ...), missing CUDA or a CUDA device number this machine lacks.
-
-    Example
-    -------
-    >>> resolve_device("cpu")
-    device(type='cpu')
-    >>> resolve_device("mps")
-    Traceback (most recent call last):
-        ...
-    surprisal_cc.errors.ConfigurationError: device mps: only cpu and cuda[:N] are supported; use cpu (or cuda on a machine with an NVIDIA GPU)
-    """
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        dev = None
-    if dev is None or dev.type not in ("cpu", "cuda"):
-        raise ConfigurationError(f"device {device}: only cpu and cuda[:N] are supported; use cpu "
-                                 "(or cuda on a machine with an NVIDIA GPU)")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigurationError(f"device {device}: CUDA is not available on this machine; use cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        count = torch.cuda.device_count()
-        raise ConfigurationError(f"device {device}: this machine has {count} CUDA device(s), cuda:0 to "
-                                 f"cuda:{count - 1}")
-    return dev
 
 
 class ConditionalASR:

@@ -32,6 +32,7 @@ from speechbrain.dataio.encoder import CTCTextEncoder
 from speechbrain.utils.distributed import if_main_process, run_on_main
 
 from .apc import APCModel, load_apc
+from .arguments import resolve_device
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError, TrainingDivergedError
@@ -80,8 +81,12 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
         raise ConfigurationError(f"{hparams_file}: {problem} "
                                  "(give each key once, in the file or as one --key=value option)") from None
     if run_opts is not None:
+        device = resolve_device(run_opts.get("device") or "cpu")  # a missing GPU, before any data is read
         if "precision" in hparams:
             hparams["precision"] = resolve_precision(hparams["precision"], run_opts)
+            if hparams["precision"] == "fp16" and device.type != "cuda":
+                raise ConfigurationError(f"precision fp16 trains on CUDA only (device {device}): use fp32, bf16 or "
+                                         "auto")
         if hparams.get("malloc_reuse"):
             reuse_freed_memory()
         if hparams.get("target_unit", "phone") not in ("phone", "sentencepiece"):

@@ -3,6 +3,7 @@ runs preparing them at the same moment never mix their files (surprisal_cc.recip
 from __future__ import annotations
 
 import pytest
+import torch
 
 from surprisal_cc import recipe
 from surprisal_cc.errors import ConfigurationError
@@ -88,3 +89,16 @@ def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
     recipe.check_apc_path({**hparams, "apc_path": str(tmp_path / "good.pt")}, {"test_only": True})
     fbank_only = build_encoder("conditional", input_size=80, num_outputs=42, controller="random")
     recipe.check_apc_path({"input_features": "fbank", "encoder_module": fbank_only, "apc_path": "/nope.pt"}, {})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_a_device_or_precision_this_machine_lacks_is_refused_before_any_data_is_read():
+    from pathlib import Path
+
+    hparams_file = str(Path(__file__).parents[1] / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
+    with pytest.raises(ConfigurationError, match="device cuda: CUDA is not available on this machine; use cpu"):
+        recipe.load_hparams(hparams_file, "", {"device": "cuda"})
+    with pytest.raises(ConfigurationError, match="device gpu: only cpu and cuda"):
+        recipe.load_hparams(hparams_file, "", {"device": "gpu"})
+    with pytest.raises(ConfigurationError, match="precision fp16 trains on CUDA only"):
+        recipe.load_hparams(hparams_file, "precision: fp16", {"device": "cpu"})

@@ -64,3 +64,14 @@ def test_corrupt_sphere_and_missing_folder(timit, tmp_path):
     assert "fcjf0_sx127" not in read(out["train"])
     write_sphere(bad, tone(0.3))  # repaired input -> regenerated
     assert "fcjf0_sx127" in read(prepare_timit(timit, tmp_path / "save", skip_bad_audio=True)["train"])
+
+
+def test_a_copy_without_the_standard_speakers_names_the_empty_split(timit, tmp_path):
+    import shutil
+
+    core = [folder for folder in timit.glob("*/*/*") if folder.name.lower() in TIMIT_CORE_TEST_SPEAKERS]
+    assert core
+    for folder in core:  # the core-test speakers removed: no test split
+        shutil.rmtree(folder)
+    with pytest.raises(DataPreparationError, match=r"no utterance of test \(the 24 core-test speakers"):
+        prepare_timit(timit, tmp_path / "save")

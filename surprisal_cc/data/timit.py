@@ -141,6 +141,12 @@ def prepare_timit(
         utts = scan_timit(root)
         split_of = {u.id: timit_split(u) for u in utts}
         utts = [u for u in utts if split_of[u.id]]
+        expected = {"train": "TIMIT's TRAIN part", "valid": "the 50 development speakers of TEST (e.g. faks0)",
+                    "test": "the 24 core-test speakers of TEST (e.g. mdab0)"}
+        empty = [f"{split} ({where})" for split, where in expected.items() if split not in split_of.values()]
+        if empty:  # before any audio is decoded
+            raise DataPreparationError(f"TIMIT data_folder {root}: no utterance of {', '.join(empty)}; point "
+                                       "data_folder at a full TIMIT copy (TRAIN/ and TEST/ with their speaker folders)")
         infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio)
         rows: Dict[str, List[dict]] = {"train": [], "valid": [], "test": []}
         problems = []

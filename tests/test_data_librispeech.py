@@ -246,3 +246,16 @@ def test_bad_preparation_options_are_data_preparation_errors(corpus, tmp_path, o
 def test_bad_valid_by_is_a_data_preparation_error(corpus, tmp_path):
     with pytest.raises(DataPreparationError, match="valid_by must be"):
         prepare_librispeech(corpus, tmp_path / "s", subsets=["train-clean-5"], valid_by="speakers")
+
+
+def test_labels_and_mfa_labels_keys_must_name_splits():
+    """A misspelt split would be merged into the recipe's dict and ignored: it is an error naming it."""
+    from surprisal_cc.data import librispeech
+
+    splits = ["train", "valid", "test"]
+    with pytest.raises(DataPreparationError, match=r"labels names no split \['tset'\]"):
+        librispeech._per_split({"train": "mfa", "valid": "mfa", "test": "mfa", "tset": "lexicon"}, splits, "labels",
+                               ("mfa", "lexicon"))
+    subsets = {"train": "train-clean-5", "valid": "train-clean-5", "test": "dev-clean-2"}
+    with pytest.raises(DataPreparationError, match=r"mfa_labels names no split or subset \['trian'\]"):
+        librispeech._mfa_sources({"train": "lexicon"}, subsets, {}, {"trian": "/tmp/nope.csv"}, "error")

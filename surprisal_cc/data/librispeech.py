@@ -287,6 +287,9 @@ def _per_split(value: Union[str, Mapping[str, str]], splits: Sequence[str], name
     surprisal_cc.data.errors.DataPreparationError: labels has no entry for split(s) ['valid']: ...
     """
     if not isinstance(value, str):
+        unknown = sorted(set(value) - set(splits) - {"dev"})
+        if unknown:
+            raise DataPreparationError(f"{name} names no split {unknown}: its keys are splits, {list(splits)}")
         missing = [s for s in splits if s not in value]
         if missing:
             raise DataPreparationError(f"{name} has no entry for split(s) {missing}: give one of {list(choices)} "
@@ -434,6 +437,11 @@ def _with_dev_labels(labels: Union[str, Mapping[str, str]], splits: Sequence[str
 def _mfa_sources(split_labels: Mapping[str, str], split_subset: Mapping[str, str], subset_dirs: Mapping[str, Path],
                  mfa_labels: Union[None, PathLike, Mapping[str, PathLike]], mfa_fallback: str) -> Dict[str, Path]:
     """``{split: MFA labels file or folder}`` for the splits with MFA labels (see :func:`_mfa_source`)."""
+    if isinstance(mfa_labels, Mapping):
+        unknown = sorted(set(mfa_labels) - set(split_subset) - set(split_subset.values()) - {"dev"})
+        if unknown:
+            raise DataPreparationError(f"mfa_labels names no split or subset {unknown}: its keys are splits "
+                                       f"{sorted(split_subset)} or their subsets {sorted(set(split_subset.values()))}")
     sources: Dict[str, Path] = {}
     for split, kind in split_labels.items():
         if kind == "mfa":

@@ -7,6 +7,7 @@ results file: error rates, MACs per frame counted from what ran, routing statist
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -121,6 +122,32 @@ class FiniteLossBrain(sb.Brain):
     command resumes from the last one once the cause is fixed. With gradient accumulation, the
     other batches accumulated into the same step are dropped with it.
     """
+
+    def on_evaluate_start(self, max_key=None, min_key=None):
+        """Evaluating the checkpoint chosen by ``max_key``/``min_key`` needs one: without it
+        SpeechBrain would evaluate the untrained model (a :class:`ConfigurationError` instead)."""
+        key = max_key or min_key
+        if self.checkpointer is not None and key and \
+                self.checkpointer.find_checkpoint(max_key=max_key, min_key=min_key) is None:
+            raise ConfigurationError(f"{self.checkpointer.checkpoints_dir} holds no checkpoint of a validated epoch "
+                                     f"({key}) to evaluate: train at least one epoch (number_of_epochs >= 1), or "
+                                     "point --output_folder at a trained run")
+        super().on_evaluate_start(max_key=max_key, min_key=min_key)
+
+    @contextlib.contextmanager
+    def _checkpoint_of_this_model(self):
+        """A checkpoint written by a model of another shape (another architecture or size on the
+        command line) is one :class:`ConfigurationError` line, not torch's list of keys."""
+        try:
+            yield
+        except RuntimeError as err:
+            if not any(s in str(err) for s in ("size mismatch", "Missing key", "Unexpected key")):
+                raise
+            raise ConfigurationError(
+                f"the checkpoint in {self.checkpointer.checkpoints_dir} was written by a model of another shape "
+                f"({' '.join(str(err).split())[:300]}): give the settings it was trained with, use another "
+                "--output_folder, or delete that folder") from None
+
 
     def __init__(self, modules=None, opt_class=None, hparams=None, run_opts=None, checkpointer=None):
         super().__init__(modules=modules, opt_class=opt_class, hparams=hparams,
@@ -489,14 +516,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def on_fit_start(self):
         # a checkpoint present before recovery means this process resumes an interrupted run
         self.train_resumed = self.checkpointer is not None and self.checkpointer.find_checkpoint() is not None
-        try:
+        with self._checkpoint_of_this_model():
             super().on_fit_start()
-        except RuntimeError as err:
-            if not any(s in str(err) for s in ("size mismatch", "Missing key", "Unexpected key")):
-                raise
-            raise ConfigurationError(
-                f"the checkpoint in {self.checkpointer.checkpoints_dir} was written by a model of another shape "
-                f"({str(err).splitlines()[0]}): use another --output_folder, or delete that folder") from None
         self.fit_start_time = time.time()
         controller = getattr(unwrap(self.modules.encoder), "controller", None)
         if isinstance(controller, SurprisalController) and not bool(controller.calibrated):
@@ -542,13 +563,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
             return super().evaluate(*args, **kwargs)
 
     def on_evaluate_start(self, max_key=None, min_key=None):
-        key = max_key or min_key
-        if self.checkpointer is not None and key and \
-                self.checkpointer.find_checkpoint(max_key=max_key, min_key=min_key) is None:
-            raise ConfigurationError(f"{self.checkpointer.checkpoints_dir} holds no checkpoint of a validated epoch "
-                                     f"({key}) to evaluate: train at least one epoch (number_of_epochs >= 1), or "
-                                     "point --output_folder at a trained run")
-        super().on_evaluate_start(max_key=max_key, min_key=min_key)
+        with self._checkpoint_of_this_model():
+            super().on_evaluate_start(max_key=max_key, min_key=min_key)
         budget = getattr(self, "test_budget", None)
         if budget is not None:
             if budget.get("solved_for") != (max_key, min_key):  # once per checkpoint: dev and test share it

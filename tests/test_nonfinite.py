@@ -77,3 +77,21 @@ def test_patience_exhausted_names_utterances_and_remedy():
     for utt in ("utt1-0", "utt3-2", "utt4-3"):
         assert utt in message
     assert "lr: 0.1" in message and "nonfinite_patience" in message
+
+
+def test_evaluating_the_best_checkpoint_needs_one(tmp_path):
+    """Without a checkpoint that records the key, SpeechBrain would evaluate the untrained model."""
+    from speechbrain.utils.checkpoints import Checkpointer
+
+    from surprisal_cc.errors import ConfigurationError
+
+    linear = torch.nn.Linear(3, 1)
+    brain = RegressionBrain(modules={"linear": linear}, opt_class=lambda params: torch.optim.SGD(params, lr=0.1),
+                            run_opts={"device": "cpu", "noprogressbar": True},
+                            checkpointer=Checkpointer(tmp_path, {"linear": linear}))
+    loader = torch.utils.data.DataLoader(make_batches(), batch_size=None, collate_fn=lambda b: b)
+    brain.checkpointer.save_checkpoint(meta={"end-of-epoch": False})  # taken within an epoch: no loss recorded
+    with pytest.raises(ConfigurationError, match="holds no checkpoint of a validated epoch \\(loss\\)"):
+        brain.evaluate(loader, min_key="loss")
+    brain.checkpointer.save_checkpoint(meta={"loss": 1.0})
+    assert brain.evaluate(loader, min_key="loss") >= 0

@@ -259,3 +259,9 @@ def test_labels_and_mfa_labels_keys_must_name_splits():
     subsets = {"train": "train-clean-5", "valid": "train-clean-5", "test": "dev-clean-2"}
     with pytest.raises(DataPreparationError, match=r"mfa_labels names no split or subset \['trian'\]"):
         librispeech._mfa_sources({"train": "lexicon"}, subsets, {}, {"trian": "/tmp/nope.csv"}, "error")
+
+
+def test_one_apc_subset_given_as_a_string_is_that_subset(tmp_path):
+    with pytest.raises(DataPreparationError, match=r"\['train-clean-100'\] not found") as raised:
+        prepare_librispeech(tmp_path, tmp_path / "save", subsets="train-clean-100")
+    assert "download=True" not in str(raised.value)  # only Mini-LibriSpeech subsets are fetched

@@ -256,11 +256,12 @@ def locate_subsets(
         download_mini_librispeech(folders[0], missing, checksums)
         missing = [s for s in subsets if find(s) is None]
     if missing:
+        fetchable = not download and all(s in MINI_LIBRISPEECH_MD5 for s in missing)
         raise DataPreparationError(
             f"LibriSpeech subset folder(s) {missing} not found under "
             f"{[str(f.resolve()) for f in folders]} (looked for <data_folder>/<subset> and "
-            "<data_folder>/LibriSpeech/<subset>); pass the right data_folder, or download=True "
-            "to fetch Mini-LibriSpeech from openslr.org"
+            "<data_folder>/LibriSpeech/<subset>); pass the right data_folder"
+            + (", or download=True to fetch them from openslr.org" if fetchable else "")
         )
     return {s: find(s) for s in subsets}  # type: ignore[misc]
 
@@ -575,6 +576,9 @@ def prepare_librispeech(
     """
     if valid_by not in ("speaker", "utterance"):
         raise DataPreparationError(f"valid_by must be 'speaker' or 'utterance', got {valid_by!r}")
+    # one subset given as a string (--subsets=train-clean-5) is that subset, not its letters
+    subsets = [subsets] if isinstance(subsets, str) else list(subsets)
+    extra_train_subsets = [extra_train_subsets] if isinstance(extra_train_subsets, str) else list(extra_train_subsets)
     overlap = sorted(set(subsets) & set(extra_train_subsets))
     if overlap:
         raise DataPreparationError(f"subsets {overlap} are listed in both subsets and extra_train_subsets")

@@ -146,6 +146,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
         budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \
             if flops_fraction is not None else None
         tally = _decode_corpus(asr, items, batch_size, seed, graphs, per_utterance, progress, long_chunk_s)
+        ran = _what_ran(asr, seed, batch_size)  # the bias shift decoded with, a budget's included
     finally:
         if shift is not None:
             asr.encoder.test_bias_shift = shift
@@ -154,7 +155,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     result = _scores(tally, items, graphs)
     result.update({"rtf": tally.seconds / max(tally.audio_s, 1e-9), "compute_s": tally.seconds,
                    "audio_s": tally.audio_s, "data": str(data), "labels": label_source,
-                   "skipped": label_problems + problems, **_what_ran(asr, seed, batch_size)})
+                   "skipped": label_problems + problems, **ran})
     if budget is not None:
         result["budget"] = budget
     return result

@@ -148,8 +148,9 @@ def check_settings(hparams: Mapping) -> None:
 def check_apc_path(hparams: Mapping, run_opts: Mapping) -> None:
     """Where the run needs APC: ``apc_path`` is a loadable APC model file; with ``apc_path`` null, a
     ``--test_only`` run finds the APC its training exported (it never pretrains one)."""
-    if not runs_apc(hparams.get("input_features", "apc"), hparams["encoder_module"]):
-        return
+    if "encoder_module" not in hparams or not runs_apc(hparams.get("input_features", "apc"),
+                                                       hparams["encoder_module"]):
+        return  # APC pretraining (its own recipe), or a model without APC
     if hparams.get("apc_path"):
         path = Path(hparams["apc_path"])
         if not path.is_file():

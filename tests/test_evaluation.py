@@ -130,6 +130,7 @@ def test_a_flops_budget_holds_for_its_evaluation_only(corpus, tmp_path):
     asr.set_bias_shift(0.25)
     scores = evaluate_corpus(asr, corpus, flops_fraction=0.9)
     assert scores["budget"]["bias_shift"] != 0.25 and asr.encoder.test_bias_shift == 0.25
+    assert scores["bias_shift"] == scores["budget"]["bias_shift"]  # reported as decoded
     for batch_size in (-1, 2.5):
         with pytest.raises(ConfigurationError, match="batch_size must be a whole number"):
             evaluate_corpus(asr, corpus, batch_size=batch_size)

@@ -232,7 +232,7 @@ def test_test_time_flops_budget(pretrained):
     assert not list((pretrained / "exp" / "conditional-random-paper-apc" / "seed9").glob("save/CKPT+*"))
     # --test_only on a folder that holds no checkpoint: an error, not the test PER of an untrained model
     proc = run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, seed=9), "--test_only"])
-    assert proc.returncode != 0 and "holds no checkpoint to evaluate" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode != 0 and "holds no checkpoint of a validated epoch" in proc.stderr and "Traceback" not in proc.stderr
     assert not list((pretrained / "exp" / "conditional-surprisal-paper-apc" / "seed9").glob("results*.json"))
 
 

@@ -190,14 +190,8 @@ def check_audio_each(paths: Sequence[PathLike],
 
 
 def check_audio_many(paths: Sequence[PathLike], num_workers: int = 1) -> Tuple[Dict[str, AudioInfo], List[str]]:
-    """Decode every file once: ``({path: AudioInfo} of usable files, ["path: problem", ...])``.
-
-    Arguments
-    ---------
-    paths : sequence of str or path
-        Audio files.
-    num_workers : int
-        Worker processes, used from :data:`POOL_THRESHOLD` files on.
+    """Decode every file once: ``({path: AudioInfo} of usable files, ["path: problem", ...])``
+    (arguments as :func:`check_audio_each`'s).
 
     Example
     -------

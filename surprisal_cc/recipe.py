@@ -35,6 +35,7 @@ from .apc import APCModel, load_apc
 from .arguments import resolve_device
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
+from .controllers import CALIBRATION_METHODS
 from .errors import ConfigurationError, TrainingDivergedError
 from .hparams_files import expand_hparams, load_hparams_file, ruamel_errors
 from .nnet import keyword_names, runs_apc
@@ -109,7 +110,7 @@ BOOLEAN_KEYS = ("apc_residual", "augment", "controller_at_test", "controller_at_
 POSITIVE_INT_KEYS = ("batch_size", "number_of_epochs", "apc_batch_size", "apc_epochs", "checkpoints_to_keep")
 POSITIVE_FLOAT_KEYS = ("lr", "apc_lr")
 CHOICE_KEYS = {"valid_search": ("greedy", "beam"), "sorting": ("random", "ascending", "descending"),
-               "calibration_method": ("full_batch", "sgd", "authors_adam")}
+               "calibration_method": CALIBRATION_METHODS}
 
 
 def check_settings(hparams: Mapping) -> None:

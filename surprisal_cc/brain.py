@@ -31,9 +31,9 @@ from .controllers import (SurprisalController, budget_big_fraction, calibrate_su
 from .ctc import utterance_mean_ctc_loss
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
-from .forward import CachedInputs, run_model
+from .forward import CachedInputs, ForwardStep, run_model
 from .metrics import closest_path
-from .nnet import EncoderOutput, absolute_lengths, lengths_to_mask, unwrap, weights_fingerprint
+from .nnet import absolute_lengths, lengths_to_mask, unwrap, weights_fingerprint
 from .schedulers import anneal
 from .threads import DEFAULT_DECODING_THREADS, decoding_threads
 
@@ -232,7 +232,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         super().on_fit_batch_start(batch, should_step)
         self.rng_state.apply_pending()
 
-    def compute_forward(self, batch, stage) -> EncoderOutput:
+    def compute_forward(self, batch, stage) -> ForwardStep:
         """The model's forward pass (:func:`~surprisal_cc.forward.run_model`) on cached features, or
         on the batch's audio through the front end and the frozen APC model."""
         batch = batch.to(self.device)
@@ -249,10 +249,10 @@ class ConditionalCTCBrain(FiniteLossBrain):
         step = run_model(self.modules.encoder, fbank, lengths.to(self.device), apc=getattr(self.modules, "apc", None),
                       use_apc_features=self.hparams.input_features == "apc", cached=cached,
                       transform=transform)
-        step.output.stats["apc_ran"] = torch.tensor(step.apc_ran)
-        return step.output
+        return step
 
-    def compute_objectives(self, out: EncoderOutput, batch, stage) -> Tensor:
+    def compute_objectives(self, step: ForwardStep, batch, stage) -> Tensor:
+        out = step.output
         # every pronunciation of every word (training and validation), or optional silences (training)
         predecessors = batch.predecessors.data if hasattr(batch, "predecessors") else None
         optional = batch.optional.data if stage == sb.Stage.TRAIN and hasattr(batch, "optional") else None
@@ -260,12 +260,13 @@ class ConditionalCTCBrain(FiniteLossBrain):
                                       blank=self.hparams.blank_index, predecessors=predecessors, optional=optional)
         loss = ctc + out.aux_loss
         if stage != sb.Stage.TRAIN:
-            self.record_evaluation(out, batch, stage)
+            self.record_evaluation(step, batch, stage)
             if not torch.isfinite(loss):  # SpeechBrain leaves these out of the average loss
                 self.nonfinite_eval_ids += list(batch.id)
         return loss
 
-    def record_evaluation(self, out: EncoderOutput, batch, stage) -> None:
+    def record_evaluation(self, step: ForwardStep, batch, stage) -> None:
+        out = step.output
         search = self.hparams.beam_searcher if stage == sb.Stage.TEST or self.hparams.valid_search == "beam" \
             else self.hparams.greedy_searcher
         hyp_ids = search(out.log_probs.detach(), out.lengths)
@@ -281,7 +282,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             words = self.hparams.label_encoder.decode_words
             self.word_metrics.append(batch.id, [words(h) for h in hyp_ids], [w.split() for w in batch.wrd])
         mask = lengths_to_mask(out.lengths, out.log_probs.shape[1])
-        uniform = {"apc": self.apc_macs} if bool(out.stats.get("apc_ran", False)) else {}
+        uniform = {"apc": self.apc_macs} if step.apc_ran else {}
         self.mac_meter.update(out.frame_macs, int(out.lengths.sum()), uniform=uniform)
         self.routing_stats.update(out.stats, mask)
 

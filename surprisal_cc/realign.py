@@ -511,7 +511,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     for batch in loader:
         start = time.perf_counter()
         with torch.no_grad():
-            out = brain.compute_forward(batch, sb.Stage.TEST)
+            out = brain.compute_forward(batch, sb.Stage.TEST).output
         log_probs, lengths = out.log_probs.float().cpu().numpy(), out.lengths.cpu().tolist()
         fbank = _batch_fbank(batch, hparams["front_end"]) if pauses is not None else None
         info["forward_s"] += time.perf_counter() - start

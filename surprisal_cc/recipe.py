@@ -23,7 +23,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import speechbrain as sb
 import torch
@@ -37,7 +37,7 @@ from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .controllers import CALIBRATION_METHODS
 from .errors import ConfigurationError, TrainingDivergedError
-from .hparams_files import expand_hparams, load_hparams_file, ruamel_errors
+from .hparams_files import expand_hparams, load_hparams_file, load_yaml_tolerant, ruamel_errors
 from .nnet import keyword_names, runs_apc
 from .precision import TRAINING_PRECISIONS, auto_precision
 
@@ -97,36 +97,36 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
         check_test_budget(hparams)
         check_bias_sweep(hparams)
         check_selection_metric(hparams)
-        check_settings(hparams)
+        check_settings(hparams, boolean_keys=[key for key, value in load_yaml_tolerant(path).items()
+                                              if isinstance(value, bool)])
         check_apc_path(hparams, run_opts)
     return hparams
 
 
 # Settings checked before any data is read (check_settings): a misread one would otherwise fail, or
 # silently change the run, after data preparation and the feature cache.
-BOOLEAN_KEYS = ("apc_residual", "augment", "controller_at_test", "controller_at_train", "dynamic_batching",
-                "find_unused_parameters", "malloc_reuse", "optional_silence", "pronunciation_alternatives",
-                "skip_bad_audio", "test_stochastic", "train_stochastic", "use_feature_cache")
 POSITIVE_INT_KEYS = ("batch_size", "number_of_epochs", "apc_batch_size", "apc_epochs", "checkpoints_to_keep")
 POSITIVE_FLOAT_KEYS = ("lr", "apc_lr")
 CHOICE_KEYS = {"valid_search": ("greedy", "beam"), "sorting": ("random", "ascending", "descending"),
                "calibration_method": CALIBRATION_METHODS}
 
 
-def check_settings(hparams: Mapping) -> None:
-    """Every setting of the lists above that is present has its type and range, and the controller's
-    calibration targets are reachable; one :class:`ConfigurationError` line per problem otherwise.
+def check_settings(hparams: Mapping, boolean_keys: Iterable[str] = ()) -> None:
+    """The ``boolean_keys`` (:func:`load_hparams` passes those whose value in the hparams file is True
+    or False) are still booleans, every setting of the lists above that is present has its type and
+    range, and the controller's calibration targets are reachable; one :class:`ConfigurationError`
+    line per problem otherwise.
 
     Example
     -------
-    >>> check_settings({"augment": "no", "lr": -1, "valid_search": "beams"})
+    >>> check_settings({"augment": "no", "lr": -1, "valid_search": "beams"}, boolean_keys=["augment"])
     Traceback (most recent call last):
     ...
     surprisal_cc.errors.ConfigurationError: augment must be True or False, got 'no'
     lr must be a positive number, got -1
     valid_search must be one of ('greedy', 'beam'), got 'beams'
     """
-    problems = [f"{key} must be True or False, got {hparams[key]!r}" for key in BOOLEAN_KEYS
+    problems = [f"{key} must be True or False, got {hparams[key]!r}" for key in boolean_keys
                 if key in hparams and not isinstance(hparams[key], bool)]
     problems += [f"{key} must be a whole number of at least 1, got {hparams[key]!r}" for key in POSITIVE_INT_KEYS
                  if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], int)
@@ -153,19 +153,54 @@ def check_apc_path(hparams: Mapping, run_opts: Mapping) -> None:
                                                        hparams["encoder_module"]):
         return  # APC pretraining (its own recipe), or a model without APC
     if hparams.get("apc_path"):
-        path = Path(hparams["apc_path"])
-        if not path.is_file():
-            what = "is a folder, not an APC model file" if path.is_dir() else "does not exist"
-            raise ConfigurationError(f"apc_path {path} {what}: pretrain one with recipes/LibriSpeech/pretrain_apc.py "
-                                     "or set apc_path: null to pretrain here")
-        try:
-            load_apc(path)
-        except ValueError as err:
-            raise ConfigurationError(f"apc_path {path}: {err}") from None
+        load_apc_path(hparams["apc_path"])
     elif run_opts.get("test_only") and not Path(hparams.get("apc_export_path", "")).is_file():
         raise ConfigurationError(f"--test_only with apc_path null needs the APC the run trained with, and "
                                  f"{hparams.get('apc_export_path')} does not exist: give --apc_path=FILE (the APC "
                                  "the run loaded; its results.json names its fingerprint)")
+
+
+def load_apc_path(apc_path: Union[str, Path]) -> APCModel:
+    """The APC model file that the hparams key ``apc_path`` names; a :class:`ConfigurationError` line
+    when it is missing, a folder or not an APC model."""
+    path = Path(apc_path)
+    if not path.is_file():
+        what = "is a folder, not an APC model file" if path.is_dir() else "does not exist"
+        raise ConfigurationError(f"apc_path {path} {what}: pretrain one with recipes/LibriSpeech/pretrain_apc.py "
+                                 "or set apc_path: null to pretrain here")
+    try:
+        return load_apc(path)
+    except ValueError as err:
+        raise ConfigurationError(f"apc_path {path}: {err}") from None
+
+
+# Settings a resumed training run may change: where files are, how long it trains, and how it is
+# validated and tested. Any other plain setting (a number, a name, a list of them) that differs from
+# the one its checkpoints were trained with is refused: the run would mix two configurations.
+RESUMABLE_KEYS = frozenset({
+    "apc_export_path", "apc_output_folder", "beam_size", "cache_batch_size", "cache_folder", "checkpoints_to_keep",
+    "ckpt_interval_minutes", "controller_at_test", "data_folder", "dev_subset", "download", "error_details_file",
+    "experiment_root", "find_unused_parameters", "malloc_reuse", "num_workers", "number_of_epochs", "output_folder",
+    "prepared_folder", "results_file", "save_folder", "selection_metric", "test_bias_shifts", "test_budget_split",
+    "test_flops_fraction", "test_stochastic", "test_threads", "train_log", "use_feature_cache", "valid_search"})
+
+
+def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> List[str]:
+    """``"key: trained with X, requested Y"`` for each plain top-level setting (not in
+    :data:`RESUMABLE_KEYS`) that both configurations hold and that differs.
+
+    Example
+    -------
+    >>> changed_training_settings({"lr": 0.001, "number_of_epochs": 30, "seed": 1},
+    ...                           {"lr": 0.002, "number_of_epochs": 40, "seed": 1})
+    ['lr: trained with 0.001, requested 0.002']
+    """
+    def plain(value) -> bool:
+        return not isinstance(value, (dict, list)) or (isinstance(value, list) and all(map(plain, value)))
+
+    return [f"{key}: trained with {stored[key]!r}, requested {value!r}" for key, value in requested.items()
+            if key in stored and key not in RESUMABLE_KEYS and not key.startswith("__")
+            and plain(value) and plain(stored[key]) and stored[key] != value]
 
 
 def create_experiment_directory(experiment_directory: str, hparams_file: str, overrides: str = "",
@@ -175,9 +210,14 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
     ``hyperparams.yaml`` holds the whole configuration (:func:`~surprisal_cc.hparams_files.expand_hparams`).
     A ``test_only`` evaluation of a trained folder leaves the training's ``hyperparams.yaml`` as it
     was and saves its own as ``hyperparams_test_only.yaml`` (``hyperparams_test_only_random_at_test.yaml``
-    and so on where the loaded ``hparams`` change the test-time conditions: :func:`~surprisal_cc.runs.evaluation_tag`)."""
+    and so on where the loaded ``hparams`` change the test-time conditions: :func:`~surprisal_cc.runs.evaluation_tag`).
+    Training resumed from the checkpoints in ``hparams["save_folder"]`` must keep the settings they
+    were trained with (:func:`changed_training_settings`); a :class:`ConfigurationError` otherwise,
+    and the stored ``hyperparams.yaml`` is kept."""
     saved = Path(experiment_directory) / "hyperparams.yaml"
-    training = saved.read_bytes() if test_only and if_main_process() and saved.is_file() else None
+    stored = saved.read_bytes() if if_main_process() and saved.is_file() else None
+    resumed = not test_only and stored is not None and hparams is not None and "save_folder" in hparams \
+        and any(Path(hparams["save_folder"]).glob("CKPT+*"))
     with tempfile.TemporaryDirectory() as folder:
         expanded = Path(folder) / Path(hparams_file).name
         expanded.write_text(expand_hparams(hparams_file), encoding="utf-8")
@@ -186,11 +226,21 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
         if if_main_process() and saved.is_file():  # name the file the configuration came from
             saved.write_text(saved.read_text(encoding="utf-8").replace(
                 os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
-    if training is not None:
+    if resumed:
+        with tempfile.TemporaryDirectory() as folder:
+            trained = Path(folder) / saved.name
+            trained.write_bytes(stored)
+            changed = changed_training_settings(load_yaml_tolerant(trained), load_yaml_tolerant(saved))
+        if changed:
+            saved.write_bytes(stored)  # the configuration of the checkpoints stays beside them
+            raise ConfigurationError(f"{experiment_directory} holds checkpoints trained with other settings "
+                                     f"({'; '.join(changed)}): give the settings it was trained with, or another "
+                                     "--output_folder (or --experiment_root) for a new run")
+    if test_only and stored is not None:
         from .runs import evaluation_tag, test_only_hyperparams_name
 
         saved.replace(saved.with_name(test_only_hyperparams_name(evaluation_tag(hparams or {}))))
-        saved.write_bytes(training)
+        saved.write_bytes(stored)
 
 
 @contextlib.contextmanager
@@ -236,18 +286,16 @@ def close_process_group(barrier: bool = True) -> None:
 
 
 def check_test_only(hparams: Mapping, run_opts: Mapping) -> None:
-    """``--test_only`` needs a trained run: its ``save_folder`` must hold a checkpoint of a validated
+    """``--test_only`` needs a trained run: its ``checkpointer`` must find a checkpoint of a validated
     epoch (one that records ``selection_metric``), not only a checkpoint taken within an epoch."""
     if not run_opts.get("test_only"):
         return
     metric = hparams.get("selection_metric", "PER")
-    validated = [ckpt for ckpt in Path(hparams["save_folder"]).glob("CKPT+*")
-                 if (ckpt / "CKPT.yaml").is_file()
-                 and any(line.split(":")[0] == metric for line in (ckpt / "CKPT.yaml").read_text().splitlines())]
-    if not validated:
-        raise ConfigurationError(f"--test_only: {hparams['save_folder']} holds no checkpoint of a validated epoch "
-                                 f"({metric}) to evaluate: train this run first, or point --output_folder at a "
-                                 "trained run")
+    checkpointer = hparams["checkpointer"]
+    if checkpointer.find_checkpoint(min_key=metric) is None:
+        raise ConfigurationError(f"--test_only: {checkpointer.checkpoints_dir} holds no checkpoint of a validated "
+                                 f"epoch ({metric}) to evaluate: train this run first, or point --output_folder at "
+                                 "a trained run")
 
 
 def phone_set(name: str) -> List[str]:
@@ -575,11 +623,7 @@ def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> O
         logger.info("APC not needed: raw filterbank inputs and no surprisal-driven controller")
         return None
     if hparams.get("apc_path"):
-        path = Path(hparams["apc_path"])
-        if not path.is_file():
-            raise ConfigurationError(f"apc_path {path} does not exist: pretrain one with "
-                                     "recipes/LibriSpeech/pretrain_apc.py or set apc_path: null to pretrain here")
-        return load_apc(path)
+        return load_apc_path(hparams["apc_path"])
     return load_apc(pretrain_apc_on(hparams, {k: manifests[k] for k in ("train", "valid")}, run_opts))
 
 

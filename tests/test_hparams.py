@@ -27,6 +27,10 @@ MLS_HPARAMS = str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
     ("encoder: act\ntest_bias_shifts: [-1.0]", "the 'act' encoder has none: leave test_bias_shifts at [0.0]"),
     ("target_unit: sentencepiece", "selection_metric: PER is not reported for sentencepiece targets"),
     ("selection_metric: WER", "selection_metric: WER is not reported for phone targets"),
+    ("controller_at_test: 'no'", "controller_at_test must be True or False, got 'no'"),
+    ("download: 1", "download must be True or False, got 1"),  # every boolean of the file, not a list of them
+    ("batch_size: abc\nlr: -1", "batch_size must be a whole number of at least 1, got 'abc'\n"
+                                 "lr must be a positive number, got -1"),
 ])
 def test_bad_configuration_is_named_at_load_time(overrides, message):
     with pytest.raises(ConfigurationError) as err:

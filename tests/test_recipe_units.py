@@ -59,14 +59,15 @@ def test_a_units_folder_without_its_model_is_named(tmp_path, monkeypatch):
 
 def test_test_only_needs_a_checkpoint_of_a_validated_epoch(tmp_path):
     """A checkpoint taken within an epoch records no PER: --test_only would evaluate an untrained model."""
-    hparams, test_only = {"save_folder": str(tmp_path), "selection_metric": "PER"}, {"test_only": True}
-    (tmp_path / "CKPT+2026-01-01+00-00-00+00").mkdir()
-    (tmp_path / "CKPT+2026-01-01+00-00-00+00" / "CKPT.yaml").write_text("brain_intra_epoch_ckpt: true\nend-of-epoch: false\n")
+    from speechbrain.utils.checkpoints import Checkpointer
+
+    checkpointer = Checkpointer(tmp_path)
+    hparams, test_only = {"checkpointer": checkpointer, "selection_metric": "PER"}, {"test_only": True}
+    checkpointer.save_checkpoint(meta={"brain_intra_epoch_ckpt": True}, end_of_epoch=False)
     with pytest.raises(ConfigurationError, match="no checkpoint of a validated epoch \\(PER\\)"):
         recipe.check_test_only(hparams, test_only)
     recipe.check_test_only(hparams, {})  # training: nothing to check
-    (tmp_path / "CKPT+2026-01-02+00-00-00+00").mkdir()
-    (tmp_path / "CKPT+2026-01-02+00-00-00+00" / "CKPT.yaml").write_text("PER: 30.5\nend-of-epoch: true\n")
+    checkpointer.save_checkpoint(meta={"PER": 30.5})
     recipe.check_test_only(hparams, test_only)
 
 
@@ -102,3 +103,21 @@ def test_a_device_or_precision_this_machine_lacks_is_refused_before_any_data_is_
         recipe.load_hparams(hparams_file, "", {"device": "gpu"})
     with pytest.raises(ConfigurationError, match="precision fp16 trains on CUDA only"):
         recipe.load_hparams(hparams_file, "precision: fp16", {"device": "cpu"})
+
+
+def test_resumed_training_keeps_the_settings_its_checkpoints_were_trained_with(tmp_path):
+    """A rerun that changes lr would mix two configurations in one run; the number of epochs may grow."""
+    hparams_file = tmp_path / "hparams.yaml"
+    hparams_file.write_text(f"seed: 1\nlr: 0.001\nnumber_of_epochs: 2\noutput_folder: {tmp_path / 'run'}\n"
+                            "save_folder: !ref <output_folder>/save\n")
+    run, save = tmp_path / "run", tmp_path / "run" / "save"
+    hparams = {"save_folder": str(save)}
+    recipe.create_experiment_directory(str(run), str(hparams_file), "lr: 0.002", hparams=hparams)  # nothing trained
+    recipe.create_experiment_directory(str(run), str(hparams_file), "", hparams=hparams)
+    (save / "CKPT+2026-01-01+00-00-00+00").mkdir(parents=True)
+    with pytest.raises(ConfigurationError, match=r"run holds checkpoints trained with other settings "
+                                                 r"\(lr: trained with 0.001, requested 0.002\)"):
+        recipe.create_experiment_directory(str(run), str(hparams_file), "lr: 0.002", hparams=hparams)
+    assert "lr: 0.001" in (run / "hyperparams.yaml").read_text()
+    recipe.create_experiment_directory(str(run), str(hparams_file), "number_of_epochs: 4", hparams=hparams)
+    assert "number_of_epochs: 4" in (run / "hyperparams.yaml").read_text()

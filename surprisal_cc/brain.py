@@ -34,6 +34,7 @@ from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
 from .forward import CachedInputs, ForwardStep, run_model
 from .metrics import closest_path
 from .nnet import absolute_lengths, lengths_to_mask, unwrap, weights_fingerprint
+from .runs import evaluation_tag, results_file_name, train_labels_name, train_targets_name
 from .schedulers import anneal
 from .threads import DEFAULT_DECODING_THREADS, decoding_threads
 
@@ -380,8 +381,6 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def write_alignments(self, stem: Optional[str] = None) -> None:
         """This evaluation's per-utterance alignments, in a file named like its results file
         (``error_details_file``'s name, or ``stem``, with the shift and test-only tags)."""
-        from .runs import evaluation_tag, results_file_name
-
         details = Path(self.hparams.error_details_file)
         self.error_metrics.write_alignments(details.with_name(results_file_name(
             self.asked_bias_shift(), bool(getattr(self, "test_only", False)), stem or details.stem, details.suffix,
@@ -404,8 +403,6 @@ class ConditionalCTCBrain(FiniteLossBrain):
         """Write one test evaluation (:meth:`results_record`) to its own results and alignments files
         (:func:`~surprisal_cc.runs.results_file_name`). A ``--test_only`` evaluation never replaces
         the training run's ``results.json``."""
-        from .runs import evaluation_tag, results_file_name
-
         self.write_alignments()
         results = self.results_record(summary, test_loss)
         path = Path(self.hparams.results_file)
@@ -422,8 +419,6 @@ class ConditionalCTCBrain(FiniteLossBrain):
         shows it. Under a test-time FLOPs budget (:meth:`set_test_flops_budget`) ``test_bias_shift``
         stays 0 (no shift was asked for) and ``budget_solution`` holds the shift that was solved and
         applied."""
-        from .runs import train_labels_name, train_targets_name
-
         encoder = unwrap(self.modules.encoder)
         controller = getattr(encoder, "controller", None)
         budget = getattr(self, "test_budget", None)

@@ -25,7 +25,7 @@ from .apc import APCModel, apc_from_blob, load_apc_blob
 from .data.errors import DataPreparationWarning
 from .encoders import build_encoder
 from .errors import ConfigurationError
-from .hparams_files import expand_hparams, inert_overrides
+from .hparams_files import TolerantLoader, expand_hparams, inert_overrides, ruamel_errors
 from .nnet import FINGERPRINT_DIGITS, runs_apc, weights_fingerprint
 from .model_folder import FORMAT_VERSION, WEIGHT_DTYPES, load_tensors, write_model_folder
 
@@ -38,8 +38,6 @@ def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
     """Top-level mapping of an hparams file with ``!ref`` resolved and no tag run (tagged nodes as plain data)."""
     import yaml
     from hyperpyyaml import resolve_references
-
-    from .hparams_files import TolerantLoader, ruamel_errors
 
     try:
         text = resolve_references(io.StringIO(expand_hparams(hparams_file)), overrides).getvalue()

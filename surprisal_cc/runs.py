@@ -18,7 +18,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import yaml
 
+from .controllers import CONTROLLERS
 from .hparams_files import load_yaml_tolerant
+from .nnet import keyword_names
 
 PathLike = Union[str, Path]
 Row = Dict[str, Any]
@@ -43,6 +45,8 @@ CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 # their own above; a new encoder's or controller's settings are recorded as ``model_options``
 BUILT_IN_ENCODERS = ("conditional", "act", "pondernet")
 BUILT_IN_CONTROLLER_SETTINGS = ("p_big", "penalty_weight", "penalty_utterances", "estimator", "hidden_size")
+BUILT_IN_CONTROLLERS = ("random", "learned", "surprisal", "big_only", "small_only")
+# display names in tables; a new controller may add its own (it is still recorded by its settings)
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
                     "surprisal": "Surprisal-based controller", "big_only": "Big network only",
                     "small_only": "Small network only"}
@@ -250,9 +254,11 @@ def new_model_options(hparams: Mapping[str, Any]) -> Optional[str]:
     encoder = hparams.get("encoder") or "conditional"
     if encoder not in BUILT_IN_ENCODERS:
         options = _hparam(hparams, f"encoder_module.adaptive_options.{encoder}") or {}
-    elif encoder == "conditional" and (hparams.get("controller") or "surprisal") not in CONTROLLER_NAMES:
+    elif encoder == "conditional" and (hparams.get("controller") or "surprisal") not in BUILT_IN_CONTROLLERS:
+        controller = hparams.get("controller")
+        own = keyword_names(CONTROLLERS[controller]) if controller in CONTROLLERS else None  # None: not known here
         options = {key: value for key, value in (_hparam(hparams, "encoder_module.controller_options") or {}).items()
-                   if key not in BUILT_IN_CONTROLLER_SETTINGS}
+                   if key not in BUILT_IN_CONTROLLER_SETTINGS and (own is None or key in own)}
     else:
         return None
     return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or None

@@ -431,12 +431,12 @@ def test_built_in_controller_settings_are_those_of_the_common_hparams():
     import inspect
 
     from surprisal_cc.controllers import CONTROLLERS
-    from surprisal_cc.runs import BUILT_IN_CONTROLLER_SETTINGS, CONTROLLER_NAMES
+    from surprisal_cc.runs import BUILT_IN_CONTROLLER_SETTINGS, BUILT_IN_CONTROLLERS
 
     text = (Path(__file__).parents[1] / "hparams/common/conditional_ctc.yaml").read_text()
     block = text[text.index("    controller_options:"):].split("\n    conditional_options:")[0]
     keys = [line.split(":")[0].strip() for line in block.splitlines()[1:] if line.strip()]
-    built_in = {name for cls in (CONTROLLERS[c] for c in CONTROLLER_NAMES)
+    built_in = {name for cls in (CONTROLLERS[c] for c in BUILT_IN_CONTROLLERS)
                 for name in inspect.signature(cls).parameters}
     assert set(BUILT_IN_CONTROLLER_SETTINGS) == set(keys) & built_in  # a new controller's may follow (docs/extending.md)
 
@@ -473,3 +473,23 @@ def test_converged_reference_ties_go_to_the_profile_with_more_configurations():
     tied = [r for r in rows if r["controller"] != "random"]  # equal in every respect: sorted order decides
     assert {r["apc"] for r in report.table_converged(tied).rows} == {"aaa"}
     assert {r["apc"] for r in report.table_converged(tied[::-1]).rows} == {"aaa"}
+
+
+def test_a_new_controller_is_told_apart_by_its_own_settings_even_with_a_display_name(monkeypatch):
+    """A display name does not make a controller built-in, and another new controller's settings
+    (present in the same controller_options) do not split or label its runs."""
+    from surprisal_cc.controllers import CONTROLLERS, Controller
+    from surprisal_cc import runs
+
+    class ChangeController(Controller):
+        name = "change"
+
+        def __init__(self, change_scale: float = 0.5):
+            super().__init__()
+
+    monkeypatch.setitem(CONTROLLERS, "change", ChangeController)
+    monkeypatch.setitem(runs.CONTROLLER_NAMES, "change", "Change controller")
+    hp = {"encoder": "conditional", "controller": "change",
+          "encoder_module": {"controller_options": {"p_big": 0.5, "change_scale": 1.0, "coin_p": 0.3}}}
+    assert runs.new_model_options(hp) == "change_scale=1.0"
+    assert runs.new_model_options({**hp, "controller": "coin"}) == "change_scale=1.0, coin_p=0.3"  # not registered here

@@ -166,7 +166,7 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
     for label, by_epoch in sorted(curves.items()):
         epochs = sorted(by_epoch)
         mean = np.array([np.mean(by_epoch[e]) for e in epochs])
-        std = np.array([np.std(by_epoch[e]) for e in epochs])
+        std = np.array([np.std(by_epoch[e], ddof=1) if len(by_epoch[e]) > 1 else 0.0 for e in epochs])  # sample std
         ax.plot(epochs, mean, label=label, marker="o", markersize=2.5)
         ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
     ax.set(xlabel="Epoch", ylabel=f"Validation {key} (%)", title=title)

@@ -160,7 +160,9 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
         for name in ("test_loss", "train_loss"):
             agg[name], agg[f"{name}_std"] = _mean_std(r.get(name) for r in runs)
         # the development split decoded with the test set (results.json "dev": mfa-dev)
-        agg["dev_PER"], agg["dev_PER_std"] = _mean_std(r["dev"].get("PER") for r in runs if isinstance(r.get("dev"), dict))
+        dev = [r["dev"]["PER"] for r in runs if isinstance(r.get("dev"), dict) and r["dev"].get("PER") is not None]
+        agg["dev_PER"], agg["dev_PER_std"] = _mean_std(dev)
+        agg["dev_n"] = len(dev)  # runs tested before the development split was staged have none
         for name in ("flops_per_frame", "p_big_mean", "big_fraction", "mean_steps"):
             agg[name] = _mean_std(r.get(name) for r in runs)[0]
         agg["flops_M"] = agg["flops_per_frame"] / 1e6 if agg["flops_per_frame"] is not None else None
@@ -240,7 +242,14 @@ COL_BIG: Column = ("Big fraction", lambda r: _fmt(r.get("big_fraction"), ".3f"))
 COL_STEPS: Column = ("Mean steps", lambda r: _fmt(r.get("mean_steps"), ".2f"))
 COL_SEEDS: Column = ("n (seeds)", lambda r: str(r["n_seeds"]))
 COL_EPOCHS: Column = ("Epochs", lambda r: "–" if r.get("epochs") is None else str(r["epochs"]))
-COL_DEV: Column = ("mfa-dev PER", _mean_pm("dev_PER", "%"))
+def _dev_cell(r: Row) -> str:
+    """The development split's PER, with its own n where fewer seeds than the row's have one."""
+    cell = _mean_pm("dev_PER", "%")(r)
+    n = r.get("dev_n")
+    return cell + (f" (n = {n})" if r.get("dev_PER") is not None and n is not None and n < r["n_seeds"] else "")
+
+
+COL_DEV: Column = ("mfa-dev PER", _dev_cell)
 
 
 def with_dev(columns: List[Column], rows: Sequence[Row]) -> List[Column]:

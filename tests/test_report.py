@@ -385,6 +385,8 @@ def test_development_split_per_beside_the_test_per():
     assert by_model["big-only"]["dev_PER"] == pytest.approx(30.2)
     assert by_model["big-only"]["dev_PER_std"] == pytest.approx(0.2828, abs=1e-3)
     assert by_model["surprisal"]["dev_PER"] == pytest.approx(30.1) and by_model["surprisal"]["dev_PER_std"] is None
+    assert "30.10% (n = 1)" in table.markdown() and "30.20% ± 0.28%" in table.markdown()  # its own n
+    assert "30.10% (n = 1)" in report.table_controllers(rows).markdown()
     without = report.table_converged([{k: v for k, v in r.items() if k != "dev"} for r in rows])
     assert "mfa-dev" not in without.markdown()
 

@@ -197,9 +197,9 @@ class ConditionalEncoder(Encoder):
         self.execution = execution
         for training, key in ((True, "train_stochastic"), (False, "test_stochastic")):
             if not getattr(self, key) and self.stage_controller(training).routes_by_chance:
-                raise ValueError(f"{key} False with a controller that routes by chance (p_big "
-                                 f"{self.stage_controller(training).p_big:g} on every frame) would run one network "
-                                 f"on every frame: set {key} True")
+                raise ValueError(f"{key} False with the {self.stage_controller(training).name!r} controller, which "
+                                 "routes by chance (the same p_big on every frame), would run one network on every "
+                                 f"frame: set {key} True")
 
     @classmethod
     def paper(cls, input_size: int, num_outputs: int, controller: Controller, **kwargs) -> "ConditionalEncoder":

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from surprisal_cc.controllers import ConstantController, LearnedController, SurprisalController
+from surprisal_cc.controllers import ConstantController, Controller, LearnedController, SurprisalController
 from surprisal_cc.forward import CachedInputs, run_model
 from surprisal_cc.encoders import (
     ConditionalEncoder,
@@ -535,6 +535,15 @@ def test_constructor_validation():
     with pytest.raises(ValueError, match="train_stochastic False"):
         small_encoder(controller_at_train=False, train_stochastic=False)
     small_encoder(controller=ConstantController(1.0), test_stochastic=False)  # big-only: nothing drawn
+
+    class CoinController(Controller):  # a new controller routed by chance, as docs/extending.md has it
+        name, routes_by_chance = "coin", True
+
+        def probability(self, features, surprisal, bias_shift=0.0, mask=None):
+            return torch.full(features.shape[:2], 0.3)
+
+    with pytest.raises(ValueError, match="with the 'coin' controller, which routes by chance"):
+        small_encoder(controller=CoinController(), test_stochastic=False)
     with pytest.raises(ValueError, match="output size"):
         ConditionalEncoder(FrameNet([D, D]), FrameNet([D, 3]), SurprisalController())
 

@@ -831,19 +831,28 @@ def setup_groups(rows: Sequence[Row], swept: str) -> Dict[str, List[Row]]:
 
 
 def table_bias_sweep(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
-    """Appendix B: surprisal controller with its bias shifted at test time.
+    """Appendix B: a controller's bias shifted at test time; the surprisal controller's rows, then
+    those of any other controller evaluated at a shift (its name leads the setup).
 
-    Table ``bias_sweep``: the rows of one model (setup and epochs) together, by increasing shift.
+    Table ``bias_sweep``: the rows of one model (controller, setup and epochs) together, by increasing shift.
     """
     agg = ensure_aggregated(rows)
+    candidates = [r for r in select_rows(agg, dataset, controller=None, test_bias_shift=None)
+                  if r.get("controller") not in ("big_only", "small_only")]
+    swept = {r.get("controller") for r in candidates if float(r.get("test_bias_shift") or 0.0) != 0.0}
     def order(row: Row) -> Tuple:
         notes, epochs = setup_of(row, "test_bias_shift")
-        return notes, epochs or 0, row["test_bias_shift"]
-    table_rows = sorted(select_rows(agg, dataset, controller="surprisal", test_bias_shift=None), key=order)
+        return row.get("controller") != "surprisal", str(row.get("controller")), notes, epochs or 0, \
+            row["test_bias_shift"]
+    def setup(row: Row) -> str:
+        name = [] if row.get("controller") == "surprisal" else [CONTROLLER_NAMES.get(row.get("controller"),
+                                                                                     str(row.get("controller")))]
+        return ", ".join(name + list(setup_of(row, "test_bias_shift")[0]))
+    table_rows = sorted((r for r in candidates if r.get("controller") == "surprisal" or r.get("controller") in swept),
+                        key=order)
     return Table("bias_sweep", "Controller bias shift at test time (Appendix B)", table_rows,
-                 [("Setup", lambda r: ", ".join(setup_of(r, "test_bias_shift")[0])), COL_EPOCHS,
-                  ("Bias shift", lambda r: f"{r['test_bias_shift']:+g}"), COL_PER, COL_FLOPS, COL_PBIG, COL_BIG,
-                  COL_SEEDS], csv_keys=("model", "test_bias_shift", *CSV_KEYS[1:]))
+                 [("Setup", setup), COL_EPOCHS, ("Bias shift", lambda r: f"{r['test_bias_shift']:+g}"), COL_PER,
+                  COL_FLOPS, COL_PBIG, COL_BIG, COL_SEEDS], csv_keys=("model", "test_bias_shift", *CSV_KEYS[1:]))
 
 
 def format_markdown(rows: Sequence[Row]) -> str:

@@ -320,6 +320,18 @@ def test_training_targets_set_runs_apart(tmp_path: Path) -> None:
     assert len(table.rows) == 3
 
 
+def test_bias_sweep_lists_every_controller_with_a_shift(tmp_path: Path) -> None:
+    """Another controller with a logit to shift is swept after the surprisal controller, named in the setup;
+    one evaluated only at shift 0 is no sweep."""
+    write_run(tmp_path, "sweep/surprisal", 1, 25.0, bias_shifts=(0.0, 1.0))
+    write_run(tmp_path, "sweep/learned", 1, 27.0, controller="learned", bias_shifts=(-1.0, 0.0))
+    write_run(tmp_path, "sweep/random", 1, 28.0, controller="random")
+    table = report.table_bias_sweep(runs.collect_results(tmp_path))
+    assert [(r["controller"], r["test_bias_shift"]) for r in table.rows] == [
+        ("surprisal", 0.0), ("surprisal", 1.0), ("learned", -1.0), ("learned", 0.0)]
+    assert table.markdown().splitlines()[4].split("|")[1].strip().strip("*").startswith("Learned controller")
+
+
 def test_bias_sweep_keeps_each_model_together(tmp_path: Path) -> None:
     for precision, per in ((None, 25.0), ("fp32", 30.0)):
         write_run(tmp_path, f"sweep/{precision}", 1, per, precision=precision, bias_shifts=(0.0, -1.0, 1.0))

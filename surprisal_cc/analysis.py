@@ -2,7 +2,7 @@
 
 Frames are labelled with forced alignments (the CSV export of MFA alignments with sample-level
 ``phn``/``phn_starts``/``phn_ends`` columns): a 20 ms frame gets the label of the segment that
-contains the centre of its analysis window. ``sil``, ``sp`` and empty labels are silence.
+contains the centre of its analysis window. MFA's silence marks (``sil``, ``sp``, empty) are silence.
 
     surprisal-cc analyse --apc results/LibriSpeech/apc/apc.pt \
         --mfa ../shared/data/phone_labels/dev-clean-2_mfa.csv \
@@ -11,8 +11,6 @@ contains the centre of its analysis window. ``sil``, ``sp`` and empty labels are
 from __future__ import annotations
 
 import argparse
-import ast
-import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +22,8 @@ from .arguments import make_output_folder, positive_int
 from .apc import APCModel, load_apc
 from .cache import FeatureCache
 from .controllers import SurprisalController
+from .data.mfa import SILENCE_MARKS, read_mfa_export
 from .features import FeatureConfig, FilterbankFrontEnd
-
-SILENCE_LABELS = {"sil", "sp", "", "<eps>"}
 
 
 @dataclass
@@ -83,7 +80,7 @@ class AlignedUtterance:
         silent = torch.ones(num_frames, dtype=torch.bool)  # outside every segment: silence
         for label, start, end in zip(self.labels, self.starts, self.ends):
             inside = (centres >= start) & (centres < end)
-            silent[inside] = label.lower() in SILENCE_LABELS
+            silent[inside] = label.lower() in SILENCE_MARKS
         return silent
 
 
@@ -101,7 +98,7 @@ def read_aligned_csv(path: Path, audio_root: Path) -> Iterator[AlignedUtterance]
     Returns
     -------
     iterator of AlignedUtterance
-        One per row; the utterance id is the audio file's stem.
+        One per row; the utterance id is :func:`surprisal_cc.data.mfa.utterance_id` of its path.
 
     Example
     -------
@@ -115,20 +112,12 @@ def read_aligned_csv(path: Path, audio_root: Path) -> Iterator[AlignedUtterance]
     >>> utts[0].utt_id, utts[0].audio.as_posix(), utts[0].labels, utts[0].ends
     ('a', 'corpus/spk/a.flac', ['sil', 'AH'], [640, 1280])
     """
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in ("path", "phn", "phn_starts", "phn_ends") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: no column {', '.join(missing)}; give the CSV export of MFA alignments "
-                             "with sample-level phone boundaries")
-        for row in reader:
-            labels = [str(x) for x in ast.literal_eval(row["phn"])]
-            starts = [int(x) for x in row["phn_starts"].split()]
-            ends = [int(x) for x in row["phn_ends"].split()]
-            if not (len(starts) == len(ends) <= len(labels)):
-                raise ValueError(f"{path}: utterance {row['path']}: {len(labels)} labels, "
-                                 f"{len(starts)} starts, {len(ends)} ends")
-            yield AlignedUtterance(Path(row["path"]).stem, audio_root / row["path"], labels[:len(starts)], starts, ends)
+    for row in read_mfa_export(path, ("phn", "phn_starts", "phn_ends"), "sample-level phone boundaries"):
+        labels, starts, ends = row.phn, row.phn_starts, row.phn_ends
+        if not (len(starts) == len(ends) <= len(labels)):
+            raise ValueError(f"{path}: utterance {row.path}: {len(labels)} labels, "
+                             f"{len(starts)} starts, {len(ends)} ends")
+        yield AlignedUtterance(row.utt_id, audio_root / row.path, labels[:len(starts)], starts, ends)
 
 
 @torch.no_grad()

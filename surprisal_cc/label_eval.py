@@ -15,33 +15,19 @@ Example
 """
 from __future__ import annotations
 
-import ast
-import csv
 import os
 from pathlib import Path
 from typing import Callable, Dict, Mapping, Optional, Sequence, Set, Tuple, Union
 
 
 def find_mfa_reference(wav: Union[str, Path]) -> Optional[Path]:
-    """The MFA export ``phone_labels/<subset>_mfa.csv`` (or TextGrid folder ``phone_labels/<subset>``)
-    next to the corpus of ``wav``, if any.
-
-    Same places as the data preparation looks: beside ``LibriSpeech/`` or inside it.
-
-    Arguments
-    ---------
-    wav : str or path
-        An audio file ``<subset>/<speaker>/<chapter>/<utterance>.flac`` of a LibriSpeech corpus.
-
-    Returns
-    -------
-    pathlib.Path or None
-        The export file, or None when there is none.
+    """The MFA labels (export CSV or TextGrid folder) beside the corpus of ``wav``, an audio file
+    ``<subset>/<speaker>/<chapter>/<utterance>.flac``: :func:`surprisal_cc.data.mfa.find_mfa_labels`
+    of its subset folder.
 
     Example
     -------
     >>> import tempfile
-    >>> from pathlib import Path
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     wav = Path(tmp, "LibriSpeech", "dev-clean-2", "84", "121123", "84-121123-0000.flac")
     ...     before = find_mfa_reference(wav)
@@ -51,15 +37,9 @@ def find_mfa_reference(wav: Union[str, Path]) -> Optional[Path]:
     >>> before, after
     (None, 'phone_labels/dev-clean-2_mfa.csv')
     """
-    subset_dir = Path(os.path.abspath(wav)).parents[2]
-    for base in (subset_dir.parent, subset_dir.parent.parent):
-        candidate = base / "phone_labels" / f"{subset_dir.name}_mfa.csv"
-        if candidate.is_file():
-            return candidate
-        folder = base / "phone_labels" / subset_dir.name  # TextGrids, as mfa-dev's
-        if folder.is_dir():
-            return folder
-    return None
+    from .data.mfa import find_mfa_labels
+
+    return find_mfa_labels(Path(os.path.abspath(wav)).parents[2])
 
 
 def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
@@ -74,7 +54,8 @@ def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
     Arguments
     ---------
     path : str or path
-        An MFA export CSV (or one written by :func:`surprisal_cc.realign.write_alignment_csv`).
+        An MFA export CSV (or one written by :func:`surprisal_cc.data.mfa.write_alignment_csv`) or
+        a folder of TextGrids.
 
     Returns
     -------
@@ -95,15 +76,13 @@ def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
     >>> silences
     {'u1': (2, {0, 1})}
     """
-    from .data.mfa import boundary_silences, parse_textgrid, textgrid_boundary_silences
+    from .data.mfa import boundary_silences, parse_textgrid, read_mfa_export, textgrid_boundary_silences
 
     if Path(path).is_dir():
         return {tg.stem: textgrid_boundary_silences(parse_textgrid(tg.read_text(encoding="utf-8")))
                 for tg in sorted(Path(path).rglob("*.TextGrid"))}
-    with open(path, newline="", encoding="utf-8") as f:
-        return {Path(row["path"]).name.split(".")[0]:
-                boundary_silences([bool(item) for item in ast.literal_eval(row["words"])], row["phonemes_39"].split())
-                for row in csv.DictReader(f)}
+    return {row.utt_id: boundary_silences([bool(item) for item in row.words], row.phonemes_39)
+            for row in read_mfa_export(path, ("words", "phonemes_39"), "boundary silences")}
 
 
 def pronunciation_agreement(hyp: Mapping[str, Sequence[Tuple[str, Sequence[str]]]],

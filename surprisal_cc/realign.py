@@ -5,8 +5,8 @@ the lexicon's. :func:`align_words` finds, with a trained CTC model's log-probabi
 path through the words' phones where a ``sil`` may be inserted at every word boundary (ends included)
 and each word may take any of its pronunciations; :func:`realign_run` applies it to the manifests of a
 finished recipe run, :func:`realign_corpus` to a LibriSpeech-format folder with an exported model, and
-:func:`write_alignment_csv` writes the labels in the MFA export format that ``labels: mfa`` reads
-(:mod:`surprisal_cc.label_eval` scores them against MFA's).
+:func:`~surprisal_cc.data.mfa.write_alignment_csv` writes the labels in the MFA export format that
+``labels: mfa`` reads (:mod:`surprisal_cc.label_eval` scores them against MFA's).
 
 Example
 -------
@@ -14,30 +14,27 @@ Example
 >>> lp = np.log(np.full((6, 4), 0.01))            # ids: 0 blank, 1 sil, 2 and 3 phones
 >>> for t, k in enumerate([2, 0, 1, 1, 3, 0]):
 ...     lp[t, k] = np.log(0.97)
->>> ali = align_optional_silence(lp, [[2], [3]], blank=0, sil=1)
+>>> ali = align_words(lp, [[[2]], [[3]]], blank=0, sil=1)  # two words, one pronunciation each
 >>> ali.labels, ali.silences
 ([2, 1, 3], [1])
 """
 from __future__ import annotations
 
 import csv
-import io
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .data.mfa import MFA_EXPORT_COLUMNS, write_alignment_csv  # noqa: F401 (the realigned labels' writer)
 from .errors import ConfigurationError
 from .nnet import runs_apc
 from .viterbi import Alignment, AlignmentError, as_numpy, ctc_viterbi_graph
 
 logger = logging.getLogger(__name__)
-
-MFA_EXPORT_COLUMNS = ["path", "wrd", "phonemes_39", "phonemes_61", "phn", "phn_starts", "phn_ends",
-                      "words", "wrd_starts", "wrd_ends"]
 
 
 def align_words(log_probs, words: Sequence[Sequence[Sequence[int]]], blank: int, sil: int) -> Alignment:
@@ -104,38 +101,6 @@ def align_words(log_probs, words: Sequence[Sequence[Sequence[int]]], blank: int,
     ali.silences = [b for b, node in enumerate(sil_nodes) if ali.kept[node]]
     ali.pronunciations = [int(np.flatnonzero(ali.kept[firsts])[0]) for firsts in first_nodes]
     return ali
-
-
-def align_optional_silence(log_probs, words: Sequence[Sequence[int]], blank: int, sil: int) -> Alignment:
-    """Align the words' phones with an optional ``sil`` at each word boundary and at both ends
-    (:func:`align_words` with one pronunciation per word).
-
-    Arguments
-    ---------
-    log_probs : array-like, shape (T, V)
-        Per-frame CTC log-probabilities of one utterance.
-    words : sequence of sequences of int
-        Phone ids of each word (each word non-empty, no ``sil`` at its ends).
-    blank : int
-        Id of the blank.
-    sil : int
-        Id of ``sil``.
-
-    Returns
-    -------
-    Alignment
-        ``labels`` holds the phones with the chosen ``sil``; ``silences`` the boundaries that got one.
-
-    Example
-    -------
-    >>> import numpy as np
-    >>> lp = np.log(np.full((5, 4), 0.02))
-    >>> for t, k in enumerate([1, 2, 0, 3, 3]):
-    ...     lp[t, k] = np.log(0.94)
-    >>> align_optional_silence(lp, [[2], [3]], blank=0, sil=1).labels
-    [1, 2, 3]
-    """
-    return align_words(log_probs, [[word] for word in words], blank, sil)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,7 +358,7 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
 
     from .brain import ConditionalCTCBrain
     from .hparams_files import inert_overrides
-    from .recipe import ConfigurationError, load_hparams
+    from .recipe import load_hparams
 
     run_dir = Path(run_dir)
     hparams_file = next((run_dir / n for n in ("hyperparams.yaml", "hparams.yaml") if (run_dir / n).is_file()), None)
@@ -470,7 +435,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     from .apc import FrozenAPC
     from .cache import FeatureCache
     from .data import Lexicon
-    from .recipe import ConfigurationError, dataio_prep, obtain_apc
+    from .recipe import dataio_prep, obtain_apc
 
     if prepare is None:
         from .data import prepare_mini_librispeech as prepare
@@ -633,79 +598,8 @@ def _rows(manifest) -> Dict[str, Dict[str, str]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# MFA export format, silence statistics
+# silence statistics (the MFA export writer is surprisal_cc.data.mfa.write_alignment_csv)
 # ---------------------------------------------------------------------------------------------
-def write_alignment_csv(path, utterances: Iterable[RealignedUtterance], samples_per_frame: int = 320) -> Path:
-    """Write labels in the MFA export format that ``labels: mfa`` reads (``mfa_labels: PATH``).
-
-    Columns as in ``dev-clean-2_mfa.csv``: ``phonemes_39`` (and ``phonemes_61``) the labels,
-    ``phn`` the same as a list, ``phn_starts``/``phn_ends`` in samples, ``words`` with ``''`` for
-    each ``sil``, ``wrd_starts``/``wrd_ends``. Rows are sorted by utterance id.
-
-    Arguments
-    ---------
-    path : str or path
-        The CSV file to write (replaced atomically).
-    utterances : iterable of RealignedUtterance
-        The new labels.
-    samples_per_frame : int
-        Audio samples per model frame (320: 20 ms frames at 16 kHz).
-
-    Returns
-    -------
-    pathlib.Path
-        ``path``.
-
-    Example
-    -------
-    >>> import csv, tempfile
-    >>> import numpy as np
-    >>> from pathlib import Path
-    >>> utt = RealignedUtterance("u1", "u1.flac", ["a", "be"], [1, 1], ["AH", "sil", "B"], [1],
-    ...                          np.array([[0, 2], [2, 4], [4, 6]]), 6)
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     csv_path = write_alignment_csv(Path(tmp) / "ali.csv", [utt])
-    ...     with open(csv_path, newline="") as f:
-    ...         row = next(csv.DictReader(f))
-    >>> row["phonemes_39"], row["phn_starts"], row["phn_ends"], row["words"]
-    ('AH sil B', '0 640 1280', '640 1280 1920', "['a', '', 'be']")
-    """
-    from .data.manifest import atomic_write_text
-
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=MFA_EXPORT_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for utt in sorted(utterances, key=lambda u: u.id):
-        spans = (np.asarray(utt.segments) * samples_per_frame).astype(int)
-        word_items, word_spans = [], []
-        phone_iter = iter(zip(utt.phones, spans.tolist()))
-        silences = set(utt.silences)
-        for b in range(len(utt.words) + 1):
-            if b in silences:
-                _, span = next(phone_iter)
-                word_items.append("")
-                word_spans.append(span)
-            if b < len(utt.words):
-                first = last = None
-                for _ in range(utt.word_lengths[b]):
-                    _, span = next(phone_iter)
-                    first = span if first is None else first
-                    last = span
-                word_items.append(utt.words[b].lower())
-                word_spans.append([first[0], last[1]])
-        phones = " ".join(utt.phones)
-        writer.writerow({
-            "path": "/".join(Path(utt.wav).parts[-4:]), "wrd": " ".join(utt.words).lower(),
-            "phonemes_39": phones, "phonemes_61": phones, "phn": repr(list(utt.phones)),
-            "phn_starts": " ".join(str(s) for s, _ in spans.tolist()),
-            "phn_ends": " ".join(str(e) for _, e in spans.tolist()),
-            "words": repr(word_items), "wrd_starts": " ".join(str(s) for s, _ in word_spans),
-            "wrd_ends": " ".join(str(e) for _, e in word_spans),
-        })
-    atomic_write_text(path, buf.getvalue())
-    return Path(path)
-
-
 def silence_statistics(utterances: Sequence[RealignedUtterance]) -> Dict[str, float]:
     """How many ``sil`` the realignment inserted: per utterance, per word boundary, at the ends.
 

@@ -21,7 +21,6 @@ from surprisal_cc.data.mfa import read_mfa_csv
 from surprisal_cc.label_eval import lexicon_vs_mfa_per, read_boundary_silences, silence_precision_recall
 from surprisal_cc.realign import (
     RealignedUtterance,
-    align_optional_silence,
     align_words,
     realign_corpus,
     realign_utterance,
@@ -33,6 +32,11 @@ from surprisal_cc.recipe import label_encoder_for, phone_set
 from surprisal_cc.viterbi import AlignmentError, ctc_viterbi_graph, ctc_viterbi_optional
 
 BLANK, SIL = 0, 1
+
+
+def align_one_pronunciation(log_probs, words, blank, sil):
+    """:func:`align_words` with one pronunciation per word (each word: its phone ids)."""
+    return align_words(log_probs, [[word] for word in words], blank, sil)
 
 
 def collapse(path, blank=BLANK):
@@ -125,7 +129,7 @@ def test_matches_brute_force_on_tiny_inputs(case):
     words = WORD_CASES[case]
     if any(w[0] == SIL or w[-1] == SIL for w in words):
         with pytest.raises(ValueError, match="sil"):
-            align_optional_silence(np.zeros((3, 4)), words, BLANK, SIL)
+            align_one_pronunciation(np.zeros((3, 4)), words, BLANK, SIL)
         return
     tokens, optional = word_tokens(words)
     gen = torch.Generator().manual_seed(case)
@@ -135,10 +139,10 @@ def test_matches_brute_force_on_tiny_inputs(case):
             best = brute_force_best(lp, tokens, optional)
             if best is None:
                 with pytest.raises(AlignmentError):
-                    align_optional_silence(lp, words, BLANK, SIL)
+                    align_one_pronunciation(lp, words, BLANK, SIL)
                 continue
             best_score, best_seq = best
-            ali = align_optional_silence(lp, words, BLANK, SIL)
+            ali = align_one_pronunciation(lp, words, BLANK, SIL)
             assert ali.score == pytest.approx(best_score, abs=1e-9)
             assert tuple(ali.labels) == best_seq
             assert ali.silences == [b for b in range(len(words) + 1) if ali.kept[np.flatnonzero(optional)[b]]]
@@ -155,7 +159,7 @@ def test_matches_reference_dp_over_every_silence_choice():
         T = int(rng.integers(len(tokens), 3 * len(tokens) + 2))
         lp = random_log_probs(gen, T, V, scale=float(rng.uniform(0.5, 4)))
         scores = {seq: viterbi_reference(lp, seq) for seq in variants(tokens, optional)}
-        ali = align_optional_silence(lp, words, BLANK, SIL)
+        ali = align_one_pronunciation(lp, words, BLANK, SIL)
         assert ali.score == pytest.approx(max(scores.values()), abs=1e-9)
         assert scores[tuple(ali.labels)] == pytest.approx(ali.score, abs=1e-9)
         # the frame path really is a CTC path of the chosen labels with that score
@@ -239,7 +243,7 @@ def test_a_clearly_heard_second_pronunciation_is_chosen():
     lp = peaked([2, 4, 4, 0, 0])
     ali = align_words(lp, [[[2, 3], [2, 4]]], BLANK, SIL)
     assert ali.labels == [2, 4] and ali.pronunciations == [1] and ali.silences == []
-    forced = align_optional_silence(lp, [[2, 3]], BLANK, SIL)  # one pronunciation: no choice
+    forced = align_one_pronunciation(lp, [[2, 3]], BLANK, SIL)  # one pronunciation: no choice
     assert [k for k in forced.labels if k != SIL] == [2, 3] and forced.pronunciations == [0]
 
 
@@ -253,13 +257,13 @@ def peaked(frames, V=5, p=0.9):
 def test_pause_with_high_sil_posterior_gets_sil():
     words = [[2, 3], [4]]
     # word 1, a pause the model hears as sil, word 2
-    ali = align_optional_silence(peaked([2, 0, 3, 0, 1, 1, 1, 0, 4, 0]), words, BLANK, SIL)
+    ali = align_one_pronunciation(peaked([2, 0, 3, 0, 1, 1, 1, 0, 4, 0]), words, BLANK, SIL)
     assert ali.labels == [2, 3, SIL, 4] and ali.silences == [1]
     # the same pause heard as blank: no sil
-    ali = align_optional_silence(peaked([2, 0, 3, 0, 0, 0, 0, 0, 4, 0]), words, BLANK, SIL)
+    ali = align_one_pronunciation(peaked([2, 0, 3, 0, 0, 0, 0, 0, 4, 0]), words, BLANK, SIL)
     assert ali.labels == [2, 3, 4] and ali.silences == []
     # silence at both ends
-    ali = align_optional_silence(peaked([1, 1, 2, 3, 0, 4, 1, 1]), words, BLANK, SIL)
+    ali = align_one_pronunciation(peaked([1, 1, 2, 3, 0, 4, 1, 1]), words, BLANK, SIL)
     assert ali.labels == [SIL, 2, 3, 4, SIL] and ali.silences == [0, 2]
 
 
@@ -268,26 +272,26 @@ def test_weak_sil_evidence_is_not_enough():
     lp = peaked([2, 0, 0, 0, 0, 3, 0])
     lp[2:4, SIL] = np.log(0.2)
     lp[2:4, BLANK] = np.log(0.75)
-    assert align_optional_silence(lp, [[2], [3]], BLANK, SIL).silences == []
+    assert align_one_pronunciation(lp, [[2], [3]], BLANK, SIL).silences == []
     lp[2:4, SIL], lp[2:4, BLANK] = np.log(0.75), np.log(0.2)
-    assert align_optional_silence(lp, [[2], [3]], BLANK, SIL).silences == [1]
+    assert align_one_pronunciation(lp, [[2], [3]], BLANK, SIL).silences == [1]
 
 
 def test_repeated_phone_across_a_left_out_sil_needs_a_blank():
     # "S | S": without a blank or a sil between them the two S cannot both be emitted
     lp = peaked([2, 2, 2])
     with pytest.raises(AlignmentError):
-        align_optional_silence(lp[:1], [[2], [2]], BLANK, SIL)
-    ali = align_optional_silence(peaked([2, 1, 2]), [[2], [2]], BLANK, SIL)
+        align_one_pronunciation(lp[:1], [[2], [2]], BLANK, SIL)
+    ali = align_one_pronunciation(peaked([2, 1, 2]), [[2], [2]], BLANK, SIL)
     assert ali.labels == [2, SIL, 2]
-    ali = align_optional_silence(peaked([2, 0, 2]), [[2], [2]], BLANK, SIL)
+    ali = align_one_pronunciation(peaked([2, 0, 2]), [[2], [2]], BLANK, SIL)
     assert ali.labels == [2, 2]
 
 
 def test_segments_cover_the_utterance():
     gen = torch.Generator().manual_seed(3)
     lp = random_log_probs(gen, 60, 8)
-    ali = align_optional_silence(lp, [[2, 3], [4, 5, 6], [7]], BLANK, SIL)
+    ali = align_one_pronunciation(lp, [[2, 3], [4, 5, 6], [7]], BLANK, SIL)
     seg = ali.segments()
     assert seg.shape == (len(ali.labels), 2)
     assert seg[0, 0] == 0 and seg[-1, 1] == 60
@@ -301,7 +305,7 @@ def test_long_utterance_and_torch_input():
     gen = torch.Generator().manual_seed(4)
     words = [[int(x) for x in torch.randint(2, 42, (4,), generator=gen)] for _ in range(100)]
     lp = torch.randn(1500, 42, generator=gen).log_softmax(-1)
-    ali = align_optional_silence(lp, words, BLANK, SIL)
+    ali = align_one_pronunciation(lp, words, BLANK, SIL)
     phones = [p for p in ali.labels if p != SIL]
     assert phones == [p for w in words for p in w]
     assert len(ali.frame_tokens) == 1500

@@ -6,8 +6,8 @@ from data_fixtures import require_dev_clean_2, write_mfa_csv, write_textgrids_fr
 from surprisal_cc.data import DataPreparationError
 from surprisal_cc.data import mfa
 from surprisal_cc.data.mfa import (
-    build_mfa_command, load_mfa_labels, load_mfa_word_phones, parse_textgrid, read_mfa_csv, run_mfa,
-    textgrid_phones,
+    build_mfa_command, find_mfa_labels, load_mfa_labels, load_mfa_word_phones, parse_textgrid, read_mfa_csv,
+    read_mfa_export, read_word_phones, run_mfa, textgrid_phones, utterance_id,
 )
 
 
@@ -53,7 +53,12 @@ def test_word_phones_from_textgrids_and_a_csv_without_timings(tmp_path):
     (tmp_path / "spk" / "1-2-0003.TextGrid").write_text(TG)
     assert load_mfa_word_phones(tmp_path) == {"1-2-0003": [("hello", ("HH", "AH", "L", "OW")), ("gwyn", ("spn",))]}
     path = write_mfa_csv(tmp_path / "x.csv", "dev-clean-2", {"1-2-0000": "sil AH D sil"})
-    with pytest.raises(DataPreparationError, match="x.csv: no word timings"):
+    with pytest.raises(DataPreparationError, match=r"x.csv: utterance .*1-2-0000.flac: malformed phn \(SyntaxError.*"
+                                                   "give the CSV export of MFA alignments with word timings"):
+        load_mfa_word_phones(path)
+    path.write_text("path,phn\nspk/u1.flac,[]\n")
+    with pytest.raises(DataPreparationError, match="x.csv: no column phn_starts, words, wrd_starts, wrd_ends; "
+                                                   "give the CSV export of MFA alignments with word timings"):
         load_mfa_word_phones(path)
 
 
@@ -63,6 +68,51 @@ def test_csv_reader(tmp_path):
     write_mfa_csv(path, "dev-clean-2", {"1-2-0000": "sil AH0 D sil"})
     with pytest.raises(DataPreparationError, match=r"1-2-0000.*\['AH0'\]"):
         read_mfa_csv(path)
+
+
+def test_utterance_ids_keep_every_dot_but_the_extension(tmp_path):
+    """The id is the file name without its extension, as scan_subset and the TextGrid readers make it,
+    by every reader of the export."""
+    from surprisal_cc.analysis import read_aligned_csv
+    from surprisal_cc.label_eval import read_boundary_silences
+
+    assert utterance_id("dev-clean-2/84/121123/84-121123-0000.flac") == "84-121123-0000"
+    assert utterance_id("spk/u1.v2.flac") == "u1.v2"
+    path = tmp_path / "x.csv"
+    path.write_text("path,phonemes_39,phn,phn_starts,phn_ends,words,wrd_starts,wrd_ends\n"
+                    "spk/u1.v2.flac,sil AH sil,\"['sil', 'AH', '']\",0 1 2,1 2 3,\"['', 'a', '']\",0 1 2,1 2 3\n")
+    assert list(read_mfa_csv(path)) == list(read_word_phones(path)) == list(read_boundary_silences(path)) == ["u1.v2"]
+    assert [u.utt_id for u in read_aligned_csv(path, tmp_path)] == ["u1.v2"]
+
+
+def test_export_reader_names_missing_columns_and_malformed_values(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("path,phn,phn_starts\nspk/u1.flac,\"['sil']\",0 x\n")
+    with pytest.raises(DataPreparationError, match="x.csv: no column phn_ends; give the CSV export of MFA"):
+        read_mfa_export(path, ("phn", "phn_ends"))
+    with pytest.raises(DataPreparationError, match=r"x.csv: utterance spk/u1.flac: malformed phn_starts \(ValueError"):
+        read_mfa_export(path, ("phn", "phn_starts"))
+    row, = read_mfa_export(path, ("phn",))
+    assert (row.utt_id, row.phn, row.phn_starts) == ("u1", ["sil"], None)
+
+
+def test_mfa_labels_beside_a_corpus_must_be_a_file_or_a_folder(tmp_path):
+    """The export CSV before the TextGrid folder, inside LibriSpeech/ before beside it; a folder named
+    like the export (or a file named like the TextGrid folder) is not taken."""
+    subset_dir = tmp_path / "LibriSpeech" / "dev-clean-2"
+    (tmp_path / "phone_labels" / "dev-clean-2_mfa.csv").mkdir(parents=True)
+    (tmp_path / "phone_labels" / "dev-clean-2").write_text("")
+    assert find_mfa_labels(subset_dir) is None
+    inside = tmp_path / "LibriSpeech" / "phone_labels" / "dev-clean-2"
+    inside.mkdir(parents=True)
+    assert find_mfa_labels(subset_dir) == inside
+    (tmp_path / "LibriSpeech" / "phone_labels" / "dev-clean-2_mfa.csv").write_text("")
+    assert find_mfa_labels(subset_dir) == inside.parent / "dev-clean-2_mfa.csv"
+    (tmp_path / "phone_labels" / "dev-clean-2").unlink()
+    (tmp_path / "phone_labels" / "dev-clean-2").mkdir()
+    (inside.parent / "dev-clean-2_mfa.csv").unlink()
+    inside.rmdir()
+    assert find_mfa_labels(subset_dir, "dev-clean-2") == tmp_path / "phone_labels" / "dev-clean-2"
 
 
 def test_run_mfa_missing_explains_install(monkeypatch, tmp_path):

@@ -11,8 +11,6 @@ times (its last left out) is collected; the median, mean and 90th percentile are
 ``--show`` prints one utterance's CTM above its MFA phones in the same format.
 """
 import argparse
-import ast
-import csv
 import json
 import time
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from speechbrain.utils.edit_distance import wer_details_for_batch
 
+from surprisal_cc.data.mfa import SILENCE_MARKS, read_mfa_export
 from surprisal_cc.inference import ConditionalASR
 
 
@@ -27,7 +26,7 @@ def merge_silences(segments):
     """``(phone, start, end)`` with MFA's silence marks as ``sil`` and adjacent ``sil`` merged."""
     out = []
     for phone, start, end in segments:
-        phone = "sil" if phone in ("sp", "", "sil") else phone
+        phone = "sil" if phone in SILENCE_MARKS else phone
         if out and phone == "sil" and out[-1][0] == "sil":
             out[-1] = ("sil", out[-1][1], end)
         else:
@@ -36,9 +35,9 @@ def merge_silences(segments):
 
 
 def mfa_segments(row, sample_rate=16000):
-    starts = [int(x) / sample_rate for x in row["phn_starts"].split()]
-    ends = [int(x) / sample_rate for x in row["phn_ends"].split()]
-    return merge_silences(zip(ast.literal_eval(row["phn"]), starts, ends))
+    """``(phone, start, end)`` in seconds of an export row (:func:`read_mfa_export`), silences merged."""
+    return merge_silences(zip(row.phn, [s / sample_rate for s in row.phn_starts],
+                              [e / sample_rate for e in row.phn_ends]))
 
 
 def main(argv=None) -> dict:
@@ -49,17 +48,17 @@ def main(argv=None) -> dict:
     parser.add_argument("--show", default=None, help="print this utterance's CTM and its MFA phones")
     args = parser.parse_args(argv)
     root = Path(args.data)
-    with open(root / "phone_labels" / "dev-clean-2_mfa.csv", newline="", encoding="utf-8") as f:
-        rows = sorted(csv.DictReader(f), key=lambda r: r["path"])
+    rows = sorted(read_mfa_export(root / "phone_labels" / "dev-clean-2_mfa.csv", ("phn", "phn_starts", "phn_ends"),
+                                  "sample-level phone boundaries"), key=lambda r: r.path)
     if args.show:
-        rows = [r for r in rows if Path(r["path"]).name.split(".")[0] == args.show]
+        rows = [r for r in rows if r.utt_id == args.show]
     elif args.limit:
         rows = rows[::max(1, len(rows) // args.limit)][:args.limit]
     asr = ConditionalASR.from_pretrained(args.model)
     starts, ends, start_time = [], [], time.time()
     for row in rows:
-        utt = Path(row["path"]).name.split(".")[0]
-        result = asr.transcribe_file(root / "LibriSpeech" / row["path"])
+        utt = row.utt_id
+        result = asr.transcribe_file(root / "LibriSpeech" / row.path)
         hyp, ref = merge_silences(result.segments), mfa_segments(row)
         alignment = wer_details_for_batch(["u"], [[p for p, _, _ in ref]], [[p for p, _, _ in hyp]],
                                           compute_alignments=True)[0]["alignment"]

@@ -21,7 +21,7 @@ from .audio import AudioInfo, check_audio_files
 from .errors import DataPreparationError, DataPreparationWarning
 from .lexicon import Lexicon
 from .manifest import AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, write_manifest
-from .mfa import load_mfa_labels
+from .mfa import find_mfa_labels, load_mfa_labels
 from .phones import LIBRISPEECH_PHONES, validate_phones
 
 PathLike = Union[str, os.PathLike]
@@ -302,16 +302,6 @@ def _per_split(value: Union[str, Mapping[str, str]], splits: Sequence[str], name
     return out
 
 
-def _default_mfa_source(subset_dir: Path, subset: str) -> Optional[Path]:
-    """``phone_labels/<subset>_mfa.csv`` (the authors' export) or the TextGrid folder
-    ``phone_labels/<subset>/``, beside ``LibriSpeech/`` or inside it."""
-    for base in (subset_dir.parent, subset_dir.parent.parent):
-        for cand in (base / "phone_labels" / f"{subset}_mfa.csv", base / "phone_labels" / subset):
-            if cand.exists():
-                return cand.resolve()
-    return None
-
-
 def prepare_mini_librispeech(
     data_folder: Union[PathLike, Sequence[PathLike]],
     save_folder: PathLike,
@@ -460,7 +450,8 @@ def _mfa_source(split: str, subset: str, subset_dirs: Mapping[str, Path],
         src = mfa_labels.get(split) or mfa_labels.get(subset)
     else:
         src = mfa_labels
-    src_path = Path(src).resolve() if src else _default_mfa_source(subset_dirs[subset], subset)
+    found = Path(src) if src else find_mfa_labels(subset_dirs[subset], subset)
+    src_path = found.resolve() if found is not None else None
     if src_path is None and mfa_fallback == "error":
         raise DataPreparationError(
             f"split {split!r} uses labels 'mfa' but no MFA labels were given for {subset} and "

@@ -1,7 +1,9 @@
 """Montreal Forced Aligner (MFA) labels: CSV export, TextGrid files, and running ``mfa``.
 
 MFA is a conda package (it needs Kaldi binaries); it cannot be pip-installed into this venv.
-Labels are read into ``{utterance_id: [phone, ...]}`` over :data:`LIBRISPEECH_PHONES`.
+Labels are read into ``{utterance_id: [phone, ...]}`` over :data:`LIBRISPEECH_PHONES`. The
+per-phone CSV export (columns :data:`MFA_EXPORT_COLUMNS`) is read by :func:`read_mfa_export` alone
+and written by :func:`write_alignment_csv`; :data:`SILENCE_MARKS` are MFA's silence labels.
 
 >>> tg = '''File type = "ooTextFile"
 ... Object class = "TextGrid"
@@ -41,17 +43,25 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import DataPreparationError
-from .manifest import read_text
+from .manifest import atomic_write_text, read_text
 from .phones import LIBRISPEECH_PHONES, SILENCE, SPOKEN_NOISE, merge_repeated, strip_stress
 from .phones import validate_phones
 
 PathLike = Union[str, os.PathLike]
 Interval = Tuple[float, float, str]
-_SILENCE_MARKS = {"", "sp", "sil", "<eps>", "SIL"}
+#: MFA's silence labels (phones and words tiers, CSV export): read as ``sil``, or as no word.
+SILENCE_MARKS = frozenset({"", "sp", "sil", "<eps>", "SIL"})
+#: The columns of MFA's per-phone CSV export (``dev-clean-2_mfa.csv``), in order.
+MFA_EXPORT_COLUMNS = ("path", "wrd", "phonemes_39", "phonemes_61", "phn", "phn_starts", "phn_ends",
+                      "words", "wrd_starts", "wrd_ends")
+_TOKEN_COLUMNS = ("phonemes_39", "phonemes_61")             # space-separated labels
+_LIST_COLUMNS = ("phn", "words")                            # Python list literals
+_SAMPLE_COLUMNS = ("phn_starts", "phn_ends", "wrd_starts", "wrd_ends")  # space-separated sample indices
 TEXTGRID_HINT = "save the TextGrid as UTF-8, as MFA writes it"
 
 MFA_INSTALL_HELP = (
@@ -63,21 +73,173 @@ MFA_INSTALL_HELP = (
 )
 
 
-def read_mfa_csv(path: PathLike, column: str = "phonemes_39") -> Dict[str, List[str]]:
-    """Read the CSV export (columns ``path,...,phonemes_39,...``): utterance id = file stem."""
-    labels: Dict[str, List[str]] = {}
+def utterance_id(path: PathLike) -> str:
+    """The utterance id of an audio or label file: its name without the extension, as
+    :func:`surprisal_cc.data.librispeech.scan_subset` makes ids (``<speaker>-<chapter>-<n>.flac``).
+
+    Example
+    -------
+    >>> utterance_id("dev-clean-2/84/121123/84-121123-0000.flac"), utterance_id("spk/u1.v2.flac")
+    ('84-121123-0000', 'u1.v2')
+    """
+    return Path(path).stem
+
+
+@dataclass(frozen=True)
+class MFAExportRow:
+    """One utterance (row) of the MFA CSV export; a column that was not read is None.
+
+    ``phonemes_39``/``phonemes_61`` and ``phn``/``words`` are lists of labels (``''`` a silence in
+    ``words``), the ``*_starts``/``*_ends`` lists of sample indices.
+    """
+
+    path: str
+    wrd: Optional[str] = None
+    phonemes_39: Optional[List[str]] = None
+    phonemes_61: Optional[List[str]] = None
+    phn: Optional[List[str]] = None
+    phn_starts: Optional[List[int]] = None
+    phn_ends: Optional[List[int]] = None
+    words: Optional[List[str]] = None
+    wrd_starts: Optional[List[int]] = None
+    wrd_ends: Optional[List[int]] = None
+
+    @property
+    def utt_id(self) -> str:
+        """:func:`utterance_id` of ``path``."""
+        return utterance_id(self.path)
+
+
+def _parse_column(column: str, text: str):
+    if column in _TOKEN_COLUMNS:
+        return text.split()
+    if column in _SAMPLE_COLUMNS:
+        return [int(x) for x in text.split()]
+    if column in _LIST_COLUMNS:
+        value = ast.literal_eval(text)
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"not a list: {text[:40]!r}")
+        return [str(x) for x in value]
+    return text
+
+
+def read_mfa_export(path: PathLike, columns: Sequence[str] = MFA_EXPORT_COLUMNS[1:],
+                    purpose: str = "every column") -> List[MFAExportRow]:
+    """The rows of an MFA CSV export (or of a file written by :func:`write_alignment_csv`), with
+    ``path`` and ``columns`` parsed. A missing column or a malformed value is one
+    :class:`DataPreparationError` naming the file (and the utterance); ``purpose`` says what the
+    columns are for in the first.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "ali.csv").write_text("path,phonemes_39,phn,phn_starts\\n"
+    ...                                         "a/u1.flac,sil AH,\\"['sil', 'AH']\\",0 640\\n")
+    ...     row, = read_mfa_export(Path(tmp, "ali.csv"), ("phn", "phn_starts"))
+    >>> row.utt_id, row.phn, row.phn_starts, row.phonemes_39
+    ('u1', ['sil', 'AH'], [0, 640], None)
+    """
+    unknown = sorted(set(columns) - set(MFA_EXPORT_COLUMNS))
+    if unknown:
+        raise ValueError(f"{unknown}: not columns of the MFA export {list(MFA_EXPORT_COLUMNS)}")
     text = read_text(path, "give MFA's CSV export or a folder of TextGrids", newline="")
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    if reader.fieldnames is None or "path" not in reader.fieldnames or column not in reader.fieldnames:
-        raise DataPreparationError(
-            f"{path}: expected columns 'path' and {column!r}, found {reader.fieldnames}"
-        )
+    missing = [c for c in ("path", *columns) if c not in (reader.fieldnames or [])]
+    if missing:
+        raise DataPreparationError(f"{path}: no column {', '.join(missing)}; give the CSV export of MFA "
+                                   f"alignments with {purpose}")
+    rows = []
     for row in reader:
-        utt_id = Path(row["path"]).name.split(".")[0]
-        phones = merge_repeated(row[column].split())
-        validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {utt_id}")
-        labels[utt_id] = phones
+        values = {}
+        for column in columns:
+            try:
+                values[column] = _parse_column(column, row[column] or "")
+            except (ValueError, SyntaxError) as err:
+                raise DataPreparationError(f"{path}: utterance {row['path']}: malformed {column} ({type(err).__name__}: "
+                                           f"{err}); give the CSV export of MFA alignments with {purpose}") from None
+        rows.append(MFAExportRow(row["path"], **values))
+    return rows
+
+
+def read_mfa_csv(path: PathLike, column: str = "phonemes_39") -> Dict[str, List[str]]:
+    """Labels ``{utterance id: phones}`` of the CSV export's ``column`` (``phonemes_39`` or
+    ``phonemes_61``), repeated labels merged and checked against :data:`LIBRISPEECH_PHONES`."""
+    labels: Dict[str, List[str]] = {}
+    for row in read_mfa_export(path, (column,), f"{column} labels"):
+        phones = merge_repeated(getattr(row, column))
+        validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {row.utt_id}")
+        labels[row.utt_id] = phones
     return labels
+
+
+def write_alignment_csv(path: PathLike, utterances: Iterable, samples_per_frame: int = 320) -> Path:
+    """Write labels in the MFA export format (:data:`MFA_EXPORT_COLUMNS`) that ``labels: mfa`` reads.
+
+    ``phonemes_39`` (and ``phonemes_61``) hold the labels, ``phn`` the same as a list,
+    ``phn_starts``/``phn_ends`` sample indices, ``words`` a ``''`` for each ``sil``; ``path`` is the
+    audio file's last four parts. Rows are sorted by utterance id; the file is replaced atomically.
+
+    Arguments
+    ---------
+    path : str or path
+        The CSV file to write.
+    utterances : iterable
+        Realigned utterances (:class:`surprisal_cc.realign.RealignedUtterance`: ``id``, ``wav``,
+        ``words``, ``word_lengths``, ``phones``, ``silences`` and ``segments`` in model frames).
+    samples_per_frame : int
+        Audio samples per model frame (320: 20 ms frames at 16 kHz).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> from types import SimpleNamespace
+    >>> utt = SimpleNamespace(id="u1", wav="u1.flac", words=["a", "be"], word_lengths=[1, 1],
+    ...                       phones=["AH", "sil", "B"], silences=[1], segments=[[0, 2], [2, 4], [4, 6]])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     row, = read_mfa_export(write_alignment_csv(Path(tmp) / "ali.csv", [utt]))
+    >>> row.phonemes_39, row.phn_starts, row.phn_ends, row.words
+    (['AH', 'sil', 'B'], [0, 640, 1280], [640, 1280, 1920], ['a', '', 'be'])
+    """
+    import numpy as np
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=MFA_EXPORT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for utt in sorted(utterances, key=lambda u: u.id):
+        spans = (np.asarray(utt.segments) * samples_per_frame).astype(int)
+        word_items, word_spans = [], []
+        phone_iter = iter(zip(utt.phones, spans.tolist()))
+        silences = set(utt.silences)
+        for b in range(len(utt.words) + 1):
+            if b in silences:
+                _, span = next(phone_iter)
+                word_items.append("")
+                word_spans.append(span)
+            if b < len(utt.words):
+                first = last = None
+                for _ in range(utt.word_lengths[b]):
+                    _, span = next(phone_iter)
+                    first = span if first is None else first
+                    last = span
+                word_items.append(utt.words[b].lower())
+                word_spans.append([first[0], last[1]])
+        phones = " ".join(utt.phones)
+        writer.writerow({
+            "path": "/".join(Path(utt.wav).parts[-4:]), "wrd": " ".join(utt.words).lower(),
+            "phonemes_39": phones, "phonemes_61": phones, "phn": repr(list(utt.phones)),
+            "phn_starts": " ".join(str(s) for s, _ in spans.tolist()),
+            "phn_ends": " ".join(str(e) for _, e in spans.tolist()),
+            "words": repr(word_items), "wrd_starts": " ".join(str(s) for s, _ in word_spans),
+            "wrd_ends": " ".join(str(e) for _, e in word_spans),
+        })
+    atomic_write_text(path, buf.getvalue())
+    return Path(path)
 
 
 _TG_TOKEN = re.compile(r'"((?:[^"]|"")*)"|(\S+)')
@@ -122,7 +284,7 @@ def textgrid_phones(tiers: Mapping[str, List[Interval]], tier: str = "phones") -
     phones = []
     for _, _, mark in tiers[tier]:
         mark = mark.strip()
-        if mark in _SILENCE_MARKS:
+        if mark in SILENCE_MARKS:
             phones.append(SILENCE)
         elif mark.lower() == SPOKEN_NOISE:
             phones.append(SPOKEN_NOISE)
@@ -151,6 +313,41 @@ def load_mfa_labels(source: PathLike) -> Dict[str, List[str]]:
     raise DataPreparationError(f"MFA label source {source} does not exist (CSV file or TextGrid folder)")
 
 
+def find_mfa_labels(subset_dir: PathLike, subset: Optional[str] = None) -> Optional[Path]:
+    """MFA's labels of a LibriSpeech subset: the export file ``phone_labels/<subset>_mfa.csv``, else
+    the TextGrid folder ``phone_labels/<subset>/``, inside ``LibriSpeech/`` or else beside it; None
+    where there is neither (the export must be a file, the TextGrids a folder).
+
+    Arguments
+    ---------
+    subset_dir : str or path
+        The subset's folder, ``.../LibriSpeech/<subset>``.
+    subset : str, optional
+        The subset's name; None: the folder's name.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     subset_dir = Path(tmp, "LibriSpeech", "dev-clean-2")
+    ...     before = find_mfa_labels(subset_dir)
+    ...     Path(tmp, "phone_labels", "dev-clean-2").mkdir(parents=True)
+    ...     after = find_mfa_labels(subset_dir).relative_to(tmp).as_posix()
+    >>> before, after
+    (None, 'phone_labels/dev-clean-2')
+    """
+    subset_dir = Path(subset_dir)
+    subset = subset or subset_dir.name
+    for base in (subset_dir.parent, subset_dir.parent.parent):
+        export = base / "phone_labels" / f"{subset}_mfa.csv"
+        if export.is_file():
+            return export
+        folder = base / "phone_labels" / subset  # TextGrids, as mfa-dev's
+        if folder.is_dir():
+            return folder
+    return None
+
+
 def textgrid_word_phones(tiers: Mapping[str, List[Interval]], words: str = "words",
                          phones: str = "phones") -> List[Tuple[str, Tuple[str, ...]]]:
     """Each word of an MFA TextGrid with the phones that start within it (stress stripped, silence
@@ -167,9 +364,9 @@ def textgrid_word_phones(tiers: Mapping[str, List[Interval]], words: str = "word
             raise DataPreparationError(f"TextGrid has no {tier!r} tier (tiers: {sorted(tiers)})")
     out = []
     for start, end, word in tiers[words]:
-        if word.strip() in _SILENCE_MARKS:
+        if word.strip() in SILENCE_MARKS:
             continue
-        marks = [mark.strip() for t, _, mark in tiers[phones] if start <= t < end and mark.strip() not in _SILENCE_MARKS]
+        marks = [mark.strip() for t, _, mark in tiers[phones] if start <= t < end and mark.strip() not in SILENCE_MARKS]
         out.append((word.strip(), tuple(SPOKEN_NOISE if m.lower() == SPOKEN_NOISE else strip_stress(m).upper()
                                         for m in marks)))
     return out
@@ -177,12 +374,12 @@ def textgrid_word_phones(tiers: Mapping[str, List[Interval]], words: str = "word
 
 def read_word_phones(path: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...]]]]:
     """``{utterance id: [(word, its phones), ...]}`` from an MFA export CSV: the phones that start
-    within each word's time span (``sil``, ``sp`` and empty labels left out).
+    within each word's time span (:data:`SILENCE_MARKS` left out).
 
     Arguments
     ---------
     path : str or path
-        An MFA export CSV (or one written by :func:`surprisal_cc.realign.write_alignment_csv`).
+        An MFA export CSV (or one written by :func:`write_alignment_csv`).
 
     Returns
     -------
@@ -200,14 +397,11 @@ def read_word_phones(path: PathLike) -> Dict[str, List[Tuple[str, Tuple[str, ...
     {'u1': [('a', ('EY',)), ('be', ('B', 'IY'))]}
     """
     out: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            phones, starts = ast.literal_eval(row["phn"]), [int(x) for x in row["phn_starts"].split()]
-            words = ast.literal_eval(row["words"])
-            spans = zip(words, [int(x) for x in row["wrd_starts"].split()], [int(x) for x in row["wrd_ends"].split()])
-            out[Path(row["path"]).name.split(".")[0]] = [
-                (word, tuple(p for p, t in zip(phones, starts) if start <= t < end and p not in ("sil", "sp", "")))
-                for word, start, end in spans if word]
+    for row in read_mfa_export(path, ("phn", "phn_starts", "words", "wrd_starts", "wrd_ends"), "word timings"):
+        spans = zip(row.words, row.wrd_starts, row.wrd_ends)
+        out[row.utt_id] = [
+            (word, tuple(p for p, t in zip(row.phn, row.phn_starts) if start <= t < end and p not in SILENCE_MARKS))
+            for word, start, end in spans if word]
     return out
 
 
@@ -256,7 +450,7 @@ def textgrid_boundary_silences(tiers: Mapping[str, List[Interval]], words: str =
     """
     if words not in tiers:
         raise DataPreparationError(f"TextGrid has no {words!r} tier (tiers: {sorted(tiers)})")
-    return boundary_silences([word.strip() not in _SILENCE_MARKS for _, _, word in tiers[words]],
+    return boundary_silences([word.strip() not in SILENCE_MARKS for _, _, word in tiers[words]],
                              textgrid_phones(tiers, phones))
 
 
@@ -268,12 +462,7 @@ def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[st
         return {path.stem: textgrid_word_phones(parse_textgrid(read_text(path, TEXTGRID_HINT)))
                 for path in sorted(source.rglob("*.TextGrid"))}
     if source.is_file():
-        try:
-            return read_word_phones(source)
-        except (KeyError, ValueError, SyntaxError) as err:
-            raise DataPreparationError(f"{source}: no word timings ({type(err).__name__}: {err}); words and "
-                                       "their phones need the columns phn, phn_starts, words, wrd_starts, "
-                                       "wrd_ends of MFA's CSV export") from None
+        return read_word_phones(source)
     raise DataPreparationError(f"MFA label source {source} does not exist (CSV file or TextGrid folder)")
 
 

@@ -62,10 +62,11 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     the model needs it.
     """
     from .apc import APCModel
+    from .errors import ConfigurationError
     from .flops import module_macs, static_flop_rows
     from .hparams_files import inert_overrides
     from .nnet import runs_apc
-    from .recipe import ConfigurationError, load_hparams
+    from .recipe import load_hparams
 
     given = dict(_split_override(o) for o in overrides)
     merged = {**inert_overrides(hparams_file), **given}
@@ -389,9 +390,9 @@ def _skipped_line(record: Mapping[str, str]) -> str:
 
 def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     """``transcribe``, with ``stdin_audio`` the file standard input was written to (given as ``-``)."""
-    from .data.errors import BadAudioError, DataPreparationError
+    from .data.errors import DataPreparationError
     from .errors import ConfigurationError
-    from .data.audio import AudioInfo, check_audio_each, warn_converted
+    from .data.audio import AudioInfo, check_audio_each, refuse_bad_audio, warn_converted
     from .long_audio import PROGRESS_AFTER_S
 
     if args.json and args.format not in ("text", "json"):
@@ -426,10 +427,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
             skipped.append(_skipped_record("standard input (-)", reason))
         else:
             skipped.append(_skipped_record(str(path), problem, utt))
-    if skipped and not args.skip_bad:
-        hint = (f"{len(skipped)} of {total} files are unusable; pass --skip-bad to transcribe the others"
-                if len(skipped) < total else "")
-        raise BadAudioError([_skipped_line(record) for record in skipped], total, hint)
+    refuse_bad_audio([_skipped_line(record) for record in skipped], total, args.skip_bad,
+                     f"{len(skipped)} of {total} files are unusable; pass --skip-bad to transcribe the others")
     for record in skipped:
         warnings.warn(f"skipped {record['path']}: " + (f"utterance {record['utterance']}: " if "utterance" in record
                                                        else "") + record["skipped"])

@@ -624,6 +624,25 @@ CALIBRATION_METHODS = ("full_batch", "sgd", "authors_adam")
 AUTHORS_ERROR_SCALE = 2.0
 
 
+def check_calibration_target(mean: float, var: Optional[float] = None) -> None:
+    """A :class:`ValueError` of one line unless p_big's target ``mean`` is in (0, 1) and its target
+    ``var`` (None: not checked) in [0, mean x (1 - mean)), the largest variance of p_big in [0, 1].
+
+    Example
+    -------
+    >>> check_calibration_target(0.3, 0.02)
+    >>> check_calibration_target(0.3, 0.25)
+    Traceback (most recent call last):
+        ...
+    ValueError: controller_target_var must be in [0, 0.21) with controller_target_mean 0.3 (p_big in [0, 1] has variance below mean x (1 - mean)), got 0.25
+    """
+    if not 0 < mean < 1:
+        raise ValueError(f"controller_target_mean must be in (0, 1), got {mean!r}")
+    if var is not None and not 0 <= var < mean * (1 - mean):
+        raise ValueError(f"controller_target_var must be in [0, {mean * (1 - mean):.4g}) with controller_target_mean "
+                         f"{mean:g} (p_big in [0, 1] has variance below mean x (1 - mean)), got {var!r}")
+
+
 def calibrate_surprisal_controller(
     controller: SurprisalController,
     surprisal_batches: Iterable[Tensor],
@@ -689,8 +708,7 @@ def calibrate_surprisal_controller(
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"unknown calibration method {method!r} (hparams key 'calibration_method'): "
                          f"choose one of {CALIBRATION_METHODS}")
-    if not 0.0 < target_mean < 1.0:
-        raise ValueError(f"target mean of p_big must be in (0, 1), got {target_mean}")
+    check_calibration_target(target_mean)  # not target_var: a flops_budget mean may leave it unreachable
     a, c, optimizer = _calibration_start(method, target_mean, lr)
     m = sd = None  # standardisation, from the first minibatch
     kept, n_seen = _UniformSample(max_frames, torch.Generator().manual_seed(seed)), 0

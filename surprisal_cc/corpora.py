@@ -18,8 +18,6 @@ Example
 """
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections import Counter
 from pathlib import Path
@@ -28,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from .data.audio import MAX_LISTED
 from .data.errors import DataPreparationError, collect_or_raise_label_problems
 from .data.kaldi import is_kaldi_data_folder, read_kaldi_data_folder
-from .data.manifest import read_text
+from .data.manifest import read_manifest
 from .errors import ConfigurationError
 
 PathLike = Union[str, os.PathLike]
@@ -185,19 +183,12 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str], words: Optional[Di
                     problems: Optional[List[str]] = None) -> Tuple[List[Item], str]:
     """Items of a manifest CSV (``ID``, ``wav`` and ``phn`` columns, or SpeechBrain's ``wrd``
     labelled by the lexicon as the model's training labels were), and the label source
-    (:func:`_manifest_wav` resolves the ``wav`` paths; ``words``, ``problems``: see :func:`corpus_items`)."""
-    # with or without the BOM spreadsheets write
-    text = read_text(path, "save the manifest as UTF-8", encoding="utf-8-sig", newline="")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    columns = set(reader.fieldnames or [])
-    label = "phn" if "phn" in columns else "wrd" if "wrd" in columns else None
-    missing = {"ID", "wav"} - columns
-    if missing or label is None:
-        lacking = sorted(missing | ({"phn or wrd"} if label is None else set()))
-        raise DataPreparationError(f"{path}: manifest lacks the column(s) {lacking} "
-                                   "(expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
-                                   "LibriSpeech recipes write)")
-    rows = list(reader)
+    (:func:`~surprisal_cc.data.manifest.read_manifest` resolves the ``wav`` paths; ``words``,
+    ``problems``: see :func:`corpus_items`)."""
+    columns, rows = read_manifest(path, ("ID", "wav", ("phn", "wrd")),
+                                  "expected ID, wav and phn as the recipes write, or wrd as SpeechBrain's "
+                                  "LibriSpeech recipes write")
+    label = "phn" if "phn" in columns else "wrd"
     if not rows:
         raise DataPreparationError(f"{path}: the manifest has no rows")
     labelled, empty = [], []
@@ -212,12 +203,11 @@ def _manifest_items(path: Path, asr: Any, g2p: Optional[str], words: Optional[Di
     rows = labelled
     if not rows:
         raise DataPreparationError(f"{path}: no utterance with a {label}")
-    wavs = [_manifest_wav(path, r["wav"]) for r in rows]
     if words is not None and "wrd" in columns:
         words.update((r["ID"], (r["wrd"] or "").split()) for r in rows)
     if label == "phn":
-        return [(r["ID"], wav, r["phn"].split()) for r, wav in zip(rows, wavs)], f"manifest {path}"
-    items, policy = _lexicon_items(asr, g2p, [(r["ID"], wav, r["wrd"].upper().split()) for r, wav in zip(rows, wavs)])
+        return [(r["ID"], r["wav"], r["phn"].split()) for r in rows], f"manifest {path}"
+    items, policy = _lexicon_items(asr, g2p, [(r["ID"], r["wav"], r["wrd"].upper().split()) for r in rows])
     return items, f"manifest {path}, wrd by the lexicon ({policy})"
 
 
@@ -230,16 +220,6 @@ def _kaldi_items(path: Path, asr: Any, g2p: Optional[str], problems: Optional[Li
         words.update((u.id, list(u.words)) for u in utts)
     items, policy = _lexicon_items(asr, g2p, utts)
     return items, f"Kaldi text {path / 'text'} by the lexicon ({policy})"
-
-
-def _manifest_wav(manifest: Path, wav: str) -> str:
-    """A manifest's ``wav``: relative paths are relative to the CSV's folder (or, where nothing is
-    there but the file is, to the current folder, as recipes run from the repository write them)."""
-    path = Path(wav)
-    if path.is_absolute():
-        return wav
-    beside = manifest.parent / path
-    return str(path if not beside.exists() and path.exists() else beside)
 
 
 def _lexicon_items(asr: Any, g2p: Optional[str],

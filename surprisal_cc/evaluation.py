@@ -36,7 +36,7 @@ import torch
 
 from .arguments import check_batch_size, check_routing_seed, check_writable
 from .corpora import Item, corpus_items, pronunciation_references
-from .data.audio import MAX_LISTED, check_audio_many, read_audio, warn_converted
+from .data.audio import MAX_LISTED, check_audio_many, read_audio, refuse_bad_audio, warn_converted
 from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
 from .errors import ConfigurationError
 from .flops import MacMeter, RoutingStats
@@ -190,15 +190,13 @@ def _usable_audio(data: PathLike, items: List[Item], skip_bad: bool, label_probl
     warning; otherwise :class:`BadAudioError` listing them after ``label_problems``, the utterances
     already left out for want of labels, so that every problem is named at once)."""
     infos, problems = check_audio_many([wav for _, wav, _ in items])
-    if (problems or label_problems) and not skip_bad:
-        total, bad = len(items) + len(label_problems), len(problems) + len(label_problems)
-        listed = first_listed(label_problems, MAX_LISTED, " without usable labels")
-        what = ("usable labels or audio" if problems and label_problems
-                else "usable audio" if problems else "usable labels")
-        hint = ("leave out --mfa-labels to use lexicon labels, or " if mfa_labels and label_problems else "") + (
-            f"{bad} of {total} utterances have no {what}; pass --skip-bad (skip_bad=True) to score the others"
-            if bad < total else f"none of the {total} utterances has {what}")
-        raise (BadLabelsError if label_problems else BadAudioError)(listed + problems, total, hint)
+    total, bad = len(items) + len(label_problems), len(problems) + len(label_problems)
+    what = "usable labels or audio" if problems and label_problems else "usable audio" if problems else "usable labels"
+    mfa_hint = "leave out --mfa-labels to use lexicon labels, or " if mfa_labels and label_problems else ""
+    refuse_bad_audio(first_listed(label_problems, MAX_LISTED, " without usable labels") + problems, total, skip_bad,
+                     f"{mfa_hint}{bad} of {total} utterances have no {what}; pass --skip-bad (skip_bad=True) to "
+                     "score the others", f"{mfa_hint}none of the {total} utterances has {what}", bad=bad,
+                     error=BadLabelsError if label_problems else BadAudioError)
     if problems:
         warnings.warn(f"skipping {len(problems)} unusable audio file(s):\n  " + "\n  ".join(problems),
                       DataPreparationWarning, stacklevel=3)

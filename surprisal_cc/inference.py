@@ -41,7 +41,7 @@ from .decoding import CTCBeamSearch
 from .encoders import build_encoder
 from .forward import run_model
 from .features import FeatureConfig, FilterbankFrontEnd
-from .nnet import Encoder, EncoderOutput, lengths_to_mask, runs_apc
+from .nnet import Encoder, EncoderOutput, input_size_for, lengths_to_mask, runs_apc
 from .flops import module_macs
 from .errors import ConfigurationError
 from .model_folder import (FORMAT_VERSION, WEIGHT_DTYPES, ModelFormatError, default_model_dir, load_model_folder,
@@ -398,8 +398,6 @@ class ConditionalASR:
         >>> asr.labels, asr.uses_apc
         (['<blank>', 'AH', 'B', 'sil'], False)
         """
-        from .recipe import input_size_for
-
         kwargs = dict(name=encoder, input_size=input_size_for(input_features), num_outputs=len(labels) + 1,
                       controller=controller, **encoder_options)
         config = {"format_version": FORMAT_VERSION, "encoder": kwargs, "input_features": input_features,
@@ -488,7 +486,7 @@ class ConditionalASR:
         BadAudioError
             Listing every file of ``audio`` that is not usable audio, before any is decoded.
         """
-        from .data.audio import check_audio_many
+        from .data.audio import check_audio_many, refuse_bad_audio
 
         if isinstance(audio, (str, os.PathLike)):
             audio = [audio]
@@ -499,9 +497,8 @@ class ConditionalASR:
             raise ConfigurationError("meet_flops_budget reads audio files: give their paths")
         check_batch_size(batch_size)
         big_fraction = self.budget_big_fraction(fraction)  # before any audio is read
-        _, problems = check_audio_many(audio)
-        if problems:
-            raise BadAudioError(problems, len(audio), "the bias shift of a FLOPs budget is solved on usable audio")
+        hint = "the bias shift of a FLOPs budget is solved on usable audio"
+        refuse_bad_audio(check_audio_many(audio)[1], len(audio), False, hint, hint)
         solution = solve_bias_shift(self.encoder.controller, self.frame_surprisal(audio, batch_size, long_chunk_s),
                                     big_fraction, stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
         self.set_bias_shift(solution["bias_shift"])

@@ -40,12 +40,11 @@ from .apc import APCModel, load_apc
 from .encoders import build_encoder
 from .errors import ConfigurationError
 from .features import FeatureConfig
-from .nnet import Encoder, runs_apc
+from .nnet import INPUT_FEATURES, Encoder, runs_apc
 
 FORMAT_VERSION = 1
 MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc.pt", "README.md"
 WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
-_INPUT_FEATURES = ("apc", "fbank")   # what the encoder reads: APC features h_t or the filterbank frames
 
 __all__ = ["FORMAT_VERSION", "WEIGHT_DTYPES", "ModelFormatError", "default_model_dir", "load_model_folder",
            "load_tensors", "write_model_folder", "model_card"]
@@ -200,9 +199,9 @@ def _check_config(config: Dict[str, Any], config_path: Path, encoder: Encoder, a
     if isinstance(blank, bool) or not isinstance(blank, int) or not 0 <= blank < len(labels):
         raise ModelFormatError(f"{config_path}: blank_index {blank!r} is not an index of labels "
                                f"(0 to {len(labels) - 1})")
-    if inputs not in _INPUT_FEATURES:
+    if inputs not in INPUT_FEATURES:
         raise ModelFormatError(f"{config_path}: input_features {inputs!r} is unknown (known: "
-                               f"{', '.join(map(repr, _INPUT_FEATURES))})")
+                               f"{', '.join(map(repr, INPUT_FEATURES))})")
     if apc is None and runs_apc(inputs, encoder, training=False):
         raise ModelFormatError(f"{config_path}: uses_apc is false, but this model runs the APC (input_features "
                                f"{inputs!r}, encoder.controller {config['encoder'].get('controller')!r})")

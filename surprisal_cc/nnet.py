@@ -27,6 +27,8 @@ import torch
 from speechbrain.dataio.dataio import length_to_mask
 from torch import Tensor, nn
 
+from .errors import ConfigurationError
+
 
 def lengths_to_mask(lengths: Tensor, max_len: Optional[int] = None) -> Tensor:
     """Boolean mask (B, T), True on real frames (SpeechBrain's ``length_to_mask`` in bool).
@@ -198,6 +200,23 @@ def absolute_lengths(padded) -> Tensor:
     [10, 3]
     """
     return (padded.lengths * padded.data.shape[1]).round().long()
+
+#: What an encoder reads per frame (``input_features``): APC features h_t or the filterbank frames.
+INPUT_FEATURES = ("apc", "fbank")
+
+
+def input_size_for(input_features: str, apc_hidden_size: int = 512, n_mels: int = 80) -> int:
+    """Encoder input width: APC features (``apc``) or raw filterbanks (``fbank``).
+
+    Example
+    -------
+    >>> input_size_for("apc"), input_size_for("fbank")
+    (512, 80)
+    """
+    if input_features not in INPUT_FEATURES:
+        raise ConfigurationError(f"input_features must be 'apc' or 'fbank', got {input_features!r}")
+    return apc_hidden_size if input_features == "apc" else n_mels
+
 
 def runs_apc(input_features: str, encoder: nn.Module, training: Optional[bool] = None) -> bool:
     """Whether a model runs the APC: for its features (``input_features == "apc"``) or for the

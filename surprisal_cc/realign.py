@@ -20,7 +20,6 @@ Example
 """
 from __future__ import annotations
 
-import csv
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Uni
 
 import numpy as np
 
-from .data.mfa import MFA_EXPORT_COLUMNS, write_alignment_csv  # noqa: F401 (the realigned labels' writer)
+from .data.manifest import read_manifest
 from .errors import ConfigurationError
 from .nnet import runs_apc
 from .viterbi import Alignment, AlignmentError, as_numpy, ctc_viterbi_graph
@@ -422,7 +421,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         best, as MFA does (default: the first one only).
     info : dict, optional
         Receives ``forward_s`` and ``align_s`` (seconds), ``checkpoint``, ``manifest`` and
-        ``samples_per_frame`` (for :func:`write_alignment_csv`).
+        ``samples_per_frame`` (for :func:`~surprisal_cc.data.mfa.write_alignment_csv`).
 
     Returns
     -------
@@ -592,9 +591,8 @@ def _batch_fbank(batch, front_end) -> np.ndarray:
 
 
 def _rows(manifest) -> Dict[str, Dict[str, str]]:
-    """Rows of a manifest CSV by utterance id."""
-    with open(manifest, newline="", encoding="utf-8") as f:
-        return {row["ID"]: row for row in csv.DictReader(f)}
+    """Rows of a manifest CSV by utterance id (``wav`` as written: the feature cache reads it so)."""
+    return {row["ID"]: row for row in read_manifest(manifest, ("ID", "duration", "wav", "wrd"), resolve_wav=False).rows}
 
 
 # ---------------------------------------------------------------------------------------------

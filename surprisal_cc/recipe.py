@@ -14,8 +14,8 @@ configuration and data errors into one line ``error: ...``.
 from __future__ import annotations
 
 import contextlib
-import csv
 import gc
+import inspect
 import logging
 import os
 import shutil
@@ -35,10 +35,11 @@ from .apc import APCModel, load_apc
 from .arguments import resolve_device
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
-from .controllers import CALIBRATION_METHODS
+from .controllers import CALIBRATION_METHODS, check_calibration_target
 from .errors import ConfigurationError, TrainingDivergedError
 from .hparams_files import expand_hparams, load_hparams_file, load_yaml_tolerant, ruamel_errors
-from .nnet import keyword_names, runs_apc
+# input_size_for: run folders saved before it moved to nnet apply it as surprisal_cc.recipe.input_size_for
+from .nnet import input_size_for, keyword_names, runs_apc  # noqa: F401
 from .precision import TRAINING_PRECISIONS, auto_precision
 
 logger = logging.getLogger(__name__)
@@ -137,11 +138,11 @@ def check_settings(hparams: Mapping, boolean_keys: Iterable[str] = ()) -> None:
     problems += [f"{key} must be one of {choices}, got {hparams[key]!r}" for key, choices in CHOICE_KEYS.items()
                  if key in hparams and hparams[key] not in choices]
     mean, var = hparams.get("controller_target_mean"), hparams.get("controller_target_var")
-    if isinstance(mean, (int, float)) and not 0 < mean < 1:
-        problems.append(f"controller_target_mean must be in (0, 1), got {mean!r}")
-    elif isinstance(mean, (int, float)) and isinstance(var, (int, float)) and not 0 <= var < mean * (1 - mean):
-        problems.append(f"controller_target_var must be in [0, {mean * (1 - mean):.4g}) with controller_target_mean "
-                        f"{mean:g} (p_big in [0, 1] has variance below mean x (1 - mean)), got {var!r}")
+    if isinstance(mean, (int, float)):
+        try:
+            check_calibration_target(mean, var if isinstance(var, (int, float)) else None)
+        except ValueError as err:
+            problems.append(str(err))
     if problems:
         raise ConfigurationError("\n".join(problems))
 
@@ -165,9 +166,11 @@ def load_apc_path(apc_path: Union[str, Path]) -> APCModel:
     when it is missing, a folder or not an APC model."""
     path = Path(apc_path)
     if not path.is_file():
-        what = "is a folder, not an APC model file" if path.is_dir() else "does not exist"
-        raise ConfigurationError(f"apc_path {path} {what}: pretrain one with recipes/LibriSpeech/pretrain_apc.py "
-                                 "or set apc_path: null to pretrain here")
+        what = "is a folder, not an APC model file" if path.is_dir() else "does not exist" + (
+            "" if path.is_absolute() else f" in the working directory {os.getcwd()}")
+        raise ConfigurationError(f"apc_path {path} {what}: pretrain one with recipes/LibriSpeech/pretrain_apc.py, "
+                                 "set apc_path: null to pretrain here, or give the shipped one by its absolute path "
+                                 "(docs/extending.md)")
     try:
         return load_apc(path)
     except ValueError as err:
@@ -312,19 +315,6 @@ def phone_set(name: str) -> List[str]:
     if name not in sets:
         raise ConfigurationError(f"unknown phone set {name!r}; choose one of {sorted(sets)}")
     return list(sets[name])
-
-
-def input_size_for(input_features: str, apc_hidden_size: int = 512, n_mels: int = 80) -> int:
-    """Encoder input width: APC features (``apc``) or raw filterbanks (``fbank``).
-
-    Example
-    -------
-    >>> input_size_for("apc"), input_size_for("fbank")
-    (512, 80)
-    """
-    if input_features not in ("apc", "fbank"):
-        raise ConfigurationError(f"input_features must be 'apc' or 'fbank', got {input_features!r}")
-    return apc_hidden_size if input_features == "apc" else n_mels
 
 
 def label_encoder_for(labels: Sequence[str], blank: str = "<blank>") -> CTCTextEncoder:
@@ -581,14 +571,12 @@ def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: in
                speed_perturbation: Optional[SpeedPerturbation] = None) -> None:
     """Compute missing cache entries for every utterance of the manifests, longest first; with a
     ``speed_perturbation``, also the training split at each of its speeds."""
-    import csv
-
     from .data.audio import read_audio
+    from .data.manifest import read_manifest
 
-    rows = {}
-    for split, manifest in manifests.items():
-        with open(manifest, newline="", encoding="utf-8") as f:
-            rows[split] = list(csv.DictReader(f))
+    # wav as the dataset reads it (SpeechBrain's CSV loader does not resolve relative paths)
+    rows = {split: read_manifest(manifest, ("ID", "duration", "wav"), resolve_wav=False).rows
+            for split, manifest in manifests.items()}
 
     def longest_first(split_rows: List[Dict[str, str]]) -> List[Dict[str, str]]:
         return sorted(split_rows, key=lambda r: -float(r["duration"]))
@@ -655,7 +643,7 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
 def prepare_manifests(prepare: Callable[..., Dict[str, str]], hparams: Mapping) -> Dict[str, str]:
     """Run the corpus's ``prepare`` function with the hparams key ``prepare_options`` on the main
     process, then on every process (a repeat returns the manifests at once), and return
-    ``{split: manifest path}``. Options that ``prepare`` does not take are a clear error first.
+    ``{split: manifest path}``. Options that ``prepare`` does not take, or lacks, are a clear error first.
 
     Example
     -------
@@ -667,6 +655,10 @@ def prepare_manifests(prepare: Callable[..., Dict[str, str]], hparams: Mapping) 
     Traceback (most recent call last):
     ...
     surprisal_cc.errors.ConfigurationError: prepare_options: 'speaker' is not an argument of prepare_toy, which takes ['save_folder', 'speakers']
+    >>> prepare_manifests(prepare_toy, {"prepare_options": {"speakers": 3}})
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: prepare_options lacks 'save_folder', which prepare_toy needs
     """
     options = dict(hparams["prepare_options"])
     taken = keyword_names(prepare)
@@ -674,6 +666,12 @@ def prepare_manifests(prepare: Callable[..., Dict[str, str]], hparams: Mapping) 
         if taken is not None and key not in taken:
             raise ConfigurationError(f"prepare_options: {key!r} is not an argument of {prepare.__name__}, "
                                      f"which takes {sorted(taken)}")
+    needed = [p.name for p in inspect.signature(prepare).parameters.values()
+              if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    missing = [name for name in needed if name not in options]
+    if missing:
+        raise ConfigurationError(f"prepare_options lacks {', '.join(map(repr, missing))}, which "
+                                 f"{prepare.__name__} needs")
     run_on_main(prepare, kwargs=options)
     return prepare(**options)
 
@@ -818,18 +816,19 @@ def check_manifest_phones(manifests: Mapping[str, str], labels: Sequence[str]) -
     ...
     surprisal_cc.errors.ConfigurationError: .../test.csv: phone(s) ['HH'] (utterance u1) are not in the label set (2 labels, hparams key phone_set): set phone_set to the corpus's phones, or map them in its prepare function
     """
-    for split, manifest in manifests.items():
-        with open(manifest, newline="", encoding="utf-8") as f:
-            rows = csv.DictReader(f)
-            if "phn" not in (rows.fieldnames or []):
-                continue
-            for row in rows:
-                unknown = sorted(set((row["phn"] or "").split()) - set(labels))
-                if unknown:
-                    raise ConfigurationError(
-                        f"{manifest}: phone(s) {unknown} (utterance {row.get('ID')}) are not in the label set "
-                        f"({len(labels)} labels, hparams key phone_set): set phone_set to the corpus's phones, "
-                        "or map them in its prepare function")
+    from .data.manifest import read_manifest
+
+    for manifest in manifests.values():
+        columns, rows = read_manifest(manifest, (), resolve_wav=False)
+        if "phn" not in columns:
+            continue
+        for row in rows:
+            unknown = sorted(set((row["phn"] or "").split()) - set(labels))
+            if unknown:
+                raise ConfigurationError(
+                    f"{manifest}: phone(s) {unknown} (utterance {row.get('ID')}) are not in the label set "
+                    f"({len(labels)} labels, hparams key phone_set): set phone_set to the corpus's phones, "
+                    "or map them in its prepare function")
 
 
 def check_selection_metric(hparams: Mapping) -> None:

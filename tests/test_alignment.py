@@ -17,7 +17,7 @@ from data_fixtures import (
     write_mfa_csv,
 )
 from surprisal_cc.data import load_mfa_labels, prepare_mini_librispeech
-from surprisal_cc.data.mfa import read_mfa_csv
+from surprisal_cc.data.mfa import read_mfa_csv, write_alignment_csv
 from surprisal_cc.label_eval import lexicon_vs_mfa_per, read_boundary_silences, silence_precision_recall
 from surprisal_cc.realign import (
     RealignedUtterance,
@@ -25,7 +25,6 @@ from surprisal_cc.realign import (
     realign_corpus,
     realign_utterance,
     silence_statistics,
-    write_alignment_csv,
 )
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.recipe import label_encoder_for, phone_set

@@ -18,6 +18,7 @@ from surprisal_cc.controllers import (
     build_controller,
     calibrate_surprisal_controller,
     calibration_loss,
+    check_calibration_target,
     sample_decisions,
     solve_bias_shift,
     target_mean_for_budget,
@@ -152,10 +153,23 @@ def test_calibration_errors():
     ctrl = SurprisalController()
     with pytest.raises(ValueError, match="method"):
         calibrate_surprisal_controller(ctrl, [torch.ones(3)], 0.5, 0.04, method="adam")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"controller_target_mean must be in \(0, 1\), got 1.5"):
         calibrate_surprisal_controller(ctrl, [torch.ones(3)], 1.5, 0.04)
     with pytest.raises(ValueError, match="no frames"):
         calibrate_surprisal_controller(ctrl, [torch.zeros(0)], 0.5, 0.04)
+
+
+def test_check_calibration_target():
+    """The mean in (0, 1); the variance, where given, below mean x (1 - mean): one line each."""
+    check_calibration_target(0.5, 0.0)
+    check_calibration_target(0.05)  # the variance unchecked
+    for mean in (0, 1, float("nan")):
+        with pytest.raises(ValueError, match="controller_target_mean must be in"):
+            check_calibration_target(mean, 0.01)
+    for var in (-0.01, 0.25):
+        with pytest.raises(ValueError, match=r"controller_target_var must be in \[0, 0.25\)") as raised:
+            check_calibration_target(0.5, var)
+        assert "\n" not in str(raised.value)
 
 
 def test_calibration_subsamples_beyond_max_frames():

@@ -8,7 +8,8 @@ import torch
 from data_fixtures import make_bad_audio_fixture, tone
 from surprisal_cc.data import DataPreparationError, DataPreparationWarning
 from surprisal_cc.data.audio import (as_waveforms, check_audio_files, check_audio_many, inspect_audio,
-                                     iter_audio_paths, read_audio)
+                                     iter_audio_paths, read_audio, refuse_bad_audio)
+from surprisal_cc.data.errors import BadAudioError, BadLabelsError
 from surprisal_cc.long_audio import is_long
 
 
@@ -148,3 +149,20 @@ def test_a_name_not_valid_in_the_locales_encoding_still_opens(tmp_path):
     infos, problems = check_audio_many([found])
     assert not problems and infos[name].num_samples == 4800
     assert read_audio(found).shape == (4800,) and not is_long(found)
+
+
+def test_refuse_bad_audio_raises_unless_skipping():
+    """Nothing bad or skip_bad: no error; otherwise one listing the problems, with the hint for some
+    usable inputs or the one for none (counted by bad= where the listing is shortened)."""
+    refuse_bad_audio([], 2, skip_bad=False, hint="some")
+    refuse_bad_audio(["a: bad"], 2, skip_bad=True, hint="some")
+    with pytest.raises(BadAudioError) as raised:
+        refuse_bad_audio(["a: bad"], 2, skip_bad=False, hint="some", none_usable_hint="none")
+    assert (raised.value.problems, raised.value.total, raised.value.hint) == (["a: bad"], 2, "some")
+    with pytest.raises(BadAudioError) as raised:
+        refuse_bad_audio(["a: bad", "b: bad"], 2, skip_bad=False, hint="some", none_usable_hint="none")
+    assert raised.value.hint == "none" and str(raised.value) == "a: bad\nb: bad\nnone"
+    with pytest.raises(BadLabelsError) as raised:
+        refuse_bad_audio(["a: bad", "... and 1 more"], 3, skip_bad=False, hint="some", none_usable_hint="none",
+                         bad=3, error=BadLabelsError)
+    assert raised.value.hint == "none"

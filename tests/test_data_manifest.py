@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 
 from surprisal_cc.data import manifest
-from surprisal_cc.data.manifest import AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, options_digest, write_manifest
+from surprisal_cc.data import DataPreparationError
+from surprisal_cc.data.manifest import (AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, options_digest, read_manifest,
+                                       write_manifest)
 
 
 def read(path):
@@ -91,3 +93,38 @@ def test_manifests_are_replaced_whole(tmp_path, monkeypatch):
     assert seen == [(tmp_path, path, "old\n")]
     assert path.read_text() == "ID,duration,wav,spk_id\na,1.000,w,s\nb,2.000,w,s\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.csv"]  # no temporary file left
+
+
+def test_read_manifest_reads_what_write_manifest_writes(tmp_path):
+    row = {"ID": "u1", "duration": 1.5, "wav": "/a.flac", "spk_id": "s", "wrd": "A", "phn": "sil AH sil"}
+    path = write_manifest(tmp_path / "train.csv", [row], LABELLED_COLUMNS)
+    columns, rows = read_manifest(path, LABELLED_COLUMNS)
+    assert columns == LABELLED_COLUMNS
+    assert rows == [{**row, "duration": "1.500"}]
+
+
+def test_read_manifest_drops_a_bom_and_resolves_relative_wav_paths(tmp_path, monkeypatch):
+    """wav relative to the CSV's folder, or to the current folder where only that one exists; absolute as is."""
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "beside.flac").write_bytes(b"")
+    (tmp_path / "cwd.flac").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "csv" / "test.csv"
+    path.write_text("\ufeffID,wav\nu1,beside.flac\nu2,cwd.flac\nu3,/abs.flac\nu4,gone.flac\n", encoding="utf-8")
+    columns, rows = read_manifest(path)
+    assert columns == ["ID", "wav"]
+    assert [r["wav"] for r in rows] == [str(tmp_path / "csv" / "beside.flac"), "cwd.flac", "/abs.flac",
+                                       str(tmp_path / "csv" / "gone.flac")]
+    assert [r["wav"] for r in read_manifest(path, resolve_wav=False).rows] == [
+        "beside.flac", "cwd.flac", "/abs.flac", "gone.flac"]
+
+
+def test_read_manifest_names_the_file_and_the_missing_columns(tmp_path):
+    path = tmp_path / "test.csv"
+    path.write_text("ID,duration\nu1,1.0\n")
+    with pytest.raises(DataPreparationError) as raised:
+        read_manifest(path, ["ID", "wav", ("phn", "wrd")], hint="expected ID, wav and phn")
+    assert str(raised.value) == f"{path}: manifest lacks the column(s) ['phn or wrd', 'wav'] (expected ID, wav and phn)"
+    path.write_bytes("ID,wav\nu1,caf\xe9.flac\n".encode("latin-1"))
+    with pytest.raises(DataPreparationError, match="not UTF-8"):
+        read_manifest(path)

@@ -425,8 +425,15 @@ def test_checkpoint_of_another_shape_is_reported(pretrained, tmp_path):
     folder = tmp_path / "shape"
     ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, output_folder=folder,
                                                    controller="random")]))
+    # training resumed with another size: refused before anything is built, the stored settings kept
     proc = run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, output_folder=folder,
                                                        controller="random", hidden_size=128, number_of_epochs=2)])
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert f"{folder} holds checkpoints trained with other settings (hidden_size: trained with" in proc.stderr
+    assert "requested 128" in proc.stderr and "hidden_size: 128" not in (folder / "hyperparams.yaml").read_text()
+    # evaluating it as a model of another size: the checkpoint's shape is named
+    proc = run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, output_folder=folder,
+                                                       controller="random", hidden_size=128), "--test_only"])
     assert proc.returncode != 0 and "another shape" in proc.stderr and str(folder) in proc.stderr
     assert "Traceback" not in proc.stderr
 

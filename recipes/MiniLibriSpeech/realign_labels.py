@@ -37,7 +37,7 @@ import yaml
 
 from surprisal_cc.data import DataPreparationError, Lexicon, load_mfa_labels, load_mfa_word_phones
 from surprisal_cc.data.librispeech import locate_subsets
-from surprisal_cc.data.mfa import read_word_phones
+from surprisal_cc.data.mfa import read_word_phones, write_alignment_csv
 from surprisal_cc.label_eval import (
     find_mfa_reference,
     label_error_rate,
@@ -45,8 +45,8 @@ from surprisal_cc.label_eval import (
     read_boundary_silences,
     silence_precision_recall,
 )
-from surprisal_cc.realign import realign_corpus, realign_run, silence_statistics, write_alignment_csv
-from surprisal_cc.recipe import ConfigurationError
+from surprisal_cc.errors import ConfigurationError
+from surprisal_cc.realign import realign_corpus, realign_run, silence_statistics
 
 
 def main(argv=None) -> dict:

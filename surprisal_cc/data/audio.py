@@ -208,6 +208,27 @@ def check_audio_many(paths: Sequence[PathLike], num_workers: int = 1) -> Tuple[D
     return infos, problems
 
 
+def refuse_bad_audio(problems: Sequence[str], total: int, skip_bad: bool, hint: str, none_usable_hint: str = "",
+                     *, bad: Optional[int] = None, error: type = BadAudioError) -> None:
+    """Every input usable, or with ``skip_bad`` the caller leaves the bad ones out (and lists them):
+    otherwise ``error`` (a :class:`BadAudioError`) of the ``problems`` lines out of ``total``, with
+    ``hint`` when some are usable and ``none_usable_hint`` when none is (``bad``: how many are bad,
+    default ``len(problems)``).
+
+    Example
+    -------
+    >>> refuse_bad_audio(["a.flac: file does not exist"], 2, skip_bad=True, hint="pass --skip-bad")
+    >>> refuse_bad_audio(["a.flac: file does not exist"], 2, skip_bad=False, hint="pass --skip-bad")
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.BadAudioError: a.flac: file does not exist
+    pass --skip-bad
+    """
+    if problems and not skip_bad:
+        raise error(list(problems), total,
+                    hint if (len(problems) if bad is None else bad) < total else none_usable_hint)
+
+
 def check_audio_files(
     paths: Sequence[PathLike],
     *,

@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .errors import DataPreparationError
 
@@ -76,6 +76,61 @@ def write_manifest(path: PathLike, rows: Iterable[Mapping[str, Any]], columns: S
         writer.writerow(out)
     atomic_write_text(path, buf.getvalue())
     return Path(path)
+
+
+class Manifest(NamedTuple):
+    """A manifest CSV as :func:`read_manifest` reads it: its column names and its rows."""
+
+    columns: List[str]
+    rows: List[Dict[str, str]]
+
+
+def read_manifest(path: PathLike, required: Sequence[Union[str, Tuple[str, ...]]] = ("ID", "wav"),
+                  hint: str = "", resolve_wav: bool = True) -> Manifest:
+    """The columns and rows of the manifest CSV ``path``, written by :func:`write_manifest` or a
+    spreadsheet (a byte-order mark is dropped); text that is not UTF-8 is a
+    :class:`DataPreparationError`, as is a missing ``required`` column (a tuple: any one of its
+    columns), naming the file and adding ``hint``. With ``resolve_wav``, relative ``wav`` paths are
+    resolved by :func:`manifest_wav`.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "test.csv").write_text("\\ufeffID,wav\\nu1,u1.flac\\n", encoding="utf-8")
+    ...     columns, rows = read_manifest(Path(tmp, "test.csv"))
+    ...     columns, rows[0]["ID"], rows[0]["wav"] == str(Path(tmp, "u1.flac"))
+    (['ID', 'wav'], 'u1', True)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "test.csv").write_text("ID,wav\\nu1,u1.flac\\n")
+    ...     read_manifest(Path(tmp, "test.csv"), ["ID", ("phn", "wrd")])
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.DataPreparationError: .../test.csv: manifest lacks the column(s) ['phn or wrd']
+    """
+    text = read_text(path, "save the manifest as UTF-8", encoding="utf-8-sig", newline="")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    columns = list(reader.fieldnames or [])
+    lacking = sorted(" or ".join(need) if isinstance(need, tuple) else need for need in required
+                     if not set([need] if isinstance(need, str) else need) & set(columns))
+    if lacking:
+        raise DataPreparationError(f"{path}: manifest lacks the column(s) {lacking}" + (f" ({hint})" if hint else ""))
+    rows = list(reader)
+    if resolve_wav and "wav" in columns:
+        for row in rows:
+            if isinstance(row["wav"], str):
+                row["wav"] = manifest_wav(Path(path), row["wav"])
+    return Manifest(columns, rows)
+
+
+def manifest_wav(manifest: Path, wav: str) -> str:
+    """A manifest's ``wav``: relative paths are relative to the CSV's folder (or, where nothing is
+    there but the file is, to the current folder, as recipes run from the repository write them)."""
+    path = Path(wav)
+    if path.is_absolute():
+        return wav
+    beside = manifest.parent / path
+    return str(path if not beside.exists() and path.exists() else beside)
 
 
 def input_fingerprint(files: Iterable[PathLike]) -> str:

@@ -120,9 +120,10 @@ class Controller(nn.Module):
         Returns
         -------
         Decision
-            ``p_big`` and ``use_big`` are zero / False on padding; no gate, zero auxiliary loss.
+            ``p_big`` (float32, also under autocast) and ``use_big`` are zero / False on padding; no
+            gate, zero auxiliary loss.
         """
-        p_big = torch.where(mask, self.probability(features, surprisal, bias_shift, mask=mask), 0.0)
+        p_big = torch.where(mask, self.probability(features, surprisal, bias_shift, mask=mask).float(), 0.0)
         use_big = sample_decisions(p_big, stochastic) & mask
         return Decision(p_big, use_big, None, p_big.new_zeros(()))
 

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from .apc import APCModel, load_apc
+from .controllers import build_controller
 from .encoders import build_encoder
 from .errors import ConfigurationError
 from .features import FeatureConfig
@@ -348,6 +349,16 @@ def _cast(state: Dict[str, Tensor], dtype: torch.dtype) -> Dict[str, Tensor]:
 # ----------------------------------------------------------------------------------------------
 # Model card
 # ----------------------------------------------------------------------------------------------
+def _tested_by_chance(enc: Dict[str, Any]) -> bool:
+    """Whether a conditional encoder's test-time controller routes by chance (inference always samples it)."""
+    if not (enc.get("conditional_options") or {}).get("controller_at_test", True):
+        return True  # the random p = 0.5 controller at test time
+    try:
+        return build_controller(enc.get("controller"), **(enc.get("controller_options") or {})).routes_by_chance
+    except (KeyError, TypeError, ValueError):  # a controller this installation does not have
+        return False
+
+
 def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) -> str:
     """The model folder's README.md, from ``model.json`` (its ``source`` part: the run it came from).
 
@@ -412,7 +423,7 @@ def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) ->
     tested = "" if stochastic is None else f" ({'sampled' if stochastic else 'deterministic'} routing)"
     routing = ("; both commands and `ConditionalASR` route deterministically (`p_big > 0.5`) unless given "
                "`--sampled` (`routing=\"sampled\"`)") if name == "conditional" else ""
-    if name == "conditional" and enc.get("controller") == "random":
+    if name == "conditional" and _tested_by_chance(enc):
         routing = "; both commands and `ConditionalASR` draw its routing (it routes by chance alone)"
     origin = (f", exported from checkpoint `{src['checkpoint']}` of a recipe run with `surprisal-cc export`."
               if src.get("checkpoint") else ".")

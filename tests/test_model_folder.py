@@ -190,3 +190,21 @@ def test_weights_that_do_not_fit_are_refused_saying_what_does_not_fit(tmp_path):
     assert 'Missing key(s) in state_dict: "pre_net.forward_gru.weight_ih_l0"' in message
     assert 'Unexpected key(s) in state_dict: "extra"' in message and "size mismatch for " in message
     assert re.search(r"; and \d+ more\)$", message) and len(message) < 1000
+
+
+@pytest.mark.parametrize("controller,options,drawn", [
+    ("random", {}, True), ("big_only", {}, False), ("coin", {}, True), ("surprisal", {"controller_at_test": False}, True),
+    ("surprisal", {}, False)])
+def test_the_card_says_how_a_model_is_routed(tmp_path, monkeypatch, controller, options, drawn):
+    """A model whose test-time controller routes by chance (a new one too) is always sampled; others are
+    deterministic unless asked."""
+    from surprisal_cc.controllers import CONTROLLERS, ConstantController
+
+    class CoinController(ConstantController):  # routed by chance, registered from outside the package
+        name = "coin"
+
+    monkeypatch.setitem(CONTROLLERS, "coin", CoinController)
+    enc = {**ENCODER, "controller": controller, "conditional_options": options}
+    card = model_folder.model_card({**_config(1), "encoder": enc}, tmp_path)
+    assert ("draw its routing (it routes by chance alone)" in card) == drawn
+    assert ("route deterministically (`p_big > 0.5`) unless given `--sampled`" in card) == (not drawn)

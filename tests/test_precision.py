@@ -5,7 +5,7 @@ import pytest
 import torch
 from speechbrain.utils.run_opts import RunOptions
 
-from surprisal_cc.controllers import build_controller
+from surprisal_cc.controllers import CONTROLLERS, Controller, build_controller
 from surprisal_cc.encoders import ConditionalEncoder, encoder_names
 from surprisal_cc.recipe import ConfigurationError, resolve_precision
 
@@ -90,7 +90,24 @@ def test_unknown_precision_is_a_configuration_error():
         resolve_precision("fp8", RunOptions())
 
 
-@pytest.mark.parametrize("controller", ["random", "big_only", "small_only", "learned", "surprisal"])
+class LinearController(Controller):
+    """A new controller with a layer of its own (docs/extending.md): bf16 under autocast unless cast."""
+    name = "linear"
+
+    def __init__(self, input_size: int = 16):
+        super().__init__()
+        self.layer = torch.nn.Linear(input_size, 1)
+
+    def probability(self, features, surprisal, bias_shift=0.0, mask=None):
+        return torch.sigmoid(self.layer(features).squeeze(-1) + bias_shift)
+
+
+@pytest.fixture(params=sorted(CONTROLLERS) + ["linear"])
+def controller(request, monkeypatch):
+    monkeypatch.setitem(CONTROLLERS, "linear", LinearController)
+    return request.param
+
+
 def test_routed_encoder_runs_under_bf16_autocast(controller):
     torch.manual_seed(0)
     enc = ConditionalEncoder.paper(input_size=16, num_outputs=5, controller=build_controller(controller, input_size=16))

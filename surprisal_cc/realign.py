@@ -322,7 +322,8 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
 
 
 def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str = "cpu"):
-    """Hparams, encoder (best checkpoint, eval mode, deterministic routing) and Brain of a run folder.
+    """Hparams, encoder (best checkpoint, eval mode, deterministic routing; drawn from seed 0 for a model
+    that routes by chance) and Brain of a run folder.
 
     ``run_dir`` holds ``hyperparams.yaml`` (as SpeechBrain saves it) and ``save/CKPT+*`` written by
     the recipe's Checkpointer; the checkpoint with the lowest ``selection_metric`` is loaded.
@@ -352,7 +353,9 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
     ConfigurationError
         When the folder holds no hparams file or no checkpoint, or the targets are not phones.
     """
+    import torch
     import yaml
+
     from .checkpoints import Checkpointer
 
     from .brain import ConditionalCTCBrain
@@ -377,7 +380,10 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
         raise ConfigurationError(f"{run_dir / 'save'} holds no checkpoint with {metric!r}: train the run first")
     logger.info("realigning with %s (%s %s)", checkpoint.path, metric, checkpoint.meta.get(metric))
     if getattr(encoder, "test_stochastic", False):
-        encoder.test_stochastic = False  # deterministic routing: p_big > 0.5
+        if encoder.stage_controller(False).routes_by_chance:
+            torch.manual_seed(0)  # p_big > 0.5 would send every frame to one network: drawn, reproducibly
+        else:
+            encoder.test_stochastic = False  # deterministic routing: p_big > 0.5
     if getattr(encoder, "inference", None) == "sample":
         encoder.inference = "threshold"
     hparams["precision"] = "fp32"

@@ -511,3 +511,22 @@ def test_realigning_with_a_model_without_sil_is_a_configuration_error(monkeypatc
     monkeypatch.setattr(ConditionalASR, "from_pretrained", lambda *a, **k: types.SimpleNamespace(labels=["<blank>", "AH"]))
     with pytest.raises(ConfigurationError, match="no 'sil' label"):
         next(realign_corpus("models/chars", "corpus"))
+
+
+@pytest.mark.parametrize("controller,sampled", [("random", True), ("surprisal", False)])
+def test_a_run_routed_by_chance_is_realigned_with_drawn_routing(tmp_path, controller, sampled):
+    """Thresholding p_big = 0.5 would send every frame to the small network: such a run stays sampled."""
+    from surprisal_cc.nnet import unwrap
+    from surprisal_cc.realign import load_run
+    from surprisal_cc.recipe import create_experiment_directory, load_hparams
+
+    run = tmp_path / "run"
+    hparams_file = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
+    overrides = "\n".join(f"{k}: {v}" for k, v in {
+        "data_folder": tmp_path, "experiment_root": tmp_path / "exp", "output_folder": run,
+        "controller": controller, "hidden_size": 8}.items())
+    hparams = load_hparams(str(hparams_file), overrides)
+    create_experiment_directory(str(run), str(hparams_file), overrides)
+    hparams["checkpointer"].save_checkpoint(meta={"PER": 90.0})
+    _, brain, _ = load_run(run)
+    assert unwrap(brain.modules.encoder).test_stochastic is sampled

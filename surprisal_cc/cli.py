@@ -63,14 +63,12 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     """
     from .apc import APCModel
     from .errors import ConfigurationError
-    from .flops import module_macs, static_flop_rows
-    from .hparams_files import inert_overrides
+    from .flops import expected_macs_at_mean_p_big, module_macs, static_flop_rows
     from .nnet import runs_apc
-    from .recipe import load_hparams
+    from .recipe import load_inert_hparams
 
     given = dict(_split_override(o) for o in overrides)
-    merged = {**inert_overrides(hparams_file), **given}
-    hparams = load_hparams(hparams_file, "\n".join(f"{key}: {value}" for key, value in merged.items()))
+    hparams = load_inert_hparams(hparams_file, "\n".join(f"{key}: {value}" for key, value in given.items()))
     if "encoder_module" not in hparams:  # e.g. APC pretraining: the APC model is the whole model
         if "apc_model" not in hparams:
             raise ConfigurationError(f"{hparams_file} describes no model (neither encoder_module nor apc_model)")
@@ -82,8 +80,7 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     rows = static_flop_rows(encoder, apc_macs)
     mean = hparams.get("controller_target_mean")
     if "small-only" in rows and hparams.get("controller") == "surprisal" and mean is not None:
-        rows[f"expected at mean p_big={mean:g}"] = (
-            rows["small-only"] + mean * (rows["big-only"] - rows["small-only"]) + rows["controller"])
+        rows[f"expected at mean p_big={mean:g}"] = expected_macs_at_mean_p_big(rows, mean)
     return {"hparams": hparams_file, "overrides": list(overrides), "macs_per_frame": rows}
 
 

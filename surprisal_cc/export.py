@@ -25,9 +25,9 @@ from .apc import APCModel, apc_from_blob, load_apc_blob
 from .data.errors import DataPreparationWarning
 from .encoders import build_encoder
 from .errors import ConfigurationError
-from .hparams_files import TolerantLoader, expand_hparams, inert_overrides, ruamel_errors
+from .hparams_files import TolerantLoader, expand_hparams, ruamel_errors
 from .nnet import FINGERPRINT_DIGITS, runs_apc, weights_fingerprint
-from .model_folder import FORMAT_VERSION, WEIGHT_DTYPES, load_tensors, write_model_folder
+from .model_folder import check_weights_dtype, load_tensors, model_config, write_model_folder
 
 PathLike = Union[str, os.PathLike]
 
@@ -155,7 +155,7 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     run, out = Path(run_dir), Path(out_dir)
     _check_export_arguments(run, dtype, average)
     hp_file, results = _run_inputs(run)
-    raw, hparams = _phone_model_hparams(hp_file)
+    raw, hparams = _phone_model_hparams(run, hp_file)
     encoder, encoder_kwargs = _rebuild_encoder(hp_file, raw, hparams)
     metric = hparams.get("selection_metric", "PER")
     checkpoints = _checkpoints(run, metric, encoder, average)
@@ -177,8 +177,7 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
 
 def _check_export_arguments(run: Path, dtype: str, average: int) -> None:
     """:class:`ConfigurationError` unless ``dtype`` and ``average`` are valid and ``run`` is a folder."""
-    if dtype not in WEIGHT_DTYPES:
-        raise ConfigurationError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {dtype!r}")
+    check_weights_dtype(dtype)
     if average < 1:
         raise ConfigurationError(f"average must be at least 1 checkpoint, got {average}")
     if not run.is_dir():
@@ -188,8 +187,9 @@ def _check_export_arguments(run: Path, dtype: str, average: int) -> None:
 def _run_inputs(run: Path) -> Tuple[Path, Dict[str, Any]]:
     """The run's hparams file and test results; :class:`ConfigurationError` when either, or its save/
     folder, is missing."""
-    hp_file = _run_file(run, "hyperparams.yaml", "hparams.yaml", what="the hparams SpeechBrain writes into a recipe "
-                        "run folder: is this the output_folder of a recipe run?")
+    from .recipe import run_hparams_file
+
+    hp_file = run_hparams_file(run)
     # results.json of a finished run, else the test-only evaluation of an unfinished run's best checkpoint
     results_file = _run_file(run, "results.json", "results_test_only.json",
                              what="the run has no test decoding yet: finish it, or evaluate its best checkpoint "
@@ -206,18 +206,18 @@ def _run_inputs(run: Path) -> Tuple[Path, Dict[str, Any]]:
     return hp_file, results
 
 
-def _phone_model_hparams(hp_file: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """The run's hparams as plain data (no tag run) and loaded; :class:`ConfigurationError` unless they
-    describe a phone model with its ``encoder_module`` arguments."""
-    from .recipe import load_hparams
+def _phone_model_hparams(run: Path, hp_file: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The run's hparams (``hp_file``) as plain data (no tag run) and loaded; :class:`ConfigurationError`
+    unless they describe a phone model with its ``encoder_module`` arguments (checked on the plain data,
+    before any module is built)."""
+    from .recipe import inert_override_text, load_run_hparams
 
-    overrides = "\n".join(f"{k}: {v}" for k, v in inert_overrides(hp_file).items())
-    raw = _resolved_plain_yaml(hp_file, overrides)
+    raw = _resolved_plain_yaml(hp_file, inert_override_text(hp_file))
     if raw.get("target_unit", "phone") != "phone":
         raise ConfigurationError(f"{hp_file}: only phone models can be exported (target_unit: {raw['target_unit']})")
     if not isinstance(raw.get("encoder_module"), dict):
         raise ConfigurationError(f"{hp_file}: no encoder_module (build_encoder arguments) to rebuild the model from")
-    return raw, load_hparams(str(hp_file), overrides)
+    return raw, load_run_hparams(run, phones_for="export")[1]
 
 
 def _rebuild_encoder(hp_file: Path, raw: Dict[str, Any], hparams: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
@@ -275,28 +275,19 @@ def _source(run: Path, metric: str, checkpoints: list, average: int,
 
 def _model_config(hparams: Dict[str, Any], encoder_kwargs: Dict[str, Any], uses_apc: bool,
                   dtype: str) -> Dict[str, Any]:
-    """The model folder's ``model.json`` but its ``source``: how to rebuild, feed, decode and score the model."""
+    """The model folder's ``model.json`` but its ``source`` (:func:`~surprisal_cc.model_folder.model_config`),
+    read off the run's loaded hparams: how to rebuild, feed, decode and score the model."""
     labels = hparams["label_encoder"].ind2lab
     prepare = hparams.get("prepare_options") or {}
     beam = hparams["beam_searcher"]
-    return {
-        "format_version": FORMAT_VERSION,
-        "encoder": encoder_kwargs,
-        "input_features": hparams["input_features"],
-        "uses_apc": uses_apc,
-        "features": hparams["feature_config"].as_dict(),
-        "labels": [labels[i] for i in range(len(labels))],
-        "blank_index": int(hparams.get("blank_index", 0)),
-        "beam_size": int(beam.beam_size),
-        "beam_backend": beam.backend,
-        "merge_sil": bool(getattr(hparams["error_rate"], "keywords", {}).get("merge_sil", True)),
-        "label_policy": {"labels": hparams.get("labels"), "g2p": hparams.get("g2p"),
-                         "add_boundary_silence": prepare.get("add_boundary_silence", True)},
-        "batch_size": int(hparams.get("batch_size", 8)),
-        "weights_dtype": dtype,
-        "dataset": hparams.get("dataset"),
-        "seed": hparams.get("seed"),
-    }
+    return model_config(
+        encoder_kwargs, hparams["input_features"], [labels[i] for i in range(len(labels))],
+        features=hparams["feature_config"].as_dict(), uses_apc=uses_apc,
+        blank_index=hparams.get("blank_index", 0), beam_size=beam.beam_size, beam_backend=beam.backend,
+        merge_sil=getattr(hparams["error_rate"], "keywords", {}).get("merge_sil", True), weights_dtype=dtype,
+        label_policy={"labels": hparams.get("labels"), "g2p": hparams.get("g2p"),
+                      "add_boundary_silence": prepare.get("add_boundary_silence", True)},
+        batch_size=int(hparams.get("batch_size", 8)), dataset=hparams.get("dataset"), seed=hparams.get("seed"))
 
 
 def _check_apc_is_the_runs(digest: str, apc_file: Path, results: Dict[str, Any]) -> None:

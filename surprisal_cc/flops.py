@@ -199,6 +199,41 @@ def static_flop_rows(encoder: nn.Module, apc_macs: int) -> Dict[str, float]:
     return rows
 
 
+def expected_macs_at_mean_p_big(rows: Mapping[str, float], mean_p_big: float) -> float:
+    """Expected MACs per frame of a model that routes between a small and a big network when its
+    controller sends on average a fraction ``mean_p_big`` of the frames to the big one.
+
+    Exactly one of the two networks runs per frame, so the cost is
+    ``small-only + mean_p_big * (big-only - small-only)``, plus the controller's own MACs (which
+    the small-only and big-only rows leave out): the inverse of
+    :func:`~surprisal_cc.controllers.target_mean_for_budget`, controller included.
+
+    Arguments
+    ---------
+    rows : mapping of str to float
+        :func:`static_flop_rows` of a routed encoder (``small-only``, ``big-only`` and, when it has
+        one, ``controller``).
+    mean_p_big : float
+        Mean p_big (e.g. the controller's ``controller_target_mean``), in [0, 1].
+
+    Returns
+    -------
+    float
+        Expected MACs per frame.
+
+    Example
+    -------
+    >>> rows = {"small-only": 2e6, "big-only": 6e6, "controller": 2}
+    >>> expected_macs_at_mean_p_big(rows, 0.25)
+    3000002.0
+    >>> from surprisal_cc.controllers import target_mean_for_budget
+    >>> target_mean_for_budget(3000002.0 - rows["controller"], rows["small-only"], rows["big-only"])
+    0.25
+    """
+    small, big = rows["small-only"], rows["big-only"]
+    return small + mean_p_big * (big - small) + rows.get("controller", 0)
+
+
 def uniform_frame_macs(macs: int, mask: Tensor) -> Tensor:
     """(B, T) tensor with ``macs`` on real frames and 0 on padding.
 

@@ -44,8 +44,8 @@ from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import Encoder, EncoderOutput, input_size_for, lengths_to_mask, runs_apc
 from .flops import module_macs
 from .errors import ConfigurationError
-from .model_folder import (FORMAT_VERSION, WEIGHT_DTYPES, ModelFormatError, default_model_dir, load_model_folder,
-                           write_model_folder)
+from .model_folder import (FORMAT_VERSION, ModelFormatError, check_weights_dtype, default_model_dir, load_model_folder,
+                           model_config, write_model_folder)
 from .precision import INFERENCE_PRECISIONS, native_bf16
 from .threads import DEFAULT_DECODING_THREADS, check_threads, decoding_threads
 
@@ -400,9 +400,7 @@ class ConditionalASR:
         """
         kwargs = dict(name=encoder, input_size=input_size_for(input_features), num_outputs=len(labels) + 1,
                       controller=controller, **encoder_options)
-        config = {"format_version": FORMAT_VERSION, "encoder": kwargs, "input_features": input_features,
-                  "features": FeatureConfig().as_dict(), "labels": ["<blank>", *labels], "blank_index": 0,
-                  "beam_size": 10, "merge_sil": True}
+        config = model_config(kwargs, input_features, ["<blank>", *labels])
         encoder_module = build_encoder(**kwargs)
         apc = APCModel() if runs_apc(input_features, encoder_module, training=False) else None
         return cls(config, encoder_module, apc, device=device)
@@ -427,8 +425,7 @@ class ConditionalASR:
 
         from .apc import save_apc
 
-        if dtype not in WEIGHT_DTYPES:
-            raise ConfigurationError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {dtype!r}")
+        check_weights_dtype(dtype)  # before any work (write_model_folder checks it too)
         blob = None
         if self.apc is not None:
             buffer = io.BytesIO()

@@ -16,8 +16,7 @@ Example
 >>> from pathlib import Path
 >>> from surprisal_cc.encoders import build_encoder
 >>> encoder = {"name": "conditional", "input_size": 80, "num_outputs": 4, "controller": "big_only"}
->>> config = {"format_version": FORMAT_VERSION, "encoder": encoder, "input_features": "fbank", "features": {},
-...           "labels": ["<blank>", "AH", "B", "sil"], "weights_dtype": "fp16"}
+>>> config = model_config(encoder, "fbank", ["<blank>", "AH", "B", "sil"], weights_dtype="fp16")
 >>> with tempfile.TemporaryDirectory() as tmp:
 ...     folder = write_model_folder(Path(tmp) / "model", config, build_encoder(**encoder).state_dict(), None)
 ...     names = sorted(p.name for p in folder.iterdir())
@@ -31,7 +30,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -48,7 +47,7 @@ MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc
 WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 
 __all__ = ["FORMAT_VERSION", "WEIGHT_DTYPES", "ModelFormatError", "default_model_dir", "load_model_folder",
-           "load_tensors", "write_model_folder", "model_card"]
+           "load_tensors", "check_weights_dtype", "model_config", "write_model_folder", "model_card"]
 
 
 class ModelFormatError(ValueError):
@@ -248,6 +247,73 @@ def load_tensors(path: Path) -> Dict[str, Tensor]:
 # ----------------------------------------------------------------------------------------------
 # Writing
 # ----------------------------------------------------------------------------------------------
+def check_weights_dtype(name: Any) -> torch.dtype:
+    """The torch dtype of the stored weight matrices that ``model.json``'s ``weights_dtype`` names
+    (:data:`WEIGHT_DTYPES`); :class:`ConfigurationError` for any other name.
+
+    Example
+    -------
+    >>> check_weights_dtype("fp16")
+    torch.float16
+    >>> check_weights_dtype("bf16")
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: dtype must be one of ['fp16', 'fp32'], got 'bf16'
+    """
+    if not isinstance(name, str) or name not in WEIGHT_DTYPES:
+        raise ConfigurationError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {name!r}")
+    return WEIGHT_DTYPES[name]
+
+
+def model_config(encoder: Mapping[str, Any], input_features: str, labels: Sequence[str], *,
+                 features: Optional[Mapping[str, Any]] = None, uses_apc: Optional[bool] = None,
+                 blank_index: int = 0, beam_size: int = 10, beam_backend: Optional[str] = None,
+                 merge_sil: bool = True, weights_dtype: Optional[str] = None, **details: Any) -> Dict[str, Any]:
+    """The ``model.json`` content that rebuilds, feeds and decodes a model (all but its ``source``).
+
+    Arguments
+    ---------
+    encoder : mapping
+        :func:`~surprisal_cc.encoders.build_encoder`'s arguments.
+    input_features : str
+        ``"fbank"`` or ``"apc"``.
+    labels : sequence of str
+        One label per encoder output, the blank included.
+    features : mapping, optional
+        :class:`~surprisal_cc.features.FeatureConfig`'s fields; default: its defaults.
+    uses_apc : bool, optional
+        Whether the model runs the APC model; left out when not given (a folder is written with it).
+    blank_index, beam_size, beam_backend, merge_sil
+        Decoding: the blank's label index, the CTC beam width, the beam search backend (left out when
+        not given: ``"native"``) and whether ``sil`` is merged before scoring.
+    weights_dtype : str, optional
+        ``"fp32"`` or ``"fp16"`` (:func:`check_weights_dtype`), the stored weights; left out when not given.
+    **details
+        Further fields, after those above (``label_policy``, ``batch_size``, ``dataset``, ``seed``).
+
+    Example
+    -------
+    >>> encoder = {"name": "conditional", "input_size": 80, "num_outputs": 3, "controller": "big_only"}
+    >>> config = model_config(encoder, "fbank", ["<blank>", "AH", "B"], seed=1)
+    >>> list(config)
+    ['format_version', 'encoder', 'input_features', 'features', 'labels', 'blank_index', 'beam_size', 'merge_sil', 'seed']
+    >>> model_config(encoder, "fbank", ["<blank>", "AH", "B"], weights_dtype="int8")
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: dtype must be one of ['fp16', 'fp32'], got 'int8'
+    """
+    optional = {"uses_apc": uses_apc, "beam_backend": beam_backend, "weights_dtype": weights_dtype}
+    if weights_dtype is not None:
+        check_weights_dtype(weights_dtype)
+    config = {"format_version": FORMAT_VERSION, "encoder": dict(encoder), "input_features": input_features,
+              "uses_apc": uses_apc,
+              "features": dict(features) if features is not None else FeatureConfig().as_dict(),
+              "labels": list(labels), "blank_index": int(blank_index), "beam_size": int(beam_size),
+              "beam_backend": beam_backend, "merge_sil": bool(merge_sil), "weights_dtype": weights_dtype}
+    config = {k: v for k, v in config.items() if k not in optional or v is not None}
+    return {**config, **details}
+
+
 def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[str, Tensor],
                        apc_blob: Optional[Dict[str, Any]]) -> Path:
     """Write ``model.json``, ``encoder.pt``, ``apc.pt`` (with ``apc_blob``) and ``README.md`` into ``out``.
@@ -272,10 +338,11 @@ def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[st
     Raises
     ------
     ConfigurationError
-        When ``out`` exists and is neither empty nor a model folder.
+        When ``out`` exists and is neither empty nor a model folder, or ``weights_dtype`` is not one of
+        :data:`WEIGHT_DTYPES` (:func:`check_weights_dtype`).
     """
     out = Path(out)
-    dtype = WEIGHT_DTYPES[config["weights_dtype"]]
+    dtype = check_weights_dtype(config.get("weights_dtype"))
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MODEL_FILE).is_file())):
         raise ConfigurationError(f"{out}: exists and is not a model folder; export into a new or empty folder")
     # The folder is written whole beside its destination, then renamed into place: an export that is

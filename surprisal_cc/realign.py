@@ -354,24 +354,14 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
         When the folder holds no hparams file or no checkpoint, or the targets are not phones.
     """
     import torch
-    import yaml
 
     from .checkpoints import Checkpointer
 
     from .brain import ConditionalCTCBrain
-    from .hparams_files import inert_overrides
-    from .recipe import load_hparams
+    from .recipe import load_run_hparams
 
     run_dir = Path(run_dir)
-    hparams_file = next((run_dir / n for n in ("hyperparams.yaml", "hparams.yaml") if (run_dir / n).is_file()), None)
-    if hparams_file is None:
-        raise ConfigurationError(f"{run_dir} holds no hyperparams.yaml: pass the output folder of a recipe run")
-    extra = dict(overrides) if isinstance(overrides, Mapping) else yaml.safe_load(overrides or "") or {}
-    for key, value in inert_overrides(hparams_file).items():  # loading creates no checkpoint folders
-        extra.setdefault(key, yaml.safe_load(value))
-    hparams = load_hparams(str(hparams_file), yaml.safe_dump(extra) if extra else "")
-    if hparams.get("target_unit", "phone") != "phone":
-        raise ConfigurationError("realignment needs phone targets (target_unit: phone)")
+    _, hparams = load_run_hparams(run_dir, overrides, phones_for="realignment")  # creates no checkpoint folders
     encoder = hparams["encoder_module"]
     checkpointer = Checkpointer(run_dir / "save", recoverables={"encoder": encoder})
     metric = hparams.get("selection_metric", "PER")

@@ -104,6 +104,111 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
     return hparams
 
 
+# ----------------------------------------------------------------------------------------------
+# Reading a configuration without running it: the hparams of a finished run (export, realign) or
+# of an hparams file whose model is only built (surprisal-cc flops)
+# ----------------------------------------------------------------------------------------------
+RUN_HPARAMS_FILES = ("hyperparams.yaml", "hparams.yaml")
+
+
+def run_hparams_file(run_dir: Union[str, os.PathLike]) -> Path:
+    """The hparams file SpeechBrain writes into a recipe run folder (``hyperparams.yaml``, or
+    ``hparams.yaml``); :class:`ConfigurationError` when ``run_dir`` holds neither.
+
+    Example
+    -------
+    >>> run_hparams_file("no/such/run")
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: no/such/run: no hyperparams.yaml or hparams.yaml (the hparams SpeechBrain \
+writes into a recipe run folder: is this the output_folder of a recipe run?)
+    """
+    run = Path(run_dir)
+    for name in RUN_HPARAMS_FILES:
+        if (run / name).is_file():
+            return run / name
+    raise ConfigurationError(f"{run}: no {' or '.join(RUN_HPARAMS_FILES)} (the hparams SpeechBrain writes into a "
+                             "recipe run folder: is this the output_folder of a recipe run?)")
+
+
+def inert_override_text(hparams_file: Union[str, os.PathLike], overrides: Union[str, Mapping, None] = None) -> str:
+    """Overrides for :func:`load_hparams` that load ``hparams_file`` free of side effects: ``overrides``
+    (YAML text, or a mapping of plain values) and, for every key they do not set,
+    :func:`~surprisal_cc.hparams_files.inert_overrides` (no checkpoint folder, a dummy for each
+    ``!PLACEHOLDER``). YAML text is kept as written, tags (``!ref``) included.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     hparams = Path(tmp) / "hparams.yaml"
+    ...     _ = hparams.write_text("data_folder: !PLACEHOLDER\\nlr: 0.1\\n")
+    ...     print(inert_override_text(hparams, {"lr": 0.5}))
+    ...     print(inert_override_text(hparams, "data_folder: data"))
+    lr: 0.5
+    data_folder: placeholder
+    data_folder: data
+    """
+    import yaml
+
+    from .hparams_files import TolerantLoader, inert_overrides
+
+    if isinstance(overrides, Mapping):
+        text = yaml.safe_dump(dict(overrides), sort_keys=False).strip() if overrides else ""
+    else:
+        text = (overrides or "").strip()
+    try:
+        given = yaml.load(text, Loader=TolerantLoader) if text else {}
+    except yaml.YAMLError as err:
+        raise ConfigurationError(f"{hparams_file}: the overrides are not YAML ({' '.join(str(err).split())})") from None
+    given = given if isinstance(given, dict) else {}
+    inert = [f"{key}: {value}" for key, value in inert_overrides(hparams_file).items() if key not in given]
+    return "\n".join(([text] if text else []) + inert)
+
+
+def load_inert_hparams(hparams_file: Union[str, os.PathLike], overrides: Union[str, Mapping, None] = None) -> Dict:
+    """:func:`load_hparams` of ``hparams_file`` with ``overrides`` (YAML text or a mapping), building the
+    modules without side effects (:func:`inert_override_text`): no data is read, no checkpoint folder is
+    created, ``!PLACEHOLDER`` values need no override."""
+    return load_hparams(str(hparams_file), inert_override_text(hparams_file, overrides))
+
+
+def load_run_hparams(run_dir: Union[str, os.PathLike], overrides: Union[str, Mapping, None] = None,
+                     phones_for: Optional[str] = None) -> Tuple[Path, Dict]:
+    """The hparams file of a recipe run folder (:func:`run_hparams_file`) and its hparams, loaded
+    without side effects (:func:`load_inert_hparams`) with ``overrides`` on top.
+
+    Arguments
+    ---------
+    run_dir : str or path
+        Output folder of a recipe run.
+    overrides : str or mapping, optional
+        Hparams overrides (YAML text or a mapping).
+    phones_for : str, optional
+        What needs a phone model (e.g. ``"realignment"``): :class:`ConfigurationError` unless the
+        run's ``target_unit`` is ``phone``.
+
+    Returns
+    -------
+    hparams_file : pathlib.Path
+    hparams : dict
+
+    Example
+    -------
+    >>> load_run_hparams("no/such/run")[1]
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: no/such/run: no hyperparams.yaml or hparams.yaml (the hparams SpeechBrain \
+writes into a recipe run folder: is this the output_folder of a recipe run?)
+    """
+    hparams_file = run_hparams_file(run_dir)
+    hparams = load_inert_hparams(hparams_file, overrides)
+    unit = hparams.get("target_unit", "phone")
+    if phones_for is not None and unit != "phone":
+        raise ConfigurationError(f"{hparams_file}: {phones_for} needs phone targets (target_unit: {unit})")
+    return hparams_file, hparams
+
+
 # Settings checked before any data is read (check_settings): a misread one would otherwise fail, or
 # silently change the run, after data preparation and the feature cache.
 POSITIVE_INT_KEYS = ("batch_size", "number_of_epochs", "apc_batch_size", "apc_epochs", "checkpoints_to_keep")

@@ -519,6 +519,24 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     there already is not run again ("published": finished on a machine whose ``grid_root`` is gone;
     a test-only run of its folder is "blocked", as it needs the checkpoint that stayed there)."""
     log = log or sys.stdout
+    status, pending = _triage(runs, dry_run, publish)
+    trainers = _trainers(runs)
+    if dry_run:
+        return _print_dry_run(runs, pending, status, jobs, threads, log)
+    running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
+    env = _env(jobs, threads)
+    while pending or running:
+        _start_ready(pending, running, status, trainers, jobs, env, log)
+        _reap_finished(running, status, publish, on_published, log)
+        if running:
+            time.sleep(poll_s)
+    return status
+
+
+def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Path]]
+            ) -> Tuple[Dict[str, Tuple[str, float]], List[Run]]:
+    """The status of the runs with nothing to do ("skipped": complete, published unless a dry run;
+    "published": its results are at the destination), and the other runs in the order to start them."""
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
     for run in runs:
@@ -533,64 +551,93 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     # a test-only run goes once its folder is trained (its dependencies below), ahead of training runs;
     # interrupted runs resume before new ones start (stable: the grid's order otherwise)
     pending.sort(key=lambda run: (not run.test_only, not run.started()))
-    # a test-only run waits for the runs of the same grid that train its folder
-    trainers = {run.name: [r.name for r in runs if not r.test_only and r.output_folder == run.output_folder]
-                for run in runs if run.test_only}
-    if dry_run:
-        prefix = f"OMP_NUM_THREADS={_threads(jobs, threads)} "
-        for run in runs:
-            print(("# done: " if run.name in status else "") + prefix + shlex.join(run.command), file=log)
-        # a run that another grid process trains now is shown as such ("elsewhere")
-        return {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name) else "dry-run", 0.0)
-                   for r in pending}, **status}
-    running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
-    env = _env(jobs, threads)
-    while pending or running:
-        for run in list(pending):
-            deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
-            if run.test_only and not deps and not run.started():  # its training run is not in this selection
-                pending.remove(run)
-                status[run.name] = ("blocked", 0.0)
-                print(f"[blocked] {run.name}: no checkpoint in {run.output_folder / 'save'} to evaluate "
-                      "(train its run first, or select it too)", file=log, flush=True)
-            elif any(s in ("failed", "blocked", "published", "elsewhere") for s in deps):
-                pending.remove(run)
-                status[run.name] = ("blocked", 0.0)
-            elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):
-                pending.remove(run)
-                run.output_folder.mkdir(parents=True, exist_ok=True)
-                holder = acquire_run_lock(run.output_folder, run.lock_name)
-                if holder is not None:
-                    status[run.name] = ("elsewhere", 0.0)
-                    print(f"[elsewhere] {run.name}: another grid process (PID {holder.split()[0]}) is running it",
-                          file=log, flush=True)
-                    continue
-                handle = open(run.output_folder / "grid.log", "a", encoding="utf-8")
-                handle.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
-                handle.flush()
-                proc = subprocess.Popen(run.command, stdout=handle, stderr=subprocess.STDOUT, env=env)
-                running[run.name] = (run, proc, handle, time.time())
-                print(f"[start] {run.name}", file=log, flush=True)
-        for name, (run, proc, handle, start) in list(running.items()):
-            if proc.poll() is None:
-                continue
-            handle.close()
-            release_run_lock(run.output_folder, run.lock_name)
-            del running[name]
-            ok = proc.returncode == 0 and run.complete()
-            status[name] = ("done" if ok else "failed", time.time() - start)
-            if ok and publish is not None:
-                publish_run(run, *publish)
-                if on_published is not None:
-                    try:
-                        on_published()
-                    except Exception as err:  # a table or figure problem must not stop the grid's runs
-                        print(f"[warning] the published report was not updated: {err!r}", file=log, flush=True)
-            print(f"[{status[name][0]}] {name} ({status[name][1]:.0f} s, log {run.output_folder / 'grid.log'})",
-                  file=log, flush=True)
-        if running:
-            time.sleep(poll_s)
-    return status
+    return status, pending
+
+
+def _trainers(runs: Sequence[Run]) -> Dict[str, List[str]]:
+    """For each test-only run, the runs of the same grid that train its folder (it waits for them)."""
+    return {run.name: [r.name for r in runs if not r.test_only and r.output_folder == run.output_folder]
+            for run in runs if run.test_only}
+
+
+def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str, Tuple[str, float]],
+                   jobs: int, threads: Optional[int], log: IO[str]) -> Dict[str, Tuple[str, float]]:
+    """Print every run's command (``# done:`` before those with nothing to do); the dry run's statuses."""
+    prefix = f"OMP_NUM_THREADS={_threads(jobs, threads)} "
+    for run in runs:
+        print(("# done: " if run.name in status else "") + prefix + shlex.join(run.command), file=log)
+    # a run that another grid process trains now is shown as such ("elsewhere")
+    return {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name) else "dry-run", 0.0)
+               for r in pending}, **status}
+
+
+def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
+                 status: Dict[str, Tuple[str, float]], trainers: Dict[str, List[str]], jobs: int,
+                 env: Dict[str, str], log: IO[str]) -> None:
+    """One pass over the pending runs: block those that cannot run, start those whose dependencies are
+    done while fewer than ``jobs`` run (in place)."""
+    for run in list(pending):
+        deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
+        if run.test_only and not deps and not run.started():  # its training run is not in this selection
+            pending.remove(run)
+            status[run.name] = ("blocked", 0.0)
+            print(f"[blocked] {run.name}: no checkpoint in {run.output_folder / 'save'} to evaluate "
+                  "(train its run first, or select it too)", file=log, flush=True)
+        elif any(s in ("failed", "blocked", "published", "elsewhere") for s in deps):
+            pending.remove(run)
+            status[run.name] = ("blocked", 0.0)
+        elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):
+            pending.remove(run)
+            _try_start(run, running, status, env, log)
+
+
+def _try_start(run: Run, running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
+               status: Dict[str, Tuple[str, float]], env: Dict[str, str], log: IO[str]) -> None:
+    """Start ``run`` (its output to ``grid.log`` in its folder) under its lock file, or mark it
+    "elsewhere" where another grid process holds that lock."""
+    run.output_folder.mkdir(parents=True, exist_ok=True)
+    holder = acquire_run_lock(run.output_folder, run.lock_name)
+    if holder is not None:
+        status[run.name] = ("elsewhere", 0.0)
+        print(f"[elsewhere] {run.name}: another grid process (PID {holder.split()[0]}) is running it",
+              file=log, flush=True)
+        return
+    handle = open(run.output_folder / "grid.log", "a", encoding="utf-8")
+    handle.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
+    handle.flush()
+    proc = subprocess.Popen(run.command, stdout=handle, stderr=subprocess.STDOUT, env=env)
+    running[run.name] = (run, proc, handle, time.time())
+    print(f"[start] {run.name}", file=log, flush=True)
+
+
+def _reap_finished(running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
+                   status: Dict[str, Tuple[str, float]], publish: Optional[Tuple[Path, Path]],
+                   on_published: Optional[Callable[[], Any]], log: IO[str]) -> None:
+    """Record the runs whose process has ended ("done" if complete, else "failed"), release their
+    locks and publish the done ones (in place)."""
+    for name, (run, proc, handle, start) in list(running.items()):
+        if proc.poll() is None:
+            continue
+        handle.close()
+        release_run_lock(run.output_folder, run.lock_name)
+        del running[name]
+        ok = proc.returncode == 0 and run.complete()
+        status[name] = ("done" if ok else "failed", time.time() - start)
+        if ok and publish is not None:
+            _publish_done(run, publish, on_published, log)
+        print(f"[{status[name][0]}] {name} ({status[name][1]:.0f} s, log {run.output_folder / 'grid.log'})",
+              file=log, flush=True)
+
+
+def _publish_done(run: Run, publish: Tuple[Path, Path], on_published: Optional[Callable[[], Any]],
+                  log: IO[str]) -> None:
+    """Copy a done run's results to the destination, then call ``on_published`` (its error only warned)."""
+    publish_run(run, *publish)
+    if on_published is not None:
+        try:
+            on_published()
+        except Exception as err:  # a table or figure problem must not stop the grid's runs
+            print(f"[warning] the published report was not updated: {err!r}", file=log, flush=True)
 
 
 def format_summary(runs: Sequence[Run], status: Dict[str, Tuple[str, float]]) -> str:

@@ -42,7 +42,8 @@ from __future__ import annotations
 import os
 import time
 import contextlib
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -142,8 +143,6 @@ def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float 
         :meth:`ConditionalASR.transcribe_file` returns: phones with their times, per-frame arrays,
         MACs per frame over the whole file and the real-time factor of all parts.
     """
-    from .threads import decoding_threads
-
     cfg = asr.feature_config
     rate = cfg.sample_rate
     reader = _Reader(path, rate)
@@ -151,50 +150,93 @@ def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float 
     chunk, context = _part_frames(asr, chunk_s, context_s)
     window = min(chunk, max(1, int(round(SEAM_WINDOW_S / asr.frame_shift_s))))
     blank = asr.beam_search.blank
-    pieces: Dict[str, List[torch.Tensor]] = {"surprisal": [], "p_big": [], "use_big": [], "steps": [], "fbank": []}
-    macs: Dict[str, float] = {}
-    phones: List[int] = []
-    segments: list = []
-    seconds, start = 0.0, 0
+    acc = _Accumulator()
+    start = 0
     try:
         with asr.seeded_routing() if seeded else contextlib.nullcontext():
             while start < total_frames:
-                last = total_frames - start <= chunk + context
-                stop = total_frames if last else start + chunk  # nominal end of the kept frames
-                first = max(0, start - context)
-                wav = reader.read_frames(cfg, first, min(total_frames, stop + context))
-                began = time.perf_counter()
-                with decoding_threads(asr.threads):
-                    out, fbank, frames, surprisal = asr.forward(wav[None], torch.tensor([wav.numel()]))
-                    log_probs = out.log_probs[0].float().cpu()
-                    if not last:  # join at the frame of the last seconds surest of a blank
-                        lo = stop - window - first
-                        stop = first + lo + 1 + int(torch.argmax(log_probs[lo + 1:stop - first + 1, blank]))
-                    keep = slice(start - first, stop - first)
-                    ids = asr.beam_search(log_probs[keep][None], torch.tensor([stop - start]))[0]
-                seconds += time.perf_counter() - began
-                segments += asr.segments(log_probs[keep], ids, offset_frames=start)
-                phones += ids
-                n = int(frames[0])
-                per_frame = asr.frame_results(out, 0, n, surprisal)
-                for name, total in _sliced_macs(out, keep).items():
-                    macs[name] = macs.get(name, 0.0) + total
-                for name in ("surprisal", "p_big", "use_big", "steps"):
-                    if per_frame[name] is not None:
-                        pieces[name].append(per_frame[name][keep])
-                if keep_fbank:
-                    pieces["fbank"].append(fbank[0, keep].cpu())
-                start = stop
+                part = _decode_part(asr, reader, cfg, start, total_frames, chunk, context, window, blank)
+                acc.add(asr, part, start, keep_fbank)
+                start = part.stop
                 if progress is not None:
                     progress(min(start * asr.frame_shift_s, reader.total / rate), reader.total / rate)
     finally:
         reader.close()
-    comps = asr.flops_components(macs, total_frames)
-    joined = {name: torch.cat(parts) if parts else None for name, parts in pieces.items()}
-    return dict(phones=asr.phones_of(phones), num_frames=total_frames, duration_s=reader.total / rate,
+    comps = asr.flops_components(acc.macs, total_frames)
+    joined = {name: torch.cat(parts) if parts else None for name, parts in acc.pieces.items()}
+    return dict(phones=asr.phones_of(acc.phones), num_frames=total_frames, duration_s=reader.total / rate,
                 flops_per_frame=sum(comps.values()), flops_components=comps,
-                rtf=seconds / max(reader.total / rate, 1e-9), path=str(path), segments=segments,
+                rtf=acc.seconds / max(reader.total / rate, 1e-9), path=str(path), segments=acc.segments,
                 frame_shift_s=asr.frame_shift_s, routing=asr.routing, seed=asr.seed, **joined)
+
+
+@dataclass
+class _Part:
+    """One decoded part: the forward pass's outputs, its log posteriors, the kept frames ``keep``
+    (``[start, stop)`` relative to the audio read), their phone ids and the seconds it took."""
+
+    out: Any
+    fbank: torch.Tensor
+    frames: torch.Tensor
+    surprisal: Any
+    log_probs: torch.Tensor
+    keep: slice
+    ids: List[int]
+    stop: int
+    seconds: float
+
+
+def _decode_part(asr, reader: _Reader, cfg, start: int, total_frames: int, chunk: int, context: int,
+                 window: int, blank: int) -> _Part:
+    """Decode the part whose kept frames begin at ``start``, with ``context`` frames on each side; its
+    end is the frame of the last ``window`` surest of a blank (the file's end for the last part);
+    ``cfg``: the model's feature config."""
+    from .threads import decoding_threads
+
+    last = total_frames - start <= chunk + context
+    stop = total_frames if last else start + chunk  # nominal end of the kept frames
+    first = max(0, start - context)
+    wav = reader.read_frames(cfg, first, min(total_frames, stop + context))
+    began = time.perf_counter()
+    with decoding_threads(asr.threads):
+        out, fbank, frames, surprisal = asr.forward(wav[None], torch.tensor([wav.numel()]))
+        log_probs = out.log_probs[0].float().cpu()
+        if not last:  # join at the frame of the last seconds surest of a blank
+            lo = stop - window - first
+            stop = first + lo + 1 + int(torch.argmax(log_probs[lo + 1:stop - first + 1, blank]))
+        keep = slice(start - first, stop - first)
+        ids = asr.beam_search(log_probs[keep][None], torch.tensor([stop - start]))[0]
+    seconds = time.perf_counter() - began
+    return _Part(out, fbank, frames, surprisal, log_probs, keep, ids, stop, seconds)
+
+
+@dataclass
+class _Accumulator:
+    """What the parts of a file add up to: phone ids and segments, MACs per component, the per-frame
+    arrays' pieces and the seconds of decoding."""
+
+    pieces: Dict[str, List[torch.Tensor]] = field(default_factory=lambda: {
+        "surprisal": [], "p_big": [], "use_big": [], "steps": [], "fbank": []})
+    macs: Dict[str, float] = field(default_factory=dict)
+    phones: List[int] = field(default_factory=list)
+    segments: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, asr, part: _Part, start: int, keep_fbank: bool) -> None:
+        """Add the kept frames of ``part`` (whose kept frames begin at frame ``start`` of the file)."""
+        keep = part.keep
+        self.seconds += part.seconds
+        self.segments += asr.segments(part.log_probs[keep], part.ids, offset_frames=start)
+        self.phones += part.ids
+        n = int(part.frames[0])
+        per_frame = asr.frame_results(part.out, 0, n, part.surprisal)
+        for name, total in _sliced_macs(part.out, keep).items():
+            self.macs[name] = self.macs.get(name, 0.0) + total
+        for name in ("surprisal", "p_big", "use_big", "steps"):
+            if per_frame[name] is not None:
+                self.pieces[name].append(per_frame[name][keep])
+        if keep_fbank:
+            self.pieces["fbank"].append(part.fbank[0, keep].cpu())
 
 
 def _part_frames(asr, chunk_s: float, context_s: float) -> Tuple[int, int]:

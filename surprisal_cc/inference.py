@@ -583,9 +583,9 @@ class ConditionalASR:
         if routing not in ROUTINGS:
             raise ConfigurationError(f"routing must be one of {ROUTINGS}, got {routing!r}")
         if routing == "deterministic" and self.routes_by_chance:
-            p_big = self._test_controller().p_big
-            raise ConfigurationError(f"this model routes by chance (p_big {p_big:g} on every frame): deterministic "
-                                     f"routing would run the {'big' if p_big > 0.5 else 'small'} network on every "
+            controller = self._test_controller()
+            raise ConfigurationError(f"this model routes by chance (its {controller.name!r} controller gives the same "
+                                     "p_big on every frame): deterministic routing would run one network on every "
                                      "frame; leave out --deterministic (routing='sampled')")
         sampled = routing == "sampled"
         if sampled and not self.can_sample:

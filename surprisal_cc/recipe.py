@@ -14,6 +14,7 @@ configuration and data errors into one line ``error: ...``.
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import gc
 import inspect
 import logging
@@ -157,6 +158,12 @@ def inert_override_text(hparams_file: Union[str, os.PathLike], overrides: Union[
         text = yaml.safe_dump(dict(overrides), sort_keys=False).strip() if overrides else ""
     else:
         text = (overrides or "").strip()
+        try:  # plain YAML (a flow mapping such as "{lr: 0.5}" too) in block style, so lines can follow it
+            plain = yaml.safe_load(text) if text else None
+        except yaml.YAMLError:
+            plain = None  # tags (!ref) or not YAML: kept as written, or named below
+        if isinstance(plain, dict) and plain:
+            text = yaml.safe_dump(plain, sort_keys=False).strip()
     try:
         given = yaml.load(text, Loader=TolerantLoader) if text else {}
     except yaml.YAMLError as err:
@@ -306,9 +313,13 @@ def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str,
     def plain(value) -> bool:
         return not isinstance(value, (dict, list)) or (isinstance(value, list) and all(map(plain, value)))
 
+    def same_file(a, b) -> bool:  # one file by two names (relative and absolute, another working directory)
+        return isinstance(a, str) and isinstance(b, str) and Path(a).is_file() and Path(b).is_file() \
+            and filecmp.cmp(a, b, shallow=False)
+
     return [f"{key}: trained with {stored[key]!r}, requested {value!r}" for key, value in requested.items()
             if key in stored and key not in RESUMABLE_KEYS and not key.startswith("__")
-            and plain(value) and plain(stored[key]) and stored[key] != value]
+            and plain(value) and plain(stored[key]) and stored[key] != value and not same_file(stored[key], value)]
 
 
 def create_experiment_directory(experiment_directory: str, hparams_file: str, overrides: str = "",

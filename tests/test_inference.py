@@ -618,7 +618,7 @@ def test_routing_defaults_to_what_the_controller_can_do():
     assert ConditionalASR.untrained(labels, controller="surprisal", input_features="apc").routing == "deterministic"
     chance = ConditionalASR.untrained(labels, controller="random")
     assert chance.routing == "sampled" and chance.routes_by_chance and chance.can_sample
-    with pytest.raises(ConfigurationError, match="routes by chance .* small network on every frame"):
+    with pytest.raises(ConfigurationError, match="routes by chance .*'random' controller.* one network on every frame"):
         chance.set_routing("deterministic")
     torch.manual_seed(0)
     out = chance.transcribe_batch(torch.rand(1, 32000) - 0.5)[0]
@@ -643,3 +643,23 @@ def test_conversion_warnings_name_the_callers_line(tmp_path):
             warnings.simplefilter("always")
             call(path)
         assert caught and all(w.filename == __file__ for w in caught), [(w.filename, str(w.message)) for w in caught]
+
+
+def test_a_new_controller_routed_by_chance_refuses_deterministic_routing(monkeypatch):
+    """docs/extending.md: a controller with routes_by_chance = True (and no p_big attribute) is always sampled."""
+    from surprisal_cc.controllers import CONTROLLERS, Controller
+
+    class CoinController(Controller):
+        name, routes_by_chance = "coin", True
+
+        def __init__(self):
+            super().__init__()
+
+        def probability(self, features, surprisal, bias_shift=0.0, mask=None):
+            return torch.full(features.shape[:2], 0.3)
+
+    monkeypatch.setitem(CONTROLLERS, "coin", CoinController)
+    asr = ConditionalASR.untrained(["AH", "sil"], input_features="fbank", controller="coin")
+    assert asr.routing == "sampled"
+    with pytest.raises(ConfigurationError, match="its 'coin' controller gives the same p_big on every frame"):
+        asr.set_routing("deterministic")

@@ -121,3 +121,25 @@ def test_resumed_training_keeps_the_settings_its_checkpoints_were_trained_with(t
     assert "lr: 0.001" in (run / "hyperparams.yaml").read_text()
     recipe.create_experiment_directory(str(run), str(hparams_file), "number_of_epochs: 4", hparams=hparams)
     assert "number_of_epochs: 4" in (run / "hyperparams.yaml").read_text()
+
+
+def test_a_run_folder_loads_with_flow_style_overrides(tmp_path):
+    """realign_labels.py --overrides '{cache_folder: DIR}': the side-effect-free lines follow it as YAML."""
+    import yaml
+
+    hparams_file = tmp_path / "hyperparams.yaml"
+    hparams_file.write_text("data_folder: !PLACEHOLDER\ncache_folder: cache\n"
+                            "checkpointer: !new:speechbrain.utils.checkpoints.Checkpointer\n    checkpoints_dir: save\n")
+    text = recipe.inert_override_text(hparams_file, "{cache_folder: /tmp/cache}")
+    assert yaml.safe_load(text) == {"cache_folder": "/tmp/cache", "checkpointer": None, "data_folder": "placeholder"}
+    assert "!ref <x>" in recipe.inert_override_text(hparams_file, "cache_folder: !ref <x>")  # tags kept as written
+
+
+def test_one_file_by_two_names_is_no_changed_setting(tmp_path, monkeypatch):
+    apc = tmp_path / "apc.pt"
+    apc.write_bytes(b"weights")
+    monkeypatch.chdir(tmp_path)
+    assert recipe.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": str(apc)}) == []
+    (tmp_path / "other.pt").write_bytes(b"other weights")
+    assert recipe.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": "other.pt"}) == [
+        "apc_path: trained with 'apc.pt', requested 'other.pt'"]

@@ -387,31 +387,85 @@ def _skipped_line(record: Mapping[str, str]) -> str:
 
 def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     """``transcribe``, with ``stdin_audio`` the file standard input was written to (given as ``-``)."""
+    from .data.audio import warn_converted
     from .data.errors import DataPreparationError
-    from .errors import ConfigurationError
-    from .data.audio import AudioInfo, check_audio_each, refuse_bad_audio, warn_converted
     from .long_audio import PROGRESS_AFTER_S
 
+    fmt = _transcribe_format(args)
+    asr = _load_model(args)
+    _check_plot(args, asr)
+    items, skipped, infos = _gather_audio(args.audio, stdin_audio, args.skip_bad)
+    warn_converted({_as_given(key, stdin_audio): info for key, info in infos.items()},
+                   asr.feature_config.sample_rate, stacklevel=3)
+    usable = [(path, utt) for path, utt in items if str(path) in infos]
+    budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction,
+                                    long_chunk_s=args.chunk_seconds)
+              if args.flops_fraction is not None else None)
+    names = output_names(usable)
+    plots = plot_paths(args.plot, names) if args.plot else []
+    if fmt != "json":  # the JSON objects carry these; text and CTM say them once, on stderr
+        _announce(asr, budget, fmt)
+    run = {"model": str(asr.source), "device": str(asr.device), "precision": asr.precision, "threads": asr.threads,
+           **({"budget": budget} if budget else {})}
+    if fmt == "json":
+        for record in skipped:
+            _emit(json.dumps(record))
+    done, unsaved_plots = 0, 0
+    for i, (path, utt) in enumerate(usable):
+        long = infos[str(path)].duration > PROGRESS_AFTER_S
+        result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
+                                             progress=_long_progress(_as_given(path, stdin_audio)) if long else None)
+        result.path = _as_given(path, stdin_audio)
+        done += 1
+        _emit_result(result, fmt, utt, names[i], run)
+        if args.plot and not _save_routing_plot(result, plots[i], title=utt or path.name):
+            unsaved_plots += 1
+    if not done:
+        raise DataPreparationError("none of the given files is usable audio")
+    return 1 if unsaved_plots else 0
+
+
+def _transcribe_format(args) -> str:
+    """The output format ``--json`` and ``--format`` choose: text, json or ctm."""
     if args.json and args.format not in ("text", "json"):
         raise UsageError(f"--json and --format {args.format} choose different outputs: give one")
-    fmt = "json" if args.json else args.format
+    return "json" if args.json else args.format
 
-    def shown(path) -> str:
-        """A file as the user named it: ``-`` for standard input."""
-        return "-" if stdin_audio is not None and str(path) == str(stdin_audio) else str(path)
 
-    asr = _load_model(args)
+def _as_given(path, stdin_audio: Optional[Path]) -> str:
+    """A file as the user named it: ``-`` for standard input (written to ``stdin_audio``).
+
+    Example
+    -------
+    >>> _as_given(Path("/tmp/x/stdin"), Path("/tmp/x/stdin")), _as_given(Path("a.wav"), None)
+    ('-', 'a.wav')
+    """
+    return "-" if stdin_audio is not None and str(path) == str(stdin_audio) else str(path)
+
+
+def _check_plot(args, asr) -> None:
+    """Refuse ``--plot`` for a model without APC, and make its folder: before any decoding."""
+    from .errors import ConfigurationError
+
     if args.plot and not asr.uses_apc:
         raise ConfigurationError("--plot draws the surprisal, and this model runs no APC")
     if args.plot:  # before any decoding
         make_output_folder("--plot", Path(args.plot) / "plot.png" if plot_is_folder(args.plot) else args.plot)
+
+
+def _gather_audio(given: Sequence[str], stdin_audio: Optional[Path], skip_bad: bool):
+    """The audio files of ``transcribe``'s inputs (``-``: ``stdin_audio``), each checked before any
+    decoding: ``(items, skipped, infos)``, with ``items`` every ``(path, utterance or None)`` found,
+    ``skipped`` a :func:`_skipped_record` per unusable input (each warned about) and ``infos`` the
+    :class:`AudioInfo` of each usable file by its path. Unusable inputs without ``skip_bad`` are an error."""
+    from .data.audio import AudioInfo, check_audio_each, refuse_bad_audio
+
     skipped: List[Dict[str, str]] = []  # every unusable input, found before any decoding
-    found = [(given, [(stdin_audio, None)] if given == "-" else audio_inputs(given, skipped))
-             for given in args.audio]
+    found = [(name, [(stdin_audio, None)] if name == "-" else audio_inputs(name, skipped)) for name in given]
     items = [item for _, listed in found for item in listed]
     if not items and not skipped:
-        raise FileNotFoundError(f"no audio files in {', '.join(args.audio)}")
-    empty = [given for given, listed in found if not listed]
+        raise FileNotFoundError(f"no audio files in {', '.join(given)}")
+    empty = [name for name, listed in found if not listed]
     if empty and items:
         warnings.warn(f"no audio files in {', '.join(empty)}")
     total = len(items) + len(skipped)
@@ -424,50 +478,35 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
             skipped.append(_skipped_record("standard input (-)", reason))
         else:
             skipped.append(_skipped_record(str(path), problem, utt))
-    refuse_bad_audio([_skipped_line(record) for record in skipped], total, args.skip_bad,
+    refuse_bad_audio([_skipped_line(record) for record in skipped], total, skip_bad,
                      f"{len(skipped)} of {total} files are unusable; pass --skip-bad to transcribe the others")
     for record in skipped:
         warnings.warn(f"skipped {record['path']}: " + (f"utterance {record['utterance']}: " if "utterance" in record
                                                        else "") + record["skipped"])
-    warn_converted({shown(key): info for key, info in infos.items()},
-                   asr.feature_config.sample_rate, stacklevel=3)
-    usable = [(path, utt) for path, utt in items if str(path) in infos]
-    budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction,
-                                    long_chunk_s=args.chunk_seconds)
-              if args.flops_fraction is not None else None)
-    names = output_names(usable)
-    plots = plot_paths(args.plot, names) if args.plot else []
-    if fmt != "json":  # the JSON objects carry these; text and CTM say them once, on stderr
-        if budget:
-            print(f"budget: {budget['fraction']:g} x big-only MACs per frame at bias shift {budget['bias_shift']:+.3f} "
-                  f"({100 * budget['big_fraction']:.1f} % of frames on the big network, solved on "
-                  f"{budget['frames']} frames)", file=sys.stderr)
-        if fmt == "ctm" and asr.routing == "sampled":
-            print(f"routing: sampled, seed {asr.seed}", file=sys.stderr)
-    run = {"model": str(asr.source), "device": str(asr.device), "precision": asr.precision, "threads": asr.threads,
-           **({"budget": budget} if budget else {})}
+    return items, skipped, infos
+
+
+def _announce(asr, budget: Optional[Dict[str, Any]], fmt: str) -> None:
+    """Say on stderr, once, what text and CTM output do not carry per file: the solved FLOPs budget,
+    and the seed of sampled routing (CTM)."""
+    if budget:
+        print(f"budget: {budget['fraction']:g} x big-only MACs per frame at bias shift {budget['bias_shift']:+.3f} "
+              f"({100 * budget['big_fraction']:.1f} % of frames on the big network, solved on "
+              f"{budget['frames']} frames)", file=sys.stderr)
+    if fmt == "ctm" and asr.routing == "sampled":
+        print(f"routing: sampled, seed {asr.seed}", file=sys.stderr)
+
+
+def _emit_result(result, fmt: str, utterance: Optional[str], name: str, run: Dict[str, Any]) -> None:
+    """Print one file's result in ``fmt``: a JSON object (with ``run``, what was run), its CTM lines
+    (file id ``name``) or text."""
     if fmt == "json":
-        for record in skipped:
-            _emit(json.dumps(record))
-    done, unsaved_plots = 0, 0
-    for i, (path, utt) in enumerate(usable):
-        long = infos[str(path)].duration > PROGRESS_AFTER_S
-        result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
-                                             progress=_long_progress(shown(path)) if long else None)
-        result.path = shown(path)
-        done += 1
-        if fmt == "json":
-            _emit(json.dumps({**result.to_dict(), **({"utterance": utt} if utt else {}), **run}))
-        elif fmt == "ctm":
-            if result.phones:  # a file without phones has no CTM record (an empty line is none)
-                _emit(result.to_ctm(names[i]))
-        else:
-            _emit(_format_transcription(result, utt))
-        if args.plot and not _save_routing_plot(result, plots[i], title=utt or path.name):
-            unsaved_plots += 1
-    if not done:
-        raise DataPreparationError("none of the given files is usable audio")
-    return 1 if unsaved_plots else 0
+        _emit(json.dumps({**result.to_dict(), **({"utterance": utterance} if utterance else {}), **run}))
+    elif fmt == "ctm":
+        if result.phones:  # a file without phones has no CTM record (an empty line is none)
+            _emit(result.to_ctm(name))
+    else:
+        _emit(_format_transcription(result, utterance))
 
 
 def _save_routing_plot(result, path: Path, title: str) -> bool:
@@ -582,36 +621,73 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
 
     parser = _Parser(prog="surprisal-cc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"surprisal-cc {surprisal_cc.__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("flops", help="per-component MACs per frame of an hparams file (--key=value overrides)")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_flops_parser(subparsers)
+    _add_grid_parser(subparsers, command)
+    _add_analyse_parser(subparsers, command)
+    _add_report_parser(subparsers)
+    _add_curves_parser(subparsers)
+    _add_bench_parser(subparsers)
+    _add_export_parser(subparsers)
+    _add_transcribe_parser(subparsers)
+    _add_evaluate_parser(subparsers)
+    return parser
+
+
+def _add_flops_parser(subparsers) -> None:
+    p = subparsers.add_parser("flops", help="per-component MACs per frame of an hparams file (--key=value overrides)")
     p.add_argument("hparams")
     p.add_argument("--json", action="store_true")
-    for name, help_text in (("grid", "run an experiment grid (resumable, --key=value overrides for every run), "
-                                     "then write its tables and figures"),
-                            ("analyse", "APC surprisal on silence vs speech frames (forced alignments), routing plot")):
-        p = sub.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter)
-        if command in (None, name):
-            tool = importlib.import_module(f".{TOOL_MODULES[name]}", __package__)
-            p.description = tool.__doc__
-            tool.add_arguments(p)
-    p = sub.add_parser("report", help="Markdown table from results files or folders")
+
+
+def _add_grid_parser(subparsers, command: Optional[str]) -> None:
+    _add_tool_parser(subparsers, "grid", "run an experiment grid (resumable, --key=value overrides for every run), "
+                                         "then write its tables and figures", command)
+
+
+def _add_analyse_parser(subparsers, command: Optional[str]) -> None:
+    _add_tool_parser(subparsers, "analyse", "APC surprisal on silence vs speech frames (forced alignments), "
+                                            "routing plot", command)
+
+
+def _add_tool_parser(subparsers, name: str, help_text: str, command: Optional[str]) -> None:
+    """The parser of an experiment tool, whose module (:data:`TOOL_MODULES`) declares its options and
+    describes it; imported only where ``command`` is this one or None (every command)."""
+    p = subparsers.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if command in (None, name):
+        tool = importlib.import_module(f".{TOOL_MODULES[name]}", __package__)
+        p.description = tool.__doc__
+        tool.add_arguments(p)
+
+
+def _add_report_parser(subparsers) -> None:
+    p = subparsers.add_parser("report", help="Markdown table from results files or folders")
     p.add_argument("paths", nargs="+")
     p.add_argument("--json", action="store_true")
     p.add_argument("--csv", help="also write the table as CSV to this file")
     p.add_argument("--out", help="write every paper-style table (Markdown + CSV) and every plot into this "
                                  "folder (from one results folder)")
-    p = sub.add_parser("curves", help="learning curves of runs, finished or in progress: Markdown table "
-                                      "(lr, validation metric, minutes per epoch) and plot")
+
+
+def _add_curves_parser(subparsers) -> None:
+    p = subparsers.add_parser("curves", help="learning curves of runs, finished or in progress: Markdown table "
+                                             "(lr, validation metric, minutes per epoch) and plot")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR[=LABEL]", help="recipe run folders (label: column name)")
     p.add_argument("--key", default="PER", help="validation metric of history.jsonl (default: PER)")
     p.add_argument("--plot", help="also draw the curves into this PNG file")
     p.add_argument("--title", help="title of the plot")
-    p = sub.add_parser("bench", help="run the benchmarks and print a table")
+
+
+def _add_bench_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="run the benchmarks and print a table")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="smaller sizes (seconds instead of minutes)")
     p.add_argument("--only", help="comma-separated benchmarks (training,inference,rnn,decoding,dataprep,memory,allocator,layout)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: the training and rnn benchmarks there")
-    p = sub.add_parser("export", help="model folder from the best checkpoint of a finished recipe run")
+
+
+def _add_export_parser(subparsers) -> None:
+    p = subparsers.add_parser("export", help="model folder from the best checkpoint of a finished recipe run")
     p.add_argument("run_dir", help="the recipe run's output_folder (hyperparams.yaml, results.json, save/)")
     p.add_argument("out_dir")
     p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
@@ -619,77 +695,92 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     p.add_argument("--apc", help="APC model file (default: the run's apc_path or <experiment_root>/apc/apc.pt)")
     p.add_argument("--average", type=positive_int, default=1, metavar="N",
                    help="average the weights of the N best checkpoints (default 1: the best one)")
-    for name, help_text in (("transcribe", "phones, routing, FLOPs and RTF of audio files"),
-                            ("evaluate", "PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT, Kaldi or manifest corpus")):
-        p = sub.add_parser(name, help=help_text)
-        if name == "transcribe":
-            p.add_argument("audio", nargs="+", help="audio files, folders of audio files, Kaldi data folders "
-                                                    "(their wav.scp; each utterance named by its id), or - for "
-                                                    "audio piped to standard input")
-            p.add_argument("--plot", help="routing plot (spectrogram, surprisal, network per frame) as PNG; "
-                                          "with several files, one per file named OUT_<file or utterance id>.png; "
-                                          "a folder (an existing one, or a name ending in /): "
-                                          "<file or utterance id>.png in it")
-            p.add_argument("--format", choices=["text", "json", "ctm"], default="text",
-                           help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
-                                "with each phone's start and end; ctm: one line per phone (file channel start "
-                                "duration phone)")
-        else:
-            p.add_argument("data", help="LibriSpeech-format folder, TIMIT folder, Kaldi data folder (wav.scp, text) "
-                                           "or manifest CSV")
-            p.add_argument("--mfa-labels", help="MFA labels (CSV export or TextGrid folder) of a LibriSpeech-format "
-                                                "folder, instead of lexicon labels")
-            p.add_argument("--g2p", choices=["spn", "flite", "error"],
-                           help="lexicon labels: words CMUdict lacks (default: the model's training policy)")
-            p.add_argument("--timit-split", choices=["test", "valid", "train"], default="test",
-                           help="TIMIT: core test set, development speakers or training set")
-            p.add_argument("--batch-size", type=positive_int, help="utterances per forward pass (default: the run's)")
-            p.add_argument("--per-utterance", metavar="FILE",
-                           help="write each utterance's id, reference, hypothesis, S/D/I, FLOPs and p_big to FILE "
-                                "as JSON Lines, as its batch finishes (-: standard output, and the totals go to "
-                                "stderr)")
-            p.add_argument("--alignments", metavar="FILE",
-                           help="write each utterance's alignment of hypothesis and reference to FILE "
-                                "(SpeechBrain's format, as the recipes' test_alignments.txt; -: standard output, "
-                                "and the totals go to stderr)")
-            p.add_argument("--any-pronunciation", action="store_true",
-                           help="also score against the references whose words take the CMUdict (or labelled) "
-                                "pronunciation closest to the hypothesis: how much of the PER is pronunciation")
-        p.add_argument("--chunk-seconds", type=non_negative_float, metavar="S",
-                       help="files longer than S + 16 s are decoded in parts of S seconds with 8 s of context "
-                            "on each side, in bounded memory (default 60; 0: every file whole)" if name == "transcribe"
-                       else "utterances longer than S + 16 s are decoded alone, in parts of S seconds with 8 s of "
-                            "context on each side, in bounded memory (default 60; 0: every utterance whole, in "
-                            "batches)")
-        p.add_argument("--model", help="exported model folder (default: the shipped model, surprisal_cc/pretrained)")
-        p.add_argument("--json", action="store_true",
-                       help="the same as --format json" if name == "transcribe" else
-                       "the corpus totals and what was run (seed, routing, batch size, threads, precision) as JSON")
-        p.add_argument("--skip-bad", action="store_true", help="leave out unusable audio files (listed) "
-                                                               "instead of stopping")
-        p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
-        p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
-                       help="bf16: autocast where the device computes it natively; auto (default): the faster "
-                            "for inference, fp32 (bf16 is slower on CPUs at these sizes and on GPUs)")
-        p.add_argument("--threads", type=positive_int, default=1, metavar="N",
-                       help="torch threads (default 1: decoding never competes for busy cores; more pay off "
-                            "only for large batches on idle cores)")
-        p.add_argument("--deterministic", action="store_true",
-                       help="route with p_big > 0.5 (the default, but for a random-controller model, which is "
-                            "always sampled; the same result on every run)")
-        p.add_argument("--sampled", action="store_true",
-                       help="draw the routing from p_big as the recipes test (seeded: --seed, else a random "
-                            "seed that is reported)")
-        p.add_argument("--seed", type=int, help="seed of sampled routing (implies --sampled)")
-        p.add_argument("--bias-shift", type=finite_float, default=0.0, metavar="S",
-                       help="add S to the controller's logit: below 0 fewer frames on the big network, fewer "
-                            "FLOPs (default 0, the trained operating point)")
-        p.add_argument("--flops-fraction", type=finite_float, metavar="F",
-                       help="instead of --bias-shift: the shift that spends F x the big-only MACs per frame over "
-                            "the given audio, from its surprisal (surprisal controller)")
-        p.add_argument("--blank-penalty", type=finite_float, default=0.0, metavar="P",
-                       help="subtract P from the blank's log-probability before the beam search (default 0)")
-    return parser
+
+
+def _add_transcribe_parser(subparsers) -> None:
+    p = subparsers.add_parser("transcribe", help="phones, routing, FLOPs and RTF of audio files")
+    p.add_argument("audio", nargs="+", help="audio files, folders of audio files, Kaldi data folders "
+                                            "(their wav.scp; each utterance named by its id), or - for "
+                                            "audio piped to standard input")
+    p.add_argument("--plot", help="routing plot (spectrogram, surprisal, network per frame) as PNG; "
+                                  "with several files, one per file named OUT_<file or utterance id>.png; "
+                                  "a folder (an existing one, or a name ending in /): "
+                                  "<file or utterance id>.png in it")
+    p.add_argument("--format", choices=["text", "json", "ctm"], default="text",
+                   help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
+                        "with each phone's start and end; ctm: one line per phone (file channel start "
+                        "duration phone)")
+    _add_decoding_options(p, chunk_help="files longer than S + 16 s are decoded in parts of S seconds with 8 s of "
+                                        "context on each side, in bounded memory (default 60; 0: every file whole)",
+                          json_help="the same as --format json")
+
+
+def _add_evaluate_parser(subparsers) -> None:
+    p = subparsers.add_parser("evaluate", help="PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT, Kaldi or "
+                                               "manifest corpus")
+    p.add_argument("data", help="LibriSpeech-format folder, TIMIT folder, Kaldi data folder (wav.scp, text) "
+                                "or manifest CSV")
+    p.add_argument("--mfa-labels", help="MFA labels (CSV export or TextGrid folder) of a LibriSpeech-format "
+                                        "folder, instead of lexicon labels")
+    p.add_argument("--g2p", choices=["spn", "flite", "error"],
+                   help="lexicon labels: words CMUdict lacks (default: the model's training policy)")
+    p.add_argument("--timit-split", choices=["test", "valid", "train"], default="test",
+                   help="TIMIT: core test set, development speakers or training set")
+    p.add_argument("--batch-size", type=positive_int, help="utterances per forward pass (default: the run's)")
+    p.add_argument("--per-utterance", metavar="FILE",
+                   help="write each utterance's id, reference, hypothesis, S/D/I, FLOPs and p_big to FILE "
+                        "as JSON Lines, as its batch finishes (-: standard output, and the totals go to "
+                        "stderr)")
+    p.add_argument("--alignments", metavar="FILE",
+                   help="write each utterance's alignment of hypothesis and reference to FILE "
+                        "(SpeechBrain's format, as the recipes' test_alignments.txt; -: standard output, "
+                        "and the totals go to stderr)")
+    p.add_argument("--any-pronunciation", action="store_true",
+                   help="also score against the references whose words take the CMUdict (or labelled) "
+                        "pronunciation closest to the hypothesis: how much of the PER is pronunciation")
+    _add_decoding_options(p, chunk_help="utterances longer than S + 16 s are decoded alone, in parts of S seconds "
+                                        "with 8 s of context on each side, in bounded memory (default 60; 0: every "
+                                        "utterance whole, in batches)",
+                          json_help="the corpus totals and what was run (seed, routing, batch size, threads, "
+                                    "precision) as JSON")
+
+
+def _add_decoding_options(p: argparse.ArgumentParser, chunk_help: str, json_help: str) -> None:
+    """The options ``transcribe`` and ``evaluate`` share, after their own: long audio (``chunk_help``),
+    the model, JSON output (``json_help``), unusable audio, then :func:`_add_model_options`."""
+    p.add_argument("--chunk-seconds", type=non_negative_float, metavar="S", help=chunk_help)
+    p.add_argument("--model", help="exported model folder (default: the shipped model, surprisal_cc/pretrained)")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--skip-bad", action="store_true", help="leave out unusable audio files (listed) "
+                                                           "instead of stopping")
+    _add_model_options(p)
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    """How the model runs, as :func:`_load_model` reads it: device, precision, threads, routing,
+    controller bias and blank penalty."""
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
+                   help="bf16: autocast where the device computes it natively; auto (default): the faster "
+                        "for inference, fp32 (bf16 is slower on CPUs at these sizes and on GPUs)")
+    p.add_argument("--threads", type=positive_int, default=1, metavar="N",
+                   help="torch threads (default 1: decoding never competes for busy cores; more pay off "
+                        "only for large batches on idle cores)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="route with p_big > 0.5 (the default, but for a random-controller model, which is "
+                        "always sampled; the same result on every run)")
+    p.add_argument("--sampled", action="store_true",
+                   help="draw the routing from p_big as the recipes test (seeded: --seed, else a random "
+                        "seed that is reported)")
+    p.add_argument("--seed", type=int, help="seed of sampled routing (implies --sampled)")
+    p.add_argument("--bias-shift", type=finite_float, default=0.0, metavar="S",
+                   help="add S to the controller's logit: below 0 fewer frames on the big network, fewer "
+                        "FLOPs (default 0, the trained operating point)")
+    p.add_argument("--flops-fraction", type=finite_float, metavar="F",
+                   help="instead of --bias-shift: the shift that spends F x the big-only MACs per frame over "
+                        "the given audio, from its surprisal (surprisal controller)")
+    p.add_argument("--blank-penalty", type=finite_float, default=0.0, metavar="P",
+                   help="subtract P from the blank's log-probability before the beam search (default 0)")
 
 
 @contextlib.contextmanager

@@ -174,8 +174,23 @@ def load_yaml_tolerant(path: PathLike) -> Dict[str, Any]:
     ({'lr': 0.1, 'model': {'in_features': 2}, 'lr_copy': '<lr>'}, {})
     """
     try:
-        data = yaml.load(expand_hparams(path), Loader=TolerantLoader)
-    except (OSError, ValueError, yaml.YAMLError, ruamel_errors()):
+        text = expand_hparams(path)
+    except (OSError, ValueError, ruamel_errors()):
+        return {}
+    return parse_yaml_tolerant(text)
+
+
+def parse_yaml_tolerant(text: Union[str, bytes]) -> Dict[str, Any]:
+    """:func:`load_yaml_tolerant` of YAML text already whole (a saved ``hyperparams.yaml``); {} if unreadable.
+
+    Example
+    -------
+    >>> parse_yaml_tolerant("lr: 0.1\\nmodel: !new:torch.nn.Linear [2, 3]\\n"), parse_yaml_tolerant("- a list")
+    ({'lr': 0.1, 'model': [2, 3]}, {})
+    """
+    try:
+        data = yaml.load(text, Loader=TolerantLoader)
+    except (ValueError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
 

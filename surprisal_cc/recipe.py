@@ -38,7 +38,7 @@ from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .controllers import CALIBRATION_METHODS, check_calibration_target
 from .errors import ConfigurationError, TrainingDivergedError
-from .hparams_files import expand_hparams, load_hparams_file, load_yaml_tolerant, ruamel_errors
+from .hparams_files import expand_hparams, load_hparams_file, load_yaml_tolerant, parse_yaml_tolerant, ruamel_errors
 # input_size_for: run folders saved before it moved to nnet apply it as surprisal_cc.recipe.input_size_for
 from .nnet import input_size_for, keyword_names, runs_apc  # noqa: F401
 from .precision import TRAINING_PRECISIONS, auto_precision
@@ -346,10 +346,7 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
             saved.write_text(saved.read_text(encoding="utf-8").replace(
                 os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
     if resumed:
-        with tempfile.TemporaryDirectory() as folder:
-            trained = Path(folder) / saved.name
-            trained.write_bytes(stored)
-            changed = changed_training_settings(load_yaml_tolerant(trained), load_yaml_tolerant(saved))
+        changed = changed_training_settings(parse_yaml_tolerant(stored), parse_yaml_tolerant(saved.read_bytes()))
         if changed:
             saved.write_bytes(stored)  # the configuration of the checkpoints stays beside them
             raise ConfigurationError(f"{experiment_directory} holds checkpoints trained with other settings "

@@ -710,6 +710,10 @@ def calibrate_surprisal_controller(
         raise ValueError(f"unknown calibration method {method!r} (hparams key 'calibration_method'): "
                          f"choose one of {CALIBRATION_METHODS}")
     check_calibration_target(target_mean)  # not target_var: a flops_budget mean may leave it unreachable
+    if not 0 <= target_var < target_mean * (1 - target_mean):
+        logger.warning("controller_target_var %g cannot be met with target mean %g (p_big in [0, 1] has variance "
+                       "below %.4g): the fit comes as close as it can; calibration.json has the variance reached",
+                       target_var, target_mean, target_mean * (1 - target_mean))
     a, c, optimizer = _calibration_start(method, target_mean, lr)
     m = sd = None  # standardisation, from the first minibatch
     kept, n_seen = _UniformSample(max_frames, torch.Generator().manual_seed(seed)), 0

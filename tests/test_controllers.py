@@ -172,6 +172,22 @@ def test_check_calibration_target():
         assert "\n" not in str(raised.value)
 
 
+def test_unreachable_variance_is_warned_and_fitted_as_close_as_it_can(caplog):
+    """A budget's mean can leave the configured variance out of reach: one warning, and the fit comes
+    close to the mean with nearly the largest variance p_big can have there."""
+    _ = torch.manual_seed(0)
+    batches = [4 * torch.rand(2000) for _ in range(2)]
+    with caplog.at_level("WARNING", logger="surprisal_cc.controllers"):
+        out = calibrate_surprisal_controller(SurprisalController(), batches, target_mean=0.9, target_var=0.1)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "controller_target_var 0.1 cannot be met with target mean 0.9" in warned[0]
+    assert abs(out["mean_p_big"] - 0.9) < 0.01 and out["var_p_big"] > 0.08  # near the largest, 0.9 x 0.1
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="surprisal_cc.controllers"):
+        calibrate_surprisal_controller(SurprisalController(), batches, target_mean=0.9, target_var=0.02)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_calibration_subsamples_beyond_max_frames():
     torch.manual_seed(0)
     batches = surprisal_batches("lognormal", n_batches=5, size=400)

@@ -651,6 +651,22 @@ def format_summary(runs: Sequence[Run], status: Dict[str, Tuple[str, float]]) ->
     return "\n".join(lines) + "\n\n" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + "\n"
 
 
+def selects(selector: str, run_name: str) -> bool:
+    """Whether ``--only selector`` takes the run ``run_name``: the selector is part of the name, where a
+    leading or trailing ``/`` stands for the name's start or end as well as a separator.
+
+    Example
+    -------
+    >>> selects("bias_sweep/", "converged_bias_sweep/controller-surprisal/seed1")
+    True
+    >>> selects("/bias_sweep/", "converged_bias_sweep/controller-surprisal/seed1")
+    False
+    >>> selects("/seed1/", "bias_sweep/controller-surprisal/seed10"), selects("fbank", "g/input_features-fbank/seed2")
+    (False, True)
+    """
+    return selector in f"/{run_name}/"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``surprisal-cc grid``: ``GRID [--dry-run] [--jobs N] [--only S] [--no-report]``.
 
@@ -670,7 +686,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch threads per run (default: cores // jobs)")
     parser.add_argument("--only", action="append", default=[],
-                        help="only runs whose name (group/key-value+.../seedN) contains this (repeatable)")
+                        help="only runs whose name (group/key-value+.../seedN) contains this (repeatable); "
+                             "a leading or trailing '/' ends a name part: /bias/ is group bias only, /seed1/ not seed10")
     parser.add_argument("--no-report", action="store_true", help="skip tables and figures at the end")
 
 
@@ -695,11 +712,11 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
         raise UsageError(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
     spec = load_grid(args.grid)
     every = expand(spec, overrides)
-    unmatched = [s for s in args.only or [] if not any(s in r.name for r in every)]
+    unmatched = [s for s in args.only or [] if not any(selects(s, r.name) for r in every)]
     if unmatched:  # each --only names some run: a misspelt one would leave its runs out unnoticed
         raise GridError(f"--only {' '.join(unmatched)}: no run of {args.grid} has that in its name "
                         "(group/key-value+.../seedN; --dry-run without --only lists them)")
-    runs = [r for r in every if not args.only or any(s in r.name for s in args.only)]
+    runs = [r for r in every if not args.only or any(selects(s, r.name) for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
     if any(not r.complete() and not (publish is not None and r.published(*publish)) for r in runs):
         prepare_inputs(spec.prepare, dry_run=args.dry_run)

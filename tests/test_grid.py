@@ -91,6 +91,17 @@ def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Pat
     assert not (tmp_path / "exp" / "grid").exists()
 
 
+def test_only_with_a_slash_selects_whole_name_parts(grid_file: Path, capsys: pytest.CaptureFixture) -> None:
+    """--only is a substring of the run's name, and a leading or trailing '/' anchors it to a whole part."""
+    assert main(["grid", str(grid_file), "--dry-run", "--only", "ntrollers/"]) == 0
+    assert "dry-run: 4" in capsys.readouterr().out  # controllers/...: two controllers, two seeds
+    assert main(["grid", str(grid_file), "--dry-run", "--only", "/controllers/", "--only", "/seed2/"]) == 0
+    out = capsys.readouterr().out
+    assert "dry-run: 5" in out and "bias/controller-surprisal/seed2" in out and "bias/controller-surprisal/seed1" not in out
+    assert main(["grid", str(grid_file), "--dry-run", "--only", "/ntrollers/"]) == 1
+    assert "--only /ntrollers/: no run of" in capsys.readouterr().err
+
+
 def test_progress_gives_the_hours_left_at_the_median_epoch(tmp_path: Path) -> None:
     """A long run's status says how far it is and how long the rest takes at its pace so far (the median
     epoch: an epoch slowed by a pause or a second job does not throw the estimate)."""

@@ -229,7 +229,7 @@ def _sampled_model(seed: int, p_big: float):
     """The untrained model of the transcribe parts: APC features, random controller, sampled routing
     (p_big of the frames on the big network), on the threads the caller sets."""
     from surprisal_cc.inference import ConditionalASR
-    from surprisal_cc.recipe import phone_set
+    from surprisal_cc.labels import phone_set
 
     torch.manual_seed(seed)
     asr = ConditionalASR.untrained(phone_set("librispeech"), controller="random", input_features="apc",

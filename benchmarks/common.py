@@ -376,7 +376,7 @@ def timed_training_steps(reuse_memory: bool, batch: int, t_min: int, t_max: int,
     import resource
 
     from benchmarks.bench_training import StepConfig, build_model, make_batches, training_step
-    from surprisal_cc.recipe import reuse_freed_memory
+    from surprisal_cc.allocator import reuse_freed_memory
 
     applied = reuse_freed_memory() if reuse_memory else False
     torch.set_num_threads(threads)

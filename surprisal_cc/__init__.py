@@ -7,6 +7,7 @@ apc          autoregressive predictive coding model: features and per-frame surp
 cache        on-disk cache of frozen APC outputs, keyed by weights and feature settings
 controllers  per-frame small/big decisions (surprisal, random, learned, big-only, small-only)
 encoders     conditional CTC encoder with real routing; encoder interface
+architectures  the encoders' model files (surprisal_cc/models) and build_encoder, which builds them
 adaptive     ACT and PonderNet adaptive-depth encoders
 flops        multiply-accumulate accounting (paper convention)
 decoding     CTC beam search

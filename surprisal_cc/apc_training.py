@@ -276,7 +276,7 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
         ``apc_checkpointer``, ``train_logger``, ``apc_output_folder``, ``apc_export_path`` and
         ``apc_loader_options``; optional ``apc_max_grad_norm`` (default 5), ``precision`` and
         ``apc_speed_perturbation`` (:class:`~surprisal_cc.augment.SpeedPerturbation`, drawn in
-        training stages only; the training dataset reads it, as :func:`~surprisal_cc.recipe.pretrain_apc_on` sets up).
+        training stages only; the training dataset reads it, as :func:`~surprisal_cc.frozen_features.pretrain_apc_on` sets up).
     run_opts : dict
         SpeechBrain run options (device, ...).
 

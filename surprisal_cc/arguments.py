@@ -16,11 +16,12 @@ import math
 import operator
 import os
 from pathlib import Path
-from typing import Callable, Optional, TypeVar, Union
-
-import torch
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar, Union
 
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:  # torch is imported where a device is resolved, so that --help and usage errors are quick
+    import torch
 
 Number = TypeVar("Number", int, float)
 
@@ -136,7 +137,7 @@ def check_batch_size(batch_size) -> int:
     return value
 
 
-def resolve_device(device: Union[str, torch.device]) -> torch.device:
+def resolve_device(device: Union[str, "torch.device"]) -> "torch.device":
     """``torch.device(device)``; :class:`ConfigurationError` for an invalid name, a device other than
     cpu and cuda (mps, meta, ...), missing CUDA or a CUDA device number this machine lacks.
 
@@ -149,6 +150,8 @@ def resolve_device(device: Union[str, torch.device]) -> torch.device:
         ...
     surprisal_cc.errors.ConfigurationError: device mps: only cpu and cuda[:N] are supported; use cpu (or cuda on a machine with an NVIDIA GPU)
     """
+    import torch
+
     try:
         dev = torch.device(device)
     except RuntimeError:

@@ -65,7 +65,7 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     from .errors import ConfigurationError
     from .flops import expected_macs_at_mean_p_big, module_macs, static_flop_rows
     from .nnet import runs_apc
-    from .recipe import load_inert_hparams
+    from .run_settings import load_inert_hparams
 
     given = dict(_split_override(o) for o in overrides)
     hparams = load_inert_hparams(hparams_file, "\n".join(f"{key}: {value}" for key, value in given.items()))
@@ -652,9 +652,10 @@ def _add_analyse_parser(subparsers, command: Optional[str]) -> None:
 
 def _add_tool_parser(subparsers, name: str, help_text: str, command: Optional[str]) -> None:
     """The parser of an experiment tool, whose module (:data:`TOOL_MODULES`) declares its options and
-    describes it; imported only where ``command`` is this one or None (every command)."""
+    describes it; imported only where ``command`` is this one (``surprisal-cc --help`` lists the
+    commands without importing torch)."""
     p = subparsers.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter)
-    if command in (None, name):
+    if command == name:
         tool = importlib.import_module(f".{TOOL_MODULES[name]}", __package__)
         p.description = tool.__doc__
         tool.add_arguments(p)

@@ -1,5 +1,6 @@
-"""CTC encoders: the conditional (small/big) encoder with real routing, and :func:`build_encoder`
-(the interface they share, :class:`~surprisal_cc.nnet.Encoder`, is in :mod:`surprisal_cc.nnet`).
+"""CTC encoders: the conditional (small/big) encoder with real routing (the interface every encoder
+shares, :class:`~surprisal_cc.nnet.Encoder`, is in :mod:`surprisal_cc.nnet`; the model files and
+:func:`~surprisal_cc.architectures.build_encoder`, which builds any encoder, in :mod:`surprisal_cc.architectures`).
 
 Every encoder maps features (B, T, D) with exact frame lengths (and, when it needs it, per-frame
 surprisal) to an :class:`EncoderOutput`: CTC log-probabilities, an auxiliary loss to add to the
@@ -23,15 +24,15 @@ Example
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import torch
 from torch import Tensor, nn
 
+# build_encoder stays importable from here: saved run folders' hyperparams.yaml name surprisal_cc.encoders.build_encoder
+from .architectures import build_encoder
 from .controllers import ConstantController, Controller
 from .flops import module_macs, uniform_frame_macs
-from .hparams_files import load_hparams_file
 from .nnet import Encoder, EncoderOutput, FrameNet, lengths_to_mask
 
 
@@ -257,98 +258,3 @@ class ConditionalEncoder(Encoder):
             stats={"p_big": decision.p_big, "use_big": decision.use_big},
         )
 
-
-# The model files ship inside the package (package data), so an installed package builds its encoders.
-MODELS_DIR = Path(__file__).resolve().parent / "models"
-
-
-def model_file(name: str, architecture: str = "paper", models_dir: Optional[Path] = None) -> Path:
-    """The model file ``<models_dir>/<name>/<architecture>.yaml`` (default: :data:`MODELS_DIR`).
-
-    Example
-    -------
-    >>> model_file("conditional", "model3").relative_to(MODELS_DIR).as_posix()
-    'conditional/model3.yaml'
-    """
-    models_dir = Path(models_dir) if models_dir is not None else MODELS_DIR
-    path = models_dir / name / f"{architecture}.yaml"
-    if path.is_file():
-        return path
-    encoders = encoder_names(models_dir)
-    if name not in encoders:
-        raise ValueError(f"unknown encoder {name!r} (hparams key 'encoder'); choose one of {encoders} "
-                         f"(the folders of {models_dir})")
-    raise ValueError(f"no architecture {architecture!r} for encoder {name!r} (hparams key 'architecture'); "
-                     f"choose one of {architectures(name, models_dir)} (the files of {models_dir / name})")
-
-
-def encoder_names(models_dir: Optional[Path] = None) -> List[str]:
-    """The encoders: the folders of ``models_dir`` (default: :data:`MODELS_DIR`) that hold a model file.
-
-    Example
-    -------
-    >>> {"act", "conditional", "pondernet"} <= set(encoder_names())  # and any encoder added beside them
-    True
-    """
-    models_dir = Path(models_dir) if models_dir is not None else MODELS_DIR
-    if not models_dir.is_dir():
-        return []
-    return sorted(d.name for d in models_dir.iterdir() if d.is_dir() and any(d.glob("*.yaml")))
-
-
-def architectures(name: str = "conditional", models_dir: Optional[Path] = None) -> List[str]:
-    """The architectures that have a model file for encoder ``name``.
-
-    Example
-    -------
-    >>> architectures("conditional")
-    ['model1', 'model2', 'model3', 'paper']
-    """
-    return sorted(p.stem for p in ((Path(models_dir) if models_dir else MODELS_DIR) / name).glob("*.yaml"))
-
-
-def build_encoder(name: str, input_size: int, num_outputs: int, controller: str = "surprisal",
-                  architecture: str = "paper", controller_options: Optional[Dict] = None,
-                  conditional_options: Optional[Dict] = None, adaptive_options: Optional[Dict] = None,
-                  hidden_size: int = 256, dropout: float = 0.5, model_options: Optional[Dict] = None) -> Encoder:
-    """The encoder that the model file ``surprisal_cc/models/<name>/<architecture>.yaml`` describes.
-
-    The model files are the object graphs of the networks (pre-net, small and big networks,
-    post-net, or the adaptive-depth encoders); this function fills in the corpus file's settings,
-    so one hparams file carries the settings of every encoder and a single override switches
-    (``--encoder=act``, ``--controller=learned``, ``--architecture=model3``). ``adaptive_options``
-    maps an adaptive encoder's name to its options; ``model_options`` sets any other key of the
-    model file (e.g. ``{"kernel_size": 5}``). A key the model file does not have is an error.
-
-    Arguments
-    ---------
-    name : str
-        A folder of :data:`MODELS_DIR` (built in: ``conditional``, ``act``, ``pondernet``).
-    input_size, num_outputs : int
-        Feature width and CTC outputs (labels + blank).
-    controller : str
-        The conditional encoder's controller, a key of
-        :data:`~surprisal_cc.controllers.CONTROLLERS` (``surprisal``, ``random``, ...).
-    architecture : str
-        A file of that folder: ``paper`` or, for the conditional encoder, Appendix A's ``model1``-``model3``.
-
-    Example
-    -------
-    >>> enc = build_encoder("conditional", input_size=80, num_outputs=42, controller="random")
-    >>> type(enc).__name__, enc.pre_net.output_size, enc.big_net.output_size
-    ('ConditionalEncoder', 512, 512)
-    """
-    path = model_file(name, architecture)
-    settings: Dict = {"input_size": input_size, "num_outputs": num_outputs, "hidden_size": hidden_size,
-                      "dropout": dropout}
-    if name == "conditional":
-        settings.update(controller=controller, controller_options=dict(controller_options or {}),
-                        conditional_options=dict(conditional_options or {}))
-    elif (adaptive_options or {}).get(name):
-        settings["options"] = dict(adaptive_options[name])
-    settings.update(model_options or {})
-    try:
-        return load_hparams_file(path, settings)["encoder"]
-    except (KeyError, ValueError, TypeError) as err:
-        raise ValueError(f"{path}: cannot build the encoder with settings {sorted(settings)}: "
-                         f"{type(err).__name__}: {err}") from None

@@ -13,7 +13,7 @@ Example
 >>> import tempfile, soundfile, torch
 >>> from pathlib import Path
 >>> from surprisal_cc.inference import ConditionalASR
->>> from surprisal_cc.recipe import phone_set
+>>> from surprisal_cc.labels import phone_set
 >>> asr = ConditionalASR.untrained(phone_set("librispeech"), controller="big_only")
 >>> with tempfile.TemporaryDirectory() as tmp:
 ...     rows = ["ID,wav,phn"]
@@ -30,25 +30,52 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Union
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TextIO, Tuple, Union, runtime_checkable
 
 import torch
 
+from .apc import FrozenAPC
 from .arguments import check_batch_size, check_routing_seed, check_writable
 from .corpora import Item, corpus_items, pronunciation_references
 from .data.audio import MAX_LISTED, check_audio_many, read_audio, refuse_bad_audio, warn_converted
 from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
 from .errors import ConfigurationError
 from .flops import MacMeter, RoutingStats
+from .long_audio import LongAudioModel
 from .metrics import ErrorRate, closest_path
-from .nnet import lengths_to_mask, weights_fingerprint
+from .nnet import Encoder, EncoderOutput, lengths_to_mask, weights_fingerprint
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["evaluate_corpus"]
+__all__ = ["EvaluatedModel", "evaluate_corpus"]
 
 
-def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
+@runtime_checkable
+class EvaluatedModel(LongAudioModel, Protocol):
+    """What :func:`evaluate_corpus` uses of the model it scores, a :class:`~surprisal_cc.inference.ConditionalASR`
+    (which imports this module, hence a protocol): what decoding a long utterance in parts uses
+    (:class:`~surprisal_cc.long_audio.LongAudioModel`) and the members below (``labels`` and ``config`` are read by
+    :func:`~surprisal_cc.corpora.corpus_items` too)."""
+
+    config: Dict[str, Any]
+    labels: List[str]
+    encoder: Encoder  # a FLOPs budget sets its test_bias_shift, restored after the evaluation
+    apc: Optional[FrozenAPC]
+    apc_macs: int
+    uses_apc: bool
+    source: Optional[Path]
+    device: torch.device
+    precision: str
+
+    def run_batch(self, wavs: torch.Tensor, samples: torch.Tensor) -> Tuple[
+            EncoderOutput, List[List[int]], torch.Tensor, torch.Tensor, Optional[torch.Tensor], float]: ...
+
+    def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8,
+                          long_chunk_s: Optional[float] = None) -> Dict[str, Any]: ...
+
+
+def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
                     batch_size: Optional[int] = None, seed: Optional[int] = None, g2p: Optional[str] = None,
                     timit_split: str = "test", progress: bool = False,
                     any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
@@ -59,8 +86,8 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
 
     Arguments
     ---------
-    asr : ConditionalASR
-        The model (:class:`surprisal_cc.inference.ConditionalASR`) with its routing, bias shift and threads.
+    asr : EvaluatedModel
+        The model, a :class:`surprisal_cc.inference.ConditionalASR`, with its routing, bias shift and threads.
     data : str or path
         A LibriSpeech-format folder (``speaker/chapter/*.flac`` + ``*.trans.txt``; labels from
         CMUdict with the model's training G2P policy, or MFA labels from ``mfa_labels``), a
@@ -161,7 +188,7 @@ def evaluate_corpus(asr, data: PathLike, mfa_labels: Optional[PathLike] = None, 
     return result
 
 
-def _routing_seed(asr, seed: Optional[int]) -> Optional[int]:
+def _routing_seed(asr: EvaluatedModel, seed: Optional[int]) -> Optional[int]:
     """The routing seed of this evaluation: ``seed``, else the model's (:class:`ConfigurationError` for
     a seed with deterministic routing)."""
     if seed is not None and asr.routing != "sampled":
@@ -170,8 +197,8 @@ def _routing_seed(asr, seed: Optional[int]) -> Optional[int]:
     return asr.seed if seed is None else check_routing_seed(seed)
 
 
-def _labelled_items(asr, data: PathLike, mfa_labels: Optional[PathLike], g2p: Optional[str], timit_split: str,
-                    skip_bad: bool) -> Tuple[List[Item], str, Dict[str, List[str]], List[str]]:
+def _labelled_items(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[PathLike], g2p: Optional[str],
+                    timit_split: str, skip_bad: bool) -> Tuple[List[Item], str, Dict[str, List[str]], List[str]]:
     """The corpus's ``(id, wav, reference phones)``, where its labels came from, each utterance's words
     and the utterances left out for want of labels (``skip_bad``: with a warning)."""
     label_problems: List[str] = []  # collected in any case: without skip_bad, _usable_audio lists them with the audio's
@@ -218,9 +245,9 @@ class _Tally:
     audio_s: float = 0.0
 
 
-def _decode_corpus(asr, items: List[Item], batch_size: int, seed: Optional[int], graphs: Optional[Dict[str, Any]],
-                   per_utterance: Optional[Callable[[Dict[str, Any]], None]], progress: bool,
-                   long_chunk_s: Optional[float] = None) -> _Tally:
+def _decode_corpus(asr: EvaluatedModel, items: List[Item], batch_size: int, seed: Optional[int],
+                   graphs: Optional[Dict[str, Any]], per_utterance: Optional[Callable[[Dict[str, Any]], None]],
+                   progress: bool, long_chunk_s: Optional[float] = None) -> _Tally:
     """Decode and score ``items`` in batches of ``batch_size`` (long ones alone, in parts: :func:`_plan`),
     routing seeded with ``seed``."""
     from .long_audio import is_long, part_seconds
@@ -264,7 +291,7 @@ def _plan(items: List[Item], batch_size: int, in_parts: Callable[[Any], bool]) -
     return plan
 
 
-def _decode_batch(asr, chunk: List[Item], tally: _Tally, graphs: Optional[Dict[str, Any]],
+def _decode_batch(asr: EvaluatedModel, chunk: List[Item], tally: _Tally, graphs: Optional[Dict[str, Any]],
                   per_utterance: Optional[Callable[[Dict[str, Any]], None]]) -> None:
     """Decode one batch of items, add its edits, MACs, routing and time to ``tally`` and report its utterances."""
     signals = [read_audio(wav, asr.feature_config.sample_rate) for _, wav, _ in chunk]
@@ -284,7 +311,7 @@ def _decode_batch(asr, chunk: List[Item], tally: _Tally, graphs: Optional[Dict[s
     tally.routing.update(out.stats, mask)
 
 
-def _decode_long(asr, item: Item, chunk_s: float, tally: _Tally, graphs: Optional[Dict[str, Any]],
+def _decode_long(asr: EvaluatedModel, item: Item, chunk_s: float, tally: _Tally, graphs: Optional[Dict[str, Any]],
                  per_utterance: Optional[Callable[[Dict[str, Any]], None]]) -> None:
     """Decode one long item alone, in parts of ``chunk_s`` seconds (:func:`~surprisal_cc.long_audio.decode_long`),
     and add it to ``tally`` and report it as :func:`_decode_batch` does a batch."""
@@ -339,7 +366,7 @@ def _scores(tally: _Tally, items: List[Item], graphs: Optional[Dict[str, Any]]) 
     return result
 
 
-def _what_ran(asr, seed: Optional[int], batch_size: int) -> Dict[str, Any]:
+def _what_ran(asr: EvaluatedModel, seed: Optional[int], batch_size: int) -> Dict[str, Any]:
     """The model and the settings it decoded with, as :func:`evaluate_corpus` reports them."""
     return {"model": str(asr.source) if asr.source else None, "device": str(asr.device),
             "precision": asr.precision, "threads": asr.threads or torch.get_num_threads(),

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from .apc import APCModel, apc_from_blob, load_apc_blob
+from .architectures import build_encoder
 from .data.errors import DataPreparationWarning
-from .encoders import build_encoder
 from .errors import ConfigurationError
 from .hparams_files import TolerantLoader, expand_hparams, ruamel_errors
 from .nnet import FINGERPRINT_DIGITS, runs_apc, weights_fingerprint
@@ -187,7 +187,7 @@ def _check_export_arguments(run: Path, dtype: str, average: int) -> None:
 def _run_inputs(run: Path) -> Tuple[Path, Dict[str, Any]]:
     """The run's hparams file and test results; :class:`ConfigurationError` when either, or its save/
     folder, is missing."""
-    from .recipe import run_hparams_file
+    from .run_settings import run_hparams_file
 
     hp_file = run_hparams_file(run)
     # results.json of a finished run, else the test-only evaluation of an unfinished run's best checkpoint
@@ -210,7 +210,7 @@ def _phone_model_hparams(run: Path, hp_file: Path) -> Tuple[Dict[str, Any], Dict
     """The run's hparams (``hp_file``) as plain data (no tag run) and loaded; :class:`ConfigurationError`
     unless they describe a phone model with its ``encoder_module`` arguments (checked on the plain data,
     before any module is built)."""
-    from .recipe import inert_override_text, load_run_hparams
+    from .run_settings import inert_override_text, load_run_hparams
 
     raw = _resolved_plain_yaml(hp_file, inert_override_text(hp_file))
     if raw.get("target_unit", "phone") != "phone":

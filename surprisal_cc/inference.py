@@ -8,7 +8,7 @@ Brain counts them. A recipe run becomes a model folder with :func:`surprisal_cc.
 Example
 -------
 >>> import torch
->>> from surprisal_cc.recipe import phone_set
+>>> from surprisal_cc.labels import phone_set
 >>> asr = ConditionalASR.untrained(phone_set("librispeech"), controller="random")
 >>> results = asr.transcribe_batch(torch.randn(2, 16000).clamp(-1, 1), torch.tensor([1.0, 0.5]))
 >>> [r.num_frames for r in results], results[0].flops_per_frame > 0
@@ -34,11 +34,11 @@ from torch import Tensor
 from .adaptive import PonderNetEncoder
 from .arguments import check_batch_size, check_routing_seed, resolve_device
 from .apc import APCModel, FrozenAPC
+from .architectures import build_encoder
 from .controllers import budget_big_fraction, solve_bias_shift
 from .data.audio import as_waveforms, check_audio, resample, sample_counts, sample_rate_hz
 from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
 from .decoding import CTCBeamSearch
-from .encoders import build_encoder
 from .forward import run_model
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import Encoder, EncoderOutput, input_size_for, lengths_to_mask, runs_apc
@@ -257,7 +257,7 @@ class ConditionalASR:
     -------
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from surprisal_cc.recipe import phone_set
+    >>> from surprisal_cc.labels import phone_set
     >>> asr = ConditionalASR.untrained(phone_set("librispeech"), controller="random")
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     folder = asr.save(Path(tmp) / "model")
@@ -377,7 +377,7 @@ class ConditionalASR:
         labels : sequence of str
             The phones (without blank).
         encoder : str
-            Encoder name, as :func:`~surprisal_cc.encoders.build_encoder` takes it.
+            Encoder name, as :func:`~surprisal_cc.architectures.build_encoder` takes it.
         controller : str
             Controller name (conditional encoder).
         input_features : str
@@ -385,7 +385,7 @@ class ConditionalASR:
         device : str
             Device of the model.
         **encoder_options
-            Further arguments of :func:`~surprisal_cc.encoders.build_encoder`.
+            Further arguments of :func:`~surprisal_cc.architectures.build_encoder`.
 
         Returns
         -------

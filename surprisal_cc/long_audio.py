@@ -43,10 +43,16 @@ import os
 import time
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Sequence,
+                    Tuple, Union, runtime_checkable)
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # annotations only: importing this module loads no feature or decoding code
+    from .decoding import CTCBeamSearch
+    from .features import FeatureConfig
+    from .nnet import EncoderOutput
 
 CHUNK_S = 60.0  # seconds of kept frames per part
 CONTEXT_S = 8.0  # seconds of audio on each side of a part
@@ -55,7 +61,43 @@ PROGRESS_AFTER_S = 60.0  # files longer than this report progress
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "part_seconds", "is_long", "decode_long", "long_surprisal"]
+__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "LongAudioModel", "part_seconds", "is_long", "decode_long",
+           "long_surprisal"]
+
+
+@runtime_checkable
+class LongAudioModel(Protocol):
+    """What :func:`decode_long` and :func:`long_surprisal` use of the model they are given: a
+    :class:`~surprisal_cc.inference.ConditionalASR`, which imports this module (hence a protocol, not an import).
+    """
+
+    feature_config: FeatureConfig
+    beam_search: CTCBeamSearch
+    threads: Optional[int]
+    routing: str
+    seed: Optional[int]
+
+    @property
+    def frame_shift_s(self) -> float: ...
+
+    def seeded_routing(self, seed: Optional[int] = None) -> ContextManager[None]: ...
+
+    def forward(self, wavs: torch.Tensor, wav_lens: Optional[torch.Tensor] = None
+                ) -> Tuple[EncoderOutput, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+
+    def filterbanks(self, wavs: torch.Tensor, samples: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]: ...
+
+    def apc_surprisal(self, fbank: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor: ...
+
+    def phones_of(self, ids: Sequence[int]) -> List[str]: ...
+
+    def segments(self, log_probs: torch.Tensor, ids: Sequence[int],
+                 offset_frames: int = 0) -> List[Tuple[str, float, float]]: ...
+
+    def frame_results(self, out: EncoderOutput, b: int, n: int,
+                      surprisal: Optional[torch.Tensor]) -> Dict[str, Any]: ...
+
+    def flops_components(self, macs: Dict[str, float], frames: int) -> Dict[str, float]: ...
 
 
 class _Reader:
@@ -113,15 +155,15 @@ def is_long(path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT
     return info.frames > (chunk_s + 2 * context_s) * info.samplerate
 
 
-def decode_long(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S,
+def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S,
                 progress: Optional[Callable[[float, float], None]] = None, keep_fbank: bool = False,
                 seeded: bool = True) -> Dict:
     """Decode a file of any length part by part (see the module's description).
 
     Arguments
     ---------
-    asr : ConditionalASR
-        The model.
+    asr : LongAudioModel
+        The model, a :class:`~surprisal_cc.inference.ConditionalASR`.
     path : str or path
         The audio file.
     chunk_s : float
@@ -186,7 +228,7 @@ class _Part:
     seconds: float
 
 
-def _decode_part(asr, reader: _Reader, cfg, start: int, total_frames: int, chunk: int, context: int,
+def _decode_part(asr: LongAudioModel, reader: _Reader, cfg, start: int, total_frames: int, chunk: int, context: int,
                  window: int, blank: int) -> _Part:
     """Decode the part whose kept frames begin at ``start``, with ``context`` frames on each side; its
     end is the frame of the last ``window`` surest of a blank (the file's end for the last part);
@@ -222,7 +264,7 @@ class _Accumulator:
     segments: list = field(default_factory=list)
     seconds: float = 0.0
 
-    def add(self, asr, part: _Part, start: int, keep_fbank: bool) -> None:
+    def add(self, asr: LongAudioModel, part: _Part, start: int, keep_fbank: bool) -> None:
         """Add the kept frames of ``part`` (whose kept frames begin at frame ``start`` of the file)."""
         keep = part.keep
         self.seconds += part.seconds
@@ -239,7 +281,7 @@ class _Accumulator:
             self.pieces["fbank"].append(part.fbank[0, keep].cpu())
 
 
-def _part_frames(asr, chunk_s: float, context_s: float) -> Tuple[int, int]:
+def _part_frames(asr: LongAudioModel, chunk_s: float, context_s: float) -> Tuple[int, int]:
     """Frames kept per part (at least 1) and frames of context (at least 0) for these seconds."""
     per_s = 1.0 / asr.frame_shift_s
     return max(1, int(round(chunk_s * per_s))), max(0, int(round(context_s * per_s)))
@@ -250,7 +292,8 @@ def _sliced_macs(out, keep: slice) -> Dict[str, float]:
     return {name: float(m[0, keep].double().sum()) for name, m in out.frame_macs.items()}
 
 
-def long_surprisal(asr, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S) -> Iterator[torch.Tensor]:
+def long_surprisal(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S,
+                   context_s: float = CONTEXT_S) -> Iterator[torch.Tensor]:
     """The APC surprisal of a file's frames, ``chunk_s`` seconds of frames at a time (1-D tensors,
     in order), each part computed after ``context_s`` seconds of the audio before it.
 

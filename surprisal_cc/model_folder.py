@@ -14,7 +14,7 @@ Example
 -------
 >>> import tempfile
 >>> from pathlib import Path
->>> from surprisal_cc.encoders import build_encoder
+>>> from surprisal_cc.architectures import build_encoder
 >>> encoder = {"name": "conditional", "input_size": 80, "num_outputs": 4, "controller": "big_only"}
 >>> config = model_config(encoder, "fbank", ["<blank>", "AH", "B", "sil"], weights_dtype="fp16")
 >>> with tempfile.TemporaryDirectory() as tmp:
@@ -36,8 +36,8 @@ import torch
 from torch import Tensor
 
 from .apc import APCModel, load_apc
+from .architectures import build_encoder
 from .controllers import build_controller
-from .encoders import build_encoder
 from .errors import ConfigurationError
 from .features import FeatureConfig
 from .nnet import INPUT_FEATURES, Encoder, runs_apc
@@ -172,7 +172,7 @@ def _check_config(config: Dict[str, Any], config_path: Path, encoder: Encoder, a
 
     Example
     -------
-    >>> from surprisal_cc.encoders import build_encoder
+    >>> from surprisal_cc.architectures import build_encoder
     >>> encoder = {"name": "conditional", "input_size": 80, "num_outputs": 3, "controller": "big_only"}
     >>> config = {"encoder": encoder, "input_features": "fbank", "features": {}, "labels": ["<blank>", "AH", "B"]}
     >>> _check_config({**config, "blank_index": 3}, Path("model.json"), build_encoder(**encoder), None)
@@ -274,7 +274,7 @@ def model_config(encoder: Mapping[str, Any], input_features: str, labels: Sequen
     Arguments
     ---------
     encoder : mapping
-        :func:`~surprisal_cc.encoders.build_encoder`'s arguments.
+        :func:`~surprisal_cc.architectures.build_encoder`'s arguments.
     input_features : str
         ``"fbank"`` or ``"apc"``.
     labels : sequence of str

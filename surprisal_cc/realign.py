@@ -358,7 +358,7 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
     from .checkpoints import Checkpointer
 
     from .brain import ConditionalCTCBrain
-    from .recipe import load_run_hparams
+    from .run_settings import load_run_hparams
 
     run_dir = Path(run_dir)
     _, hparams = load_run_hparams(run_dir, overrides, phones_for="realignment")  # creates no checkpoint folders
@@ -430,7 +430,8 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     from .apc import FrozenAPC
     from .cache import FeatureCache
     from .data import Lexicon
-    from .recipe import dataio_prep, obtain_apc
+    from .datasets import dataio_prep
+    from .frozen_features import obtain_apc
 
     if prepare is None:
         from .data import prepare_mini_librispeech as prepare

@@ -20,7 +20,7 @@ from surprisal_cc.adaptive import (
     kl_to_prior,
     truncated_geometric,
 )
-from surprisal_cc.encoders import build_encoder
+from surprisal_cc.architectures import build_encoder
 from surprisal_cc.flops import module_macs
 
 torch.set_num_threads(1)

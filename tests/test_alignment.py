@@ -27,7 +27,7 @@ from surprisal_cc.realign import (
     silence_statistics,
 )
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.recipe import label_encoder_for, phone_set
+from surprisal_cc.labels import label_encoder_for, phone_set
 from surprisal_cc.viterbi import AlignmentError, ctc_viterbi_graph, ctc_viterbi_optional
 
 BLANK, SIL = 0, 1
@@ -418,7 +418,7 @@ def test_mfa_export_silences_match_its_phone_labels():
 @pytest.mark.integration
 def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
     """A run folder with a (tiny, untrained) checkpoint: the script realigns it and the CSV prepares data."""
-    from surprisal_cc.recipe import create_experiment_directory, load_hparams
+    from surprisal_cc.run_settings import create_experiment_directory, load_hparams
 
     shared = require_dev_clean_2()
     make_mini_librispeech_subset(shared / "LibriSpeech" / "dev-clean-2", tmp_path / "corpus", train_speakers=3,
@@ -518,7 +518,7 @@ def test_a_run_routed_by_chance_is_realigned_with_drawn_routing(tmp_path, contro
     """Thresholding p_big = 0.5 would send every frame to the small network: such a run stays sampled."""
     from surprisal_cc.nnet import unwrap
     from surprisal_cc.realign import load_run
-    from surprisal_cc.recipe import create_experiment_directory, load_hparams
+    from surprisal_cc.run_settings import create_experiment_directory, load_hparams
 
     run = tmp_path / "run"
     hparams_file = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"

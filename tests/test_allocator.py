@@ -1,4 +1,4 @@
-"""surprisal_cc.recipe.reuse_freed_memory: glibc keeps freed memory, so a second step faults in no new pages."""
+"""surprisal_cc.allocator.reuse_freed_memory: glibc keeps freed memory, so a second step faults in no new pages."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from surprisal_cc import recipe
+from surprisal_cc import allocator, run_settings
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -17,7 +17,7 @@ GLIBC = platform.libc_ver()[0] == "glibc"
 PROBE = """
 import json, resource, sys
 import torch
-from surprisal_cc.recipe import reuse_freed_memory
+from surprisal_cc.allocator import reuse_freed_memory
 applied = reuse_freed_memory() if sys.argv[1] == "reuse" else None
 faults = []
 for mib in (64, 60, 56):  # above glibc's largest mmap threshold (32 MiB)
@@ -44,17 +44,17 @@ def test_freed_blocks_are_reused_without_new_page_faults() -> None:
 
 
 def test_reuse_freed_memory_reports_whether_it_applied() -> None:
-    assert recipe.reuse_freed_memory() is GLIBC
+    assert allocator.reuse_freed_memory() is GLIBC
 
 
 def test_recipe_hparams_turn_it_on(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     calls = []
-    monkeypatch.setattr(recipe, "reuse_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(run_settings, "reuse_freed_memory", lambda: calls.append(1) or True)
     hparams_file = tmp_path / "h.yaml"
     hparams_file.write_text("malloc_reuse: True\nprecision: fp32\n")
-    recipe.load_hparams(str(hparams_file))  # not a recipe run (no run_opts): the process is left alone
+    run_settings.load_hparams(str(hparams_file))  # not a recipe run (no run_opts): the process is left alone
     assert calls == []
-    recipe.load_hparams(str(hparams_file), "", run_opts={"device": "cpu"})
+    run_settings.load_hparams(str(hparams_file), "", run_opts={"device": "cpu"})
     assert calls == [1]
-    recipe.load_hparams(str(hparams_file), "malloc_reuse: False", run_opts={"device": "cpu"})
+    run_settings.load_hparams(str(hparams_file), "malloc_reuse: False", run_opts={"device": "cpu"})
     assert calls == [1]

@@ -197,7 +197,7 @@ def test_fill_cache_adds_training_utterances_at_each_speed(tmp_path):
     import speechbrain as sb
 
     from surprisal_cc.augment import SpeedPerturbation
-    from surprisal_cc.recipe import cached_features, fill_cache
+    from surprisal_cc.frozen_features import cached_features, fill_cache
 
     manifests = {}
     for split, utts in {"train": ["t1", "t2"], "valid": ["v1"]}.items():

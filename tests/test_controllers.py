@@ -683,7 +683,7 @@ def test_learned_controller_is_trainable_and_registered():
 
 def test_flops_budget_names_the_controller_it_cannot_shift():
     """A FLOPs budget needs the surprisal controller; any other gets an error naming the one it has."""
-    from surprisal_cc.encoders import build_encoder
+    from surprisal_cc.architectures import build_encoder
 
     surprisal_encoder = build_encoder("conditional", input_size=8, num_outputs=5, controller="surprisal", hidden_size=8)
     assert 0.0 < budget_big_fraction(surprisal_encoder, apc_macs=100, fraction=0.9) < 1.0

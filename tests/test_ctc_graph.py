@@ -151,7 +151,9 @@ def test_pronunciation_targets_skip_rows_with_one_pronunciation_per_word():
 
 
 def test_dataio_prep_gives_training_targets_a_graph(tmp_path):
-    from surprisal_cc.recipe import ConfigurationError, dataio_prep, label_encoder_for, phone_set
+    from surprisal_cc.datasets import dataio_prep
+    from surprisal_cc.errors import ConfigurationError
+    from surprisal_cc.labels import label_encoder_for, phone_set
 
     manifest = write_label_manifest(tmp_path / "m.csv", {"u1": ("A CAT", "sil EY K AE T sil"),
                                                           "u2": ("CAT", "sil K AE T sil")})

@@ -158,7 +158,8 @@ def test_optional_silence_targets_from_the_lexicon():
 
 
 def test_dataio_prep_gives_training_targets_an_optional_mask(tmp_path):
-    from surprisal_cc.recipe import dataio_prep, label_encoder_for, phone_set
+    from surprisal_cc.datasets import dataio_prep
+    from surprisal_cc.labels import label_encoder_for, phone_set
 
     manifest = write_label_manifest(tmp_path / "m.csv", {"u1": ("THE CAT", "sil DH AH K AE T sil")})
     encoder = label_encoder_for(phone_set("librispeech"))

@@ -13,7 +13,8 @@ import torch
 
 from benchmarks.common import full_fp32
 from surprisal_cc.apc import APCModel
-from surprisal_cc.encoders import ConditionalEncoder, build_encoder
+from surprisal_cc.architectures import build_encoder
+from surprisal_cc.encoders import ConditionalEncoder
 from surprisal_cc.nnet import lengths_to_mask
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

@@ -1,4 +1,5 @@
-"""Tests for surprisal_cc.encoders: routing, gather windows, BiGRU, MAC accounting, encoder options."""
+"""Tests for surprisal_cc.encoders: routing, gather windows, BiGRU, MAC accounting, the contract of every encoder
+(the model files and build_encoder: tests/test_architectures.py)."""
 from __future__ import annotations
 
 import copy
@@ -8,13 +9,11 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from surprisal_cc.architectures import build_encoder, encoder_names
 from surprisal_cc.controllers import ConstantController, Controller, LearnedController, SurprisalController
 from surprisal_cc.forward import CachedInputs, run_model
 from surprisal_cc.encoders import (
     ConditionalEncoder,
-    architectures,
-    encoder_names,
-    build_encoder,
     gather_frames,
     masked_mixture,
     route_frames,
@@ -477,7 +476,7 @@ ENCODERS = encoder_names()
 
 @pytest.mark.parametrize("name", ENCODERS)
 def test_every_encoder_keeps_the_encoder_contract(name):
-    """Every encoder of the model folders (a new one too): normalised log-probabilities, one MACs
+    """Every encoder of surprisal_cc/models (a new one too): normalised log-probabilities, one MACs
     tensor per component of component_macs, MACs and statistics zero on padding, and the same
     output for an utterance alone and padded in a batch (evaluation)."""
     torch.manual_seed(0)
@@ -505,15 +504,6 @@ def test_every_encoder_keeps_the_encoder_contract(name):
             if not moved:  # the same computation: the same output up to summation order
                 torch.testing.assert_close(out.log_probs[i, :n], alone.log_probs[0], rtol=1e-4, atol=1e-4)
         assert switched <= ROUTING_FLIPS
-
-
-def test_the_hparams_comment_lists_every_encoder():
-    import re
-    from pathlib import Path
-
-    yaml = (Path(__file__).parents[1] / "hparams/common/conditional_ctc.yaml").read_text()
-    listed = re.search(r"^encoder: \w+ .*surprisal_cc/models: (.*)$", yaml, flags=re.M).group(1)
-    assert set(listed.split(" | ")) == set(ENCODERS)
 
 
 def test_learned_controller_aux_loss_reaches_encoder_output():
@@ -549,33 +539,8 @@ def test_constructor_validation():
 
 
 # ----------------------------------------------------------------------------------------------
-# build_encoder / architectures
+# The paper's architecture (the model files and build_encoder: tests/test_architectures.py)
 # ----------------------------------------------------------------------------------------------
-def test_build_encoder_unknown_names():
-    with pytest.raises(ValueError) as info:
-        build_encoder("transformer", D, V)
-    for name in ("transformer", "conditional", "act", "pondernet"):
-        assert name in str(info.value)
-    with pytest.raises(ValueError) as info:
-        build_encoder("conditional", D, V, architecture="model9")
-    assert architectures("conditional") == ["model1", "model2", "model3", "paper"]
-    for name in ("model9", *architectures("conditional")):
-        assert name in str(info.value)
-    with pytest.raises(ValueError, match="small_only"):
-        build_encoder("conditional", D, V, controller="oracle")
-
-
-def test_build_encoder_options():
-    torch.manual_seed(0)
-    enc = build_encoder("conditional", D, V, controller="learned", hidden_size=H, dropout=0.0,
-                        controller_options={"hidden_size": 12, "weight": 3.0},
-                        conditional_options={"execution": "masked", "test_bias_shift": 1.0})
-    assert isinstance(enc.controller, LearnedController) and enc.controller.net[0].in_features == D
-    assert enc.execution == "masked" and enc.test_bias_shift == 1.0
-    out = enc.eval()(torch.randn(2, T, D), torch.tensor([T, 4]))
-    assert out.log_probs.shape == (2, T, V)
-
-
 def test_paper_architecture_construction():
     torch.manual_seed(0)
     enc = ConditionalEncoder.paper(input_size=512, num_outputs=42, controller=SurprisalController())
@@ -584,17 +549,3 @@ def test_paper_architecture_construction():
     assert [m.out_features for m in enc.big_net.net if isinstance(m, nn.Linear)] == [2048, 512]
     assert [m.negative_slope for m in enc.big_net.net if isinstance(m, nn.LeakyReLU)] == [0.125, 0.125]
     assert enc.post_net.output.out_features == 42
-
-
-@pytest.mark.parametrize("architecture", ["model1", "model2", "model3"])
-def test_appendix_architectures_run(architecture):
-    torch.manual_seed(0)
-    enc = build_encoder("conditional", D, V, architecture=architecture, hidden_size=H, dropout=0.0,
-                        controller="random").eval()
-    out = enc(torch.randn(2, T, D), torch.tensor([T, 3]))
-    assert out.log_probs.shape == (2, T, V)
-    torch.testing.assert_close(out.log_probs.logsumexp(-1), torch.zeros(2, T), rtol=0, atol=1e-5)
-    assert enc.post_net is None
-    assert (enc.pre_net is None) == (architecture == "model3")
-    if architecture == "model2":
-        assert enc.pre_net.dropout.p == 0.0  # dropout=0.0 requested

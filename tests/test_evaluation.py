@@ -18,7 +18,7 @@ import torch
 from surprisal_cc import long_audio
 from surprisal_cc.evaluation import evaluate_corpus
 from surprisal_cc.inference import ConditionalASR
-from surprisal_cc.recipe import phone_set
+from surprisal_cc.labels import phone_set
 
 CONTEXT_S = 0.5
 
@@ -134,3 +134,20 @@ def test_a_flops_budget_holds_for_its_evaluation_only(corpus, tmp_path):
     for batch_size in (-1, 2.5):
         with pytest.raises(ConfigurationError, match="batch_size must be a whole number"):
             evaluate_corpus(asr, corpus, batch_size=batch_size)
+
+
+def test_the_model_protocols_name_members_of_conditional_asr(big_only):
+    """``evaluate_corpus`` and the long-audio functions type their model with protocols (inference imports both
+    modules): ``ConditionalASR`` has every member they name, its methods with the same parameters."""
+    import inspect
+
+    from surprisal_cc.evaluation import EvaluatedModel
+
+    assert isinstance(big_only, EvaluatedModel) and isinstance(big_only, long_audio.LongAudioModel)
+    assert not isinstance(object(), long_audio.LongAudioModel)
+    methods = [name for protocol in (long_audio.LongAudioModel, EvaluatedModel)
+               for name, member in vars(protocol).items() if inspect.isfunction(member) and not name.startswith("_")]
+    assert "forward" in methods and "run_batch" in methods
+    for name in methods:
+        assert list(inspect.signature(getattr(EvaluatedModel, name)).parameters) == \
+            list(inspect.signature(getattr(ConditionalASR, name)).parameters), name

@@ -19,7 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from surprisal_cc.adaptive import ACTEncoder, HaltingUnit, PonderNetEncoder, StepBlock
 from surprisal_cc.apc import APCModel
 from surprisal_cc.controllers import LearnedController, SurprisalController
-from surprisal_cc.encoders import build_encoder
+from surprisal_cc.architectures import build_encoder
 from surprisal_cc.nnet import BiGRU, Conv1dPreNet, FrameNet, PostNet
 from surprisal_cc.flops import MacMeter, format_flop_table, module_macs, uniform_frame_macs, weight_only_macs
 

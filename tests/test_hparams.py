@@ -6,7 +6,7 @@ import pytest
 
 from data_fixtures import REPO
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.recipe import load_hparams
+from surprisal_cc.run_settings import load_hparams
 
 MLS_HPARAMS = str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
 

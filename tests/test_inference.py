@@ -138,7 +138,7 @@ def test_evaluate_against_any_pronunciation(exported, mini_corpus, tmp_path, cap
     """Scored against the closest pronunciation of each word, every utterance parses (MFA's and the
     lexicon's labels are their words' phones) and no utterance has more edits than against its labels."""
     from surprisal_cc.corpora import pronunciation_references
-    from surprisal_cc.recipe import ConfigurationError
+    from surprisal_cc.errors import ConfigurationError
 
     subset = mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2"
     mfa = mini_corpus / "corpus" / "phone_labels" / "dev-clean-2_mfa.csv"
@@ -268,7 +268,7 @@ def test_card_counts_the_epochs_trained_from_the_history(tmp_path):
 # ---------------------------------------------------------------------------------------------- Python API
 @pytest.fixture(scope="module")
 def untrained():
-    from surprisal_cc.recipe import phone_set
+    from surprisal_cc.labels import phone_set
 
     torch.manual_seed(0)
     return ConditionalASR.untrained(phone_set("librispeech"), controller="surprisal", input_features="apc")
@@ -593,7 +593,7 @@ def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
 
 
 def test_a_routing_seed_is_a_whole_number_for_sampled_routing():
-    from surprisal_cc.recipe import phone_set
+    from surprisal_cc.labels import phone_set
 
     asr = ConditionalASR.untrained(phone_set("librispeech"), controller="surprisal", input_features="apc")
     with pytest.raises(ConfigurationError, match="deterministic routing draws nothing"):
@@ -612,7 +612,7 @@ def test_a_routing_seed_is_a_whole_number_for_sampled_routing():
 def test_routing_defaults_to_what_the_controller_can_do():
     """Deterministic by default; a random controller (only a draw routes) is always sampled; a model
     that draws nothing (learned, big-only, ACT) refuses sampled routing."""
-    from surprisal_cc.recipe import phone_set
+    from surprisal_cc.labels import phone_set
 
     labels = phone_set("librispeech")
     assert ConditionalASR.untrained(labels, controller="surprisal", input_features="apc").routing == "deterministic"

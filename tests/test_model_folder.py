@@ -11,7 +11,7 @@ import torch
 
 from surprisal_cc import model_folder
 from surprisal_cc.apc import APCModel, apc_config
-from surprisal_cc.encoders import build_encoder
+from surprisal_cc.architectures import build_encoder
 from surprisal_cc.model_folder import FORMAT_VERSION, ModelFormatError, load_model_folder, write_model_folder
 
 ENCODER = {"name": "conditional", "input_size": 6, "num_outputs": 4, "controller": "big_only", "hidden_size": 8}

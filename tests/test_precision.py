@@ -5,9 +5,11 @@ import pytest
 import torch
 from speechbrain.utils.run_opts import RunOptions
 
+from surprisal_cc.architectures import build_encoder, encoder_names
 from surprisal_cc.controllers import CONTROLLERS, Controller, build_controller
-from surprisal_cc.encoders import ConditionalEncoder, encoder_names
-from surprisal_cc.recipe import ConfigurationError, resolve_precision
+from surprisal_cc.encoders import ConditionalEncoder
+from surprisal_cc.errors import ConfigurationError
+from surprisal_cc.run_settings import resolve_precision
 
 
 def test_auto_precision_follows_the_cpu():
@@ -125,8 +127,6 @@ def test_routed_encoder_runs_under_bf16_autocast(controller):
 @pytest.mark.parametrize("name", [n for n in encoder_names() if n != "conditional"])
 @pytest.mark.parametrize("training", [True, False])
 def test_adaptive_encoders_run_under_bf16_autocast(name, training):
-    from surprisal_cc.encoders import build_encoder
-
     torch.manual_seed(0)
     enc = build_encoder(name, input_size=16, num_outputs=5, hidden_size=8).train(training)
     x, lengths = torch.randn(3, 7, 16), torch.tensor([7, 4, 1])
@@ -137,3 +137,15 @@ def test_adaptive_encoders_run_under_bf16_autocast(name, training):
         loss.backward()
     assert torch.isfinite(out.log_probs.float()).all()
     assert all(value.dtype in (torch.float32, torch.bool) for value in out.stats.values())  # statistics in full precision
+
+
+def test_precision_auto_on_the_command_line_is_the_yaml_key():
+    """SpeechBrain's --precision flag takes fp32/fp16/bf16 only; auto (either spelling) becomes the
+    override precision: auto, and the other values stay SpeechBrain's run option."""
+    from surprisal_cc.run_settings import parse_arguments
+
+    for argv in (["run.yaml", "--precision=auto"], ["run.yaml", "--precision", "auto", "--lr=0.1"]):
+        _, run_opts, overrides = parse_arguments(argv)
+        assert "precision: auto" in overrides.splitlines() and "precision" not in run_opts.get("overridden_args", ())
+    _, run_opts, overrides = parse_arguments(["run.yaml", "--precision=bf16"])
+    assert run_opts["precision"] == "bf16" and "precision" not in overrides

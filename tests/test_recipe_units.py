@@ -1,11 +1,11 @@
 """SentencePiece units of ``target_unit: sentencepiece``: trained once per training manifest, and two
-runs preparing them at the same moment never mix their files (surprisal_cc.recipe.train_units)."""
+runs preparing them at the same moment never mix their files (surprisal_cc.labels.train_units)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from surprisal_cc import recipe
+from surprisal_cc import labels, run_settings
 from surprisal_cc.errors import ConfigurationError
 
 
@@ -18,15 +18,15 @@ class FakeUnits:
 
 
 def test_units_are_trained_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(recipe, "SentencePieceLabels", FakeUnits)
-    sp_dir = recipe.train_units(tmp_path / "sentencepiece_40", 40, "train.csv")
+    monkeypatch.setattr(labels, "SentencePieceLabels", FakeUnits)
+    sp_dir = labels.train_units(tmp_path / "sentencepiece_40", 40, "train.csv")
     assert sorted(p.name for p in sp_dir.iterdir()) == ["40_unigram.model", "train.txt"]
 
     def must_not_train(*args):
         raise AssertionError("the units exist: nothing to train")
 
-    monkeypatch.setattr(recipe, "SentencePieceLabels", must_not_train)
-    assert recipe.train_units(sp_dir, 40, "train.csv") == sp_dir
+    monkeypatch.setattr(labels, "SentencePieceLabels", must_not_train)
+    assert labels.train_units(sp_dir, 40, "train.csv") == sp_dir
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sentencepiece_40"]  # no private folders left
 
 
@@ -40,8 +40,8 @@ def test_units_placed_first_by_another_run_are_kept_whole(tmp_path, monkeypatch)
             (sp_dir / f"{vocab_size}_unigram.model").write_text("theirs")
             (sp_dir / "train.txt").write_text("their words")
 
-    monkeypatch.setattr(recipe, "SentencePieceLabels", OtherRunFinishesFirst)
-    assert recipe.train_units(sp_dir, 40, "train.csv") == sp_dir
+    monkeypatch.setattr(labels, "SentencePieceLabels", OtherRunFinishesFirst)
+    assert labels.train_units(sp_dir, 40, "train.csv") == sp_dir
     assert (sp_dir / "40_unigram.model").read_text() == "theirs"
     assert (sp_dir / "train.txt").read_text() == "their words"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sentencepiece_40"]
@@ -51,9 +51,9 @@ def test_a_units_folder_without_its_model_is_named(tmp_path, monkeypatch):
     sp_dir = tmp_path / "sentencepiece_40"
     sp_dir.mkdir()
     (sp_dir / "train.txt").write_text("half-written")
-    monkeypatch.setattr(recipe, "SentencePieceLabels", FakeUnits)
+    monkeypatch.setattr(labels, "SentencePieceLabels", FakeUnits)
     with pytest.raises(ConfigurationError, match="sentencepiece_40 exists without '40_unigram.model'.*delete"):
-        recipe.train_units(sp_dir, 40, "train.csv")
+        labels.train_units(sp_dir, 40, "train.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sentencepiece_40"]
 
 
@@ -65,31 +65,31 @@ def test_test_only_needs_a_checkpoint_of_a_validated_epoch(tmp_path):
     hparams, test_only = {"checkpointer": checkpointer, "selection_metric": "PER"}, {"test_only": True}
     checkpointer.save_checkpoint(meta={"brain_intra_epoch_ckpt": True}, end_of_epoch=False)
     with pytest.raises(ConfigurationError, match="no checkpoint of a validated epoch \\(PER\\)"):
-        recipe.check_test_only(hparams, test_only)
-    recipe.check_test_only(hparams, {})  # training: nothing to check
+        run_settings.check_test_only(hparams, test_only)
+    run_settings.check_test_only(hparams, {})  # training: nothing to check
     checkpointer.save_checkpoint(meta={"PER": 30.5})
-    recipe.check_test_only(hparams, test_only)
+    run_settings.check_test_only(hparams, test_only)
 
 
 def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
     from surprisal_cc.apc import APCModel, save_apc
-    from surprisal_cc.encoders import build_encoder
+    from surprisal_cc.architectures import build_encoder
 
     encoder = build_encoder("conditional", input_size=512, num_outputs=42, controller="surprisal")
     hparams = {"input_features": "apc", "encoder_module": encoder, "apc_export_path": str(tmp_path / "apc" / "apc.pt")}
     for path, message in ((tmp_path / "nope.pt", "does not exist"), (tmp_path, "is a folder")):
         with pytest.raises(ConfigurationError, match=f"apc_path {path} {message}"):
-            recipe.check_apc_path({**hparams, "apc_path": str(path)}, {})
+            run_settings.check_apc_path({**hparams, "apc_path": str(path)}, {})
     (tmp_path / "notes.pt").write_text("not a model")
     with pytest.raises(ConfigurationError, match="apc_path .*notes.pt: "):
-        recipe.check_apc_path({**hparams, "apc_path": str(tmp_path / "notes.pt")}, {})
+        run_settings.check_apc_path({**hparams, "apc_path": str(tmp_path / "notes.pt")}, {})
     with pytest.raises(ConfigurationError, match="--test_only with apc_path null needs the APC the run trained with"):
-        recipe.check_apc_path({**hparams, "apc_path": None}, {"test_only": True})
-    recipe.check_apc_path({**hparams, "apc_path": None}, {})  # training pretrains one
+        run_settings.check_apc_path({**hparams, "apc_path": None}, {"test_only": True})
+    run_settings.check_apc_path({**hparams, "apc_path": None}, {})  # training pretrains one
     save_apc(APCModel(), tmp_path / "good.pt")
-    recipe.check_apc_path({**hparams, "apc_path": str(tmp_path / "good.pt")}, {"test_only": True})
+    run_settings.check_apc_path({**hparams, "apc_path": str(tmp_path / "good.pt")}, {"test_only": True})
     fbank_only = build_encoder("conditional", input_size=80, num_outputs=42, controller="random")
-    recipe.check_apc_path({"input_features": "fbank", "encoder_module": fbank_only, "apc_path": "/nope.pt"}, {})
+    run_settings.check_apc_path({"input_features": "fbank", "encoder_module": fbank_only, "apc_path": "/nope.pt"}, {})
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
@@ -98,11 +98,11 @@ def test_a_device_or_precision_this_machine_lacks_is_refused_before_any_data_is_
 
     hparams_file = str(Path(__file__).parents[1] / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
     with pytest.raises(ConfigurationError, match="device cuda: CUDA is not available on this machine; use cpu"):
-        recipe.load_hparams(hparams_file, "", {"device": "cuda"})
+        run_settings.load_hparams(hparams_file, "", {"device": "cuda"})
     with pytest.raises(ConfigurationError, match="device gpu: only cpu and cuda"):
-        recipe.load_hparams(hparams_file, "", {"device": "gpu"})
+        run_settings.load_hparams(hparams_file, "", {"device": "gpu"})
     with pytest.raises(ConfigurationError, match="precision fp16 trains on CUDA only"):
-        recipe.load_hparams(hparams_file, "precision: fp16", {"device": "cpu"})
+        run_settings.load_hparams(hparams_file, "precision: fp16", {"device": "cpu"})
 
 
 def test_resumed_training_keeps_the_settings_its_checkpoints_were_trained_with(tmp_path):
@@ -112,14 +112,15 @@ def test_resumed_training_keeps_the_settings_its_checkpoints_were_trained_with(t
                             "save_folder: !ref <output_folder>/save\n")
     run, save = tmp_path / "run", tmp_path / "run" / "save"
     hparams = {"save_folder": str(save)}
-    recipe.create_experiment_directory(str(run), str(hparams_file), "lr: 0.002", hparams=hparams)  # nothing trained
-    recipe.create_experiment_directory(str(run), str(hparams_file), "", hparams=hparams)
+    # nothing trained yet: any settings
+    run_settings.create_experiment_directory(str(run), str(hparams_file), "lr: 0.002", hparams=hparams)
+    run_settings.create_experiment_directory(str(run), str(hparams_file), "", hparams=hparams)
     (save / "CKPT+2026-01-01+00-00-00+00").mkdir(parents=True)
     with pytest.raises(ConfigurationError, match=r"run holds checkpoints trained with other settings "
                                                  r"\(lr: trained with 0.001, requested 0.002\)"):
-        recipe.create_experiment_directory(str(run), str(hparams_file), "lr: 0.002", hparams=hparams)
+        run_settings.create_experiment_directory(str(run), str(hparams_file), "lr: 0.002", hparams=hparams)
     assert "lr: 0.001" in (run / "hyperparams.yaml").read_text()
-    recipe.create_experiment_directory(str(run), str(hparams_file), "number_of_epochs: 4", hparams=hparams)
+    run_settings.create_experiment_directory(str(run), str(hparams_file), "number_of_epochs: 4", hparams=hparams)
     assert "number_of_epochs: 4" in (run / "hyperparams.yaml").read_text()
 
 
@@ -130,16 +131,33 @@ def test_a_run_folder_loads_with_flow_style_overrides(tmp_path):
     hparams_file = tmp_path / "hyperparams.yaml"
     hparams_file.write_text("data_folder: !PLACEHOLDER\ncache_folder: cache\n"
                             "checkpointer: !new:speechbrain.utils.checkpoints.Checkpointer\n    checkpoints_dir: save\n")
-    text = recipe.inert_override_text(hparams_file, "{cache_folder: /tmp/cache}")
+    text = run_settings.inert_override_text(hparams_file, "{cache_folder: /tmp/cache}")
     assert yaml.safe_load(text) == {"cache_folder": "/tmp/cache", "checkpointer": None, "data_folder": "placeholder"}
-    assert "!ref <x>" in recipe.inert_override_text(hparams_file, "cache_folder: !ref <x>")  # tags kept as written
+    tagged = run_settings.inert_override_text(hparams_file, "cache_folder: !ref <x>")
+    assert "!ref <x>" in tagged  # tags kept as written
+
+
+def test_overrides_are_parsed_once(tmp_path, monkeypatch):
+    """Plain override text is parsed once (not again after it is rewritten in block style); a mapping is
+    written as YAML, never parsed back."""
+    import yaml
+
+    hparams_file = tmp_path / "hyperparams.yaml"
+    hparams_file.write_text("data_folder: !PLACEHOLDER\ncache_folder: cache\n")
+    parsed, load = [], yaml.load
+    monkeypatch.setattr(yaml, "load", lambda stream, *args, **kw: parsed.append(stream) or load(stream, *args, **kw))
+    text = run_settings.inert_override_text(hparams_file, "{cache_folder: /tmp/cache}")
+    assert text == "cache_folder: /tmp/cache\ndata_folder: placeholder"
+    assert [s for s in parsed if "/tmp/cache" in str(s)] == ["{cache_folder: /tmp/cache}"]
+    assert run_settings.inert_override_text(hparams_file, {"data_folder": "/tmp/data"}) == "data_folder: /tmp/data"
+    assert not [s for s in parsed if "/tmp/data" in str(s)]
 
 
 def test_one_file_by_two_names_is_no_changed_setting(tmp_path, monkeypatch):
     apc = tmp_path / "apc.pt"
     apc.write_bytes(b"weights")
     monkeypatch.chdir(tmp_path)
-    assert recipe.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": str(apc)}) == []
+    assert run_settings.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": str(apc)}) == []
     (tmp_path / "other.pt").write_bytes(b"other weights")
-    assert recipe.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": "other.pt"}) == [
+    assert run_settings.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": "other.pt"}) == [
         "apc_path: trained with 'apc.pt', requested 'other.pt'"]

@@ -352,7 +352,7 @@ def test_resume_after_kill_gives_the_same_result(pretrained, tmp_path):
 @pytest.mark.parametrize("hparams_file", [MLS_HPARAMS, REPO / "hparams" / "TIMIT" / "conditional_ctc.yaml"])
 def test_recipes_checkpoint_within_an_epoch_by_default(hparams_file, tmp_path):
     """An epoch cut off by the end of a job resumes from its last intra-epoch checkpoint."""
-    from surprisal_cc.recipe import load_hparams
+    from surprisal_cc.run_settings import load_hparams
 
     hparams = load_hparams(str(hparams_file), f"data_folder: x\nexperiment_root: {tmp_path}")
     assert 0 < hparams["ckpt_interval_minutes"] <= 30
@@ -373,7 +373,8 @@ def test_recipe_leaves_its_process_group(tmp_path, fails):
     """The group is destroyed when the script ends, also when it ends with a configuration error."""
     import torch.distributed as dist
 
-    from surprisal_cc.recipe import ConfigurationError, close_process_group, recipe_errors
+    from surprisal_cc.errors import ConfigurationError
+    from surprisal_cc.recipe import close_process_group, recipe_errors
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     with pytest.raises(SystemExit) if fails else contextlib.nullcontext():

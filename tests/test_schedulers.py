@@ -7,7 +7,7 @@ from speechbrain.nnet.schedulers import NewBobScheduler
 from speechbrain.utils.checkpoints import Checkpointer
 
 from data_fixtures import REPO
-from surprisal_cc.recipe import load_hparams
+from surprisal_cc.run_settings import load_hparams
 from surprisal_cc.schedulers import HoldDecayScheduler, anneal, lr_scheduler
 
 

@@ -22,10 +22,13 @@ from typing import Dict, List
 
 import torch
 
-from surprisal_cc import recipe
 from surprisal_cc.brain import ConditionalCTCBrain
-from surprisal_cc.nnet import unwrap
 from surprisal_cc.data import prepare_mini_librispeech
+from surprisal_cc.datasets import dataio_prep
+from surprisal_cc.frozen_features import feature_cache, obtain_apc
+from surprisal_cc.nnet import unwrap
+from surprisal_cc.recipe import prepare_labels, prepare_manifests, recipe_errors
+from surprisal_cc.run_settings import create_experiment_directory, load_hparams, parse_arguments
 
 
 def parse_setting(text: str) -> Dict[str, object]:
@@ -69,15 +72,15 @@ def main(argv: List[str]) -> None:
     run_argv = [a for a in run_argv if a != "--"]
     settings = [parse_setting(s) for s in args.setting]
 
-    with recipe.recipe_errors():
-        hparams_file, run_opts, overrides = recipe.parse_arguments(run_argv)
-        hparams = recipe.load_hparams(hparams_file, overrides, run_opts)
-        recipe.create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
-                                           test_only=bool(run_opts.get("test_only", False)), hparams=hparams)
-        manifests = recipe.prepare_manifests(prepare_mini_librispeech, hparams)
-        recipe.prepare_labels(hparams, manifests)
-        apc = recipe.obtain_apc(hparams, manifests, run_opts)
-        datasets = recipe.dataio_prep(hparams, manifests, recipe.feature_cache(hparams, manifests, apc))
+    with recipe_errors():
+        hparams_file, run_opts, overrides = parse_arguments(run_argv)
+        hparams = load_hparams(hparams_file, overrides, run_opts)
+        create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
+                                    test_only=bool(run_opts.get("test_only", False)), hparams=hparams)
+        manifests = prepare_manifests(prepare_mini_librispeech, hparams)
+        prepare_labels(hparams, manifests)
+        apc = obtain_apc(hparams, manifests, run_opts)
+        datasets = dataio_prep(hparams, manifests, feature_cache(hparams, manifests, apc))
         brain = ConditionalCTCBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
                                     run_opts=run_opts, checkpointer=hparams["checkpointer"], apc=apc,
                                     manifests=manifests)

@@ -17,9 +17,10 @@ import speechbrain as sb
 
 from surprisal_cc.brain import ConditionalCTCBrain
 from surprisal_cc.data import prepare_timit
-from surprisal_cc.recipe import (check_test_only, create_experiment_directory, dataio_prep, feature_cache,
-                                 load_hparams, obtain_apc, parse_arguments, prepare_labels, prepare_manifests,
-                                 recipe_errors, training_loader_options)
+from surprisal_cc.datasets import dataio_prep, training_loader_options
+from surprisal_cc.frozen_features import feature_cache, obtain_apc
+from surprisal_cc.recipe import prepare_labels, prepare_manifests, recipe_errors
+from surprisal_cc.run_settings import check_test_only, create_experiment_directory, load_hparams, parse_arguments
 
 
 def main(argv):

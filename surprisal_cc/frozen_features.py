@@ -1,0 +1,144 @@
+"""The frozen inputs of a recipe run: its APC model (loaded from ``apc_path``, the file read once by the
+start-up check and :func:`obtain_apc` together, or pretrained on the training split) and the feature cache
+of its utterances (filterbanks; with APC also its features and surprisal), filled once on the main
+process and read back as the datasets' dynamic items.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Union
+
+import speechbrain as sb
+from speechbrain.dataio.dataset import DynamicItemDataset
+from speechbrain.utils.distributed import run_on_main
+
+from .apc import APCModel, load_apc
+from .augment import SpeedPerturbation
+from .cache import FeatureCache
+from .errors import ConfigurationError
+from .nnet import runs_apc
+
+logger = logging.getLogger(__name__)
+
+
+def load_apc_path(apc_path: Union[str, Path]) -> APCModel:
+    """The APC model file that the hparams key ``apc_path`` names; a :class:`ConfigurationError` line
+    when it is missing, a folder or not an APC model."""
+    path = Path(apc_path)
+    if not path.is_file():
+        what = "is a folder, not an APC model file" if path.is_dir() else "does not exist" + (
+            "" if path.is_absolute() else f" in the working directory {os.getcwd()}")
+        raise ConfigurationError(f"apc_path {path} {what}: pretrain one with recipes/LibriSpeech/pretrain_apc.py, "
+                                 "set apc_path: null to pretrain here, or give the shipped one by its absolute path "
+                                 "(docs/extending.md)")
+    try:
+        return load_apc(path)
+    except ValueError as err:
+        raise ConfigurationError(f"apc_path {path}: {err}") from None
+
+
+def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Optional[APCModel]:
+    """The APC model the run needs: loaded from ``apc_path``, or pretrained on the training split when
+    ``apc_path`` is null; None when the inputs are filterbanks and no controller needs surprisal.
+
+    Arguments
+    ---------
+    hparams : dict
+        Uses ``encoder_module``, ``input_features``, ``apc_path`` and, for pretraining, the
+        ``apc_*`` keys of ``hparams/common/apc.yaml``.
+    manifests : dict
+        Split name -> manifest; pretraining uses ``train`` and ``valid``.
+    run_opts : dict
+        SpeechBrain's run options (device, precision...) for pretraining.
+    """
+    encoder = hparams["encoder_module"]
+    needed = runs_apc(hparams["input_features"], encoder)
+    if not needed:
+        logger.info("APC not needed: raw filterbank inputs and no surprisal-driven controller")
+        return None
+    if hparams.get("apc_path"):
+        return load_apc_path(hparams["apc_path"])
+    return load_apc(pretrain_apc_on(hparams, {k: manifests[k] for k in ("train", "valid")}, run_opts))
+
+
+def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Path:
+    """Pretrain APC on the ``train`` manifest (validation loss on ``valid``) from cached filterbanks.
+
+    Resumes from its checkpoints and skips training when ``apc_export_path`` exists. With
+    ``apc_speed_perturb`` factors, the training split's filterbanks are also cached at those speeds
+    and each training utterance is read, each epoch, at a random one of them or at 1.0.
+
+    Returns
+    -------
+    pathlib.Path
+        The exported model file (``apc_export_path``).
+    """
+    from .apc_training import pretrain_apc
+
+    perturbation = hparams.get("apc_speed_perturbation")
+    fbank_cache = FeatureCache(hparams["cache_folder"], None, hparams["feature_config"])
+    run_on_main(fill_cache, args=[fbank_cache, manifests, hparams["cache_batch_size"], perturbation])
+    datasets = {split: DynamicItemDataset.from_csv(csv_path=str(manifest)) for split, manifest in manifests.items()}
+    for split, dataset in datasets.items():
+        sb.dataio.dataset.add_dynamic_item([dataset], cached_features(fbank_cache, perturbation if split == "train"
+                                                                      else None))
+    sb.dataio.dataset.set_output_keys(list(datasets.values()), ["id", "fbank"])
+    return pretrain_apc(datasets, hparams, run_opts)
+
+
+def feature_cache(hparams: Dict, manifests: Mapping[str, str], apc: Optional[APCModel]) -> Optional[FeatureCache]:
+    """The feature cache of every utterance of ``manifests`` (filterbanks; with APC also its
+    features and surprisal), filled on the main process; None with ``use_feature_cache: False``."""
+    if not hparams["use_feature_cache"]:
+        return None
+    cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"])
+    run_on_main(fill_cache, args=[cache, manifests, hparams["cache_batch_size"], hparams.get("speed_perturbation")])
+    return cache
+
+
+def cache_items(cache: FeatureCache) -> List[str]:
+    """The tensors an entry of ``cache`` holds: ``fbank``, and with APC its ``features`` and ``surprisal``."""
+    return ["fbank", "features", "surprisal"] if cache.apc is not None else ["fbank"]
+
+
+def cached_features(cache: FeatureCache, speed_perturbation: Optional[SpeedPerturbation] = None):
+    """Dynamic item: utterance id -> the cached tensors named by :func:`cache_items` (with a
+    ``speed_perturbation``, those of the utterance at the speed it draws)."""
+    names = cache_items(cache)
+
+    @sb.utils.data_pipeline.takes("id")
+    @sb.utils.data_pipeline.provides(*names)
+    def cached(utt_id: str):
+        if speed_perturbation:
+            utt_id = speed_perturbation.cache_id(utt_id, speed_perturbation.choose())
+        entry = cache.load(utt_id)
+        for name in names:
+            yield entry[name]
+
+    return cached
+
+
+def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: int,
+               speed_perturbation: Optional[SpeedPerturbation] = None) -> None:
+    """Compute missing cache entries for every utterance of the manifests, longest first; with a
+    ``speed_perturbation``, also the training split at each of its speeds."""
+    from .data.audio import read_audio
+    from .data.manifest import read_manifest
+
+    # wav as the dataset reads it (SpeechBrain's CSV loader does not resolve relative paths)
+    rows = {split: read_manifest(manifest, ("ID", "duration", "wav"), resolve_wav=False).rows
+            for split, manifest in manifests.items()}
+
+    def longest_first(split_rows: List[Dict[str, str]]) -> List[Dict[str, str]]:
+        return sorted(split_rows, key=lambda r: -float(r["duration"]))
+
+    every_row = longest_first([r for split_rows in rows.values() for r in split_rows])
+    cache.build([(r["ID"], r["wav"]) for r in every_row], read_audio, batch_size=batch_size)
+    if speed_perturbation and "train" in rows:
+        train_rows = longest_first(rows["train"])
+        for factor in speed_perturbation.factors:
+            cache.build([(speed_perturbation.cache_id(r["ID"], factor), r["wav"]) for r in train_rows],
+                        lambda path, factor=factor: speed_perturbation(read_audio(path), factor),
+                        batch_size=batch_size)

@@ -1,0 +1,484 @@
+"""The settings of a recipe run: its command line and hparams file loaded with clear errors, every
+setting checked before any data is read (types and ranges, labels and ``num_outputs``, the APC file,
+a ``--test_only`` run's checkpoint, a test budget, a bias sweep), the training precision resolved,
+the hparams of a finished run folder read back without side effects, and the experiment folder,
+whose resumed training must keep the settings its checkpoints were trained with.
+"""
+from __future__ import annotations
+
+import filecmp
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import speechbrain as sb
+import torch
+from speechbrain.utils.distributed import if_main_process
+
+from .allocator import reuse_freed_memory
+from .arguments import resolve_device
+from .controllers import CALIBRATION_METHODS, check_calibration_target
+from .errors import ConfigurationError
+from .frozen_features import load_apc_path
+from .hparams_files import expand_hparams, load_hparams_file, load_yaml_tolerant, parse_yaml_tolerant, ruamel_errors
+from .nnet import runs_apc
+from .precision import TRAINING_PRECISIONS, auto_precision
+
+
+def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
+    """SpeechBrain's ``parse_arguments``, with stray words refused instead of passed on as overrides.
+
+    Returns ``(hparams_file, run_opts, overrides)``; every override must be ``--key=value`` (or
+    ``--key value``) and name a key of the hparams file (checked by :func:`load_hparams`).
+    ``--precision=auto``, which SpeechBrain's flag does not take, becomes the override ``precision: auto``.
+
+    Example
+    -------
+    >>> parse_arguments(["run.yaml", "--precision=auto", "--lr=0.1"])[2].splitlines()
+    ['lr: 0.1', 'precision: auto']
+    """
+    argv, auto = _without_precision_auto(list(argv))
+    hparams_file, run_opts, overrides = sb.parse_arguments(argv)
+    if auto:
+        overrides = "\n".join(line for line in (overrides, "precision: auto") if line)
+    stray = [line for line in overrides.splitlines() if line.strip() and ":" not in line]
+    if stray:
+        raise ConfigurationError(f"unexpected argument {stray[0]!r}: after the hparams file, give overrides as "
+                                 "--key=value (keys of that file) or SpeechBrain's options (--device, --test_only, ...)")
+    return hparams_file, run_opts, overrides
+
+
+def _without_precision_auto(argv: List[str]) -> Tuple[List[str], bool]:
+    """``argv`` without ``--precision=auto`` / ``--precision auto``, and whether it had one."""
+    kept, auto, i = [], False, 0
+    while i < len(argv):
+        if argv[i] == "--precision=auto" or (argv[i] == "--precision" and argv[i + 1:i + 2] == ["auto"]):
+            auto, i = True, i + (1 if "=" in argv[i] else 2)
+            continue
+        kept.append(argv[i])
+        i += 1
+    return kept, auto
+
+
+def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapping] = None) -> Dict:
+    """Load a hyperpyyaml file with overrides; unknown keys and bad values get a clear error.
+
+    With ``run_opts`` (a recipe run) the training ``precision`` is resolved (:func:`resolve_precision`),
+    the settings that must agree are checked (labels and ``num_outputs``, a test budget, a bias
+    sweep), and ``malloc_reuse: True`` switches this process's allocator to reuse freed memory
+    (:func:`~surprisal_cc.allocator.reuse_freed_memory`). Note: hparams files are code (``!new:``/``!apply:`` run
+    Python); only load files you trust.
+    """
+    path = Path(hparams_file)
+    if not path.is_file():
+        raise ConfigurationError(f"hparams file {hparams_file} does not exist")
+    try:
+        hparams = load_hparams_file(path, overrides)
+    except KeyError as err:
+        raise ConfigurationError(f"{hparams_file}: {err.args[0].split(' not found')[0]} is not a key of this configuration "
+                                 "(check the spelling; every --key=value override must name an existing key)") from None
+    except (ValueError, TypeError, ImportError, AttributeError) as err:
+        raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
+    except ruamel_errors() as err:  # e.g. the same --key=value override given twice
+        problem = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigurationError(f"{hparams_file}: {problem} "
+                                 "(give each key once, in the file or as one --key=value option)") from None
+    if run_opts is not None:
+        device = resolve_device(run_opts.get("device") or "cpu")  # a missing GPU, before any data is read
+        if "precision" in hparams:
+            hparams["precision"] = resolve_precision(hparams["precision"], run_opts)
+            if hparams["precision"] == "fp16" and device.type != "cuda":
+                raise ConfigurationError(f"precision fp16 trains on CUDA only (device {device}): use fp32, bf16 or "
+                                         "auto")
+        if hparams.get("malloc_reuse"):
+            reuse_freed_memory()
+        if hparams.get("target_unit", "phone") not in ("phone", "sentencepiece"):
+            raise ConfigurationError(f"target_unit must be 'phone' or 'sentencepiece', got {hparams['target_unit']!r}")
+        if hparams.get("target_unit") == "phone":
+            check_num_outputs(hparams)
+        check_test_budget(hparams)
+        check_bias_sweep(hparams)
+        check_selection_metric(hparams)
+        check_settings(hparams, boolean_keys=[key for key, value in load_yaml_tolerant(path).items()
+                                              if isinstance(value, bool)])
+        check_apc_path(hparams, run_opts)
+    return hparams
+
+
+def resolve_precision(precision: str, run_opts) -> str:
+    """The training precision: ``auto`` becomes :func:`~surprisal_cc.precision.auto_precision` of the
+    run's device.
+
+    ``--precision`` on the command line (SpeechBrain's flag) wins over the YAML key.
+    """
+    if "precision" in getattr(run_opts, "overridden_args", ()):
+        return run_opts["precision"]
+    if precision not in TRAINING_PRECISIONS:
+        raise ConfigurationError(f"precision must be one of {TRAINING_PRECISIONS}, got {precision!r}")
+    if precision != "auto":
+        return precision
+    device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
+    return _agreed_by_every_rank(auto_precision, device)
+
+
+def _agreed_by_every_rank(choose: Callable[[str], str], device: str) -> str:
+    """``choose(device)`` as the main process makes it, for every DDP rank: on a CPU, ``auto`` times
+    bf16 against fp32 (:func:`~surprisal_cc.precision.auto_precision`), and ranks timed side by side
+    could choose differently. Only the main process measures; the others take its choice (a no-op
+    outside DDP and on CUDA, where the rule is fixed and nothing is measured)."""
+    from speechbrain.utils.distributed import is_distributed_initialized
+
+    if not is_distributed_initialized() or torch.device(device).type == "cuda":
+        return choose(device)
+    main = torch.distributed.get_rank() == 0
+    choice = torch.tensor([TRAINING_PRECISIONS.index(choose(device)) if main else -1])
+    torch.distributed.broadcast(choice, src=0)
+    return TRAINING_PRECISIONS[int(choice)]
+
+
+# Settings checked before any data is read (check_settings): a misread one would otherwise fail, or
+# silently change the run, after data preparation and the feature cache.
+POSITIVE_INT_KEYS = ("batch_size", "number_of_epochs", "apc_batch_size", "apc_epochs", "checkpoints_to_keep")
+POSITIVE_FLOAT_KEYS = ("lr", "apc_lr")
+CHOICE_KEYS = {"valid_search": ("greedy", "beam"), "sorting": ("random", "ascending", "descending"),
+               "calibration_method": CALIBRATION_METHODS}
+
+
+def check_settings(hparams: Mapping, boolean_keys: Iterable[str] = ()) -> None:
+    """The ``boolean_keys`` (:func:`load_hparams` passes those whose value in the hparams file is True
+    or False) are still booleans, every setting of the lists above that is present has its type and
+    range, and the controller's calibration targets are reachable; one :class:`ConfigurationError`
+    line per problem otherwise.
+
+    Example
+    -------
+    >>> check_settings({"augment": "no", "lr": -1, "valid_search": "beams"}, boolean_keys=["augment"])
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: augment must be True or False, got 'no'
+    lr must be a positive number, got -1
+    valid_search must be one of ('greedy', 'beam'), got 'beams'
+    """
+    problems = [f"{key} must be True or False, got {hparams[key]!r}" for key in boolean_keys
+                if key in hparams and not isinstance(hparams[key], bool)]
+    problems += [f"{key} must be a whole number of at least 1, got {hparams[key]!r}" for key in POSITIVE_INT_KEYS
+                 if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], int)
+                                        or hparams[key] < 1)]
+    problems += [f"{key} must be a positive number, got {hparams[key]!r}" for key in POSITIVE_FLOAT_KEYS
+                 if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], (int, float))
+                                        or not 0 < hparams[key] < float("inf"))]
+    problems += [f"{key} must be one of {choices}, got {hparams[key]!r}" for key, choices in CHOICE_KEYS.items()
+                 if key in hparams and hparams[key] not in choices]
+    mean, var = hparams.get("controller_target_mean"), hparams.get("controller_target_var")
+    if isinstance(mean, (int, float)):
+        try:
+            check_calibration_target(mean, var if isinstance(var, (int, float)) else None)
+        except ValueError as err:
+            problems.append(str(err))
+    if problems:
+        raise ConfigurationError("\n".join(problems))
+
+
+def check_apc_path(hparams: Mapping, run_opts: Mapping) -> None:
+    """Where the run needs APC: ``apc_path`` is a loadable APC model file (loaded here, before any data
+    is read, and again by :func:`~surprisal_cc.frozen_features.obtain_apc`: a few MB, not worth a cache
+    kept between them); with ``apc_path`` null, a ``--test_only`` run finds the APC its training
+    exported (it never pretrains one)."""
+    if "encoder_module" not in hparams or not runs_apc(hparams.get("input_features", "apc"),
+                                                       hparams["encoder_module"]):
+        return None  # APC pretraining (its own recipe), or a model without APC
+    if hparams.get("apc_path"):
+        load_apc_path(hparams["apc_path"])
+    elif run_opts.get("test_only") and not Path(hparams.get("apc_export_path", "")).is_file():
+        raise ConfigurationError(f"--test_only with apc_path null needs the APC the run trained with, and "
+                                 f"{hparams.get('apc_export_path')} does not exist: give --apc_path=FILE (the APC "
+                                 "the run loaded; its results.json names its fingerprint)")
+    return None
+
+
+def check_test_only(hparams: Mapping, run_opts: Mapping) -> None:
+    """``--test_only`` needs a trained run: its ``checkpointer`` must find a checkpoint of a validated
+    epoch (one that records ``selection_metric``), not only a checkpoint taken within an epoch."""
+    if not run_opts.get("test_only"):
+        return
+    metric = hparams.get("selection_metric", "PER")
+    checkpointer = hparams["checkpointer"]
+    if checkpointer.find_checkpoint(min_key=metric) is None:
+        raise ConfigurationError(f"--test_only: {checkpointer.checkpoints_dir} holds no checkpoint of a validated "
+                                 f"epoch ({metric}) to evaluate: train this run first, or point --output_folder at "
+                                 "a trained run")
+
+
+def check_manifest_phones(manifests: Mapping[str, str], labels: Sequence[str]) -> None:
+    """Every phone of the manifests' ``phn`` columns is one of ``labels``: a clear error naming the
+    manifest, the phones and an utterance, before any feature is computed.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "test.csv").write_text("ID,phn\\nu1,sil HH AY sil\\n")
+    ...     check_manifest_phones({"test": f"{tmp}/test.csv"}, ["sil", "AY"])
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: .../test.csv: phone(s) ['HH'] (utterance u1) are not in the label set (2 labels, hparams key phone_set): set phone_set to the corpus's phones, or map them in its prepare function
+    """
+    from .data.manifest import read_manifest
+
+    for manifest in manifests.values():
+        columns, rows = read_manifest(manifest, (), resolve_wav=False)
+        if "phn" not in columns:
+            continue
+        for row in rows:
+            unknown = sorted(set((row["phn"] or "").split()) - set(labels))
+            if unknown:
+                raise ConfigurationError(
+                    f"{manifest}: phone(s) {unknown} (utterance {row.get('ID')}) are not in the label set "
+                    f"({len(labels)} labels, hparams key phone_set): set phone_set to the corpus's phones, "
+                    "or map them in its prepare function")
+
+
+def check_selection_metric(hparams: Mapping) -> None:
+    """``selection_metric`` (the validation metric the checkpoints are kept and chosen by) is one that
+    validation reports for the run's targets: PER for phones; TER or WER for sentencepiece units.
+
+    Example
+    -------
+    >>> check_selection_metric({"target_unit": "sentencepiece", "selection_metric": "PER"})
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.ConfigurationError: selection_metric: PER is not reported for sentencepiece targets: choose one of ['TER', 'WER'] (--selection_metric=TER)
+    """
+    unit = hparams.get("target_unit", "phone")
+    choices = ["PER"] if unit == "phone" else ["TER", "WER"]
+    metric = hparams.get("selection_metric", choices[0])
+    if metric not in choices:
+        raise ConfigurationError(f"selection_metric: {metric} is not reported for {unit} targets: choose one of "
+                                 f"{choices} (--selection_metric={choices[0]})")
+
+
+def check_num_outputs(hparams: Dict) -> None:
+    """``num_outputs`` is the label set's size plus the blank, found before any data is touched."""
+    expected = len(hparams["label_encoder"].ind2lab)
+    if hparams["num_outputs"] != expected:
+        raise ConfigurationError(f"num_outputs is {hparams['num_outputs']} but the label set has {expected - 1} "
+                                 f"labels + blank = {expected}: set --num_outputs={expected}")
+
+
+def check_test_budget(hparams: Mapping) -> None:
+    """``test_flops_fraction`` (a test-time FLOPs budget) is a fraction, and replaces a bias sweep."""
+    fraction = hparams.get("test_flops_fraction")
+    if fraction is None:
+        return
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction < 1.0:
+        raise ConfigurationError(f"test_flops_fraction must be a number in (0, 1) (a fraction of the big-only MACs "
+                                 f"per frame) or null, got {fraction!r}")
+    if hparams.get("test_budget_split", "valid") not in ("valid", "test"):
+        raise ConfigurationError(f"test_budget_split must be 'valid' or 'test' (the audio whose surprisal the "
+                                 f"budget's bias shift is solved on), got {hparams['test_budget_split']!r}")
+    if [float(s) for s in hparams.get("test_bias_shifts", [0.0])] != [0.0]:
+        raise ConfigurationError(f"test_flops_fraction: {fraction} solves the test-time bias shift itself: leave "
+                                 f"test_bias_shifts at [0.0] (it is {hparams['test_bias_shifts']})")
+
+
+def check_bias_sweep(hparams: Mapping) -> None:
+    """A test-time bias sweep (``test_bias_shifts`` other than 0) needs a controller with a logit to
+    shift: not big-only, small-only, nor an adaptive-depth encoder (their results would repeat the
+    unshifted one under another name)."""
+    shifts = [float(s) for s in hparams.get("test_bias_shifts", [0.0])]
+    if not any(shifts):
+        return
+    encoder = hparams.get("encoder_module")
+    controller = getattr(encoder, "controller", None)
+    if controller is None or not hasattr(encoder, "test_bias_shift"):
+        raise ConfigurationError(f"test_bias_shifts: {shifts} shifts a controller's logit; the {hparams.get('encoder')!r} "
+                                 "encoder has none: leave test_bias_shifts at [0.0]")
+    if not controller.shifts_with_bias:
+        raise ConfigurationError(f"test_bias_shifts: {shifts} shifts a controller's logit; the {controller.name!r} "
+                                 "controller has none to shift: leave test_bias_shifts at [0.0]")
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading a configuration without running it: the hparams of a finished run (export, realign) or
+# of an hparams file whose model is only built (surprisal-cc flops)
+# ----------------------------------------------------------------------------------------------
+RUN_HPARAMS_FILES = ("hyperparams.yaml", "hparams.yaml")
+
+
+def run_hparams_file(run_dir: Union[str, os.PathLike]) -> Path:
+    """The hparams file SpeechBrain writes into a recipe run folder (``hyperparams.yaml``, or
+    ``hparams.yaml``); :class:`ConfigurationError` when ``run_dir`` holds neither.
+
+    Example
+    -------
+    >>> run_hparams_file("no/such/run")
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: no/such/run: no hyperparams.yaml or hparams.yaml (the hparams SpeechBrain \
+writes into a recipe run folder: is this the output_folder of a recipe run?)
+    """
+    run = Path(run_dir)
+    for name in RUN_HPARAMS_FILES:
+        if (run / name).is_file():
+            return run / name
+    raise ConfigurationError(f"{run}: no {' or '.join(RUN_HPARAMS_FILES)} (the hparams SpeechBrain writes into a "
+                             "recipe run folder: is this the output_folder of a recipe run?)")
+
+
+def inert_override_text(hparams_file: Union[str, os.PathLike], overrides: Union[str, Mapping, None] = None) -> str:
+    """Overrides for :func:`load_hparams` that load ``hparams_file`` free of side effects: ``overrides``
+    (YAML text, or a mapping of plain values) and, for every key they do not set,
+    :func:`~surprisal_cc.hparams_files.inert_overrides` (no checkpoint folder, a dummy for each
+    ``!PLACEHOLDER``). YAML text is kept as written, tags (``!ref``) included.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     hparams = Path(tmp) / "hparams.yaml"
+    ...     _ = hparams.write_text("data_folder: !PLACEHOLDER\\nlr: 0.1\\n")
+    ...     print(inert_override_text(hparams, {"lr": 0.5}))
+    ...     print(inert_override_text(hparams, "data_folder: data"))
+    lr: 0.5
+    data_folder: placeholder
+    data_folder: data
+    """
+    import yaml
+
+    from .hparams_files import TolerantLoader, inert_overrides
+
+    if isinstance(overrides, Mapping):
+        given = dict(overrides)
+        text = yaml.safe_dump(given, sort_keys=False).strip() if given else ""
+    else:
+        text = (overrides or "").strip()
+        try:  # plain YAML (a flow mapping such as "{lr: 0.5}" too) in block style, so lines can follow it
+            given = yaml.safe_load(text) if text else {}
+            if isinstance(given, dict) and given:
+                text = yaml.safe_dump(given, sort_keys=False).strip()
+        except yaml.YAMLError:  # tags (!ref), kept as written, read as plain data; or not YAML: named
+            try:
+                given = yaml.load(text, Loader=TolerantLoader)
+            except yaml.YAMLError as err:
+                raise ConfigurationError(f"{hparams_file}: the overrides are not YAML "
+                                         f"({' '.join(str(err).split())})") from None
+    given = given if isinstance(given, dict) else {}
+    inert = [f"{key}: {value}" for key, value in inert_overrides(hparams_file).items() if key not in given]
+    return "\n".join(([text] if text else []) + inert)
+
+
+def load_inert_hparams(hparams_file: Union[str, os.PathLike], overrides: Union[str, Mapping, None] = None) -> Dict:
+    """:func:`load_hparams` of ``hparams_file`` with ``overrides`` (YAML text or a mapping), building the
+    modules without side effects (:func:`inert_override_text`): no data is read, no checkpoint folder is
+    created, ``!PLACEHOLDER`` values need no override."""
+    return load_hparams(str(hparams_file), inert_override_text(hparams_file, overrides))
+
+
+def load_run_hparams(run_dir: Union[str, os.PathLike], overrides: Union[str, Mapping, None] = None,
+                     phones_for: Optional[str] = None) -> Tuple[Path, Dict]:
+    """The hparams file of a recipe run folder (:func:`run_hparams_file`) and its hparams, loaded
+    without side effects (:func:`load_inert_hparams`) with ``overrides`` on top.
+
+    Arguments
+    ---------
+    run_dir : str or path
+        Output folder of a recipe run.
+    overrides : str or mapping, optional
+        Hparams overrides (YAML text or a mapping).
+    phones_for : str, optional
+        What needs a phone model (e.g. ``"realignment"``): :class:`ConfigurationError` unless the
+        run's ``target_unit`` is ``phone``.
+
+    Returns
+    -------
+    hparams_file : pathlib.Path
+    hparams : dict
+
+    Example
+    -------
+    >>> load_run_hparams("no/such/run")[1]
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: no/such/run: no hyperparams.yaml or hparams.yaml (the hparams SpeechBrain \
+writes into a recipe run folder: is this the output_folder of a recipe run?)
+    """
+    hparams_file = run_hparams_file(run_dir)
+    hparams = load_inert_hparams(hparams_file, overrides)
+    unit = hparams.get("target_unit", "phone")
+    if phones_for is not None and unit != "phone":
+        raise ConfigurationError(f"{hparams_file}: {phones_for} needs phone targets (target_unit: {unit})")
+    return hparams_file, hparams
+
+
+# ----------------------------------------------------------------------------------------------
+# The experiment folder, and the settings its checkpoints were trained with
+# ----------------------------------------------------------------------------------------------
+# Settings a resumed training run may change: where files are, how long it trains, and how it is
+# validated and tested. Any other plain setting (a number, a name, a list of them) that differs from
+# the one its checkpoints were trained with is refused: the run would mix two configurations.
+RESUMABLE_KEYS = frozenset({
+    "apc_export_path", "apc_output_folder", "beam_size", "cache_batch_size", "cache_folder", "checkpoints_to_keep",
+    "ckpt_interval_minutes", "controller_at_test", "data_folder", "dev_subset", "download", "error_details_file",
+    "experiment_root", "find_unused_parameters", "malloc_reuse", "num_workers", "number_of_epochs", "output_folder",
+    "prepared_folder", "results_file", "save_folder", "selection_metric", "test_bias_shifts", "test_budget_split",
+    "test_flops_fraction", "test_stochastic", "test_threads", "train_log", "use_feature_cache", "valid_search"})
+
+
+def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> List[str]:
+    """``"key: trained with X, requested Y"`` for each plain top-level setting (not in
+    :data:`RESUMABLE_KEYS`) that both configurations hold and that differs.
+
+    Example
+    -------
+    >>> changed_training_settings({"lr": 0.001, "number_of_epochs": 30, "seed": 1},
+    ...                           {"lr": 0.002, "number_of_epochs": 40, "seed": 1})
+    ['lr: trained with 0.001, requested 0.002']
+    """
+    def plain(value) -> bool:
+        return not isinstance(value, (dict, list)) or (isinstance(value, list) and all(map(plain, value)))
+
+    def same_file(a, b) -> bool:  # one file by two names (relative and absolute, another working directory)
+        return isinstance(a, str) and isinstance(b, str) and Path(a).is_file() and Path(b).is_file() \
+            and filecmp.cmp(a, b, shallow=False)
+
+    return [f"{key}: trained with {stored[key]!r}, requested {value!r}" for key, value in requested.items()
+            if key in stored and key not in RESUMABLE_KEYS and not key.startswith("__")
+            and plain(value) and plain(stored[key]) and stored[key] != value and not same_file(stored[key], value)]
+
+
+def create_experiment_directory(experiment_directory: str, hparams_file: str, overrides: str = "",
+                                test_only: bool = False, hparams: Optional[Dict[str, Any]] = None) -> None:
+    """SpeechBrain's ``create_experiment_directory`` (folder, log, environment, resolved
+    ``hyperparams.yaml``) for an hparams file that may start from another one: the saved
+    ``hyperparams.yaml`` holds the whole configuration (:func:`~surprisal_cc.hparams_files.expand_hparams`).
+    A ``test_only`` evaluation of a trained folder leaves the training's ``hyperparams.yaml`` as it
+    was and saves its own as ``hyperparams_test_only.yaml`` (``hyperparams_test_only_random_at_test.yaml``
+    and so on where the loaded ``hparams`` change the test-time conditions: :func:`~surprisal_cc.runs.evaluation_tag`).
+    Training resumed from the checkpoints in ``hparams["save_folder"]`` must keep the settings they
+    were trained with (:func:`changed_training_settings`); a :class:`ConfigurationError` otherwise,
+    and the stored ``hyperparams.yaml`` is kept."""
+    saved = Path(experiment_directory) / "hyperparams.yaml"
+    stored = saved.read_bytes() if if_main_process() and saved.is_file() else None
+    resumed = not test_only and stored is not None and hparams is not None and "save_folder" in hparams \
+        and any(Path(hparams["save_folder"]).glob("CKPT+*"))
+    with tempfile.TemporaryDirectory() as folder:
+        expanded = Path(folder) / Path(hparams_file).name
+        expanded.write_text(expand_hparams(hparams_file), encoding="utf-8")
+        sb.create_experiment_directory(experiment_directory=experiment_directory,
+                                       hyperparams_to_save=str(expanded), overrides=overrides)
+        if if_main_process() and saved.is_file():  # name the file the configuration came from
+            saved.write_text(saved.read_text(encoding="utf-8").replace(
+                os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
+    if resumed:
+        changed = changed_training_settings(parse_yaml_tolerant(stored), parse_yaml_tolerant(saved.read_bytes()))
+        if changed:
+            saved.write_bytes(stored)  # the configuration of the checkpoints stays beside them
+            raise ConfigurationError(f"{experiment_directory} holds checkpoints trained with other settings "
+                                     f"({'; '.join(changed)}): give the settings it was trained with, or another "
+                                     "--output_folder (or --experiment_root) for a new run")
+    if test_only and stored is not None:
+        from .runs import evaluation_tag, test_only_hyperparams_name
+
+        saved.replace(saved.with_name(test_only_hyperparams_name(evaluation_tag(hparams or {}))))
+        saved.write_bytes(stored)

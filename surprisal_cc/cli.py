@@ -116,7 +116,7 @@ def cmd_grid(args, unknown: List[str]) -> int:
 
 def cmd_report(args, unknown: List[str]) -> int:
     from .report import format_markdown, write_csv
-    from .runs import collect_results
+    from .run_files import collect_results
 
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:
@@ -142,7 +142,7 @@ def cmd_report(args, unknown: List[str]) -> int:
 
 def cmd_curves(args, unknown: List[str]) -> int:
     from .report import format_learning_curves
-    from .runs import read_history
+    from .run_files import read_history
 
     runs, histories = {}, {}
     for spec in args.runs:

@@ -2,7 +2,7 @@
 
 * no import circle between modules;
 * no private name (``_name``) imported from, or read off, another module;
-* the lower layers (data, networks, features, decoding, APC, model folders, run folders, label scores)
+* the lower layers (data, networks, features, decoding, APC, model folders, run files and names, label scores)
   import neither the upper ones (brain, recipe, inference, export, realign, cli) nor the experiment tools
   (grid, report, plots, analysis), and the inference runtime loads no experiment tool when it is imported.
 
@@ -26,7 +26,7 @@ PACKAGE = "surprisal_cc"
 # by the module's first name below the package (surprisal_cc.data.mfa: data)
 LOWER = {"", "errors", "arguments", "data", "nnet", "flops", "features", "augment", "controllers", "adaptive", "encoders", "ctc",
          "decoding", "apc", "cache", "metrics", "schedulers", "checkpoints", "hparams_files", "precision", "threads", "viterbi",
-         "runs", "label_eval", "forward", "model_folder", "architectures", "labels", "allocator"}
+         "run_files", "run_names", "label_eval", "forward", "model_folder", "architectures", "labels", "allocator"}
 UPPER = {"brain", "apc_training", "recipe", "run_settings", "frozen_features", "datasets", "inference", "corpora",
          "evaluation", "export", "realign", "cli", "long_audio", "timestamps"}
 TOOLS = {"grid", "report", "plots", "analysis"}
@@ -198,8 +198,19 @@ def test_the_inference_runtime_does_not_load_the_training_brain():
     assert brain_loaded == "False"
 
 
+def test_the_grid_and_the_run_files_load_no_torch():
+    """``surprisal-cc grid`` starts without torch: importing the grid, the run files and their names (in a
+    fresh interpreter) loads no ``torch`` (``run_files.new_model_options`` imports the controllers when it
+    looks one up)."""
+    code = "import sys, surprisal_cc.grid, surprisal_cc.run_files, surprisal_cc.run_names; print('torch' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False"]
+
+
 def test_training_and_inference_import_no_experiment_tool(graph):
-    """Training and the inference runtime name and read run files through ``runs``, not through a tool
+    """Training and the inference runtime name and read run files through ``run_files``, not through a tool
     (imports inside functions included); only the command line reaches the tools."""
     modules = [m for m in graph if layer_of(m) in UPPER - {"cli"}]
     assert sorted((m, other) for m in modules for other in graph[m].modules if layer_of(other) in TOOLS) == []

@@ -21,7 +21,7 @@ from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (
 from surprisal_cc.apc import load_apc
 from surprisal_cc.grid import file_sha256
 from surprisal_cc.nnet import weights_fingerprint
-from surprisal_cc.runs import config_of, model_name
+from surprisal_cc.run_names import config_of, model_name
 
 pytestmark = pytest.mark.integration
 

@@ -615,8 +615,9 @@ TOOL_MODULES = {"grid": "grid", "analyse": "analysis"}
 
 
 def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
-    """The command line; ``command`` (the one about to run) leaves the experiment tools' options out
-    of the other commands' parsers, so that ``transcribe`` does not import them (None: every command)."""
+    """The command line; ``command`` (the one about to run) is the only experiment tool whose module is
+    imported for its options, so that ``transcribe`` and ``--help`` do not import the tools (None: no
+    tool's options, as for ``surprisal-cc --help``)."""
     import surprisal_cc
 
     parser = _Parser(prog="surprisal-cc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,5 +1,5 @@
-"""The frozen inputs of a recipe run: its APC model (loaded from ``apc_path``, the file read once by the
-start-up check and :func:`obtain_apc` together, or pretrained on the training split) and the feature cache
+"""The frozen inputs of a recipe run: its APC model (loaded from ``apc_path``, which the start-up check
+has loaded once already to check it, or pretrained on the training split) and the feature cache
 of its utterances (filterbanks; with APC also its features and surprisal), filled once on the main
 process and read back as the datasets' dynamic items.
 """

@@ -40,6 +40,8 @@ def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
     """
     argv, auto = _without_precision_auto(list(argv))
     hparams_file, run_opts, overrides = sb.parse_arguments(argv)
+    if auto and "precision" in getattr(run_opts, "overridden_args", ()):
+        raise ConfigurationError(f"--precision given twice (auto and {run_opts['precision']}): give it once")
     if auto:
         overrides = "\n".join(line for line in (overrides, "precision: auto") if line)
     stray = [line for line in overrides.splitlines() if line.strip() and ":" not in line]
@@ -50,10 +52,11 @@ def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
 
 
 def _without_precision_auto(argv: List[str]) -> Tuple[List[str], bool]:
-    """``argv`` without ``--precision=auto`` / ``--precision auto``, and whether it had one."""
+    """``argv`` without ``--precision=auto`` / ``--precision auto`` (any case), and whether it had one."""
     kept, auto, i = [], False, 0
     while i < len(argv):
-        if argv[i] == "--precision=auto" or (argv[i] == "--precision" and argv[i + 1:i + 2] == ["auto"]):
+        if argv[i].lower() == "--precision=auto" or (argv[i] == "--precision" and
+                                                     [a.lower() for a in argv[i + 1:i + 2]] == ["auto"]):
             auto, i = True, i + (1 if "=" in argv[i] else 2)
             continue
         kept.append(argv[i])

@@ -2,8 +2,9 @@
 
 * no import circle between modules;
 * no private name (``_name``) imported from, or read off, another module;
-* the lower layers (data, networks, features, decoding, APC, model folders, run files and names, label scores)
-  import neither the upper ones (brain, recipe, inference, export, realign, cli) nor the experiment tools
+* the lower layers (data, labels, networks, features, decoding, APC, model folders, run files and names, label
+  scores, the allocator) import neither the upper ones (brain, the recipe steps, inference, export, realign, cli)
+  nor the experiment tools
   (grid, report, plots, analysis), and the inference runtime loads no experiment tool when it is imported.
 
 Every module is assigned to one layer below, so a new module has to be placed.

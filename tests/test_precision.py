@@ -144,8 +144,11 @@ def test_precision_auto_on_the_command_line_is_the_yaml_key():
     override precision: auto, and the other values stay SpeechBrain's run option."""
     from surprisal_cc.run_settings import parse_arguments
 
-    for argv in (["run.yaml", "--precision=auto"], ["run.yaml", "--precision", "auto", "--lr=0.1"]):
+    for argv in (["run.yaml", "--precision=auto"], ["run.yaml", "--precision", "AUTO", "--lr=0.1"]):
         _, run_opts, overrides = parse_arguments(argv)
         assert "precision: auto" in overrides.splitlines() and "precision" not in run_opts.get("overridden_args", ())
     _, run_opts, overrides = parse_arguments(["run.yaml", "--precision=bf16"])
     assert run_opts["precision"] == "bf16" and "precision" not in overrides
+    for twice in (["run.yaml", "--precision=bf16", "--precision=auto"], ["run.yaml", "--precision=auto", "--precision=fp32"]):
+        with pytest.raises(ConfigurationError, match=r"--precision given twice \(auto and (bf16|fp32)\): give it once"):
+            parse_arguments(twice)

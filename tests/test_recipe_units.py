@@ -161,3 +161,20 @@ def test_one_file_by_two_names_is_no_changed_setting(tmp_path, monkeypatch):
     (tmp_path / "other.pt").write_bytes(b"other weights")
     assert run_settings.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": "other.pt"}) == [
         "apc_path: trained with 'apc.pt', requested 'other.pt'"]
+
+
+def test_saved_run_folders_apply_the_names_at_their_old_place():
+    """Run folders saved before the labels and input widths moved apply them as surprisal_cc.recipe.<name>
+    (e.g. docs/results/**/hyperparams.yaml); those names must keep loading, to the same objects."""
+    from hyperpyyaml import load_hyperpyyaml
+
+    from surprisal_cc.labels import label_encoder_for, phone_set
+    from surprisal_cc.nnet import input_size_for
+
+    saved = load_hyperpyyaml("""
+phone_set: &phones !apply:surprisal_cc.recipe.phone_set [librispeech]
+label_encoder: !apply:surprisal_cc.recipe.label_encoder_for [*phones]
+input_size: !apply:surprisal_cc.recipe.input_size_for [apc]
+""")
+    assert saved["phone_set"] == phone_set("librispeech") and saved["input_size"] == input_size_for("apc")
+    assert len(saved["label_encoder"]) == len(label_encoder_for(phone_set("librispeech")))

@@ -709,8 +709,10 @@ def calibrate_surprisal_controller(
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"unknown calibration method {method!r} (hparams key 'calibration_method'): "
                          f"choose one of {CALIBRATION_METHODS}")
-    check_calibration_target(target_mean)  # not target_var: a flops_budget mean may leave it unreachable
-    if not 0 <= target_var < target_mean * (1 - target_mean):
+    check_calibration_target(target_mean)  # the variance is only warned about, below
+    try:
+        check_calibration_target(target_mean, target_var)
+    except ValueError:  # a flops_budget's mean can put the configured variance out of reach
         logger.warning("controller_target_var %g cannot be met with target mean %g (p_big in [0, 1] has variance "
                        "below %.4g): the fit comes as close as it can; calibration.json has the variance reached",
                        target_var, target_mean, target_mean * (1 - target_mean))

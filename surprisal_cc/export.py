@@ -217,7 +217,7 @@ def _phone_model_hparams(run: Path, hp_file: Path) -> Tuple[Dict[str, Any], Dict
         raise ConfigurationError(f"{hp_file}: only phone models can be exported (target_unit: {raw['target_unit']})")
     if not isinstance(raw.get("encoder_module"), dict):
         raise ConfigurationError(f"{hp_file}: no encoder_module (build_encoder arguments) to rebuild the model from")
-    return raw, load_run_hparams(run, phones_for="export")[1]
+    return raw, load_run_hparams(run)[1]  # a phone model: checked on raw above
 
 
 def _rebuild_encoder(hp_file: Path, raw: Dict[str, Any], hparams: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:

@@ -4,7 +4,7 @@
     surprisal-cc flops hparams/TIMIT/conditional_ctc.yaml [--key=value ...] [--json]
     surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N] [--only SUBSTRING]
         [--no-report] [--key=value ...]
-    surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json] [--csv FILE]
+    surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json] [--csv FILE] [--pool KEY]
     surprisal-cc report results/MiniLibriSpeech/grid --out docs/results/MiniLibriSpeech   # every table + plot
     surprisal-cc curves RUN_DIR[=LABEL] ... [--key PER] [--plot OUT.png]   # runs in progress too
     surprisal-cc bench [--json] [--quick] [--only training,rnn] [--device cuda]
@@ -115,15 +115,21 @@ def cmd_grid(args, unknown: List[str]) -> int:
 
 
 def cmd_report(args, unknown: List[str]) -> int:
-    from .report import format_markdown, write_csv
+    from .report import format_markdown, pool_configurations, write_csv
     from .run_files import collect_results
+    from .run_names import CONFIG_KEYS
 
+    pool = [key for keys in args.pool for key in keys.split(",") if key]
+    wrong = [key for key in pool if key not in CONFIG_KEYS]
+    if wrong:
+        raise UsageError(f"--pool {','.join(wrong)}: not a configuration key; give one of {', '.join(CONFIG_KEYS)}")
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
     rows = collect_results(args.paths)
     if not rows:
         raise FileNotFoundError(f"no results files (results*.json) found under {', '.join(args.paths)}")
+    rows = pool_configurations(rows, pool)
     if args.csv:
         write_csv(rows, args.csv)
     if args.out:
@@ -132,8 +138,8 @@ def cmd_report(args, unknown: List[str]) -> int:
 
         if len(args.paths) != 1:
             raise UsageError("--out takes one results folder")
-        print(write_report(args.paths[0], args.out))
-        for path in make_all_plots(args.paths[0], args.out):
+        print(write_report(args.paths[0], args.out, pool=pool))
+        for path in make_all_plots(args.paths[0], args.out, pool=pool):
             print(f"wrote {path}")
         return 0
     print(json.dumps(rows, indent=2, default=str) if args.json else format_markdown(rows))
@@ -669,6 +675,9 @@ def _add_report_parser(subparsers) -> None:
     p.add_argument("--csv", help="also write the table as CSV to this file")
     p.add_argument("--out", help="write every paper-style table (Markdown + CSV) and every plot into this "
                                  "folder (from one results folder)")
+    p.add_argument("--pool", action="append", default=[], metavar="KEY[,KEY]",
+                   help="configuration keys that no longer tell rows apart (e.g. apc: seeds trained with an "
+                        "APC file and with its fp16 copy form one row, labelled with both fingerprints)")
 
 
 def _add_curves_parser(subparsers) -> None:

@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .report import (aggregate, ensure_aggregated, pareto_front, select_rows, setup_groups,  # noqa: E402
+from .report import (aggregate, ensure_aggregated, pareto_front, pool_configurations, select_rows, setup_groups,  # noqa: E402
                      setup_of, table_bias_sweep, table_controllers, table_converged, table_lambda)
 from .run_files import Row, collect_results, read_history  # noqa: E402
 from .run_names import run_label  # noqa: E402
@@ -305,7 +305,7 @@ def plot_routing(fbank: Any, surprisal: Any, use_big: Any, path: PathLike, title
     return _save(fig, path)
 
 
-def make_all_plots(results_root: PathLike, out_dir: PathLike) -> List[Path]:
+def make_all_plots(results_root: PathLike, out_dir: PathLike, pool: Sequence[str] = ()) -> List[Path]:
     """Every figure the results under ``results_root`` allow.
 
     Per dataset, ``<dataset>_<figure>.png``: PER vs FLOPs of the Table 2 rows and of every row of the
@@ -319,6 +319,8 @@ def make_all_plots(results_root: PathLike, out_dir: PathLike) -> List[Path]:
         Folder searched recursively for results files.
     out_dir : str or pathlib.Path
         Folder of the figures.
+    pool : sequence of str
+        Configuration keys pooled over (:func:`~surprisal_cc.report.pool_configurations`).
 
     Returns
     -------
@@ -337,7 +339,7 @@ def make_all_plots(results_root: PathLike, out_dir: PathLike) -> List[Path]:
     """
     out, root = Path(out_dir), Path(results_root)
     rows = collect_results(root)
-    agg = aggregate(rows) if rows else []
+    agg = aggregate(pool_configurations(rows, pool)) if rows else []
     paths = []
     for dataset in sorted({str(r.get("dataset", "")) for r in agg}):
         mine = [r for r in agg if r.get("dataset") == dataset]

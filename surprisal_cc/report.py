@@ -37,7 +37,7 @@ SORT_ORDER: Dict[str, Sequence[Any]] = {
     **{flag: (False, True) for flag in ("controller_at_train", "controller_at_test", "train_stochastic",
                                         "test_stochastic")}}
 
-__all__ = ["aggregate", "pareto_front", "Table", "table_summary", "table_controllers", "table_converged",
+__all__ = ["aggregate", "pool_configurations", "pareto_front", "Table", "table_summary", "table_controllers", "table_converged",
            "short_label", "table_paired", "table_precision", "paired_difference", "table_ablation",
            "table_stochastic", "table_lambda", "table_bias_sweep", "setup_of", "setup_groups", "format_markdown",
            "write_csv", "report_tables", "write_report", "format_learning_curves", "ensure_aggregated",
@@ -203,6 +203,58 @@ def pareto_front(rows: Sequence[Row], x: str = "flops_per_frame", y: str = "PER"
               if r.get(x) is not None and r.get(y) is not None}
     return {i for i, (xi, yi) in points.items()
             if not any(xj <= xi and yj <= yi and (xj, yj) != (xi, yi) for xj, yj in points.values())}
+
+
+def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
+    """``rows`` with the configuration keys in ``keys`` no longer telling configurations apart: runs
+    that agree on every other key become one configuration, whose value of each pooled key joins the
+    values of its runs with ``+`` (so a table still shows what was pooled).
+
+    For example, ``keys=["apc"]`` pools seeds trained with an APC file and with its fp16 copy.
+
+    Arguments
+    ---------
+    rows : sequence of dict
+        Results rows (:func:`~surprisal_cc.run_files.collect_results`).
+    keys : sequence of str
+        Configuration keys (``CONFIG_KEYS``) to pool over.
+
+    Returns
+    -------
+    list of dict
+        The rows, copied, with the pooled keys' joined values; ``unpooled`` holds a row's own values.
+
+    Example
+    -------
+    >>> rows = [{"controller": "surprisal", "seed": 1, "PER": 20.0, "apc": "27d287a179a6"},
+    ...         {"controller": "surprisal", "seed": 2, "PER": 22.0, "apc": "75da3c37ee63"}]
+    >>> [(r["model"], r["n_seeds"]) for r in aggregate(pool_configurations(rows, ["apc"]))]
+    [('Surprisal-based controller [APC 27d287a1+75da3c37]', 2)]
+    """
+    unknown = [k for k in keys if k not in CONFIG_KEYS]
+    if unknown:
+        raise ValueError(f"cannot pool over {', '.join(unknown)}: not a configuration key "
+                         f"(one of {', '.join(CONFIG_KEYS)})")
+    if not keys:
+        return [dict(r) for r in rows]
+    kept = [k for k in CONFIG_KEYS if k not in keys]
+
+    def rest(row: Row) -> Tuple:
+        config = config_of(row)
+        return tuple(str(config.get(k)) for k in kept)
+
+    values: Dict[Tuple, Dict[str, Set[str]]] = {}
+    for row in rows:
+        config = config_of(row)
+        for k in keys:
+            if config.get(k) is not None:
+                values.setdefault(rest(row), {}).setdefault(k, set()).add(str(config[k]))
+    pooled = []
+    for row in rows:
+        joined = values.get(rest(row), {})
+        own = {k: row[k] for k in keys if k in joined and k in row}
+        pooled.append({**row, **{k: "+".join(sorted(joined[k])) for k in keys if k in joined}, "unpooled": own})
+    return pooled
 
 
 def ensure_aggregated(rows: Sequence[Row]) -> List[Row]:
@@ -888,7 +940,7 @@ def apc_legend(rows: Sequence[Row]) -> str:
     """
     paths: Dict[str, Set[str]] = {}
     for row in (r for r in rows if r.get("apc")):
-        files = paths.setdefault(str(row["apc"]), set())
+        files = paths.setdefault(str(row.get("unpooled", {}).get("apc", row["apc"])), set())  # pool_configurations
         if row.get("apc_path"):
             files.add(str(row["apc_path"]))
     return "".join(f"APC {fingerprint[:8]}: weights fingerprint {fingerprint}"
@@ -934,7 +986,8 @@ def report_tables(rows: Sequence[Row]) -> Dict[str, List[Table]]:
     return out
 
 
-def write_report(results_root: Union[PathLike, Sequence[PathLike]], out_dir: PathLike) -> str:
+def write_report(results_root: Union[PathLike, Sequence[PathLike]], out_dir: PathLike,
+                 pool: Sequence[str] = ()) -> str:
     """Write every table as ``<dataset>_<table>.md`` and ``.csv``, plus ``report.md``, into ``out_dir``.
 
     The tables of each dataset are those of :func:`report_tables` and ``all_configurations``.
@@ -945,6 +998,8 @@ def write_report(results_root: Union[PathLike, Sequence[PathLike]], out_dir: Pat
         Results files, or folders searched recursively.
     out_dir : str or pathlib.Path
         Output folder (created).
+    pool : sequence of str
+        Configuration keys pooled over (:func:`pool_configurations`).
 
     Returns
     -------
@@ -969,7 +1024,7 @@ def write_report(results_root: Union[PathLike, Sequence[PathLike]], out_dir: Pat
     rows = collect_results(results_root)
     if not rows:
         return "No results yet.\n"
-    agg = aggregate(rows)
+    agg = aggregate(pool_configurations(rows, pool))
     sections = []
     for dataset, tables in report_tables(agg).items():
         sections.append(f"## {dataset or 'Results'}\n")

@@ -171,7 +171,7 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
     notes += {"pronunciation_alternatives": ["every pronunciation"], "optional_silence": ["optional sil"]}.get(
         config.get("train_targets"), [])
     if config.get("apc") and shown("apc"):  # the weights' fingerprint (recorded since the APC became a key)
-        notes.append(f"APC {str(config['apc'])[:8]}")
+        notes.append("APC " + "+".join(part[:8] for part in str(config["apc"]).split("+")))  # pooled: joined
     if config.get("precision") in ("fp32", "bf16"):
         notes.append(f"{config['precision']} training")
     if config.get("augment"):

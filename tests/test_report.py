@@ -477,6 +477,39 @@ def test_runs_with_other_apc_weights_are_not_pooled():
                                                  "APC old: weights fingerprint old\n")
 
 
+def test_pooling_over_the_apc_joins_its_seeds_and_names_both_fingerprints(tmp_path: Path, capsys) -> None:
+    """``--pool apc``: seeds that differ only in their APC file (an fp32 one and its fp16 copy) form one
+    row labelled with both fingerprints, paired by seed; other keys still tell rows apart."""
+    rows = [{"controller": c, "seed": s, "PER": per + s / 10, "apc": "a1" * 6 if s < 3 else "b2" * 6,
+             "apc_path": "apc.pt" if s < 3 else "pretrained/apc.pt", "flops_per_frame": f, "number_of_epochs": 30}
+            for c, f, per in (("big_only", 7.54e6, 26.8), ("surprisal", 6.93e6, 27.1)) for s in (1, 2, 3)]
+    rows.append({"controller": "surprisal", "input_features": "fbank", "seed": 1, "PER": 28.0, "apc": "b2" * 6,
+                 "flops_per_frame": 6.93e6, "number_of_epochs": 30})
+    assert len(report.aggregate(rows)) == 5  # unpooled: each APC apart
+    pooled = report.pool_configurations(rows, ["apc"])
+    assert [r["apc"] for r in rows[:2]] == ["a1" * 6] * 2  # the input rows are left as they were
+    agg = report.aggregate(pooled)
+    assert sorted((r["model"], r["n_seeds"], round(r["PER"], 2)) for r in agg) == [
+        ("Big network only [APC a1a1a1a1+b2b2b2b2]", 3, 27.0),
+        ("Surprisal-based controller [APC a1a1a1a1+b2b2b2b2]", 3, 27.3),
+        ("Surprisal-based controller [fbank features, APC b2b2b2b2]", 1, 28.0)]
+    paired = report.table_paired(pooled)
+    assert [(r["n_seeds"], round(r["delta_PER"], 2)) for r in paired.rows] == [(3, 0.3)]
+    assert report.format_markdown(pooled).endswith("APC a1a1a1a1: weights fingerprint a1a1a1a1a1a1, loaded from apc.pt\n"
+                                                   "APC b2b2b2b2: weights fingerprint b2b2b2b2b2b2, loaded from "
+                                                   "pretrained/apc.pt\n")
+    for number, row in enumerate(rows[:6]):
+        (tmp_path / f"run{number}").mkdir()
+        (tmp_path / f"run{number}" / "results.json").write_text(json.dumps({**row, "dataset": "Mini"}))
+    assert cli_main(["report", str(tmp_path), "--pool", "apc"]) == 0
+    out = capsys.readouterr().out
+    assert "Surprisal-based controller [APC a1a1a1a1+b2b2b2b2]** | **Mini** | **27.30% ± 0.10%** |" in out
+    assert cli_main(["report", str(tmp_path), "--pool", "apcs"]) == 2
+    assert "--pool apcs: not a configuration key" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="cannot pool over apcs"):
+        report.pool_configurations(rows, ["apcs"])
+
+
 def test_converged_reference_ties_go_to_the_profile_with_more_configurations():
     """Two big-only rows with the same epochs and seeds (e.g. two APCs): the reference profile is the
     one more configurations were trained in, whatever the order of the results files."""

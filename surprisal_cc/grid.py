@@ -77,7 +77,7 @@ import yaml
 
 from .arguments import positive_int
 from .errors import UsageError
-from .hparams_files import load_yaml_tolerant
+from .hparams_files import changed_training_settings, load_yaml_tolerant
 from .run_files import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
 
 __all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "expand", "override_value", "results_files", "execute",
@@ -144,6 +144,21 @@ class Run:
     def complete(self) -> bool:
         """Whether every results file this run writes exists."""
         return all(p.exists() for p in self.results_files())
+
+    def changed_settings(self) -> List[str]:
+        """How the training run saved in this run's folder (its ``hyperparams.yaml``, which a test-only
+        evaluation keeps) differs from this run: each setting it was trained with that this run's
+        overrides change (:func:`~surprisal_cc.hparams_files.changed_training_settings`: test-time
+        settings may), and its number of epochs; none for a folder without ``hyperparams.yaml``."""
+        saved = self.output_folder / "hyperparams.yaml"
+        if not saved.is_file():
+            return []
+        stored = load_yaml_tolerant(saved)
+        changed = changed_training_settings(stored, {k: v for k, v in self.overrides.items() if k != "test_only"})
+        trained = stored.get("number_of_epochs")
+        if self.epochs is not None and trained is not None and str(trained) != str(self.epochs):
+            changed.append(f"number_of_epochs: trained with {trained!r}, requested {self.epochs!r}")
+        return changed
 
     def published_folder(self, grid_root: Path, destination: Path) -> Path:
         """Where :func:`publish_run` copies this run's result files."""
@@ -513,13 +528,14 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
             ) -> Dict[str, Tuple[str, float]]:
     """Run what is not complete, ``jobs`` at a time (``threads`` torch threads each; default: the
     cores divided among the jobs); returns name -> (status, seconds), status one of done / skipped /
-    published / failed / blocked / elsewhere / dry-run ("elsewhere": another grid process holds the
+    published / failed / blocked / conflict / elsewhere / dry-run ("conflict": its folder holds a
+    finished run with other settings (:meth:`Run.changed_settings`); "elsewhere": another grid process holds the
     run's lock file (:attr:`Run.lock_name`), i.e. is running it now; a dry run says so too). With ``publish = (grid_root, destination)``, each run's
     result files are copied there when it is done (or found complete), and a run whose results are
     there already is not run again ("published": finished on a machine whose ``grid_root`` is gone;
     a test-only run of its folder is "blocked", as it needs the checkpoint that stayed there)."""
     log = log or sys.stdout
-    status, pending = _triage(runs, dry_run, publish)
+    status, pending = _triage(runs, dry_run, publish, log)
     trainers = _trainers(runs)
     if dry_run:
         return _print_dry_run(runs, pending, status, jobs, threads, log)
@@ -533,14 +549,21 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     return status
 
 
-def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Path]]
+def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Path]], log: IO[str]
             ) -> Tuple[Dict[str, Tuple[str, float]], List[Run]]:
     """The status of the runs with nothing to do ("skipped": complete, published unless a dry run;
-    "published": its results are at the destination), and the other runs in the order to start them."""
+    "published": its results are at the destination; "conflict": its folder holds a finished run
+    with other settings, named in ``log``), and the other runs in the order to start them."""
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
     for run in runs:
-        if run.complete():
+        changed = run.changed_settings() if run.complete() else []
+        if changed:  # another grid's finished run in this folder: not a result of this one
+            status[run.name] = ("conflict", 0.0)
+            print(f"[conflict] {run.name}: {run.output_folder} holds a finished run made with other settings "
+                  f"({'; '.join(changed)}): move that folder away, or give this grid another experiment_root",
+                  file=log, flush=True)
+        elif run.complete():
             status[run.name] = ("skipped", 0.0)
             if publish is not None and not dry_run:
                 publish_run(run, *publish)
@@ -583,7 +606,7 @@ def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Po
             status[run.name] = ("blocked", 0.0)
             print(f"[blocked] {run.name}: no checkpoint in {run.output_folder / 'save'} to evaluate "
                   "(train its run first, or select it too)", file=log, flush=True)
-        elif any(s in ("failed", "blocked", "published", "elsewhere") for s in deps):
+        elif any(s in ("failed", "blocked", "published", "elsewhere", "conflict") for s in deps):
             pending.remove(run)
             status[run.name] = ("blocked", 0.0)
         elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):
@@ -737,7 +760,7 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
 def exit_status(status: Dict[str, Tuple[str, float]]) -> int:
     """The grid command's exit status: 1 when a run failed, 3 when none failed but a run was
     blocked (its training run failed, runs elsewhere or was published from another machine, so its
-    checkpoint is not here), else 0, so that a script can tell "every selected run is finished" apart.
+    checkpoint is not here) or its folder holds another configuration's finished run (conflict), else 0, so that a script can tell "every selected run is finished" apart.
 
     Example
     -------
@@ -747,7 +770,7 @@ def exit_status(status: Dict[str, Tuple[str, float]]) -> int:
     1
     """
     states = {state for state, _ in status.values()}
-    return 1 if "failed" in states else 3 if "blocked" in states else 0
+    return 1 if "failed" in states else 3 if states & {"blocked", "conflict"} else 0
 
 
 def write_grid_report(results_root: Path, out: Path) -> List[Path]:

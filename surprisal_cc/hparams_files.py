@@ -11,14 +11,16 @@ reads as "that file, with these top-level keys replaced (or added)". hyperpyyaml
 as one file first; ``--key=value`` overrides then apply to it as usual (and must name one of its
 keys). The package has two readers of hparams files, both through it: :func:`load_hparams_file`
 builds one (hyperpyyaml: the recipes' hparams, the model files), :func:`load_yaml_tolerant` reads one
-(or a saved run's ``hyperparams.yaml``) as plain data without building anything.
+(or a saved run's ``hyperparams.yaml``) as plain data without building anything, and
+:func:`changed_training_settings` tells which settings of a saved run a new command would change.
 """
 from __future__ import annotations
 
+import filecmp
 import io
 import re
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Dict, List, Mapping, Union
 
 import ruamel.yaml
 import yaml
@@ -242,3 +244,36 @@ def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
 def ruamel_errors():
     """The exception class of ruamel.yaml's parse errors."""
     return ruamel.yaml.YAMLError
+
+
+# Settings a resumed training run may change: where files are, how long it trains, and how it is
+# validated and tested. Any other plain setting (a number, a name, a list of them) that differs from
+# the one its checkpoints were trained with is refused: the run would mix two configurations.
+RESUMABLE_KEYS = frozenset({
+    "apc_export_path", "apc_output_folder", "beam_size", "cache_batch_size", "cache_folder", "checkpoints_to_keep",
+    "ckpt_interval_minutes", "controller_at_test", "data_folder", "dev_subset", "download", "error_details_file",
+    "experiment_root", "find_unused_parameters", "malloc_reuse", "num_workers", "number_of_epochs", "output_folder",
+    "prepared_folder", "results_file", "save_folder", "selection_metric", "test_bias_shifts", "test_budget_split",
+    "test_flops_fraction", "test_stochastic", "test_threads", "train_log", "use_feature_cache", "valid_search"})
+
+
+def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> List[str]:
+    """``"key: trained with X, requested Y"`` for each plain top-level setting (not in
+    :data:`RESUMABLE_KEYS`) that both configurations hold and that differs.
+
+    Example
+    -------
+    >>> changed_training_settings({"lr": 0.001, "number_of_epochs": 30, "seed": 1},
+    ...                           {"lr": 0.002, "number_of_epochs": 40, "seed": 1})
+    ['lr: trained with 0.001, requested 0.002']
+    """
+    def plain(value) -> bool:
+        return not isinstance(value, (dict, list)) or (isinstance(value, list) and all(map(plain, value)))
+
+    def same_file(a, b) -> bool:  # one file by two names (relative and absolute, another working directory)
+        return isinstance(a, str) and isinstance(b, str) and Path(a).is_file() and Path(b).is_file() \
+            and filecmp.cmp(a, b, shallow=False)
+
+    return [f"{key}: trained with {stored[key]!r}, requested {value!r}" for key, value in requested.items()
+            if key in stored and key not in RESUMABLE_KEYS and not key.startswith("__")
+            and plain(value) and plain(stored[key]) and stored[key] != value and not same_file(stored[key], value)]

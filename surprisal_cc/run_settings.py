@@ -6,7 +6,6 @@ whose resumed training must keep the settings its checkpoints were trained with.
 """
 from __future__ import annotations
 
-import filecmp
 import os
 import tempfile
 from pathlib import Path
@@ -21,7 +20,8 @@ from .arguments import resolve_device
 from .controllers import CALIBRATION_METHODS, check_calibration_target
 from .errors import ConfigurationError
 from .frozen_features import load_apc_path
-from .hparams_files import expand_hparams, load_hparams_file, load_yaml_tolerant, parse_yaml_tolerant, ruamel_errors
+from .hparams_files import (RESUMABLE_KEYS, changed_training_settings, expand_hparams, load_hparams_file,  # noqa: F401
+                            load_yaml_tolerant, parse_yaml_tolerant, ruamel_errors)
 from .nnet import runs_apc
 from .precision import TRAINING_PRECISIONS, auto_precision
 
@@ -417,39 +417,6 @@ writes into a recipe run folder: is this the output_folder of a recipe run?)
 # ----------------------------------------------------------------------------------------------
 # The experiment folder, and the settings its checkpoints were trained with
 # ----------------------------------------------------------------------------------------------
-# Settings a resumed training run may change: where files are, how long it trains, and how it is
-# validated and tested. Any other plain setting (a number, a name, a list of them) that differs from
-# the one its checkpoints were trained with is refused: the run would mix two configurations.
-RESUMABLE_KEYS = frozenset({
-    "apc_export_path", "apc_output_folder", "beam_size", "cache_batch_size", "cache_folder", "checkpoints_to_keep",
-    "ckpt_interval_minutes", "controller_at_test", "data_folder", "dev_subset", "download", "error_details_file",
-    "experiment_root", "find_unused_parameters", "malloc_reuse", "num_workers", "number_of_epochs", "output_folder",
-    "prepared_folder", "results_file", "save_folder", "selection_metric", "test_bias_shifts", "test_budget_split",
-    "test_flops_fraction", "test_stochastic", "test_threads", "train_log", "use_feature_cache", "valid_search"})
-
-
-def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> List[str]:
-    """``"key: trained with X, requested Y"`` for each plain top-level setting (not in
-    :data:`RESUMABLE_KEYS`) that both configurations hold and that differs.
-
-    Example
-    -------
-    >>> changed_training_settings({"lr": 0.001, "number_of_epochs": 30, "seed": 1},
-    ...                           {"lr": 0.002, "number_of_epochs": 40, "seed": 1})
-    ['lr: trained with 0.001, requested 0.002']
-    """
-    def plain(value) -> bool:
-        return not isinstance(value, (dict, list)) or (isinstance(value, list) and all(map(plain, value)))
-
-    def same_file(a, b) -> bool:  # one file by two names (relative and absolute, another working directory)
-        return isinstance(a, str) and isinstance(b, str) and Path(a).is_file() and Path(b).is_file() \
-            and filecmp.cmp(a, b, shallow=False)
-
-    return [f"{key}: trained with {stored[key]!r}, requested {value!r}" for key, value in requested.items()
-            if key in stored and key not in RESUMABLE_KEYS and not key.startswith("__")
-            and plain(value) and plain(stored[key]) and stored[key] != value and not same_file(stored[key], value)]
-
-
 def create_experiment_directory(experiment_directory: str, hparams_file: str, overrides: str = "",
                                 test_only: bool = False, hparams: Optional[Dict[str, Any]] = None) -> None:
     """SpeechBrain's ``create_experiment_directory`` (folder, log, environment, resolved

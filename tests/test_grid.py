@@ -135,6 +135,28 @@ def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.Cap
     assert "done: 1, skipped: 1" in capsys.readouterr().out
 
 
+def test_a_finished_run_with_other_settings_is_a_conflict_not_a_result(grid_file: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    """Another grid's finished run in a run's folder (another lr, fewer epochs) is not taken as this
+    grid's result: one line names the folder and the settings, its test-only runs are blocked."""
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    (folder / "hyperparams.yaml").write_text("controller: surprisal\nseed: 1\nlr: 0.001\nnumber_of_epochs: 2\n"
+                                             "data_folder: elsewhere\n")
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["overrides"] = {"number_of_epochs": 50, "lr": 0.002, "data_folder": "here"}  # data_folder: may change
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["grid", str(grid_file), "--no-report"]) == 3
+    out = capsys.readouterr().out
+    assert (f"[conflict] controllers/controller-surprisal/seed1: {folder} holds a finished run made with other "
+            "settings (lr: trained with 0.001, requested 0.002; number_of_epochs: trained with 2, requested 50): "
+            "move that folder away, or give this grid another experiment_root") in out
+    assert "[conflict] bias/controller-surprisal/seed1" in out  # the sweep evaluated that run too
+    assert "conflict: 2, skipped: 4" in out  # the runs whose folders did not record those settings stay
+    assert len((folder / "calls.txt").read_text().splitlines()) == 2  # nothing was run in that folder
+
+
 def test_failed_run_blocks_its_test_only_runs(grid_file: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture) -> None:
     spec = yaml.safe_load(grid_file.read_text())

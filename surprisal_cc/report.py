@@ -222,7 +222,8 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
     Returns
     -------
     list of dict
-        The rows, copied, with the pooled keys' joined values; ``unpooled`` holds a row's own values.
+        The rows, copied, with the pooled keys' joined values (where the runs of a configuration hold
+        several); ``unpooled`` holds a row's own values of those.
 
     Example
     -------
@@ -243,17 +244,22 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
         config = config_of(row)
         return tuple(str(config.get(k)) for k in kept)
 
-    values: Dict[Tuple, Dict[str, Set[str]]] = {}
+    values: Dict[Tuple, Dict[str, Set[Any]]] = {}
     for row in rows:
         config = config_of(row)
         for k in keys:
             if config.get(k) is not None:
-                values.setdefault(rest(row), {}).setdefault(k, set()).add(str(config[k]))
+                values.setdefault(rest(row), {}).setdefault(k, set()).add(config[k])
+    for group in values.values():
+        for k, found in group.items():
+            if len(found) > 1 and not all(isinstance(v, str) for v in found):
+                raise ValueError(f"cannot pool over {k}: its values ({', '.join(sorted(map(str, found)))}) are not "
+                                 "names that one label can join")
     pooled = []
     for row in rows:
-        joined = values.get(rest(row), {})
-        own = {k: row[k] for k in keys if k in joined and k in row}
-        pooled.append({**row, **{k: "+".join(sorted(joined[k])) for k in keys if k in joined}, "unpooled": own})
+        joined = {k: v if len(v) > 1 else None for k, v in values.get(rest(row), {}).items()}
+        own = {k: row[k] for k in joined if joined[k] and k in row}
+        pooled.append({**row, **{k: "+".join(sorted(v)) for k, v in joined.items() if v}, "unpooled": own})
     return pooled
 
 

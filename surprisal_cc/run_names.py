@@ -172,7 +172,7 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
         config.get("train_targets"), [])
     if config.get("apc") and shown("apc"):  # the weights' fingerprint (recorded since the APC became a key)
         notes.append("APC " + "+".join(part[:8] for part in str(config["apc"]).split("+")))  # pooled: joined
-    if config.get("precision") in ("fp32", "bf16"):
+    if config.get("precision") and set(str(config["precision"]).split("+")) <= {"fp32", "bf16"}:  # "+": pooled
         notes.append(f"{config['precision']} training")
     if config.get("augment"):
         notes.append("masked inputs")

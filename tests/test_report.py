@@ -508,6 +508,12 @@ def test_pooling_over_the_apc_joins_its_seeds_and_names_both_fingerprints(tmp_pa
     assert "--pool apcs: not a configuration key" in capsys.readouterr().err
     with pytest.raises(ValueError, match="cannot pool over apcs"):
         report.pool_configurations(rows, ["apcs"])
+    perturbed = [{**rows[0], "speed_perturb": [0.9, 1.1]}, {**rows[1], "speed_perturb": []}]
+    with pytest.raises(ValueError, match=r"cannot pool over speed_perturb: its values \(\(\), \(0.9, 1.1\)\) are not names"):
+        report.pool_configurations(perturbed, ["speed_perturb"])
+    precisions = [{**rows[0], "precision": "fp32"}, {**rows[1], "precision": "bf16"}, {**rows[2], "precision": "bf16"}]
+    assert sorted(r["model"] for r in report.aggregate(report.pool_configurations(precisions, ["precision"]))) == [
+        "Big network only [APC a1a1a1a1, bf16+fp32 training]", "Big network only [APC b2b2b2b2, bf16 training]"]
 
 
 def test_converged_reference_ties_go_to_the_profile_with_more_configurations():

@@ -14,6 +14,8 @@ Grid file (plain YAML)::
     overrides: {data_folder: data/MiniLibriSpeech, number_of_epochs: 50}   # every run
     publish: docs/results/MiniLibriSpeech/runs    # optional: results*.json, history.jsonl, calibration.json,
                                                   # hyperparams.yaml of each finished run are copied here (same sub-folders)
+    report_pool: [apc]                            # optional: configuration keys the reports pool over
+                                                  # (surprisal-cc report --pool)
     prepare:                                      # optional: inputs every run needs, made once before the first launch
       - creates: results/labels.csv               # skipped when this file exists
         command: [python, make_labels.py, results/labels.csv]   # "python": this interpreter
@@ -79,6 +81,7 @@ from .arguments import positive_int
 from .errors import UsageError
 from .hparams_files import changed_training_settings, load_yaml_tolerant
 from .run_files import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
+from .run_names import CONFIG_KEYS
 
 __all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "expand", "override_value", "results_files", "execute",
            "publish_run", "acquire_run_lock", "lock_holder", "release_run_lock", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
@@ -113,6 +116,7 @@ class GridSpec:
     groups: List[Dict[str, Any]]
     seeds: List[Any] = field(default_factory=lambda: [1])
     publish: Optional[str] = None  # folder that receives each finished run's small result files
+    report_pool: List[str] = field(default_factory=list)  # configuration keys the reports pool over
     prepare: List[PrepareStep] = field(default_factory=list)
 
 
@@ -221,10 +225,11 @@ def load_grid(path: str) -> GridSpec:
                     experiment_root=str(data.get("experiment_root") or hparams_root),
                     overrides=dict(data.get("overrides") or {}), groups=list(data["groups"]),
                     seeds=list(data.get("seeds") or [1]), publish=data.get("publish"),
+                    report_pool=list(data.get("report_pool") or []),
                     prepare=_prepare_steps(path, data.get("prepare") or []))
 
 
-GRID_KEYS = {"recipe", "hparams", "groups", "overrides", "seeds", "publish", "prepare", "experiment_root"}
+GRID_KEYS = {"recipe", "hparams", "groups", "overrides", "seeds", "publish", "prepare", "experiment_root", "report_pool"}
 GROUP_KEYS = {"name", "vary", "set", "folder_of"}
 
 
@@ -250,6 +255,9 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
         fail("overrides must be a mapping of keys to values")
     if not isinstance(data.get("seeds") or [], list):
         fail("seeds must be a list, e.g. [1, 2, 3]")
+    pool = data.get("report_pool") or []
+    if not isinstance(pool, list) or not all(key in CONFIG_KEYS for key in pool):
+        fail(f"report_pool must be a list of configuration keys ({', '.join(CONFIG_KEYS)}), e.g. [apc]")
 
 
 def _prepare_steps(path: str, entries: Any) -> List[PrepareStep]:
@@ -743,14 +751,14 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
     if any(not r.complete() and not (publish is not None and r.published(*publish)) for r in runs):
         prepare_inputs(spec.prepare, dry_run=args.dry_run)
-    report_published = (functools.partial(write_grid_report, publish[1], publish[1] / "report")
+    report_published = (functools.partial(write_grid_report, publish[1], publish[1] / "report", spec.report_pool)
                         if publish is not None and not args.no_report else None)
     status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish,
                      threads=getattr(args, "threads", None), on_published=report_published)
     print(format_summary(runs, status))
     if not args.dry_run and not args.no_report:
         out = Path(spec.experiment_root) / "report"
-        figures = write_grid_report(Path(spec.experiment_root) / "grid", out)
+        figures = write_grid_report(Path(spec.experiment_root) / "grid", out, spec.report_pool)
         print(f"report: {out / 'report.md'} ({len(figures)} figures)")
         if report_published is not None:
             report_published()
@@ -773,11 +781,11 @@ def exit_status(status: Dict[str, Tuple[str, float]]) -> int:
     return 1 if "failed" in states else 3 if states & {"blocked", "conflict"} else 0
 
 
-def write_grid_report(results_root: Path, out: Path) -> List[Path]:
+def write_grid_report(results_root: Path, out: Path, pool: Sequence[str] = ()) -> List[Path]:
     """Tables (``report.md``, Markdown and CSV) and figures of the results under ``results_root``,
-    written to ``out``; returns the figures."""
+    written to ``out``, pooled over the configuration keys ``pool``; returns the figures."""
     from .plots import make_all_plots
     from .report import write_report
 
-    write_report(results_root, out)
-    return make_all_plots(results_root, out)
+    write_report(results_root, out, pool=pool)
+    return make_all_plots(results_root, out, pool=pool)

@@ -210,7 +210,8 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
     that agree on every other key become one configuration, whose value of each pooled key joins the
     values of its runs with ``+`` (so a table still shows what was pooled).
 
-    For example, ``keys=["apc"]`` pools seeds trained with an APC file and with its fp16 copy.
+    For example, ``keys=["apc"]`` pools seeds trained with an APC file and with its fp16 copy. As in
+    :func:`aggregate`, a seed found twice in a configuration counts once (the newest file).
 
     Arguments
     ---------

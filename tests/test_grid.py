@@ -232,6 +232,18 @@ def test_published_report_grows_run_by_run(grid_file: Path, tmp_path: Path, caps
     assert (tmp_path / "exp" / "report" / "report.md").is_file()
 
 
+def test_report_pool_pools_the_reports_of_a_grid(grid_file: Path, tmp_path: Path) -> None:
+    """``report_pool``: the published and the experiment's reports pool over those keys (here the
+    controller, to see it: both controllers' seeds form one row)."""
+    spec = yaml.safe_load(grid_file.read_text())
+    spec.update(publish=str(tmp_path / "published"), report_pool=["controller"])
+    grid_file.write_text(yaml.safe_dump(spec))
+    assert main(["grid", str(grid_file), "--only", "/controllers/"]) == 0
+    for report in (tmp_path / "published" / "report" / "report.md", tmp_path / "exp" / "report" / "report.md"):
+        rows = [line for line in report.read_text().splitlines() if line.startswith("| **random+surprisal")]
+        assert rows and all("| **2** |" in row for row in rows), report  # seeds 1-2: a seed counts once per row
+
+
 def test_a_failing_report_does_not_stop_the_grid(grid_file: Path, tmp_path: Path) -> None:
     import io
 
@@ -294,6 +306,7 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     (lambda spec: {**spec, "groups": [{"name": "a", "vary": [1]}]}, "vary of group 'a'"),
     (lambda spec: {**spec, "overrides": [1]}, "overrides must be a mapping"),
     (lambda spec: {**spec, "seeds": 3}, "seeds must be a list"),
+    (lambda spec: {**spec, "report_pool": ["apcs"]}, "report_pool must be a list of configuration keys"),
     (lambda spec: {**spec, "overides": {"lr": 1}}, "unknown key(s) ['overides']: a grid file has"),
     (lambda spec: {**spec, "groups": [{**spec["groups"][0], "sets": {"encoder": "act"}}]},
      f"unknown key(s) ['sets'] in group"),

@@ -117,12 +117,12 @@ def cmd_grid(args, unknown: List[str]) -> int:
 def cmd_report(args, unknown: List[str]) -> int:
     from .report import format_markdown, pool_configurations, write_csv
     from .run_files import collect_results
-    from .run_names import CONFIG_KEYS
+    from .run_names import POOLABLE_KEYS
 
     pool = [key for keys in args.pool for key in keys.split(",") if key]
-    wrong = [key for key in pool if key not in CONFIG_KEYS]
+    wrong = [key for key in pool if key not in POOLABLE_KEYS]
     if wrong:
-        raise UsageError(f"--pool {','.join(wrong)}: not a configuration key; give one of {', '.join(CONFIG_KEYS)}")
+        raise UsageError(f"--pool {','.join(wrong)}: a report pools over {', '.join(POOLABLE_KEYS)}")
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
@@ -676,8 +676,9 @@ def _add_report_parser(subparsers) -> None:
     p.add_argument("--out", help="write every paper-style table (Markdown + CSV) and every plot into this "
                                  "folder (from one results folder)")
     p.add_argument("--pool", action="append", default=[], metavar="KEY[,KEY]",
-                   help="configuration keys that no longer tell rows apart (e.g. apc: seeds trained with an "
-                        "APC file and with its fp16 copy form one row, labelled with both fingerprints)")
+                   help="configuration keys that no longer tell rows apart, of apc, precision, train_labels, "
+                        "train_targets, dataset (e.g. apc: seeds trained with an APC file and with its fp16 copy "
+                        "form one row, labelled with both fingerprints)")
 
 
 def _add_curves_parser(subparsers) -> None:

@@ -30,7 +30,9 @@ Grid file (plain YAML)::
         set: {test_only: True, test_bias_shifts: [0.0, 1.0, 2.0]}
 
 Each run's folder is ``<experiment_root>/grid/<group or folder_of>/<key-value+...>/seed<seed>`` (the varied
-keys, sorted), passed as ``--output_folder``. A run whose results files all exist is skipped; any
+keys, sorted), passed as ``--output_folder``. A run whose results files all exist is skipped (a
+"conflict" where its folder's ``hyperparams.yaml`` shows other settings or more epochs: another grid's
+run; one trained for fewer epochs than asked trains on); any
 other run is launched again with the same command (SpeechBrain's checkpointer resumes it); runs
 that left a checkpoint go first, so an interrupted grid finishes what it started, and a test-only run
 goes as soon as the training run of its folder has finished. While a run
@@ -54,7 +56,7 @@ to ``<experiment_root>/report``. With ``publish``, each finished run's small res
 there at once, and the tables and figures of everything published so far are rewritten to
 ``<publish>/report``, so that the published results grow run by run.
 The command exits 1 when a run failed, 3 when none failed but a selected run was blocked (it needs a
-checkpoint that is not on this machine), else 0 (:func:`exit_status`).
+checkpoint that is not on this machine) or in conflict, else 0 (:func:`exit_status`).
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ import functools
 import io
 import hashlib
 import itertools
+import json
 import os
 import re
 import shlex
@@ -81,7 +84,7 @@ from .arguments import positive_int
 from .errors import UsageError
 from .hparams_files import changed_training_settings, load_yaml_tolerant
 from .run_files import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
-from .run_names import CONFIG_KEYS
+from .run_names import POOLABLE_KEYS
 
 __all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "expand", "override_value", "results_files", "execute",
            "publish_run", "acquire_run_lock", "lock_holder", "release_run_lock", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
@@ -149,20 +152,35 @@ class Run:
         """Whether every results file this run writes exists."""
         return all(p.exists() for p in self.results_files())
 
-    def changed_settings(self) -> List[str]:
+    def changed_settings(self) -> Tuple[List[str], Optional[int]]:
         """How the training run saved in this run's folder (its ``hyperparams.yaml``, which a test-only
         evaluation keeps) differs from this run: each setting it was trained with that this run's
         overrides change (:func:`~surprisal_cc.hparams_files.changed_training_settings`: test-time
-        settings may), and its number of epochs; none for a folder without ``hyperparams.yaml``."""
+        settings may; files are not compared by name, as a grid may move them: a results file records
+        its APC by fingerprint), and the number of epochs it was trained for (None where unknown,
+        and for a test-only run, which evaluates whatever its folder holds). Nothing for a folder
+        without ``hyperparams.yaml``."""
         saved = self.output_folder / "hyperparams.yaml"
         if not saved.is_file():
-            return []
+            return [], None
         stored = load_yaml_tolerant(saved)
-        changed = changed_training_settings(stored, {k: v for k, v in self.overrides.items() if k != "test_only"})
+        if stored.get("precision") == "auto":  # what it resolved to, as the results file records it
+            stored["precision"] = self._recorded("precision") or "auto"
+        settings = {k: v for k, v in self.overrides.items()
+                    if k != "test_only" and not (isinstance(v, str) and "/" in v)}  # a path: a file's name
         trained = stored.get("number_of_epochs")
-        if self.epochs is not None and trained is not None and str(trained) != str(self.epochs):
-            changed.append(f"number_of_epochs: trained with {trained!r}, requested {self.epochs!r}")
-        return changed
+        try:
+            epochs = None if self.test_only or trained is None else int(trained)
+        except (TypeError, ValueError):
+            epochs = None
+        return changed_training_settings(stored, settings), epochs
+
+    def _recorded(self, key: str) -> Any:
+        """``key`` of the training run's ``results.json`` in this run's folder (None where it has none)."""
+        try:
+            return json.loads((self.output_folder / "results.json").read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def published_folder(self, grid_root: Path, destination: Path) -> Path:
         """Where :func:`publish_run` copies this run's result files."""
@@ -256,8 +274,8 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
     if not isinstance(data.get("seeds") or [], list):
         fail("seeds must be a list, e.g. [1, 2, 3]")
     pool = data.get("report_pool") or []
-    if not isinstance(pool, list) or not all(key in CONFIG_KEYS for key in pool):
-        fail(f"report_pool must be a list of configuration keys ({', '.join(CONFIG_KEYS)}), e.g. [apc]")
+    if not isinstance(pool, list) or not all(key in POOLABLE_KEYS for key in pool):
+        fail(f"report_pool must be a list of keys of {', '.join(POOLABLE_KEYS)}, e.g. [apc]")
 
 
 def _prepare_steps(path: str, entries: Any) -> List[PrepareStep]:
@@ -561,16 +579,22 @@ def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Pa
             ) -> Tuple[Dict[str, Tuple[str, float]], List[Run]]:
     """The status of the runs with nothing to do ("skipped": complete, published unless a dry run;
     "published": its results are at the destination; "conflict": its folder holds a finished run
-    with other settings, named in ``log``), and the other runs in the order to start them."""
+    with other settings, or more epochs, named in ``log``), and the other runs in the order to start
+    them (a finished run asked for more epochs than it was trained for among them: it trains on)."""
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
     for run in runs:
-        changed = run.changed_settings() if run.complete() else []
+        changed, trained = run.changed_settings() if run.complete() else ([], None)
+        if trained is not None and run.epochs is not None and trained > run.epochs:
+            changed.append(f"number_of_epochs: trained with {trained}, requested {run.epochs}")
+        longer = not changed and trained is not None and run.epochs is not None and trained < run.epochs
         if changed:  # another grid's finished run in this folder: not a result of this one
             status[run.name] = ("conflict", 0.0)
             print(f"[conflict] {run.name}: {run.output_folder} holds a finished run made with other settings "
                   f"({'; '.join(changed)}): move that folder away, or give this grid another experiment_root",
                   file=log, flush=True)
+        elif longer:  # the same run asked to train longer: it resumes from its last checkpoint
+            pending.append(run)
         elif run.complete():
             status[run.name] = ("skipped", 0.0)
             if publish is not None and not dry_run:
@@ -596,7 +620,8 @@ def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str
     """Print every run's command (``# done:`` before those with nothing to do); the dry run's statuses."""
     prefix = f"OMP_NUM_THREADS={_threads(jobs, threads)} "
     for run in runs:
-        print(("# done: " if run.name in status else "") + prefix + shlex.join(run.command), file=log)
+        done = {"conflict": "# conflict: "}.get(status.get(run.name, ("",))[0], "# done: ")
+        print((done if run.name in status else "") + prefix + shlex.join(run.command), file=log)
     # a run that another grid process trains now is shown as such ("elsewhere")
     return {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name) else "dry-run", 0.0)
                for r in pending}, **status}
@@ -736,7 +761,7 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     -------
     int
         The exit status (:func:`exit_status`): 1 when a run failed, 3 when none failed but a run
-        could not run here (blocked), else 0.
+        could not run here (blocked, or in conflict with a finished run in its folder), else 0.
     """
     bad = [o for o in overrides if not (o.startswith("--") and "=" in o)]
     if bad:

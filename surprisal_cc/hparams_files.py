@@ -259,12 +259,13 @@ RESUMABLE_KEYS = frozenset({
 
 def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> List[str]:
     """``"key: trained with X, requested Y"`` for each plain top-level setting (not in
-    :data:`RESUMABLE_KEYS`) that both configurations hold and that differs.
+    :data:`RESUMABLE_KEYS`) that both configurations hold and that differs (numbers by value, however
+    written; a file by its content where both names lead to one).
 
     Example
     -------
-    >>> changed_training_settings({"lr": 0.001, "number_of_epochs": 30, "seed": 1},
-    ...                           {"lr": 0.002, "number_of_epochs": 40, "seed": 1})
+    >>> changed_training_settings({"lr": 0.001, "number_of_epochs": 30, "seed": 1, "learned_penalty": "1e-05"},
+    ...                           {"lr": 0.002, "number_of_epochs": 40, "seed": 1, "learned_penalty": 1e-05})
     ['lr: trained with 0.001, requested 0.002']
     """
     def plain(value) -> bool:
@@ -276,4 +277,28 @@ def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str,
 
     return [f"{key}: trained with {stored[key]!r}, requested {value!r}" for key, value in requested.items()
             if key in stored and key not in RESUMABLE_KEYS and not key.startswith("__")
-            and plain(value) and plain(stored[key]) and stored[key] != value and not same_file(stored[key], value)]
+            and plain(value) and plain(stored[key]) and _as_number(stored[key]) != _as_number(value)
+            and not same_file(stored[key], value)]
+
+
+def _as_number(value: Any) -> Any:
+    """A setting as compared: numbers (and numbers written as text, as YAML 1.1 reads ``1e-05``) as
+    floats, lists and tuples element-wise, anything else as it is.
+
+    Example
+    -------
+    >>> _as_number("1e-05") == _as_number(1e-05), _as_number((0.9, 1)) == _as_number([0.9, 1.0])
+    (True, True)
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if isinstance(value, (list, tuple)):
+        return [_as_number(v) for v in value]
+    return value

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from .run_files import PathLike, Row, as_float, collect_results, epoch_minutes, read_history
-from .run_names import CONFIG_KEYS, CONTROLLER_NAMES, budget_name, config_of, model_name, setup_notes
+from .run_names import CONFIG_KEYS, CONTROLLER_NAMES, POOLABLE_KEYS, budget_name, config_of, model_name, setup_notes
 
 DEFAULT_PENALTY = 0.001
 CONTROLLER_ORDER = ("random", "learned", "surprisal", "big_only", "small_only")
@@ -210,15 +210,17 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
     that agree on every other key become one configuration, whose value of each pooled key joins the
     values of its runs with ``+`` (so a table still shows what was pooled).
 
-    For example, ``keys=["apc"]`` pools seeds trained with an APC file and with its fp16 copy. As in
-    :func:`aggregate`, a seed found twice in a configuration counts once (the newest file).
+    For example, ``keys=["apc"]`` pools seeds trained with an APC file and with its fp16 copy. Runs
+    that do not record a pooled key (older results files) stay apart, and two runs of one seed with
+    different values are a :class:`ValueError` (one would replace the other in the mean).
 
     Arguments
     ---------
     rows : sequence of dict
         Results rows (:func:`~surprisal_cc.run_files.collect_results`).
     keys : sequence of str
-        Configuration keys (``CONFIG_KEYS``) to pool over.
+        Configuration keys to pool over, of
+        :data:`~surprisal_cc.run_names.POOLABLE_KEYS` (keys whose values are names).
 
     Returns
     -------
@@ -233,35 +235,43 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
     >>> [(r["model"], r["n_seeds"]) for r in aggregate(pool_configurations(rows, ["apc"]))]
     [('Surprisal-based controller [APC 27d287a1+75da3c37]', 2)]
     """
-    unknown = [k for k in keys if k not in CONFIG_KEYS]
+    unknown = [k for k in keys if k not in POOLABLE_KEYS]
     if unknown:
-        raise ValueError(f"cannot pool over {', '.join(unknown)}: not a configuration key "
-                         f"(one of {', '.join(CONFIG_KEYS)})")
+        raise ValueError(f"cannot pool over {', '.join(unknown)}: a report pools over {', '.join(POOLABLE_KEYS)}")
     if not keys:
         return [dict(r) for r in rows]
     kept = [k for k in CONFIG_KEYS if k not in keys]
 
-    def rest(row: Row) -> Tuple:
+    def rest(row: Row) -> Tuple:  # what still tells configurations apart; a run without a value stays apart
         config = config_of(row)
-        return tuple(str(config.get(k)) for k in kept)
+        return tuple(str(config.get(k)) for k in kept) + tuple(config.get(k) is None for k in keys)
 
-    values: Dict[Tuple, Dict[str, Set[Any]]] = {}
+    groups: Dict[Tuple, List[Row]] = {}
     for row in rows:
-        config = config_of(row)
-        for k in keys:
-            if config.get(k) is not None:
-                values.setdefault(rest(row), {}).setdefault(k, set()).add(config[k])
-    for group in values.values():
-        for k, found in group.items():
-            if len(found) > 1 and not all(isinstance(v, str) for v in found):
-                raise ValueError(f"cannot pool over {k}: its values ({', '.join(sorted(map(str, found)))}) are not "
-                                 "names that one label can join")
+        groups.setdefault(rest(row), []).append(row)
     pooled = []
-    for row in rows:
-        joined = {k: v if len(v) > 1 else None for k, v in values.get(rest(row), {}).items()}
-        own = {k: row[k] for k in joined if joined[k] and k in row}
-        pooled.append({**row, **{k: "+".join(sorted(v)) for k, v in joined.items() if v}, "unpooled": own})
+    for group in groups.values():
+        joined = {k: "+".join(sorted({str(config_of(r)[k]) for r in group})) for k in keys
+                  if config_of(group[0])[k] is not None}
+        joined = {k: v for k, v in joined.items() if "+" in v}  # a configuration with one value keeps it
+        if joined:
+            _check_seeds_apart(group, joined)
+        pooled += [{**row, **joined, "unpooled": {k: row.get(k) for k in joined}} for row in group]
     return pooled
+
+
+def _check_seeds_apart(group: Sequence[Row], joined: Dict[str, str]) -> None:
+    """:class:`ValueError` where two runs of one pooled configuration share a seed (one would replace
+    the other in its mean)."""
+    seen: Dict[Any, Row] = {}
+    for row in group:
+        seed = row.get("seed")
+        if seed in seen and any(config_of(seen[seed])[k] != config_of(row)[k] for k in joined):
+            name = model_name({**config_of(row), **dict.fromkeys(joined)})  # without the values pooled
+            raise ValueError(f"cannot pool over {', '.join(joined)}: seed {seed} of {name} "
+                             f"was run with each of {' and '.join(sorted(joined.values()))} "
+                             f"({seen[seed].get('path', '?')}, {row.get('path', '?')}); pool runs of distinct seeds")
+        seen.setdefault(seed, row)
 
 
 def ensure_aggregated(rows: Sequence[Row]) -> List[Row]:

@@ -30,6 +30,9 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "model_options": None, "apc": None,
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
+# keys whose values are names that a row's label can join when a report pools runs over them
+# (surprisal_cc.report.pool_configurations): e.g. an APC file and its fp16 copy
+POOLABLE_KEYS: Tuple[str, ...] = ("apc", "precision", "train_labels", "train_targets", "dataset")
 # display names in tables; a new controller may add its own (it is still recorded by its settings)
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",
                     "surprisal": "Surprisal-based controller", "big_only": "Big network only",
@@ -172,7 +175,7 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
         config.get("train_targets"), [])
     if config.get("apc") and shown("apc"):  # the weights' fingerprint (recorded since the APC became a key)
         notes.append("APC " + "+".join(part[:8] for part in str(config["apc"]).split("+")))  # pooled: joined
-    if config.get("precision") and set(str(config["precision"]).split("+")) <= {"fp32", "bf16"}:  # "+": pooled
+    if config.get("precision") in ("fp32", "bf16") or "+" in str(config.get("precision") or ""):  # "+": pooled
         notes.append(f"{config['precision']} training")
     if config.get("augment"):
         notes.append("masked inputs")

@@ -31,7 +31,8 @@ prefix = ("results_test_only" + tag) if args.get("test_only") else "results"
 for s in shifts:
     name = prefix + (".json" if not s else "_bias%+g.json" % s)
     (out / name).write_text(json.dumps({"PER": 25.0 + s, "flops_per_frame": 6.4e6 + s, "seed": int(args["seed"]),
-        "controller": args.get("controller", "surprisal"), "test_bias_shift": s, "dataset": "Fake"}))
+        "controller": args.get("controller", "surprisal"), "test_bias_shift": s, "dataset": "Fake",
+        "precision": args.get("precision")}))
 # as the recipe does: a --test_only evaluation keeps the training's hyperparams.yaml
 (out / (f"hyperparams_test_only{tag}.yaml" if args.get("test_only") else "hyperparams.yaml")).write_text(
     "test_only: %s\\n" % bool(args.get("test_only")))
@@ -137,24 +138,43 @@ def test_run_skip_and_report(grid_file: Path, tmp_path: Path, capsys: pytest.Cap
 
 def test_a_finished_run_with_other_settings_is_a_conflict_not_a_result(grid_file: Path, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture) -> None:
-    """Another grid's finished run in a run's folder (another lr, fewer epochs) is not taken as this
-    grid's result: one line names the folder and the settings, its test-only runs are blocked."""
+    """Another grid's finished run in a run's folder (another lr, more epochs) is not taken as this
+    grid's result: one line names the folder and the settings, and its test-only runs are not run
+    on it. Numbers compare by value however YAML wrote them, and files are not compared by name."""
     assert main(["grid", str(grid_file), "--no-report"]) == 0
     capsys.readouterr()
     folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
-    (folder / "hyperparams.yaml").write_text("controller: surprisal\nseed: 1\nlr: 0.001\nnumber_of_epochs: 2\n"
-                                             "data_folder: elsewhere\n")
+    (folder / "hyperparams.yaml").write_text("controller: surprisal\nseed: 1\nlr: 0.001\nnumber_of_epochs: 50\n"
+                                             "learned_penalty: 1e-05\napc_path: old/apc.pt\n")
     spec = yaml.safe_load(grid_file.read_text())
-    spec["overrides"] = {"number_of_epochs": 50, "lr": 0.002, "data_folder": "here"}  # data_folder: may change
+    spec["overrides"] = {"number_of_epochs": 2, "lr": 0.002, "learned_penalty": 1.0e-5, "apc_path": "new/apc.pt"}
     grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    assert main(["grid", str(grid_file), "--no-report"]) == 3
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run"]) == 3
     out = capsys.readouterr().out
     assert (f"[conflict] controllers/controller-surprisal/seed1: {folder} holds a finished run made with other "
-            "settings (lr: trained with 0.001, requested 0.002; number_of_epochs: trained with 2, requested 50): "
+            "settings (lr: trained with 0.001, requested 0.002; number_of_epochs: trained with 50, requested 2): "
             "move that folder away, or give this grid another experiment_root") in out
-    assert "[conflict] bias/controller-surprisal/seed1" in out  # the sweep evaluated that run too
+    assert "# conflict: " in out and "[conflict] bias/controller-surprisal/seed1" in out  # the sweep of that run too
     assert "conflict: 2, skipped: 4" in out  # the runs whose folders did not record those settings stay
+    assert main(["grid", str(grid_file), "--no-report"]) == 3
     assert len((folder / "calls.txt").read_text().splitlines()) == 2  # nothing was run in that folder
+
+
+def test_a_finished_run_asked_for_more_epochs_trains_on(grid_file: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    """A finished run of the same settings and fewer epochs than the grid asks is launched again
+    (the recipe resumes it from its checkpoint); its test-only runs keep their results."""
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    (folder / "hyperparams.yaml").write_text("controller: surprisal\nseed: 1\nnumber_of_epochs: 2\n")
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["overrides"] = {"number_of_epochs": 3}
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["grid", str(grid_file), "--no-report", "--only", "/controllers/controller-surprisal/seed1/",
+                 "--only", "/bias/controller-surprisal/seed1/"]) == 0
+    assert "done: 1, skipped: 1" in capsys.readouterr().out
+    assert len((folder / "calls.txt").read_text().splitlines()) == 3  # trained on once more
 
 
 def test_failed_run_blocks_its_test_only_runs(grid_file: Path, tmp_path: Path,
@@ -234,14 +254,15 @@ def test_published_report_grows_run_by_run(grid_file: Path, tmp_path: Path, caps
 
 def test_report_pool_pools_the_reports_of_a_grid(grid_file: Path, tmp_path: Path) -> None:
     """``report_pool``: the published and the experiment's reports pool over those keys (here the
-    controller, to see it: both controllers' seeds form one row)."""
+    precision: seed 1 in fp32 and seed 2 in bf16 form one row)."""
     spec = yaml.safe_load(grid_file.read_text())
-    spec.update(publish=str(tmp_path / "published"), report_pool=["controller"])
+    spec.update(publish=str(tmp_path / "published"), report_pool=["precision"], groups=[
+        {"name": name, "vary": {"seed": [seed]}, "set": {"precision": name}} for name, seed in (("fp32", 1), ("bf16", 2))])
     grid_file.write_text(yaml.safe_dump(spec))
-    assert main(["grid", str(grid_file), "--only", "/controllers/"]) == 0
+    assert main(["grid", str(grid_file)]) == 0
     for report in (tmp_path / "published" / "report" / "report.md", tmp_path / "exp" / "report" / "report.md"):
-        rows = [line for line in report.read_text().splitlines() if line.startswith("| **random+surprisal")]
-        assert rows and all("| **2** |" in row for row in rows), report  # seeds 1-2: a seed counts once per row
+        rows = [line for line in report.read_text().splitlines() if "bf16+fp32 training" in line]
+        assert rows and all("| **2** |" in row for row in rows), report
 
 
 def test_a_failing_report_does_not_stop_the_grid(grid_file: Path, tmp_path: Path) -> None:
@@ -306,7 +327,7 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     (lambda spec: {**spec, "groups": [{"name": "a", "vary": [1]}]}, "vary of group 'a'"),
     (lambda spec: {**spec, "overrides": [1]}, "overrides must be a mapping"),
     (lambda spec: {**spec, "seeds": 3}, "seeds must be a list"),
-    (lambda spec: {**spec, "report_pool": ["apcs"]}, "report_pool must be a list of configuration keys"),
+    (lambda spec: {**spec, "report_pool": ["apcs"]}, "report_pool must be a list of keys of apc, precision"),
     (lambda spec: {**spec, "overides": {"lr": 1}}, "unknown key(s) ['overides']: a grid file has"),
     (lambda spec: {**spec, "groups": [{**spec["groups"][0], "sets": {"encoder": "act"}}]},
      f"unknown key(s) ['sets'] in group"),

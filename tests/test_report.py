@@ -505,15 +505,30 @@ def test_pooling_over_the_apc_joins_its_seeds_and_names_both_fingerprints(tmp_pa
     out = capsys.readouterr().out
     assert "Surprisal-based controller [APC a1a1a1a1+b2b2b2b2]** | **Mini** | **27.30% ± 0.10%** |" in out
     assert cli_main(["report", str(tmp_path), "--pool", "apcs"]) == 2
-    assert "--pool apcs: not a configuration key" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="cannot pool over apcs"):
-        report.pool_configurations(rows, ["apcs"])
-    perturbed = [{**rows[0], "speed_perturb": [0.9, 1.1]}, {**rows[1], "speed_perturb": []}]
-    with pytest.raises(ValueError, match=r"cannot pool over speed_perturb: its values \(\(\), \(0.9, 1.1\)\) are not names"):
-        report.pool_configurations(perturbed, ["speed_perturb"])
+    assert "--pool apcs: a report pools over apc, precision" in capsys.readouterr().err
+    assert cli_main(["report", str(tmp_path), "--pool", "number_of_epochs"]) == 2  # not a name: refused up front
+    for wrong in (["apcs"], ["speed_perturb"]):
+        with pytest.raises(ValueError, match=f"cannot pool over {wrong[0]}: a report pools over apc"):
+            report.pool_configurations(rows, wrong)
     precisions = [{**rows[0], "precision": "fp32"}, {**rows[1], "precision": "bf16"}, {**rows[2], "precision": "bf16"}]
     assert sorted(r["model"] for r in report.aggregate(report.pool_configurations(precisions, ["precision"]))) == [
         "Big network only [APC a1a1a1a1, bf16+fp32 training]", "Big network only [APC b2b2b2b2, bf16 training]"]
+
+
+def test_pooling_keeps_runs_without_the_key_apart_and_refuses_a_seed_run_twice() -> None:
+    """Older results files without an APC fingerprint are not pooled with fingerprinted runs, and
+    two runs of one seed with different APCs cannot be pooled (one would replace the other)."""
+    rows = [{"controller": "surprisal", "seed": s, "PER": 27.0 + s, "apc": apc, "path": f"{apc}/seed{s}"}
+            for s, apc in ((1, "a1" * 6), (2, "b2" * 6))]
+    rows += [{"controller": "surprisal", "seed": s, "PER": 29.0, "path": f"old/seed{s}"} for s in (1, 2, 3)]
+    agg = report.aggregate(report.pool_configurations(rows, ["apc"]))
+    assert sorted((r["model"], r["n_seeds"]) for r in agg) == [
+        ("Surprisal-based controller", 3), ("Surprisal-based controller [APC a1a1a1a1+b2b2b2b2]", 2)]
+    assert "APC None" not in report.format_markdown(report.pool_configurations(rows, ["apc"]))
+    twice = rows[:2] + [{**rows[1], "seed": 1, "path": "b2/seed1"}]
+    with pytest.raises(ValueError, match=r"cannot pool over apc: seed 1 of Surprisal-based controller was run with "
+                                         r"each of a1a1a1a1a1a1\+b2b2b2b2b2b2 \(a1a1a1a1a1a1/seed1, b2/seed1\)"):
+        report.pool_configurations(twice, ["apc"])
 
 
 def test_converged_reference_ties_go_to_the_profile_with_more_configurations():

@@ -153,9 +153,9 @@ class Run:
         return all(p.exists() for p in self.results_files())
 
     def changed_settings(self) -> Tuple[List[str], Optional[int]]:
-        """How the training run saved in this run's folder (its ``hyperparams.yaml``, which a test-only
-        evaluation keeps) differs from this run: each setting it was trained with that this run's
-        overrides change (:func:`~surprisal_cc.hparams_files.changed_training_settings`: test-time
+        """``(changes, epochs)``: how the training run saved in this run's folder (its ``hyperparams.yaml``,
+        which a test-only evaluation keeps) differs from this run, one line per setting it was trained
+        with that this run's overrides change (:func:`~surprisal_cc.hparams_files.changed_training_settings`: test-time
         settings may; files are not compared by name, as a grid may move them: a results file records
         its APC by fingerprint), and the number of epochs it was trained for (None where unknown,
         and for a test-only run, which evaluates whatever its folder holds). Nothing for a folder

@@ -152,28 +152,31 @@ class Run:
         """Whether every results file this run writes exists."""
         return all(p.exists() for p in self.results_files())
 
-    def changed_settings(self) -> Tuple[List[str], Optional[int]]:
-        """``(changes, epochs)``: how the training run saved in this run's folder (its ``hyperparams.yaml``,
+    def changed_settings(self) -> Tuple[List[str], bool]:
+        """``(changes, shorter)``: how the training run saved in this run's folder (its ``hyperparams.yaml``,
         which a test-only evaluation keeps) differs from this run, one line per setting it was trained
         with that this run's overrides change (:func:`~surprisal_cc.hparams_files.changed_training_settings`: test-time
         settings may; files are not compared by name, as a grid may move them: a results file records
-        its APC by fingerprint), and the number of epochs it was trained for (None where unknown,
-        and for a test-only run, which evaluates whatever its folder holds). Nothing for a folder
+        its APC by fingerprint) and for more epochs than this run asks; and whether, with no such
+        change, it was trained for fewer epochs than asked (it can train on). The epochs are not
+        compared for a test-only run, which evaluates whatever its folder holds. Nothing for a folder
         without ``hyperparams.yaml``."""
         saved = self.output_folder / "hyperparams.yaml"
         if not saved.is_file():
-            return [], None
+            return [], False
         stored = load_yaml_tolerant(saved)
         if stored.get("precision") == "auto":  # what it resolved to, as the results file records it
             stored["precision"] = self._recorded("precision") or "auto"
         settings = {k: v for k, v in self.overrides.items()
                     if k != "test_only" and not (isinstance(v, str) and "/" in v)}  # a path: a file's name
-        trained = stored.get("number_of_epochs")
+        changed = changed_training_settings(stored, settings)
         try:
-            epochs = None if self.test_only or trained is None else int(trained)
-        except (TypeError, ValueError):
-            epochs = None
-        return changed_training_settings(stored, settings), epochs
+            trained = None if self.test_only or self.epochs is None else int(stored["number_of_epochs"])
+        except (KeyError, TypeError, ValueError):
+            trained = None
+        if trained is not None and trained > self.epochs:
+            changed.append(f"number_of_epochs: trained with {trained}, requested {self.epochs}")
+        return changed, not changed and trained is not None and trained < self.epochs
 
     def _recorded(self, key: str) -> Any:
         """``key`` of the training run's ``results.json`` in this run's folder (None where it has none)."""
@@ -584,18 +587,16 @@ def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Pa
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
     for run in runs:
-        changed, trained = run.changed_settings() if run.complete() else ([], None)
-        if trained is not None and run.epochs is not None and trained > run.epochs:
-            changed.append(f"number_of_epochs: trained with {trained}, requested {run.epochs}")
-        longer = not changed and trained is not None and run.epochs is not None and trained < run.epochs
+        complete = run.complete()
+        changed, shorter = run.changed_settings() if complete else ([], False)
         if changed:  # another grid's finished run in this folder: not a result of this one
             status[run.name] = ("conflict", 0.0)
             print(f"[conflict] {run.name}: {run.output_folder} holds a finished run made with other settings "
                   f"({'; '.join(changed)}): move that folder away, or give this grid another experiment_root",
                   file=log, flush=True)
-        elif longer:  # the same run asked to train longer: it resumes from its last checkpoint
+        elif shorter:  # the same run asked to train longer: it resumes from its last checkpoint
             pending.append(run)
-        elif run.complete():
+        elif complete:
             status[run.name] = ("skipped", 0.0)
             if publish is not None and not dry_run:
                 publish_run(run, *publish)

@@ -241,37 +241,33 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
     if not keys:
         return [dict(r) for r in rows]
     kept = [k for k in CONFIG_KEYS if k not in keys]
-
-    def rest(row: Row) -> Tuple:  # what still tells configurations apart; a run without a value stays apart
-        config = config_of(row)
-        return tuple(str(config.get(k)) for k in kept) + tuple(config.get(k) is None for k in keys)
-
-    groups: Dict[Tuple, List[Row]] = {}
+    groups: Dict[Tuple, List[Tuple[Row, Row]]] = {}  # what still tells configurations apart -> (row, its config)
     for row in rows:
-        groups.setdefault(rest(row), []).append(row)
+        config = config_of(row)  # a run without a value of a pooled key stays apart from those with one
+        key = tuple(str(config[k]) for k in kept) + tuple(config[k] is None for k in keys)
+        groups.setdefault(key, []).append((row, config))
     pooled = []
     for group in groups.values():
-        joined = {k: "+".join(sorted({str(config_of(r)[k]) for r in group})) for k in keys
-                  if config_of(group[0])[k] is not None}
-        joined = {k: v for k, v in joined.items() if "+" in v}  # a configuration with one value keeps it
+        values = {k: sorted({str(config[k]) for _, config in group}) for k in keys if group[0][1][k] is not None}
+        joined = {k: "+".join(v) for k, v in values.items() if len(v) > 1}  # one value: kept as it is
         if joined:
             _check_seeds_apart(group, joined)
-        pooled += [{**row, **joined, "unpooled": {k: row.get(k) for k in joined}} for row in group]
+        pooled += [{**row, **joined, "unpooled": {k: row.get(k) for k in joined}} for row, _ in group]
     return pooled
 
 
-def _check_seeds_apart(group: Sequence[Row], joined: Dict[str, str]) -> None:
-    """:class:`ValueError` where two runs of one pooled configuration share a seed (one would replace
-    the other in its mean)."""
-    seen: Dict[Any, Row] = {}
-    for row in group:
+def _check_seeds_apart(group: Sequence[Tuple[Row, Row]], joined: Dict[str, str]) -> None:
+    """:class:`ValueError` where two runs (``(row, config)`` pairs) of one pooled configuration share a
+    seed (one would replace the other in its mean)."""
+    seen: Dict[Any, Tuple[Row, Row]] = {}
+    for row, config in group:
         seed = row.get("seed")
-        if seed in seen and any(config_of(seen[seed])[k] != config_of(row)[k] for k in joined):
-            name = model_name({**config_of(row), **dict.fromkeys(joined)})  # without the values pooled
+        if seed in seen and any(seen[seed][1][k] != config[k] for k in joined):
+            name = model_name({**config, **dict.fromkeys(joined)})  # without the values pooled
             raise ValueError(f"cannot pool over {', '.join(joined)}: seed {seed} of {name} "
                              f"was run with each of {' and '.join(sorted(joined.values()))} "
-                             f"({seen[seed].get('path', '?')}, {row.get('path', '?')}); pool runs of distinct seeds")
-        seen.setdefault(seed, row)
+                             f"({seen[seed][0].get('path', '?')}, {row.get('path', '?')}); pool runs of distinct seeds")
+        seen.setdefault(seed, (row, config))
 
 
 def ensure_aggregated(rows: Sequence[Row]) -> List[Row]:

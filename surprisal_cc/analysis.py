@@ -18,7 +18,7 @@ from typing import Dict, Iterator, List, Optional
 
 import torch
 
-from .arguments import make_output_folder, positive_int
+from .arguments import make_output_folder
 from .apc import APCModel, load_apc
 from .cache import FeatureCache
 from .controllers import SurprisalController
@@ -207,18 +207,6 @@ def routing_example(apc: APCModel, utt: AlignedUtterance, path: Path, controller
         use_big = controller.probability(fbank[None], surprisal[None])[0] > 0.5
     silent = utt.frame_is_silence(fbank.shape[0], config)
     return plot_routing(fbank, surprisal, use_big, path, title=utt.utt_id, sil_mask=silent)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``surprisal-cc analyse``."""
-    parser.add_argument("--apc", required=True, help="exported APC model file")
-    parser.add_argument("--mfa", required=True, help="MFA CSV export with sample-level phone boundaries")
-    parser.add_argument("--audio-root", required=True, help="folder the CSV's paths are relative to")
-    parser.add_argument("--max-utterances", type=positive_int, default=None)
-    parser.add_argument("--cache", help="feature cache folder to reuse surprisal from (e.g. results/MiniLibriSpeech/feature_cache)")
-    parser.add_argument("--calibration", help="calibration.json of a run: draws its routing in the plot")
-    parser.add_argument("--plot", help="write a routing plot of the first utterance to this PNG")
-    parser.add_argument("--json", help="also write the numbers to this file")
 
 
 def run_analysis(args: argparse.Namespace) -> int:

@@ -617,7 +617,7 @@ COMMANDS = {"analyse": cmd_analyse, "flops": cmd_flops, "grid": cmd_grid, "repor
 # commands that take --key=value overrides besides their own options
 TAKE_OVERRIDES = ("flops", "grid")
 # commands whose options the experiment tools' modules declare
-TOOL_MODULES = {"grid": "grid", "analyse": "analysis"}
+TOOL_MODULES = {"grid": "grid"}
 
 
 def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
@@ -631,7 +631,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_flops_parser(subparsers)
     _add_grid_parser(subparsers, command)
-    _add_analyse_parser(subparsers, command)
+    _add_analyse_parser(subparsers)
     _add_report_parser(subparsers)
     _add_curves_parser(subparsers)
     _add_bench_parser(subparsers)
@@ -652,9 +652,20 @@ def _add_grid_parser(subparsers, command: Optional[str]) -> None:
                                          "then write its tables and figures", command)
 
 
-def _add_analyse_parser(subparsers, command: Optional[str]) -> None:
-    _add_tool_parser(subparsers, "analyse", "APC surprisal on silence vs speech frames (forced alignments), "
-                                            "routing plot", command)
+def _add_analyse_parser(subparsers) -> None:
+    p = subparsers.add_parser("analyse", help="APC surprisal on silence vs speech frames (forced alignments), "
+                                              "routing plot",
+                              description="Where is the APC model surprised? Its surprisal on silence vs. speech "
+                                          "frames of force-aligned audio (MFA's silence marks are silence), and a "
+                                          "routing plot of the first utterance (surprisal_cc.analysis).")
+    p.add_argument("--apc", required=True, help="exported APC model file")
+    p.add_argument("--mfa", required=True, help="MFA CSV export with sample-level phone boundaries")
+    p.add_argument("--audio-root", required=True, help="folder the CSV's paths are relative to")
+    p.add_argument("--max-utterances", type=positive_int, default=None)
+    p.add_argument("--cache", help="feature cache folder to reuse surprisal from (e.g. results/MiniLibriSpeech/feature_cache)")
+    p.add_argument("--calibration", help="calibration.json of a run: draws its routing in the plot")
+    p.add_argument("--plot", help="write a routing plot of the first utterance to this PNG")
+    p.add_argument("--json", help="also write the numbers to this file")
 
 
 def _add_tool_parser(subparsers, name: str, help_text: str, command: Optional[str]) -> None:

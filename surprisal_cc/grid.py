@@ -32,7 +32,9 @@ Grid file (plain YAML)::
 Each run's folder is ``<experiment_root>/grid/<group or folder_of>/<key-value+...>/seed<seed>`` (the varied
 keys, sorted), passed as ``--output_folder``. A run whose results files all exist is skipped (a
 "conflict" where its folder's ``hyperparams.yaml`` shows other settings or more epochs: another grid's
-run; one trained for fewer epochs than asked trains on); any
+run; one trained for fewer epochs than asked trains on, and a test-only run of its folder whose results
+then evaluate another checkpoint than the training chose, by the epoch each results file records, is
+evaluated again); any
 other run is launched again with the same command (SpeechBrain's checkpointer resumes it); runs
 that left a checkpoint go first, so an interrupted grid finishes what it started, and a test-only run
 goes as soon as the training run of its folder has finished. While a run
@@ -177,6 +179,23 @@ class Run:
         if trained is not None and trained > self.epochs:
             changed.append(f"number_of_epochs: trained with {trained}, requested {self.epochs}")
         return changed, not changed and trained is not None and trained < self.epochs
+
+    def stale(self) -> Optional[str]:
+        """For a complete test-only run: why its results no longer evaluate what its folder holds (its
+        results files record the epoch of the checkpoint they evaluated, ``epochs``, and the training
+        run's ``results.json`` another one: the training trained on since and chose another
+        checkpoint), else None (also where either file does not record it)."""
+        trained = self._recorded("epochs")
+        if not self.test_only or trained is None:
+            return None
+        for path in self.results_files():
+            try:
+                evaluated = json.loads(path.read_text(encoding="utf-8")).get("epochs")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if evaluated is not None and evaluated != trained:
+                return f"{path.name} evaluates the checkpoint of epoch {evaluated}, the training's is epoch {trained}"
+        return None
 
     def _recorded(self, key: str) -> Any:
         """``key`` of the training run's ``results.json`` in this run's folder (None where it has none)."""
@@ -571,7 +590,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
     env = _env(jobs, threads)
     while pending or running:
-        _start_ready(pending, running, status, trainers, jobs, env, log)
+        _start_ready(pending, running, status, trainers, jobs, env, publish, log)
         _reap_finished(running, status, publish, on_published, log)
         if running:
             time.sleep(poll_s)
@@ -583,12 +602,19 @@ def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Pa
     """The status of the runs with nothing to do ("skipped": complete, published unless a dry run;
     "published": its results are at the destination; "conflict": its folder holds a finished run
     with other settings, or more epochs, named in ``log``), and the other runs in the order to start
-    them (a finished run asked for more epochs than it was trained for among them: it trains on)."""
+    them (a finished run asked for more epochs than it was trained for among them: it trains on, and
+    the finished test-only runs of its folder wait for it; a test-only run whose results evaluate
+    another checkpoint than its folder's training chose, :meth:`Run.stale`, is evaluated again)."""
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
+    found = {}  # name -> (complete, changed settings, shorter)
     for run in runs:
         complete = run.complete()
-        changed, shorter = run.changed_settings() if complete else ([], False)
+        found[run.name] = (complete, *(run.changed_settings() if complete else ([], False)))
+    training_on = {run.output_folder for run in runs if not run.test_only and found[run.name][2]}
+    for run in runs:
+        complete, changed, shorter = found[run.name]
+        stale = run.stale() if complete else None
         if changed:  # another grid's finished run in this folder: not a result of this one
             status[run.name] = ("conflict", 0.0)
             print(f"[conflict] {run.name}: {run.output_folder} holds a finished run made with other settings "
@@ -596,6 +622,11 @@ def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Pa
                   file=log, flush=True)
         elif shorter:  # the same run asked to train longer: it resumes from its last checkpoint
             pending.append(run)
+        elif stale:  # its folder's training trained on since: the new checkpoint is evaluated
+            print(f"[stale] {run.name}: {stale}: evaluated again", file=log, flush=True)
+            pending.append(run)
+        elif complete and run.test_only and run.output_folder in training_on:
+            pending.append(run)  # waits for its training to train on, then is evaluated again if stale
         elif complete:
             status[run.name] = ("skipped", 0.0)
             if publish is not None and not dry_run:
@@ -630,9 +661,10 @@ def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str
 
 def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
                  status: Dict[str, Tuple[str, float]], trainers: Dict[str, List[str]], jobs: int,
-                 env: Dict[str, str], log: IO[str]) -> None:
+                 env: Dict[str, str], publish: Optional[Tuple[Path, Path]], log: IO[str]) -> None:
     """One pass over the pending runs: block those that cannot run, start those whose dependencies are
-    done while fewer than ``jobs`` run (in place)."""
+    done while fewer than ``jobs`` run (a test-only run whose results still evaluate its folder's
+    checkpoint is skipped then, and published with ``publish``) (in place)."""
     for run in list(pending):
         deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
         if run.test_only and not deps and not run.started():  # its training run is not in this selection
@@ -645,7 +677,12 @@ def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Po
             status[run.name] = ("blocked", 0.0)
         elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):
             pending.remove(run)
-            _try_start(run, running, status, env, log)
+            if run.test_only and run.complete() and not run.stale():  # its training kept its checkpoint
+                status[run.name] = ("skipped", 0.0)
+                if publish is not None:
+                    publish_run(run, *publish)
+            else:
+                _try_start(run, running, status, env, log)
 
 
 def _try_start(run: Run, running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],

@@ -59,6 +59,20 @@ def real_flac() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- flops
+def test_help_of_every_command_is_printed_without_importing_torch() -> None:
+    """``surprisal-cc COMMAND --help`` answers at once: no command imports torch for its options."""
+    from surprisal_cc.cli import COMMANDS
+
+    script = ("import contextlib, io, sys\nfrom surprisal_cc.cli import main\n"
+              "for command in sys.argv[1:]:\n"
+              "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+              "        main([command, '--help'])\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'speechbrain', 'torchaudio')))")
+    out = subprocess.run([sys.executable, "-c", script, *COMMANDS], capture_output=True, text=True, check=True,
+                         cwd=REPO).stdout
+    assert out.strip() == "[]"
+
+
 def test_flops_on_hparams_as_written(tmp_path, monkeypatch, capsys):
     """TIMIT's data_folder is a !PLACEHOLDER: counting MACs needs no data; nothing is written to disk."""
     monkeypatch.chdir(tmp_path)

@@ -28,11 +28,15 @@ out.mkdir(parents=True, exist_ok=True)
 shifts = json.loads(args.get("test_bias_shifts", "[0.0]"))
 tag = ("_random_at_test" if args.get("controller_at_test") == "False" else "") if args.get("test_only") else ""
 prefix = ("results_test_only" + tag) if args.get("test_only") else "results"
+# "epochs": the epoch of the checkpoint tested, the training's best (--best_epoch, else its last)
+if not args.get("test_only"):
+    (out / "best_epoch.txt").write_text(args.get("best_epoch", args.get("number_of_epochs", "0")))
+best = int((out / "best_epoch.txt").read_text())
 for s in shifts:
     name = prefix + (".json" if not s else "_bias%+g.json" % s)
     (out / name).write_text(json.dumps({"PER": 25.0 + s, "flops_per_frame": 6.4e6 + s, "seed": int(args["seed"]),
         "controller": args.get("controller", "surprisal"), "test_bias_shift": s, "dataset": "Fake",
-        "precision": args.get("precision")}))
+        "precision": args.get("precision"), "epochs": best}))
 # as the recipe does: a --test_only evaluation keeps the training's hyperparams.yaml
 (out / (f"hyperparams_test_only{tag}.yaml" if args.get("test_only") else "hyperparams.yaml")).write_text(
     "test_only: %s\\n" % bool(args.get("test_only")))
@@ -160,21 +164,48 @@ def test_a_finished_run_with_other_settings_is_a_conflict_not_a_result(grid_file
     assert len((folder / "calls.txt").read_text().splitlines()) == 2  # nothing was run in that folder
 
 
-def test_a_finished_run_asked_for_more_epochs_trains_on(grid_file: Path, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("best_epoch, calls, summary", [(None, 4, "done: 2"), (2, 3, "done: 1, skipped: 1")])
+def test_a_finished_run_asked_for_more_epochs_trains_on(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                         best_epoch: Optional[int], calls: int, summary: str) -> None:
     """A finished run of the same settings and fewer epochs than the grid asks is launched again
-    (the recipe resumes it from its checkpoint); its test-only runs keep their results."""
+    (the recipe resumes it from its checkpoint); its test-only runs wait for it and are evaluated
+    again if the training chose another checkpoint (here its new last epoch), else they are kept."""
     assert main(["grid", str(grid_file), "--no-report"]) == 0
     capsys.readouterr()
     folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
     (folder / "hyperparams.yaml").write_text("controller: surprisal\nseed: 1\nnumber_of_epochs: 2\n")
     spec = yaml.safe_load(grid_file.read_text())
-    spec["overrides"] = {"number_of_epochs": 3}
+    spec["overrides"] = {"number_of_epochs": 3, **({"best_epoch": best_epoch} if best_epoch else {})}
     grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     assert main(["grid", str(grid_file), "--no-report", "--only", "/controllers/controller-surprisal/seed1/",
                  "--only", "/bias/controller-surprisal/seed1/"]) == 0
-    assert "done: 1, skipped: 1" in capsys.readouterr().out
-    assert len((folder / "calls.txt").read_text().splitlines()) == 3  # trained on once more
+    out = capsys.readouterr().out
+    assert summary in out and "[stale]" not in out  # nothing was stale before the training went on
+    assert len((folder / "calls.txt").read_text().splitlines()) == calls  # trained on (and evaluated) once more
+    tested = {json.loads((folder / name).read_text())["epochs"] for name in ("results.json", "results_test_only_bias+1.json")}
+    assert tested == {best_epoch or 3}
+
+
+def test_test_only_results_of_an_earlier_checkpoint_are_evaluated_again(grid_file: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """A test-only run whose results record another checkpoint's epoch than its folder's training run
+    (trained on by another grid command) is run again, with one line saying why; then it is complete."""
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    results = json.loads((folder / "results.json").read_text())
+    (folder / "results.json").write_text(json.dumps({**results, "epochs": 5}))
+    (folder / "best_epoch.txt").write_text("5")
+    (folder / "save" / "CKPT+2026-01-01+00-00-00+00").mkdir(parents=True)  # the checkpoint to evaluate
+    only = ["--only", "/bias/controller-surprisal/seed1/"]
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run", *only]) == 0
+    assert ("[stale] bias/controller-surprisal/seed1: results_test_only.json evaluates the checkpoint of epoch 2, "
+            "the training's is epoch 5: evaluated again") in capsys.readouterr().out
+    assert main(["grid", str(grid_file), "--no-report", *only]) == 0
+    assert "done: 1" in capsys.readouterr().out
+    assert json.loads((folder / "results_test_only_bias+1.json").read_text())["epochs"] == 5
+    assert main(["grid", str(grid_file), "--no-report", *only]) == 0
+    assert "skipped: 1" in capsys.readouterr().out
 
 
 def test_failed_run_blocks_its_test_only_runs(grid_file: Path, tmp_path: Path,

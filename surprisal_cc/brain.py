@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
 from .augment import activate_in_training
-from .controllers import (SurprisalController, budget_big_fraction, calibrate_surprisal_controller, solve_bias_shift,
+from .controllers import (budget_big_fraction, calibrate_surprisal_controller, solve_bias_shift,
                           target_mean_for_budget)
 from .ctc import utterance_mean_ctc_loss
 from .errors import ConfigurationError, TrainingDivergedError
@@ -472,7 +472,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         if getattr(self, "calibration", None) is not None:
             return self.calibration
         controller = getattr(unwrap(self.modules.encoder), "controller", None)
-        if not (isinstance(controller, SurprisalController) and bool(controller.calibrated)):
+        if not (getattr(controller, "calibrates_on_surprisal", False) and bool(controller.calibrated)):
             return None
         weight, bias = float(controller.weight), float(controller.bias)
         stored = Path(self.hparams.output_folder, "calibration.json")
@@ -485,14 +485,15 @@ class ConditionalCTCBrain(FiniteLossBrain):
 
     # ------------------------------------------------------------------ controller calibration
     def calibrate_controller(self, train_set) -> Optional[Dict[str, float]]:
-        """Fit the surprisal controller's w, b to the target p_big statistics (paper Eq. 4).
+        """Fit the surprisal controller's w, b to the target p_big statistics (paper Eq. 4): any controller
+        that ``calibrates_on_surprisal``.
 
         One pass over ``train_set`` with the frozen APC (or the cached surprisal). Nothing to do for
         other controllers, with ``--test_only``, or when a checkpoint exists: the calibrated
         controller is part of it. Writes ``calibration.json``; returns the calibration or None.
         """
         controller = getattr(unwrap(self.modules.encoder), "controller", None)
-        if not isinstance(controller, SurprisalController) or self.test_only:
+        if not getattr(controller, "calibrates_on_surprisal", False) or self.test_only:
             return None
         if self.checkpointer is not None and self.checkpointer.find_checkpoint() is not None:
             logger.info("a checkpoint exists: the controller's calibration is restored from it")
@@ -516,7 +517,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             super().on_fit_start()
         self.fit_start_time = time.time()
         controller = getattr(unwrap(self.modules.encoder), "controller", None)
-        if isinstance(controller, SurprisalController) and not bool(controller.calibrated):
+        if getattr(controller, "calibrates_on_surprisal", False) and not bool(controller.calibrated):
             raise ConfigurationError("the surprisal controller is not calibrated: call "
                                      "brain.calibrate_controller(train_set) before brain.fit")
 

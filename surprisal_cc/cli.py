@@ -79,7 +79,8 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     apc_macs = module_macs(hparams.get("apc_model") or APCModel()) if uses_apc else 0
     rows = static_flop_rows(encoder, apc_macs)
     mean = hparams.get("controller_target_mean")
-    if "small-only" in rows and hparams.get("controller") == "surprisal" and mean is not None:
+    calibrated = getattr(getattr(encoder, "controller", None), "calibrates_on_surprisal", False)
+    if "small-only" in rows and calibrated and mean is not None:  # its mean p_big is the calibration's target
         rows[f"expected at mean p_big={mean:g}"] = expected_macs_at_mean_p_big(rows, mean)
     return {"hparams": hparams_file, "overrides": list(overrides), "macs_per_frame": rows}
 
@@ -645,6 +646,12 @@ def _add_flops_parser(subparsers) -> None:
     p = subparsers.add_parser("flops", help="per-component MACs per frame of an hparams file (--key=value overrides)")
     p.add_argument("hparams")
     p.add_argument("--json", action="store_true")
+    _usage_with_overrides(p)
+
+
+def _usage_with_overrides(parser: argparse.ArgumentParser) -> None:
+    """Show a command's ``--key=value`` overrides (:data:`TAKE_OVERRIDES`) in its usage line."""
+    parser.usage = parser.format_usage().split("usage: ", 1)[1].rstrip() + " [--key=value ...]"
 
 
 def _add_grid_parser(subparsers, command: Optional[str]) -> None:
@@ -677,6 +684,8 @@ def _add_tool_parser(subparsers, name: str, help_text: str, command: Optional[st
         tool = importlib.import_module(f".{TOOL_MODULES[name]}", __package__)
         p.description = tool.__doc__
         tool.add_arguments(p)
+        if name in TAKE_OVERRIDES:
+            _usage_with_overrides(p)
 
 
 def _add_report_parser(subparsers) -> None:

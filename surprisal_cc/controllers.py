@@ -77,8 +77,12 @@ class Controller(nn.Module):
     # True: p_big does not depend on the input, so only a draw routes (the deterministic rule
     # p_big > 0.5 would send every frame to one network): such a controller is always sampled.
     routes_by_chance = False
+    # True: p_big = sigmoid(weight * surprisal + bias) with the buffers ``weight``, ``bias`` and
+    # ``calibrated`` (SurprisalController's): the recipes fit w, b to the target p_big statistics before
+    # training (calibrate_surprisal_controller), and a test-time FLOPs budget solves for its bias shift.
+    calibrates_on_surprisal = False
 
-    def probability(self, features: Tensor, surprisal: Optional[Tensor], bias_shift: float = 0.0,
+    def probability(self, features: Tensor, surprisal: Optional[Tensor], *, bias_shift: float = 0.0,
                     mask: Optional[Tensor] = None) -> Tensor:
         """Probability p_big of the big network per frame.
 
@@ -103,6 +107,7 @@ class Controller(nn.Module):
         features: Tensor,
         surprisal: Optional[Tensor],
         mask: Tensor,
+        *,
         stochastic: bool = True,
         bias_shift: float = 0.0,
     ) -> Decision:
@@ -123,7 +128,7 @@ class Controller(nn.Module):
             ``p_big`` (float32, also under autocast) and ``use_big`` are zero / False on padding; no
             gate, zero auxiliary loss.
         """
-        p_big = torch.where(mask, self.probability(features, surprisal, bias_shift, mask=mask).float(), 0.0)
+        p_big = torch.where(mask, self.probability(features, surprisal, bias_shift=bias_shift, mask=mask).float(), 0.0)
         use_big = sample_decisions(p_big, stochastic) & mask
         return Decision(p_big, use_big, None, p_big.new_zeros(()))
 
@@ -204,7 +209,7 @@ class ConstantController(Controller):
         """True for 0 < p < 1: the same p on every frame, so only the draw routes."""
         return 0.0 < self.p_big < 1.0
 
-    def probability(self, features, surprisal, bias_shift: float = 0.0, mask=None):
+    def probability(self, features, surprisal, *, bias_shift: float = 0.0, mask=None):
         """(B, T) tensor filled with p_big (logit shifted by ``bias_shift``)."""
         p = self.p_big
         if bias_shift and 0.0 < p < 1.0:
@@ -241,6 +246,7 @@ class SurprisalController(Controller):
 
     uses_surprisal = True
     name = "surprisal"
+    calibrates_on_surprisal = True  # a subclass whose rule is not sigmoid(w * s + b) sets False
 
     def __init__(self, weight: float = 1.0, bias: float = 0.0):
         super().__init__()
@@ -250,7 +256,7 @@ class SurprisalController(Controller):
         self.register_buffer("bias", torch.tensor(float(bias)))
         self.register_buffer("calibrated", torch.tensor(False))
 
-    def probability(self, features, surprisal, bias_shift: float = 0.0, mask=None):
+    def probability(self, features, surprisal, *, bias_shift: float = 0.0, mask=None):
         """(B, T) sigmoid(weight * surprisal + bias + bias_shift); ``features`` are not read."""
         if surprisal is None:
             raise ValueError("no surprisal was given to the surprisal controller: run the APC model on the "
@@ -344,11 +350,11 @@ class LearnedController(Controller):
         """(B, T) MLP output z_t (plus ``bias_shift``); the decision is z_t > 0."""
         return self.net(features).squeeze(-1).float() + bias_shift  # float32 statistics under bf16 autocast
 
-    def probability(self, features, surprisal, bias_shift: float = 0.0, mask=None):
+    def probability(self, features, surprisal, *, bias_shift: float = 0.0, mask=None):
         """(B, T) sigmoid of the logit; ``surprisal`` is not read."""
         return torch.sigmoid(self.logit(features, bias_shift))
 
-    def forward(self, features, surprisal, mask, stochastic: bool = True, bias_shift: float = 0.0) -> Decision:
+    def forward(self, features, surprisal, mask, *, stochastic: bool = True, bias_shift: float = 0.0) -> Decision:
         """Deterministic decision ``z_t > 0`` with a straight-through gate and the penalty.
 
         Arguments as in :meth:`Controller.forward`; ``stochastic`` is ignored.
@@ -546,7 +552,7 @@ def budget_big_fraction(encoder: nn.Module, apc_macs: int, fraction: float) -> f
     ValueError: the budget 0.1 x big-only is outside (0.200, 1), the MACs per frame of small-only and big-only relative to big-only: choose a fraction in that range
     """
     controller = getattr(encoder, "controller", None)
-    if not isinstance(controller, SurprisalController):
+    if not getattr(controller, "calibrates_on_surprisal", False):
         has = repr(controller.name) if controller is not None else f"none (a {type(encoder).__name__})"
         raise ValueError(f"a FLOPs budget needs the surprisal controller; this model's is {has}")
     if not getattr(encoder, "controller_at_test", True):

@@ -292,6 +292,9 @@ def test_only_hyperparams_name(tag: str = "") -> str:
     return TEST_ONLY_HYPERPARAMS.replace(".yaml", f"{tag}.yaml")
 
 
+test_only_hyperparams_name.__test__ = False  # a name, not a test, for pytest given this module
+
+
 def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: str = "results",
                       suffix: str = ".json", tag: str = "") -> str:
     """Name of the results file of one test evaluation, so that no evaluation overwrites another.

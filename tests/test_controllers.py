@@ -694,6 +694,14 @@ def test_flops_budget_names_the_controller_it_cannot_shift():
     act = build_encoder("act", input_size=8, num_outputs=5, hidden_size=8)
     with pytest.raises(ValueError, match="this model's is none"):
         budget_big_fraction(act, apc_macs=100, fraction=0.9)
+    class Thresholded(SurprisalController):  # another rule on the surprisal: neither calibrated nor shifted
+        name = "thresholded"
+        calibrates_on_surprisal = False
+
+    other = build_encoder("conditional", input_size=8, num_outputs=5, controller="surprisal", hidden_size=8)
+    other.controller = Thresholded()
+    with pytest.raises(ValueError, match="this model's is 'thresholded'"):
+        budget_big_fraction(other, apc_macs=100, fraction=0.9)
     surprisal_encoder.controller_at_test = False  # tested with random routing: no surprisal logit to shift
     with pytest.raises(ValueError, match="controller_at_test False"):
         budget_big_fraction(surprisal_encoder, apc_macs=100, fraction=0.9)

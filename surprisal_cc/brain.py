@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
 from .augment import activate_in_training
-from .controllers import (budget_big_fraction, calibrate_surprisal_controller, solve_bias_shift,
+from .calibration import (budget_big_fraction, calibrate_surprisal_controller, solve_bias_shift,
                           target_mean_for_budget)
 from .ctc import utterance_mean_ctc_loss
 from .errors import ConfigurationError, TrainingDivergedError
@@ -571,7 +571,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.set_test_bias_shift(budget["solution"]["bias_shift"])
 
     def test_budget_big_fraction(self, fraction: float) -> float:
-        """:func:`~surprisal_cc.controllers.budget_big_fraction` of this brain's encoder, errors naming
+        """:func:`~surprisal_cc.calibration.budget_big_fraction` of this brain's encoder, errors naming
         ``test_flops_fraction``."""
         try:
             return budget_big_fraction(unwrap(self.modules.encoder), self.apc_macs, fraction)
@@ -581,7 +581,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def solve_budget_bias_shift(self, fraction: float, budget_set) -> Dict[str, float]:
         """The test-time bias shift at which the surprisal controller's expected MACs per frame on
         the frames of ``budget_set`` are ``fraction`` x those of big-only
-        (:func:`~surprisal_cc.controllers.solve_bias_shift`)."""
+        (:func:`~surprisal_cc.calibration.solve_bias_shift`)."""
         big_fraction = self.test_budget_big_fraction(fraction)
         solution = solve_bias_shift(unwrap(self.modules.encoder).controller, self.frame_surprisal(budget_set),
                                     big_fraction, stochastic=bool(self.hparams.test_stochastic))

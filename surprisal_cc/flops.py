@@ -206,7 +206,7 @@ def expected_macs_at_mean_p_big(rows: Mapping[str, float], mean_p_big: float) ->
     Exactly one of the two networks runs per frame, so the cost is
     ``small-only + mean_p_big * (big-only - small-only)``, plus the controller's own MACs (which
     the small-only and big-only rows leave out): the inverse of
-    :func:`~surprisal_cc.controllers.target_mean_for_budget`, controller included.
+    :func:`~surprisal_cc.calibration.target_mean_for_budget`, controller included.
 
     Arguments
     ---------
@@ -226,7 +226,7 @@ def expected_macs_at_mean_p_big(rows: Mapping[str, float], mean_p_big: float) ->
     >>> rows = {"small-only": 2e6, "big-only": 6e6, "controller": 2}
     >>> expected_macs_at_mean_p_big(rows, 0.25)
     3000002.0
-    >>> from surprisal_cc.controllers import target_mean_for_budget
+    >>> from surprisal_cc.calibration import target_mean_for_budget
     >>> target_mean_for_budget(3000002.0 - rows["controller"], rows["small-only"], rows["big-only"])
     0.25
     """

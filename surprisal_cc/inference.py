@@ -35,7 +35,7 @@ from .adaptive import PonderNetEncoder
 from .arguments import check_batch_size, check_routing_seed, resolve_device
 from .apc import APCModel, FrozenAPC
 from .architectures import build_encoder
-from .controllers import budget_big_fraction, solve_bias_shift
+from .calibration import budget_big_fraction, solve_bias_shift
 from .data.audio import as_waveforms, check_audio, resample, sample_counts, sample_rate_hz
 from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
 from .decoding import CTCBeamSearch
@@ -470,7 +470,7 @@ class ConditionalASR:
                           long_chunk_s: Optional[float] = None) -> Dict[str, Any]:
         """Set the bias shift (:meth:`set_bias_shift`) at which the expected MACs per frame over the
         frames of ``audio`` are ``fraction`` x those of big-only, from their APC surprisal alone
-        (:func:`~surprisal_cc.controllers.solve_bias_shift`; no labels). One extra APC pass over the
+        (:func:`~surprisal_cc.calibration.solve_bias_shift`; no labels). One extra APC pass over the
         audio (:meth:`frame_surprisal`: long files in parts); the surprisal controller only.
 
         Returns ``{"fraction", "big_fraction", "bias_shift", "frames"}``.

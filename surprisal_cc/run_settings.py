@@ -17,7 +17,7 @@ from speechbrain.utils.distributed import if_main_process
 
 from .allocator import reuse_freed_memory
 from .arguments import resolve_device
-from .controllers import CALIBRATION_METHODS, check_calibration_target
+from .calibration import CALIBRATION_METHODS, check_calibration_target
 from .errors import ConfigurationError
 from .frozen_features import load_apc_path
 from .hparams_files import (RESUMABLE_KEYS, changed_training_settings, expand_hparams, load_hparams_file,  # noqa: F401

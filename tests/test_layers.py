@@ -25,7 +25,7 @@ from data_fixtures import REPO
 
 PACKAGE = "surprisal_cc"
 # by the module's first name below the package (surprisal_cc.data.mfa: data)
-LOWER = {"", "errors", "arguments", "data", "nnet", "flops", "features", "augment", "controllers", "adaptive", "encoders", "ctc",
+LOWER = {"", "errors", "arguments", "data", "nnet", "flops", "features", "augment", "controllers", "calibration", "adaptive", "encoders", "ctc",
          "decoding", "apc", "cache", "metrics", "schedulers", "checkpoints", "hparams_files", "precision", "threads", "viterbi",
          "run_files", "run_names", "label_eval", "forward", "model_folder", "architectures", "labels", "allocator"}
 UPPER = {"brain", "apc_training", "recipe", "run_settings", "frozen_features", "datasets", "inference", "corpora",

@@ -21,6 +21,7 @@ Example
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -150,6 +151,236 @@ def ctc_log_likelihood(
 # --------------------------------------------------------------------------
 # native prefix beam search (numpy, vectorised over batch x beam x labels)
 # --------------------------------------------------------------------------
+# Beam slots hold trie ids. A slot that holds no prefix (while the beam is not
+# yet full) has id _NO_ID; the parent of the root and of an empty slot is
+# _NO_PARENT. Both are negative and differ from each other, so they never match
+# a trie id (>= 0) or each other when extensions are merged.
+_NO_ID, _NO_PARENT = -1, -3
+
+
+class _PrefixTrie:
+    """Prefixes (collapsed label sequences) as trie nodes, shared by a batch.
+
+    Node 0 is the root, the empty prefix; every other node is its parent's
+    prefix plus one label. A prefix gets its id once, so equal prefixes have
+    equal ids, in any utterance and at any frame.
+
+    Attributes
+    ----------
+    parent : list of int
+        Parent id per node (-1 for the root).
+    label : list of int
+        Last label per node (-1 for the root).
+    """
+
+    def __init__(self) -> None:
+        self.parent: list[int] = [-1]
+        self.label: list[int] = [-1]
+        self._ids: dict[tuple[int, int], int] = {}  # (parent id, label) -> id
+
+    def children(self, parents: list[int], labels: list[int]) -> list[int]:
+        """Id of each prefix ``parent`` extended by ``label`` (a new node the first time), for the
+        ``(parent, label)`` pairs of one frame."""
+        ids, out = self._ids, []
+        for key in zip(parents, labels):
+            nid = ids.get(key)
+            if nid is None:
+                nid = len(self.parent)
+                ids[key] = nid
+                self.parent.append(key[0])
+                self.label.append(key[1])
+            out.append(nid)
+        return out
+
+    def labels(self, node: int) -> list[int]:
+        """Label sequence of prefix ``node`` (empty for the root or a negative id)."""
+        seq: list[int] = []
+        while node > 0:
+            seq.append(self.label[node])
+            node = self.parent[node]
+        return seq[::-1]
+
+
+@dataclass
+class _Beams:
+    """The beams of a batch: ``[n, K]`` arrays, a row per utterance, a column per slot.
+
+    Attributes
+    ----------
+    pb, pnb : numpy.ndarray
+        Log scores of the paths that give the prefix and end in blank / in its last label.
+    last : numpy.ndarray
+        Last label of the prefix, -1 if empty.
+    ids : numpy.ndarray
+        Trie id of the prefix (``_NO_ID``: no prefix).
+    parent : numpy.ndarray
+        Trie id of the prefix without its last label (``_NO_PARENT``: root or no prefix).
+    """
+
+    pb: np.ndarray
+    pnb: np.ndarray
+    last: np.ndarray
+    ids: np.ndarray
+    parent: np.ndarray
+
+    @classmethod
+    def start(cls, B: int, K: int) -> _Beams:
+        """Beams before the first frame: the empty prefix in slot 0 (log score 0, in ``pb``)."""
+        pb = np.full((B, K), _NEG_INF)
+        pb[:, 0] = 0.0
+        ids = np.full((B, K), _NO_ID, dtype=np.int64)
+        ids[:, 0] = 0  # root (empty prefix)
+        return cls(
+            pb=pb,
+            pnb=np.full((B, K), _NEG_INF),
+            last=np.full((B, K), -1, dtype=np.int64),
+            ids=ids,
+            parent=np.full((B, K), _NO_PARENT, dtype=np.int64),
+        )
+
+    def split(self, n: int) -> tuple[_Beams, _Beams]:
+        """The first ``n`` rows and the others (views)."""
+        fields = (self.pb, self.pnb, self.last, self.ids, self.parent)
+        return _Beams(*(a[:n] for a in fields)), _Beams(*(a[n:] for a in fields))
+
+    @classmethod
+    def concat(cls, parts: list[_Beams]) -> _Beams:
+        """The rows of all ``parts``, in order."""
+        names = ("pb", "pnb", "last", "ids", "parent")
+        return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in names))
+
+
+def _continuation_scores(
+    beams: _Beams, x: np.ndarray, blank: int, rows: np.ndarray, slot_offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Log scores of one frame's continuations of every beam prefix.
+
+    ``x`` is the frame's ``[n, V]`` log posteriors, ``rows`` is ``arange(n)[:, None]``
+    and ``slot_offsets[i, k]`` the flat offset ``(i * K + k) * V`` of ``ext[i, k]``.
+
+    Returns
+    -------
+    stay_b, stay_nb : numpy.ndarray
+        ``[n, K]``: prefix kept by a blank / by a repeat of its last label.
+    ext : numpy.ndarray
+        ``[n, K, V]``: prefix extended by label ``c`` (``-inf`` for ``c = blank``).
+    """
+    tot = np.logaddexp(beams.pb, beams.pnb)  # [n, K]
+    has_last = beams.last >= 0
+    # the empty prefix has no last label: point it at the blank column, overwritten below
+    last_c = np.where(has_last, beams.last, blank)
+    x_last = x[rows, last_c]  # [n, K]
+
+    # extensions by one label; repeating the last label is only possible from pb
+    ext = tot[:, :, None] + x[:, None, :]  # [n, K, V]
+    ext.reshape(-1)[slot_offsets + last_c] = beams.pb + x_last
+    ext[:, :, blank] = _NEG_INF
+    # prefixes kept unchanged
+    stay_b = tot + x[:, blank, None]
+    stay_nb = np.where(has_last, beams.pnb + x_last, _NEG_INF)
+    return stay_b, stay_nb, ext
+
+
+def _merge_recreated(beams: _Beams, stay_nb: np.ndarray, ext: np.ndarray) -> None:
+    """Merge extensions that recreate a prefix already in the beam (in place).
+
+    Slot ``k`` extended by label ``c`` gives the prefix of slot ``j`` when
+    ``ids[k] == parent[j]`` and ``c == last[j]``. That extension is log-sum-exp
+    added to ``stay_nb[j]`` and set to ``-inf`` in ``ext``, so that every
+    prefix is a single candidate.
+    """
+    valid_id = beams.ids >= 0
+    match = (beams.ids[:, :, None] == beams.parent[:, None, :]) & valid_id[:, :, None]
+    mb, mk, mj = np.nonzero(match)
+    if mb.size:
+        mc = beams.last[mb, mj]
+        stay_nb[mb, mj] = np.logaddexp(stay_nb[mb, mj], ext[mb, mk, mc])
+        ext[mb, mk, mc] = _NEG_INF
+
+
+def _select_best(
+    beams: _Beams, stay_b: np.ndarray, stay_nb: np.ndarray, ext: np.ndarray, rows: np.ndarray
+) -> tuple[_Beams, np.ndarray, np.ndarray]:
+    """The ``K`` best candidates per row by total log score (in no particular order).
+
+    The candidates of a row are its ``K`` kept prefixes (column ``k``) followed by
+    its ``K * V`` extensions (column ``K + k * V + c``).
+
+    Returns
+    -------
+    new : _Beams
+        The selected prefixes; ids are ``_NO_ID`` for extensions (see ``_assign_new_ids``).
+    is_stay : numpy.ndarray
+        ``[n, K]`` bool: the slot holds a kept prefix.
+    top_score : numpy.ndarray
+        ``[n, K]`` total log score of the slot (``-inf``: no live candidate).
+    """
+    n, K, V = ext.shape
+    n_cand = K + K * V
+    stay_tot = np.logaddexp(stay_b, stay_nb)
+    cand = np.concatenate([stay_tot, ext.reshape(n, K * V)], axis=1)
+    top = np.argpartition(cand, n_cand - K, axis=1)[:, n_cand - K:]  # [n, K] best
+    top_score = cand[rows, top]
+    is_stay = top < K
+    ext_k, ext_c = np.divmod(np.maximum(top - K, 0), V)  # extension: slot k, label c
+    src = np.where(is_stay, top, ext_k)  # slot of the prefix the candidate comes from
+    src_ids = beams.ids[rows, src]
+    new = _Beams(
+        pb=np.where(is_stay, stay_b[rows, src], _NEG_INF),
+        pnb=np.where(is_stay, stay_nb[rows, src], top_score),
+        last=np.where(is_stay, beams.last[rows, src], ext_c),
+        ids=np.where(is_stay, src_ids, _NO_ID),
+        parent=np.where(is_stay, beams.parent[rows, src], src_ids),
+    )
+    return new, is_stay, top_score
+
+
+def _assign_new_ids(new: _Beams, is_new: np.ndarray, trie: _PrefixTrie) -> None:
+    """Give the slots in ``is_new`` the canonical trie id of their prefix (in place)."""
+    eb, ek = np.nonzero(is_new)
+    if eb.size:
+        new.ids[eb, ek] = trie.children(new.parent[eb, ek].tolist(), new.last[eb, ek].tolist())
+
+
+def _beam_step(
+    beams: _Beams,
+    x: np.ndarray,
+    blank: int,
+    trie: _PrefixTrie,
+    rows: np.ndarray,
+    slot_offsets: np.ndarray,
+) -> _Beams:
+    """The beams after one more frame ``x`` (``[n, V]`` log posteriors, a row per utterance).
+
+    ``rows`` and ``slot_offsets``: see ``_continuation_scores``.
+    """
+    stay_b, stay_nb, ext = _continuation_scores(beams, x, blank, rows, slot_offsets)
+    _merge_recreated(beams, stay_nb, ext)
+    new, is_stay, top_score = _select_best(beams, stay_b, stay_nb, ext, rows)
+    alive = top_score > _NEG_INF
+    _assign_new_ids(new, ~is_stay & alive, trie)
+    if not alive.all():  # fewer than K live candidates (the first frames)
+        dead = ~alive
+        new.ids[dead] = _NO_ID
+        new.parent[dead] = _NO_PARENT
+        new.pb[dead] = _NEG_INF
+        new.pnb[dead] = _NEG_INF
+    return new
+
+
+def _best_prefixes(beams: _Beams, trie: _PrefixTrie, order: np.ndarray) -> list[list[int]]:
+    """Label sequence of each row's best prefix, put back in the input order.
+
+    Row ``i`` of ``beams`` is utterance ``order[i]`` of the input.
+    """
+    final = np.logaddexp(beams.pb, beams.pnb)
+    best = np.argmax(final, axis=1)
+    results: list[list[int]] = [[] for _ in range(len(best))]
+    for i, b in enumerate(order.tolist()):
+        results[b] = trie.labels(int(beams.ids[i, best[i]]))
+    return results
+
+
 def prefix_beam_search_native(
     log_probs: np.ndarray, lengths: Sequence[int], blank: int = 0, beam_size: int = 10
 ) -> list[list[int]]:
@@ -204,105 +435,22 @@ def prefix_beam_search_native(
     order = np.argsort(-lens, kind="stable")
     lp_all = lp_all[order]
     lens_sorted = lens[order]
+    n_active = np.searchsorted(-lens_sorted, -np.arange(int(lens_sorted.max(initial=0))), side="left")  # lens > t
 
-    # Prefix trie shared by the batch: id -> (parent id, last label).
-    node_parent: list[int] = [-1]
-    node_label: list[int] = [-1]
-    trie: dict[tuple[int, int], int] = {}
-
-    NO_ID, NO_PARENT = -1, -3
-    pb = np.full((B, K), _NEG_INF)
-    pnb = np.full((B, K), _NEG_INF)
-    pb[:, 0] = 0.0
-    last = np.full((B, K), -1, dtype=np.int64)  # last label of prefix, -1 if empty
-    ids = np.full((B, K), NO_ID, dtype=np.int64)
-    ids[:, 0] = 0  # root (empty prefix)
-    parent = np.full((B, K), NO_PARENT, dtype=np.int64)
-
-    n_cand = K + K * V
-    all_rows = np.arange(B)[:, None]
+    trie = _PrefixTrie()
+    beams = _Beams.start(B, K)  # one row per utterance still running
+    ended: list[_Beams] = []  # final beams of the utterances that ended, shortest first
+    rows = np.arange(B)[:, None]
     # flat offset of (row, beam k) in a [n, K, V] array: (row * K + k) * V
     slot_offsets = (np.arange(B * K) * V).reshape(B, K)
-    n_active = np.searchsorted(-lens_sorted, -np.arange(int(lens_sorted.max(initial=0))), side="left")  # lens > t
     with np.errstate(invalid="ignore"):
         for t, n in enumerate(n_active.tolist()):
-            x = lp_all[:n, t, :]  # [n, V]
-            s_pb, s_pnb, s_last = pb[:n], pnb[:n], last[:n]
-            s_ids, s_parent = ids[:n], parent[:n]
-            rows = all_rows[:n]
-
-            tot = np.logaddexp(s_pb, s_pnb)  # [n, K]
-            has_last = s_last >= 0
-            # the empty prefix has no last label: point it at the blank column, overwritten below
-            last_c = np.where(has_last, s_last, blank)
-            x_last = x[rows, last_c]  # [n, K]
-
-            # extensions by one label; repeating the last label is only possible from pb
-            ext = tot[:, :, None] + x[:, None, :]  # [n, K, V]
-            ext.reshape(-1)[slot_offsets[:n] + last_c] = s_pb + x_last
-            ext[:, :, blank] = _NEG_INF
-            # prefixes kept unchanged
-            stay_b = tot + x[:, blank][:, None]
-            stay_nb = np.where(has_last, s_pnb + x_last, _NEG_INF)
-            # merge extensions that recreate a prefix already in the beam
-            valid_id = s_ids >= 0
-            match = (s_ids[:, :, None] == s_parent[:, None, :]) & valid_id[:, :, None]
-            mb, mk, mj = np.nonzero(match)
-            if mb.size:
-                mc = s_last[mb, mj]
-                stay_nb[mb, mj] = np.logaddexp(stay_nb[mb, mj], ext[mb, mk, mc])
-                ext[mb, mk, mc] = _NEG_INF
-            stay_tot = np.logaddexp(stay_b, stay_nb)
-
-            cand = np.concatenate([stay_tot, ext.reshape(n, K * V)], axis=1)
-            top = np.argpartition(cand, n_cand - K, axis=1)[:, n_cand - K:]  # [n, K] best
-            top_score = cand[rows, top]
-            is_stay = top < K
-            e = np.maximum(top - K, 0)
-            src = np.where(is_stay, top, e // V)
-            lab = np.where(is_stay, s_last[rows, src], e % V)
-            new_pb = np.where(is_stay, stay_b[rows, src], _NEG_INF)
-            new_pnb = np.where(is_stay, stay_nb[rows, src], top_score)
-            new_parent = np.where(is_stay, s_parent[rows, src], s_ids[rows, src])
-            new_ids = np.where(is_stay, s_ids[rows, src], NO_ID)
-            alive = top_score > _NEG_INF
-            # canonical ids for new prefixes
-            eb, ek = np.nonzero(~is_stay & alive)
-            if eb.size:
-                for b_, k_, p_, c_ in zip(
-                    eb.tolist(), ek.tolist(), new_parent[eb, ek].tolist(), lab[eb, ek].tolist()
-                ):
-                    key = (p_, c_)
-                    nid = trie.get(key)
-                    if nid is None:
-                        nid = len(node_parent)
-                        trie[key] = nid
-                        node_parent.append(p_)
-                        node_label.append(c_)
-                    new_ids[b_, k_] = nid
-            if not alive.all():  # fewer than K live candidates (the first frames)
-                dead = ~alive
-                new_ids[dead] = NO_ID
-                new_parent[dead] = NO_PARENT
-                new_pb[dead] = _NEG_INF
-                new_pnb[dead] = _NEG_INF
-            pb[:n], pnb[:n], last[:n] = new_pb, new_pnb, lab
-            ids[:n], parent[:n] = new_ids, new_parent
-
-    final = np.logaddexp(pb, pnb)
-    best = np.argmax(final, axis=1)
-    results_sorted: list[list[int]] = []
-    for b in range(B):
-        node = int(ids[b, best[b]])
-        seq: list[int] = []
-        while node > 0:
-            seq.append(node_label[node])
-            node = node_parent[node]
-        results_sorted.append(seq[::-1])
-    results: list[list[int]] = [[] for _ in range(B)]
-    for i, b in enumerate(order.tolist()):
-        results[b] = results_sorted[i]
-    return results
+            if n < len(rows):  # the utterances of length t end: set their rows aside
+                beams, done = beams.split(n)
+                ended.append(done)
+                rows, slot_offsets = rows[:n], slot_offsets[:n]
+            beams = _beam_step(beams, lp_all[:n, t, :], blank, trie, rows, slot_offsets)
+    return _best_prefixes(_Beams.concat([beams] + ended[::-1]), trie, order)
 
 
 # --------------------------------------------------------------------------

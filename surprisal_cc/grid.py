@@ -298,6 +298,13 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
     pool = data.get("report_pool") or []
     if not isinstance(pool, list) or not all(key in POOLABLE_KEYS for key in pool):
         fail(f"report_pool must be a list of keys of {', '.join(POOLABLE_KEYS)}, e.g. [apc]")
+    if "debug" in set(data.get("overrides") or {}).union(*(set(g.get(k) or {}) for g in data["groups"]
+                                                             for k in ("vary", "set"))):
+        fail(f"debug: {DEBUG_REFUSED}")
+
+
+DEBUG_REFUSED = ("a --debug run writes into <output_folder>-debug, where the grid does not look for its results; "
+                 "run the recipe itself with --debug to check it")
 
 
 def _prepare_steps(path: str, entries: Any) -> List[PrepareStep]:
@@ -409,6 +416,8 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
     log = log or sys.stdout
     root = Path(spec.experiment_root)
     grid_keys = set(spec.overrides) | {k for g in spec.groups for k in [*(g.get("vary") or {}), *(g.get("set") or {})]}
+    if any(o.split("=", 1)[0] == "--debug" for o in extra):
+        raise GridError(f"--debug: {DEBUG_REFUSED}")
     defaults = load_yaml_tolerant(spec.hparams)
     runs: List[Run] = []
     seen: Dict[Tuple, str] = {}

@@ -2,14 +2,18 @@
 (:mod:`surprisal_cc.run_settings`), frozen features (:mod:`surprisal_cc.frozen_features`) and datasets
 (:mod:`surprisal_cc.datasets`): the corpus prepared (:func:`prepare_manifests`, the corpus's ``prepare_*``
 function) with its labels (:func:`prepare_labels`: phones checked against the phone set, or sentencepiece
-units trained), and the script's end (:func:`recipe_errors`: configuration and data errors as one line
-``error: ...``, the DDP process group closed).
+units trained), a ``--debug`` run's splits cut to a few batches (:func:`debug_manifests`), and the
+script's end (:func:`recipe_errors`: configuration and data errors as one line ``error: ...``, the DDP
+process group closed).
 """
 from __future__ import annotations
 
 import contextlib
+import csv
 import gc
 import inspect
+import io
+import logging
 import sys
 from pathlib import Path
 from typing import Callable, Dict, Mapping
@@ -21,6 +25,8 @@ from .errors import ConfigurationError, TrainingDivergedError
 from .labels import SentencePieceLabels, train_units
 from .nnet import keyword_names
 from .run_settings import check_manifest_phones, check_num_outputs
+
+logger = logging.getLogger(__name__)
 
 # run folders saved before these moved (to labels, nnet) apply them as surprisal_cc.recipe.<name>
 from .labels import label_encoder_for, phone_set  # noqa: F401
@@ -77,6 +83,63 @@ def prepare_labels(hparams: Dict, manifests: Mapping[str, str]) -> None:
     run_on_main(train_units, args=[sp_dir, hparams["sp_vocab_size"], manifests["train"]])
     hparams["label_encoder"] = SentencePieceLabels(sp_dir, hparams["sp_vocab_size"], manifests["train"])
     check_num_outputs(hparams)
+
+
+def debug_utterances(hparams: Mapping, run_opts: Mapping) -> int:
+    """N, the utterances of each split a ``--debug`` run keeps: ``debug_batches`` x ``batch_size``, so
+    validation and test run their ``debug_batches`` batches. With ``dynamic_batching`` ``batch_size`` is
+    still the validation and test batch, and a training batch of ``max_batch_length`` seconds holds about
+    as many utterances (the profiles: 400 s, about 32), so N stays ``debug_batches`` x ``batch_size``.
+
+    Example
+    -------
+    >>> debug_utterances({"batch_size": 32}, {"debug": True, "debug_batches": 2})
+    64
+    """
+    batch_size = hparams.get("batch_size") or hparams["train_loader_options"]["batch_size"]
+    return int(run_opts.get("debug_batches") or 2) * int(batch_size)
+
+
+def debug_manifests(hparams: Mapping, manifests: Mapping[str, str], run_opts: Mapping) -> Dict[str, str]:
+    """The manifests a run reads: with ``--debug``, each split's cut to its first N utterances
+    (:func:`debug_utterances`), written (on the main process) as ``<split>.csv`` in
+    ``<output_folder>/debug_manifests/``, the debug run's own folder
+    (:func:`~surprisal_cc.run_settings.debug_folder_overrides`), so that the feature cache, APC
+    pretraining, calibration and datasets built from them touch those utterances only; the prepared
+    manifests are left as they are. Without ``--debug``, ``manifests`` as they are.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "train.csv").write_text("ID,wav\\n" + "".join(f"u{i},u{i}.flac\\n" for i in range(9)))
+    ...     cut = debug_manifests({"batch_size": 2, "output_folder": f"{tmp}/run-debug"}, {"train": f"{tmp}/train.csv"},
+    ...                           {"debug": True, "debug_batches": 2})
+    ...     print(Path(cut["train"]).relative_to(tmp), Path(cut["train"]).read_text().split())
+    run-debug/debug_manifests/train.csv ['ID,wav', 'u0,u0.flac', 'u1,u1.flac', 'u2,u2.flac', 'u3,u3.flac']
+    """
+    if not run_opts.get("debug"):
+        return dict(manifests)
+    count = debug_utterances(hparams, run_opts)
+    folder = Path(hparams["output_folder"]) / "debug_manifests"
+    cut = {split: str(folder / f"{split}.csv") for split in manifests}
+    for split, manifest in manifests.items():
+        run_on_main(_write_first_rows, args=[manifest, cut[split], count])
+    logger.info("--debug: the first %d utterances (debug_batches x batch_size) of each split, in %s", count, folder)
+    return cut
+
+
+def _write_first_rows(manifest: str, target: str, count: int) -> None:
+    """``target``: the manifest CSV ``manifest`` with its first ``count`` rows, every field as written."""
+    from .data.manifest import atomic_write_text, read_manifest
+
+    columns, rows = read_manifest(manifest, ("ID",), resolve_wav=False)  # wav as the datasets read it
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows[:count])
+    atomic_write_text(target, out.getvalue())
+
 
 @contextlib.contextmanager
 def recipe_errors():

@@ -24,6 +24,7 @@ from .hparams_files import (RESUMABLE_KEYS, changed_training_settings, expand_hp
                             load_yaml_tolerant, parse_yaml_tolerant, ruamel_errors)
 from .nnet import runs_apc
 from .precision import TRAINING_PRECISIONS, auto_precision
+from .run_files import DEBUG_FOLDER_SUFFIX
 
 
 def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
@@ -48,6 +49,9 @@ def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
     if stray:
         raise ConfigurationError(f"unexpected argument {stray[0]!r}: after the hparams file, give overrides as "
                                  "--key=value (keys of that file) or SpeechBrain's options (--device, --test_only, ...)")
+    check_debug_options(run_opts)
+    if run_opts.get("debug"):  # a --debug run writes into a folder of its own
+        overrides = debug_folder_overrides(hparams_file, overrides)
     return hparams_file, run_opts, overrides
 
 
@@ -62,6 +66,88 @@ def _without_precision_auto(argv: List[str]) -> Tuple[List[str], bool]:
         kept.append(argv[i])
         i += 1
     return kept, auto
+
+
+def check_debug_options(run_opts: Mapping) -> None:
+    """``--debug_batches`` and ``--debug_epochs`` (SpeechBrain's) are whole numbers of at least 1: with 0,
+    a ``--debug`` run would keep no utterance of any split, and SpeechBrain's loop, which stops when the
+    epoch equals ``debug_epochs``, would train every epoch. Checked with ``--debug``, or when either is given.
+
+    Example
+    -------
+    >>> check_debug_options({"debug": True, "debug_batches": 0, "debug_epochs": 2})
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: --debug_batches=0: give a whole number of at least 1 (the batches of each split, and of each epoch, that a --debug run goes through)
+    """
+    given = set(getattr(run_opts, "overridden_args", None) or run_opts.get("overridden_args", None) or ())
+    if not run_opts.get("debug") and not given & {"debug_batches", "debug_epochs"}:
+        return
+    for key, what in (("debug_batches", "the batches of each split, and of each epoch,"),
+                      ("debug_epochs", "the epochs")):
+        value = run_opts.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigurationError(f"--{key}={value}: give a whole number of at least 1 ({what} that a --debug "
+                                     "run goes through)")
+
+
+def debug_folder_overrides(hparams_file: Union[str, os.PathLike], overrides: str = "") -> str:
+    """``overrides`` for a ``--debug`` run: the run's ``output_folder`` moved to ``<output_folder>-debug``
+    and the APC folder (``apc_output_folder``, where ``apc_path: null`` pretrains and exports an APC) to
+    ``<output_folder>-debug/apc``; a file without an ``output_folder`` (APC pretraining) has its
+    ``apc_output_folder`` moved to ``<apc_output_folder>-debug``. What the hparams file places in them
+    (``save_folder``, ``train_log``, ``results_file``, ``apc_export_path`` ...: ``!ref <output_folder>/...``)
+    follows; an input named by its path (``apc_path``) stays. So a debug run never writes into, resumes
+    from or is refused by the run that the same command without ``--debug`` makes (nor leaves it an APC
+    trained on a few batches), and the other way round; the shared folders (``prepared_folder``,
+    ``cache_folder``) hold what a real run would compute too. Overrides that do not load are returned
+    as they are: :func:`load_hparams` names their error.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "run.yaml").write_text("root: exp\\noutput_folder: !ref <root>/run\\n"
+    ...                                          "save_folder: !ref <output_folder>/save\\n")
+    ...     print(debug_folder_overrides(Path(tmp, "run.yaml"), "root: out"))
+    root: out
+    output_folder: out/run-debug
+    """
+    import io
+
+    import ruamel.yaml
+    from hyperpyyaml import resolve_references
+
+    if not Path(hparams_file).is_file():
+        return overrides
+    try:
+        resolved = parse_yaml_tolerant(resolve_references(io.StringIO(expand_hparams(hparams_file)),
+                                                          overrides or None).getvalue())
+        yaml = ruamel.yaml.YAML()
+        yaml.width = 1 << 16  # one line a setting, as given
+        yaml.representer.add_representer(  # null as written, not an empty value
+            type(None), lambda dumper, _: dumper.represent_scalar("tag:yaml.org,2002:null", "null"))
+        merged = yaml.load(overrides) if overrides.strip() else None
+    except Exception:  # noqa: BLE001 (any error of the hparams or overrides: load_hparams reports it)
+        return overrides
+    merged = ruamel.yaml.comments.CommentedMap() if merged is None else merged
+    if not isinstance(merged, dict):
+        return overrides
+
+    def folder(key: str) -> Optional[str]:
+        value = resolved.get(key)
+        return os.path.normpath(value) if isinstance(value, str) and value.strip() else None
+
+    output, apc = folder("output_folder"), folder("apc_output_folder")
+    if output is not None:
+        merged["output_folder"] = output + DEBUG_FOLDER_SUFFIX
+        if apc is not None:
+            merged["apc_output_folder"] = os.path.join(output + DEBUG_FOLDER_SUFFIX, "apc")
+    elif apc is not None:
+        merged["apc_output_folder"] = apc + DEBUG_FOLDER_SUFFIX
+    out = io.StringIO()
+    yaml.dump(merged, out)
+    return out.getvalue().strip()
 
 
 def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapping] = None) -> Dict:

@@ -364,6 +364,7 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
      f"unknown key(s) ['sets'] in group"),
     (lambda spec: {**spec, "recipe": "no_such_recipe.py"}, "recipe no_such_recipe.py is not a file"),
     (lambda spec: {**spec, "hparams": "no_such.yaml"}, "hparams no_such.yaml is not a file"),
+    (lambda spec: {**spec, "overrides": {"debug": True}}, "debug: a --debug run writes into <output_folder>-debug"),
 ])
 def test_grid_files_of_the_wrong_shape_are_one_line_naming_the_file(grid_file: Path, change: Any, message: str,
                                                                      capsys: pytest.CaptureFixture) -> None:

@@ -20,6 +20,7 @@ import torch
 from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (a fixture)
 from surprisal_cc.apc import load_apc
 from surprisal_cc.grid import file_sha256
+from surprisal_cc.hparams_files import parse_yaml_tolerant
 from surprisal_cc.nnet import weights_fingerprint
 from surprisal_cc.run_names import config_of, model_name
 
@@ -241,6 +242,41 @@ def test_debug_flag_runs_a_few_batches(pretrained):
     proc = ok(run([MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, seed=4, apc_path=apc, controller="random"),
                    "--debug"]))
     assert "results written" in proc.stdout + proc.stderr
+
+
+def test_debug_run_cuts_the_splits_and_keeps_to_its_own_folder(mini_corpus, tmp_path):
+    """``--debug``: each split cut to its first debug_batches x batch_size utterances (2 x 2 = 4), APC
+    pretrained (apc_path null), features cached, the controller calibrated, trained and tested on those
+    only, every file in ``<output_folder>-debug``: the real run's folder and APC folder stay absent,
+    so the same command without ``--debug`` starts from nothing."""
+    exp = tmp_path / "exp"
+    args = [MLS_RECIPE, MLS_HPARAMS, f"--data_folder={mini_corpus / 'corpus'}", f"--experiment_root={exp}",
+            "--valid_speakers=2", "--batch_size=2", "--apc_batch_size=2", "--seed=5", "--debug"]  # N = 2 x 2
+    proc = ok(run([*args, "--debug_epochs=1"]))
+    real = exp / "conditional-surprisal-paper-apc" / "seed5"
+    debug = real.with_name("seed5-debug")
+    assert not real.exists() and not (exp / "apc").exists()
+    for name in ("hyperparams.yaml", "log.txt", "train_log.txt", "calibration.json", "results.json",
+                 "apc/apc.pt"):
+        assert (debug / name).is_file(), name
+    saved = parse_yaml_tolerant((debug / "hyperparams.yaml").read_text())
+    assert saved["output_folder"] == str(debug) and saved["apc_export_path"] == str(debug / "apc" / "apc.pt")
+    # the cut manifests: the first 4 rows of each prepared one (mfa-dev has 3), which stay whole
+    [prepared] = (exp / "manifests").glob("mini_librispeech_prepare-*")
+    for split, whole in (("train", 6), ("valid", 6), ("dev", 3), ("test", 6)):
+        with open(prepared / f"{split}.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        with open(debug / "debug_manifests" / f"{split}.csv", newline="") as f:
+            cut = list(csv.DictReader(f))
+        assert len(rows) == whole and cut == rows[:min(4, whole)], split
+    res = json.loads((debug / "results.json").read_text())
+    assert res["error_rate_details"]["num_utterances"] == 4 and res["dev"]["error_rate_details"]["num_utterances"] == 3
+    assert res["data"]["train"] == str(debug / "debug_manifests" / "train.csv")
+    assert res["calibration"]["mean_p_big"] == pytest.approx(0.65, abs=1e-3)  # fitted on the 4 training utterances
+    assert "the first 4 utterances" in proc.stdout + proc.stderr
+    # the feature cache holds those utterances only: filterbanks of train + valid for the APC's
+    # pretraining, then APC features of the 4 + 4 + 3 + 4 the recipe reads
+    assert sorted(len(list(key.glob("*.pt"))) for key in (exp / "feature_cache").iterdir()) == [8, 15]
 
 
 def test_unknown_key_and_controller_give_clear_errors(pretrained):

@@ -77,6 +77,11 @@ def test_collect_reads_files_folders_and_run_metadata(tree: Path) -> None:
     assert len(one) == 1 and one[0]["penalty"] == pytest.approx(0.01)  # followed !ref <learned_penalty>
     assert one[0]["train_loss"] == pytest.approx(76.0) and one[0]["number_of_epochs"] == 3
     assert one[0]["path"].endswith("results.json")
+    debug = tree / "lambda/0.01/seed1-debug"  # a --debug run of that run: no result of it
+    debug.mkdir()
+    (debug / "results.json").write_text((tree / "lambda/0.01/seed1/results.json").read_text())
+    assert len(run_files.collect_results([tree])) == 28
+    assert len(run_files.collect_results(debug)) == 1  # unless asked for
 
 
 def test_aggregate_mean_and_std_over_seeds(tree: Path) -> None:

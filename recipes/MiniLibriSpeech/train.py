@@ -7,7 +7,9 @@ reports mfa-dev (a labelled development split, when staged) and tests on dev-cle
     python recipes/MiniLibriSpeech/train.py hparams/MiniLibriSpeech/conditional_ctc.yaml \\
         --data_folder=data/MiniLibriSpeech [--controller=random] [--device=cuda:0]
 
-Re-running the same command resumes an interrupted run. Results: README.md beside this file.
+Re-running the same command resumes an interrupted run; with ``--debug`` it checks the pipeline on
+debug_batches x batch_size utterances of each split, in <output_folder>-debug (docs/recipes.md).
+Results: README.md beside this file.
 """
 import sys
 
@@ -18,7 +20,7 @@ from surprisal_cc.data import prepare_mini_librispeech
 from surprisal_cc.data.librispeech import DEV_SPLIT
 from surprisal_cc.datasets import dataio_prep, training_loader_options
 from surprisal_cc.frozen_features import feature_cache, obtain_apc
-from surprisal_cc.recipe import prepare_labels, prepare_manifests, recipe_errors
+from surprisal_cc.recipe import debug_manifests, prepare_labels, prepare_manifests, recipe_errors
 from surprisal_cc.run_settings import check_test_only, create_experiment_directory, load_hparams, parse_arguments
 
 
@@ -37,6 +39,10 @@ def main(argv):
     # The main process writes them; every process reads them.
     manifests = prepare_manifests(prepare_mini_librispeech, hparams)
     prepare_labels(hparams, manifests)  # phones checked against phone_set (sentencepiece: its units trained)
+
+    # --debug: each split cut to its first debug_batches x batch_size utterances, in the debug run's
+    # own folder (<output_folder>-debug), so everything below touches only those.
+    manifests = debug_manifests(hparams, manifests, run_opts)
 
     # The frozen APC model: loaded from apc_path, or pretrained on the training split.
     apc = obtain_apc(hparams, manifests, run_opts)

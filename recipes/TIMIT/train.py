@@ -9,7 +9,9 @@ by dev PER) and decodes the core test set with CTC beam search:
     python recipes/TIMIT/train.py hparams/TIMIT/conditional_ctc.yaml \\
         --data_folder=/path/to/TIMIT --apc_path=results/LibriSpeech/apc/apc.pt
 
-Re-running the same command resumes an interrupted run. Results: README.md beside this file.
+Re-running the same command resumes an interrupted run; with ``--debug`` it checks the pipeline on
+debug_batches x batch_size utterances of each split, in <output_folder>-debug (docs/recipes.md).
+Results: README.md beside this file.
 """
 import sys
 
@@ -19,7 +21,7 @@ from surprisal_cc.brain import ConditionalCTCBrain
 from surprisal_cc.data import prepare_timit
 from surprisal_cc.datasets import dataio_prep, training_loader_options
 from surprisal_cc.frozen_features import feature_cache, obtain_apc
-from surprisal_cc.recipe import prepare_labels, prepare_manifests, recipe_errors
+from surprisal_cc.recipe import debug_manifests, prepare_labels, prepare_manifests, recipe_errors
 from surprisal_cc.run_settings import check_test_only, create_experiment_directory, load_hparams, parse_arguments
 
 
@@ -38,6 +40,10 @@ def main(argv):
     # them; every process reads them.
     manifests = prepare_manifests(prepare_timit, hparams)
     prepare_labels(hparams, manifests)  # phones checked against phone_set (sentencepiece: its units trained)
+
+    # --debug: each split cut to its first debug_batches x batch_size utterances, in the debug run's
+    # own folder (<output_folder>-debug), so everything below touches only those.
+    manifests = debug_manifests(hparams, manifests, run_opts)
 
     # The frozen APC model: loaded from apc_path (pretrained on LibriSpeech), or pretrained on TIMIT train.
     apc = obtain_apc(hparams, manifests, run_opts)

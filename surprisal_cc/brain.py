@@ -442,6 +442,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "budget_solution": solution,  # the bias shift that met the budget on that split's frames
             "learned_estimator": getattr(controller, "estimator", None),
             "test_only": bool(getattr(self, "test_only", False)),
+            "debug": bool(getattr(self, "debug", False)),  # a --debug check: reports leave it out
             "precision": self.precision,
             "augment": bool(getattr(self.hparams, "augment", False)),
             "speed_perturb": list(getattr(getattr(self.hparams, "speed_perturbation", None), "factors", ())),

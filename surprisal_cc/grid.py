@@ -178,31 +178,47 @@ class Run:
             trained = None
         if trained is not None and trained > self.epochs:
             changed.append(f"number_of_epochs: trained with {trained}, requested {self.epochs}")
-        return changed, not changed and trained is not None and trained < self.epochs
+        # a training that went on and was cut off has the new number_of_epochs in its hyperparams.yaml
+        # and its earlier results: its history says how far it got
+        validated = len(read_history(self.output_folder)) if trained is not None else 0
+        return changed, not changed and trained is not None and (trained < self.epochs or 0 < validated < self.epochs)
+
+    def evaluates_trained_checkpoint(self) -> Optional[bool]:
+        """For a complete test-only run: whether its results evaluate the checkpoint its folder's
+        training chose, by the epoch each results file records (``epochs``) against the training's
+        results; None where a file does not record it (results of older runs)."""
+        trained = self._recorded("epochs")
+        evaluated = [self._read(path).get("epochs") for path in self.results_files()]
+        if trained is None or None in evaluated:
+            return None
+        return all(epoch == trained for epoch in evaluated)
 
     def stale(self) -> Optional[str]:
-        """For a complete test-only run: why its results no longer evaluate what its folder holds (its
-        results files record the epoch of the checkpoint they evaluated, ``epochs``, and the training
-        run's ``results.json`` another one: the training trained on since and chose another
-        checkpoint), else None (also where either file does not record it)."""
-        trained = self._recorded("epochs")
-        if not self.test_only or trained is None:
+        """For a complete test-only run whose results evaluate another checkpoint than its folder's
+        training chose (the training trained on since): why, else None."""
+        if not self.test_only or self.evaluates_trained_checkpoint() is not False:
             return None
-        for path in self.results_files():
-            try:
-                evaluated = json.loads(path.read_text(encoding="utf-8")).get("epochs")
-            except (OSError, ValueError, AttributeError):
-                continue
-            if evaluated is not None and evaluated != trained:
-                return f"{path.name} evaluates the checkpoint of epoch {evaluated}, the training's is epoch {trained}"
-        return None
+        trained = self._recorded("epochs")
+        evaluated = sorted({self._read(path).get("epochs") for path in self.results_files()} - {trained})
+        return (f"its results evaluate the checkpoint of epoch {', '.join(map(str, evaluated))}, "
+                f"the training's is epoch {trained}")
+
+    @staticmethod
+    def _read(path: Path) -> Dict[str, Any]:
+        """The JSON object of a results file ({} where it is unreadable)."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
 
     def _recorded(self, key: str) -> Any:
-        """``key`` of the training run's ``results.json`` in this run's folder (None where it has none)."""
-        try:
-            return json.loads((self.output_folder / "results.json").read_text(encoding="utf-8")).get(key)
-        except (OSError, ValueError, AttributeError):
-            return None
+        """``key`` of the training run's results in this run's folder: its ``results.json``, or another of
+        its results files (a bias sweep without 0); None where it has none."""
+        files = sorted(self.output_folder.glob("results*.json"), key=lambda p: p.name != "results.json")
+        for path in (p for p in files if not p.name.startswith("results_test_only")):
+            return self._read(path).get(key)
+        return None
 
     def published_folder(self, grid_root: Path, destination: Path) -> Path:
         """Where :func:`publish_run` copies this run's result files."""
@@ -374,7 +390,7 @@ def prepare_inputs(steps: Sequence[PrepareStep], dry_run: bool = False, log: Opt
 
 
 # SpeechBrain run options that are flags (no value) on the command line.
-SPEECHBRAIN_FLAGS = {"test_only", "debug", "noprogressbar", "skip_nonfinite_grads", "jit"}
+SPEECHBRAIN_FLAGS = {"test_only", "noprogressbar", "skip_nonfinite_grads", "jit"}
 
 
 def cli_option(key: str, value: Any) -> str:
@@ -416,8 +432,6 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
     log = log or sys.stdout
     root = Path(spec.experiment_root)
     grid_keys = set(spec.overrides) | {k for g in spec.groups for k in [*(g.get("vary") or {}), *(g.get("set") or {})]}
-    if any(o.split("=", 1)[0] == "--debug" for o in extra):
-        raise GridError(f"--debug: {DEBUG_REFUSED}")
     defaults = load_yaml_tolerant(spec.hparams)
     runs: List[Run] = []
     seen: Dict[Tuple, str] = {}
@@ -672,11 +686,17 @@ def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Po
                  status: Dict[str, Tuple[str, float]], trainers: Dict[str, List[str]], jobs: int,
                  env: Dict[str, str], publish: Optional[Tuple[Path, Path]], log: IO[str]) -> None:
     """One pass over the pending runs: block those that cannot run, start those whose dependencies are
-    done while fewer than ``jobs`` run (a test-only run whose results still evaluate its folder's
-    checkpoint is skipped then, and published with ``publish``) (in place)."""
+    done while fewer than ``jobs`` run (in place). A complete test-only run that waited for its training
+    to go on is skipped once the training has ended if its results still evaluate the checkpoint
+    (:func:`_still_current`), and published with ``publish``."""
     for run in list(pending):
         deps = [status.get(d, ("pending", 0.0))[0] for d in trainers.get(run.name, [])]
-        if run.test_only and not deps and not run.started():  # its training run is not in this selection
+        if run.test_only and "pending" not in deps and run.complete() and _still_current(run, "done" in deps):
+            pending.remove(run)  # it waited for a training that went on and kept its checkpoint, or failed
+            status[run.name] = ("skipped", 0.0)
+            if publish is not None:
+                publish_run(run, *publish)
+        elif run.test_only and not deps and not run.started():  # its training run is not in this selection
             pending.remove(run)
             status[run.name] = ("blocked", 0.0)
             print(f"[blocked] {run.name}: no checkpoint in {run.output_folder / 'save'} to evaluate "
@@ -686,12 +706,14 @@ def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Po
             status[run.name] = ("blocked", 0.0)
         elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):
             pending.remove(run)
-            if run.test_only and run.complete() and not run.stale():  # its training kept its checkpoint
-                status[run.name] = ("skipped", 0.0)
-                if publish is not None:
-                    publish_run(run, *publish)
-            else:
-                _try_start(run, running, status, env, log)
+            _try_start(run, running, status, env, log)
+
+
+def _still_current(run: Run, trained_now: bool) -> bool:
+    """Whether a complete test-only run's results still evaluate its folder's checkpoint: so recorded, or,
+    where the files do not record it, unless its training ran in this grid command (``trained_now``)."""
+    current = run.evaluates_trained_checkpoint()
+    return current if current is not None else not trained_now
 
 
 def _try_start(run: Run, running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
@@ -810,6 +832,8 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
         The exit status (:func:`exit_status`): 1 when a run failed, 3 when none failed but a run
         could not run here (blocked, or in conflict with a finished run in its folder), else 0.
     """
+    if any(o.split("=", 1)[0] == "--debug" for o in overrides):
+        raise UsageError(f"--debug: {DEBUG_REFUSED}")
     bad = [o for o in overrides if not (o.startswith("--") and "=" in o)]
     if bad:
         raise UsageError(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")

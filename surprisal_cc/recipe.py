@@ -85,28 +85,29 @@ def prepare_labels(hparams: Dict, manifests: Mapping[str, str]) -> None:
     check_num_outputs(hparams)
 
 
-def debug_utterances(hparams: Mapping, run_opts: Mapping) -> int:
-    """N, the utterances of each split a ``--debug`` run keeps: ``debug_batches`` x ``batch_size``, so
-    validation and test run their ``debug_batches`` batches. With ``dynamic_batching`` ``batch_size`` is
-    still the validation and test batch, and a training batch of ``max_batch_length`` seconds holds about
-    as many utterances (the profiles: 400 s, about 32), so N stays ``debug_batches`` x ``batch_size``.
+def debug_utterances(hparams: Mapping, run_opts: Mapping, batch_size_key: str = "batch_size") -> int:
+    """N, the utterances of each split a ``--debug`` run keeps: ``debug_batches`` x the batch size
+    (``hparams[batch_size_key]``), so validation and test run their ``debug_batches`` batches. With
+    ``dynamic_batching`` ``batch_size`` is still the validation and test batch, and a training batch of
+    ``max_batch_length`` seconds holds about as many utterances (the profiles: 400 s, about 32).
 
     Example
     -------
     >>> debug_utterances({"batch_size": 32}, {"debug": True, "debug_batches": 2})
     64
     """
-    batch_size = hparams.get("batch_size") or hparams["train_loader_options"]["batch_size"]
-    return int(run_opts.get("debug_batches") or 2) * int(batch_size)
+    return int(run_opts.get("debug_batches") or 2) * int(hparams[batch_size_key])
 
 
-def debug_manifests(hparams: Mapping, manifests: Mapping[str, str], run_opts: Mapping) -> Dict[str, str]:
+def debug_manifests(hparams: Mapping, manifests: Mapping[str, str], run_opts: Mapping,
+                    folder_key: str = "output_folder", batch_size_key: str = "batch_size") -> Dict[str, str]:
     """The manifests a run reads: with ``--debug``, each split's cut to its first N utterances
     (:func:`debug_utterances`), written (on the main process) as ``<split>.csv`` in
-    ``<output_folder>/debug_manifests/``, the debug run's own folder
+    ``<hparams[folder_key]>/debug_manifests/``, the debug run's own folder
     (:func:`~surprisal_cc.run_settings.debug_folder_overrides`), so that the feature cache, APC
     pretraining, calibration and datasets built from them touch those utterances only; the prepared
-    manifests are left as they are. Without ``--debug``, ``manifests`` as they are.
+    manifests are left as they are. Without ``--debug``, ``manifests`` as they are. APC pretraining
+    passes ``apc_output_folder`` and ``apc_batch_size``.
 
     Example
     -------
@@ -120,12 +121,12 @@ def debug_manifests(hparams: Mapping, manifests: Mapping[str, str], run_opts: Ma
     """
     if not run_opts.get("debug"):
         return dict(manifests)
-    count = debug_utterances(hparams, run_opts)
-    folder = Path(hparams["output_folder"]) / "debug_manifests"
+    count = debug_utterances(hparams, run_opts, batch_size_key)
+    folder = Path(hparams[folder_key]) / "debug_manifests"
     cut = {split: str(folder / f"{split}.csv") for split in manifests}
     for split, manifest in manifests.items():
         run_on_main(_write_first_rows, args=[manifest, cut[split], count])
-    logger.info("--debug: the first %d utterances (debug_batches x batch_size) of each split, in %s", count, folder)
+    logger.info("--debug: the first %d utterances (debug_batches x batch size) of each split, in %s", count, folder)
     return cut
 
 

@@ -333,25 +333,18 @@ def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: st
     return f"{stem}{evaluation}{f'_bias{shift:+g}' if shift else ''}{suffix}"
 
 
-#: A ``--debug`` run's folder: the run's ``output_folder`` with this suffix
-#: (:func:`surprisal_cc.run_settings.debug_folder_overrides`); its results are no results of the run.
-DEBUG_FOLDER_SUFFIX = "-debug"
-
-
 def _results_files(path: Path) -> List[Path]:
-    """``path`` itself if it is a file, else the results files found under it, but for those of
-    ``--debug`` runs below it (in a folder named ``*-debug``)."""
+    """``path`` itself if it is a file, else the results files found under it."""
     if path.is_file():
         return [path]
-    return sorted(p for p in path.rglob("results*.json") if RESULTS_PATTERN.match(p.name)
-                  and not any(part.endswith(DEBUG_FOLDER_SUFFIX) for part in p.relative_to(path).parts[:-1]))
+    return sorted(p for p in path.rglob("results*.json") if RESULTS_PATTERN.match(p.name))
 
 
 def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
     """One row per results file (files given, or ``results*.json`` found recursively in folders).
 
     Files: ``results.json`` and ``results_test_only.json`` (and their ``_bias+S`` variants,
-    :func:`results_file_name`), not those of ``--debug`` runs in the folders searched. Adds ``path``, ``run_dir``, and from the run folder: ``penalty``
+    :func:`results_file_name`); in the folders searched, not those of ``--debug`` runs (``"debug": true``). Adds ``path``, ``run_dir``, and from the run folder: ``penalty``
     (learned-controller lambda), ``learned_estimator``,
     ``act_ponder_cost``, ``pondernet_beta``, ``number_of_epochs``, ``train_labels`` (hyperparams.yaml) and
     ``train_loss`` (last epoch of history.jsonl), unless the results file has them.
@@ -381,12 +374,14 @@ def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
     if isinstance(paths, (str, Path)):
         paths = [paths]
     rows, infos = [], {}
-    for file in (f for p in paths for f in _results_files(Path(p))):
+    for file, searched in ((f, not Path(p).is_file()) for p in paths for f in _results_files(Path(p))):
         try:
             row = json.loads(file.read_text(encoding="utf-8"))
         except ValueError as err:
             raise ValueError(f"{file}: not valid JSON ({err}); a run still writing it finishes it, otherwise re-run "
                              "that run's test (--test_only) or remove the file") from None
+        if searched and isinstance(row, dict) and row.get("debug"):
+            continue  # a --debug check of the pipeline, not a result
         if not isinstance(row, dict):
             raise ValueError(f"{file}: not a results file (a JSON object of a run's test results); remove it or "
                              "re-run that run's test (--test_only)")

@@ -24,7 +24,6 @@ from .hparams_files import (RESUMABLE_KEYS, changed_training_settings, expand_hp
                             load_yaml_tolerant, parse_yaml_tolerant, ruamel_errors)
 from .nnet import runs_apc
 from .precision import TRAINING_PRECISIONS, auto_precision
-from .run_files import DEBUG_FOLDER_SUFFIX
 
 
 def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
@@ -68,6 +67,10 @@ def _without_precision_auto(argv: List[str]) -> Tuple[List[str], bool]:
     return kept, auto
 
 
+#: A ``--debug`` run's folder: the run's ``output_folder`` with this suffix (:func:`debug_folder_overrides`).
+DEBUG_FOLDER_SUFFIX = "-debug"
+
+
 def check_debug_options(run_opts: Mapping) -> None:
     """``--debug_batches`` and ``--debug_epochs`` (SpeechBrain's) are whole numbers of at least 1: with 0,
     a ``--debug`` run would keep no utterance of any split, and SpeechBrain's loop, which stops when the
@@ -83,6 +86,10 @@ def check_debug_options(run_opts: Mapping) -> None:
     given = set(getattr(run_opts, "overridden_args", None) or run_opts.get("overridden_args", None) or ())
     if not run_opts.get("debug") and not given & {"debug_batches", "debug_epochs"}:
         return
+    if run_opts.get("debug") and run_opts.get("test_only") and not run_opts.get("debug_persistently"):
+        raise ConfigurationError("--debug with --test_only: a --debug run keeps its checkpoints in a temporary "
+                                 "folder, so none is left to evaluate; train with --debug --debug_persistently "
+                                 "(checkpoints in <output_folder>-debug/save), then evaluate with those and --test_only")
     for key, what in (("debug_batches", "the batches of each split, and of each epoch,"),
                       ("debug_epochs", "the epochs")):
         value = run_opts.get(key)
@@ -99,9 +106,10 @@ def debug_folder_overrides(hparams_file: Union[str, os.PathLike], overrides: str
     (``save_folder``, ``train_log``, ``results_file``, ``apc_export_path`` ...: ``!ref <output_folder>/...``)
     follows; an input named by its path (``apc_path``) stays. So a debug run never writes into, resumes
     from or is refused by the run that the same command without ``--debug`` makes (nor leaves it an APC
-    trained on a few batches), and the other way round; the shared folders (``prepared_folder``,
-    ``cache_folder``) hold what a real run would compute too. Overrides that do not load are returned
-    as they are: :func:`load_hparams` names their error.
+    trained on a few batches), and the other way round. The shared folders stay: ``prepared_folder``
+    (the whole corpus's manifests, as a real run makes them) and ``cache_folder`` (features keyed by the
+    APC's fingerprint: a debug run's own APC adds entries no other run reads). A
+    :class:`ConfigurationError` where the folder cannot be worked out.
 
     Example
     -------
@@ -119,7 +127,7 @@ def debug_folder_overrides(hparams_file: Union[str, os.PathLike], overrides: str
     from hyperpyyaml import resolve_references
 
     if not Path(hparams_file).is_file():
-        return overrides
+        return overrides  # load_hparams names the missing file
     try:
         resolved = parse_yaml_tolerant(resolve_references(io.StringIO(expand_hparams(hparams_file)),
                                                           overrides or None).getvalue())
@@ -128,17 +136,20 @@ def debug_folder_overrides(hparams_file: Union[str, os.PathLike], overrides: str
         yaml.representer.add_representer(  # null as written, not an empty value
             type(None), lambda dumper, _: dumper.represent_scalar("tag:yaml.org,2002:null", "null"))
         merged = yaml.load(overrides) if overrides.strip() else None
-    except Exception:  # noqa: BLE001 (any error of the hparams or overrides: load_hparams reports it)
-        return overrides
+    except Exception as err:  # noqa: BLE001 (any error of the hparams or overrides)
+        raise ConfigurationError(f"--debug: the run's folder could not be worked out from {hparams_file} and the "
+                                 f"overrides ({type(err).__name__}: {err}); run without --debug to see what is "
+                                 "wrong, or give --output_folder=DIR") from None
     merged = ruamel.yaml.comments.CommentedMap() if merged is None else merged
-    if not isinstance(merged, dict):
-        return overrides
 
     def folder(key: str) -> Optional[str]:
         value = resolved.get(key)
         return os.path.normpath(value) if isinstance(value, str) and value.strip() else None
 
     output, apc = folder("output_folder"), folder("apc_output_folder")
+    if not isinstance(merged, dict) or (output is None and apc is None):
+        raise ConfigurationError(f"--debug: {hparams_file} names no output_folder (or apc_output_folder) for the "
+                                 "debug run to move to <folder>-debug: give --output_folder=DIR")
     if output is not None:
         merged["output_folder"] = output + DEBUG_FOLDER_SUFFIX
         if apc is not None:

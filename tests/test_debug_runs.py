@@ -60,9 +60,20 @@ def test_debug_folder_overrides_replace_a_given_output_folder(tmp_path):
     moved = parse_yaml_tolerant(debug_folder_overrides(MLS / "conditional_ctc.yaml", given))
     assert moved["output_folder"] == "results/MiniLibriSpeech/mine-debug"
     assert moved["apc_path"] is None and float(moved["lr"]) == 1e-05 and moved["precision"] == "auto"
-    # overrides that do not load are left for load_hparams to name
-    assert debug_folder_overrides(MLS / "conditional_ctc.yaml", "lr: 1\nlr: 2") == "lr: 1\nlr: 2"
-    assert debug_folder_overrides(tmp_path / "missing.yaml", "lr: 1") == "lr: 1"
+    # a folder that cannot be worked out is one line, never the real run's folder
+    with pytest.raises(ConfigurationError, match="--debug: the run's folder could not be worked out"):
+        debug_folder_overrides(MLS / "conditional_ctc.yaml", "lr: 1\nlr: 2")
+    (tmp_path / "no_folder.yaml").write_text("lr: 1\n")
+    with pytest.raises(ConfigurationError, match="names no output_folder"):
+        debug_folder_overrides(tmp_path / "no_folder.yaml", "")
+    assert debug_folder_overrides(tmp_path / "missing.yaml", "lr: 1") == "lr: 1"  # load_hparams names the file
+
+
+def test_debug_with_test_only_needs_the_checkpoints_kept():
+    with pytest.raises(ConfigurationError, match="--debug with --test_only: .* --debug_persistently"):
+        check_debug_options({"debug": True, "test_only": True, "debug_batches": 2, "debug_epochs": 2})
+    check_debug_options({"debug": True, "test_only": True, "debug_persistently": True, "debug_batches": 2,
+                         "debug_epochs": 2})
 
 
 def test_apc_pretraining_debug_run_has_its_own_apc_folder():
@@ -96,4 +107,4 @@ def test_debug_manifests_cut_each_split_and_leave_the_prepared_ones(tmp_path):
 def test_debug_utterances_under_dynamic_batching():
     assert debug_utterances({"batch_size": 32, "dynamic_batching": True, "max_batch_length": 400},
                             {"debug_batches": 3}) == 96
-    assert debug_utterances({"train_loader_options": {"batch_size": 8}}, {"debug_batches": 2}) == 16
+    assert debug_utterances({"apc_batch_size": 8}, {"debug_batches": 2}, "apc_batch_size") == 16  # APC pretraining

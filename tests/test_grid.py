@@ -22,7 +22,7 @@ import json, sys
 from pathlib import Path
 args = dict((a[2:].split("=", 1) + ["True"])[:2] for a in sys.argv[2:])  # bare --flag -> True
 out = Path(args["output_folder"])
-if args.get("controller") == "fail":
+if args.get("controller") == "fail" or (out / "fail.txt").exists():
     sys.exit("boom")
 out.mkdir(parents=True, exist_ok=True)
 shifts = json.loads(args.get("test_bias_shifts", "[0.0]"))
@@ -186,6 +186,47 @@ def test_a_finished_run_asked_for_more_epochs_trains_on(grid_file: Path, tmp_pat
     assert tested == {best_epoch or 3}
 
 
+def test_test_only_runs_that_waited_for_a_training_that_failed_keep_their_results(grid_file: Path, tmp_path: Path,
+                                                                                    capsys: pytest.CaptureFixture) -> None:
+    """A training asked to train on fails: the finished test-only runs of its folder, which waited for
+    it, still evaluate its checkpoint and are kept (and published), not blocked."""
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["publish"] = str(tmp_path / "published")
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    only = ["--only", "/controllers/controller-surprisal/seed1/", "--only", "/bias/controller-surprisal/seed1/"]
+    assert main(["grid", str(grid_file), "--no-report", *only]) == 0
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    (folder / "hyperparams.yaml").write_text("controller: surprisal\nseed: 1\nnumber_of_epochs: 2\n")
+    (folder / "fail.txt").write_text("")
+    spec["overrides"] = {"number_of_epochs": 3}
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    published = tmp_path / "published/controllers/controller-surprisal/seed1/results_test_only_bias+1.json"
+    published.unlink()  # to see it published again
+    capsys.readouterr()
+    assert main(["grid", str(grid_file), "--no-report", *only]) == 1
+    assert "failed: 1, skipped: 1" in capsys.readouterr().out
+    assert published.is_file()
+
+
+def test_a_training_cut_off_while_it_trained_on_trains_on_again(grid_file: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    """A training that went on to more epochs and was cut off has the new number_of_epochs in its
+    hyperparams.yaml but the earlier results: its history (2 of 3 epochs) says it is not finished."""
+    assert main(["grid", str(grid_file), "--no-report", "--only", "/controllers/controller-surprisal/seed1/"]) == 0
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    (folder / "hyperparams.yaml").write_text("controller: surprisal\nseed: 1\nnumber_of_epochs: 3\n")
+    (folder / "history.jsonl").write_text('{"epoch": 1, "PER": 40.0}\n{"epoch": 2, "PER": 35.0}\n')
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["overrides"] = {"number_of_epochs": 3}
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    capsys.readouterr()
+    assert main(["grid", str(grid_file), "--no-report", "--only", "/controllers/controller-surprisal/seed1/"]) == 0
+    assert "done: 1" in capsys.readouterr().out
+    (folder / "history.jsonl").write_text("".join(f'{{"epoch": {e}, "PER": 30.0}}\n' for e in (1, 2, 3)))
+    assert main(["grid", str(grid_file), "--no-report", "--only", "/controllers/controller-surprisal/seed1/"]) == 0
+    assert "skipped: 1" in capsys.readouterr().out
+
+
 def test_test_only_results_of_an_earlier_checkpoint_are_evaluated_again(grid_file: Path, tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture) -> None:
     """A test-only run whose results record another checkpoint's epoch than its folder's training run
@@ -199,7 +240,7 @@ def test_test_only_results_of_an_earlier_checkpoint_are_evaluated_again(grid_fil
     (folder / "save" / "CKPT+2026-01-01+00-00-00+00").mkdir(parents=True)  # the checkpoint to evaluate
     only = ["--only", "/bias/controller-surprisal/seed1/"]
     assert main(["grid", str(grid_file), "--no-report", "--dry-run", *only]) == 0
-    assert ("[stale] bias/controller-surprisal/seed1: results_test_only.json evaluates the checkpoint of epoch 2, "
+    assert ("[stale] bias/controller-surprisal/seed1: its results evaluate the checkpoint of epoch 2, "
             "the training's is epoch 5: evaluated again") in capsys.readouterr().out
     assert main(["grid", str(grid_file), "--no-report", *only]) == 0
     assert "done: 1" in capsys.readouterr().out
@@ -373,6 +414,14 @@ def test_grid_files_of_the_wrong_shape_are_one_line_naming_the_file(grid_file: P
     assert main(["grid", str(grid_file), "--dry-run"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: grid file {grid_file}") and message in err and len(err.splitlines()) == 1
+
+
+def test_a_grid_refuses_debug_runs(grid_file: Path, capsys: pytest.CaptureFixture) -> None:
+    """A --debug run writes where the grid does not look: refused in one line, as an option too."""
+    for option in ("--debug", "--debug=True"):
+        assert main(["grid", str(grid_file), "--dry-run", option]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --debug: a --debug run writes into <output_folder>-debug") and len(err.splitlines()) == 1
 
 
 def test_grid_options_that_select_nothing_or_no_cores_are_errors(grid_file: Path, capsys: pytest.CaptureFixture) -> None:

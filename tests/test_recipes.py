@@ -271,7 +271,7 @@ def test_debug_run_cuts_the_splits_and_keeps_to_its_own_folder(mini_corpus, tmp_
         assert len(rows) == whole and cut == rows[:min(4, whole)], split
     res = json.loads((debug / "results.json").read_text())
     assert res["error_rate_details"]["num_utterances"] == 4 and res["dev"]["error_rate_details"]["num_utterances"] == 3
-    assert res["data"]["train"] == str(debug / "debug_manifests" / "train.csv")
+    assert res["data"]["train"] == str(debug / "debug_manifests" / "train.csv") and res["debug"] is True
     assert res["calibration"]["mean_p_big"] == pytest.approx(0.65, abs=1e-3)  # fitted on the 4 training utterances
     assert "the first 4 utterances" in proc.stdout + proc.stderr
     # the feature cache holds those utterances only: filterbanks of train + valid for the APC's

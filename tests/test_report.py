@@ -73,15 +73,16 @@ def tree(tmp_path: Path) -> Path:
 def test_collect_reads_files_folders_and_run_metadata(tree: Path) -> None:
     rows = run_files.collect_results([tree])
     assert len(rows) == 28  # 10 controllers + 4 bias files + 1 act + 8 ablation + 2 stochastic + 3 lambda
-    one = run_files.collect_results(tree / "lambda/0.01/seed1/results.json")
+    one_file = tree / "lambda/0.01/seed1/results.json"
+    one = run_files.collect_results(one_file)
     assert len(one) == 1 and one[0]["penalty"] == pytest.approx(0.01)  # followed !ref <learned_penalty>
     assert one[0]["train_loss"] == pytest.approx(76.0) and one[0]["number_of_epochs"] == 3
     assert one[0]["path"].endswith("results.json")
     debug = tree / "lambda/0.01/seed1-debug"  # a --debug run of that run: no result of it
     debug.mkdir()
-    (debug / "results.json").write_text((tree / "lambda/0.01/seed1/results.json").read_text())
+    (debug / "results.json").write_text(json.dumps({**json.loads(one_file.read_text()), "debug": True}))
     assert len(run_files.collect_results([tree])) == 28
-    assert len(run_files.collect_results(debug)) == 1  # unless asked for
+    assert len(run_files.collect_results(debug / "results.json")) == 1  # unless asked for
 
 
 def test_aggregate_mean_and_std_over_seeds(tree: Path) -> None:

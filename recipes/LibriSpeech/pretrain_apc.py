@@ -13,7 +13,7 @@ import speechbrain as sb
 
 from surprisal_cc.data import prepare_librispeech
 from surprisal_cc.frozen_features import pretrain_apc_on
-from surprisal_cc.recipe import prepare_manifests, recipe_errors
+from surprisal_cc.recipe import debug_manifests, prepare_manifests, recipe_errors
 from surprisal_cc.run_settings import create_experiment_directory, load_hparams, parse_arguments
 
 
@@ -26,6 +26,9 @@ def main(argv):
 
     # Audio-only manifests: the listed subsets, a held-out fraction for validation.
     manifests = prepare_manifests(prepare_librispeech, hparams)
+    # --debug: each split cut to its first debug_batches x apc_batch_size utterances, in the debug
+    # run's own folder (<apc_output_folder>-debug)
+    manifests = debug_manifests(hparams, manifests, run_opts, "apc_output_folder", "apc_batch_size")
 
     # Filterbanks cached once, APC trained on them (APCBrain), the best model exported.
     pretrain_apc_on(hparams, {"train": manifests["train"], "valid": manifests["valid"]}, run_opts)

@@ -187,21 +187,26 @@ class Run:
         """For a complete test-only run: whether its results evaluate the checkpoint its folder's
         training chose, by the epoch each results file records (``epochs``) against the training's
         results; None where a file does not record it (results of older runs)."""
-        trained = self._recorded("epochs")
-        evaluated = [self._read(path).get("epochs") for path in self.results_files()]
-        if trained is None or None in evaluated:
-            return None
-        return all(epoch == trained for epoch in evaluated)
+        return self._checkpoint_epochs()[0]
 
     def stale(self) -> Optional[str]:
         """For a complete test-only run whose results evaluate another checkpoint than its folder's
         training chose (the training trained on since): why, else None."""
-        if not self.test_only or self.evaluates_trained_checkpoint() is not False:
+        current, trained, evaluated = self._checkpoint_epochs() if self.test_only else (None, None, [])
+        if current is not False:
             return None
-        trained = self._recorded("epochs")
-        evaluated = sorted({self._read(path).get("epochs") for path in self.results_files()} - {trained})
-        return (f"its results evaluate the checkpoint of epoch {', '.join(map(str, evaluated))}, "
+        others = sorted(set(evaluated) - {trained})
+        return (f"its results evaluate the checkpoint of epoch {', '.join(map(str, others))}, "
                 f"the training's is epoch {trained}")
+
+    def _checkpoint_epochs(self) -> Tuple[Optional[bool], Any, List[Any]]:
+        """``(current, trained, evaluated)``: the epoch of the checkpoint the folder's training chose, those
+        this run's results files evaluated, and whether they all agree (None where one is not recorded)."""
+        trained = self._recorded("epochs")
+        evaluated = [self._read(path).get("epochs") for path in self.results_files()]
+        if trained is None or None in evaluated:
+            return None, trained, evaluated
+        return all(epoch == trained for epoch in evaluated), trained, evaluated
 
     @staticmethod
     def _read(path: Path) -> Dict[str, Any]:

@@ -374,13 +374,14 @@ def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
     if isinstance(paths, (str, Path)):
         paths = [paths]
     rows, infos = [], {}
-    for file, searched in ((f, not Path(p).is_file()) for p in paths for f in _results_files(Path(p))):
+    given = {Path(p) for p in paths if Path(p).is_file()}  # files named, not searched for in folders
+    for file in (f for p in paths for f in _results_files(Path(p))):
         try:
             row = json.loads(file.read_text(encoding="utf-8"))
         except ValueError as err:
             raise ValueError(f"{file}: not valid JSON ({err}); a run still writing it finishes it, otherwise re-run "
                              "that run's test (--test_only) or remove the file") from None
-        if searched and isinstance(row, dict) and row.get("debug"):
+        if file not in given and isinstance(row, dict) and row.get("debug"):
             continue  # a --debug check of the pipeline, not a result
         if not isinstance(row, dict):
             raise ValueError(f"{file}: not a results file (a JSON object of a run's test results); remove it or "

@@ -83,7 +83,7 @@ def check_debug_options(run_opts: Mapping) -> None:
     ...
     surprisal_cc.errors.ConfigurationError: --debug_batches=0: give a whole number of at least 1 (the batches of each split, and of each epoch, that a --debug run goes through)
     """
-    given = set(getattr(run_opts, "overridden_args", None) or run_opts.get("overridden_args", None) or ())
+    given = set(run_opts.get("overridden_args") or ())
     if not run_opts.get("debug") and not given & {"debug_batches", "debug_epochs"}:
         return
     if run_opts.get("debug") and run_opts.get("test_only") and not run_opts.get("debug_persistently"):

@@ -34,7 +34,7 @@ from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
 from .forward import CachedInputs, ForwardStep, run_model
 from .metrics import closest_path
 from .nnet import absolute_lengths, lengths_to_mask, unwrap, weights_fingerprint
-from .run_files import evaluation_tag, results_file_name, train_labels_name, train_targets_name
+from .run_folder import evaluation_tag, results_file_name, train_labels_name, train_targets_name
 from .schedulers import anneal
 from .threads import DEFAULT_DECODING_THREADS, decoding_threads
 
@@ -401,7 +401,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
     @main_process_only
     def write_results(self, summary: Dict[str, object], test_loss: float) -> None:
         """Write one test evaluation (:meth:`results_record`) to its own results and alignments files
-        (:func:`~surprisal_cc.run_files.results_file_name`). A ``--test_only`` evaluation never replaces
+        (:func:`~surprisal_cc.run_folder.results_file_name`). A ``--test_only`` evaluation never replaces
         the training run's ``results.json``."""
         self.write_alignments()
         results = self.results_record(summary, test_loss)
@@ -415,7 +415,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def results_record(self, summary: Dict[str, object], test_loss: float) -> Dict[str, object]:
         """What a results file holds: the test ``summary`` (:meth:`stage_summary`) and loss, the
         development split's (``dev``), and the run's settings and provenance. A new column goes here;
-        :mod:`surprisal_cc.run_names` gives older results files its default, and :mod:`surprisal_cc.report`
+        :mod:`surprisal_cc.run_labels` gives older results files its default, and :mod:`surprisal_cc.report`
         shows it. Under a test-time FLOPs budget (:meth:`set_test_flops_budget`) ``test_bias_shift``
         stays 0 (no shift was asked for) and ``budget_solution`` holds the shift that was solved and
         applied."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import importlib
 import json
 import logging
 import os
@@ -117,8 +116,8 @@ def cmd_grid(args, unknown: List[str]) -> int:
 
 def cmd_report(args, unknown: List[str]) -> int:
     from .report import format_markdown, pool_configurations, write_csv
-    from .run_files import collect_results
-    from .run_names import POOLABLE_KEYS
+    from .run_folder import collect_results
+    from .run_labels import POOLABLE_KEYS
 
     pool = [key for keys in args.pool for key in keys.split(",") if key]
     wrong = [key for key in pool if key not in POOLABLE_KEYS]
@@ -149,7 +148,7 @@ def cmd_report(args, unknown: List[str]) -> int:
 
 def cmd_curves(args, unknown: List[str]) -> int:
     from .report import format_learning_curves
-    from .run_files import read_history
+    from .run_folder import read_history
 
     runs, histories = {}, {}
     for spec in args.runs:
@@ -617,8 +616,6 @@ COMMANDS = {"analyse": cmd_analyse, "flops": cmd_flops, "grid": cmd_grid, "repor
             "transcribe": cmd_transcribe, "evaluate": cmd_evaluate}
 # commands that take --key=value overrides besides their own options
 TAKE_OVERRIDES = ("flops", "grid")
-# commands whose options the experiment tools' modules declare
-TOOL_MODULES = {"grid": "grid"}
 
 
 def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
@@ -655,8 +652,17 @@ def _usage_with_overrides(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_grid_parser(subparsers, command: Optional[str]) -> None:
-    _add_tool_parser(subparsers, "grid", "run an experiment grid (resumable, --key=value overrides for every run), "
-                                         "then write its tables and figures", command)
+    """The grid's options, which :mod:`surprisal_cc.grid` declares (with its description), are added only
+    where ``command`` is ``grid``: ``surprisal-cc --help`` and ``transcribe`` do not import the tool."""
+    p = subparsers.add_parser("grid", help="run an experiment grid (resumable, --key=value overrides for every "
+                                           "run), then write its tables and figures",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    if command == "grid":
+        from . import grid
+
+        p.description = grid.__doc__
+        grid.add_arguments(p)
+        _usage_with_overrides(p)
 
 
 def _add_analyse_parser(subparsers) -> None:
@@ -673,19 +679,6 @@ def _add_analyse_parser(subparsers) -> None:
     p.add_argument("--calibration", help="calibration.json of a run: draws its routing in the plot")
     p.add_argument("--plot", help="write a routing plot of the first utterance to this PNG")
     p.add_argument("--json", help="also write the numbers to this file")
-
-
-def _add_tool_parser(subparsers, name: str, help_text: str, command: Optional[str]) -> None:
-    """The parser of an experiment tool, whose module (:data:`TOOL_MODULES`) declares its options and
-    describes it; imported only where ``command`` is this one (``surprisal-cc --help`` lists the
-    commands without importing torch)."""
-    p = subparsers.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter)
-    if command == name:
-        tool = importlib.import_module(f".{TOOL_MODULES[name]}", __package__)
-        p.description = tool.__doc__
-        tool.add_arguments(p)
-        if name in TAKE_OVERRIDES:
-            _usage_with_overrides(p)
 
 
 def _add_report_parser(subparsers) -> None:

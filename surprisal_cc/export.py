@@ -318,6 +318,6 @@ def _check_apc_matches_cache(apc: APCModel, hparams: Dict[str, Any]) -> None:
 def _epochs_trained(run: Path) -> Optional[int]:
     """The last epoch in the run's ``history.jsonl`` (results.json's ``epochs`` is the evaluated
     checkpoint's epoch counter), or None without a history."""
-    from .run_files import read_history
+    from .run_folder import read_history
 
     return max((int(row["epoch"]) for row in read_history(Path(run)) if row.get("epoch") is not None), default=None)

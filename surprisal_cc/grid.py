@@ -85,8 +85,8 @@ import yaml
 from .arguments import positive_int
 from .errors import UsageError
 from .hparams_files import changed_training_settings, load_yaml_tolerant
-from .run_files import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
-from .run_names import POOLABLE_KEYS
+from .run_folder import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
+from .run_labels import POOLABLE_KEYS
 
 __all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "expand", "override_value", "results_files", "execute",
            "publish_run", "acquire_run_lock", "lock_holder", "release_run_lock", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
@@ -142,7 +142,7 @@ class Run:
 
     @property
     def evaluation_tag(self) -> str:
-        """What names a test-only run's files apart (:func:`~surprisal_cc.run_files.evaluation_tag`)."""
+        """What names a test-only run's files apart (:func:`~surprisal_cc.run_folder.evaluation_tag`)."""
         return evaluation_tag(self.overrides) if self.test_only else ""
 
     def results_files(self) -> List[Path]:
@@ -426,7 +426,7 @@ def results_files(output_folder: Path, bias_shifts: Optional[Sequence[float]] = 
                   test_only: bool = False, tag: str = "") -> List[Path]:
     """The results files a run writes: ``results.json`` for shift 0, ``results_bias+2.json`` ...
     (``results_test_only<tag>*.json`` for a ``--test_only`` evaluation; ``tag``: its
-    :func:`~surprisal_cc.run_files.evaluation_tag`)."""
+    :func:`~surprisal_cc.run_folder.evaluation_tag`)."""
     shifts = bias_shifts if bias_shifts is not None else [0.0]
     return [output_folder / results_file_name(s, test_only, tag=tag) for s in shifts]
 

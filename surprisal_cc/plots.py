@@ -8,7 +8,7 @@ lambda sweep (Fig. 4) and per-frame routing of one utterance. Typical use::
 
 Every ``plot_*`` function draws one figure, writes it as a PNG to ``path`` (str or
 :class:`pathlib.Path`; parent folders are created) and returns that path as a
-:class:`pathlib.Path`. Its ``rows`` are results rows (:func:`~surprisal_cc.run_files.collect_results`)
+:class:`pathlib.Path`. Its ``rows`` are results rows (:func:`~surprisal_cc.run_folder.collect_results`)
 or aggregated rows (:func:`~surprisal_cc.report.aggregate`); ``dataset``, where it has one, draws
 only that dataset's rows (None: any).
 """
@@ -26,8 +26,8 @@ import numpy as np  # noqa: E402
 
 from .report import (aggregate, ensure_aggregated, pareto_front, pool_configurations, select_rows, setup_groups,  # noqa: E402
                      setup_of, table_bias_sweep, table_controllers, table_converged, table_lambda)
-from .run_files import Row, collect_results, read_history  # noqa: E402
-from .run_names import run_label  # noqa: E402
+from .run_folder import Row, collect_results, read_history  # noqa: E402
+from .run_labels import run_label  # noqa: E402
 
 PathLike = Union[str, Path]
 DPI = 100
@@ -143,7 +143,7 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
     labels : sequence of str, optional
         The curve of each run folder (same label: one curve over seeds); default: named as above.
     histories : sequence of lists, optional
-        Each run folder's rows of :func:`~surprisal_cc.run_files.read_history`, where already read.
+        Each run folder's rows of :func:`~surprisal_cc.run_folder.read_history`, where already read.
 
     Example
     -------

@@ -2,7 +2,7 @@
 
 Typical use::
 
-    rows = collect_results(["results/MiniLibriSpeech/grid"])   # surprisal_cc.run_files: one row per results file
+    rows = collect_results(["results/MiniLibriSpeech/grid"])   # surprisal_cc.run_folder: one row per results file
     print(format_markdown(rows))                                # one row per configuration
     text = write_report("results/MiniLibriSpeech/grid", "results/MiniLibriSpeech/report")
 
@@ -11,7 +11,7 @@ the paper's grey rows): ``table_controllers`` (Table 2, plus ACT/PonderNet), ``t
 (Tables 3-7), ``table_stochastic`` (Tables 8/9), ``table_lambda`` (Appendix D),
 ``table_bias_sweep`` (Appendix B). An aggregated row is the mean over the n seeds of one
 configuration, ± the sample standard deviation (ddof=1); a row of one seed has no ±. Every table
-shows n. Every ``table_*`` function takes ``rows`` (results rows, :func:`~surprisal_cc.run_files.collect_results`,
+shows n. Every ``table_*`` function takes ``rows`` (results rows, :func:`~surprisal_cc.run_folder.collect_results`,
 or aggregated rows) and, where it has one, ``dataset`` (only that dataset's rows; None: any), and
 returns a :class:`Table`; :func:`format_markdown`, :func:`write_csv` and :func:`report_tables` take the
 same ``rows``.
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-from .run_files import PathLike, Row, as_float, collect_results, epoch_minutes, read_history
-from .run_names import CONFIG_KEYS, CONTROLLER_NAMES, POOLABLE_KEYS, budget_name, config_of, model_name, setup_notes
+from .run_folder import PathLike, Row, as_float, collect_results, epoch_minutes, read_history
+from .run_labels import CONFIG_KEYS, CONTROLLER_NAMES, POOLABLE_KEYS, budget_name, config_of, model_name, setup_notes
 
 DEFAULT_PENALTY = 0.001
 CONTROLLER_ORDER = ("random", "learned", "surprisal", "big_only", "small_only")
@@ -49,7 +49,7 @@ def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER",
                            histories: Optional[Dict[str, List[Row]]] = None) -> str:
     """Markdown table of validation curves, finished runs or runs in progress: per epoch and run, the
     learning rate, the validation ``key`` and the epoch's wall-clock minutes
-    (:func:`~surprisal_cc.run_files.epoch_minutes`).
+    (:func:`~surprisal_cc.run_folder.epoch_minutes`).
 
     Arguments
     ---------
@@ -58,7 +58,7 @@ def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER",
     key : str
         The validation metric of ``history.jsonl``.
     histories : dict of str to list, optional
-        Column label -> the run's rows of :func:`~surprisal_cc.run_files.read_history`, where already read.
+        Column label -> the run's rows of :func:`~surprisal_cc.run_folder.read_history`, where already read.
 
     Example
     -------
@@ -123,7 +123,7 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
     Arguments
     ---------
     rows : sequence of dict
-        Results rows (:func:`~surprisal_cc.run_files.collect_results`).
+        Results rows (:func:`~surprisal_cc.run_folder.collect_results`).
     by : sequence of str
         Configuration keys that define a configuration.
 
@@ -217,10 +217,10 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
     Arguments
     ---------
     rows : sequence of dict
-        Results rows (:func:`~surprisal_cc.run_files.collect_results`).
+        Results rows (:func:`~surprisal_cc.run_folder.collect_results`).
     keys : sequence of str
         Configuration keys to pool over, of
-        :data:`~surprisal_cc.run_names.POOLABLE_KEYS` (keys whose values are names).
+        :data:`~surprisal_cc.run_labels.POOLABLE_KEYS` (keys whose values are names).
 
     Returns
     -------
@@ -877,7 +877,7 @@ def setup_of(row: Row, swept: str) -> Tuple[Tuple[str, ...], Any]:
 def setup_groups(rows: Sequence[Row], swept: str) -> Dict[str, List[Row]]:
     """Rows grouped by setup (every setting but ``swept``), in order of first appearance.
 
-    Each group is named by the notes (:func:`~surprisal_cc.run_names.setup_notes`, epochs) that set it apart from the
+    Each group is named by the notes (:func:`~surprisal_cc.run_labels.setup_notes`, epochs) that set it apart from the
     other groups: one line per model in a sweep's plot, labelled by what differs.
 
     Example

@@ -521,7 +521,7 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
     ``hyperparams.yaml`` holds the whole configuration (:func:`~surprisal_cc.hparams_files.expand_hparams`).
     A ``test_only`` evaluation of a trained folder leaves the training's ``hyperparams.yaml`` as it
     was and saves its own as ``hyperparams_test_only.yaml`` (``hyperparams_test_only_random_at_test.yaml``
-    and so on where the loaded ``hparams`` change the test-time conditions: :func:`~surprisal_cc.run_files.evaluation_tag`).
+    and so on where the loaded ``hparams`` change the test-time conditions: :func:`~surprisal_cc.run_folder.evaluation_tag`).
     Training resumed from the checkpoints in ``hparams["save_folder"]`` must keep the settings they
     were trained with (:func:`changed_training_settings`); a :class:`ConfigurationError` otherwise,
     and the stored ``hyperparams.yaml`` is kept."""
@@ -545,7 +545,7 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
                                      f"({'; '.join(changed)}): give the settings it was trained with, or another "
                                      "--output_folder (or --experiment_root) for a new run")
     if test_only and stored is not None:
-        from .run_files import evaluation_tag, test_only_hyperparams_name
+        from .run_folder import evaluation_tag, test_only_hyperparams_name
 
         saved.replace(saved.with_name(test_only_hyperparams_name(evaluation_tag(hparams or {}))))
         saved.write_bytes(stored)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from surprisal_cc import grid, run_files
+from surprisal_cc import grid, run_folder
 from surprisal_cc.cli import main
 
 FAKE_RECIPE = '''
@@ -82,9 +82,9 @@ def test_override_value_and_results_files(tmp_path: Path) -> None:
     assert grid.results_files(tmp_path, [0], test_only=True) == [tmp_path / "results_test_only.json"]
     assert grid.results_files(tmp_path, [0, 1.0], test_only=True, tag="_random_at_test") == [
         tmp_path / "results_test_only_random_at_test.json", tmp_path / "results_test_only_random_at_test_bias+1.json"]
-    budget = run_files.evaluation_tag({"test_flops_fraction": 0.9})  # a test-time FLOPs budget has files of its own
+    budget = run_folder.evaluation_tag({"test_flops_fraction": 0.9})  # a test-time FLOPs budget has files of its own
     assert grid.results_files(tmp_path, None, test_only=True, tag=budget) == [tmp_path / "results_test_only_budget0.9.json"]
-    assert run_files.RESULTS_PATTERN.match("results_test_only_random_at_test_budget0.9.json")
+    assert run_folder.RESULTS_PATTERN.match("results_test_only_random_at_test_budget0.9.json")
 
 
 def test_dry_run_prints_commands_and_runs_nothing(grid_file: Path, tmp_path: Path,
@@ -402,7 +402,7 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     (lambda spec: {**spec, "report_pool": ["apcs"]}, "report_pool must be a list of keys of apc, precision"),
     (lambda spec: {**spec, "overides": {"lr": 1}}, "unknown key(s) ['overides']: a grid file has"),
     (lambda spec: {**spec, "groups": [{**spec["groups"][0], "sets": {"encoder": "act"}}]},
-     f"unknown key(s) ['sets'] in group"),
+     "unknown key(s) ['sets'] in group"),
     (lambda spec: {**spec, "recipe": "no_such_recipe.py"}, "recipe no_such_recipe.py is not a file"),
     (lambda spec: {**spec, "hparams": "no_such.yaml"}, "hparams no_such.yaml is not a file"),
     (lambda spec: {**spec, "overrides": {"debug": True}}, "debug: a --debug run writes into <output_folder>-debug"),

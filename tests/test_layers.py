@@ -27,7 +27,7 @@ PACKAGE = "surprisal_cc"
 # by the module's first name below the package (surprisal_cc.data.mfa: data)
 LOWER = {"", "errors", "arguments", "data", "nnet", "flops", "features", "augment", "controllers", "calibration", "adaptive", "encoders", "ctc",
          "decoding", "apc", "cache", "metrics", "schedulers", "checkpoints", "hparams_files", "precision", "threads", "viterbi",
-         "run_files", "run_names", "label_eval", "forward", "model_folder", "architectures", "labels", "allocator"}
+         "run_folder", "run_labels", "label_eval", "forward", "model_folder", "architectures", "labels", "allocator"}
 UPPER = {"brain", "apc_training", "recipe", "run_settings", "frozen_features", "datasets", "inference", "corpora",
          "evaluation", "export", "realign", "cli", "long_audio", "timestamps"}
 TOOLS = {"grid", "report", "plots", "analysis"}
@@ -201,9 +201,9 @@ def test_the_inference_runtime_does_not_load_the_training_brain():
 
 def test_the_grid_and_the_run_files_load_no_torch():
     """``surprisal-cc grid`` starts without torch: importing the grid, the run files and their names (in a
-    fresh interpreter) loads no ``torch`` (``run_files.new_model_options`` imports the controllers when it
+    fresh interpreter) loads no ``torch`` (``run_folder.new_model_options`` imports the controllers when it
     looks one up)."""
-    code = "import sys, surprisal_cc.grid, surprisal_cc.run_files, surprisal_cc.run_names; print('torch' in sys.modules)"
+    code = "import sys, surprisal_cc.grid, surprisal_cc.run_folder, surprisal_cc.run_labels; print('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -211,7 +211,7 @@ def test_the_grid_and_the_run_files_load_no_torch():
 
 
 def test_training_and_inference_import_no_experiment_tool(graph):
-    """Training and the inference runtime name and read run files through ``run_files``, not through a tool
+    """Training and the inference runtime name and read run files through ``run_folder``, not through a tool
     (imports inside functions included); only the command line reaches the tools."""
     modules = [m for m in graph if layer_of(m) in UPPER - {"cli"}]
     assert sorted((m, other) for m in modules for other in graph[m].modules if layer_of(other) in TOOLS) == []

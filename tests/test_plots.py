@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from surprisal_cc import plots, run_files
+from surprisal_cc import plots, run_folder
 from test_report import fake_results_tree
 
 PNG = b"\x89PNG"
@@ -31,7 +31,7 @@ def test_make_all_plots_writes_every_figure(tmp_path: Path) -> None:
 
 def test_individual_plots(tmp_path: Path) -> None:
     root = fake_results_tree(tmp_path / "grid")
-    rows = run_files.collect_results(root)
+    rows = run_folder.collect_results(root)
     assert _is_small_png(plots.plot_per_vs_flops(rows, tmp_path / "a.png"))
     run_dirs = sorted(root.glob("controllers/*/seed*"))
     assert _is_small_png(plots.plot_validation_curves(run_dirs, tmp_path / "b.png"))

@@ -22,7 +22,7 @@ from surprisal_cc.apc import load_apc
 from surprisal_cc.grid import file_sha256
 from surprisal_cc.hparams_files import parse_yaml_tolerant
 from surprisal_cc.nnet import weights_fingerprint
-from surprisal_cc.run_names import config_of, model_name
+from surprisal_cc.run_labels import config_of, model_name
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.run_files, surprisal_cc.run_names and surprisal_cc.report: collection, aggregation
+"""Tests for surprisal_cc.run_folder, surprisal_cc.run_labels and surprisal_cc.report: collection, aggregation
 over seeds, Pareto marking, every table."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from surprisal_cc import report, run_files, run_names
+from surprisal_cc import report, run_folder, run_labels
 from surprisal_cc.cli import main as cli_main
 
 FLOPS = {"surprisal": 6.43e6, "random": 6.62e6, "learned": 6.50e6, "big_only": 7.54e6, "small_only": 5.70e6}
@@ -71,22 +71,22 @@ def tree(tmp_path: Path) -> Path:
 
 
 def test_collect_reads_files_folders_and_run_metadata(tree: Path) -> None:
-    rows = run_files.collect_results([tree])
+    rows = run_folder.collect_results([tree])
     assert len(rows) == 28  # 10 controllers + 4 bias files + 1 act + 8 ablation + 2 stochastic + 3 lambda
     one_file = tree / "lambda/0.01/seed1/results.json"
-    one = run_files.collect_results(one_file)
+    one = run_folder.collect_results(one_file)
     assert len(one) == 1 and one[0]["penalty"] == pytest.approx(0.01)  # followed !ref <learned_penalty>
     assert one[0]["train_loss"] == pytest.approx(76.0) and one[0]["number_of_epochs"] == 3
     assert one[0]["path"].endswith("results.json")
     debug = tree / "lambda/0.01/seed1-debug"  # a --debug run of that run: no result of it
     debug.mkdir()
     (debug / "results.json").write_text(json.dumps({**json.loads(one_file.read_text()), "debug": True}))
-    assert len(run_files.collect_results([tree])) == 28
-    assert len(run_files.collect_results(debug / "results.json")) == 1  # unless asked for
+    assert len(run_folder.collect_results([tree])) == 28
+    assert len(run_folder.collect_results(debug / "results.json")) == 1  # unless asked for
 
 
 def test_aggregate_mean_and_std_over_seeds(tree: Path) -> None:
-    rows = run_files.collect_results(tree / "controllers")
+    rows = run_folder.collect_results(tree / "controllers")
     agg = {(r["controller"], r["test_bias_shift"]): r for r in report.aggregate(rows)}
     surprisal = agg[("surprisal", 0.0)]
     assert surprisal["n_seeds"] == 2 and surprisal["seeds"] == [1, 2]
@@ -94,13 +94,13 @@ def test_aggregate_mean_and_std_over_seeds(tree: Path) -> None:
     assert surprisal["PER"] == pytest.approx(26.3) and surprisal["PER_std"] == pytest.approx(math.sqrt(0.5))
     assert surprisal["flops_M"] == pytest.approx(6.43) and surprisal["test_loss"] == pytest.approx(63.5)
     assert agg[("surprisal", 2.0)]["PER"] == pytest.approx(26.1)
-    single = report.aggregate(run_files.collect_results(tree / "act"))[0]
+    single = report.aggregate(run_folder.collect_results(tree / "act"))[0]
     assert single["n_seeds"] == 1 and single["PER_std"] is None and single["mean_steps"] == 2.5
     assert single["model"].startswith("ACT")
 
 
 def test_aggregate_counts_a_repeated_seed_once(tree: Path) -> None:
-    rows = run_files.collect_results(tree / "controllers/surprisal/seed1/results.json") * 2
+    rows = run_folder.collect_results(tree / "controllers/surprisal/seed1/results.json") * 2
     assert report.aggregate(rows)[0]["n_seeds"] == 1
 
 
@@ -160,7 +160,7 @@ def test_every_table_markdown_and_csv(tree: Path, tmp_path: Path) -> None:
 
 
 def test_table_builders_accept_raw_rows(tree: Path) -> None:
-    rows = run_files.collect_results(tree)
+    rows = run_folder.collect_results(tree)
     for build in (report.table_controllers, report.table_ablation, report.table_stochastic,
                   report.table_lambda, report.table_bias_sweep):
         table = build(rows)
@@ -168,7 +168,7 @@ def test_table_builders_accept_raw_rows(tree: Path) -> None:
 
 
 def test_format_markdown_and_cli(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    rows = run_files.collect_results(tree / "controllers")
+    rows = run_folder.collect_results(tree / "controllers")
     md = report.format_markdown(rows)
     assert md.splitlines()[0].startswith("| Model | Dataset | PER |") and "± 0.71%" in md
     assert cli_main(["report", str(tree / "controllers"), "--csv", str(tmp_path / "t.csv")]) == 0
@@ -190,7 +190,7 @@ def test_cli_out_writes_every_table_and_plot(tree: Path, tmp_path: Path, capsys:
 def test_sample_std_of_three_seeds_and_n_in_every_table(tmp_path: Path) -> None:
     for seed, per in ((1, 20.0), (2, 22.0), (3, 27.0)):
         write_run(tmp_path, "controllers/surprisal", seed, per)
-    row = report.aggregate(run_files.collect_results(tmp_path))[0]
+    row = report.aggregate(run_folder.collect_results(tmp_path))[0]
     mean = (20.0 + 22.0 + 27.0) / 3
     sample_std = math.sqrt(sum((v - mean) ** 2 for v in (20.0, 22.0, 27.0)) / 2)
     assert row["n_seeds"] == 3 and row["PER"] == pytest.approx(mean) and row["PER_std"] == pytest.approx(sample_std)
@@ -198,7 +198,7 @@ def test_sample_std_of_three_seeds_and_n_in_every_table(tmp_path: Path) -> None:
 
 
 def test_single_seed_rows_have_no_plus_minus(tree: Path, tmp_path: Path) -> None:
-    rows = run_files.collect_results(tree)
+    rows = run_folder.collect_results(tree)
     tables = [build(rows) for build in (report.table_controllers, report.table_ablation, report.table_stochastic,
                                         report.table_lambda, report.table_bias_sweep, report.table_summary)]
     for table in tables:
@@ -219,17 +219,17 @@ def test_single_seed_rows_have_no_plus_minus(tree: Path, tmp_path: Path) -> None
 
 
 def test_results_file_names_never_collide_and_are_collected(tmp_path: Path) -> None:
-    names = {run_files.results_file_name(shift, test_only) for shift in (0.0, 1.0, -2.5) for test_only in (False, True)}
+    names = {run_folder.results_file_name(shift, test_only) for shift in (0.0, 1.0, -2.5) for test_only in (False, True)}
     assert len(names) == 6 and "results.json" in names and "results_test_only_bias+1.json" in names
-    assert all(run_files.RESULTS_PATTERN.match(name) for name in names)
-    assert not run_files.RESULTS_PATTERN.match("results_old.json")
+    assert all(run_folder.RESULTS_PATTERN.match(name) for name in names)
+    assert not run_folder.RESULTS_PATTERN.match("results_old.json")
     run = write_run(tmp_path, "controllers/surprisal", 1, 25.0)
     trained = json.loads((run / "results.json").read_text())
     (run / "results_test_only.json").write_text(json.dumps({**trained, "PER": 26.0, "test_only": True,
                                                             "date": "2026-11-23 10:00:00"}))
     (run / "results_test_only_bias+1.json").write_text(json.dumps({**trained, "test_bias_shift": 1.0, "PER": 24.0,
                                                                    "test_only": True}))
-    rows = run_files.collect_results(tmp_path)
+    rows = run_folder.collect_results(tmp_path)
     assert sorted(Path(r["path"]).name for r in rows) == ["results.json", "results_test_only.json",
                                                           "results_test_only_bias+1.json"]
     agg = {r["test_bias_shift"]: r for r in report.aggregate(rows)}
@@ -241,7 +241,7 @@ def test_learned_estimator_is_part_of_the_configuration(tmp_path: Path) -> None:
     write_run(tmp_path, "learned", 1, 25.0, controller="learned", learned_estimator="both_networks")
     write_run(tmp_path, "learned_routed", 1, 26.0, controller="learned", learned_estimator="routed")
     write_run(tmp_path, "surprisal", 1, 25.5, learned_estimator="both_networks")
-    agg = report.aggregate(run_files.collect_results(tmp_path))
+    agg = report.aggregate(run_folder.collect_results(tmp_path))
     names = sorted(r["model"] for r in agg)
     assert names == ["Learned controller (λ=0.001)", "Learned controller (λ=0.001) (routed estimator)",
                      "Surprisal-based controller"]
@@ -310,7 +310,7 @@ def test_precision_table_pairs_bf16_with_fp32_runs_of_the_same_configuration():
 def test_read_history_names_a_damaged_line_that_is_not_the_last(tmp_path: Path) -> None:
     (tmp_path / "history.jsonl").write_text('{"epoch": 1, "PER": 30.5}\n{"epoch": 2, "PE\n{"epoch": 3, "PER": 28}\n')
     with pytest.raises(ValueError, match=r"history\.jsonl, line 2: not JSON"):
-        run_files.read_history(tmp_path)
+        run_folder.read_history(tmp_path)
 
 
 def test_training_targets_set_runs_apart(tmp_path: Path) -> None:
@@ -321,9 +321,9 @@ def test_training_targets_set_runs_apart(tmp_path: Path) -> None:
     older = write_run(tmp_path, "older", 1, 33.9, controller="big_only")
     with open(older / "hyperparams.yaml", "a") as f:
         f.write("optional_silence: True\n")
-    names = sorted(run_names.model_name(run_names.config_of(r)) for r in run_files.collect_results(tmp_path))
+    names = sorted(run_labels.model_name(run_labels.config_of(r)) for r in run_folder.collect_results(tmp_path))
     assert names == ["Big network only", "Big network only [every pronunciation]", "Big network only [optional sil]"]
-    table = report.table_controllers(run_files.collect_results(tmp_path))
+    table = report.table_controllers(run_folder.collect_results(tmp_path))
     assert len(table.rows) == 3
 
 
@@ -333,7 +333,7 @@ def test_bias_sweep_lists_every_controller_with_a_shift(tmp_path: Path) -> None:
     write_run(tmp_path, "sweep/surprisal", 1, 25.0, bias_shifts=(0.0, 1.0))
     write_run(tmp_path, "sweep/learned", 1, 27.0, controller="learned", bias_shifts=(-1.0, 0.0))
     write_run(tmp_path, "sweep/random", 1, 28.0, controller="random")
-    table = report.table_bias_sweep(run_files.collect_results(tmp_path))
+    table = report.table_bias_sweep(run_folder.collect_results(tmp_path))
     assert [(r["controller"], r["test_bias_shift"]) for r in table.rows] == [
         ("surprisal", 0.0), ("surprisal", 1.0), ("learned", -1.0), ("learned", 0.0)]
     assert table.markdown().splitlines()[4].split("|")[1].strip().strip("*").startswith("Learned controller")
@@ -343,7 +343,7 @@ def test_bias_sweep_keeps_each_model_together(tmp_path: Path) -> None:
     for precision, per in ((None, 25.0), ("fp32", 30.0)):
         write_run(tmp_path, f"sweep/{precision}", 1, per, precision=precision, bias_shifts=(0.0, -1.0, 1.0))
     write_run(tmp_path, "sweep/big_only", 1, 29.0, controller="big_only", precision="fp32")
-    rows = run_files.collect_results(tmp_path)
+    rows = run_folder.collect_results(tmp_path)
     table = report.table_bias_sweep(rows)
     assert [(r.get("precision"), r["test_bias_shift"]) for r in table.rows] == [
         (None, -1.0), (None, 0.0), (None, 1.0), ("fp32", -1.0), ("fp32", 0.0), ("fp32", 1.0)]
@@ -427,7 +427,7 @@ def test_runs_of_a_new_controller_that_differ_in_its_settings_are_not_pooled(tmp
     import yaml
 
     from surprisal_cc.report import aggregate
-    from surprisal_cc.run_files import collect_results
+    from surprisal_cc.run_folder import collect_results
 
     for bias in (-6.0, -4.0):
         for seed in (1, 2):
@@ -445,14 +445,11 @@ def test_runs_of_a_new_controller_that_differ_in_its_settings_are_not_pooled(tmp
 
 
 def test_built_in_controller_settings_are_those_of_the_common_hparams():
+    import inspect
     from pathlib import Path
 
-    import yaml
-
-    import inspect
-
     from surprisal_cc.controllers import CONTROLLERS
-    from surprisal_cc.run_files import BUILT_IN_CONTROLLER_SETTINGS, BUILT_IN_CONTROLLERS
+    from surprisal_cc.run_folder import BUILT_IN_CONTROLLER_SETTINGS, BUILT_IN_CONTROLLERS
 
     text = (Path(__file__).parents[1] / "hparams/common/conditional_ctc.yaml").read_text()
     block = text[text.index("    controller_options:"):].split("\n    conditional_options:")[0]
@@ -562,8 +559,8 @@ def test_a_new_controller_is_told_apart_by_its_own_settings_even_with_a_display_
             super().__init__()
 
     monkeypatch.setitem(CONTROLLERS, "change", ChangeController)
-    monkeypatch.setitem(run_names.CONTROLLER_NAMES, "change", "Change controller")
+    monkeypatch.setitem(run_labels.CONTROLLER_NAMES, "change", "Change controller")
     hp = {"encoder": "conditional", "controller": "change",
           "encoder_module": {"controller_options": {"p_big": 0.5, "change_scale": 1.0, "coin_p": 0.3}}}
-    assert run_files.new_model_options(hp) == "change_scale=1.0"
-    assert run_files.new_model_options({**hp, "controller": "coin"}) == "change_scale=1.0, coin_p=0.3"  # not registered here
+    assert run_folder.new_model_options(hp) == "change_scale=1.0"
+    assert run_folder.new_model_options({**hp, "controller": "coin"}) == "change_scale=1.0, coin_p=0.3"  # not registered here

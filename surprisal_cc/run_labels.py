@@ -1,7 +1,7 @@
 """How a run is named in tables and plots: its configuration (:func:`config_of`: the keys that tell
 configurations apart, with their defaults where a results file lacks them) and the names made of it
 (:func:`model_name`, its bracketed :func:`setup_notes`, :func:`budget_name`, a run folder's
-:func:`run_label`). It names the rows that :mod:`surprisal_cc.run_files` reads from run folders; it is
+:func:`run_label`). It names the rows that :mod:`surprisal_cc.run_folder` reads from run folders; it is
 not :mod:`surprisal_cc.run_settings`, which loads and checks the settings a run is started with.
 
 Example
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .hparams_files import load_yaml_tolerant
-from .run_files import Row
+from .run_folder import Row
 
 # configuration keys of a run and their values when a results file lacks them ("apc": the fingerprint of the
 # APC weights, nnet.weights_fingerprint; results written before it was recorded have none)

@@ -3,7 +3,7 @@
 back, one run or every run under a folder, with what a results row takes from the run's
 ``hyperparams.yaml`` (training labels and targets, a new encoder's or controller's ``model_options``).
 Training names its files with it and the experiment tools read them with it. How a run is named in
-tables and plots is :mod:`surprisal_cc.run_names`; the settings a run is started with (its command
+tables and plots is :mod:`surprisal_cc.run_labels`; the settings a run is started with (its command
 line and hparams, loaded and checked) are :mod:`surprisal_cc.run_settings`.
 
 Example
@@ -31,7 +31,7 @@ RESULTS_PATTERN = re.compile(r"^results(_test_only" + "".join(f"({re.escape(tag)
                              + r"(_budget[0-9.eE+-]+(_on_test)?)?)?(_bias[+-][0-9.eE+-]+)?\.json$")
 
 # the encoders and the controller settings of hparams/common/conditional_ctc.yaml that have keys of
-# their own in a run's configuration (run_names.CONFIG_DEFAULTS); a new encoder's or controller's
+# their own in a run's configuration (run_labels.CONFIG_DEFAULTS); a new encoder's or controller's
 # settings are recorded as ``model_options``
 BUILT_IN_ENCODERS = ("conditional", "act", "pondernet")
 BUILT_IN_CONTROLLER_SETTINGS = ("p_big", "penalty_weight", "penalty_utterances", "estimator", "hidden_size")

@@ -199,7 +199,7 @@ def test_the_inference_runtime_does_not_load_the_training_brain():
     assert brain_loaded == "False"
 
 
-def test_the_grid_and_the_run_files_load_no_torch():
+def test_the_grid_and_the_run_folder_load_no_torch():
     """``surprisal-cc grid`` starts without torch: importing the grid, the run files and their names (in a
     fresh interpreter) loads no ``torch`` (``run_folder.new_model_options`` imports the controllers when it
     looks one up)."""

@@ -115,7 +115,8 @@ def cmd_grid(args, unknown: List[str]) -> int:
 
 
 def cmd_report(args, unknown: List[str]) -> int:
-    from .report import format_markdown, pool_configurations, write_csv
+    from .aggregation import pool_configurations
+    from .report import format_markdown, write_csv
     from .run_folder import collect_results
     from .run_labels import POOLABLE_KEYS
 

@@ -9,7 +9,7 @@ lambda sweep (Fig. 4) and per-frame routing of one utterance. Typical use::
 Every ``plot_*`` function draws one figure, writes it as a PNG to ``path`` (str or
 :class:`pathlib.Path`; parent folders are created) and returns that path as a
 :class:`pathlib.Path`. Its ``rows`` are results rows (:func:`~surprisal_cc.run_folder.collect_results`)
-or aggregated rows (:func:`~surprisal_cc.report.aggregate`); ``dataset``, where it has one, draws
+or aggregated rows (:func:`~surprisal_cc.aggregation.aggregate`); ``dataset``, where it has one, draws
 only that dataset's rows (None: any).
 """
 from __future__ import annotations
@@ -24,8 +24,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .report import (aggregate, ensure_aggregated, pareto_front, pool_configurations, select_rows, setup_groups,  # noqa: E402
-                     setup_of, table_bias_sweep, table_controllers, table_converged, table_lambda)
+from .aggregation import (aggregate, ensure_aggregated, pareto_front, pool_configurations, select_rows,  # noqa: E402
+                          setup_groups, setup_of)
+from .report import table_bias_sweep, table_controllers, table_converged, table_lambda  # noqa: E402
 from .run_folder import Row, collect_results, read_history  # noqa: E402
 from .run_labels import run_label  # noqa: E402
 
@@ -320,7 +321,7 @@ def make_all_plots(results_root: PathLike, out_dir: PathLike, pool: Sequence[str
     out_dir : str or pathlib.Path
         Folder of the figures.
     pool : sequence of str
-        Configuration keys pooled over (:func:`~surprisal_cc.report.pool_configurations`).
+        Configuration keys pooled over (:func:`~surprisal_cc.aggregation.pool_configurations`).
 
     Returns
     -------

@@ -31,7 +31,7 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 # keys whose values are names that a row's label can join when a report pools runs over them
-# (surprisal_cc.report.pool_configurations): e.g. an APC file and its fp16 copy
+# (surprisal_cc.aggregation.pool_configurations): e.g. an APC file and its fp16 copy
 POOLABLE_KEYS: Tuple[str, ...] = ("apc", "precision", "train_labels", "train_targets", "dataset")
 # display names in tables; a new controller may add its own (it is still recorded by its settings)
 CONTROLLER_NAMES = {"random": "Random controller", "learned": "Learned controller",

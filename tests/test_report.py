@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.run_folder, surprisal_cc.run_labels and surprisal_cc.report: collection, aggregation
+"""Tests for surprisal_cc.run_folder, surprisal_cc.run_labels, surprisal_cc.aggregation and surprisal_cc.report: collection, aggregation
 over seeds, Pareto marking, every table."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from surprisal_cc import report, run_folder, run_labels
+from surprisal_cc import aggregation, report, run_folder, run_labels
 from surprisal_cc.cli import main as cli_main
 
 FLOPS = {"surprisal": 6.43e6, "random": 6.62e6, "learned": 6.50e6, "big_only": 7.54e6, "small_only": 5.70e6}
@@ -87,21 +87,21 @@ def test_collect_reads_files_folders_and_run_metadata(tree: Path) -> None:
 
 def test_aggregate_mean_and_std_over_seeds(tree: Path) -> None:
     rows = run_folder.collect_results(tree / "controllers")
-    agg = {(r["controller"], r["test_bias_shift"]): r for r in report.aggregate(rows)}
+    agg = {(r["controller"], r["test_bias_shift"]): r for r in aggregation.aggregate(rows)}
     surprisal = agg[("surprisal", 0.0)]
     assert surprisal["n_seeds"] == 2 and surprisal["seeds"] == [1, 2]
     # sample standard deviation (ddof=1) of 25.8 and 26.8
     assert surprisal["PER"] == pytest.approx(26.3) and surprisal["PER_std"] == pytest.approx(math.sqrt(0.5))
     assert surprisal["flops_M"] == pytest.approx(6.43) and surprisal["test_loss"] == pytest.approx(63.5)
     assert agg[("surprisal", 2.0)]["PER"] == pytest.approx(26.1)
-    single = report.aggregate(run_folder.collect_results(tree / "act"))[0]
+    single = aggregation.aggregate(run_folder.collect_results(tree / "act"))[0]
     assert single["n_seeds"] == 1 and single["PER_std"] is None and single["mean_steps"] == 2.5
     assert single["model"].startswith("ACT")
 
 
 def test_aggregate_counts_a_repeated_seed_once(tree: Path) -> None:
     rows = run_folder.collect_results(tree / "controllers/surprisal/seed1/results.json") * 2
-    assert report.aggregate(rows)[0]["n_seeds"] == 1
+    assert aggregation.aggregate(rows)[0]["n_seeds"] == 1
 
 
 def test_pareto_front_on_hand_made_points() -> None:
@@ -111,8 +111,8 @@ def test_pareto_front_on_hand_made_points() -> None:
             {"flops_per_frame": 7.5, "PER": 25.7},   # best PER: optimal
             {"flops_per_frame": 7.5, "PER": 25.9},   # dominated by row 3 (same FLOPs, worse PER)
             {"flops_per_frame": None, "PER": 1.0}]   # incomplete: never optimal
-    assert report.pareto_front(rows) == {0, 1, 3}
-    assert report.pareto_front([{"flops_per_frame": 1, "PER": 1}, {"flops_per_frame": 1, "PER": 1}]) == {0, 1}
+    assert aggregation.pareto_front(rows) == {0, 1, 3}
+    assert aggregation.pareto_front([{"flops_per_frame": 1, "PER": 1}, {"flops_per_frame": 1, "PER": 1}]) == {0, 1}
 
 
 def _csv_rows(path: Path) -> List[Dict[str, str]]:
@@ -190,7 +190,7 @@ def test_cli_out_writes_every_table_and_plot(tree: Path, tmp_path: Path, capsys:
 def test_sample_std_of_three_seeds_and_n_in_every_table(tmp_path: Path) -> None:
     for seed, per in ((1, 20.0), (2, 22.0), (3, 27.0)):
         write_run(tmp_path, "controllers/surprisal", seed, per)
-    row = report.aggregate(run_folder.collect_results(tmp_path))[0]
+    row = aggregation.aggregate(run_folder.collect_results(tmp_path))[0]
     mean = (20.0 + 22.0 + 27.0) / 3
     sample_std = math.sqrt(sum((v - mean) ** 2 for v in (20.0, 22.0, 27.0)) / 2)
     assert row["n_seeds"] == 3 and row["PER"] == pytest.approx(mean) and row["PER_std"] == pytest.approx(sample_std)
@@ -232,7 +232,7 @@ def test_results_file_names_never_collide_and_are_collected(tmp_path: Path) -> N
     rows = run_folder.collect_results(tmp_path)
     assert sorted(Path(r["path"]).name for r in rows) == ["results.json", "results_test_only.json",
                                                           "results_test_only_bias+1.json"]
-    agg = {r["test_bias_shift"]: r for r in report.aggregate(rows)}
+    agg = {r["test_bias_shift"]: r for r in aggregation.aggregate(rows)}
     assert agg[0.0]["n_seeds"] == 1 and agg[0.0]["PER"] == 26.0  # one seed counted once: the newest file
     assert agg[1.0]["PER"] == 24.0
 
@@ -241,7 +241,7 @@ def test_learned_estimator_is_part_of_the_configuration(tmp_path: Path) -> None:
     write_run(tmp_path, "learned", 1, 25.0, controller="learned", learned_estimator="both_networks")
     write_run(tmp_path, "learned_routed", 1, 26.0, controller="learned", learned_estimator="routed")
     write_run(tmp_path, "surprisal", 1, 25.5, learned_estimator="both_networks")
-    agg = report.aggregate(run_folder.collect_results(tmp_path))
+    agg = aggregation.aggregate(run_folder.collect_results(tmp_path))
     names = sorted(r["model"] for r in agg)
     assert names == ["Learned controller (λ=0.001)", "Learned controller (λ=0.001) (routed estimator)",
                      "Surprisal-based controller"]
@@ -348,12 +348,12 @@ def test_bias_sweep_keeps_each_model_together(tmp_path: Path) -> None:
     assert [(r.get("precision"), r["test_bias_shift"]) for r in table.rows] == [
         (None, -1.0), (None, 0.0), (None, 1.0), ("fp32", -1.0), ("fp32", 0.0), ("fp32", 1.0)]
     assert [line.split("|")[1].strip().strip("*") for line in table.markdown().splitlines()[2:]] == [""] * 3 + ["fp32 training"] * 3
-    groups = report.setup_groups(table.rows, "test_bias_shift")
+    groups = aggregation.setup_groups(table.rows, "test_bias_shift")
     assert {name: [r["PER"] for r in group] for name, group in groups.items()} == {
         "": [pytest.approx(25.1), pytest.approx(25.0), pytest.approx(24.9)],
         "fp32 training": [pytest.approx(30.1), pytest.approx(30.0), pytest.approx(29.9)]}
-    big = report.select_rows(report.aggregate(rows), controller="big_only")
-    assert [report.setup_of(b, "test_bias_shift") for b in big] == [report.setup_of(groups["fp32 training"][0],
+    big = aggregation.select_rows(aggregation.aggregate(rows), controller="big_only")
+    assert [aggregation.setup_of(b, "test_bias_shift") for b in big] == [aggregation.setup_of(groups["fp32 training"][0],
                                                                                      "test_bias_shift")]
 
 
@@ -426,7 +426,7 @@ def test_runs_of_a_new_controller_that_differ_in_its_settings_are_not_pooled(tmp
 
     import yaml
 
-    from surprisal_cc.report import aggregate
+    from surprisal_cc.aggregation import aggregate
     from surprisal_cc.run_folder import collect_results
 
     for bias in (-6.0, -4.0):
@@ -468,7 +468,7 @@ def test_runs_with_other_apc_weights_are_not_pooled():
             for apc in ("old", "new0123456789") for s in (1, 2)]
     rows += [{"controller": "big_only", "seed": s, "PER": 29.0, "flops_per_frame": 7.54e6, "number_of_epochs": 30}
              for s in (1, 2, 3)]  # older results files, without a fingerprint
-    agg = report.aggregate(rows)
+    agg = aggregation.aggregate(rows)
     assert sorted((r["model"], r["n_seeds"], round(r["PER"], 2)) for r in agg) == [
         ("Big network only", 3, 29.0), ("Big network only [APC new01234]", 2, 26.8), ("Big network only [APC old]", 2, 29.3),
         ("Surprisal-based controller [APC new01234]", 2, 26.9), ("Surprisal-based controller [APC old]", 2, 29.4)]
@@ -488,10 +488,10 @@ def test_pooling_over_the_apc_joins_its_seeds_and_names_both_fingerprints(tmp_pa
             for c, f, per in (("big_only", 7.54e6, 26.8), ("surprisal", 6.93e6, 27.1)) for s in (1, 2, 3)]
     rows.append({"controller": "surprisal", "input_features": "fbank", "seed": 1, "PER": 28.0, "apc": "b2" * 6,
                  "flops_per_frame": 6.93e6, "number_of_epochs": 30})
-    assert len(report.aggregate(rows)) == 5  # unpooled: each APC apart
-    pooled = report.pool_configurations(rows, ["apc"])
+    assert len(aggregation.aggregate(rows)) == 5  # unpooled: each APC apart
+    pooled = aggregation.pool_configurations(rows, ["apc"])
     assert [r["apc"] for r in rows[:2]] == ["a1" * 6] * 2  # the input rows are left as they were
-    agg = report.aggregate(pooled)
+    agg = aggregation.aggregate(pooled)
     assert sorted((r["model"], r["n_seeds"], round(r["PER"], 2)) for r in agg) == [
         ("Big network only [APC a1a1a1a1+b2b2b2b2]", 3, 27.0),
         ("Surprisal-based controller [APC a1a1a1a1+b2b2b2b2]", 3, 27.3),
@@ -512,9 +512,9 @@ def test_pooling_over_the_apc_joins_its_seeds_and_names_both_fingerprints(tmp_pa
     assert cli_main(["report", str(tmp_path), "--pool", "number_of_epochs"]) == 2  # not a name: refused up front
     for wrong in (["apcs"], ["speed_perturb"]):
         with pytest.raises(ValueError, match=f"cannot pool over {wrong[0]}: a report pools over apc"):
-            report.pool_configurations(rows, wrong)
+            aggregation.pool_configurations(rows, wrong)
     precisions = [{**rows[0], "precision": "fp32"}, {**rows[1], "precision": "bf16"}, {**rows[2], "precision": "bf16"}]
-    assert sorted(r["model"] for r in report.aggregate(report.pool_configurations(precisions, ["precision"]))) == [
+    assert sorted(r["model"] for r in aggregation.aggregate(aggregation.pool_configurations(precisions, ["precision"]))) == [
         "Big network only [APC a1a1a1a1, bf16+fp32 training]", "Big network only [APC b2b2b2b2, bf16 training]"]
 
 
@@ -524,14 +524,14 @@ def test_pooling_keeps_runs_without_the_key_apart_and_refuses_a_seed_run_twice()
     rows = [{"controller": "surprisal", "seed": s, "PER": 27.0 + s, "apc": apc, "path": f"{apc}/seed{s}"}
             for s, apc in ((1, "a1" * 6), (2, "b2" * 6))]
     rows += [{"controller": "surprisal", "seed": s, "PER": 29.0, "path": f"old/seed{s}"} for s in (1, 2, 3)]
-    agg = report.aggregate(report.pool_configurations(rows, ["apc"]))
+    agg = aggregation.aggregate(aggregation.pool_configurations(rows, ["apc"]))
     assert sorted((r["model"], r["n_seeds"]) for r in agg) == [
         ("Surprisal-based controller", 3), ("Surprisal-based controller [APC a1a1a1a1+b2b2b2b2]", 2)]
-    assert "APC None" not in report.format_markdown(report.pool_configurations(rows, ["apc"]))
+    assert "APC None" not in report.format_markdown(aggregation.pool_configurations(rows, ["apc"]))
     twice = rows[:2] + [{**rows[1], "seed": 1, "path": "b2/seed1"}]
     with pytest.raises(ValueError, match=r"cannot pool over apc: seed 1 of Surprisal-based controller was run with "
                                          r"each of a1a1a1a1a1a1\+b2b2b2b2b2b2 \(a1a1a1a1a1a1/seed1, b2/seed1\)"):
-        report.pool_configurations(twice, ["apc"])
+        aggregation.pool_configurations(twice, ["apc"])
 
 
 def test_converged_reference_ties_go_to_the_profile_with_more_configurations():

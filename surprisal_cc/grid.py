@@ -159,7 +159,8 @@ class Run:
         which a test-only evaluation keeps) differs from this run, one line per setting it was trained
         with that this run's overrides change (:func:`~surprisal_cc.hparams_files.changed_training_settings`: test-time
         settings may; files are not compared by name, as a grid may move them: a results file records
-        its APC by fingerprint) and for more epochs than this run asks; and whether, with no such
+        its APC by fingerprint; two files that are both still there are compared by content) and for more
+        epochs than this run asks; and whether, with no such
         change, it was trained for fewer epochs than asked (it can train on). The epochs are not
         compared for a test-only run, which evaluates whatever its folder holds. Nothing for a folder
         without ``hyperparams.yaml``."""
@@ -170,7 +171,7 @@ class Run:
         if stored.get("precision") == "auto":  # what it resolved to, as the results file records it
             stored["precision"] = self._recorded("precision") or "auto"
         settings = {k: v for k, v in self.overrides.items()
-                    if k != "test_only" and not (isinstance(v, str) and "/" in v)}  # a path: a file's name
+                    if k != "test_only" and (not _is_path(v) or _both_files(stored.get(k), v))}
         changed = changed_training_settings(stored, settings)
         try:
             trained = None if self.test_only or self.epochs is None else int(stored["number_of_epochs"])
@@ -350,6 +351,22 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _is_path(value: Any) -> bool:
+    """Whether a setting's value names a file or folder (has a ``/``)."""
+    return isinstance(value, str) and "/" in value
+
+
+def _both_files(stored: Any, requested: Any) -> bool:
+    """Whether a run folder's setting and a grid's both name files that are there to be compared.
+
+    Example
+    -------
+    >>> _both_files("surprisal_cc/__init__.py", "surprisal_cc/grid.py"), _both_files("moved/apc.pt", "surprisal_cc/grid.py")
+    (True, False)
+    """
+    return _is_path(stored) and _is_path(requested) and Path(stored).is_file() and Path(requested).is_file()
 
 
 def prepare_inputs(steps: Sequence[PrepareStep], dry_run: bool = False, log: Optional[IO[str]] = None) -> None:
@@ -604,7 +621,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
             ) -> Dict[str, Tuple[str, float]]:
     """Run what is not complete, ``jobs`` at a time (``threads`` torch threads each; default: the
     cores divided among the jobs); returns name -> (status, seconds), status one of done / skipped /
-    published / failed / blocked / conflict / elsewhere / dry-run ("conflict": its folder holds a
+    published / failed / blocked / conflict / elsewhere / dry-run / waits ("conflict": its folder holds a
     finished run with other settings (:meth:`Run.changed_settings`); "elsewhere": another grid process holds the
     run's lock file (:attr:`Run.lock_name`), i.e. is running it now; a dry run says so too). With ``publish = (grid_root, destination)``, each run's
     result files are copied there when it is done (or found complete), and a run whose results are
@@ -677,14 +694,18 @@ def _trainers(runs: Sequence[Run]) -> Dict[str, List[str]]:
 
 def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str, Tuple[str, float]],
                    jobs: int, threads: Optional[int], log: IO[str]) -> Dict[str, Tuple[str, float]]:
-    """Print every run's command (``# done:`` before those with nothing to do); the dry run's statuses."""
+    """Print every run's command (``# done:`` before those with nothing to do, ``# waits:`` before a
+    finished test-only run that waits for its folder's training to train on, run again only if that
+    training then chooses another checkpoint); the dry run's statuses ("waits" for those)."""
     prefix = f"OMP_NUM_THREADS={_threads(jobs, threads)} "
+    waiting = {r.name for r in pending if r.test_only and r.complete() and not r.stale()}
     for run in runs:
         done = {"conflict": "# conflict: "}.get(status.get(run.name, ("",))[0], "# done: ")
-        print((done if run.name in status else "") + prefix + shlex.join(run.command), file=log)
+        marker = done if run.name in status else "# waits: " if run.name in waiting else ""
+        print(marker + prefix + shlex.join(run.command), file=log)
     # a run that another grid process trains now is shown as such ("elsewhere")
-    return {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name) else "dry-run", 0.0)
-               for r in pending}, **status}
+    return {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name)
+                        else "waits" if r.name in waiting else "dry-run", 0.0) for r in pending}, **status}
 
 
 def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],

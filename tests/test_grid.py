@@ -164,6 +164,29 @@ def test_a_finished_run_with_other_settings_is_a_conflict_not_a_result(grid_file
     assert len((folder / "calls.txt").read_text().splitlines()) == 2  # nothing was run in that folder
 
 
+@pytest.mark.parametrize("same_content", [True, False])
+def test_a_labels_file_is_compared_by_content_where_both_files_are_there(grid_file: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture,
+                                                                        same_content: bool) -> None:
+    """A run folder trained on one labels file, and a grid that names another: the same labels under
+    another name are the same run, other labels are a conflict (files that moved are not compared)."""
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    capsys.readouterr()
+    trained, requested = tmp_path / "labels_a.csv", tmp_path / "labels_b.csv"
+    trained.write_text("ID,phn\nu1,sil AH sil\n")
+    requested.write_text(trained.read_text() if same_content else "ID,phn\nu1,sil AH B sil\n")
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    (folder / "hyperparams.yaml").write_text(f"controller: surprisal\nseed: 1\nnumber_of_epochs: 2\n"
+                                             f"relabelled_train: {trained}\n")
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["overrides"] = {"number_of_epochs": 2, "relabelled_train": str(requested)}
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    status = main(["grid", str(grid_file), "--no-report", "--dry-run"])
+    out = capsys.readouterr().out
+    conflict = f"relabelled_train: trained with '{trained}', requested '{requested}'"
+    assert (status, conflict in out) == ((0, False) if same_content else (3, True))
+
+
 @pytest.mark.parametrize("best_epoch, calls, summary", [(None, 4, "done: 2"), (2, 3, "done: 1, skipped: 1")])
 def test_a_finished_run_asked_for_more_epochs_trains_on(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                          best_epoch: Optional[int], calls: int, summary: str) -> None:
@@ -177,8 +200,11 @@ def test_a_finished_run_asked_for_more_epochs_trains_on(grid_file: Path, tmp_pat
     spec = yaml.safe_load(grid_file.read_text())
     spec["overrides"] = {"number_of_epochs": 3, **({"best_epoch": best_epoch} if best_epoch else {})}
     grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    assert main(["grid", str(grid_file), "--no-report", "--only", "/controllers/controller-surprisal/seed1/",
-                 "--only", "/bias/controller-surprisal/seed1/"]) == 0
+    only = ["--only", "/controllers/controller-surprisal/seed1/", "--only", "/bias/controller-surprisal/seed1/"]
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run", *only]) == 0
+    out = capsys.readouterr().out  # the sweep waits for the training; it is run again only if stale then
+    assert "dry-run: 1, waits: 1" in out and out.count("# waits: ") == 1 and "--test_only" in out.split("# waits: ")[1]
+    assert main(["grid", str(grid_file), "--no-report", *only]) == 0
     out = capsys.readouterr().out
     assert summary in out and "[stale]" not in out  # nothing was stale before the training went on
     assert len((folder / "calls.txt").read_text().splitlines()) == calls  # trained on (and evaluated) once more

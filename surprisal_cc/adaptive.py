@@ -412,8 +412,8 @@ class ACTEncoder(_AdaptiveEncoder):
                  epsilon: float = 0.01, ponder_cost: float = 1e-4, halting_bias_init: Optional[float] = None,
                  hidden_size: int = 256, dropout: float = 0.5, residual: bool = True):
         if not 0.0 < epsilon < 1.0:
-            raise ValueError(f"ACT epsilon (an ACTEncoder setting of the model file's adaptive_options) must be "
-                             f"in (0, 1), got {epsilon}")
+            raise ValueError(f"ACT epsilon must be in (0, 1), got {epsilon}: set it as epsilon under encoder_module: "
+                             "adaptive_options: act: in the hparams (hparams/common/conditional_ctc.yaml)")
         if halting_bias_init is None:
             halting_bias_init = -math.log(max_steps - 1) if max_steps > 1 else 0.0  # logit(1 / N)
         super().__init__(input_size, num_outputs, max_steps, step_hidden, residual, halting_bias_init,

@@ -122,6 +122,11 @@ class FiniteLossBrain(sb.Brain):
     the utterances and what to do. Checkpoints already written stay as they are, so the same
     command resumes from the last one once the cause is fixed. With gradient accumulation, the
     other batches accumulated into the same step are dropped with it.
+
+    Two more guards every recipe Brain shares: evaluating needs a checkpoint of a validated epoch
+    (:meth:`on_evaluate_start`; SpeechBrain would evaluate the untrained model), and a checkpoint
+    written by a model of another shape is one line (:meth:`_checkpoint_of_this_model`, around a
+    subclass's checkpoint loading).
     """
 
     def on_evaluate_start(self, max_key=None, min_key=None):
@@ -148,7 +153,6 @@ class FiniteLossBrain(sb.Brain):
                 f"the checkpoint in {self.checkpointer.checkpoints_dir} was written by a model of another shape "
                 f"({' '.join(str(err).split())[:300]}): give the settings it was trained with, use another "
                 "--output_folder, or delete that folder") from None
-
 
     def __init__(self, modules=None, opt_class=None, hparams=None, run_opts=None, checkpointer=None):
         super().__init__(modules=modules, opt_class=opt_class, hparams=hparams,

@@ -10,7 +10,7 @@
     surprisal-cc bench [--json] [--quick] [--only training,rnn] [--device cuda]
     surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N]
     surprisal-cc transcribe AUDIO... [--model DIR] [--json | --format ctm] [--plot OUT.png] [--threads N]
-    surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV] [--any-pronunciation] [--skip-bad] [--json]
+    surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV|DIR] [--any-pronunciation] [--skip-bad] [--json]
         [--per-utterance FILE] [--sampled [--seed N]] [--threads N]
 
 ``grid`` runs every run of a grid file that has not finished yet (``--key=value`` options go to every
@@ -226,7 +226,8 @@ def cmd_export(args, unknown: List[str]) -> int:
     size = sum(f.stat().st_size for f in out.iterdir() if f.suffix == ".pt")
     files = ", ".join(sorted(f.name for f in out.iterdir()))
     test = config["source"].get("test", {})
-    per = f"test PER {test['PER']:.2f} %, " if test.get("PER") is not None else ""
+    alone = " (the run's test, of the best checkpoint alone)" if args.average > 1 else ""
+    per = f"test PER {test['PER']:.2f} %{alone}, " if test.get("PER") is not None else ""
     averaged = f", averaged with the next {args.average - 1} best" if args.average > 1 else ""
     print(f"exported {config['source']['checkpoint']} (epoch {config['source'].get('epoch')}{averaged}) of {args.run_dir} "
           f"to {out}: {files}; {per}{size / 2 ** 20:.1f} MiB ({args.dtype})")
@@ -238,13 +239,13 @@ def _load_model(args):
 
     if args.deterministic and (args.sampled or args.seed is not None):
         raise UsageError("--deterministic and --sampled/--seed choose different routings: give one")
-    if args.bias_shift and args.flops_fraction is not None:
+    if args.bias_shift is not None and args.flops_fraction is not None:
         raise UsageError("--bias-shift and --flops-fraction both set the controller's bias: give one")
     routing = "sampled" if args.sampled or args.seed is not None else "deterministic" if args.deterministic else None
     asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision, routing=routing,
                                          seed=args.seed, threads=args.threads)
     asr.beam_search.blank_penalty = args.blank_penalty
-    if args.bias_shift:
+    if args.bias_shift is not None:
         asr.set_bias_shift(args.bias_shift)
     if args.flops_fraction is not None:
         asr.budget_big_fraction(args.flops_fraction)  # a budget this model cannot meet fails before any audio is read
@@ -799,9 +800,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="draw the routing from p_big as the recipes test (seeded: --seed, else a random "
                         "seed that is reported)")
     p.add_argument("--seed", type=int, help="seed of sampled routing (implies --sampled)")
-    p.add_argument("--bias-shift", type=finite_float, default=0.0, metavar="S",
-                   help="add S to the controller's logit: below 0 fewer frames on the big network, fewer "
-                        "FLOPs (default 0, the trained operating point)")
+    p.add_argument("--bias-shift", type=finite_float, metavar="S",
+                   help="add S to the controller's trained logit: below 0 fewer frames on the big network, "
+                        "fewer FLOPs (default: the model's own shift, 0 unless it was saved with one; "
+                        "0: the trained operating point)")
     p.add_argument("--flops-fraction", type=finite_float, metavar="F",
                    help="instead of --bias-shift: the shift that spends F x the big-only MACs per frame over "
                         "the given audio, from its surprisal (surprisal controller)")

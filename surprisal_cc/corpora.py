@@ -52,7 +52,7 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     asr : ~surprisal_cc.inference.ConditionalASR
         The model: its label set and its training label policy.
     mfa_labels : str or path, optional
-        MFA export CSV with the labels of a LibriSpeech-format folder.
+        MFA labels of a LibriSpeech-format folder: the CSV export or a folder of TextGrid files.
     g2p : str, optional
         G2P policy for out-of-vocabulary words (default: the model's).
     timit_split : str
@@ -93,7 +93,7 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         items, source = _kaldi_items(path, asr, g2p, problems, words)
     elif _is_timit(path):
         _refuse_mfa_labels(path, mfa_labels, "a TIMIT folder is labelled by its .PHN files")
-        items, source = _timit_items(path, timit_split), f"TIMIT .PHN folded to 39 ({timit_split})"
+        items, source = _timit_items(path, timit_split, problems), f"TIMIT .PHN folded to 39 ({timit_split})"
     elif next(path.rglob("*.flac"), None) is None:
         raise DataPreparationError(f"{path}: no .flac file, wav.scp or TIMIT TRAIN/TEST folder in it: {DATA_KINDS} "
                                    "(any other layout: write a manifest CSV)")
@@ -241,24 +241,27 @@ def _lexicon_items(asr: Any, g2p: Optional[str],
     return items, f"CMUdict, g2p={g2p}{', boundary sil' if boundary else ''}"
 
 
-def _timit_items(path: Path, split: str) -> List[Item]:
-    """Items of one TIMIT split, labels folded to 39 phones, sorted by utterance id."""
+def _timit_items(path: Path, split: str, problems: Optional[List[str]] = None) -> List[Item]:
+    """Items of one TIMIT split, labels folded to 39 phones, sorted by utterance id (a file without
+    its ``.PHN``: ``problems``, see :func:`corpus_items`)."""
     from .data.phones import fold_timit
     from .data.timit import find_sibling, read_phn, scan_timit, timit_split
 
     if split not in ("test", "valid", "train"):
         raise ConfigurationError(f"timit_split must be test, valid or train, got {split!r}")
-    items, problems = [], []
+    items, found, total = [], [], 0
     for u in scan_timit(path):
         if timit_split(u) != split:
             continue
+        total += 1
         phn = find_sibling(u.wav, ".phn")
         if phn is None:
-            problems.append(f"{u.wav}: no .PHN file")
+            found.append(f"{u.wav}: no .PHN file")
             continue
         items.append((u.id, str(u.wav), fold_timit(read_phn(phn), where=f"{phn} (utterance {u.id})")))
-    if problems:
-        raise DataPreparationError(f"{len(problems)} TIMIT label problem(s): " + "; ".join(problems[:MAX_LISTED]))
+    collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances of the TIMIT {split} split "
+                                    "have no .PHN file; pass --skip-bad (skip_bad=True) to score the others",
+                                    problems, MAX_LISTED)
     if not items:
         raise DataPreparationError(f"{path}: no utterance of the TIMIT {split} split")
     return sorted(items)

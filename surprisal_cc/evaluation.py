@@ -5,7 +5,8 @@ ran, routing statistics and the real-time factor (``surprisal-cc evaluate``,
 The labels are prepared as training prepared them (:mod:`surprisal_cc.corpora`), decoding is the
 model's (the recipes' beam search) and scoring is the recipes' (:class:`surprisal_cc.metrics.ErrorRate`,
 repeated ``sil`` merged). Utterances are decoded in batches; one longer than ``transcribe`` decodes
-whole (``long_chunk_s``, ``--chunk-seconds``: 76 s by default) is decoded alone, in parts with context
+whole (over 76 s with the default ``long_chunk_s``, ``--chunk-seconds``, of 60 s: a part plus 8 s of
+context each side) is decoded alone, in parts with context
 (:func:`surprisal_cc.long_audio.decode_long`), in bounded memory, and scored and counted as the others.
 
 Example
@@ -96,7 +97,7 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
         :mod:`surprisal_cc.data.kaldi`) or a manifest CSV as the recipes write (``ID``, ``wav``,
         ``phn`` columns, or ``wrd``).
     mfa_labels : str or path, optional
-        MFA export CSV with the labels of a LibriSpeech-format folder.
+        MFA labels of a LibriSpeech-format folder: the CSV export or a folder of TextGrid files.
     skip_bad : bool
         Score the usable utterances when some are not (unusable audio, a missing or empty
         transcript, no MFA labels; they are listed in ``skipped``); otherwise
@@ -160,7 +161,7 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
         When the corpus, its labels or its audio cannot be used.
     """
     seed = _routing_seed(asr, seed)
-    batch_size = check_batch_size(batch_size or asr.config.get("batch_size", 8))
+    batch_size = check_batch_size(asr.config.get("batch_size", 8) if batch_size is None else batch_size)
     if alignments is not None and not hasattr(alignments, "write"):
         check_writable("alignments file", alignments)
     items, label_source, words, label_problems = _labelled_items(asr, data, mfa_labels, g2p, timit_split, skip_bad)

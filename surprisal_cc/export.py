@@ -254,7 +254,13 @@ def _warn_if_uncalibrated(encoder: torch.nn.Module, checkpoint: Any) -> None:
 def _checkpoint_epoch(checkpoint: Any) -> Optional[int]:
     """The epoch counter saved with ``checkpoint``, or None without one."""
     counter = checkpoint.path / "counter.ckpt"
-    return int(counter.read_text().strip()) if counter.is_file() else None
+    if not counter.is_file():
+        return None
+    try:
+        return int(counter.read_text().strip())
+    except ValueError:
+        raise ConfigurationError(f"{counter}: not an epoch count (a damaged checkpoint): export another "
+                                 "checkpoint of the run, or remove this one") from None
 
 
 def _source(run: Path, metric: str, checkpoints: list, average: int,
@@ -308,11 +314,21 @@ def _check_apc_matches_cache(apc: APCModel, hparams: Dict[str, Any]) -> None:
     folder = hparams.get("cache_folder")
     if not folder or not Path(folder).is_dir() or not hparams.get("use_feature_cache", True):
         return
-    caches = [p for p in Path(folder).iterdir() if (p / "cache.json").is_file()
-              and json.loads((p / "cache.json").read_text()).get("apc")]
+    caches = [p for p in Path(folder).iterdir() if (p / "cache.json").is_file() and _cache_apc(p / "cache.json")]
     if caches and Path(folder, cache_key(apc, hparams["feature_config"], torch.float32)) not in caches:
         warnings.warn(f"the APC model being exported built none of the feature caches in {folder}: was the run "
                       "trained with another APC model? (pass --apc PATH)", DataPreparationWarning)
+
+
+def _cache_apc(path: Path) -> Optional[str]:
+    """The APC fingerprint a feature cache's ``cache.json`` records; None (with a warning naming the
+    file) where it cannot be read."""
+    try:
+        return json.loads(path.read_text()).get("apc")
+    except (ValueError, AttributeError):
+        warnings.warn(f"{path}: not a feature cache's description (damaged JSON): left out of the check that the "
+                      "exported APC built the run's features", DataPreparationWarning)
+        return None
 
 
 def _epochs_trained(run: Path) -> Optional[int]:

@@ -37,8 +37,9 @@ class CachedInputs:
 
 @dataclass
 class ForwardStep:
-    """One batch through the model: the encoder's output, the APC surprisal (None where APC did
-    not run) and whether APC ran for it (its MACs are then charged per frame)."""
+    """One batch through the model: the encoder's output, the APC surprisal (None where the model
+    reads no APC) and ``apc_ran``: whether the model needs APC for it, run here or read from the
+    feature cache in its place (its MACs are then charged per frame, as a deployed model runs it)."""
 
     output: EncoderOutput
     surprisal: Optional[Tensor]

@@ -309,7 +309,8 @@ class ConditionalASR:
             ``"fp32"``, ``"bf16"`` or ``"auto"`` (see :func:`resolve_inference_precision`).
         routing : str, optional
             ``"deterministic"`` or ``"sampled"``, whatever the model was tested with; None (default):
-            the model's own (:meth:`set_routing`).
+            deterministic, but sampled where ``seed`` is given or the model routes by chance (a random
+            controller) (:meth:`set_routing`).
         seed : int, optional
             Seed of sampled routing.
         threads : int, optional
@@ -434,11 +435,13 @@ class ConditionalASR:
             buffer.seek(0)
             blob = torch.load(buffer, weights_only=True)
         config = {**self.config, "uses_apc": self.uses_apc, "weights_dtype": dtype}
-        shift = float(getattr(self.encoder, "test_bias_shift", 0.0))
-        if shift:  # the operating point travels with the weights
+        if hasattr(self.encoder, "test_bias_shift"):  # the operating point travels with the weights
+            shift = float(self.encoder.test_bias_shift)  # (a shift set back to 0 replaces a loaded one)
             encoder_config = dict(config["encoder"])
-            encoder_config["conditional_options"] = {**(encoder_config.get("conditional_options") or {}),
-                                                     "test_bias_shift": shift}
+            options = {k: v for k, v in (encoder_config.get("conditional_options") or {}).items()
+                       if k != "test_bias_shift"}
+            if shift or "conditional_options" in encoder_config:
+                encoder_config["conditional_options"] = {**options, **({"test_bias_shift": shift} if shift else {})}
             config["encoder"] = encoder_config
         state = {k: v.cpu() for k, v in self.encoder.state_dict().items()}
         return write_model_folder(Path(folder), config, state, blob)
@@ -955,7 +958,9 @@ class ConditionalASR:
 
     def transcribe_checked_file(self, path: PathLike, long_chunk_s: Optional[float] = None, progress=None,
                                 keep_fbank: bool = True) -> Transcription:
-        """:meth:`transcribe_file` without the audio check (for files :func:`check_audio_many` passed)."""
+        """:meth:`transcribe_file` without the audio check (for files :func:`check_audio_many` passed);
+        ``keep_fbank=False`` leaves the filterbanks out of the result (``fbank`` None), which saves memory
+        on long files."""
         from .data.audio import read_audio
         from .long_audio import decode_long, is_long, part_seconds
 
@@ -964,6 +969,8 @@ class ConditionalASR:
             return Transcription(**decode_long(self, path, chunk_s=chunk_s, progress=progress, keep_fbank=keep_fbank))
         result = self.transcribe_batch(read_audio(path, self.feature_config.sample_rate)[None])[0]
         result.path = str(path)
+        if not keep_fbank:
+            result.fbank = None
         return result
 
     # ------------------------------------------------------------------ evaluation

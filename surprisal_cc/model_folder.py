@@ -448,8 +448,8 @@ def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) ->
     calibration, policy = src.get("calibration") or {}, config.get("label_policy") or {}
     size = sum(f.stat().st_size for f in out.iterdir() if f.suffix == ".pt")
     folder_name = name or out.name
-    name = enc.get("name", "conditional")
-    model = name if name != "conditional" else f"conditional, {enc.get('controller')} controller"
+    encoder_name = enc.get("name", "conditional")
+    model = encoder_name if encoder_name != "conditional" else f"conditional, {enc.get('controller')} controller"
     rows = [
         ("model", f"{model}, architecture {enc.get('architecture', 'paper')}, inputs {config['input_features']}"
                   f"{' + APC surprisal' if config.get('uses_apc') and config['input_features'] != 'apc' else ''}"),
@@ -489,8 +489,9 @@ def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) ->
     stochastic = (enc.get("conditional_options") or {}).get("test_stochastic")
     tested = "" if stochastic is None else f" ({'sampled' if stochastic else 'deterministic'} routing)"
     routing = ("; both commands and `ConditionalASR` route deterministically (`p_big > 0.5`) unless given "
-               "`--sampled` (`routing=\"sampled\"`)") if name == "conditional" else ""
-    if name == "conditional" and _tested_by_chance(enc):
+               "`--sampled` (`routing=\"sampled\"`)") if encoder_name == "conditional" else ""
+    by_chance = encoder_name == "conditional" and _tested_by_chance(enc)
+    if by_chance:
         routing = "; both commands and `ConditionalASR` draw its routing (it routes by chance alone)"
     origin = (f", exported from checkpoint `{src['checkpoint']}` of a recipe run with `surprisal-cc export`."
               if src.get("checkpoint") else ".")
@@ -507,7 +508,7 @@ Surprisal-triggered conditional computation for CTC phone recognition{origin}
 ```python
 from surprisal_cc.inference import ConditionalASR
 
-asr = ConditionalASR.from_pretrained("{folder_name}")   # {"deterministic routing (p_big > 0.5), " if name == "conditional" else ""}one thread
+asr = ConditionalASR.from_pretrained("{folder_name}")   # {"sampled routing, " if by_chance else "deterministic routing (p_big > 0.5), " if encoder_name == "conditional" else ""}one thread
 result = asr.transcribe_file("utterance.flac")
 print(result.text, result.segments, result.flops_per_frame, result.rtf)
 ```

@@ -6,6 +6,7 @@ whose resumed training must keep the settings its checkpoints were trained with.
 """
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -14,11 +15,14 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import speechbrain as sb
 import torch
 from speechbrain.utils.distributed import if_main_process
+from torch import nn
 
 from .allocator import reuse_freed_memory
+from .apc import APCModel
 from .arguments import resolve_device
 from .calibration import CALIBRATION_METHODS, check_calibration_target
 from .errors import ConfigurationError
+from .flops import module_macs, static_flop_rows
 from .frozen_features import load_apc_path
 from .hparams_files import (RESUMABLE_KEYS, changed_training_settings, expand_hparams, load_hparams_file,  # noqa: F401
                             load_yaml_tolerant, parse_yaml_tolerant, ruamel_errors)
@@ -202,7 +206,8 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
         check_selection_metric(hparams)
         check_settings(hparams, boolean_keys=[key for key, value in load_yaml_tolerant(path).items()
                                               if isinstance(value, bool)])
-        check_apc_path(hparams, run_opts)
+        apc = check_apc_path(hparams, run_opts)
+        check_flops_budget(hparams, apc if apc is not None else hparams.get("apc_model"))
     return hparams
 
 
@@ -280,21 +285,55 @@ def check_settings(hparams: Mapping, boolean_keys: Iterable[str] = ()) -> None:
         raise ConfigurationError("\n".join(problems))
 
 
-def check_apc_path(hparams: Mapping, run_opts: Mapping) -> None:
+def check_apc_path(hparams: Mapping, run_opts: Mapping) -> Optional[APCModel]:
     """Where the run needs APC: ``apc_path`` is a loadable APC model file (loaded here, before any data
     is read, and again by :func:`~surprisal_cc.frozen_features.obtain_apc`: a few MB, not worth a cache
-    kept between them); with ``apc_path`` null, a ``--test_only`` run finds the APC its training
+    kept between them; returned); with ``apc_path`` null, a ``--test_only`` run finds the APC its training
     exported (it never pretrains one)."""
     if "encoder_module" not in hparams or not runs_apc(hparams.get("input_features", "apc"),
                                                        hparams["encoder_module"]):
         return None  # APC pretraining (its own recipe), or a model without APC
     if hparams.get("apc_path"):
-        load_apc_path(hparams["apc_path"])
+        return load_apc_path(hparams["apc_path"])
     elif run_opts.get("test_only") and not Path(hparams.get("apc_export_path", "")).is_file():
         raise ConfigurationError(f"--test_only with apc_path null needs the APC the run trained with, and "
                                  f"{hparams.get('apc_export_path')} does not exist: give --apc_path=FILE (the APC "
                                  "the run loaded; its results.json names its fingerprint)")
     return None
+
+
+def check_flops_budget(hparams: Mapping, apc: Optional[nn.Module]) -> None:
+    """A training ``flops_budget`` (expected MACs per frame, the APC's included, that the surprisal
+    controller's calibration aims at instead of ``controller_target_mean``) is a number strictly between
+    the model's small-only and big-only costs, for a controller that calibrates on surprisal; one
+    :class:`ConfigurationError` line otherwise, before any data is read (``apc``: the run's APC model).
+
+    Example
+    -------
+    >>> from surprisal_cc.architectures import build_encoder
+    >>> encoder = build_encoder("conditional", input_size=80, num_outputs=42, controller="random")
+    >>> check_flops_budget({"flops_budget": 6.4e6, "encoder_module": encoder}, apc=None)
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: flops_budget calibrates the surprisal controller, and this model's controller is 'random' (it has no calibration): set flops_budget: null
+    """
+    budget = hparams.get("flops_budget")
+    if budget is None:
+        return
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget):
+        raise ConfigurationError(f"flops_budget must be MACs per frame (a number) or null, got {budget!r}")
+    encoder = hparams.get("encoder_module")
+    controller = getattr(encoder, "controller", None)
+    if not getattr(controller, "calibrates_on_surprisal", False):
+        name = getattr(controller, "name", None) or getattr(encoder, "name", None) or type(encoder).__name__
+        raise ConfigurationError(f"flops_budget calibrates the surprisal controller, and this model's controller is "
+                                 f"{name!r} (it has no calibration): set flops_budget: null")
+    rows = static_flop_rows(encoder, module_macs(apc))
+    small, big = rows["small-only"], rows["big-only"]
+    if not small < budget < big:
+        raise ConfigurationError(f"flops_budget {budget:.4g} MACs per frame is not between this model's small-only "
+                                 f"{small:.4g} and big-only {big:.4g} (APC included; `surprisal-cc flops HPARAMS` "
+                                 "lists them): choose a budget strictly between the two")
 
 
 def check_test_only(hparams: Mapping, run_opts: Mapping) -> None:

@@ -449,9 +449,10 @@ def test_transcribe_is_deterministic_unless_sampled(model, real_flac, capsys):
     assert isinstance(run("--sampled")["seed"], int)  # a random seed, reported
     assert main(["transcribe", str(real_flac), "--model", str(model), "--deterministic", "--sampled"]) == 2  # usage
     assert "give one" in capsys.readouterr().err
-    assert main(["transcribe", str(real_flac), "--model", str(model), "--bias-shift", "1",
-                 "--flops-fraction", "0.9"]) == 2
-    assert "both set the controller's bias: give one" in capsys.readouterr().err
+    for shift in ("1", "0"):  # an explicit 0 is a shift too (it replaces a saved one)
+        assert main(["transcribe", str(real_flac), "--model", str(model), "--bias-shift", shift,
+                     "--flops-fraction", "0.9"]) == 2
+        assert "both set the controller's bias: give one" in capsys.readouterr().err
 
 
 @pytest.mark.integration

@@ -75,3 +75,22 @@ def test_a_copy_without_the_standard_speakers_names_the_empty_split(timit, tmp_p
         shutil.rmtree(folder)
     with pytest.raises(DataPreparationError, match=r"no utterance of test \(the 24 core-test speakers"):
         prepare_timit(timit, tmp_path / "save")
+
+
+def test_evaluate_leaves_out_a_timit_file_without_labels_only_when_asked(timit):
+    """A TIMIT file without its ``.PHN`` is one named problem: an error listing it (and saying to pass
+    --skip-bad), or, given a problems list (``--skip-bad``), an utterance left out of the scored ones."""
+    from surprisal_cc.corpora import corpus_items
+    from surprisal_cc.data.phones import TIMIT_PHONES_39
+    from surprisal_cc.inference import ConditionalASR
+
+    asr = ConditionalASR.untrained(TIMIT_PHONES_39)
+    items, _ = corpus_items(timit, asr, timit_split="test")
+    phn = next(p for p in timit.rglob("SI1027.PHN") if p.parent.name == "MDAB0")
+    phn.unlink()
+    with pytest.raises(DataPreparationError, match=r"SI1027.WAV: no .PHN file[\s\S]*pass --skip-bad"):
+        corpus_items(timit, asr, timit_split="test")
+    problems: list = []
+    kept, _ = corpus_items(timit, asr, timit_split="test", problems=problems)
+    assert [i for i, _, _ in items if i not in {k for k, _, _ in kept}] == ["mdab0_si1027"]
+    assert len(problems) == 1 and "SI1027.WAV: no .PHN file" in problems[0]

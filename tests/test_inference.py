@@ -522,8 +522,11 @@ def test_a_flops_budget_is_solved_on_the_frames_of_the_audio_given(tmp_path):
         asr.meet_flops_budget([paths[0], tmp_path / "missing.wav"], 0.9)
     with pytest.raises(ConfigurationError, match="batch_size must be a whole number"):
         asr.meet_flops_budget(paths, 0.9, batch_size=0)
-    # the budget's shift is saved with the model and loaded back
-    assert ConditionalASR.from_pretrained(asr.save(tmp_path / "model")).encoder.test_bias_shift == budget["bias_shift"]
+    # the budget's shift is saved with the model and loaded back; a shift set back to 0 replaces it
+    loaded = ConditionalASR.from_pretrained(asr.save(tmp_path / "model"))
+    assert loaded.encoder.test_bias_shift == budget["bias_shift"]
+    loaded.set_bias_shift(0.0)
+    assert ConditionalASR.from_pretrained(loaded.save(tmp_path / "model0")).encoder.test_bias_shift == 0.0
 
 
 def test_the_surprisal_of_a_long_file_is_computed_in_parts(tmp_path, monkeypatch):

@@ -92,6 +92,29 @@ def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
     run_settings.check_apc_path({"input_features": "fbank", "encoder_module": fbank_only, "apc_path": "/nope.pt"}, {})
 
 
+def test_a_training_flops_budget_is_checked_before_any_data_is_read():
+    """``flops_budget`` lies strictly between small-only and big-only (the APC's MACs included), for a
+    controller that calibrates on surprisal: one line naming the key otherwise, not a late traceback."""
+    from surprisal_cc.apc import APCModel
+    from surprisal_cc.architectures import build_encoder
+    from surprisal_cc.flops import module_macs, static_flop_rows
+
+    apc = APCModel()
+    encoder = build_encoder("conditional", input_size=512, num_outputs=42, controller="surprisal")
+    rows = static_flop_rows(encoder, module_macs(apc))
+    middle = (rows["small-only"] + rows["big-only"]) / 2
+    run_settings.check_flops_budget({"flops_budget": middle, "encoder_module": encoder}, apc)
+    run_settings.check_flops_budget({"flops_budget": None, "encoder_module": encoder}, apc)
+    for budget in (rows["small-only"], rows["big-only"], 2 * rows["big-only"]):
+        with pytest.raises(ConfigurationError, match=r"flops_budget .* is not between this model's small-only"):
+            run_settings.check_flops_budget({"flops_budget": budget, "encoder_module": encoder}, apc)
+    with pytest.raises(ConfigurationError, match="flops_budget must be MACs per frame"):
+        run_settings.check_flops_budget({"flops_budget": "6.4M", "encoder_module": encoder}, apc)
+    learned = build_encoder("conditional", input_size=512, num_outputs=42, controller="learned")
+    with pytest.raises(ConfigurationError, match="this model's controller is 'learned'"):
+        run_settings.check_flops_budget({"flops_budget": middle, "encoder_module": learned}, apc)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_a_device_or_precision_this_machine_lacks_is_refused_before_any_data_is_read():
     from pathlib import Path

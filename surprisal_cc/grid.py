@@ -3,7 +3,9 @@
     surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N] [--threads N]
         [--only SUBSTRING] [--no-report] [--key=value ...]
 
-Extra ``--key=value`` options are passed to every run (e.g. ``--device=cuda:0``).
+Extra ``--key=value`` options are settings of every run (e.g. ``--device=cuda:0``), replacing the grid
+file's: a finished run in a run's folder made with another value is a conflict, not a result. They may
+not name ``seed``, ``output_folder`` or a key that a group varies (those name the runs' folders).
 
 Grid file (plain YAML)::
 
@@ -450,10 +452,13 @@ def results_files(output_folder: Path, bias_shifts: Optional[Sequence[float]] = 
 
 def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = None) -> List[Run]:
     """All runs of a grid, duplicates dropped (reported on ``log``); ``extra`` = ``--key=value``
-    options appended to every command (not part of folder names)."""
+    settings of every run, replacing the grid file's (not part of folder names; a key the grid varies
+    is a :class:`GridError`)."""
     log = log or sys.stdout
     root = Path(spec.experiment_root)
-    grid_keys = set(spec.overrides) | {k for g in spec.groups for k in [*(g.get("vary") or {}), *(g.get("set") or {})]}
+    extra_settings = _extra_settings(spec, extra)
+    grid_keys = set(spec.overrides) | {k for g in spec.groups for k in [*(g.get("vary") or {}), *(g.get("set") or {})]} \
+        | set(extra_settings)
     defaults = load_yaml_tolerant(spec.hparams)
     runs: List[Run] = []
     seen: Dict[Tuple, str] = {}
@@ -466,7 +471,7 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
         for seed, *values in itertools.product(vary["seed"], *(vary[k] for k in keys)):
             point = dict(zip(keys, values))
             overrides = {"experiment_root": spec.experiment_root, **spec.overrides, **(group.get("set") or {}),
-                         **point, "seed": seed}
+                         **point, "seed": seed, **extra_settings}
             parts = "+".join(_folder_part(k, point[k]) for k in keys) or "default"
             folder = root / "grid" / group.get("folder_of", group["name"]) / parts / f"seed{seed}"
             name = f"{group['name']}/{parts}/seed{seed}"
@@ -482,11 +487,38 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
                 trained.setdefault(folder, (name, effective))
             command = [sys.executable, spec.recipe, spec.hparams,
                        *(cli_option(k, v) for k, v in overrides.items()),
-                       f"--output_folder={folder}", *extra]
+                       f"--output_folder={folder}"]
             epochs = overrides.get("number_of_epochs", defaults.get("number_of_epochs"))
             runs.append(Run(group["name"], name, folder, overrides, command,
                             int(epochs) if epochs is not None else None))
     return runs
+
+
+def _extra_settings(spec: GridSpec, extra: Sequence[str]) -> Dict[str, Any]:
+    """The command line's ``--key=value`` settings of every run, values read as YAML (as SpeechBrain
+    reads them); a :class:`GridError` for a key that names the runs' folders.
+
+    Example
+    -------
+    >>> spec = GridSpec("r.py", "h.yaml", "exp", {}, [{"name": "g", "vary": {"controller": ["random"]}}])
+    >>> _extra_settings(spec, ["--device=cuda:0", "--lr=0.01", "--data_folder=[a, b]"])
+    {'device': 'cuda:0', 'lr': 0.01, 'data_folder': ['a', 'b']}
+    >>> _extra_settings(spec, ["--controller=surprisal"])
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.grid.GridError: --controller: the grid varies it (it names the runs' folders): change the grid file instead
+    """
+    settings: Dict[str, Any] = {}
+    varied = {"seed", "output_folder"} | {k for g in spec.groups for k in (g.get("vary") or {})}
+    for option in extra:
+        key, text = option[2:].split("=", 1)
+        if key in varied:
+            raise GridError(f"--{key}: the grid varies it (it names the runs' folders): change the grid file instead")
+        try:
+            settings[key] = yaml.safe_load(text) if text else text
+        except yaml.YAMLError:
+            settings[key] = text
+    return settings
 
 
 def _threads(jobs: int, threads: Optional[int] = None) -> int:

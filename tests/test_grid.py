@@ -164,6 +164,26 @@ def test_a_finished_run_with_other_settings_is_a_conflict_not_a_result(grid_file
     assert len((folder / "calls.txt").read_text().splitlines()) == 2  # nothing was run in that folder
 
 
+def test_command_line_settings_replace_the_grid_files_and_are_compared_with_finished_runs(
+        grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--key=value`` after the grid file is a setting of every run, given once (replacing the grid
+    file's), so a finished run made with another value is a conflict, and more epochs train on; a key
+    that names the runs' folders is refused."""
+    runs = grid.expand(grid.load_grid(str(grid_file)), ["--number_of_epochs=3", "--device=cuda:0"])
+    assert all(r.epochs == 3 and r.command.count("--number_of_epochs=3") == 1 and "--device=cuda:0" in r.command
+               and "--number_of_epochs=2" not in r.command for r in runs)
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    (folder / "hyperparams.yaml").write_text("controller: surprisal\nseed: 1\nlr: 0.001\nnumber_of_epochs: 2\n")
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run", "--lr=0.002"]) == 3
+    assert "lr: trained with 0.001, requested 0.002" in capsys.readouterr().out
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run", "--lr=0.001"]) == 0
+    for key in ("controller", "seed"):
+        assert main(["grid", str(grid_file), "--dry-run", f"--{key}=random"]) == 1
+        assert f"--{key}: the grid varies it" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("same_content", [True, False])
 def test_a_labels_file_is_compared_by_content_where_both_files_are_there(grid_file: Path, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture,

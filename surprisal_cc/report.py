@@ -419,33 +419,45 @@ def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
     ['Surprisal-based controller − Big network only', 'Surprisal-based controller (test budget 0.9x big-only) − Big network only']
     """
     agg = ensure_aggregated(rows)
-    groups: Dict[Tuple, Dict[Tuple[str, Optional[float]], Row]] = {}
+    # the learned controller's own settings (its penalty's normalisation, its estimator) tell its
+    # variants apart within a group, not the group: each variant is compared with the same references
+    learned_keys = ("penalty", "penalty_utterances", "learned_estimator")
+    groups: Dict[Tuple, Dict[Tuple[str, Tuple, Tuple], Row]] = {}  # group -> (controller, variant, budget) -> row
     for row in select_rows(agg, dataset, controller=CONTROLLER_ORDER, test_flops_fraction=None):
         if row["controller"] == "learned" and not _default_penalty(row):
             continue
-        key = tuple(row.get(k) for k in CONFIG_KEYS if k not in ("controller", "penalty", "learned_estimator",
+        key = tuple(row.get(k) for k in CONFIG_KEYS if k not in ("controller", *learned_keys,
                                                                "test_flops_fraction", "test_budget_split"))
+        variant = tuple(str(row.get(k)) for k in learned_keys)
         budget = (row.get("test_flops_fraction"), row.get("test_budget_split"))
-        groups.setdefault(key, {})[(row["controller"], budget)] = row
+        groups.setdefault(key, {})[(row["controller"], variant, budget)] = row
     table_rows = []
     for by_model in groups.values():
-        budgets = sorted({budget for _, budget in by_model},
+        budgets = sorted({budget for _, _, budget in by_model},
                          key=lambda b: _budget_rank({"test_flops_fraction": b[0], "test_budget_split": b[1]}))
         for (first, second), budget in itertools.product(PAIRED_COMPARISONS, budgets):
             # a model tested under a FLOPs budget against the reference at its trained operating point
-            if (first, budget) not in by_model or (second, (None, None)) not in by_model:
-                continue
-            diff = paired_difference(by_model[(first, budget)], by_model[(second, (None, None))])
-            if diff is None:
-                continue
-            config = {**config_of(by_model[(first, budget)]), "test_flops_fraction": None, "test_budget_split": None}
-            notes = model_name({**config, "controller": "big_only"})[len(CONTROLLER_NAMES["big_only"]):]
-            name = model_name(config)[:-len(notes) or None]
-            name += f" ({budget_name(*budget)})" if budget[0] is not None else ""
-            table_rows.append({"model": name + " − " + CONTROLLER_NAMES[second] + notes, **diff})
+            pairs = [(a, b) for (c, _, at), a in sorted(by_model.items(), key=lambda item: item[0][1])
+                     if c == first and at == budget
+                     for (d, _, reference_at), b in by_model.items() if d == second and reference_at == (None, None)]
+            for a, b in pairs:
+                table_rows += _paired_row(a, b, second, budget)
     return Table("paired", "Paired by seed: the paper's claims (PER difference a − b in points, 95 % t interval)",
                  table_rows, [("Comparison", lambda r: r["model"]), *_paired_columns("ΔPER (points)")],
                  csv_keys=PAIRED_CSV_KEYS)
+
+
+def _paired_row(a: Row, b: Row, second: str, budget: Tuple) -> List[Row]:
+    """The row of table ``paired`` for ``a`` − ``b`` (``b`` the ``second`` controller at its trained
+    operating point, ``a`` tested under ``budget``), or none without a common seed."""
+    diff = paired_difference(a, b)
+    if diff is None:
+        return []
+    config = {**config_of(a), "test_flops_fraction": None, "test_budget_split": None}
+    notes = model_name({**config, "controller": "big_only"})[len(CONTROLLER_NAMES["big_only"]):]
+    name = model_name(config)[:-len(notes) or None]
+    name += f" ({budget_name(*budget)})" if budget[0] is not None else ""
+    return [{"model": name + " − " + CONTROLLER_NAMES[second] + notes, **diff}]
 
 
 PAIRED_CSV_KEYS = ("model", "delta_PER", "delta_PER_std", "ci95", "n_seeds", "flops_change", "verdict")

@@ -266,6 +266,22 @@ def test_paired_table_pairs_seeds_within_one_configuration():
     assert row["flops_change"] == pytest.approx(6.9 / 7.5 - 1)
 
 
+def test_each_learned_variant_is_paired_with_the_references():
+    """Learned runs whose penalty is averaged over utterances (``penalty_utterances``) or that use the
+    routed estimator are compared with the same big-only and surprisal runs, each variant on a row of
+    its own, none replacing another."""
+    rows = [{"controller": c, "seed": s, "PER": per + s / 10, "flops_per_frame": f}
+            for c, per, f in (("big_only", 29.0, 7.54e6), ("surprisal", 29.2, 6.93e6)) for s in (1, 2, 3)]
+    variants = ({"penalty": 0.001}, {"penalty": 0.001, "penalty_utterances": 32},
+                {"penalty": 0.001, "learned_estimator": "routed"})
+    rows += [{"controller": "learned", "seed": s, "PER": 30.0 + i + s / 10, "flops_per_frame": 6.8e6, **v}
+             for i, v in enumerate(variants) for s in (1, 2, 3)]
+    paired = [r for r in report.table_paired(rows).rows if r["model"].startswith("Learned")]
+    assert len(paired) == 6 and len({r["model"] for r in paired}) == 6  # 3 variants x (big-only, surprisal)
+    against_big = sorted(round(r["delta_PER"], 6) for r in paired if r["model"].endswith("Big network only"))
+    assert against_big == [1.0, 2.0, 3.0]
+
+
 def test_test_time_budget_rows_only_where_they_are_compared():
     """Evaluations at a test-time FLOPs budget are rows of the controllers table and are paired with
     the references at their trained operating point, but are no point of the bias sweep or the

@@ -58,7 +58,7 @@ def overlap(windows: List[List[float]]) -> float:
 
 def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> BenchResult:
     cfg = SIZES[check_size(size)]
-    cores = threads or default_threads()
+    cores = threads or (2 if size == "smoke" else default_threads())  # smoke: both layouts, on any machine
     res = BenchResult("layout", params=dict(size=size, batch=cfg["batch"], frames=f"{cfg['t_min']}-{cfg['t_max']}",
                                             timed_steps=cfg["steps"], rounds=cfg["rounds"], cores=cores, seed=seed,
                                             method="fresh subprocesses; the layouts alternate"))

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import torch
 from torch import Tensor, nn
 
-from surprisal_cc.inference import resolve_device  # noqa: F401  (a ValueError for a missing CUDA device)
+from surprisal_cc.inference import resolve_device  # a ValueError for a missing CUDA device
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = ("full", "quick", "smoke")

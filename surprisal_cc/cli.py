@@ -151,7 +151,7 @@ def cmd_curves(args, unknown: List[str]) -> int:
     from .report import format_learning_curves
     from .run_folder import read_history
 
-    runs, histories = {}, {}
+    given = []  # (folder, label, history) of each run, in order
     for spec in args.runs:
         folder, _, label = spec.partition("=")
         if not (Path(folder) / "history.jsonl").exists():
@@ -161,13 +161,20 @@ def cmd_curves(args, unknown: List[str]) -> int:
             found = sorted({key for row in history for key, value in row.items() if isinstance(value, (int, float))})
             raise ValueError(f"{Path(folder) / 'history.jsonl'}: no {args.key} in any epoch; give --key one of "
                              f"{', '.join(k for k in found if k != 'epoch')}")
-        runs[label or folder], histories[label or folder] = folder, history
-    print(format_learning_curves(runs, key=args.key, histories=histories))
+        given.append((folder, label or folder, history))
+    # the table has a column per run (a label given twice: told apart by the folder's name); the plot
+    # draws one curve per label, the mean over its runs
+    labels = [label for _, label, _ in given]
+    columns = [label if labels.count(label) == 1 else f"{label} ({Path(folder).name})" for folder, label, _ in given]
+    if len(set(columns)) < len(columns):
+        raise UsageError("curves: two runs have the same label and folder name: give each its own label")
+    print(format_learning_curves({c: folder for c, (folder, _, _) in zip(columns, given)}, key=args.key,
+                                 histories={c: history for c, (_, _, history) in zip(columns, given)}))
     if args.plot:
         from .plots import plot_validation_curves
 
-        written = plot_validation_curves(list(runs.values()), args.plot, key=args.key, labels=list(runs),
-                                         histories=list(histories.values()),
+        written = plot_validation_curves([folder for folder, _, _ in given], args.plot, key=args.key, labels=labels,
+                                         histories=[history for _, _, history in given],
                                          title=args.title or f"Validation {args.key} by epoch")
         print(f"wrote {written}")
     return 0

@@ -203,8 +203,9 @@ class Run:
                 f"the training's is epoch {trained}")
 
     def _checkpoint_epochs(self) -> Tuple[Optional[bool], Any, List[Any]]:
-        """``(current, trained, evaluated)``: the epoch of the checkpoint the folder's training chose, those
-        this run's results files evaluated, and whether they all agree (None where one is not recorded)."""
+        """``(current, trained, evaluated)``: whether the epochs this run's results files evaluated all
+        agree with the one the folder's training chose (None where one is not recorded), that epoch,
+        and those evaluated."""
         trained = self._recorded("epochs")
         evaluated = [self._read(path).get("epochs") for path in self.results_files()]
         if trained is None or None in evaluated:
@@ -321,7 +322,8 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
         fail("seeds must be a list, e.g. [1, 2, 3]")
     pool = data.get("report_pool") or []
     if not isinstance(pool, list) or not all(key in POOLABLE_KEYS for key in pool):
-        fail(f"report_pool must be a list of keys of {', '.join(POOLABLE_KEYS)}, e.g. [apc]")
+        wrong = sorted(map(str, set(pool) - set(POOLABLE_KEYS))) if isinstance(pool, list) else [repr(pool)]
+        fail(f"report_pool {', '.join(wrong)}: it must be a list of keys of {', '.join(POOLABLE_KEYS)}, e.g. [apc]")
     if "debug" in set(data.get("overrides") or {}).union(*(set(g.get(k) or {}) for g in data["groups"]
                                                              for k in ("vary", "set"))):
         fail(f"debug: {DEBUG_REFUSED}")
@@ -485,9 +487,11 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
                     raise GridError(f"grid runs {trained[folder][0]} and {name} train different configurations in "
                                     f"one folder ({folder}): vary the keys that tell them apart, or drop folder_of")
                 trained.setdefault(folder, (name, effective))
-            command = [sys.executable, spec.recipe, spec.hparams,
-                       *(cli_option(k, v) for k, v in overrides.items()),
-                       f"--output_folder={folder}"]
+            try:
+                options = [cli_option(k, v) for k, v in overrides.items()]
+            except ValueError as err:
+                raise GridError(f"group {group['name']}: {err}") from None
+            command = [sys.executable, spec.recipe, spec.hparams, *options, f"--output_folder={folder}"]
             epochs = overrides.get("number_of_epochs", defaults.get("number_of_epochs"))
             runs.append(Run(group["name"], name, folder, overrides, command,
                             int(epochs) if epochs is not None else None))

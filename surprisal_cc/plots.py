@@ -306,6 +306,34 @@ def plot_routing(fbank: Any, surprisal: Any, use_big: Any, path: PathLike, title
     return _save(fig, path)
 
 
+def _curve_labels(rows: Sequence[Row]) -> Dict[str, str]:
+    """Run folder (with a history) -> its configuration's name in the validation curves: the
+    aggregated row's, which knows the settings a results file lacks (the learned controller's
+    penalty, ...), with its epochs where the rows differ in them; a folder's trained configuration
+    names it (not a test-only evaluation of it, such as random routing at test time).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+    ...     for folder in (a, b):
+    ...         _ = (Path(folder) / "history.jsonl").write_text("{}")
+    ...     rows = [{"model": "Big network only", "epochs": 30, "run_dirs": [a]},
+    ...             {"model": "Big network only", "epochs": 14, "run_dirs": [b]}]
+    ...     labels = _curve_labels(rows)
+    >>> sorted(labels.values())
+    ['Big network only, 14 epochs', 'Big network only, 30 epochs']
+    """
+    several_epochs = len({r.get("epochs") for r in rows}) > 1
+    labels: Dict[str, str] = {}
+    for row in sorted(rows, key=lambda r: r.get("controller_at_test") is False):
+        label = row["model"] + (f", {row['epochs']} epochs" if several_epochs and row.get("epochs") else "")
+        for folder in row["run_dirs"]:
+            if (Path(folder) / "history.jsonl").exists():
+                labels.setdefault(str(folder), label)
+    return labels
+
+
 def make_all_plots(results_root: PathLike, out_dir: PathLike, pool: Sequence[str] = ()) -> List[Path]:
     """Every figure the results under ``results_root`` allow.
 
@@ -351,11 +379,12 @@ def make_all_plots(results_root: PathLike, out_dir: PathLike, pool: Sequence[str
         if converged.rows:  # one profile: short labels; its title names the epochs
             paths.append(plot_per_vs_flops(converged.rows, out / f"{stem}converged_per_vs_flops.png",
                                            title=f"{dataset}: {converged.title[0].lower()}{converged.title[1:]}"))
-        curve_dirs = sorted({d for r in select_rows(mine, dataset, controller=None, input_features=None,
-                                                controller_at_train=None, controller_at_test=None)
-                             for d in r["run_dirs"] if (Path(d) / "history.jsonl").exists()})
-        if curve_dirs:
-            paths.append(plot_validation_curves(curve_dirs, out / f"{stem}validation_curves.png"))
+        curve_labels = _curve_labels(select_rows(mine, dataset, controller=None, input_features=None,
+                                                 controller_at_train=None, controller_at_test=None))
+        if curve_labels:
+            curve_dirs = sorted(curve_labels)
+            paths.append(plot_validation_curves(curve_dirs, out / f"{stem}validation_curves.png",
+                                                labels=[curve_labels[d] for d in curve_dirs]))
         if len(table_bias_sweep(mine, dataset).rows) > 1:
             paths.append(plot_bias_sweep(mine, out / f"{stem}bias_sweep.png", dataset))
         if len([r for r in table_lambda(mine, dataset).rows if r.get("penalty")]) > 1:

@@ -88,9 +88,6 @@ def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER",
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------- aggregation
-
-
 # ---------------------------------------------------------------------------- tables
 Column = Tuple[str, Callable[[Row], str]]
 
@@ -380,8 +377,7 @@ def table_converged(rows: Sequence[Row], dataset: Optional[str] = None) -> Table
     profile = profile_of(best)
     picked = [r for r in mine if in_profile(r, profile) and not r.get("test_bias_shift")]
     base = select_rows(picked, None)
-    reference = {c: next((r for r in base if r["controller"] == c and
-                          (c != "learned" or _default_penalty(r))), None) for c in ("surprisal", "big_only")}
+    reference = {c: next((r for r in base if r["controller"] == c), None) for c in ("surprisal", "big_only")}
     table_rows = [{**r, "model": short_label(r)} for r in
                   sorted(picked, key=lambda r: (-(r.get("flops_per_frame") or 0.0), short_label(r)))]
     epochs = profile["number_of_epochs"] or best.get("epochs")

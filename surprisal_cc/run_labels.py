@@ -157,7 +157,7 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
     def shown(key: str) -> bool:
         return key not in omit
 
-    notes = [f"{config['architecture']}"] if config.get("architecture", "paper") != "paper" else []
+    notes = [f"{config['architecture']}"] if config.get("architecture", "paper") != "paper" and shown("architecture") else []
     if config.get("input_features", "apc") != "apc" and shown("input_features"):
         notes.append(f"{config['input_features']} features")
     notes += [text for key, text in (("controller_at_train", "no surprisal in training"),
@@ -169,17 +169,18 @@ def setup_notes(config: Row, omit: Sequence[str] = ()) -> List[str]:
     if config.get("test_flops_fraction") is not None and shown("test_flops_fraction"):
         notes.append(budget_name(config["test_flops_fraction"], config.get("test_budget_split")))
     labels = config.get("train_labels")
-    if labels and labels != "lexicon":
+    if labels and labels != "lexicon" and shown("train_labels"):
         notes.append("MFA training labels" if labels == "mfa" else f"training labels {labels.split(':', 1)[-1]}")
     notes += {"pronunciation_alternatives": ["every pronunciation"], "optional_silence": ["optional sil"]}.get(
-        config.get("train_targets"), [])
+        config.get("train_targets"), []) if shown("train_targets") else []
     if config.get("apc") and shown("apc"):  # the weights' fingerprint (recorded since the APC became a key)
         notes.append("APC " + "+".join(part[:8] for part in str(config["apc"]).split("+")))  # pooled: joined
-    if config.get("precision") in ("fp32", "bf16") or "+" in str(config.get("precision") or ""):  # "+": pooled
+    if (config.get("precision") in ("fp32", "bf16") or "+" in str(config.get("precision") or "")) \
+            and shown("precision"):  # "+": pooled
         notes.append(f"{config['precision']} training")
-    if config.get("augment"):
+    if config.get("augment") and shown("augment"):
         notes.append("masked inputs")
-    if config.get("speed_perturb"):
+    if config.get("speed_perturb") and shown("speed_perturb"):
         notes.append("speeds " + "/".join(f"{f:g}" for f in sorted({1.0, *map(float, config["speed_perturb"])})))
     return notes
 

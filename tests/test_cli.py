@@ -190,6 +190,9 @@ def test_curves_of_runs_in_progress(tmp_path, monkeypatch, capsys):
     assert out[0] == f"| epoch | big-only: lr | PER | min | {tmp_path / 'b'}: lr | PER | min |"
     assert out[2:4] == ["| 1 | 0.001 | 90.00 % | 2.0 | 0.001 | 95.00 % | 2.0 |", "| 2 | 0.001 | 70.50 % | 2.0 |  |  |  |"]
     assert plot.stat().st_size > 0 and reads == ["a", "b"]
+    # two seeds of one label: a column each (named by folder), one curve over both in the plot
+    assert main(["curves", f"{tmp_path / 'a'}=big-only", f"{tmp_path / 'b'}=big-only", "--plot", str(plot)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "| epoch | big-only (a): lr | PER | min | big-only (b): lr | PER | min |"
 
 
 def test_curves_of_a_metric_no_run_has_and_of_a_plot_name_without_suffix(tmp_path, capsys):

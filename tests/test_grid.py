@@ -445,7 +445,7 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     (lambda spec: {**spec, "groups": [{"name": "a", "vary": [1]}]}, "vary of group 'a'"),
     (lambda spec: {**spec, "overrides": [1]}, "overrides must be a mapping"),
     (lambda spec: {**spec, "seeds": 3}, "seeds must be a list"),
-    (lambda spec: {**spec, "report_pool": ["apcs"]}, "report_pool must be a list of keys of apc, precision"),
+    (lambda spec: {**spec, "report_pool": ["apcs"]}, "report_pool apcs: it must be a list of keys of apc, precision"),
     (lambda spec: {**spec, "overides": {"lr": 1}}, "unknown key(s) ['overides']: a grid file has"),
     (lambda spec: {**spec, "groups": [{**spec["groups"][0], "sets": {"encoder": "act"}}]},
      "unknown key(s) ['sets'] in group"),

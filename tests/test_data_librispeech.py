@@ -61,6 +61,18 @@ def test_prepare_mini_librispeech(corpus, tmp_path):
     assert {r["spk_id"] for r in read(out["valid"])} == {"14", "15"}
 
 
+def test_test_labels_are_found_in_any_data_folder(corpus, tmp_path):
+    """The test labels may be staged apart from the audio: ``phone_labels/`` of any of the data folders
+    (here the second, which holds no audio) is searched after the one beside dev-clean-2."""
+    labels = tmp_path / "labels_only"
+    labels.mkdir()
+    (corpus / "phone_labels").rename(labels / "phone_labels")
+    with pytest.raises(DataPreparationError, match="phone_labels/dev-clean-2_mfa.csv is in none of the data folders"):
+        prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=2)
+    out = prepare_mini_librispeech([corpus, labels], tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=2)
+    assert [r["ID"] for r in read(out["test"])] == sorted(DEV_LABELS)
+
+
 TEXTGRID = """File type = "ooTextFile"
 Object class = "TextGrid"
 xmin = 0

@@ -351,7 +351,7 @@ def prepare_mini_librispeech(
     split_subset = {s: {"test": MINI_TEST, DEV_SPLIT: dev_subset}.get(s, MINI_TRAIN) for s in splits}
     subset_dirs = locate_subsets(data_folder, sorted(set(split_subset.values())), download, checksums)
     librispeech_root = subset_dirs[MINI_TRAIN if MINI_TRAIN in subset_dirs else split_subset[splits[0]]].parent
-    mfa_sources = _mfa_sources(split_labels, split_subset, subset_dirs, mfa_labels, mfa_fallback)
+    mfa_sources = _mfa_sources(split_labels, split_subset, subset_dirs, mfa_labels, mfa_fallback, _folders(data_folder))
     inputs = _input_files(subset_dirs, mfa_sources, librispeech_root)
     uses_lexicon = "lexicon" in split_labels.values() or mfa_fallback == "lexicon"
     options = {
@@ -426,7 +426,8 @@ def _with_dev_labels(labels: Union[str, Mapping[str, str]], splits: Sequence[str
 
 
 def _mfa_sources(split_labels: Mapping[str, str], split_subset: Mapping[str, str], subset_dirs: Mapping[str, Path],
-                 mfa_labels: Union[None, PathLike, Mapping[str, PathLike]], mfa_fallback: str) -> Dict[str, Path]:
+                 mfa_labels: Union[None, PathLike, Mapping[str, PathLike]], mfa_fallback: str,
+                 data_folders: Sequence[Path] = ()) -> Dict[str, Path]:
     """``{split: MFA labels file or folder}`` for the splits with MFA labels (see :func:`_mfa_source`)."""
     if isinstance(mfa_labels, Mapping):
         unknown = sorted(set(mfa_labels) - set(split_subset) - set(split_subset.values()) - {"dev"})
@@ -436,21 +437,26 @@ def _mfa_sources(split_labels: Mapping[str, str], split_subset: Mapping[str, str
     sources: Dict[str, Path] = {}
     for split, kind in split_labels.items():
         if kind == "mfa":
-            src = _mfa_source(split, split_subset[split], subset_dirs, mfa_labels, mfa_fallback)
+            src = _mfa_source(split, split_subset[split], subset_dirs, mfa_labels, mfa_fallback, data_folders)
             if src is not None:
                 sources[split] = src
     return sources
 
 
 def _mfa_source(split: str, subset: str, subset_dirs: Mapping[str, Path],
-                mfa_labels: Union[None, PathLike, Mapping[str, PathLike]], mfa_fallback: str) -> Optional[Path]:
+                mfa_labels: Union[None, PathLike, Mapping[str, PathLike]], mfa_fallback: str,
+                data_folders: Sequence[Path] = ()) -> Optional[Path]:
     """The MFA labels of ``split`` (its subset's): as ``mfa_labels`` gives them, else the default
-    ``phone_labels/`` beside the corpus; none found is an error unless ``mfa_fallback`` is lexicon."""
+    ``phone_labels/`` beside the subset's audio, else in the first of the ``data_folders`` that has it
+    (the audio and its labels may be staged apart); none found is an error unless ``mfa_fallback`` is
+    lexicon."""
     if isinstance(mfa_labels, Mapping):
         src = mfa_labels.get(split) or mfa_labels.get(subset)
     else:
         src = mfa_labels
-    found = Path(src) if src else find_mfa_labels(subset_dirs[subset], subset)
+    candidates = (subset_dirs[subset], *(Path(folder) / "LibriSpeech" / subset for folder in data_folders))
+    found = Path(src) if src else next(
+        (labels for labels in map(lambda d: find_mfa_labels(d, subset), candidates) if labels is not None), None)
     src_path = found.resolve() if found is not None else None
     if src_path is None and mfa_fallback == "error":
         raise DataPreparationError(

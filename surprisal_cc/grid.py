@@ -465,6 +465,7 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
     runs: List[Run] = []
     seen: Dict[Tuple, str] = {}
     trained: Dict[Path, Tuple[str, Tuple]] = {}  # folder -> the training run that writes it
+    evaluated: Dict[Path, Tuple[str, Tuple]] = {}  # a test-only run's results file -> the run that writes it
     for group in spec.groups:
         vary = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in (group.get("vary") or {}).items()}
         vary.setdefault("seed", spec.seeds)
@@ -493,8 +494,16 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
                 raise GridError(f"group {group['name']}: {err}") from None
             command = [sys.executable, spec.recipe, spec.hparams, *options, f"--output_folder={folder}"]
             epochs = overrides.get("number_of_epochs", defaults.get("number_of_epochs"))
-            runs.append(Run(group["name"], name, folder, overrides, command,
-                            int(epochs) if epochs is not None else None))
+            run = Run(group["name"], name, folder, overrides, command, int(epochs) if epochs is not None else None)
+            if run.test_only:  # two evaluations into one results file: the second would be taken for the first
+                settings = tuple(item for item in effective if item[0] != "test_bias_shifts")
+                for path in run.results_files():
+                    first, first_settings = evaluated.setdefault(path, (name, settings))
+                    if first_settings != settings:
+                        raise GridError(f"grid runs {first} and {name} evaluate with different settings into one "
+                                        f"results file ({path}): vary a key that tells their files apart (a test "
+                                        "time condition), or drop one")
+            runs.append(run)
     return runs
 
 

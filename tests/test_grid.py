@@ -184,6 +184,23 @@ def test_command_line_settings_replace_the_grid_files_and_are_compared_with_fini
         assert f"--{key}: the grid varies it" in capsys.readouterr().err
 
 
+def test_two_evaluations_into_one_results_file_are_refused(grid_file: Path) -> None:
+    """Two test-only groups that would write one results file with different settings (here a beam
+    width) are a grid error naming both; a sweep that shares only its shift-0 file with another
+    evaluation alike is not."""
+    spec = yaml.safe_load(grid_file.read_text())
+    narrow = {"name": "narrow", "folder_of": "controllers", "vary": {"controller": ["surprisal"]},
+              "set": {"test_only": True, "test_bias_shifts": [0.0], "beam_size": 1}}
+    grid_file.write_text(yaml.safe_dump({**spec, "groups": [*spec["groups"], narrow]}, sort_keys=False))
+    with pytest.raises(grid.GridError, match=r"grid runs bias/controller-surprisal/seed1 and "
+                                             r"narrow/controller-surprisal/seed1 evaluate with different settings "
+                                             r"into one results file \(.*results_test_only.json\)"):
+        grid.expand(grid.load_grid(str(grid_file)))
+    alike = {**narrow, "set": {"test_only": True, "test_bias_shifts": [0.0]}}
+    grid_file.write_text(yaml.safe_dump({**spec, "groups": [*spec["groups"], alike]}, sort_keys=False))
+    assert len(grid.expand(grid.load_grid(str(grid_file)))) == 6 + 2
+
+
 @pytest.mark.parametrize("same_content", [True, False])
 def test_a_labels_file_is_compared_by_content_where_both_files_are_there(grid_file: Path, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture,

@@ -28,7 +28,7 @@ from .aggregation import (aggregate, ensure_aggregated, pareto_front, pool_confi
                           setup_groups, setup_of)
 from .report import table_bias_sweep, table_controllers, table_converged, table_lambda  # noqa: E402
 from .run_folder import Row, collect_results, read_history  # noqa: E402
-from .run_labels import run_label  # noqa: E402
+from .run_labels import CONTROLLER_NAMES, run_label  # noqa: E402
 
 PathLike = Union[str, Path]
 DPI = 100
@@ -196,15 +196,19 @@ def plot_bias_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] 
     """
     agg = ensure_aggregated(rows)
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    sweeps = setup_groups(table_bias_sweep(agg, dataset).rows, "test_bias_shift")
+    swept = table_bias_sweep(agg, dataset).rows
     big_only = select_rows(agg, dataset, controller="big_only")
-    for name, sweep in sweeps.items():
-        suffix = f" ({name})" if name else ""
-        color = _errorbar(ax, sweep, "test_bias_shift", "surprisal controller" + suffix)
-        setup = setup_of(sweep[0], "test_bias_shift")
-        for big in big_only:  # the big-only model of the same setup, for reference
-            if setup_of(big, "test_bias_shift") == setup:
-                ax.axhline(big["PER"], ls="--", color=color, label="big network only" + suffix)
+    referenced = set()  # setups whose big-only line is drawn
+    for controller in dict.fromkeys(r["controller"] for r in swept):  # a line per controller and setup
+        name_of = CONTROLLER_NAMES.get(controller, f"{controller} controller")
+        for name, sweep in setup_groups([r for r in swept if r["controller"] == controller], "test_bias_shift").items():
+            suffix = f" ({name})" if name else ""
+            color = _errorbar(ax, sweep, "test_bias_shift", name_of[0].lower() + name_of[1:] + suffix)
+            setup = setup_of(sweep[0], "test_bias_shift")
+            for big in big_only:  # the big-only model of the same setup, for reference
+                if setup_of(big, "test_bias_shift") == setup and setup not in referenced:
+                    referenced.add(setup)
+                    ax.axhline(big["PER"], ls="--", color=color, label="big network only" + suffix)
     ax.set(xlabel="Controller bias shift at test", ylabel="Test PER (%)", title="Controller bias sweep")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

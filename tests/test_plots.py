@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from surprisal_cc import plots, run_folder
@@ -45,3 +46,14 @@ def test_plot_routing_with_and_without_routing(tmp_path: Path) -> None:
     assert _is_small_png(plots.plot_routing(fbank, surprisal, use_big, tmp_path / "r.png", title="utt",
                                             sil_mask=torch.arange(40) > 30))
     assert _is_small_png(plots.plot_routing(fbank.numpy(), surprisal.numpy(), None, tmp_path / "apc.png"))
+
+
+def test_a_bias_sweep_draws_a_line_per_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sweeps of two controllers in one setup are two lines, each named by its controller."""
+    drawn = []
+    monkeypatch.setattr(plots, "_errorbar", lambda ax, rows, x, label=None: drawn.append(
+        (label, [r[x] for r in rows])) or "C0")
+    rows = [{"controller": c, "seed": 1, "PER": 20.0 - s, "test_bias_shift": s} for c in ("surprisal", "random")
+            for s in (-1.0, 0.0, 1.0)] + [{"controller": "big_only", "seed": 1, "PER": 19.0}]
+    plots.plot_bias_sweep(rows, tmp_path / "sweep.png")
+    assert sorted(drawn) == [("random controller", [-1.0, 0.0, 1.0]), ("surprisal-based controller", [-1.0, 0.0, 1.0])]

@@ -305,7 +305,8 @@ def _decode_batch(asr: EvaluatedModel, chunk: List[Item], tally: _Tally, graphs:
     if per_utterance is not None:
         for b, (row, n) in enumerate(zip(rows, frames.tolist())):
             per_frame = asr.frame_results(out, b, n, surprisal)
-            per_utterance(_utterance_report(row, n, asr.flops_components(per_frame["macs"], n), per_frame))
+            comps = asr.flops_components(asr.frame_macs(out, b, slice(0, n)), n)
+            per_utterance(_utterance_report(row, n, comps, per_frame))
     mask = lengths_to_mask(out.lengths, out.log_probs.shape[1])
     tally.meter.update(out.frame_macs, int(out.lengths.sum()),
                        uniform={"apc": asr.apc_macs} if asr.uses_apc else {})

@@ -722,13 +722,17 @@ class ConditionalASR:
         return [self.labels[i] for i in ids]
 
     def frame_results(self, out: EncoderOutput, b: int, n: int, surprisal: Optional[Tensor]) -> Dict[str, Any]:
-        """Per-frame arrays of utterance ``b`` (its first ``n`` frames) and its MACs per component
-        summed over those frames (``macs``), from one forward pass."""
+        """Per-frame arrays of utterance ``b`` (its first ``n`` frames) from one forward pass:
+        ``surprisal``, ``p_big``, ``steps``, ``use_big`` (None where the model has none)."""
         stat = (lambda key: out.stats[key][b, :n].detach().float().cpu() if key in out.stats else None)
         return {"surprisal": surprisal[b, :n].cpu() if surprisal is not None else None,
                 "p_big": stat("p_big"), "steps": stat("steps"),
-                "use_big": out.stats["use_big"][b, :n].cpu() if "use_big" in out.stats else None,
-                "macs": {name: float(m[b, :n].double().sum()) for name, m in out.frame_macs.items()}}
+                "use_big": out.stats["use_big"][b, :n].cpu() if "use_big" in out.stats else None}
+
+    def frame_macs(self, out: EncoderOutput, b: int, frames: slice) -> Dict[str, float]:
+        """MACs per component that ran on the ``frames`` of utterance ``b`` of one forward pass, summed
+        (:meth:`flops_components` makes them per frame, with the APC's)."""
+        return {name: float(m[b, frames].double().sum()) for name, m in out.frame_macs.items()}
 
     def flops_components(self, macs: Dict[str, float], frames: int) -> Dict[str, float]:
         """MACs per frame of each component (APC first when it ran) from MACs summed over ``frames``."""
@@ -793,7 +797,7 @@ class ConditionalASR:
         results = []
         for b, n in enumerate(frames.tolist()):
             per_frame = self.frame_results(out, b, n, surprisal)
-            comps = self.flops_components(per_frame.pop("macs"), n)
+            comps = self.flops_components(self.frame_macs(out, b, slice(0, n)), n)
             segments = self.segments(log_probs[b, :n], hyps[b]) if timestamps else None
             results.append(Transcription(
                 phones=self.phones_of(hyps[b]), num_frames=n, duration_s=int(samples[b]) / rate,

@@ -97,6 +97,8 @@ class LongAudioModel(Protocol):
     def frame_results(self, out: EncoderOutput, b: int, n: int,
                       surprisal: Optional[torch.Tensor]) -> Dict[str, Any]: ...
 
+    def frame_macs(self, out: EncoderOutput, b: int, frames: slice) -> Dict[str, float]: ...
+
     def flops_components(self, macs: Dict[str, float], frames: int) -> Dict[str, float]: ...
 
 
@@ -272,7 +274,7 @@ class _Accumulator:
         self.phones += part.ids
         n = int(part.frames[0])
         per_frame = asr.frame_results(part.out, 0, n, part.surprisal)
-        for name, total in _sliced_macs(part.out, keep).items():
+        for name, total in asr.frame_macs(part.out, 0, keep).items():  # the kept frames' only
             self.macs[name] = self.macs.get(name, 0.0) + total
         for name in ("surprisal", "p_big", "use_big", "steps"):
             if per_frame[name] is not None:
@@ -285,11 +287,6 @@ def _part_frames(asr: LongAudioModel, chunk_s: float, context_s: float) -> Tuple
     """Frames kept per part (at least 1) and frames of context (at least 0) for these seconds."""
     per_s = 1.0 / asr.frame_shift_s
     return max(1, int(round(chunk_s * per_s))), max(0, int(round(context_s * per_s)))
-
-
-def _sliced_macs(out, keep: slice) -> Dict[str, float]:
-    """MACs per component summed over the kept frames of a one-utterance forward pass."""
-    return {name: float(m[0, keep].double().sum()) for name, m in out.frame_macs.items()}
 
 
 def long_surprisal(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S,

@@ -204,13 +204,23 @@ class Run:
 
     def _checkpoint_epochs(self) -> Tuple[Optional[bool], Any, List[Any]]:
         """``(current, trained, evaluated)``: whether the epochs this run's results files evaluated all
-        agree with the one the folder's training chose (None where one is not recorded), that epoch,
+        agree with the one the folder's training chose (None where one is not recorded, or where this
+        run chooses its checkpoint by another ``selection_metric`` than the training did), that epoch,
         and those evaluated."""
         trained = self._recorded("epochs")
         evaluated = [self._read(path).get("epochs") for path in self.results_files()]
-        if trained is None or None in evaluated:
+        if trained is None or None in evaluated or self._own_selection():
             return None, trained, evaluated
         return all(epoch == trained for epoch in evaluated), trained, evaluated
+
+    def _own_selection(self) -> bool:
+        """Whether this run chooses its checkpoint by another ``selection_metric`` than its folder's
+        training (its saved ``hyperparams.yaml``) did: it evaluates another epoch by design."""
+        if "selection_metric" not in self.overrides:
+            return False
+        saved = self.output_folder / "hyperparams.yaml"
+        trained_by = load_yaml_tolerant(saved).get("selection_metric") if saved.is_file() else None
+        return trained_by is not None and str(trained_by) != str(self.overrides["selection_metric"])
 
     @staticmethod
     def _read(path: Path) -> Dict[str, Any]:

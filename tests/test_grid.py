@@ -310,6 +310,15 @@ def test_test_only_results_of_an_earlier_checkpoint_are_evaluated_again(grid_fil
     assert json.loads((folder / "results_test_only_bias+1.json").read_text())["epochs"] == 5
     assert main(["grid", str(grid_file), "--no-report", *only]) == 0
     assert "skipped: 1" in capsys.readouterr().out
+    # an evaluation that chooses its checkpoint by another metric than the training did is not stale
+    (folder / "results.json").write_text(json.dumps({**results, "epochs": 7}))
+    (folder / "hyperparams.yaml").write_text("test_only: False\nselection_metric: PER\n")
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["groups"][2]["set"]["selection_metric"] = "loss"
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run", *only]) == 0
+    out = capsys.readouterr().out
+    assert "[stale]" not in out and "skipped: 1" in out
 
 
 def test_failed_run_blocks_its_test_only_runs(grid_file: Path, tmp_path: Path,

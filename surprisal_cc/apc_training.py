@@ -6,12 +6,13 @@ an epoch costs only the APC forward/backward passes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional
 
 import speechbrain as sb
 import torch
@@ -176,14 +177,17 @@ def reference_surprisal(dataset, mean_frame: torch.Tensor) -> Dict[str, float]:
     return {name: total / max(frames, 1) for name, total in totals.items()}
 
 
-def pretraining_settings(hparams: Mapping) -> Dict[str, Dict]:
-    """What an APC pretraining's result depends on besides its data: ``config`` (the model's
-    constructor arguments) and ``training`` (named by their hparams keys), as JSON values.
+def pretraining_settings(hparams: Mapping, data_ids: Optional[Mapping[str, Iterable[str]]] = None) -> Dict[str, Dict]:
+    """What an APC pretraining's result depends on: ``config`` (the model's constructor arguments) and
+    ``training`` (named by their hparams keys, and ``apc_data``, a digest of the utterance ids of each
+    split where ``data_ids`` gives them), as JSON values.
 
     Arguments
     ---------
     hparams : mapping
         The keys :func:`pretrain_apc` reads.
+    data_ids : mapping of str to iterable of str, optional
+        The utterance ids of each split (``train``, ``valid``); None or empty: the data is not compared.
 
     Returns
     -------
@@ -196,7 +200,21 @@ def pretraining_settings(hparams: Mapping) -> Dict[str, Dict]:
                 "apc_batch_size": hparams["apc_loader_options"]["batch_size"],
                 "apc_max_grad_norm": hparams.get("apc_max_grad_norm", 5.0),
                 "apc_speed_perturb": list(perturbation.factors) if perturbation is not None else []}
+    if data_ids:
+        training["apc_data"] = data_digest(data_ids)
     return json.loads(json.dumps({"config": apc_config(hparams["apc_model"]), "training": training}))
+
+
+def data_digest(data_ids: Mapping[str, Iterable[str]]) -> str:
+    """A short digest of the utterance ids of each split: other data, another digest.
+
+    Example
+    -------
+    >>> data_digest({"train": ["b", "a"], "valid": ["c"]}) == data_digest({"valid": ["c"], "train": ["a", "b"]})
+    True
+    """
+    text = json.dumps({split: sorted(map(str, ids)) for split, ids in sorted(data_ids.items())})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def settings_differences(stored: Mapping, requested: Mapping) -> List[str]:
@@ -217,6 +235,7 @@ def settings_differences(stored: Mapping, requested: Mapping) -> List[str]:
         for key, value in requested.get(part, {}).items():
             if key in old and old[key] != value:
                 name = key if part == "training" else "apc_residual" if key == "residual" else f"apc_model.{key}"
+                name += " (the training and validation utterances)" if key == "apc_data" else ""
                 differences.append(f"{name}: stored {old[key]!r}, requested {value!r}")
     return differences
 
@@ -286,7 +305,7 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
         The exported model file.
     """
     export = Path(hparams["apc_export_path"])
-    settings = pretraining_settings(hparams)
+    settings = pretraining_settings(hparams, {split: dataset.data_ids for split, dataset in datasets.items()})
     check_stored_settings(hparams, settings)
     if export.exists():
         logger.info("APC model %s exists: skipping pretraining", export)

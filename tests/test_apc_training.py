@@ -12,7 +12,7 @@ from speechbrain.utils.epoch_loop import EpochCounter
 from speechbrain.utils.train_logger import FileTrainLogger
 
 from surprisal_cc.apc import APCModel, load_apc, save_apc
-from surprisal_cc.apc_training import SETTINGS_FILE, pretrain_apc
+from surprisal_cc.apc_training import SETTINGS_FILE, data_digest, pretrain_apc
 from surprisal_cc.augment import SpeedPerturbation
 from surprisal_cc.errors import ConfigurationError
 
@@ -44,11 +44,22 @@ def test_pretraining_stores_its_settings_and_reuses_the_export_under_the_same_se
     export = pretrain_apc(tiny_datasets(), apc_hparams(tmp_path), {"device": "cpu"})
     blob = torch.load(export, weights_only=True)
     assert blob["training"] == {"apc_epochs": 1, "apc_lr": 0.001, "apc_batch_size": 2, "apc_max_grad_norm": 5.0,
-                                "apc_speed_perturb": []}
+                                "apc_speed_perturb": [], "apc_data": data_digest({"train": [f"train{i}" for i in range(4)],
+                                                                                  "valid": ["valid0", "valid1"]})}
     assert json.loads((tmp_path / "save" / SETTINGS_FILE).read_text())["config"]["residual"] is False
     mtime = export.stat().st_mtime_ns
     assert pretrain_apc({}, apc_hparams(tmp_path), {"device": "cpu"}) == export  # nothing retrained
     assert export.stat().st_mtime_ns == mtime
+
+
+def test_an_export_made_on_other_data_is_refused(tmp_path):
+    """The same settings on other utterances are another model: its export is not taken for this one."""
+    export = pretrain_apc(tiny_datasets(), apc_hparams(tmp_path), {"device": "cpu"})
+    other = tiny_datasets()
+    other["train"] = DynamicItemDataset({f"other{i}": {"fbank": torch.randn(4, 4)} for i in range(4)})
+    with pytest.raises(ConfigurationError, match=r"apc_data \(the training and validation utterances\): stored"):
+        pretrain_apc(other, apc_hparams(tmp_path), {"device": "cpu"})
+    assert pretrain_apc(tiny_datasets(), apc_hparams(tmp_path), {"device": "cpu"}) == export
 
 
 @pytest.mark.parametrize("changed, named", [({"residual": True}, "apc_residual: stored False, requested True"),

@@ -29,6 +29,8 @@ Example
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Mapping, NamedTuple, Optional
 
 import torch
@@ -360,4 +362,9 @@ def save_apc(model: APCModel, path, training: Optional[Mapping] = None) -> None:
     blob = {"config": apc_config(model), "state_dict": model.state_dict()}
     if training is not None:
         blob["training"] = dict(training)
-    torch.save(blob, path)
+    if not isinstance(path, (str, os.PathLike)):  # a file object: written as it is
+        torch.save(blob, path)
+        return
+    partial = Path(path).with_name(Path(path).name + ".partial")  # renamed into place when whole: a process
+    torch.save(blob, partial)                                      # killed while exporting leaves no half file
+    os.replace(partial, path)

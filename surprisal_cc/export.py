@@ -320,15 +320,15 @@ def _check_apc_matches_cache(apc: APCModel, hparams: Dict[str, Any]) -> None:
                       "trained with another APC model? (pass --apc PATH)", DataPreparationWarning)
 
 
-def _cache_apc(path: Path) -> Optional[str]:
-    """The APC fingerprint a feature cache's ``cache.json`` records; None (with a warning naming the
-    file) where it cannot be read."""
+def _cache_apc(path: Path) -> bool:
+    """Whether a feature cache's ``cache.json`` says it holds APC features; False (with a warning
+    naming the file) where it cannot be read."""
     try:
-        return json.loads(path.read_text()).get("apc")
+        return bool(json.loads(path.read_text()).get("apc"))
     except (ValueError, AttributeError):
         warnings.warn(f"{path}: not a feature cache's description (damaged JSON): left out of the check that the "
                       "exported APC built the run's features", DataPreparationWarning)
-        return None
+        return False
 
 
 def _epochs_trained(run: Path) -> Optional[int]:

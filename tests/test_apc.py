@@ -229,3 +229,20 @@ def test_residual_flag_survives_export(tmp_path):
     apc = APCModel(input_size=6, hidden_size=12, residual=True)
     save_apc(apc, tmp_path / "apc.pt")
     assert load_apc(tmp_path / "apc.pt").residual is True
+
+
+def test_an_export_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """``save_apc`` writes beside the file and renames it into place: a process killed mid-write leaves
+    the previous export (or none), never a truncated one that a later run would take as finished."""
+    path = tmp_path / "apc.pt"
+    save_apc(APCModel(input_size=4, hidden_size=8), path)
+    before = path.read_bytes()
+
+    def killed(blob, target):
+        open(target, "wb").write(b"trunc")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_apc(APCModel(input_size=4, hidden_size=16), path)
+    assert path.read_bytes() == before and load_apc(path).hidden_size == 8

@@ -277,3 +277,14 @@ def test_one_apc_subset_given_as_a_string_is_that_subset(tmp_path):
     with pytest.raises(DataPreparationError, match=r"\['train-clean-100'\] not found") as raised:
         prepare_librispeech(tmp_path, tmp_path / "save", subsets="train-clean-100")
     assert "download=True" not in str(raised.value)  # only Mini-LibriSpeech subsets are fetched
+
+
+def test_apc_validation_needs_a_speaker_to_hold_out(tmp_path):
+    """One speaker cannot be held out whole and leave one to train on: one line saying what to do, not
+    an empty validation split whose loss ties every checkpoint."""
+    root = make_librispeech_fixture(tmp_path / "data", {"train-clean-5": {"11-1": ["THE CAT"] * 4}},
+                                    genders={"11": "F"})
+    with pytest.raises(DataPreparationError, match="one speaker only.*valid_by: utterance"):
+        prepare_librispeech(root, tmp_path / "s", subsets=["train-clean-5"], valid_utterances=1)
+    out = prepare_librispeech(root, tmp_path / "s", subsets=["train-clean-5"], valid_utterances=1, valid_by="utterance")
+    assert len(read(out["valid"])) == 1 and len(read(out["train"])) == 3

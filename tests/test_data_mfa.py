@@ -155,3 +155,17 @@ def test_textgrids_map_to_the_test_labels_convention(tmp_path):
     assert {u: v for u, v in silences.items() if u not in differ} == \
         {u: v for u, v in export_silences.items() if u not in differ}
     assert mfa.load_mfa_word_phones(tmp_path / "tg") == mfa.load_mfa_word_phones(csv_path)
+
+
+def test_a_textgrid_folder_skips_hidden_files_and_names_a_broken_one(tmp_path):
+    """macOS's ``._x.TextGrid`` companions are not labels (the preparation's fingerprint skips them too),
+    any case of the suffix is read, and a TextGrid that does not parse or has no phones tier is named."""
+    (tmp_path / "1-2-0003.textgrid").write_text(TG)
+    (tmp_path / "._1-2-0003.TextGrid").write_bytes(b"\x00\x05\x16\x07 not text")
+    assert list(load_mfa_labels(tmp_path)) == ["1-2-0003"]
+    (tmp_path / "1-2-0004.TextGrid").write_text(TG.replace('name = "phones"', 'name = "segments"'))
+    with pytest.raises(DataPreparationError, match=r"1-2-0004.TextGrid: TextGrid has no 'phones' tier"):
+        load_mfa_labels(tmp_path)
+    (tmp_path / "1-2-0004.TextGrid").write_text(TG.replace("xmin = 0.1", "xmin = zero", 1))
+    with pytest.raises(DataPreparationError, match=r"1-2-0004.TextGrid: "):
+        load_mfa_labels(tmp_path)

@@ -94,3 +94,10 @@ def test_evaluate_leaves_out_a_timit_file_without_labels_only_when_asked(timit):
     kept, _ = corpus_items(timit, asr, timit_split="test", problems=problems)
     assert [i for i, _, _ in items if i not in {k for k, _, _ in kept}] == ["mdab0_si1027"]
     assert len(problems) == 1 and "SI1027.WAV: no .PHN file" in problems[0]
+
+
+def test_a_damaged_timit_label_line_names_its_file_and_line(tmp_path):
+    phn = tmp_path / "SX1.PHN"
+    phn.write_text("0 2400 h#\n2400 3200\n")
+    with pytest.raises(DataPreparationError, match=r"SX1.PHN:2: '2400 3200' is not '<start> <end> <label>'"):
+        timit_module.read_phn(phn)

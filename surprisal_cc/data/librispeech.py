@@ -21,7 +21,7 @@ from .audio import AudioInfo, check_audio_files
 from .errors import DataPreparationError, DataPreparationWarning
 from .lexicon import Lexicon
 from .manifest import AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, write_manifest
-from .mfa import find_mfa_labels, load_mfa_labels
+from .mfa import find_mfa_labels, load_mfa_labels, textgrid_files
 from .phones import LIBRISPEECH_PHONES, validate_phones
 
 PathLike = Union[str, os.PathLike]
@@ -376,7 +376,9 @@ def prepare_mini_librispeech(
         for split in splits:
             rows = _audio_rows(split_utts[split], infos)
             src = mfa_sources.get(split)
-            mfa = label_cache.setdefault(src, load_mfa_labels(src)) if src else {}
+            if src and src not in label_cache:  # train and valid often share one source: read once
+                label_cache[src] = load_mfa_labels(src)
+            mfa = label_cache[src] if src else {}
             fallback += _label_rows(rows, split, split_labels[split], mfa, src, mfa_fallback, lexicon,
                                     add_boundary_silence)
             out[split] = write_manifest(save / f"{split}.csv", rows, LABELLED_COLUMNS)
@@ -477,7 +479,7 @@ def _input_files(subset_dirs: Mapping[str, Path], mfa_sources: Mapping[str, Path
     for subset_dir in subset_dirs.values():
         inputs += list_files(subset_dir, (".flac", ".trans.txt"))
     for src in set(mfa_sources.values()):
-        inputs += list_files(src, (".textgrid",)) if src.is_dir() else [src]
+        inputs += textgrid_files(src) if src.is_dir() else [src]
     speakers_txt = librispeech_root / "SPEAKERS.TXT"
     if speakers_txt.is_file():
         inputs.append(speakers_txt)
@@ -606,9 +608,16 @@ def prepare_librispeech(
                     break
                 held.add(s)
             valid_ids = {u.id for u in utts if u.spk_id in held}
+            if not held:
+                raise DataPreparationError(f"{', '.join(subset_dirs)}: one speaker only, none to hold out for "
+                                           "validation: hold out utterances instead (valid_by: utterance under "
+                                           "prepare_options in the hparams)")
         utts += [u for d in extra_dirs.values() for u in scan_subset(d, with_transcripts=False)]
         infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio)
         rows = _audio_rows(utts, infos)
+        if not any(r["ID"] in valid_ids for r in rows):  # every held-out file was unusable (skip_bad_audio)
+            raise DataPreparationError(f"{', '.join(subset_dirs)}: no usable audio left in the validation split "
+                                       f"({len(valid_ids)} utterances held out): fix or replace those files")
         return {
             split: write_manifest(
                 save / f"apc_{split}.csv",

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import DataPreparationError
-from .manifest import atomic_write_text, read_text
+from .manifest import atomic_write_text, list_files, read_text
 from .phones import LIBRISPEECH_PHONES, SILENCE, SPOKEN_NOISE, merge_repeated, strip_stress
 from .phones import validate_phones
 
@@ -293,11 +293,33 @@ def textgrid_phones(tiers: Mapping[str, List[Interval]], tier: str = "phones") -
     return merge_repeated(phones)
 
 
+def textgrid_files(folder: PathLike) -> List[Path]:
+    """The TextGrid files under ``folder``, any case of ``.TextGrid``, hidden files (macOS's ``._x``)
+    left out, links to folders followed: the files the preparation's fingerprint reads."""
+    return list_files(folder, (".textgrid",))
+
+
+def _read_textgrid(path: Path) -> Dict[str, List[Interval]]:
+    """One TextGrid's tiers; a file that does not parse is a :class:`DataPreparationError` naming it."""
+    try:
+        return parse_textgrid(read_text(path, TEXTGRID_HINT))
+    except DataPreparationError as err:
+        if str(path) in str(err):
+            raise
+        raise DataPreparationError(f"{path}: {err}") from None
+    except ValueError as err:  # a time that is not a number
+        raise DataPreparationError(f"{path}: not a TextGrid MFA writes ({err})") from None
+
+
 def read_mfa_textgrids(folder: PathLike) -> Dict[str, List[str]]:
-    """Read every ``*.TextGrid`` under ``folder`` (utterance id = file stem)."""
+    """Read every TextGrid under ``folder`` (:func:`textgrid_files`; utterance id = file stem)."""
     labels: Dict[str, List[str]] = {}
-    for path in sorted(Path(folder).rglob("*.TextGrid")):
-        phones = textgrid_phones(parse_textgrid(read_text(path, TEXTGRID_HINT)))
+    for path in textgrid_files(folder):
+        tiers = _read_textgrid(path)
+        try:
+            phones = textgrid_phones(tiers)
+        except DataPreparationError as err:  # no phones tier
+            raise DataPreparationError(f"{path}: {err}") from None
         validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {path.stem}")
         labels[path.stem] = phones
     return labels
@@ -459,8 +481,7 @@ def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[st
     (the same sources as :func:`load_mfa_labels`)."""
     source = Path(source)
     if source.is_dir():
-        return {path.stem: textgrid_word_phones(parse_textgrid(read_text(path, TEXTGRID_HINT)))
-                for path in sorted(source.rglob("*.TextGrid"))}
+        return {path.stem: textgrid_word_phones(_read_textgrid(path)) for path in textgrid_files(source)}
     if source.is_file():
         return read_word_phones(source)
     raise DataPreparationError(f"MFA label source {source} does not exist (CSV file or TextGrid folder)")

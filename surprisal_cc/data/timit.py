@@ -87,13 +87,27 @@ def read_phn(path: Path) -> List[str]:
     ...     read_phn(phn)
     ['h#', 'dh', 'ax']
     """
-    return [line.split()[2] for line in path.read_text(encoding="latin-1").splitlines() if line.strip()]
+    return _third_fields(path)
+
+
+def _third_fields(path: Path) -> List[str]:
+    """The third field of each line of a TIMIT ``.PHN``/``.WRD`` file (``<start> <end> <label>``); a line
+    without one is a :class:`DataPreparationError` naming the file and line."""
+    fields = []
+    for number, line in enumerate(path.read_text(encoding="latin-1").splitlines(), 1):
+        if line.strip():
+            parts = line.split()
+            if len(parts) < 3:
+                raise DataPreparationError(f"{path}:{number}: {line.strip()!r} is not '<start> <end> <label>' "
+                                           "(a damaged TIMIT label file: restore it from the corpus)")
+            fields.append(parts[2])
+    return fields
 
 
 def _read_words(wav: Path) -> List[str]:
     wrd = find_sibling(wav, ".wrd")
     if wrd is not None:
-        return [l.split()[2].upper() for l in wrd.read_text(encoding="latin-1").splitlines() if l.strip()]
+        return [word.upper() for word in _third_fields(wrd)]
     txt = find_sibling(wav, ".txt")
     if txt is not None:  # "<start> <end> Sentence text."
         text = " ".join(txt.read_text(encoding="latin-1").split()[2:])

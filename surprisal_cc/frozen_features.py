@@ -133,6 +133,26 @@ def cached_features(cache: FeatureCache, speed_perturbation: Optional[SpeedPertu
     return cached
 
 
+def _check_one_audio_per_id(rows: Mapping[str, List[Dict[str, str]]], manifests: Mapping[str, str]) -> None:
+    """The cache is keyed on utterance ids: an id twice in a split, or naming two audio files in two
+    splits, is a :class:`DataPreparationError` naming the manifests (test could read train's features)."""
+    from .data.errors import DataPreparationError
+
+    audio_of: Dict[str, tuple] = {}  # id -> (wav, manifest)
+    for split, split_rows in rows.items():
+        seen = set()
+        for row in split_rows:
+            if row["ID"] in seen:
+                raise DataPreparationError(f"{manifests[split]}: utterance id {row['ID']!r} occurs twice: give each "
+                                           "utterance an id of its own")
+            seen.add(row["ID"])
+            wav, where = audio_of.setdefault(row["ID"], (row["wav"], manifests[split]))
+            if wav != row["wav"]:
+                raise DataPreparationError(f"utterance id {row['ID']!r} is {wav} in {where} and {row['wav']} in "
+                                           f"{manifests[split]}: give the two utterances ids of their own (the "
+                                           "feature cache is keyed on the id)")
+
+
 def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: int,
                speed_perturbation: Optional[SpeedPerturbation] = None) -> None:
     """Compute missing cache entries for every utterance of the manifests, longest first; with a
@@ -143,6 +163,7 @@ def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: in
     # wav as the dataset reads it (SpeechBrain's CSV loader does not resolve relative paths)
     rows = {split: read_manifest(manifest, ("ID", "duration", "wav"), resolve_wav=False).rows
             for split, manifest in manifests.items()}
+    _check_one_audio_per_id(rows, manifests)
 
     def longest_first(split_rows: List[Dict[str, str]]) -> List[Dict[str, str]]:
         return sorted(split_rows, key=lambda r: -float(r["duration"]))

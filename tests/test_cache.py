@@ -253,3 +253,27 @@ def test_two_processes_writing_one_entry_do_not_collide(tmp_path, monkeypatch):
     assert first.build(ITEMS[:1], audio, progress=False) == 1
     assert interleaved and set(first.load(ITEMS[0][0])) == {"fbank", "features", "surprisal"}
     assert not list(first.folder.glob("*.tmp"))
+
+
+def test_one_id_naming_two_audio_files_is_refused_before_any_feature_is_computed(tmp_path):
+    """The cache is keyed on utterance ids: an id that names one file in train and another in test would
+    score test on train's features, and an id twice in one split is ambiguous; both are one line naming
+    the manifests, before any audio is read."""
+    from surprisal_cc.data.errors import DataPreparationError
+    from surprisal_cc.frozen_features import fill_cache
+
+    def manifest(name: str, rows: List[tuple]) -> str:
+        path = tmp_path / f"{name}.csv"
+        path.write_text("ID,duration,wav\n" + "".join(f"{i},1.0,{w}\n" for i, w in rows))
+        return str(path)
+
+    class Untouched:
+        def build(self, *args, **kwargs):
+            raise AssertionError("no feature may be computed")
+
+    train, test = manifest("train", [("0001", "a/0001.flac")]), manifest("test", [("0001", "b/0001.flac")])
+    with pytest.raises(DataPreparationError, match=r"'0001' is a/0001.flac in .*train.csv and b/0001.flac in .*test.csv"):
+        fill_cache(Untouched(), {"train": train, "test": test}, batch_size=2)
+    twice = manifest("twice", [("0001", "a/0001.flac"), ("0001", "a/0002.flac")])
+    with pytest.raises(DataPreparationError, match=r"twice.csv: utterance id '0001' occurs twice"):
+        fill_cache(Untouched(), {"train": twice}, batch_size=2)

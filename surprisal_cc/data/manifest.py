@@ -66,11 +66,34 @@ def atomic_write_text(path: PathLike, text: str) -> None:
 
 
 def write_manifest(path: PathLike, rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> Path:
-    """Write a SpeechBrain CSV (rows sorted by ``ID``; durations with 3 decimals)."""
+    """Write a SpeechBrain CSV (rows sorted by ``ID``; durations with 3 decimals). An id given twice,
+    or a row without one of ``columns``, is a :class:`DataPreparationError` naming it.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> rows = [{"ID": "a", "duration": 1.0, "wav": "a.flac"}, {"ID": "a", "duration": 2.0, "wav": "b.flac"}]
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     write_manifest(Path(tmp, "train.csv"), rows, ("ID", "duration", "wav"))
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.DataPreparationError: .../train.csv: utterance id 'a' is given twice (a.flac, b.flac): ...
+    """
+    rows = sorted(rows, key=lambda r: r["ID"])
+    for first, second in zip(rows, rows[1:]):
+        if first["ID"] == second["ID"]:
+            raise DataPreparationError(f"{path}: utterance id {first['ID']!r} is given twice "
+                                       f"({first.get('wav')}, {second.get('wav')}): each utterance needs an id of its "
+                                       "own (SpeechBrain's datasets and the feature cache are keyed on it)")
+    missing = next(((row["ID"], [c for c in columns if c not in row]) for row in rows
+                    if any(c not in row for c in columns)), None)
+    if missing is not None:
+        raise DataPreparationError(f"{path}: utterance {missing[0]!r} has no {', '.join(missing[1])} "
+                                   f"(a manifest has the columns {', '.join(columns)})")
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
-    for row in sorted(rows, key=lambda r: r["ID"]):
+    for row in rows:
         out = {c: row[c] for c in columns}
         out["duration"] = f"{float(row['duration']):.3f}"
         writer.writerow(out)

@@ -294,12 +294,40 @@ def check_apc_path(hparams: Mapping, run_opts: Mapping) -> Optional[APCModel]:
                                                        hparams["encoder_module"]):
         return None  # APC pretraining (its own recipe), or a model without APC
     if hparams.get("apc_path"):
-        return load_apc_path(hparams["apc_path"])
+        apc = load_apc_path(hparams["apc_path"])
+        check_apc_fits(apc, hparams)
+        return apc
     elif run_opts.get("test_only") and not Path(hparams.get("apc_export_path", "")).is_file():
         raise ConfigurationError(f"--test_only with apc_path null needs the APC the run trained with, and "
                                  f"{hparams.get('apc_export_path')} does not exist: give --apc_path=FILE (the APC "
                                  "the run loaded; its results.json names its fingerprint)")
     return None
+
+
+def check_apc_fits(apc: APCModel, hparams: Mapping) -> None:
+    """The loaded APC reads the run's filterbanks (``feature_config``'s ``n_mels``) and, where the
+    encoder reads APC features, gives them at the encoder's ``input_size``; one
+    :class:`ConfigurationError` line naming ``apc_path`` otherwise (not a shape error after the cache).
+
+    Example
+    -------
+    >>> from surprisal_cc.features import FeatureConfig
+    >>> check_apc_fits(APCModel(hidden_size=256), {"apc_path": "small.pt", "feature_config": FeatureConfig(),
+    ...                                            "input_features": "apc", "input_size": 512})
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: apc_path small.pt: its features are 256-wide, and the encoder's input_size is 512: ...
+    """
+    problems = []
+    n_mels = getattr(hparams.get("feature_config"), "n_mels", None)
+    if n_mels is not None and apc.input_size != n_mels:
+        problems.append(f"it reads {apc.input_size} mel bands, and feature_config has n_mels {n_mels}")
+    if hparams.get("input_features") == "apc" and hparams.get("input_size") not in (None, apc.hidden_size):
+        problems.append(f"its features are {apc.hidden_size}-wide, and the encoder's input_size is "
+                        f"{hparams['input_size']}")
+    if problems:
+        raise ConfigurationError(f"apc_path {hparams['apc_path']}: {'; '.join(problems)}: give an APC model made for "
+                                 "these settings, or settings that match it")
 
 
 def check_flops_budget(hparams: Mapping, apc: Optional[nn.Module]) -> None:

@@ -116,19 +116,21 @@ def activate_in_training(perturbation: Optional[SpeedPerturbation], stage: sb.St
 class FeatureMasking(nn.Module):
     """Time masks and channel masks on a (batch, time, channels) feature tensor, zero inside a mask.
 
-    The defaults are SpecAugment's LibriSpeech "basic" policy without time warping: two time masks
-    of up to 1 s and two channel masks of up to 27/80 of the channels.
+    The defaults follow SpecAugment's LibriSpeech "basic" policy without time warping: two time masks
+    and two channel masks. A mask's length is drawn by SpeechBrain's ``SpectrogramDrop`` from
+    ``[0, max)``, the upper bound excluded: time masks of up to 49 frames (0.98 s), channel masks of up
+    to 26 of 80 channels (a width that rounds to 1 channel masks none).
 
     Arguments
     ---------
     time_masks : sequence of two ints
         Fewest and most time masks per batch.
     max_time_frames : int
-        Longest time mask, in frames (50 = 1 s at the recipes' 20 ms frames).
+        Bound on a time mask's length, in frames, excluded (50: 1 s at the recipes' 20 ms frames).
     channel_masks : sequence of two ints
         Fewest and most channel masks per batch.
     max_channel_fraction : float
-        Widest channel mask as a fraction of the channels.
+        Bound on a channel mask's width as a fraction of the channels (rounded), excluded.
 
     Example
     -------

@@ -50,10 +50,11 @@ def _as_lengths(log_probs: Tensor, lengths: Tensor | Sequence[int] | None) -> li
         return [T] * B
     lens = torch.as_tensor(lengths).detach().cpu()
     if lens.is_floating_point():
-        if torch.any(lens != lens.round()):
+        # SpeechBrain's relative lengths of equal-length utterances are all 1.0: not one frame each
+        if torch.any(lens != lens.round()) or (T > 1 and len(lens) and bool(torch.all(lens <= 1.0))):
             raise ValueError(
-                "lengths must be integer frame counts (got fractional values; "
-                "convert SpeechBrain relative lengths with (rel * T).round())"
+                "lengths must be integer frame counts (got fractional values, or floats all <= 1 that read "
+                "as SpeechBrain relative lengths; convert those with (rel * T).round())"
             )
         lens = lens.round()
     out = [int(x) for x in lens.long().tolist()]

@@ -28,6 +28,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Uni
 
 import numpy as np
 
+from .data.errors import DataPreparationError
 from .data.manifest import read_manifest
 from .errors import ConfigurationError
 from .nnet import runs_apc
@@ -307,6 +308,9 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
     prons = [[list(p)] if p and isinstance(p[0], str) else [list(v) for v in p] for p in word_phones]
     ids = [[label_encoder.encode_sequence(v) for v in alternatives] for alternatives in prons]
     T = int(log_probs.shape[0])
+    if T == 0:
+        raise DataPreparationError(f"{wav} (utterance {utt_id}): no frames to align (shorter than one 25 ms "
+                                   "window): leave it out of the corpus")
     try:
         ali = align_words(log_probs, ids, blank, label_encoder.lab2ind[sil])
     except AlignmentError:
@@ -450,7 +454,9 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     cache = None
     if hparams["use_feature_cache"]:
         cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"])
-    data = dataio_prep(hparams, subset, cache)[split].filtered_sorted(sort_key="duration", select_n=limit)
+    data = dataio_prep(hparams, subset, cache)[split].filtered_sorted(sort_key="duration")
+    if limit is not None:  # SpeechBrain's select_n takes the first n before sorting: the n shortest, sorted first
+        data = data.filtered_sorted(sort_key="duration", select_n=limit)
     with data.output_keys_as(["id"]):
         ids = [item["id"] for item in data]
     rows = _rows(manifests[split])

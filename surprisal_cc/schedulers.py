@@ -17,12 +17,17 @@ Example
 """
 from __future__ import annotations
 
+import ast
+import logging
+from pathlib import Path
 from typing import Tuple
 
 from speechbrain.nnet.schedulers import NewBobScheduler
 from speechbrain.utils.checkpoints import mark_as_loader, mark_as_saver, register_checkpoint_hooks
 
 __all__ = ["HoldDecayScheduler", "LR_SCHEDULES", "anneal", "lr_scheduler"]
+
+logger = logging.getLogger(__name__)
 
 LR_SCHEDULES = ("newbob", "hold_decay")
 
@@ -33,8 +38,10 @@ class HoldDecayScheduler:
     so that the last of ``number_of_epochs`` epochs trains at ``final_value``.
 
     Called, like SpeechBrain's epoch schedulers, with the epoch that has just ended; returns
-    (its rate, the next epoch's rate). It depends on the epoch only, so a resumed run continues
-    on the same schedule.
+    (its rate, the next epoch's rate). It depends on the epoch only, so a run resumed with the same
+    settings continues on the same schedule. A run resumed with another ``number_of_epochs`` (a
+    finished run asked to train on) follows the new schedule from its next epoch, whose rate may be
+    higher again where the new hold is longer; a warning on recovery says so.
 
     Arguments
     ---------
@@ -72,7 +79,16 @@ class HoldDecayScheduler:
 
     @mark_as_loader
     def _recover(self, path, end_of_epoch=False) -> None:
-        pass  # the schedule is a function of the epoch, which the epoch counter restores
+        """The schedule is a function of the epoch, which the epoch counter restores; a checkpoint
+        saved under another schedule is only warned about."""
+        try:
+            saved = ast.literal_eval(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError, SyntaxError):
+            return
+        current = (self.initial_value, self.number_of_epochs, self.hold_epochs, self.final_value)
+        if tuple(saved) != current:
+            logger.warning("the checkpoint's learning-rate schedule was (peak, epochs, hold epochs, final) = %s; "
+                           "this run's is %s: the rate follows this run's from the next epoch", tuple(saved), current)
 
 
 def lr_scheduler(kind: str, initial_value: float, annealing_factor: float = 1.0, number_of_epochs: int = 1,

@@ -530,3 +530,18 @@ def test_a_run_routed_by_chance_is_realigned_with_drawn_routing(tmp_path, contro
     hparams["checkpointer"].save_checkpoint(meta={"PER": 90.0})
     _, brain, _ = load_run(run)
     assert unwrap(brain.modules.encoder).test_stochastic is sampled
+
+
+def test_an_utterance_without_frames_is_named_not_a_traceback():
+    """Audio shorter than one analysis window has no frame to align: one line naming the file."""
+    from speechbrain.dataio.encoder import CTCTextEncoder
+
+    from surprisal_cc.data.errors import DataPreparationError
+    from surprisal_cc.realign import realign_utterance
+
+    enc = CTCTextEncoder()
+    enc.insert_blank(index=0)
+    enc.update_from_iterable([["sil", "AH", "B"]], sequence_input=True)
+    enc.expect_len(4)
+    with pytest.raises(DataPreparationError, match=r"u1.flac \(utterance u1\): no frames to align"):
+        realign_utterance(np.zeros((0, 4)), "u1", "u1.flac", ["a"], [["AH"]], enc, blank=0)

@@ -195,3 +195,14 @@ def test_blank_penalty_trades_deletions_for_insertions_and_leaves_the_input_alon
     assert CTCBeamSearch(blank=0, beam_size=4)(lp, [3]) == [[]]
     assert CTCBeamSearch(blank=0, beam_size=4, blank_penalty=2.0)(lp, [3]) == [[1]]
     assert torch.equal(lp, before)
+
+
+def test_relative_lengths_of_equal_length_utterances_are_refused():
+    """SpeechBrain's relative lengths of a batch of equal-length utterances are all 1.0: read as frame
+    counts they would decode one frame each; absolute counts as floats still pass."""
+    from surprisal_cc.decoding import ctc_greedy_decode
+
+    lp = torch.log_softmax(torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(0)), -1)
+    with pytest.raises(ValueError, match="relative lengths"):
+        ctc_greedy_decode(lp, torch.tensor([1.0, 1.0]))
+    assert ctc_greedy_decode(lp, torch.tensor([5.0, 4.0])) == ctc_greedy_decode(lp, torch.tensor([5, 4]))

@@ -59,3 +59,19 @@ def test_hparams_choose_the_schedule_and_it_checkpoints(tmp_path):
     assert checkpointer.recover_if_possible() is not None
     default = load_hparams(str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"), overrides)
     assert isinstance(default["lr_annealing"], NewBobScheduler)
+
+
+def test_a_checkpoint_of_another_schedule_is_warned_about(tmp_path, caplog):
+    """A run resumed with another number_of_epochs follows its own schedule from the next epoch (the
+    rate may rise again); the recovery says so, and a checkpoint of the same schedule is quiet."""
+    import logging
+
+    from surprisal_cc.schedulers import lr_scheduler
+
+    saved = lr_scheduler("hold_decay", initial_value=1e-3, number_of_epochs=30)
+    saved._save(tmp_path / "scheduler.ckpt")
+    with caplog.at_level(logging.WARNING, logger="surprisal_cc.schedulers"):
+        lr_scheduler("hold_decay", initial_value=1e-3, number_of_epochs=30)._recover(tmp_path / "scheduler.ckpt")
+        assert not caplog.records
+        lr_scheduler("hold_decay", initial_value=1e-3, number_of_epochs=40)._recover(tmp_path / "scheduler.ckpt")
+    assert "(0.001, 30, 12, 5e-05); this run's is (0.001, 40, 16, 5e-05)" in caplog.text

@@ -9,7 +9,8 @@ Example
 >>> import torch
 >>> from surprisal_cc.controllers import SurprisalController
 >>> ctrl = SurprisalController()
->>> batches = [torch.randn(500).abs() for _ in range(4)]
+>>> generator = torch.Generator().manual_seed(0)
+>>> batches = [torch.randn(500, generator=generator).abs() for _ in range(4)]
 >>> out = calibrate_surprisal_controller(ctrl, batches, target_mean=0.65, target_var=0.04)
 >>> round(out["mean_p_big"], 2), bool(ctrl.calibrated)
 (0.65, True)

@@ -4,8 +4,6 @@ Example
 -------
 >>> auto_precision("cuda")
 'fp32'
->>> auto_precision("cpu") == ("bf16" if native_bf16("cpu") and bf16_speedup() >= BF16_MIN_SPEEDUP else "fp32")
-True
 """
 from __future__ import annotations
 

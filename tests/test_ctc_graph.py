@@ -103,13 +103,22 @@ def test_the_loss_sums_over_every_choice_of_pronunciations(seed):
 
 
 def test_an_utterance_too_short_for_every_path_is_inf_without_gradient():
+    """Its loss is inf, and back-propagating the batch's summed loss (inf included, as training sums
+    it) gives it no gradient and leaves the other utterance's gradient as it is alone."""
     tokens, n, preds = batch([([2, 3, 4], chain_predecessors(3))])
-    logits = logits_for(0, 1, 2, 5).requires_grad_(True)
-    loss = ctc_loss_graph(logits.log_softmax(-1), tokens, n, preds, torch.tensor([2]))
-    assert torch.isinf(loss)
-    loss = ctc_loss_graph(logits.log_softmax(-1), tokens, n, preds, torch.tensor([2]), reduction="none")
-    (loss[torch.isfinite(loss)].sum() + 0 * logits.sum()).backward()
-    assert torch.all(logits.grad == 0)
+    logits = logits_for(0, 1, 2, 5)
+    assert torch.isinf(ctc_loss_graph(logits.log_softmax(-1), tokens, n, preds, torch.tensor([2])))
+    graphs = [([2], chain_predecessors(1)), ([2, 3, 4], chain_predecessors(3))]  # the second needs 3+ frames
+    tokens, n, preds = batch(graphs)
+    frames = torch.tensor([2, 2])
+    loss, grad = value_and_grad(lambda x: ctc_loss_graph(x.log_softmax(-1), tokens, n, preds, frames,
+                                                         reduction="none"), logits_for(1, 2, 2, 5))
+    assert torch.isfinite(loss[0]) and torch.isinf(loss[1])
+    assert torch.isfinite(grad).all() and (grad[1] == 0).all() and (grad[0] != 0).any()
+    one = batch(graphs[:1])
+    _, alone = value_and_grad(lambda x: ctc_loss_graph(x.log_softmax(-1), *one, frames[:1], reduction="none"),
+                              logits_for(1, 2, 2, 5)[:1])
+    torch.testing.assert_close(grad[0], alone[0])
 
 
 def test_reductions_and_bad_shapes():

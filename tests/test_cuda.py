@@ -108,3 +108,4 @@ def test_training_step_on_cuda_under_bf16_autocast(name, controller):
     optimizer.step()
     assert torch.isfinite(loss) and out.log_probs.device.type == "cuda"
     assert all(p.grad is None or torch.isfinite(p.grad).all() for p in enc.parameters())
+    assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in enc.parameters())  # it reached them

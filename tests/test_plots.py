@@ -20,8 +20,9 @@ def _is_small_png(path: Path) -> bool:
 
 def test_make_all_plots_writes_every_figure(tmp_path: Path) -> None:
     root = fake_results_tree(tmp_path / "grid")
-    np.savez(root / "controllers/surprisal/seed1/routing_utt1.npz", fbank=np.random.rand(50, 80),
-             surprisal=np.random.rand(50), use_big=np.random.rand(50) > 0.5, sil_mask=np.arange(50) < 10)
+    rng = np.random.default_rng(0)
+    np.savez(root / "controllers/surprisal/seed1/routing_utt1.npz", fbank=rng.random((50, 80)),
+             surprisal=rng.random(50), use_big=rng.random(50) > 0.5, sil_mask=np.arange(50) < 10)
     paths = plots.make_all_plots(root, tmp_path / "report")
     names = {p.name for p in paths}
     assert {"MiniLibriSpeech_per_vs_flops.png", "MiniLibriSpeech_validation_curves.png",

@@ -13,8 +13,7 @@ PRETRAINED = REPO / "surprisal_cc" / "pretrained"
 
 def test_pretrained_is_the_default_model_folder_and_is_small():
     assert default_model_dir() == PRETRAINED
-    if not (PRETRAINED / "model.json").is_file():
-        pytest.skip("no model shipped in surprisal_cc/pretrained/")
+    assert (PRETRAINED / "model.json").is_file(), "the shipped model is part of the repository"
     size = sum(p.stat().st_size for p in PRETRAINED.rglob("*") if p.is_file())
     assert size <= 25 * 2**20, f"surprisal_cc/pretrained/ holds {size / 2**20:.1f} MiB, more than 25 MiB"
     assert json.loads((PRETRAINED / "model.json").read_text())["format_version"] >= 1
@@ -22,8 +21,7 @@ def test_pretrained_is_the_default_model_folder_and_is_small():
 
 @pytest.mark.integration
 def test_pretrained_model_transcribes_real_speech():
-    if not (PRETRAINED / "model.json").is_file():
-        pytest.skip("no model shipped in surprisal_cc/pretrained/")
+    assert (PRETRAINED / "model.json").is_file(), "the shipped model is part of the repository"
     root = require_dev_clean_2()
     audio = sorted((root / "LibriSpeech" / "dev-clean-2").rglob("*.flac"))[0]
     asr = ConditionalASR.from_pretrained(PRETRAINED, routing="deterministic")

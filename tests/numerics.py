@@ -47,6 +47,17 @@ def assert_same_errors_up_to_summation_order(actual, expected, edits: int = DECO
     assert abs(total) <= edits, ({k: actual[k] for k in kinds}, {k: expected[k] for k in kinds})
 
 
+def assert_same_phones_up_to_summation_order(actual, expected, edits: int = DECODING_EDITS):
+    """Two decodings (lists of phone sequences) of the same utterances differ by at most ``edits`` edits
+    in all (a near tie in the beam search may break the other way in another summation order)."""
+    from speechbrain.utils.edit_distance import wer_details_for_batch
+
+    assert len(actual) == len(expected)
+    details = wer_details_for_batch(range(len(actual)), expected, actual)
+    total = sum(d["num_edits"] for d in details)
+    assert total <= edits, (total, actual, expected)
+
+
 def error_rate_tolerance(num_ref_tokens: int, edits: int = DECODING_EDITS) -> float:
     """The error rate (in %) that ``edits`` edits over ``num_ref_tokens`` reference tokens make."""
     return 100.0 * edits / num_ref_tokens

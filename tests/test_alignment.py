@@ -493,6 +493,8 @@ def test_silent_frames_follow_the_recording_level():
     speech[10:18] = rng.normal(-8.0, 0.3, size=(8, 8))  # a pause
     assert silent_frames(speech).tolist() == silent_frames(speech + np.log(100.0)).tolist()
     assert silent_frames(speech)[10:18].all() and not silent_frames(speech)[20:].any()
+    noisy = np.logaddexp(speech, -4.0)  # a noise floor 6 nepers above the pause, far below the speech
+    assert silent_frames(noisy).tolist() == silent_frames(speech).tolist()
 
 
 def test_doctests():

@@ -214,7 +214,7 @@ def test_budget_outside_range(budget):
 
 
 @pytest.mark.parametrize("stochastic", [True, False])
-def test_budget_bias_shift_meets_the_fraction_on_the_held_out_frames(stochastic):
+def test_budget_bias_shift_meets_the_fraction_on_the_frames_it_is_solved_on(stochastic):
     """The solved shift routes the asked fraction of the frames it was solved on to the big network:
     in expectation (stochastic routing) or exactly up to one frame (deterministic routing)."""
     generator = torch.Generator().manual_seed(0)

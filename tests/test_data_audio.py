@@ -21,8 +21,13 @@ def bad(tmp_path_factory):
 def test_read_audio_resamples_and_downmixes(bad):
     good = read_audio(bad["good"])
     assert good.dtype == torch.float32 and good.shape == (3200,)
-    assert read_audio(bad["rate_8k"]).shape == (3200,)  # 0.2 s at 8 kHz -> 16 kHz
-    assert read_audio(bad["stereo"]).ndim == 1
+    resampled = read_audio(bad["rate_8k"])
+    assert resampled.shape == (3200,)  # 0.2 s at 8 kHz -> 16 kHz, the 220 Hz tone kept
+    assert int(torch.fft.rfft(resampled).abs().argmax()) * 16000 / 3200 == pytest.approx(220.0, abs=5.0)
+    import soundfile
+
+    channels = torch.from_numpy(soundfile.read(bad["stereo"], dtype="float32")[0])
+    torch.testing.assert_close(read_audio(bad["stereo"]), channels.mean(1), rtol=0, atol=1e-5)  # the mean
     info = inspect_audio(bad["stereo"])
     assert (info.channels, info.sample_rate, info.num_samples) == (2, 16000, 3200)
     assert info.duration == pytest.approx(0.2)

@@ -212,7 +212,8 @@ class APCModel(nn.Module):
         return sum(module_macs(layer) for layer in layers) + (self.input_size if self.residual else 0)
 
     def loss(self, x: Tensor, lengths: Tensor) -> Tensor:
-        """Training objective: mean surprisal over real frames (Gaussian maximum likelihood).
+        """Mean surprisal over real frames (Gaussian maximum likelihood): the objective that
+        :class:`~surprisal_cc.apc_training.APCBrain` minimises, keeping its sum and frame count apart.
 
         Arguments as in :meth:`forward`.
 

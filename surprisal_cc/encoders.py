@@ -222,6 +222,9 @@ class ConditionalEncoder(Encoder):
         return self.stage_controller(training).uses_surprisal
 
     def component_macs(self) -> Dict[str, int]:
+        """Static MACs per frame of each component; ``controller`` is the trained controller's, also
+        where ``controller_at_test: False`` routes by chance at test (which costs nothing, and what ran
+        is what the measured MACs charge)."""
         return {
             "pre_net": module_macs(self.pre_net),
             "small_net": module_macs(self.small_net),

@@ -5,7 +5,6 @@ process and read back as the datasets' dynamic items.
 """
 from __future__ import annotations
 
-import csv
 import logging
 import os
 from pathlib import Path
@@ -77,10 +76,12 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
         The exported model file (``apc_export_path``).
     """
     from .apc_training import check_stored_settings, pretrain_apc, pretraining_settings
+    from .data.manifest import read_manifest
 
     # an export or checkpoints made with other settings or data are refused before the cache is filled
-    check_stored_settings(hparams, pretraining_settings(hparams, {split: _manifest_ids(manifest)
-                                                                  for split, manifest in manifests.items()}))
+    ids = {split: [row["ID"] for row in read_manifest(manifest, ("ID",), resolve_wav=False).rows]
+           for split, manifest in manifests.items()}
+    check_stored_settings(hparams, pretraining_settings(hparams, ids))
     if Path(hparams["apc_export_path"]).exists():
         logger.info("APC model %s exists: skipping pretraining", hparams["apc_export_path"])
         return Path(hparams["apc_export_path"])
@@ -93,12 +94,6 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
                                                                       else None))
     sb.dataio.dataset.set_output_keys(list(datasets.values()), ["id", "fbank"])
     return pretrain_apc(datasets, hparams, run_opts)
-
-
-def _manifest_ids(manifest: Union[str, Path]) -> List[str]:
-    """The utterance ids (column ``ID``) of a manifest CSV."""
-    with open(manifest, newline="", encoding="utf-8") as f:
-        return [row["ID"] for row in csv.DictReader(f)]
 
 
 def feature_cache(hparams: Dict, manifests: Mapping[str, str], apc: Optional[APCModel]) -> Optional[FeatureCache]:

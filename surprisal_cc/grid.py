@@ -80,7 +80,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import yaml
 
@@ -683,10 +683,10 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     there already is not run again ("published": finished on a machine whose ``grid_root`` is gone;
     a test-only run of its folder is "blocked", as it needs the checkpoint that stayed there)."""
     log = log or sys.stdout
-    status, pending = _triage(runs, dry_run, publish, log)
+    status, pending, waiting = _triage(runs, dry_run, publish, log)
     trainers = _trainers(runs)
     if dry_run:
-        return _print_dry_run(runs, pending, status, jobs, threads, log)
+        return _print_dry_run(runs, pending, status, waiting, jobs, threads, log)
     running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
     env = _env(jobs, threads)
     while pending or running:
@@ -698,15 +698,17 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
 
 
 def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Path]], log: IO[str]
-            ) -> Tuple[Dict[str, Tuple[str, float]], List[Run]]:
+            ) -> Tuple[Dict[str, Tuple[str, float]], List[Run], Set[str]]:
     """The status of the runs with nothing to do ("skipped": complete, published unless a dry run;
     "published": its results are at the destination; "conflict": its folder holds a finished run
     with other settings, or more epochs, named in ``log``), and the other runs in the order to start
     them (a finished run asked for more epochs than it was trained for among them: it trains on, and
     the finished test-only runs of its folder wait for it; a test-only run whose results evaluate
-    another checkpoint than its folder's training chose, :meth:`Run.stale`, is evaluated again)."""
+    another checkpoint than its folder's training chose, :meth:`Run.stale`, is evaluated again), and the
+    names of the finished test-only runs among them that wait for their training to train on."""
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
+    waiting = set()  # finished test-only runs that wait for their training to train on
     found = {}  # name -> (complete, changed settings, shorter)
     for run in runs:
         complete = run.complete()
@@ -727,6 +729,7 @@ def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Pa
             pending.append(run)
         elif complete and run.test_only and run.output_folder in training_on:
             pending.append(run)  # waits for its training to train on, then is evaluated again if stale
+            waiting.add(run.name)
         elif complete:
             status[run.name] = ("skipped", 0.0)
             if publish is not None and not dry_run:
@@ -738,7 +741,7 @@ def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Pa
     # a test-only run goes once its folder is trained (its dependencies below), ahead of training runs;
     # interrupted runs resume before new ones start (stable: the grid's order otherwise)
     pending.sort(key=lambda run: (not run.test_only, not run.started()))
-    return status, pending
+    return status, pending, waiting
 
 
 def _trainers(runs: Sequence[Run]) -> Dict[str, List[str]]:
@@ -748,12 +751,11 @@ def _trainers(runs: Sequence[Run]) -> Dict[str, List[str]]:
 
 
 def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str, Tuple[str, float]],
-                   jobs: int, threads: Optional[int], log: IO[str]) -> Dict[str, Tuple[str, float]]:
+                   waiting: Set[str], jobs: int, threads: Optional[int], log: IO[str]) -> Dict[str, Tuple[str, float]]:
     """Print every run's command (``# done:`` before those with nothing to do, ``# waits:`` before a
     finished test-only run that waits for its folder's training to train on, run again only if that
     training then chooses another checkpoint); the dry run's statuses ("waits" for those)."""
     prefix = f"OMP_NUM_THREADS={_threads(jobs, threads)} "
-    waiting = {r.name for r in pending if r.test_only and r.complete() and not r.stale()}
     for run in runs:
         done = {"conflict": "# conflict: "}.get(status.get(run.name, ("",))[0], "# done: ")
         marker = done if run.name in status else "# waits: " if run.name in waiting else ""

@@ -93,7 +93,8 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
     for key, by_seed in groups.items():
         runs = list(by_seed.values())
         config = dict(zip(by, key))
-        agg: Row = {**config, "model": model_name({**config_of(runs[0]), **config}), "n_seeds": len(runs),
+        named = {**config_of(runs[0]), **config}
+        agg: Row = {**config, "model": model_name(named), "notes": setup_notes(named), "n_seeds": len(runs),
                     "seeds": sorted((r.get("seed") for r in runs), key=str)}
         agg["PER_by_seed"] = {seed: per for seed, per in ((s, _metric(r)) for s, r in by_seed.items())
                               if per is not None}

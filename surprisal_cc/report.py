@@ -188,15 +188,45 @@ class Table:
         if not self.pareto:
             self.pareto = pareto_front(self.rows)
 
+    def common_notes(self) -> List[str]:
+        """The setup notes (:func:`~surprisal_cc.run_labels.setup_notes`, a row's ``notes``) that every
+        row of two or more shares: :meth:`markdown` says them once, under the table, instead of in
+        every label.
+
+        Example
+        -------
+        >>> rows = [{"model": "a [fp32 training, masked inputs]", "notes": ["fp32 training", "masked inputs"]},
+        ...         {"model": "b [fp32 training]", "notes": ["fp32 training"]}]
+        >>> Table("demo", "Demo", rows, [COL_MODEL], pareto={0}).common_notes()
+        ['fp32 training']
+        """
+        if len(self.rows) < 2 or any(not isinstance(r.get("notes"), list) for r in self.rows):
+            return []
+        return [note for note in self.rows[0]["notes"] if all(note in r["notes"] for r in self.rows[1:])]
+
     def markdown(self) -> str:
-        """Pipe table; Pareto-optimal rows in bold."""
+        """Pipe table; Pareto-optimal rows in bold; the notes every row shares said once, under it.
+
+        Example
+        -------
+        >>> rows = [{"model": "a [fp32 training, masked inputs]", "notes": ["fp32 training", "masked inputs"]},
+        ...         {"model": "b [fp32 training]", "notes": ["fp32 training"]}]
+        >>> print(Table("demo", "Demo", rows, [COL_MODEL], pareto={0}).markdown(), end="")
+        | Model |
+        |---|
+        | **a [masked inputs]** |
+        | b |
+        <BLANKLINE>
+        Every row: fp32 training.
+        """
+        common = self.common_notes()
         lines = ["| " + " | ".join(h for h, _ in self.columns) + " |", "|" + "---|" * len(self.columns)]
         for i, row in enumerate(self.rows):
-            cells = [fmt(row) for _, fmt in self.columns]
+            cells = [fmt(_without_notes(row, common)) for _, fmt in self.columns]
             if i in self.pareto:
                 cells = [f"**{c}**" if c else c for c in cells]
             lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + (f"\nEvery row: {', '.join(common)}.\n" if common else "")
 
     def write_csv(self, path: PathLike) -> None:
         """Raw (unformatted) values of ``csv_keys`` plus a ``pareto`` column."""
@@ -206,6 +236,16 @@ class Table:
             writer.writerow([*self.csv_keys, "pareto"])
             for i, row in enumerate(self.rows):
                 writer.writerow([*("" if row.get(k) is None else row[k] for k in self.csv_keys), i in self.pareto])
+
+
+def _without_notes(row: Row, common: Sequence[str]) -> Row:
+    """``row`` with the ``common`` notes taken out of the bracket that ends its label."""
+    notes = row.get("notes") or []
+    full = f" [{', '.join(notes)}]"
+    if not common or not notes or not str(row.get("model", "")).endswith(full):
+        return row
+    kept = [note for note in notes if note not in common]
+    return {**row, "model": row["model"][:-len(full)] + (f" [{', '.join(kept)}]" if kept else "")}
 
 
 def _budget_rank(row: Row) -> Tuple[bool, float, str]:
@@ -453,7 +493,7 @@ def _paired_row(a: Row, b: Row, second: str, budget: Tuple) -> List[Row]:
     notes = model_name({**config, "controller": "big_only"})[len(CONTROLLER_NAMES["big_only"]):]
     name = model_name(config)[:-len(notes) or None]
     name += f" ({budget_name(*budget)})" if budget[0] is not None else ""
-    return [{"model": name + " − " + CONTROLLER_NAMES[second] + notes, **diff}]
+    return [{"model": name + " − " + CONTROLLER_NAMES[second] + notes, "notes": setup_notes(config), **diff}]
 
 
 PAIRED_CSV_KEYS = ("model", "delta_PER", "delta_PER_std", "ci95", "n_seeds", "flops_change", "verdict")
@@ -497,7 +537,8 @@ def table_precision(rows: Sequence[Row], dataset: Optional[str] = None) -> Table
         diff = (paired_difference(by_precision["bf16"], by_precision["fp32"])
                 if "bf16" in by_precision and "fp32" in by_precision else None)
         if diff is not None:
-            table_rows.append({"model": model_name({**config_of(by_precision["fp32"]), "precision": None}), **diff})
+            config = {**config_of(by_precision["fp32"]), "precision": None}
+            table_rows.append({"model": model_name(config), "notes": setup_notes(config), **diff})
     return Table("precision", "bf16 autocast against fp32 training (test PER difference bf16 − fp32 in points, "
                  "paired by seed)", table_rows,
                  [("Model", lambda r: r["model"]), *_paired_columns("ΔPER bf16 − fp32 (points)")],

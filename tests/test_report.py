@@ -522,7 +522,8 @@ def test_pooling_over_the_apc_joins_its_seeds_and_names_both_fingerprints(tmp_pa
         (tmp_path / f"run{number}" / "results.json").write_text(json.dumps({**row, "dataset": "Mini"}))
     assert cli_main(["report", str(tmp_path), "--pool", "apc"]) == 0
     out = capsys.readouterr().out
-    assert "Surprisal-based controller [APC a1a1a1a1+b2b2b2b2]** | **Mini** | **27.30% ± 0.10%** |" in out
+    assert "Surprisal-based controller** | **Mini** | **27.30% ± 0.10%** |" in out  # the APC both rows share:
+    assert "Every row: APC a1a1a1a1+b2b2b2b2.\n" in out                          # said once, under the table
     assert cli_main(["report", str(tmp_path), "--pool", "apcs"]) == 2
     assert "--pool apcs: a report pools over apc, precision" in capsys.readouterr().err
     assert cli_main(["report", str(tmp_path), "--pool", "number_of_epochs"]) == 2  # not a name: refused up front

@@ -96,12 +96,14 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
     return pretrain_apc(datasets, hparams, run_opts)
 
 
-def feature_cache(hparams: Dict, manifests: Mapping[str, str], apc: Optional[APCModel]) -> Optional[FeatureCache]:
+def feature_cache(hparams: Dict, manifests: Mapping[str, str], apc: Optional[APCModel],
+                  device: str = "cpu") -> Optional[FeatureCache]:
     """The feature cache of every utterance of ``manifests`` (filterbanks; with APC also its
-    features and surprisal), filled on the main process; None with ``use_feature_cache: False``."""
+    features and surprisal, the APC run on ``device``: the run's ``--device``), filled on the main
+    process; None with ``use_feature_cache: False``."""
     if not hparams["use_feature_cache"]:
         return None
-    cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"])
+    cache = FeatureCache(hparams["cache_folder"], apc, hparams["feature_config"], device=device)
     run_on_main(fill_cache, args=[cache, manifests, hparams["cache_batch_size"], hparams.get("speed_perturbation")])
     return cache
 

@@ -14,6 +14,7 @@ import torch
 from benchmarks.common import full_fp32
 from surprisal_cc.apc import APCModel
 from surprisal_cc.architectures import build_encoder
+from surprisal_cc.cache import FeatureCache
 from surprisal_cc.encoders import ConditionalEncoder
 from surprisal_cc.nnet import lengths_to_mask
 
@@ -87,6 +88,21 @@ def test_apc_on_cuda_equals_cpu():
         a, b = cpu(x, LENGTHS), gpu(x.cuda(), LENGTHS.cuda())
     torch.testing.assert_close(b.features.cpu(), a.features, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(b.surprisal.cpu(), a.surprisal, rtol=1e-4, atol=1e-3)
+
+
+def test_feature_cache_filled_on_cuda_equals_the_cpu_one(tmp_path):
+    """A run's --device fills its feature cache: the APC's features and surprisal computed there."""
+    torch.manual_seed(0)
+    apc = APCModel(input_size=80, hidden_size=24).eval()
+    wav = torch.randn(16000, generator=torch.Generator().manual_seed(3))
+    entries = {}
+    for device in ("cpu", "cuda"):
+        cache = FeatureCache(tmp_path / device, copy.deepcopy(apc), device=device)
+        cache.build([("utt", "utt.wav")], lambda path: wav, progress=False)
+        entries[device] = cache.load("utt")
+    torch.testing.assert_close(entries["cuda"]["fbank"], entries["cpu"]["fbank"])
+    torch.testing.assert_close(entries["cuda"]["features"], entries["cpu"]["features"], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(entries["cuda"]["surprisal"], entries["cpu"]["surprisal"], rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("name,controller", [("conditional", "surprisal"), ("conditional", "random"),

@@ -80,7 +80,8 @@ def main(argv: List[str]) -> None:
         manifests = prepare_manifests(prepare_mini_librispeech, hparams)
         prepare_labels(hparams, manifests)
         apc = obtain_apc(hparams, manifests, run_opts)
-        datasets = dataio_prep(hparams, manifests, feature_cache(hparams, manifests, apc))
+        cache = feature_cache(hparams, manifests, apc, device=run_opts.get("device", "cpu"))
+        datasets = dataio_prep(hparams, manifests, cache)
         brain = ConditionalCTCBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
                                     run_opts=run_opts, checkpointer=hparams["checkpointer"], apc=apc,
                                     manifests=manifests)

@@ -49,7 +49,7 @@ def main(argv):
 
     # Filterbanks, APC features and surprisal of every utterance (and of the training audio at
     # each perturbation speed), computed once.
-    cache = feature_cache(hparams, manifests, apc)
+    cache = feature_cache(hparams, manifests, apc, device=run_opts.get("device", "cpu"))
 
     # DynamicItemDatasets: cached features, CTC targets (or pronunciation graphs).
     datasets = dataio_prep(hparams, manifests, cache)

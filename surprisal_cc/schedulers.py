@@ -50,7 +50,9 @@ class HoldDecayScheduler:
     number_of_epochs : int
         The run's epochs.
     hold_epochs : int
-        Epochs at the peak rate (fewer than ``number_of_epochs``).
+        Epochs at the peak rate (fewer than ``number_of_epochs``). The first epoch always trains at it
+        (the optimizer's initial rate; the schedule sets the rate after each epoch), so 0 holds it
+        for that one epoch, as 1 does, and a one-epoch run trains at the peak rate alone.
     final_value : float
         The rate of the last epoch (0 < final_value <= initial_value).
     """
@@ -62,11 +64,12 @@ class HoldDecayScheduler:
             raise ValueError(f"final_value must lie in (0, initial_value = {initial_value}], got {final_value}")
         self.initial_value, self.final_value = float(initial_value), float(final_value)
         self.number_of_epochs, self.hold_epochs = int(number_of_epochs), int(hold_epochs)
-        self.ratio = (self.final_value / self.initial_value) ** (1.0 / (self.number_of_epochs - self.hold_epochs))
+        self.decay_epochs = self.number_of_epochs - max(self.hold_epochs, 1)  # epoch 1 runs at the peak
+        self.ratio = (self.final_value / self.initial_value) ** (1.0 / self.decay_epochs) if self.decay_epochs else 1.0
 
     def value(self, epoch: int) -> float:
-        """The rate of ``epoch`` (1-based); past the last epoch it stays at ``final_value``."""
-        decayed = min(max(epoch - self.hold_epochs, 0), self.number_of_epochs - self.hold_epochs)
+        """The rate of ``epoch`` (1-based); past the last epoch it stays at the last epoch's rate."""
+        decayed = min(max(epoch - max(self.hold_epochs, 1), 0), self.decay_epochs)
         return self.initial_value * self.ratio ** decayed
 
     def __call__(self, epoch: int) -> Tuple[float, float]:

@@ -42,9 +42,14 @@ def test_hold_decay_rejects_bad_settings(kwargs, match):
         lr_scheduler("cosine", initial_value=1.0)
 
 
-def test_one_epoch_budget_decays_at_once():
+def test_the_first_epoch_trains_at_the_peak_rate_whatever_the_hold():
+    """The optimizer starts at the peak rate and the schedule sets the rate after each epoch: the rate
+    it reports for epoch 1 is the one epoch 1 trained at, and the last epoch still ends at the final rate."""
     schedule = lr_scheduler("hold_decay", initial_value=1.0, number_of_epochs=1, hold_fraction=0.9)
-    assert schedule.hold_epochs == 0 and schedule.value(1) == pytest.approx(0.05)
+    assert schedule.hold_epochs == 0 and schedule(1) == (1.0, 1.0)
+    schedule = HoldDecayScheduler(1.0, number_of_epochs=5, hold_epochs=0, final_value=0.0625)
+    assert [schedule.value(e) for e in range(1, 7)] == pytest.approx([1.0, 0.5, 0.25, 0.125, 0.0625, 0.0625])
+    assert [schedule.value(e) for e in range(1, 6)] == [HoldDecayScheduler(1.0, 5, 1, 0.0625).value(e) for e in range(1, 6)]
 
 
 def test_hparams_choose_the_schedule_and_it_checkpoints(tmp_path):

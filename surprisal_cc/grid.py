@@ -90,7 +90,7 @@ from .hparams_files import changed_training_settings, load_yaml_tolerant
 from .run_folder import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
 from .run_labels import POOLABLE_KEYS
 
-__all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "expand", "override_value", "results_files", "execute",
+__all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "check_input_files", "expand", "override_value", "results_files", "execute",
            "publish_run", "acquire_run_lock", "lock_holder", "release_run_lock", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
 
 
@@ -423,6 +423,35 @@ def prepare_inputs(steps: Sequence[PrepareStep], dry_run: bool = False, log: Opt
                 raise GridError(f"{step.creates} has SHA-256 {found}, but the grid file pins {step.sha256}: runs on "
                                 f"it would not be seeds of the configuration published so far. Delete the file to "
                                 f"make it again, or remove sha256 from the grid file's prepare step to train on it.")
+
+
+# settings that name a file a run reads before anything else; a grid checks those its runs are given
+# before launching any (a missing one would fail every run, each after its data preparation)
+INPUT_FILE_KEYS = ("apc_path", "relabelled_train")
+
+
+def check_input_files(runs: Sequence["Run"], steps: Sequence[PrepareStep], grid_file: str) -> List[str]:
+    """The input files (:data:`INPUT_FILE_KEYS`) that ``runs`` are given and that neither exist nor
+    are made by one of the ``prepare`` steps, one line each naming the key, the file and what to do.
+
+    Example
+    -------
+    >>> run = Run("g", "g/seed1", Path("out"), {"apc_path": "missing/apc.pt"}, [])
+    >>> check_input_files([run], [], "grid.yaml")[0].split(":")[0]
+    'apc_path missing/apc.pt (grid.yaml, 1 run)'
+    >>> check_input_files([run], [PrepareStep(Path("missing/apc.pt"), ["true"])], "grid.yaml")
+    []
+    """
+    made = {step.creates for step in steps}
+    missing: Dict[Tuple[str, str], int] = {}
+    for run in runs:
+        for key in INPUT_FILE_KEYS:
+            value = run.overrides.get(key)
+            if _is_path(value) and not Path(value).exists() and Path(value) not in made:
+                missing[(key, value)] = missing.get((key, value), 0) + 1
+    makers = {"apc_path": "recipes/LibriSpeech/pretrain_apc.py", "relabelled_train": "recipes/MiniLibriSpeech/realign_labels.py"}
+    return [f"{key} {value} ({grid_file}, {count} run{'s' if count > 1 else ''}): no such file; make it first "
+            f"({makers[key]}) or add a prepare step that creates it" for (key, value), count in missing.items()]
 
 
 # SpeechBrain run options that are flags (no value) on the command line.
@@ -928,7 +957,13 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
                         "(group/key-value+.../seedN; --dry-run without --only lists them)")
     runs = [r for r in every if not args.only or any(selects(s, r.name) for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
-    if any(not r.complete() and not (publish is not None and r.published(*publish)) for r in runs):
+    to_run = [r for r in runs if not r.complete() and not (publish is not None and r.published(*publish))]
+    if to_run:
+        missing = check_input_files(to_run, spec.prepare, args.grid)
+        if missing and not args.dry_run:
+            raise GridError("; ".join(missing))
+        for line in missing:  # a dry run lists them before its commands
+            print(f"# missing: {line}")
         prepare_inputs(spec.prepare, dry_run=args.dry_run)
     report_published = (functools.partial(write_grid_report, publish[1], publish[1] / "report", spec.report_pool)
                         if publish is not None and not args.no_report else None)

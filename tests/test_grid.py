@@ -733,3 +733,24 @@ def test_the_run_lock_is_readable_by_others_and_works_without_hard_links(tmp_pat
     assert (tmp_path / "grid.lock").read_text().split()[0] == str(os.getpid())
     assert grid.acquire_run_lock(tmp_path) is not None  # held (by this very process): refused
     assert [p.name for p in tmp_path.iterdir()] == ["grid.lock"]
+
+
+def test_a_missing_input_file_stops_the_grid_before_any_run(grid_file: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """An apc_path that is neither there nor made by a prepare step would fail every run, each after its
+    data preparation: one line names it first; a dry run lists it; a finished grid does not need it."""
+    spec = yaml.safe_load(grid_file.read_text())
+    spec["overrides"]["apc_path"] = str(tmp_path / "apc" / "apc.pt")
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["grid", str(grid_file), "--no-report"]) == 1
+    err = capsys.readouterr().err
+    assert f"apc_path {tmp_path / 'apc' / 'apc.pt'} ({grid_file}, 6 runs): no such file" in err and "pretrain_apc.py" in err
+    assert not (tmp_path / "exp" / "grid").exists()
+    assert main(["grid", str(grid_file), "--dry-run"]) == 0
+    assert "# missing: apc_path" in capsys.readouterr().out
+    spec["prepare"] = [{"creates": str(tmp_path / "apc" / "apc.pt"),
+                        "command": [sys.executable, "-c", f"open({str(tmp_path / 'apc' / 'apc.pt')!r}, 'w').write('x')"]}]
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["grid", str(grid_file), "--no-report"]) == 0  # made by a prepare step: no error
+    (tmp_path / "apc" / "apc.pt").unlink()
+    assert main(["grid", str(grid_file), "--no-report"]) == 0  # every run finished: nothing needs it

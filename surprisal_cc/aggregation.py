@@ -23,7 +23,7 @@ from .run_labels import CONFIG_KEYS, POOLABLE_KEYS, config_of, model_name, setup
 
 __all__ = ["CONTROLLER_ORDER", "SORT_ORDER", "BASE_SELECTION", "mean_std", "aggregate", "ensure_aggregated",
            "pool_configurations", "pareto_front", "paired_difference", "select_rows", "sort_rows", "setup_of",
-           "setup_groups"]
+           "setup_groups", "common_notes", "without_notes"]
 
 
 CONTROLLER_ORDER = ("random", "learned", "surprisal", "big_only", "small_only")
@@ -344,3 +344,31 @@ def setup_groups(rows: Sequence[Row], swept: str) -> Dict[str, List[Row]]:
         return [*setup[0], *([f"{setup[1]} epochs"] if setup[1] is not None else [])]
     common = set.intersection(*(set(notes(setup)) for setup in groups)) if groups else set()
     return {", ".join(n for n in notes(setup) if n not in common): group for setup, group in groups.items()}
+
+
+def common_notes(rows: Sequence[Row]) -> List[str]:
+    """The setup notes (a row's ``notes``, :func:`~surprisal_cc.run_labels.setup_notes`) that every row
+    of two or more shares, which tables and plots say once instead of in every label
+    (:func:`without_notes`).
+
+    Example
+    -------
+    >>> rows = [{"model": "a [fp32 training, masked inputs]", "notes": ["fp32 training", "masked inputs"]},
+    ...         {"model": "b [fp32 training]", "notes": ["fp32 training"]}]
+    >>> common = common_notes(rows)
+    >>> common, [without_notes(r, common)["model"] for r in rows]
+    (['fp32 training'], ['a [masked inputs]', 'b'])
+    """
+    if len(rows) < 2 or any(not isinstance(r.get("notes"), list) for r in rows):
+        return []
+    return [note for note in rows[0]["notes"] if all(note in r["notes"] for r in rows[1:])]
+
+
+def without_notes(row: Row, common: Sequence[str]) -> Row:
+    """``row`` with the ``common`` notes taken out of the bracket that ends its label (``model``)."""
+    notes = row.get("notes") or []
+    full = f" [{', '.join(notes)}]"
+    if not common or not notes or not str(row.get("model", "")).endswith(full):
+        return row
+    kept = [note for note in notes if note not in common]
+    return {**row, "model": row["model"][:-len(full)] + (f" [{', '.join(kept)}]" if kept else "")}

@@ -24,8 +24,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .aggregation import (aggregate, ensure_aggregated, pareto_front, pool_configurations, select_rows,  # noqa: E402
-                          setup_groups, setup_of)
+from .aggregation import (aggregate, common_notes, ensure_aggregated, pareto_front, pool_configurations, select_rows,  # noqa: E402
+                          setup_groups, setup_of, without_notes)
 from .report import table_bias_sweep, table_controllers, table_converged, table_lambda  # noqa: E402
 from .run_folder import Row, collect_results, read_history  # noqa: E402
 from .run_labels import CONTROLLER_NAMES, run_label  # noqa: E402
@@ -86,8 +86,11 @@ def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PE
     agg = [r for r in ensure_aggregated(rows) if r.get("flops_M") is not None and r.get("PER") is not None]
     # points are numbered; the key below the axes names them (long names beside the points overlap),
     # each name wrapped to the figure's width
-    labels = [textwrap.fill(label, KEY_LINE_CHARS, subsequent_indent="    ") for label in point_labels(agg)]
-    key_lines = sum(label.count("\n") + 1 for label in labels) + 1
+    common = common_notes(agg)  # said once, as the key's title
+    labels = [textwrap.fill(label, KEY_LINE_CHARS, subsequent_indent="    ")
+              for label in point_labels([without_notes(r, common) for r in agg])]
+    key_title = textwrap.fill(f"Every point: {', '.join(common)}", KEY_LINE_CHARS) if common else None
+    key_lines = sum(label.count("\n") + 1 for label in labels) + 1 + (key_title.count("\n") + 1 if key_title else 0)
     fig, ax = plt.subplots(figsize=(8, 4.5 + 0.11 * key_lines + 0.03 * len(labels)))
     front = pareto_front(agg, x="flops_M")
     for i, (row, label) in enumerate(zip(agg, labels)):
@@ -97,7 +100,8 @@ def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PE
     if front:
         pts = sorted((agg[i]["flops_M"], agg[i]["PER"]) for i in front)
         ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", ls="--", color="C3", label="Pareto front")
-    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(0.0, -0.13), frameon=False)
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(0.0, -0.13), frameon=False, title=key_title,
+              title_fontsize=6.5, alignment="left")
     ax.set(xlabel="Avg. FLOPs per input frame (M)", ylabel="PER (%)", title=title)
     ax.grid(alpha=0.3)
     return _save(fig, path)

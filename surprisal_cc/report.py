@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from .aggregation import (CONTROLLER_ORDER, SORT_ORDER, aggregate, ensure_aggregated, paired_difference, pareto_front,
-                          pool_configurations, select_rows, setup_of, sort_rows)
+from .aggregation import (CONTROLLER_ORDER, SORT_ORDER, aggregate, common_notes, ensure_aggregated, paired_difference,
+                          pareto_front, pool_configurations, select_rows, setup_of, sort_rows, without_notes)
 from .run_folder import PathLike, Row, collect_results, epoch_minutes, read_history
 from .run_labels import CONFIG_KEYS, CONTROLLER_NAMES, budget_name, config_of, model_name, setup_notes
 
@@ -189,20 +189,9 @@ class Table:
             self.pareto = pareto_front(self.rows)
 
     def common_notes(self) -> List[str]:
-        """The setup notes (:func:`~surprisal_cc.run_labels.setup_notes`, a row's ``notes``) that every
-        row of two or more shares: :meth:`markdown` says them once, under the table, instead of in
-        every label.
-
-        Example
-        -------
-        >>> rows = [{"model": "a [fp32 training, masked inputs]", "notes": ["fp32 training", "masked inputs"]},
-        ...         {"model": "b [fp32 training]", "notes": ["fp32 training"]}]
-        >>> Table("demo", "Demo", rows, [COL_MODEL], pareto={0}).common_notes()
-        ['fp32 training']
-        """
-        if len(self.rows) < 2 or any(not isinstance(r.get("notes"), list) for r in self.rows):
-            return []
-        return [note for note in self.rows[0]["notes"] if all(note in r["notes"] for r in self.rows[1:])]
+        """The setup notes every row shares (:func:`~surprisal_cc.aggregation.common_notes`), which
+        :meth:`markdown` says once, under the table, instead of in every label."""
+        return common_notes(self.rows)
 
     def markdown(self) -> str:
         """Pipe table; Pareto-optimal rows in bold; the notes every row shares said once, under it.
@@ -222,7 +211,7 @@ class Table:
         common = self.common_notes()
         lines = ["| " + " | ".join(h for h, _ in self.columns) + " |", "|" + "---|" * len(self.columns)]
         for i, row in enumerate(self.rows):
-            cells = [fmt(_without_notes(row, common)) for _, fmt in self.columns]
+            cells = [fmt(without_notes(row, common)) for _, fmt in self.columns]
             if i in self.pareto:
                 cells = [f"**{c}**" if c else c for c in cells]
             lines.append("| " + " | ".join(cells) + " |")
@@ -236,16 +225,6 @@ class Table:
             writer.writerow([*self.csv_keys, "pareto"])
             for i, row in enumerate(self.rows):
                 writer.writerow([*("" if row.get(k) is None else row[k] for k in self.csv_keys), i in self.pareto])
-
-
-def _without_notes(row: Row, common: Sequence[str]) -> Row:
-    """``row`` with the ``common`` notes taken out of the bracket that ends its label."""
-    notes = row.get("notes") or []
-    full = f" [{', '.join(notes)}]"
-    if not common or not notes or not str(row.get("model", "")).endswith(full):
-        return row
-    kept = [note for note in notes if note not in common]
-    return {**row, "model": row["model"][:-len(full)] + (f" [{', '.join(kept)}]" if kept else "")}
 
 
 def _budget_rank(row: Row) -> Tuple[bool, float, str]:

@@ -356,7 +356,7 @@ def test_published_runs_are_not_run_again_on_a_fresh_machine(grid_file: Path, tm
     spec["publish"] = str(tmp_path / "published")
     grid_file.write_text(yaml.safe_dump(spec))
     assert main(["grid", str(grid_file), "--no-report", "--only", "controllers/controller-surprisal/seed1"]) == 0
-    shutil.rmtree(tmp_path / "exp")  # the next session's machine
+    shutil.rmtree(tmp_path / "exp")  # another machine, which has only the published files
     assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 3
     out = capsys.readouterr().out
     assert "| controllers/controller-surprisal/seed1 | published |" in out

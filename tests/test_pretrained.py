@@ -46,7 +46,7 @@ def _committed_pretrained() -> bytes:
 
 
 def test_the_model_shipped_at_a_revision_is_written_whole(tmp_path, monkeypatch, capsys):
-    """``shipped_model.py`` (the session grid's pinned aligner) writes the shipped model of a revision, and names
+    """``shipped_model.py`` (grid_apc_tc5.yaml's pinned aligner) writes the shipped model of a revision, and names
     a revision the clone does not hold instead of writing a partial folder."""
     model_json = _committed_pretrained()
     monkeypatch.syspath_prepend(str(REPO / "recipes" / "MiniLibriSpeech"))

@@ -536,5 +536,5 @@ def test_make_mini_librispeech_defaults_to_the_published_labels_and_profile(tmp_
                  in line)
     assert f"--relabelled_train={tmp_path}/labels/realigned_pauses_pretrained.csv" in train
     assert "--apc_path" not in train  # the profile's APC
-    grid = (REPO / "hparams" / "MiniLibriSpeech" / "grid_session.yaml").read_text()
+    grid = (REPO / "hparams" / "MiniLibriSpeech" / "grid_apc_tc5.yaml").read_text()
     assert "hparams: hparams/MiniLibriSpeech/cpu_profile.yaml" in grid

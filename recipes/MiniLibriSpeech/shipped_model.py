@@ -4,7 +4,7 @@
 The shipped model is ``surprisal_cc/pretrained/`` (``pretrained/`` at the root in revisions before
 the package carried it). Labels made by the shipped model (``realign_labels.py surprisal_cc/pretrained …``)
 change when it is replaced by a better model. A comparison whose runs must all train on the same
-labels relabels with the model of a fixed revision instead (``hparams/MiniLibriSpeech/grid_session.yaml``,
+labels relabels with the model of a fixed revision instead (``hparams/MiniLibriSpeech/grid_apc_tc5.yaml``,
 its prepare steps)::
 
     python recipes/MiniLibriSpeech/shipped_model.py 0cb7ec2 results/MiniLibriSpeech/aligner/0cb7ec2

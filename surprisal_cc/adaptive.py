@@ -275,8 +275,11 @@ def kl_to_prior(p: Tensor, prior: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------------------------
 # Encoders
 # ----------------------------------------------------------------------------------------------
-class _AdaptiveEncoder(Encoder):
-    """Shared pre-net / step block / halting unit / post-net and output assembly.
+class AdaptiveEncoder(Encoder):
+    """Shared pre-net / step block / halting unit / post-net and output assembly of the encoders that
+    halt per frame. A new one subclasses it and implements :meth:`ponder` (its halting rule over the
+    pre-net states of the real frames) and :meth:`aux_weight` (the weight of its per-frame term in
+    ``aux_loss``); :class:`ACTEncoder` and :class:`PonderNetEncoder` are two.
 
     Arguments
     ---------
@@ -321,11 +324,11 @@ class _AdaptiveEncoder(Encoder):
             "post_net": module_macs(self.post_net),
         }
 
-    def _ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    def ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """(M, D) pre-net states of the real frames -> (output (M, D), steps (M,), weights (M, N), aux (M,))."""
         raise NotImplementedError
 
-    def _aux_weight(self) -> float:
+    def aux_weight(self) -> float:
         """Weight of the per-frame auxiliary term in ``aux_loss``."""
         raise NotImplementedError
 
@@ -345,7 +348,7 @@ class _AdaptiveEncoder(Encoder):
         mask = lengths_to_mask(lengths.to(feats.device), time)
         x = self.pre_net(feats, lengths)
         b, t = mask.nonzero(as_tuple=True)
-        out, steps, weights, aux = (v.float() for v in self._ponder(x[b, t].float()))
+        out, steps, weights, aux = (v.float() for v in self.ponder(x[b, t].float()))
         y = out.new_zeros(x.shape).index_put((b, t), out)
         logits = self.post_net(y, lengths)
         steps_bt = out.new_zeros(batch, time).index_put((b, t), steps)
@@ -354,7 +357,7 @@ class _AdaptiveEncoder(Encoder):
         return EncoderOutput(
             log_probs=torch.log_softmax(logits, dim=-1),
             lengths=lengths,
-            aux_loss=self._aux_weight() * aux_bt.sum() / max(aux_bt.shape[0], 1),  # per utterance; 0 for no utterance
+            aux_loss=self.aux_weight() * aux_bt.sum() / max(aux_bt.shape[0], 1),  # per utterance; 0 for no utterance
             frame_macs={
                 "pre_net": uniform_frame_macs(macs["pre_net"], mask),
                 "step_block": steps_bt.detach().to(torch.float64) * float(macs["step_block"]),
@@ -367,7 +370,7 @@ class _AdaptiveEncoder(Encoder):
         )
 
 
-class ACTEncoder(_AdaptiveEncoder):
+class ACTEncoder(AdaptiveEncoder):
     """Adaptive Computation Time (Graves, 2016) over a per-frame residual step block.
 
     Halting probabilities h_n; a frame halts at N(t) = the first n with sum_{j<=n} h_j >= 1 - eps
@@ -385,7 +388,7 @@ class ACTEncoder(_AdaptiveEncoder):
     Arguments
     ---------
     input_size, num_outputs, max_steps, step_hidden, hidden_size, dropout, residual
-        As for every adaptive encoder (``_AdaptiveEncoder``).
+        As for every adaptive encoder (``AdaptiveEncoder``).
     epsilon : float
         Halting threshold 1 - epsilon on the cumulative halting probability, in (0, 1).
     ponder_cost : float
@@ -420,10 +423,10 @@ class ACTEncoder(_AdaptiveEncoder):
                          hidden_size, dropout)
         self.epsilon, self.ponder_cost = epsilon, ponder_cost
 
-    def _aux_weight(self) -> float:
+    def aux_weight(self) -> float:
         return self.ponder_cost
 
-    def _ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    def ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """ACT steps on the frames still running; aux is the ponder cost N(t) + R(t)."""
         m, n_steps = s.shape[0], self.max_steps
         out, weights = torch.zeros_like(s), s.new_zeros(m, n_steps)
@@ -443,7 +446,7 @@ class ACTEncoder(_AdaptiveEncoder):
         return out, steps, weights, steps + remainder
 
 
-class PonderNetEncoder(_AdaptiveEncoder):
+class PonderNetEncoder(AdaptiveEncoder):
     """PonderNet (Banino et al., 2021) with per-frame halting and the expected representation.
 
     lambda_n = halting unit on s_n (lambda_N = 1), p_n = lambda_n prod_{j<n} (1 - lambda_j).
@@ -475,7 +478,7 @@ class PonderNetEncoder(_AdaptiveEncoder):
     Arguments
     ---------
     input_size, num_outputs, max_steps, step_hidden, hidden_size, dropout, residual
-        As for every adaptive encoder (``_AdaptiveEncoder``).
+        As for every adaptive encoder (``AdaptiveEncoder``).
     beta : float
         Weight of the KL term in ``aux_loss``.
     lambda_p : float
@@ -549,10 +552,10 @@ class PonderNetEncoder(_AdaptiveEncoder):
             raise ValueError(f"tail_mass (hparams key 'pondernet_tail_mass') must be in [0, 1), got {mass}")
         self._tail_mass = value
 
-    def _aux_weight(self) -> float:
+    def aux_weight(self) -> float:
         return self.beta
 
-    def _ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    def ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """All N steps in training and in ``"expected"`` mode, else early exit."""
         if self.training or self.inference == "expected":
             return self._ponder_expected(s)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .run_folder import Row, as_float
+from .run_folder import BUILT_IN_CONTROLLERS, BUILT_IN_ENCODERS, Row, as_float
 from .run_labels import CONFIG_KEYS, POOLABLE_KEYS, config_of, model_name, setup_notes
 
 __all__ = ["CONTROLLER_ORDER", "SORT_ORDER", "BASE_SELECTION", "mean_std", "aggregate", "ensure_aggregated",
@@ -26,11 +26,12 @@ __all__ = ["CONTROLLER_ORDER", "SORT_ORDER", "BASE_SELECTION", "mean_std", "aggr
            "setup_groups", "common_notes", "without_notes"]
 
 
-CONTROLLER_ORDER = ("random", "learned", "surprisal", "big_only", "small_only")
+# tables list the built-in controllers and encoders in this order (the paper's Table 2's), new ones after them
+CONTROLLER_ORDER = BUILT_IN_CONTROLLERS
 
 
 SORT_ORDER: Dict[str, Sequence[Any]] = {
-    "encoder": ("conditional", "act", "pondernet"), "architecture": ("paper", "model1", "model2", "model3"),
+    "encoder": BUILT_IN_ENCODERS, "architecture": ("paper", "model1", "model2", "model3"),
     "controller": CONTROLLER_ORDER, "input_features": ("fbank", "apc"),
     "learned_estimator": ("both_networks", "routed"),
     **{flag: (False, True) for flag in ("controller_at_train", "controller_at_test", "train_stochastic",

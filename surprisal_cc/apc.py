@@ -36,7 +36,7 @@ from typing import Mapping, NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
-from .nnet import lengths_to_mask
+from .nnet import LEAKY_SLOPE, lengths_to_mask
 
 
 class APCOutput(NamedTuple):
@@ -113,7 +113,7 @@ class APCModel(nn.Module):
         hidden_size: int = 512,
         num_layers: int = 2,
         dropout: float = 0.5,
-        leaky_slope: float = 0.125,
+        leaky_slope: float = LEAKY_SLOPE,
         input_scale: bool = True,
         residual: bool = False,
     ):

@@ -2,7 +2,8 @@
 
 :class:`ConditionalCTCBrain` trains any :class:`~surprisal_cc.nnet.Encoder` with CTC on
 frozen APC features (or raw filterbanks), calibrates a surprisal controller before training,
-selects checkpoints by validation PER, decodes the test set with CTC beam search and writes a
+selects checkpoints by the validation error rate (``selection_metric``: PER, TER with sentencepiece
+targets), decodes the test set with CTC beam search and writes a
 results file: error rates, MACs per frame counted from what ran, routing statistics.
 """
 from __future__ import annotations
@@ -316,8 +317,13 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.epoch_start_time = time.time()
         self.stage_start_time = time.time()
 
+    @property
+    def error_rate_key(self) -> str:
+        """The error rate's name: PER with phone targets, TER (token error rate) with sentencepiece ones."""
+        return "PER" if self.hparams.target_unit == "phone" else "TER"
+
     def stage_summary(self) -> Dict[str, object]:
-        summary = {"PER" if self.hparams.target_unit == "phone" else "TER": self.error_metrics.summarize()["error_rate"]}
+        summary = {self.error_rate_key: self.error_metrics.summarize()["error_rate"]}
         if self.hparams.target_unit == "sentencepiece":
             summary["WER"] = self.word_metrics.summarize()["error_rate"]
         flops = self.mac_meter.per_frame()
@@ -336,7 +342,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.train_loss = stage_loss
             return
         summary = self.stage_summary()
-        metric_key = next(iter(summary))  # the error rate: PER, or TER with sentencepiece targets
+        metric_key = self.error_rate_key
         stats = {"loss": stage_loss, metric_key: summary[metric_key], "flops_per_frame_M": summary["flops_per_frame"] / 1e6}
         for key in ("p_big_mean", "big_fraction", "mean_steps"):
             if key in summary:

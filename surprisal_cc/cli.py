@@ -1,11 +1,12 @@
-"""Command-line interface: ``surprisal-cc analyse|flops|grid|report|curves|bench|export|transcribe|evaluate``.
+"""Command-line interface: ``surprisal-cc analyse|flops|grid|report|backfill-apc|curves|bench|export|transcribe|evaluate``.
 
     surprisal-cc analyse --apc APC.pt --mfa MFA.csv --audio-root DIR [--plot OUT.png] [--json OUT.json]
     surprisal-cc flops hparams/TIMIT/conditional_ctc.yaml [--key=value ...] [--json]
-    surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N] [--only SUBSTRING]
+    surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N] [--threads N] [--only SUBSTRING]
         [--no-report] [--key=value ...]
     surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json] [--csv FILE] [--pool KEY]
     surprisal-cc report results/MiniLibriSpeech/grid --out docs/results/MiniLibriSpeech   # every table + plot
+    surprisal-cc backfill-apc docs/results/MiniLibriSpeech [--dry-run]   # APC fingerprints of older results files
     surprisal-cc curves RUN_DIR[=LABEL] ... [--key PER] [--plot OUT.png]   # runs in progress too
     surprisal-cc bench [--json] [--quick] [--only training,rnn] [--device cuda]
     surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N]

@@ -34,7 +34,7 @@ from typing import Callable, Dict, NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
-from .nnet import keyword_names
+from .nnet import LEAKY_SLOPE, keyword_names
 
 
 
@@ -329,7 +329,7 @@ class LearnedController(Controller):
         if estimator not in LEARNED_ESTIMATORS:
             raise ValueError(f"unknown learned-controller estimator {estimator!r} (hparams key "
                              f"'learned_estimator'); choose one of {LEARNED_ESTIMATORS}")
-        self.net = nn.Sequential(nn.Linear(input_size, hidden_size), nn.LeakyReLU(0.125),
+        self.net = nn.Sequential(nn.Linear(input_size, hidden_size), nn.LeakyReLU(LEAKY_SLOPE),
                                  nn.Linear(hidden_size, 1))
         if penalty_utterances is not None and penalty_utterances <= 0:
             raise ValueError(f"learned-controller penalty_utterances (hparams key 'learned_penalty_utterances') "

@@ -60,7 +60,8 @@ to ``<experiment_root>/report``. With ``publish``, each finished run's small res
 there at once, and the tables and figures of everything published so far are rewritten to
 ``<publish>/report``, so that the published results grow run by run.
 The command exits 1 when a run failed, 3 when none failed but a selected run was blocked (it needs a
-checkpoint that is not on this machine) or in conflict, else 0 (:func:`exit_status`).
+checkpoint that is not on this machine), in conflict or trained elsewhere (by another grid process), else
+0 (:func:`exit_status`).
 """
 from __future__ import annotations
 
@@ -425,13 +426,15 @@ def prepare_inputs(steps: Sequence[PrepareStep], dry_run: bool = False, log: Opt
                                 f"make it again, or remove sha256 from the grid file's prepare step to train on it.")
 
 
-# settings that name a file a run reads before anything else; a grid checks those its runs are given
-# before launching any (a missing one would fail every run, each after its data preparation)
-INPUT_FILE_KEYS = ("apc_path", "relabelled_train")
+# settings that name a file a run reads before anything else, and the script that makes it; a grid
+# checks those its runs are given before launching any (a missing one would fail every run, each after
+# its data preparation)
+INPUT_FILE_MAKERS = {"apc_path": "recipes/LibriSpeech/pretrain_apc.py",
+                     "relabelled_train": "recipes/MiniLibriSpeech/realign_labels.py"}
 
 
 def check_input_files(runs: Sequence["Run"], steps: Sequence[PrepareStep], grid_file: str) -> List[str]:
-    """The input files (:data:`INPUT_FILE_KEYS`) that ``runs`` are given and that neither exist nor
+    """The input files (:data:`INPUT_FILE_MAKERS`) that ``runs`` are given and that neither exist nor
     are made by one of the ``prepare`` steps, one line each naming the key, the file and what to do.
 
     Example
@@ -445,13 +448,12 @@ def check_input_files(runs: Sequence["Run"], steps: Sequence[PrepareStep], grid_
     made = {step.creates for step in steps}
     missing: Dict[Tuple[str, str], int] = {}
     for run in runs:
-        for key in INPUT_FILE_KEYS:
+        for key in INPUT_FILE_MAKERS:
             value = run.overrides.get(key)
             if _is_path(value) and not Path(value).exists() and Path(value) not in made:
                 missing[(key, value)] = missing.get((key, value), 0) + 1
-    makers = {"apc_path": "recipes/LibriSpeech/pretrain_apc.py", "relabelled_train": "recipes/MiniLibriSpeech/realign_labels.py"}
     return [f"{key} {value} ({grid_file}, {count} run{'s' if count > 1 else ''}): no such file; make it first "
-            f"({makers[key]}) or add a prepare step that creates it" for (key, value), count in missing.items()]
+            f"({INPUT_FILE_MAKERS[key]}) or add a prepare step that creates it" for (key, value), count in missing.items()]
 
 
 # SpeechBrain run options that are flags (no value) on the command line.
@@ -905,7 +907,7 @@ def selects(selector: str, run_name: str) -> bool:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options of ``surprisal-cc grid``: ``GRID [--dry-run] [--jobs N] [--only S] [--no-report]``.
+    """Add the options of ``surprisal-cc grid``: ``GRID [--dry-run] [--jobs N] [--threads N] [--only S] [--no-report]``.
 
     The ``--key=value`` overrides for every run are what ``parser.parse_known_args`` leaves over.
 
@@ -942,7 +944,8 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     -------
     int
         The exit status (:func:`exit_status`): 1 when a run failed, 3 when none failed but a run
-        could not run here (blocked, or in conflict with a finished run in its folder), else 0.
+        could not run here (blocked, in conflict with a finished run in its folder, or trained by
+        another grid process), else 0.
     """
     if any(o.split("=", 1)[0] == "--debug" for o in overrides):
         raise UsageError(f"--debug: {DEBUG_REFUSED}")
@@ -968,7 +971,7 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     report_published = (functools.partial(write_grid_report, publish[1], publish[1] / "report", spec.report_pool)
                         if publish is not None and not args.no_report else None)
     status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish,
-                     threads=getattr(args, "threads", None), on_published=report_published)
+                     threads=args.threads, on_published=report_published)
     print(format_summary(runs, status))
     if not args.dry_run and not args.no_report:
         out = Path(spec.experiment_root) / "report"
@@ -976,23 +979,27 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
         print(f"report: {out / 'report.md'} ({len(figures)} figures)")
         if report_published is not None:
             report_published()
-    return exit_status(status)
+    return exit_status(status, dry_run=args.dry_run)
 
 
-def exit_status(status: Dict[str, Tuple[str, float]]) -> int:
-    """The grid command's exit status: 1 when a run failed, 3 when none failed but a run was
-    blocked (its training run failed, runs elsewhere or was published from another machine, so its
-    checkpoint is not here) or its folder holds another configuration's finished run (conflict), else 0, so that a script can tell "every selected run is finished" apart.
+def exit_status(status: Dict[str, Tuple[str, float]], dry_run: bool = False) -> int:
+    """The grid command's exit status: 1 when a run failed; 3 when none failed but a run is not
+    finished and could not run here: blocked (its training run failed, runs elsewhere or was published
+    from another machine, so its checkpoint is not here), in conflict (its folder holds another
+    configuration's finished run) or elsewhere (another grid process is training it now, which a dry
+    run, that runs nothing itself, does not count); else 0, so that a script can tell "every selected
+    run is finished" apart.
 
     Example
     -------
     >>> exit_status({"a": ("done", 5.0), "b": ("published", 0.0)}), exit_status({"a": ("blocked", 0.0)})
     (0, 3)
-    >>> exit_status({"a": ("failed", 5.0), "b": ("blocked", 0.0)})
-    1
+    >>> exit_status({"a": ("failed", 5.0), "b": ("blocked", 0.0)}), exit_status({"a": ("elsewhere", 0.0)})
+    (1, 3)
     """
     states = {state for state, _ in status.values()}
-    return 1 if "failed" in states else 3 if states & {"blocked", "conflict"} else 0
+    not_here = {"blocked", "conflict"} | (set() if dry_run else {"elsewhere"})
+    return 1 if "failed" in states else 3 if states & not_here else 0
 
 
 def write_grid_report(results_root: Path, out: Path, pool: Sequence[str] = ()) -> List[Path]:

@@ -84,6 +84,10 @@ def keyword_names(factory: Callable[..., Any]) -> Optional[Set[str]]:
     return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
+#: Negative slope of every LeakyReLU of the paper's networks (APC, pre-nets, routed branches, the learned
+#: controller's gate), as the authors' code has it.
+LEAKY_SLOPE = 0.125
+
 #: Hex digits of a :func:`weights_fingerprint` as results files and model folders record it.
 FINGERPRINT_DIGITS = 12
 
@@ -335,7 +339,7 @@ class Conv1dPreNet(nn.Module):
     """
 
     def __init__(self, input_size: int, channels: int = 512, kernel_size: int = 11, dropout: float = 0.0,
-                 leaky_slope: float = 0.125):
+                 leaky_slope: float = LEAKY_SLOPE):
         super().__init__()
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"Conv1dPreNet kernel_size must be a positive odd number (the output keeps the "
@@ -381,7 +385,7 @@ class FrameNet(nn.Module):
     """
 
     def __init__(self, sizes: Sequence[int], context: int = 1, input_dropout: float = 0.0,
-                 leaky_slope: float = 0.125, final_activation: bool = True):
+                 leaky_slope: float = LEAKY_SLOPE, final_activation: bool = True):
         super().__init__()
         if context < 1 or context % 2 == 0:
             raise ValueError(f"FrameNet context must be a positive odd number, got {context}")

@@ -30,6 +30,8 @@ CONFIG_DEFAULTS: Dict[str, Any] = {
     "model_options": None, "apc": None,
 }
 CONFIG_KEYS: Tuple[str, ...] = tuple(CONFIG_DEFAULTS)
+# the built-in encoders that halt per frame instead of routing between two networks (no controller)
+ADAPTIVE_ENCODERS = ("act", "pondernet")
 # keys whose values are names that a row's label can join when a report pools runs over them
 # (surprisal_cc.aggregation.pool_configurations): e.g. an APC file and its fp16 copy
 POOLABLE_KEYS: Tuple[str, ...] = ("apc", "precision", "train_labels", "train_targets", "dataset")
@@ -60,10 +62,14 @@ def config_of(row: Row) -> Row:
     >>> config = config_of({"controller": "random", "penalty": 0.01, "test_bias_shift": None})
     >>> config["controller"], config["penalty"], config["test_bias_shift"], config["encoder"]
     ('random', None, 0.0, 'conditional')
+    >>> config_of({"encoder": "act", "controller": "surprisal"})["controller"] is None  # ACT has none
+    True
     """
     config = {key: row.get(key, default) for key, default in CONFIG_DEFAULTS.items()}
     config["test_bias_shift"] = float(config["test_bias_shift"] or 0.0)
     config["speed_perturb"] = tuple(float(f) for f in config["speed_perturb"] or ())
+    if config["encoder"] in ADAPTIVE_ENCODERS:  # no controller: the one its run recorded says nothing about it
+        config["controller"] = None
     if config["controller"] != "learned":
         config["penalty"] = config["learned_estimator"] = config["penalty_utterances"] = None
     if config["encoder"] != "act":

@@ -123,7 +123,7 @@ def test_act_ponder_hand_computed_and_precedence():
     enc = ACTEncoder(**SMALL, max_steps=3, epsilon=0.01)
     table = [[0.3, 0.5, 0.4], [0.995, 0.5, 0.5], [0.2, 0.2, 0.2]]
     counter = scripted(enc, table)
-    out, steps, weights, rho = enc._ponder(initial_states(3))
+    out, steps, weights, rho = enc.ponder(initial_states(3))
 
     torch.testing.assert_close(out[:, 1], torch.tensor([2.9, 2.0, 3.4]))
     torch.testing.assert_close(out[:, 0], torch.tensor([0.0, 1.0, 2.0]))  # weights sum to 1
@@ -277,7 +277,7 @@ def test_pondernet_threshold_early_exit():
     enc = PonderNetEncoder(**SMALL, max_steps=4, inference="threshold").eval()
     # cumulative p: frame 0 0.6 -> halt 1; frame 1 0.3, 0.51 -> halt 2; frame 2 0.1, 0.19, 0.271 -> 4
     counter = scripted(enc, [[0.6, 0.9, 0.9, 0.9], [0.3, 0.3, 0.3, 0.3], [0.1, 0.1, 0.1, 0.1]])
-    out, steps, weights, aux = enc._ponder(initial_states(3))
+    out, steps, weights, aux = enc.ponder(initial_states(3))
     assert counter.rows == [3, 2, 1, 1]
     assert steps.tolist() == [1.0, 2.0, 4.0]
     torch.testing.assert_close(out[:, 1], torch.tensor([2.0, 3.0, 5.0]))  # state at the halting step
@@ -289,7 +289,7 @@ def test_pondernet_truncated_hand_computed():
     enc = PonderNetEncoder(**SMALL, max_steps=4, inference="truncated", tail_mass=0.05).eval()
     # unassigned mass: frame 0 0.4, 0.04 -> stops at 2; frame 1 0.7, 0.49, 0.343 -> runs all 4; frame 2 0.01 -> 1
     counter = scripted(enc, [[0.6, 0.9, 0.9, 0.9], [0.3, 0.3, 0.3, 0.3], [0.99, 0.5, 0.5, 0.5]])
-    out, steps, weights, aux = enc._ponder(initial_states(3))
+    out, steps, weights, aux = enc.ponder(initial_states(3))
     assert counter.rows == [3, 2, 1, 1]
     assert steps.tolist() == [2.0, 4.0, 1.0]
     expected = torch.tensor([[0.6, 0.4, 0, 0], [0.3, 0.21, 0.147, 0.343], [1.0, 0, 0, 0]])
@@ -312,13 +312,13 @@ def test_pondernet_truncated_matches_training_state():
             states.append(s)
         states = torch.stack(states, 1)
         enc.tail_mass = 0.0
-        out, steps, p, kl = enc._ponder(s0)
+        out, steps, p, kl = enc.ponder(s0)
         assert (steps == 6).all()
         torch.testing.assert_close(out, full)
         torch.testing.assert_close(p, p_full)
         torch.testing.assert_close(kl, kl_full)
         enc.tail_mass = 0.2
-        out, steps, p, _ = enc._ponder(s0)
+        out, steps, p, _ = enc.ponder(s0)
     assert steps.min() < steps.max() < 7 and steps.float().mean() < 6
     spread = (states[:, :, None] - states[:, None]).norm(dim=-1).amax(dim=(1, 2))
     assert ((out - full).norm(dim=-1) <= 0.2 * spread + 1e-5).all()
@@ -328,7 +328,7 @@ def test_pondernet_truncated_matches_training_state():
 def test_pondernet_sample_early_exit():
     enc = PonderNetEncoder(**SMALL, max_steps=4, inference="sample").eval()
     counter = scripted(enc, [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
-    out, steps, _, _ = enc._ponder(initial_states(3))
+    out, steps, _, _ = enc.ponder(initial_states(3))
     assert counter.rows == [3, 2, 1, 1]
     assert steps.tolist() == [1.0, 2.0, 4.0]
 
@@ -336,7 +336,7 @@ def test_pondernet_sample_early_exit():
 def test_pondernet_sample_frequency():
     enc = PonderNetEncoder(**SMALL, max_steps=2, inference="sample").eval()
     scripted(enc, [[0.3, 0.3]])
-    _, steps, _, _ = enc._ponder(torch.zeros(4000, 8))
+    _, steps, _, _ = enc.ponder(torch.zeros(4000, 8))
     assert (steps == 1).float().mean().item() == pytest.approx(0.3, abs=0.03)
 
 

@@ -433,7 +433,7 @@ def test_controllers_table_lists_a_new_controller_and_encoder():
                               ("surprisal", "framewise", 30.0), ("surprisal", "act", 20.5))]
     table = report.table_controllers(rows)
     assert [(r["controller"], r["encoder"]) for r in table.rows] == [
-        ("surprisal", "conditional"), ("energy", "conditional"), ("surprisal", "act"), ("surprisal", "framewise")]
+        ("surprisal", "conditional"), ("energy", "conditional"), (None, "act"), ("surprisal", "framewise")]
 
 
 def test_runs_of_a_new_controller_that_differ_in_its_settings_are_not_pooled(tmp_path):
@@ -581,3 +581,13 @@ def test_a_new_controller_is_told_apart_by_its_own_settings_even_with_a_display_
           "encoder_module": {"controller_options": {"p_big": 0.5, "change_scale": 1.0, "coin_p": 0.3}}}
     assert run_folder.new_model_options(hp) == "change_scale=1.0"
     assert run_folder.new_model_options({**hp, "controller": "coin"}) == "change_scale=1.0, coin_p=0.3"  # not registered here
+
+
+def test_adaptive_seeds_recorded_with_different_controller_settings_are_one_row() -> None:
+    """ACT and PonderNet have no controller: the ``controller`` a run recorded (the hparams default, or
+    whatever the grid set for its other groups) does not split their seeds."""
+    rows = [{"encoder": "act", "controller": c, "seed": s, "PER": 29.5 + s / 10, "flops_per_frame": 6.8e6,
+             "mean_steps": 5.0} for s, c in ((1, "surprisal"), (2, "random"), (3, "surprisal"))]
+    agg = aggregation.aggregate(rows)
+    assert [(r["model"], r["n_seeds"]) for r in agg] == [("ACT", 3)]
+    assert [r["model"] for r in report.table_controllers(rows).rows] == ["ACT"]

@@ -65,7 +65,7 @@ def main(argv):
     # The surprisal controller's two parameters fitted to its target p_big statistics (Eq. 4), then frozen.
     asr_brain.calibrate_controller(datasets["train"])
 
-    # CTC training; checkpoints kept by dev PER.
+    # CTC training; checkpoints kept by the dev error rate (selection_metric: PER, or TER with sentencepiece).
     asr_brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],
                   train_loader_kwargs=training_loader_options(hparams, datasets["train"]),
                   valid_loader_kwargs=hparams["test_loader_options"])

@@ -230,6 +230,15 @@ class ConditionalCTCBrain(FiniteLossBrain):
         self.manifests = dict(manifests or {})
         self.rng_state = RNGState()
         self.train_batch_sampler = None
+        # set as the run goes: the controller's calibration, the test-time FLOPs budget, the evaluated
+        # split and the development split's results, the training's wall-clock and whether it resumed
+        self.calibration: Optional[Dict] = None
+        self.test_budget: Optional[Dict] = None
+        self.eval_split = "test"
+        self.split_results: Dict[str, Dict] = {}
+        self.train_wallclock: Optional[float] = None
+        self.train_resumed: Optional[bool] = None
+        self.epoch_start_time: Optional[float] = None
         if self.checkpointer is not None:
             self.checkpointer.add_recoverable("rng", self.rng_state)
 
@@ -357,12 +366,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
             self.append_history({"epoch": epoch, "lr": lr, "train_loss": self.train_loss, "valid_loss": stage_loss,
                                  **{k: v for k, v in summary.items() if k != "flops_components"},
                                  "elapsed_s": time.time() - self.stage_start_time,  # validation
-                                 "epoch_s": time.time() - getattr(self, "epoch_start_time", self.stage_start_time)})
+                                 "epoch_s": time.time() - (self.epoch_start_time or self.stage_start_time)})
             selection = getattr(self.hparams, "selection_metric", metric_key)  # what evaluate(min_key=...) reads
             self.checkpointer.save_and_keep_only(meta={selection: summary[selection]}, min_keys=[selection],
                                                  num_to_keep=self.hparams.checkpoints_to_keep)
         else:
-            split = getattr(self, "eval_split", "test")
+            split = self.eval_split
             self.hparams.train_logger.log_stats(
                 stats_meta={"Epoch loaded": self.hparams.epoch_counter.current,
                             **({"split": split} if split != "test" else {})}, test_stats=stats)
@@ -386,7 +395,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def asked_bias_shift(self) -> float:
         """The controller's test-time bias shift that was asked for (0 under a FLOPs budget, whose
         solved shift is recorded apart)."""
-        return 0.0 if getattr(self, "test_budget", None) else getattr(unwrap(self.modules.encoder), "test_bias_shift", 0.0)
+        return 0.0 if self.test_budget else getattr(unwrap(self.modules.encoder), "test_bias_shift", 0.0)
 
     def write_alignments(self, stem: Optional[str] = None) -> None:
         """This evaluation's per-utterance alignments, in a file named like its results file
@@ -399,7 +408,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
     @main_process_only
     def record_split_results(self, split: str, summary: Dict[str, object], loss: float) -> None:
         self.write_alignments(f"{split}_alignments")
-        self.split_results = {**getattr(self, "split_results", {}),
+        self.split_results = {**self.split_results,
                               split: {**summary, "error_rate_details": self.error_metrics.summarize(), "loss": loss,
                                       "data": str(self.manifests.get(split, ""))}}
 
@@ -431,13 +440,13 @@ class ConditionalCTCBrain(FiniteLossBrain):
         applied."""
         encoder = unwrap(self.modules.encoder)
         controller = getattr(encoder, "controller", None)
-        budget = getattr(self, "test_budget", None)
+        budget = self.test_budget
         solution = {k: v for k, v in budget["solution"].items() if k != "fraction"} if budget else None
         return {
             **summary,
             "error_rate_details": self.error_metrics.summarize(),
             "test_loss": test_loss,
-            **getattr(self, "split_results", {}),  # "dev": the same evaluation on the development split
+            **self.split_results,  # "dev": the same evaluation on the development split
             "encoder": self.hparams.encoder,
             "controller": self.hparams.controller,
             "architecture": self.hparams.architecture,
@@ -470,8 +479,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "target_unit": self.hparams.target_unit,
             "commit": git_commit(),
             "device": str(self.device),
-            "train_wallclock_s": getattr(self, "train_wallclock", None),  # this process's, when resumed
-            "train_resumed": getattr(self, "train_resumed", None),
+            "train_wallclock_s": self.train_wallclock,  # this process's, when resumed
+            "train_resumed": self.train_resumed,
             "test_wallclock_s": time.time() - self.stage_start_time,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
@@ -480,7 +489,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         """The surprisal controller's calibration as this process made it, or, for a run that was
         resumed or evaluated with ``--test_only``, read back from ``calibration.json`` where it matches
         the controller loaded from the checkpoint (else that controller's w and b); None without one."""
-        if getattr(self, "calibration", None) is not None:
+        if self.calibration is not None:
             return self.calibration
         controller = getattr(unwrap(self.modules.encoder), "controller", None)
         if not (getattr(controller, "calibrates_on_surprisal", False) and bool(controller.calibrated)):
@@ -573,7 +582,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def on_evaluate_start(self, max_key=None, min_key=None):
         with self._checkpoint_of_this_model():
             super().on_evaluate_start(max_key=max_key, min_key=min_key)
-        budget = getattr(self, "test_budget", None)
+        budget = self.test_budget
         if budget is not None:
             if budget.get("solved_for") != (max_key, min_key):  # once per checkpoint: dev and test share it
                 budget["solution"] = {"split": budget["split"],

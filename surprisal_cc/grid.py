@@ -81,7 +81,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import yaml
 
@@ -128,6 +128,13 @@ class GridSpec:
     prepare: List[PrepareStep] = field(default_factory=list)
 
 
+class SavedTraining(NamedTuple):
+    """How the training saved in a run's folder stands to the run (:meth:`Run.changed_settings`)."""
+
+    changes: List[str]   # one line per setting it was trained with that the run changes
+    trains_on: bool      # no change, and fewer epochs than the run asks: it resumes and trains on
+
+
 @dataclass
 class Run:
     """One recipe invocation."""
@@ -157,19 +164,23 @@ class Run:
         """Whether every results file this run writes exists."""
         return all(p.exists() for p in self.results_files())
 
-    def changed_settings(self) -> Tuple[List[str], bool]:
-        """``(changes, shorter)``: how the training run saved in this run's folder (its ``hyperparams.yaml``,
-        which a test-only evaluation keeps) differs from this run, one line per setting it was trained
-        with that this run's overrides change (:func:`~surprisal_cc.hparams_files.changed_training_settings`: test-time
-        settings may; files are not compared by name, as a grid may move them: a results file records
-        its APC by fingerprint; two files that are both still there are compared by content) and for more
-        epochs than this run asks; and whether, with no such
-        change, it was trained for fewer epochs than asked (it can train on). The epochs are not
-        compared for a test-only run, which evaluates whatever its folder holds. Nothing for a folder
-        without ``hyperparams.yaml``."""
+    def changed_settings(self) -> "SavedTraining":
+        """How the training run saved in this run's folder (its ``hyperparams.yaml``, which a test-only
+        evaluation keeps) stands to this run (:class:`SavedTraining`):
+
+        * ``changes``: one line per setting it was trained with that this run's overrides change
+          (:func:`~surprisal_cc.hparams_files.changed_training_settings`: test-time settings may; files
+          are not compared by name, as a grid may move them: a results file records its APC by
+          fingerprint; two files that are both still there are compared by content), and one if it
+          was trained for more epochs than this run asks;
+        * ``trains_on``: with no such change, whether it was trained for fewer epochs than asked (it
+          resumes and trains on).
+
+        The epochs are not compared for a test-only run, which evaluates whatever its folder holds.
+        Nothing for a folder without ``hyperparams.yaml``."""
         saved = self.output_folder / "hyperparams.yaml"
         if not saved.is_file():
-            return [], False
+            return SavedTraining([], False)
         stored = load_yaml_tolerant(saved)
         if stored.get("precision") == "auto":  # what it resolved to, as the results file records it
             stored["precision"] = self._recorded("precision") or "auto"
@@ -185,7 +196,8 @@ class Run:
         # a training that went on and was cut off has the new number_of_epochs in its hyperparams.yaml
         # and its earlier results: its history says how far it got
         validated = len(read_history(self.output_folder)) if trained is not None else 0
-        return changed, not changed and trained is not None and (trained < self.epochs or 0 < validated < self.epochs)
+        return SavedTraining(changed, not changed and trained is not None
+                             and (trained < self.epochs or 0 < validated < self.epochs))
 
     def evaluates_trained_checkpoint(self) -> Optional[bool]:
         """For a complete test-only run: whether its results evaluate the checkpoint its folder's
@@ -740,20 +752,20 @@ def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Pa
     status: Dict[str, Tuple[str, float]] = {}
     pending = []
     waiting = set()  # finished test-only runs that wait for their training to train on
-    found = {}  # name -> (complete, changed settings, shorter)
+    found = {}  # name -> (complete, SavedTraining)
     for run in runs:
         complete = run.complete()
-        found[run.name] = (complete, *(run.changed_settings() if complete else ([], False)))
-    training_on = {run.output_folder for run in runs if not run.test_only and found[run.name][2]}
+        found[run.name] = (complete, run.changed_settings() if complete else SavedTraining([], False))
+    training_on = {run.output_folder for run in runs if not run.test_only and found[run.name][1].trains_on}
     for run in runs:
-        complete, changed, shorter = found[run.name]
+        complete, (changed, trains_on) = found[run.name]
         stale = run.stale() if complete else None
         if changed:  # another grid's finished run in this folder: not a result of this one
             status[run.name] = ("conflict", 0.0)
             print(f"[conflict] {run.name}: {run.output_folder} holds a finished run made with other settings "
                   f"({'; '.join(changed)}): move that folder away, or give this grid another experiment_root",
                   file=log, flush=True)
-        elif shorter:  # the same run asked to train longer: it resumes from its last checkpoint
+        elif trains_on:  # the same run asked to train longer: it resumes from its last checkpoint
             pending.append(run)
         elif stale:  # its folder's training trained on since: the new checkpoint is evaluated
             print(f"[stale] {run.name}: {stale}: evaluated again", file=log, flush=True)

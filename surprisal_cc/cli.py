@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .arguments import check_writable, finite_float, make_output_folder, non_negative_float, positive_int
-from .errors import UsageError
+from .errors import UsageError, os_error_line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -864,22 +863,11 @@ def _print_error(err: BaseException) -> None:
     if isinstance(err, BadAudioError):
         lines = [*err.problems, *([err.hint] if err.hint else [])]
     elif isinstance(err, OSError) and err.filename and err.strerror and str(err).startswith("[Errno"):
-        lines = [_os_error_line(err)]
+        lines = [os_error_line(err)]
     else:
         lines = [str(err).strip() or type(err).__name__]
     for line in lines:
         print(f"error: {line}", file=sys.stderr)
-
-
-def _os_error_line(err: OSError) -> str:
-    """The file system's own error as ``path: what is wrong`` (Python's ``[Errno 17] File exists: 'x'``
-    names neither what was attempted nor what to do)."""
-    path = os.fsdecode(err.filename)
-    if err.errno == errno.EEXIST and not os.path.isdir(path):
-        return f"{path}: a file is in the way where a folder is needed; move it or choose another output path"
-    if err.errno == errno.ENOTDIR:
-        return f"{path}: part of this path is a file, not a folder"
-    return f"{path}: {err.strerror}"
 
 
 _DISCARD = logging.NullHandler()

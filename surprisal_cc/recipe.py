@@ -21,7 +21,7 @@ from typing import Callable, Dict, Mapping
 import torch
 from speechbrain.utils.distributed import run_on_main
 
-from .errors import ConfigurationError, TrainingDivergedError
+from .errors import ConfigurationError, TrainingDivergedError, os_error_line
 from .labels import SentencePieceLabels, train_units
 from .nnet import keyword_names
 from .run_settings import check_manifest_phones, check_num_outputs
@@ -144,7 +144,8 @@ def _write_first_rows(manifest: str, target: str, count: int) -> None:
 
 @contextlib.contextmanager
 def recipe_errors():
-    """Configuration, data and divergence errors end the script with one line ``error: ...`` (exit 1).
+    """Configuration, data and divergence errors, and a file or folder the run cannot read or write, end
+    the script with one line ``error: ...`` (exit 1).
 
     Under torchrun the process group is also closed here, after a barrier when the script succeeded,
     so no rank tears down its communication threads at interpreter exit while another still uses them.
@@ -155,6 +156,10 @@ def recipe_errors():
     ...     raise ConfigurationError("num_outputs is 40")
     Traceback (most recent call last):
     SystemExit: error: num_outputs is 40
+    >>> with recipe_errors():
+    ...     open("/nonexistent-folder/labels.csv")
+    Traceback (most recent call last):
+    SystemExit: error: /nonexistent-folder/labels.csv: No such file or directory
     """
     from .data import DataPreparationError
 
@@ -164,6 +169,10 @@ def recipe_errors():
         succeeded = True
     except (ConfigurationError, DataPreparationError, TrainingDivergedError) as err:
         sys.exit(f"error: {err}")
+    except OSError as err:  # a file or folder the run reads or writes: named, with the system's reason
+        if not (err.filename and err.strerror):
+            raise
+        sys.exit(f"error: {os_error_line(err)}")
     finally:
         close_process_group(barrier=succeeded)
 

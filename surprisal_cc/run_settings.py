@@ -201,11 +201,11 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
             raise ConfigurationError(f"target_unit must be 'phone' or 'sentencepiece', got {hparams['target_unit']!r}")
         if hparams.get("target_unit") == "phone":
             check_num_outputs(hparams)
+        check_settings(hparams, boolean_keys=[key for key, value in load_yaml_tolerant(path).items()
+                                              if isinstance(value, bool)])  # types and ranges first
         check_test_budget(hparams)
         check_bias_sweep(hparams)
         check_selection_metric(hparams)
-        check_settings(hparams, boolean_keys=[key for key, value in load_yaml_tolerant(path).items()
-                                              if isinstance(value, bool)])
         apc = check_apc_path(hparams, run_opts)
         check_flops_budget(hparams, apc if apc is not None else hparams.get("apc_model"))
     return hparams
@@ -245,9 +245,15 @@ def _agreed_by_every_rank(choose: Callable[[str], str], device: str) -> str:
 # Settings checked before any data is read (check_settings): a misread one would otherwise fail, or
 # silently change the run, after data preparation and the feature cache.
 POSITIVE_INT_KEYS = ("batch_size", "number_of_epochs", "apc_batch_size", "apc_epochs", "checkpoints_to_keep")
-POSITIVE_FLOAT_KEYS = ("lr", "apc_lr")
+POSITIVE_FLOAT_KEYS = ("lr", "apc_lr", "max_grad_norm", "apc_max_grad_norm", "max_batch_length")
+NONNEGATIVE_INT_KEYS = ("num_workers", "seed")
 CHOICE_KEYS = {"valid_search": ("greedy", "beam"), "sorting": ("random", "ascending", "descending"),
                "calibration_method": CALIBRATION_METHODS}
+
+
+def _finite_number(value: Any) -> bool:
+    """Whether ``value`` is an int or float (not a bool) and finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_settings(hparams: Mapping, boolean_keys: Iterable[str] = ()) -> None:
@@ -273,12 +279,21 @@ def check_settings(hparams: Mapping, boolean_keys: Iterable[str] = ()) -> None:
     problems += [f"{key} must be a positive number, got {hparams[key]!r}" for key in POSITIVE_FLOAT_KEYS
                  if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], (int, float))
                                         or not 0 < hparams[key] < float("inf"))]
+    problems += [f"{key} must be a whole number of at least 0, got {hparams[key]!r}" for key in NONNEGATIVE_INT_KEYS
+                 if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], int)
+                                        or hparams[key] < 0)]
     problems += [f"{key} must be one of {choices}, got {hparams[key]!r}" for key, choices in CHOICE_KEYS.items()
                  if key in hparams and hparams[key] not in choices]
+    shifts = hparams.get("test_bias_shifts", [0.0])
+    if not isinstance(shifts, (list, tuple)) or not shifts or not all(_finite_number(s) for s in shifts):
+        problems.append(f"test_bias_shifts must be a list of finite numbers (e.g. [0.0, 1.0]), got {shifts!r}")
     mean, var = hparams.get("controller_target_mean"), hparams.get("controller_target_var")
-    if isinstance(mean, (int, float)):
+    problems += [f"{key} must be a number, got {value!r}" for key, value in (("controller_target_mean", mean),
+                                                                            ("controller_target_var", var))
+                 if value is not None and not _finite_number(value)]
+    if _finite_number(mean):
         try:
-            check_calibration_target(mean, var if isinstance(var, (int, float)) else None)
+            check_calibration_target(mean, var if _finite_number(var) else None)
         except ValueError as err:
             problems.append(str(err))
     if problems:

@@ -18,6 +18,7 @@ Example
 from __future__ import annotations
 
 import ast
+import math
 import logging
 from pathlib import Path
 from typing import Tuple
@@ -113,8 +114,33 @@ def lr_scheduler(kind: str, initial_value: float, annealing_factor: float = 1.0,
         Fraction of the epochs at the peak rate, rounded (hold_decay).
     final_fraction : float
         The last epoch's rate as a fraction of the peak (hold_decay).
+
+    The hparams files build it while they load, before any other check: a bad setting is a
+    ``ValueError`` naming its hparams key (``lr``, ``number_of_epochs``, ``lr_hold_fraction``,
+    ``lr_final_fraction``, ``lr_annealing_factor``).
+
+    Example
+    -------
+    >>> lr_scheduler("hold_decay", initial_value=-1.0, number_of_epochs=30)
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be a positive number, got -1.0
     """
+    def number(value, key: str, low: float, high: float, low_open: bool = True) -> float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            ((low < value) if low_open else (low <= value)) and value <= high
+        if not ok:
+            raise ValueError(f"{key} must be a number in {'(' if low_open else '['}{low:g}, {high:g}], got {value!r}"
+                             if math.isfinite(high) else f"{key} must be a positive number, got {value!r}")
+        return float(value)
+
+    number(initial_value, "lr", 0.0, math.inf)
+    if isinstance(number_of_epochs, bool) or not isinstance(number_of_epochs, int) or number_of_epochs < 1:
+        raise ValueError(f"number_of_epochs must be a whole number of at least 1, got {number_of_epochs!r}")
+    number(hold_fraction, "lr_hold_fraction", 0.0, 1.0, low_open=False)
+    number(final_fraction, "lr_final_fraction", 0.0, 1.0)
     if kind == "newbob":
+        number(annealing_factor, "lr_annealing_factor", 0.0, 1.0)
         return NewBobScheduler(initial_value=initial_value, improvement_threshold=0.0025,
                                annealing_factor=annealing_factor, patient=0)
     if kind == "hold_decay":

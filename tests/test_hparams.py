@@ -29,8 +29,16 @@ MLS_HPARAMS = str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
     ("selection_metric: WER", "selection_metric: WER is not reported for phone targets"),
     ("controller_at_test: 'no'", "controller_at_test must be True or False, got 'no'"),
     ("download: 1", "download must be True or False, got 1"),  # every boolean of the file, not a list of them
-    ("batch_size: abc\nlr: -1", "batch_size must be a whole number of at least 1, got 'abc'\n"
-                                 "lr must be a positive number, got -1"),
+    ("batch_size: abc\nnum_workers: -1", "batch_size must be a whole number of at least 1, got 'abc'\n"
+                                          "num_workers must be a whole number of at least 0, got -1"),
+    # the learning-rate schedule is built while the file loads: its settings are named there
+    ("lr: -1", "lr must be a positive number, got -1"),
+    ("number_of_epochs: 0", "number_of_epochs must be a whole number of at least 1, got 0"),
+    ("lr_hold_fraction: 2", "lr_hold_fraction must be a number in [0, 1], got 2"),
+    ("max_grad_norm: -1", "max_grad_norm must be a positive number, got -1"),
+    ("test_bias_shifts: 0.5", "test_bias_shifts must be a list of finite numbers (e.g. [0.0, 1.0]), got 0.5"),
+    ("test_bias_shifts: [.nan]", "test_bias_shifts must be a list of finite numbers"),
+    ("controller_target_mean: abc", "controller_target_mean must be a number, got 'abc'"),
 ])
 def test_bad_configuration_is_named_at_load_time(overrides, message):
     with pytest.raises(ConfigurationError) as err:

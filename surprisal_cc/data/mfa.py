@@ -164,10 +164,28 @@ def read_mfa_export(path: PathLike, columns: Sequence[str] = MFA_EXPORT_COLUMNS[
 
 def read_mfa_csv(path: PathLike, column: str = "phonemes_39") -> Dict[str, List[str]]:
     """Labels ``{utterance id: phones}`` of the CSV export's ``column`` (``phonemes_39`` or
-    ``phonemes_61``), repeated labels merged and checked against :data:`LIBRISPEECH_PHONES`."""
+    ``phonemes_61``), repeated labels merged and checked against :data:`LIBRISPEECH_PHONES`; an
+    utterance without phones, or on two rows, is a :class:`DataPreparationError` naming it (an empty
+    reference would count every recognised phone as an insertion; of two rows, one would silently win).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+    ...     _ = f.write("path,phonemes_39\\nLibriSpeech/dev-clean-2/84/121550/84-121550-0000.flac,\\n")
+    >>> read_mfa_csv(f.name)
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.data.errors.DataPreparationError: ...: utterance 84-121550-0000 has no phonemes_39 labels; fix or remove its row
+    >>> import os; os.remove(f.name)
+    """
     labels: Dict[str, List[str]] = {}
     for row in read_mfa_export(path, (column,), f"{column} labels"):
         phones = merge_repeated(getattr(row, column))
+        if not phones:
+            raise DataPreparationError(f"{path}: utterance {row.utt_id} has no {column} labels; fix or remove its row")
+        if row.utt_id in labels:
+            raise DataPreparationError(f"{path}: utterance {row.utt_id} is on two rows; keep the one that labels it")
         validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {row.utt_id}")
         labels[row.utt_id] = phones
     return labels

@@ -16,9 +16,9 @@ import math
 import operator
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, TypeVar, Union
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, UsageError
 
 if TYPE_CHECKING:  # torch is imported where a device is resolved, so that --help and usage errors are quick
     import torch
@@ -92,6 +92,32 @@ def check_writable(what: str, path: Union[str, os.PathLike]) -> None:
             os.remove(path)
     except OSError as err:
         raise OSError(f"{what} {path} cannot be written: {err.strerror or err}") from None
+
+
+def check_outputs_apart(outputs: Mapping[str, Any], inputs: Mapping[str, Any] = {}) -> None:
+    """:class:`UsageError` when two of the ``outputs`` (``{option: path}``, None or ``-`` for none) name
+    one file, or one names a file of the ``inputs``: writing it would destroy what was read or written.
+
+    Example
+    -------
+    >>> check_outputs_apart({"--per-utterance": "out.jsonl", "--alignments": "./out.jsonl"})
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.UsageError: --per-utterance and --alignments name one file (./out.jsonl): give each its own
+    """
+    def key(path: Any) -> Optional[str]:
+        return None if path in (None, "", "-") else os.path.realpath(os.fspath(path))
+
+    seen: Dict[str, str] = {}
+    for option, path in inputs.items():
+        if key(path) is not None:
+            seen.setdefault(key(path), option)
+    for option, path in outputs.items():
+        if key(path) is None:
+            continue
+        if key(path) in seen:
+            raise UsageError(f"{seen[key(path)]} and {option} name one file ({path}): give each its own")
+        seen[key(path)] = option
 
 
 def check_routing_seed(seed) -> int:

@@ -39,7 +39,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .arguments import check_writable, finite_float, make_output_folder, non_negative_float, positive_int
+from .arguments import check_outputs_apart, check_writable, finite_float, make_output_folder, non_negative_float, positive_int
 from .errors import UsageError, os_error_line
 
 
@@ -130,6 +130,7 @@ def cmd_report(args, unknown: List[str]) -> int:
     rows = collect_results(args.paths)
     if not rows:
         raise FileNotFoundError(f"no results files (results*.json) found under {', '.join(args.paths)}")
+    check_outputs_apart({"--csv": args.csv}, {f"results file {row['path']}": row["path"] for row in rows})
     rows = pool_configurations(rows, pool)
     if args.csv:
         write_csv(rows, args.csv)
@@ -589,6 +590,8 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
     if args.per_utterance == "-" and args.alignments == "-":
         raise UsageError("--per-utterance - and --alignments - would both write to standard output: "
                          "give one of them a file")
+    check_outputs_apart({"--per-utterance": args.per_utterance, "--alignments": args.alignments},
+                        {"DATA": args.data if Path(args.data).is_file() else None, "--mfa-labels": args.mfa_labels})
     if args.per_utterance and args.per_utterance != "-":
         check_writable("per-utterance file", args.per_utterance)
     asr = _load_model(args)

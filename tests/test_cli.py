@@ -1088,3 +1088,24 @@ def test_transcribe_text_says_when_no_phone_was_recognised():
                              flops_per_frame=7.5e6, rtf=0.01)
     assert _format_transcription(result).splitlines()[1] == "  (no phones recognised)"
     assert _format_transcription(SimpleNamespace(**{**vars(result), "text": "sil AH"})).splitlines()[1] == "  sil AH"
+
+
+def test_an_output_that_names_an_input_or_another_output_is_refused_before_any_work(tmp_path, capsys):
+    """What was read or written is never destroyed: evaluate's --per-utterance on its manifest or on its
+    --alignments file, and report's --csv on one of its results files, are usage errors (exit 2), and
+    the files stay as they were."""
+    manifest = tmp_path / "test.csv"
+    manifest.write_text("ID,duration,wav,phn\nu1,1.0,u1.wav,sil AH sil\n")
+    assert main(["evaluate", str(manifest), "--per-utterance", str(manifest)]) == 2
+    assert "DATA and --per-utterance name one file" in capsys.readouterr().err
+    assert main(["evaluate", str(manifest), "--per-utterance", str(tmp_path / "o.jsonl"),
+                 "--alignments", str(tmp_path / "o.jsonl")]) == 2
+    assert "--per-utterance and --alignments name one file" in capsys.readouterr().err
+    assert manifest.read_text().startswith("ID,duration") and not (tmp_path / "o.jsonl").exists()
+    run = tmp_path / "runs" / "seed1"
+    run.mkdir(parents=True)
+    results = run / "results.json"
+    results.write_text(json.dumps({"controller": "surprisal", "seed": 1, "PER": 20.0}))
+    assert main(["report", str(tmp_path / "runs"), "--csv", str(results)]) == 2
+    assert f"results file {results} and --csv name one file" in capsys.readouterr().err
+    assert json.loads(results.read_text())["PER"] == 20.0

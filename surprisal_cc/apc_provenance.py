@@ -85,6 +85,15 @@ def _apc_path(results: Path, row: Dict) -> Optional[str]:
     return None
 
 
+def _check_git_checkout(repository: PathLike) -> None:
+    """ValueError naming ``repository`` unless it is a git checkout."""
+    try:
+        subprocess.run(["git", "-C", str(repository), "rev-parse", "--git-dir"], capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        raise ValueError(f"{repository}: not a git checkout (the commits results files record are looked up in "
+                         "it); give the checkout the runs ran from") from None
+
+
 def fill_apc_fingerprints(folders: Union[PathLike, Sequence[PathLike]], repository: PathLike = ".",
                           write: bool = False) -> List[Filled]:
     """Find the APC fingerprint of every results file under ``folders`` that lacks one, from the file its
@@ -100,7 +109,10 @@ def fill_apc_fingerprints(folders: Union[PathLike, Sequence[PathLike]], reposito
     known: Dict[Tuple[str, str], Tuple[Optional[str], str]] = {}
     files = sorted(f for folder in folders for f in Path(folder).rglob("results*.json") if RESULTS_PATTERN.match(f.name))
     for file in files:
-        row = json.loads(file.read_text(encoding="utf-8"))
+        try:
+            row = json.loads(file.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"{file}: not valid JSON ({err}); fix or remove it") from None
         if not isinstance(row, dict):
             raise ValueError(f"{file}: not a results file (a JSON object of a run's test results)")
         if row.get("apc"):
@@ -114,6 +126,8 @@ def fill_apc_fingerprints(folders: Union[PathLike, Sequence[PathLike]], reposito
             found.append(Filled(str(file), "unknown", reason="no apc_path in its hyperparams file" if not path
                                 else "no commit recorded"))
             continue
+        if not known:  # the first file to look up: the repository must be a git checkout
+            _check_git_checkout(repository)
         if (commit, path) not in known:
             known[(commit, path)] = fingerprint_at_commit(commit, path, repository)
         fingerprint, reason = known[(commit, path)]

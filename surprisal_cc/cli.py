@@ -756,7 +756,7 @@ def _add_bench_parser(subparsers) -> None:
 def _add_export_parser(subparsers) -> None:
     p = subparsers.add_parser("export", help="model folder from the best checkpoint of a finished recipe run")
     p.add_argument("run_dir", help="the recipe run's output_folder (hyperparams.yaml, results.json, save/)")
-    p.add_argument("out_dir")
+    p.add_argument("out_dir", help="the model folder to write: a new or empty folder, or a model folder, which is replaced")
     p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
                    help="weight storage (fp16: half the size, loaded back as fp32)")
     p.add_argument("--apc", help="APC model file (default: the run's apc_path or <experiment_root>/apc/apc.pt)")

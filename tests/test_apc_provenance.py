@@ -103,3 +103,13 @@ def test_backfilled_seeds_join_the_row_of_a_seed_that_recorded_its_apc(repo, tmp
     fill_apc_fingerprints(tmp_path / "runs", repository=root, write=True)
     after = write_report(tmp_path / "runs", tmp_path / "after")
     assert "30.50% ± 0.71%" not in before and "30.50% ± 0.71%" in after
+
+
+def test_a_repository_that_is_not_a_git_checkout_and_a_damaged_results_file_are_named(repo, tmp_path, capsys):
+    root, commits = repo
+    results = _run(tmp_path / "runs" / "seed1", commits["a"])
+    assert main(["backfill-apc", str(tmp_path / "runs"), "--repository", str(tmp_path / "runs")]) == 1
+    assert f"{tmp_path / 'runs'}: not a git checkout" in capsys.readouterr().err
+    results.write_text("{not json")
+    assert main(["backfill-apc", str(tmp_path / "runs"), "--repository", str(root)]) == 1
+    assert f"{results}: not valid JSON" in capsys.readouterr().err

@@ -220,10 +220,10 @@ def _usable_audio(data: PathLike, items: List[Item], skip_bad: bool, label_probl
     infos, problems = check_audio_many([wav for _, wav, _ in items])
     total, bad = len(items) + len(label_problems), len(problems) + len(label_problems)
     what = "usable labels or audio" if problems and label_problems else "usable audio" if problems else "usable labels"
-    mfa_hint = "leave out --mfa-labels to use lexicon labels, or " if mfa_labels and label_problems else ""
+    mfa_hint = "; or leave out --mfa-labels to use lexicon labels" if mfa_labels and label_problems else ""
     refuse_bad_audio(first_listed(label_problems, MAX_LISTED, " without usable labels") + problems, total, skip_bad,
-                     f"{mfa_hint}{bad} of {total} utterances have no {what}; pass --skip-bad (skip_bad=True) to "
-                     "score the others", f"{mfa_hint}none of the {total} utterances has {what}", bad=bad,
+                     f"{bad} of {total} utterances have no {what}: pass --skip-bad (skip_bad=True) to score the others{mfa_hint}",
+                     f"none of the {total} utterances has {what}{mfa_hint}", bad=bad,
                      error=BadLabelsError if label_problems else BadAudioError)
     if problems:
         warnings.warn(f"skipping {len(problems)} unusable audio file(s):\n  " + "\n  ".join(problems),

@@ -119,7 +119,7 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
 def pareto_front(rows: Sequence[Row], x: str = "flops_per_frame", y: str = "PER") -> Set[int]:
     """Indices of rows no other row beats on both ``x`` and ``y`` (lower is better for both).
 
-    Rows lacking ``x`` or ``y`` are never on the front.
+    Rows lacking ``x`` or ``y``, or where either is not a finite number, are never on the front.
 
     Arguments
     ---------
@@ -138,12 +138,13 @@ def pareto_front(rows: Sequence[Row], x: str = "flops_per_frame", y: str = "PER"
     Example
     -------
     >>> rows = [{"flops_per_frame": 1, "PER": 30}, {"flops_per_frame": 2, "PER": 20},
-    ...         {"flops_per_frame": 3, "PER": 25}, {"flops_per_frame": 4}]
+    ...         {"flops_per_frame": 3, "PER": 25}, {"flops_per_frame": 4}, {"flops_per_frame": 0.5, "PER": float("nan")}]
     >>> sorted(pareto_front(rows))
     [0, 1]
     """
     points = {i: (float(r[x]), float(r[y])) for i, r in enumerate(rows)
-              if r.get(x) is not None and r.get(y) is not None}
+              if as_float(r.get(x)) is not None and as_float(r.get(y)) is not None
+              and math.isfinite(float(r[x])) and math.isfinite(float(r[y]))}
     return {i for i, (xi, yi) in points.items()
             if not any(xj <= xi and yj <= yi and (xj, yj) != (xi, yi) for xj, yj in points.values())}
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 from .aggregation import (CONTROLLER_ORDER, SORT_ORDER, aggregate, common_notes, ensure_aggregated, paired_difference,
                           pareto_front, pool_configurations, select_rows, setup_of, sort_rows, without_notes)
-from .run_folder import PathLike, Row, collect_results, epoch_minutes, read_history
+from .run_folder import PathLike, Row, as_float, collect_results, epoch_minutes, read_history
 from .run_labels import CONFIG_KEYS, CONTROLLER_NAMES, budget_name, config_of, model_name, setup_notes
 
 DEFAULT_PENALTY = 0.001
@@ -39,6 +39,10 @@ __all__ = ["Table", "table_summary", "table_controllers", "table_converged", "sh
 
 
 # ---------------------------------------------------------------------------- learning curves
+# history keys that are percentages (error rates); curves show any other key as a plain number
+PERCENT_KEYS = ("PER", "TER", "WER")
+
+
 def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER",
                            histories: Optional[Dict[str, List[Row]]] = None) -> str:
     """Markdown table of validation curves, finished runs or runs in progress: per epoch and run, the
@@ -82,7 +86,9 @@ def format_learning_curves(runs: Dict[str, PathLike], key: str = "PER",
                 cells += ["", "", ""]
                 continue
             lr = entry.get("lr")
-            cells += [f"{lr:.3g}" if lr is not None else "–", f"{entry[key]:.2f} %",
+            value = as_float(entry[key])
+            cells += [f"{lr:.3g}" if lr is not None else "–",
+                      "–" if value is None else f"{value:.2f} %" if key in PERCENT_KEYS else f"{value:.4g}",
                       f"{minutes[epoch]:.1f}" if epoch in minutes else "–"]
         lines.append(f"| {epoch} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

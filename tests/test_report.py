@@ -591,3 +591,12 @@ def test_adaptive_seeds_recorded_with_different_controller_settings_are_one_row(
     agg = aggregation.aggregate(rows)
     assert [(r["model"], r["n_seeds"]) for r in agg] == [("ACT", 3)]
     assert [r["model"] for r in report.table_controllers(rows).rows] == ["ACT"]
+
+
+def test_curves_show_an_error_rate_as_a_percentage_and_other_keys_as_numbers(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "history.jsonl").write_text(json.dumps({"epoch": 1, "lr": 1e-3, "PER": 40.5, "valid_loss": 435.06}) + "\n")
+    assert "40.50 %" in report.format_learning_curves({"a": run}, key="PER")
+    text = report.format_learning_curves({"a": run}, key="valid_loss")
+    assert "| 435.1 |" in text and "%" not in text.split("\n", 2)[2]

@@ -295,6 +295,8 @@ def load_grid(path: str) -> GridSpec:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise GridError(f"grid file {path}: not valid YAML ({' '.join(str(err).split())})") from None
+    except UnicodeDecodeError:
+        raise GridError(f"grid file {path}: not UTF-8 text; give a YAML grid file") from None
     if not isinstance(data, dict):
         raise GridError(f"grid file {path}: must be a mapping with recipe, hparams and groups")
     missing = [k for k in ("recipe", "hparams", "groups") if k not in data]
@@ -312,7 +314,7 @@ def load_grid(path: str) -> GridSpec:
     return GridSpec(recipe=data["recipe"], hparams=data["hparams"],
                     experiment_root=str(data.get("experiment_root") or hparams_root),
                     overrides=dict(data.get("overrides") or {}), groups=list(data["groups"]),
-                    seeds=list(data.get("seeds") or [1]), publish=data.get("publish"),
+                    seeds=list(data.get("seeds", [1])), publish=data.get("publish"),
                     report_pool=list(data.get("report_pool") or []),
                     prepare=_prepare_steps(path, data.get("prepare") or []))
 
@@ -341,8 +343,20 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
                 fail(f"{key} of group {group.get('name')!r} must be a mapping of keys to values")
     if not isinstance(data.get("overrides") or {}, dict):
         fail("overrides must be a mapping of keys to values")
-    if not isinstance(data.get("seeds") or [], list):
-        fail("seeds must be a list, e.g. [1, 2, 3]")
+    seeds = data.get("seeds", [1])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                            for s in seeds):
+        fail(f"seeds must be a non-empty list of whole numbers of at least 0, e.g. [1, 2, 3]; got {seeds!r}")
+    names = {g.get("name") for g in data["groups"]}
+    for group in data["groups"]:
+        empty = [key for key, values in (group.get("vary") or {}).items() if isinstance(values, list) and not values]
+        if empty:
+            fail(f"vary {', '.join(empty)} of group {group.get('name')!r} is an empty list: the group would have no run")
+        if "seed" in (group.get("set") or {}):
+            fail(f"set: seed in group {group.get('name')!r}: the seeds come from the grid's seeds, or a group's "
+                 "vary: {seed: [...]}")
+        if group.get("folder_of") is not None and group["folder_of"] not in names:
+            fail(f"folder_of {group['folder_of']!r} of group {group.get('name')!r} names no group of this grid")
     pool = data.get("report_pool") or []
     if not isinstance(pool, list) or not all(key in POOLABLE_KEYS for key in pool):
         wrong = sorted(map(str, set(pool) - set(POOLABLE_KEYS))) if isinstance(pool, list) else [repr(pool)]
@@ -547,6 +561,9 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
                 raise GridError(f"group {group['name']}: {err}") from None
             command = [sys.executable, spec.recipe, spec.hparams, *options, f"--output_folder={folder}"]
             epochs = overrides.get("number_of_epochs", defaults.get("number_of_epochs"))
+            if epochs is not None and (isinstance(epochs, bool) or not str(epochs).isdigit() or int(epochs) < 1):
+                raise GridError(f"group {group['name']}: number_of_epochs must be a whole number of at least 1, "
+                                f"got {epochs!r}")
             run = Run(group["name"], name, folder, overrides, command, int(epochs) if epochs is not None else None)
             if run.test_only:  # two evaluations into one results file: the second would be taken for the first
                 settings = tuple(item for item in effective if item[0] != "test_bias_shifts")

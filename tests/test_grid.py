@@ -470,7 +470,7 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     (lambda spec: {**spec, "groups": ["a"]}, "groups must be a list"),
     (lambda spec: {**spec, "groups": [{"name": "a", "vary": [1]}]}, "vary of group 'a'"),
     (lambda spec: {**spec, "overrides": [1]}, "overrides must be a mapping"),
-    (lambda spec: {**spec, "seeds": 3}, "seeds must be a list"),
+    (lambda spec: {**spec, "seeds": 3}, "seeds must be a non-empty list"),
     (lambda spec: {**spec, "report_pool": ["apcs"]}, "report_pool apcs: it must be a list of keys of apc, precision"),
     (lambda spec: {**spec, "overides": {"lr": 1}}, "unknown key(s) ['overides']: a grid file has"),
     (lambda spec: {**spec, "groups": [{**spec["groups"][0], "sets": {"encoder": "act"}}]},
@@ -478,6 +478,12 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     (lambda spec: {**spec, "recipe": "no_such_recipe.py"}, "recipe no_such_recipe.py is not a file"),
     (lambda spec: {**spec, "hparams": "no_such.yaml"}, "hparams no_such.yaml is not a file"),
     (lambda spec: {**spec, "overrides": {"debug": True}}, "debug: a --debug run writes into <output_folder>-debug"),
+    (lambda spec: {**spec, "seeds": []}, "seeds must be a non-empty list of whole numbers"),
+    (lambda spec: {**spec, "seeds": [1, "abc"]}, "seeds must be a non-empty list of whole numbers"),
+    (lambda spec: {**spec, "groups": [{"name": "a", "vary": {"controller": []}}]},
+     "vary controller of group 'a' is an empty list: the group would have no run"),
+    (lambda spec: {**spec, "groups": [{"name": "a", "set": {"seed": 5}}]}, "set: seed in group 'a'"),
+    (lambda spec: {**spec, "groups": [{"name": "a", "folder_of": "b"}]}, "folder_of 'b' of group 'a' names no group"),
 ])
 def test_grid_files_of_the_wrong_shape_are_one_line_naming_the_file(grid_file: Path, change: Any, message: str,
                                                                      capsys: pytest.CaptureFixture) -> None:

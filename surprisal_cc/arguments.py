@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # torch is imported where a device is resolved, so that --hel
 
 Number = TypeVar("Number", int, float)
 
-__all__ = ["positive_int", "finite_float", "non_negative_float", "make_output_folder", "check_writable",
+__all__ = ["positive_int", "finite_float", "non_negative_float", "chunk_seconds", "routing_seed", "make_output_folder",
+           "check_writable",
            "check_routing_seed", "check_batch_size", "resolve_device"]
 
 
@@ -68,6 +69,37 @@ def non_negative_float(text: str) -> float:
     value = finite_float(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def chunk_seconds(text: str) -> float:
+    """Seconds of a long file's part: 0 (every file whole) or at least 1 (shorter parts would be mostly
+    the context decoded around them, at many times the cost of whole-file decoding).
+
+    >>> chunk_seconds("0"), chunk_seconds("20")
+    (0.0, 20.0)
+    >>> chunk_seconds("0.001")
+    Traceback (most recent call last):
+        ...
+    argparse.ArgumentTypeError: must be 0 (whole files) or at least 1 second, got 0.001
+    """
+    value = non_negative_float(text)
+    if 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be 0 (whole files) or at least 1 second, got {text}")
+    return value
+
+
+def routing_seed(text: str) -> int:
+    """A seed of sampled routing, as the command line gives it (:func:`check_routing_seed`).
+
+    >>> routing_seed("-5")
+    Traceback (most recent call last):
+        ...
+    argparse.ArgumentTypeError: must be a whole number in [0, 2**63), got -5
+    """
+    value = _number(int, text)
+    if value is None or not 0 <= value < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [0, 2**63), got {text}")
     return value
 
 

@@ -39,7 +39,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .arguments import check_outputs_apart, check_writable, finite_float, make_output_folder, non_negative_float, positive_int
+from .arguments import (check_outputs_apart, check_writable, chunk_seconds, finite_float, make_output_folder, positive_int,
+                        routing_seed)
 from .errors import UsageError, os_error_line
 
 
@@ -815,7 +816,7 @@ def _add_evaluate_parser(subparsers) -> None:
 def _add_decoding_options(p: argparse.ArgumentParser, chunk_help: str, json_help: str) -> None:
     """The options ``transcribe`` and ``evaluate`` share, after their own: long audio (``chunk_help``),
     the model, JSON output (``json_help``), unusable audio, then :func:`_add_model_options`."""
-    p.add_argument("--chunk-seconds", type=non_negative_float, metavar="S", help=chunk_help)
+    p.add_argument("--chunk-seconds", type=chunk_seconds, metavar="S", help=chunk_help)
     p.add_argument("--model", help="exported model folder (default: the shipped model, surprisal_cc/pretrained)")
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--skip-bad", action="store_true", help="leave out unusable audio files (listed) "
@@ -839,7 +840,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampled", action="store_true",
                    help="draw the routing from p_big as the recipes test (seeded: --seed, else a random "
                         "seed that is reported)")
-    p.add_argument("--seed", type=int, help="seed of sampled routing (implies --sampled)")
+    p.add_argument("--seed", type=routing_seed, help="seed of sampled routing (implies --sampled)")
     p.add_argument("--bias-shift", type=finite_float, metavar="S",
                    help="add S to the controller's trained logit: below 0 fewer frames on the big network, "
                         "fewer FLOPs (default: the model's own shift, 0 unless it was saved with one; "

@@ -650,7 +650,8 @@ def test_plots_of_files_with_the_same_name_and_opus_in_folders(model, real_flac,
 @pytest.mark.parametrize("command,option", [
     (command, option) for command in ("transcribe", "evaluate")
     for option in (["--bias-shift", "nan"], ["--blank-penalty", "inf"], ["--flops-fraction", "nan"])
-] + [(command, ["--chunk-seconds", value]) for command in ("transcribe", "evaluate") for value in ("-5", "inf")])
+] + [(command, ["--chunk-seconds", value]) for command in ("transcribe", "evaluate") for value in ("-5", "inf", "0.001")]
+  + [(command, ["--seed", "-5"]) for command in ("transcribe", "evaluate")])
 def test_number_options_refuse_non_finite_and_negative_values(command, option, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([command, str(tmp_path / "a.flac"), *option])

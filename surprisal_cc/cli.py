@@ -69,6 +69,8 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
 
     given = dict(_split_override(o) for o in overrides)
     hparams = load_inert_hparams(hparams_file, "\n".join(f"{key}: {value}" for key, value in given.items()))
+    if not isinstance(hparams, dict):
+        raise ConfigurationError(f"{hparams_file}: not an hparams file (a YAML mapping of settings)")
     if "encoder_module" not in hparams:  # e.g. APC pretraining: the APC model is the whole model
         if "apc_model" not in hparams:
             raise ConfigurationError(f"{hparams_file} describes no model (neither encoder_module nor apc_model)")
@@ -81,6 +83,8 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     mean = hparams.get("controller_target_mean")
     calibrated = getattr(getattr(encoder, "controller", None), "calibrates_on_surprisal", False)
     if "small-only" in rows and calibrated and mean is not None:  # its mean p_big is the calibration's target
+        if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 0 < mean < 1:
+            raise ConfigurationError(f"controller_target_mean must be a number in (0, 1), got {mean!r}")
         rows[f"expected at mean p_big={mean:g}"] = expected_macs_at_mean_p_big(rows, mean)
     return {"hparams": hparams_file, "overrides": list(overrides), "macs_per_frame": rows}
 

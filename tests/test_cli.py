@@ -89,6 +89,8 @@ def test_flops_on_hparams_as_written(tmp_path, monkeypatch, capsys):
     ([str(TIMIT_HPARAMS), "--controler=random"], "controler", 1),
     ([str(TIMIT_HPARAMS), "--controller=oracle"], "oracle", 1),
     ([str(TIMIT_HPARAMS), "controller=random"], "must look like --key=value", 2),  # a usage error
+    ([str(TIMIT_HPARAMS), "--controller_target_mean=5"], "controller_target_mean must be a number in (0, 1), got 5", 1),
+    ([str(TIMIT_HPARAMS), "--controller_target_mean=abc"], "controller_target_mean must be a number in (0, 1)", 1),
 ])
 def test_flops_errors(args, expected, status, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -21,6 +21,7 @@ from .allocator import reuse_freed_memory
 from .apc import APCModel
 from .arguments import resolve_device
 from .calibration import CALIBRATION_METHODS, check_calibration_target
+from .data.lexicon import G2P_CHOICES
 from .errors import ConfigurationError
 from .flops import module_macs, static_flop_rows
 from .frozen_features import load_apc_path
@@ -248,7 +249,7 @@ POSITIVE_INT_KEYS = ("batch_size", "number_of_epochs", "apc_batch_size", "apc_ep
 POSITIVE_FLOAT_KEYS = ("lr", "apc_lr", "max_grad_norm", "apc_max_grad_norm", "max_batch_length")
 NONNEGATIVE_INT_KEYS = ("num_workers", "seed")
 CHOICE_KEYS = {"valid_search": ("greedy", "beam"), "sorting": ("random", "ascending", "descending"),
-               "calibration_method": CALIBRATION_METHODS}
+               "calibration_method": CALIBRATION_METHODS, "g2p": G2P_CHOICES}
 
 
 def _finite_number(value: Any) -> bool:

@@ -39,6 +39,7 @@ MLS_HPARAMS = str(REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml")
     ("test_bias_shifts: 0.5", "test_bias_shifts must be a list of finite numbers (e.g. [0.0, 1.0]), got 0.5"),
     ("test_bias_shifts: [.nan]", "test_bias_shifts must be a list of finite numbers"),
     ("controller_target_mean: abc", "controller_target_mean must be a number, got 'abc'"),
+    ("g2p: foo", "g2p must be one of ('flite', 'spn', 'error'), got 'foo'"),  # before the corpus is read
 ])
 def test_bad_configuration_is_named_at_load_time(overrides, message):
     with pytest.raises(ConfigurationError) as err:

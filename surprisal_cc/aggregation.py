@@ -142,9 +142,9 @@ def pareto_front(rows: Sequence[Row], x: str = "flops_per_frame", y: str = "PER"
     >>> sorted(pareto_front(rows))
     [0, 1]
     """
-    points = {i: (float(r[x]), float(r[y])) for i, r in enumerate(rows)
-              if as_float(r.get(x)) is not None and as_float(r.get(y)) is not None
-              and math.isfinite(float(r[x])) and math.isfinite(float(r[y]))}
+    values = {i: (as_float(r.get(x)), as_float(r.get(y))) for i, r in enumerate(rows)}
+    points = {i: (xi, yi) for i, (xi, yi) in values.items()
+              if xi is not None and yi is not None and math.isfinite(xi) and math.isfinite(yi)}
     return {i for i, (xi, yi) in points.items()
             if not any(xj <= xi and yj <= yi and (xj, yj) != (xi, yi) for xj, yj in points.values())}
 

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from .apc import load_apc
 from .hparams_files import load_yaml_tolerant
 from .nnet import weights_fingerprint
-from .run_folder import RESULTS_PATTERN, evaluation_tag, test_only_hyperparams_name
+from .run_folder import evaluation_tag, results_files_under, test_only_hyperparams_name
 
 PathLike = Union[str, Path]
 
@@ -107,7 +107,7 @@ def fill_apc_fingerprints(folders: Union[PathLike, Sequence[PathLike]], reposito
     folders = [folders] if isinstance(folders, (str, Path)) else list(folders)
     found: List[Filled] = []
     known: Dict[Tuple[str, str], Tuple[Optional[str], str]] = {}
-    files = sorted(f for folder in folders for f in Path(folder).rglob("results*.json") if RESULTS_PATTERN.match(f.name))
+    files = sorted(f for folder in folders for f in results_files_under(Path(folder)))
     for file in files:
         try:
             row = json.loads(file.read_text(encoding="utf-8"))

@@ -37,7 +37,7 @@ BUILT_IN_ENCODERS = ("conditional", "act", "pondernet")
 BUILT_IN_CONTROLLER_SETTINGS = ("p_big", "penalty_weight", "penalty_utterances", "estimator", "hidden_size")
 BUILT_IN_CONTROLLERS = ("random", "learned", "surprisal", "big_only", "small_only")
 
-__all__ = ["collect_results", "read_history", "epoch_minutes", "train_labels_name", "train_targets_name",
+__all__ = ["collect_results", "results_files_under", "read_history", "epoch_minutes", "train_labels_name", "train_targets_name",
            "results_file_name", "evaluation_tag", "test_only_hyperparams_name", "new_model_options"]
 
 
@@ -333,7 +333,7 @@ def results_file_name(bias_shift: float = 0.0, test_only: bool = False, stem: st
     return f"{stem}{evaluation}{f'_bias{shift:+g}' if shift else ''}{suffix}"
 
 
-def _results_files(path: Path) -> List[Path]:
+def results_files_under(path: Path) -> List[Path]:
     """``path`` itself if it is a file, else the results files found under it."""
     if path.is_file():
         return [path]
@@ -375,7 +375,7 @@ def collect_results(paths: Union[PathLike, Sequence[PathLike]]) -> List[Row]:
         paths = [paths]
     rows, infos = [], {}
     given = {Path(p) for p in paths if Path(p).is_file()}  # files named, not searched for in folders
-    for file in (f for p in paths for f in _results_files(Path(p))):
+    for file in (f for p in paths for f in results_files_under(Path(p))):
         try:
             row = json.loads(file.read_text(encoding="utf-8"))
         except ValueError as err:

@@ -508,7 +508,7 @@ class PonderNetEncoder(AdaptiveEncoder):
     max_steps_key = "pondernet_max_steps"
     INFERENCE_MODES = ("truncated", "expected", "sample", "threshold")
     #: The modes whose halting is drawn (``"sample"``) or its deterministic counterpart (``"threshold"``):
-    #: the two that :meth:`surprisal_cc.inference.ConditionalASR.set_routing` switches between.
+    #: the two that :meth:`set_test_sampling` switches between.
     DRAWN_INFERENCE_MODES = ("sample", "threshold")
 
     def __init__(self, input_size: int, num_outputs: int, max_steps: int = 8, step_hidden: int = 256,
@@ -554,6 +554,22 @@ class PonderNetEncoder(AdaptiveEncoder):
 
     def aux_weight(self) -> float:
         return self.beta
+
+    def routing_draws(self) -> bool:
+        """Whether halting is drawn at test time: the ``sample`` inference (``threshold`` is its
+        deterministic counterpart, between which :meth:`set_test_sampling` switches)."""
+        return self.inference in self.DRAWN_INFERENCE_MODES
+
+    def set_test_sampling(self, sampled: bool) -> None:
+        """``sample`` inference (True) or ``threshold`` (False) where the inference is one of the two;
+        the ``expected`` and ``truncated`` inference draw nothing (``sampled`` True is a ValueError)."""
+        if self.routing_draws():
+            self.inference = "sample" if sampled else "threshold"
+        elif sampled:
+            raise ValueError(f"this model's routing draws nothing ({self.routing_kind()})")
+
+    def routing_kind(self) -> str:
+        return f"{type(self).__name__}, {self.inference} inference"
 
     def ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """All N steps in training and in ``"expected"`` mode, else early exit."""

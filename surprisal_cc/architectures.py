@@ -14,13 +14,14 @@ Example
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 from .hparams_files import load_hparams_file
 from .nnet import Encoder
 
-__all__ = ["MODELS_DIR", "model_file", "encoder_names", "architectures", "build_encoder"]
+__all__ = ["MODELS_DIR", "model_file", "encoder_names", "architectures", "declared_keys", "build_encoder"]
 
 # The model files ship inside the package (package data), so an installed package builds its encoders.
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -71,6 +72,21 @@ def architectures(name: str = "conditional", models_dir: Optional[Path] = None) 
     return sorted(p.stem for p in ((Path(models_dir) if models_dir else MODELS_DIR) / name).glob("*.yaml"))
 
 
+def declared_keys(path: Path) -> Set[str]:
+    """The top-level keys a model file declares (read from its text, nothing built): :func:`build_encoder`
+    passes ``controller``, ``controller_options`` and ``conditional_options`` to a file that declares them.
+
+    Example
+    -------
+    >>> sorted(declared_keys(model_file("conditional")) & {"controller", "conditional_options", "options"})
+    ['conditional_options', 'controller']
+    >>> "controller" in declared_keys(model_file("act"))
+    False
+    """
+    return {match.group(1) for match in re.finditer(r"^([A-Za-z_][\w]*)\s*:", Path(path).read_text(encoding="utf-8"),
+                                                    flags=re.MULTILINE)}
+
+
 def build_encoder(name: str, input_size: int, num_outputs: int, controller: str = "surprisal",
                   architecture: str = "paper", controller_options: Optional[Dict] = None,
                   conditional_options: Optional[Dict] = None, adaptive_options: Optional[Dict] = None,
@@ -91,8 +107,9 @@ def build_encoder(name: str, input_size: int, num_outputs: int, controller: str 
     input_size, num_outputs : int
         Feature width and CTC outputs (labels + blank).
     controller : str
-        The conditional encoder's controller, a key of
-        :data:`~surprisal_cc.controllers.CONTROLLERS` (``surprisal``, ``random``, ...).
+        The controller of an encoder whose model file declares ``controller`` (the conditional
+        one), a key of :data:`~surprisal_cc.controllers.CONTROLLERS` (``surprisal``, ``random``, ...);
+        with ``controller_options`` and ``conditional_options``, passed to such files only.
     architecture : str
         A file of that folder: ``paper`` or, for the conditional encoder, Appendix A's ``model1``-``model3``.
 
@@ -103,12 +120,13 @@ def build_encoder(name: str, input_size: int, num_outputs: int, controller: str 
     ('ConditionalEncoder', 512, 512)
     """
     path = model_file(name, architecture)
+    declared = declared_keys(path)
     settings: Dict = {"input_size": input_size, "num_outputs": num_outputs, "hidden_size": hidden_size,
                       "dropout": dropout}
-    if name == "conditional":
-        settings.update(controller=controller, controller_options=dict(controller_options or {}),
-                        conditional_options=dict(conditional_options or {}))
-    elif (adaptive_options or {}).get(name):
+    routing = {"controller": controller, "controller_options": dict(controller_options or {}),
+               "conditional_options": dict(conditional_options or {})}
+    settings.update({key: value for key, value in routing.items() if key in declared})
+    if (adaptive_options or {}).get(name):
         settings["options"] = dict(adaptive_options[name])
     settings.update(model_options or {})
     try:

@@ -27,8 +27,7 @@ from torch import Tensor
 
 from .apc import APCModel, FrozenAPC
 from .augment import activate_in_training
-from .calibration import (budget_big_fraction, calibrate_surprisal_controller, solve_bias_shift,
-                          target_mean_for_budget)
+from .calibration import budget_big_fraction, calibrate_surprisal_controller, solve_budget, target_mean_for_budget
 from .ctc import utterance_mean_ctc_loss
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
@@ -395,7 +394,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def asked_bias_shift(self) -> float:
         """The controller's test-time bias shift that was asked for (0 under a FLOPs budget, whose
         solved shift is recorded apart)."""
-        return 0.0 if self.test_budget else getattr(unwrap(self.modules.encoder), "test_bias_shift", 0.0)
+        return 0.0 if self.test_budget else unwrap(self.modules.encoder).test_bias_shift
 
     def write_alignments(self, stem: Optional[str] = None) -> None:
         """This evaluation's per-utterance alignments, in a file named like its results file
@@ -601,14 +600,13 @@ class ConditionalCTCBrain(FiniteLossBrain):
     def solve_budget_bias_shift(self, fraction: float, budget_set) -> Dict[str, float]:
         """The test-time bias shift at which the surprisal controller's expected MACs per frame on
         the frames of ``budget_set`` are ``fraction`` x those of big-only
-        (:func:`~surprisal_cc.calibration.solve_bias_shift`)."""
-        big_fraction = self.test_budget_big_fraction(fraction)
-        solution = solve_bias_shift(unwrap(self.modules.encoder).controller, self.frame_surprisal(budget_set),
-                                    big_fraction, stochastic=bool(self.hparams.test_stochastic))
+        (:func:`~surprisal_cc.calibration.solve_budget`)."""
+        self.test_budget_big_fraction(fraction)  # the error names test_flops_fraction
+        solution = solve_budget(unwrap(self.modules.encoder), self.apc_macs, fraction, self.frame_surprisal(budget_set))
         logger.info("test budget %.3g x big-only MACs per frame: %.1f%% of frames on the big network, "
-                    "bias shift %+.3f (solved on %d frames)", fraction, 100 * big_fraction, solution["bias_shift"],
-                    solution["frames"])
-        return {"fraction": fraction, **solution}
+                    "bias shift %+.3f (solved on %d frames)", fraction, 100 * solution["big_fraction"],
+                    solution["bias_shift"], solution["frames"])
+        return solution
 
     def encoder_flop_rows(self) -> Dict[str, float]:
         """:func:`~surprisal_cc.flops.static_flop_rows` of this brain's encoder and APC."""

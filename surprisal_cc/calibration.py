@@ -1,6 +1,6 @@
 """Fitting the surprisal controller's logit to targets: its weight and bias to the target mean and
 variance of p_big before training (paper Eq. 4, :func:`calibrate_surprisal_controller`), and, at test
-time, the bias shift that meets a FLOPs budget (:func:`budget_big_fraction`, :func:`solve_bias_shift`).
+time, the bias shift that meets a FLOPs budget (:func:`solve_budget`).
 Both apply to controllers that ``calibrates_on_surprisal``
 (:class:`~surprisal_cc.controllers.SurprisalController`).
 
@@ -185,6 +185,34 @@ def solve_bias_shift(controller: SurprisalController, surprisal_batches: Iterabl
         surprisal = torch.cat([batch.detach().float().flatten() for batch in surprisal_batches])
     shift = bias_shift_for_big_fraction(controller, surprisal, big_fraction, stochastic=stochastic)
     return {"big_fraction": big_fraction, "bias_shift": shift, "frames": int(surprisal.numel())}
+
+
+def solve_budget(encoder: nn.Module, apc_macs: int, fraction: float,
+                 surprisal_batches: Iterable[Tensor]) -> Dict[str, float]:
+    """The test-time bias shift at which ``encoder`` (plus ``apc_macs``) spends ``fraction`` x the
+    big-only MACs per frame on the frames of ``surprisal_batches``: :func:`budget_big_fraction`, then
+    :func:`solve_bias_shift` with the encoder's own test-time sampling (``test_stochastic``).
+    ValueError as :func:`budget_big_fraction`.
+
+    Returns ``{"fraction", "big_fraction", "bias_shift", "frames"}``.
+
+    Example
+    -------
+    >>> import torch
+    >>> class Routed:  # an encoder: its controller, test_stochastic and component_macs() are read
+    ...     controller, test_stochastic = SurprisalController(), True
+    ...     def component_macs(self):
+    ...         return {"small_net": 100, "big_net": 500}
+    >>> encoder = Routed()
+    >>> encoder.controller.set_parameters(weight=2.0, bias=0.5)
+    >>> solution = solve_budget(encoder, 0, 0.6, [torch.linspace(-1.0, 1.0, 201)])  # symmetric about 0
+    >>> solution["fraction"], solution["big_fraction"], round(solution["bias_shift"], 2), solution["frames"]
+    (0.6, 0.5, -0.5, 201)
+    """
+    big_fraction = budget_big_fraction(encoder, apc_macs, fraction)
+    solution = solve_bias_shift(encoder.controller, surprisal_batches, big_fraction,
+                                stochastic=bool(encoder.test_stochastic))
+    return {"fraction": fraction, **solution}
 
 
 CALIBRATION_METHODS = ("full_batch", "sgd", "authors_adam")

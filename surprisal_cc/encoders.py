@@ -218,6 +218,24 @@ class ConditionalEncoder(Encoder):
         """The controller that routes in the current mode (``self.training``)."""
         return self.stage_controller(self.training)
 
+    def routing_draws(self) -> bool:
+        """Whether the test-time controller draws from ``p_big`` (surprisal, random; not learned,
+        big-only or small-only, whose decisions are fixed)."""
+        return self.stage_controller(False).draws
+
+    def set_test_sampling(self, sampled: bool) -> None:
+        """Bernoulli draws from ``p_big`` at test time (True) or ``p_big > 0.5`` (False)."""
+        controller = self.stage_controller(False)
+        if sampled and not controller.draws:
+            raise ValueError(f"this model's routing draws nothing ({self.routing_kind()})")
+        if not sampled and controller.routes_by_chance:
+            raise ValueError(f"the {controller.name!r} controller routes by chance (the same p_big on every "
+                             "frame): deterministic routing would run one network on every frame")
+        self.test_stochastic = bool(sampled)
+
+    def routing_kind(self) -> str:
+        return f"{type(self).__name__}, {self.stage_controller(False).name} controller"
+
     def needs_surprisal(self, training: bool) -> bool:
         return self.stage_controller(training).uses_surprisal
 

@@ -169,15 +169,14 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     graphs = pronunciation_references(data, items, words, mfa_labels, g2p or asr.config.get(
         "label_policy", {}).get("g2p") or "spn") if any_pronunciation else None
     warn_converted(infos, asr.feature_config.sample_rate, stacklevel=3)  # called here: its warning names our caller
-    shift = getattr(asr.encoder, "test_bias_shift", None)
+    shift = asr.encoder.test_bias_shift
     try:  # a budget holds for this evaluation only: the model's bias shift is restored after
         budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \
             if flops_fraction is not None else None
         tally = _decode_corpus(asr, items, batch_size, seed, graphs, per_utterance, progress, long_chunk_s)
         ran = _what_ran(asr, seed, batch_size)  # the bias shift decoded with, a budget's included
     finally:
-        if shift is not None:
-            asr.encoder.test_bias_shift = shift
+        asr.encoder.test_bias_shift = shift
     if alignments is not None:
         tally.errors.write_alignments(alignments)
     result = _scores(tally, items, graphs)
@@ -375,7 +374,7 @@ def _what_ran(asr: EvaluatedModel, seed: Optional[int], batch_size: int) -> Dict
             "routing": asr.routing, "seed": seed if asr.routing == "sampled" else None,
             "batch_size": batch_size, "beam_size": asr.beam_search.beam_size,
             "blank_penalty": asr.beam_search.blank_penalty,
-            "bias_shift": float(getattr(asr.encoder, "test_bias_shift", 0.0)),
+            "bias_shift": float(asr.encoder.test_bias_shift),
             "apc": weights_fingerprint(asr.apc.apc) if asr.apc is not None else None}
 
 

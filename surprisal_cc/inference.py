@@ -31,11 +31,10 @@ import torch
 from speechbrain.utils.run_opts import RunOptions
 from torch import Tensor
 
-from .adaptive import PonderNetEncoder
 from .arguments import check_batch_size, check_routing_seed, resolve_device
 from .apc import APCModel, FrozenAPC
 from .architectures import build_encoder
-from .calibration import budget_big_fraction, solve_bias_shift
+from .calibration import budget_big_fraction, solve_budget
 from .data.audio import as_waveforms, check_audio, resample, sample_counts, sample_rate_hz
 from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
 from .decoding import CTCBeamSearch
@@ -435,7 +434,7 @@ class ConditionalASR:
             buffer.seek(0)
             blob = torch.load(buffer, weights_only=True)
         config = {**self.config, "uses_apc": self.uses_apc, "weights_dtype": dtype}
-        if hasattr(self.encoder, "test_bias_shift"):  # the operating point travels with the weights
+        if self.encoder.stage_controller(False) is not None:  # the operating point travels with the weights
             shift = float(self.encoder.test_bias_shift)  # (a shift set back to 0 replaces a loaded one)
             encoder_config = dict(config["encoder"])
             options = {k: v for k, v in (encoder_config.get("conditional_options") or {}).items()
@@ -450,12 +449,12 @@ class ConditionalASR:
         """Add ``shift`` to the controller's logit (paper Appendix B): a negative shift sends fewer
         frames to the big network (fewer FLOPs), a positive one more. Big-only and small-only have
         no logit to shift, nor do the adaptive encoders: a clear error."""
-        if not hasattr(self.encoder, "test_bias_shift"):
+        controller = self.encoder.stage_controller(False)
+        if controller is None:
             raise ConfigurationError(f"a bias shift needs a conditional encoder; this model's is "
                                      f"{self.config['encoder']['name']!r}")
         if not math.isfinite(float(shift)):
             raise ConfigurationError(f"a bias shift must be a finite number, got {shift}")
-        controller = self.encoder.controller
         if shift and not controller.shifts_with_bias:
             raise ConfigurationError(f"the {controller.name!r} controller has no bias to shift")
         self.encoder.test_bias_shift = float(shift)
@@ -473,7 +472,7 @@ class ConditionalASR:
                           long_chunk_s: Optional[float] = None) -> Dict[str, Any]:
         """Set the bias shift (:meth:`set_bias_shift`) at which the expected MACs per frame over the
         frames of ``audio`` are ``fraction`` x those of big-only, from their APC surprisal alone
-        (:func:`~surprisal_cc.calibration.solve_bias_shift`; no labels). One extra APC pass over the
+        (:func:`~surprisal_cc.calibration.solve_budget`; no labels). One extra APC pass over the
         audio (:meth:`frame_surprisal`: long files in parts); the surprisal controller only.
 
         Returns ``{"fraction", "big_fraction", "bias_shift", "frames"}``.
@@ -496,13 +495,13 @@ class ConditionalASR:
         if not all(isinstance(path, (str, os.PathLike)) for path in audio):
             raise ConfigurationError("meet_flops_budget reads audio files: give their paths")
         check_batch_size(batch_size)
-        big_fraction = self.budget_big_fraction(fraction)  # before any audio is read
+        self.budget_big_fraction(fraction)  # a budget this model cannot meet fails before any audio is read
         hint = "the bias shift of a FLOPs budget is solved on usable audio"
         refuse_bad_audio(check_audio_many(audio)[1], len(audio), False, hint, hint)
-        solution = solve_bias_shift(self.encoder.controller, self.frame_surprisal(audio, batch_size, long_chunk_s),
-                                    big_fraction, stochastic=bool(getattr(self.encoder, "test_stochastic", True)))
+        solution = solve_budget(self.encoder, self.apc_macs, float(fraction),
+                                self.frame_surprisal(audio, batch_size, long_chunk_s))
         self.set_bias_shift(solution["bias_shift"])
-        return {"fraction": float(fraction), **solution}
+        return solution
 
     @torch.no_grad()
     def frame_surprisal(self, audio: Sequence[PathLike], batch_size: int = 8,
@@ -534,31 +533,20 @@ class ConditionalASR:
         with decoding_threads(self.threads), self._autocast():
             return self.apc(fbank, lengths).surprisal.float()
 
-    def _test_controller(self):
-        """The controller that routes this model's frames, or None (an adaptive-depth encoder)."""
-        stage_controller = getattr(self.encoder, "stage_controller", None)
-        return stage_controller(False) if stage_controller is not None else None
-
     @property
     def can_sample(self) -> bool:
-        """Whether this model has routing to draw: a small/big encoder whose controller draws from
-        ``p_big`` (surprisal, random; not learned, big-only or small-only) or PonderNet in its
-        ``sample``/``threshold`` inference (ACT, and PonderNet's ``expected`` and ``truncated``
-        inference, compute the same thing on every run)."""
-        controller = self._test_controller()
-        return (controller is not None and controller.draws) or self._drawn_halting
+        """Whether this model has routing to draw (:meth:`~surprisal_cc.nnet.Encoder.routing_draws`):
+        a small/big encoder whose controller draws from ``p_big`` (surprisal, random; not learned,
+        big-only or small-only) or PonderNet in its ``sample``/``threshold`` inference (ACT, and
+        PonderNet's ``expected`` and ``truncated`` inference, compute the same thing on every run)."""
+        return self.encoder.routing_draws()
 
     @property
     def routes_by_chance(self) -> bool:
         """Whether only a draw routes this model's frames (the random controller: the same ``p_big``
         on every frame), so that its routing is always sampled."""
-        controller = self._test_controller()
+        controller = self.encoder.stage_controller(False)
         return controller is not None and controller.routes_by_chance
-
-    @property
-    def _drawn_halting(self) -> bool:
-        """Whether the encoder is PonderNet in one of its drawn inference modes (``sample``/``threshold``)."""
-        return getattr(self.encoder, "inference", None) in PonderNetEncoder.DRAWN_INFERENCE_MODES
 
     def set_routing(self, routing: Optional[str], seed: Optional[int] = None) -> None:
         """``"deterministic"``: the big network where ``p_big > 0.5`` (PonderNet's ``sample``
@@ -586,26 +574,20 @@ class ConditionalASR:
         if routing not in ROUTINGS:
             raise ConfigurationError(f"routing must be one of {ROUTINGS}, got {routing!r}")
         if routing == "deterministic" and self.routes_by_chance:
-            controller = self._test_controller()
+            controller = self.encoder.stage_controller(False)
             raise ConfigurationError(f"this model routes by chance (its {controller.name!r} controller gives the same "
                                      "p_big on every frame): deterministic routing would run one network on every "
                                      "frame; leave out --deterministic (routing='sampled')")
         sampled = routing == "sampled"
         if sampled and not self.can_sample:
-            mode, controller = getattr(self.encoder, "inference", None), self._test_controller()
-            kind = type(self.encoder).__name__ + (f", {mode} inference" if mode else "") + (
-                f", {controller.name} controller" if controller is not None else "")
-            raise ConfigurationError(f"this model's routing draws nothing ({kind}): leave out --sampled and --seed "
-                                     "(routing='deterministic')")
+            raise ConfigurationError(f"this model's routing draws nothing ({self.encoder.routing_kind()}): leave out "
+                                     "--sampled and --seed (routing='deterministic')")
         if seed is not None and not sampled:
             raise ConfigurationError("seed seeds sampled routing, and deterministic routing draws nothing: "
                                      "set_routing('sampled', seed) (--sampled --seed N)")
         seed = check_routing_seed(seed) if seed is not None else (
             int.from_bytes(os.urandom(4), "little") % 2 ** 31 if sampled else None)
-        if hasattr(self.encoder, "test_stochastic"):  # every argument checked: now change the model
-            self.encoder.test_stochastic = sampled
-        if self._drawn_halting:
-            self.encoder.inference = "sample" if sampled else "threshold"
+        self.encoder.set_test_sampling(sampled)  # every argument checked: now change the model
         self.routing, self.seed = routing, seed
 
     def to(self, device: Union[str, torch.device]) -> "ConditionalASR":

@@ -146,12 +146,54 @@ class Encoder(nn.Module):
     """Interface of all CTC encoders (conditional, ACT, PonderNet).
 
     Subclasses implement :meth:`component_macs` and :meth:`forward`, and override
-    :meth:`needs_surprisal` when they read the APC surprisal.
+    :meth:`needs_surprisal` when they read the APC surprisal. The test-time routing hooks
+    (:meth:`stage_controller`, :meth:`routing_draws`, :meth:`set_test_sampling`,
+    :meth:`routing_kind` and :attr:`test_bias_shift`) are what inference, evaluation, realignment and
+    the Brain use to set how a model routes its frames at test time; their defaults describe an
+    encoder that routes nothing at random (ACT), so a new encoder overrides only what it has.
+
+    Example
+    -------
+    >>> class Plain(Encoder):  # routes nothing: the defaults
+    ...     pass
+    >>> enc = Plain()
+    >>> enc.stage_controller(False) is None, enc.routing_draws(), enc.routing_kind()
+    (True, False, 'Plain')
+    >>> enc.set_test_sampling(False)  # deterministic: what it does anyway
+    >>> enc.set_test_sampling(True)
+    Traceback (most recent call last):
+        ...
+    ValueError: this model's routing draws nothing (Plain)
     """
+
+    #: Added to the test-time controller's logit (paper Appendix B); read by an encoder whose
+    #: :meth:`stage_controller` at test time shifts with a bias, 0 otherwise.
+    test_bias_shift: float = 0.0
 
     def needs_surprisal(self, training: bool) -> bool:
         """Whether :meth:`forward` needs the APC surprisal in training (True) or evaluation (False)."""
         return False
+
+    def stage_controller(self, training: bool) -> Optional[nn.Module]:
+        """The :class:`~surprisal_cc.controllers.Controller` that routes frames in training (True) or
+        evaluation (False); None for an encoder that no controller routes (adaptive depth)."""
+        return None
+
+    def routing_draws(self) -> bool:
+        """Whether test-time routing can be drawn at random, so that ``set_test_sampling(True)``
+        draws it (a controller that draws from ``p_big``; PonderNet's sampled halting)."""
+        return False
+
+    def set_test_sampling(self, sampled: bool) -> None:
+        """Draw the test-time routing (True) or take its deterministic counterpart (False).
+        ValueError where the routing draws nothing (:meth:`routing_draws`) and ``sampled`` is True,
+        or where only a draw can route it and ``sampled`` is False."""
+        if sampled:
+            raise ValueError(f"this model's routing draws nothing ({self.routing_kind()})")
+
+    def routing_kind(self) -> str:
+        """What routes this encoder's frames at test time, for messages, e.g. ``"ACTEncoder"``."""
+        return type(self).__name__
 
     def component_macs(self) -> Dict[str, int]:
         """Static MACs per frame of each component (one step / one branch each)."""

@@ -373,13 +373,11 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
     if checkpoint is None:
         raise ConfigurationError(f"{run_dir / 'save'} holds no checkpoint with {metric!r}: train the run first")
     logger.info("realigning with %s (%s %s)", checkpoint.path, metric, checkpoint.meta.get(metric))
-    if getattr(encoder, "test_stochastic", False):
-        if encoder.stage_controller(False).routes_by_chance:
-            torch.manual_seed(0)  # p_big > 0.5 would send every frame to one network: drawn, reproducibly
-        else:
-            encoder.test_stochastic = False  # deterministic routing: p_big > 0.5
-    if getattr(encoder, "inference", None) == "sample":
-        encoder.inference = "threshold"
+    controller = encoder.stage_controller(False)
+    if controller is not None and controller.routes_by_chance:
+        torch.manual_seed(0)  # p_big > 0.5 would send every frame to one network: drawn, reproducibly
+    else:
+        encoder.set_test_sampling(False)  # deterministic routing (p_big > 0.5; PonderNet: threshold halting)
     hparams["precision"] = "fp32"
     brain = ConditionalCTCBrain(modules={"encoder": encoder}, hparams=hparams, run_opts={"device": device})
     brain.modules.eval()

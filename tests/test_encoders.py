@@ -481,8 +481,7 @@ def test_every_encoder_keeps_the_encoder_contract(name):
     output for an utterance alone and padded in a batch (evaluation)."""
     torch.manual_seed(0)
     enc = build_encoder(name, input_size=D, num_outputs=5, hidden_size=8).eval()
-    if hasattr(enc, "test_stochastic"):
-        enc.test_stochastic = False  # sampled routing draws differently for other shapes
+    enc.set_test_sampling(False)  # sampled routing draws differently for other shapes
     x = noisy_padding(torch.randn(3, T, D), LENGTHS)
     surprisal = torch.rand(3, T) * 4
     with torch.no_grad():
@@ -504,6 +503,60 @@ def test_every_encoder_keeps_the_encoder_contract(name):
             if not moved:  # the same computation: the same output up to summation order
                 torch.testing.assert_close(out.log_probs[i, :n], alone.log_probs[0], rtol=1e-4, atol=1e-4)
         assert switched <= ROUTING_FLIPS
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_every_encoder_keeps_the_routing_hooks(name):
+    """The test-time routing hooks that inference, evaluation, realignment and the Brain call: a model
+    that draws (routing_draws) switches between drawn and deterministic routing, changing what
+    it computes only through them, and one that draws nothing refuses drawn routing."""
+    enc = build_encoder(name, input_size=D, num_outputs=5, hidden_size=8).eval()
+    assert isinstance(enc.routing_kind(), str) and enc.test_bias_shift == 0.0
+    controller = enc.stage_controller(False)
+    assert controller is None or isinstance(controller, Controller)
+    enc.set_test_sampling(False)
+    if name == "act":  # halts where its cumulative halting probability crosses 1 - eps: nothing to draw
+        assert not enc.routing_draws()
+    if enc.routing_draws():
+        enc.set_test_sampling(True)
+        enc.set_test_sampling(False)
+    else:
+        with pytest.raises(ValueError, match="draws nothing"):
+            enc.set_test_sampling(True)
+
+
+@pytest.mark.parametrize("controller, draws", [("surprisal", True), ("random", True), ("learned", False),
+                                               ("big_only", False), ("small_only", False)])
+def test_conditional_routing_hooks_follow_the_test_controller(controller, draws):
+    enc = build_encoder("conditional", input_size=D, num_outputs=5, hidden_size=8, controller=controller).eval()
+    assert enc.routing_draws() is draws and enc.stage_controller(False).name == controller
+    assert controller in enc.routing_kind()
+    if controller == "random":  # only a draw routes it: deterministic routing is refused
+        with pytest.raises(ValueError, match="routes by chance"):
+            enc.set_test_sampling(False)
+    else:
+        enc.set_test_sampling(False)
+        assert enc.test_stochastic is False
+    if draws:
+        enc.set_test_sampling(True)
+        assert enc.test_stochastic is True
+    random_at_test = build_encoder("conditional", input_size=D, num_outputs=5, hidden_size=8, controller=controller,
+                                   conditional_options={"controller_at_test": False})
+    assert random_at_test.stage_controller(False).name == "random" and random_at_test.routing_draws()
+
+
+@pytest.mark.parametrize("mode, draws, deterministic", [("sample", True, "threshold"), ("threshold", True, "threshold"),
+                                                        ("truncated", False, "truncated"),
+                                                        ("expected", False, "expected")])
+def test_pondernet_routing_hooks_switch_drawn_halting_only(mode, draws, deterministic):
+    enc = build_encoder("pondernet", input_size=D, num_outputs=5, hidden_size=8,
+                        adaptive_options={"pondernet": {"inference": mode}}).eval()
+    assert enc.routing_draws() is draws and enc.stage_controller(False) is None and mode in enc.routing_kind()
+    enc.set_test_sampling(False)
+    assert enc.inference == deterministic
+    if draws:
+        enc.set_test_sampling(True)
+        assert enc.inference == "sample"
 
 
 def test_learned_controller_aux_loss_reaches_encoder_output():

@@ -221,7 +221,7 @@ AUTHORS_ERROR_SCALE = 2.0
 
 
 def check_calibration_target(mean: float, var: Optional[float] = None) -> None:
-    """A :class:`ValueError` of one line unless p_big's target ``mean`` is in (0, 1) and its target
+    """A :class:`ValueError` of one line unless p_big's target ``mean`` is a number in (0, 1) and its target
     ``var`` (None: not checked) in [0, mean x (1 - mean)), the largest variance of p_big in [0, 1].
 
     Example
@@ -232,8 +232,8 @@ def check_calibration_target(mean: float, var: Optional[float] = None) -> None:
         ...
     ValueError: controller_target_var must be in [0, 0.21) with controller_target_mean 0.3 (p_big in [0, 1] has variance below mean x (1 - mean)), got 0.25
     """
-    if not 0 < mean < 1:
-        raise ValueError(f"controller_target_mean must be in (0, 1), got {mean!r}")
+    if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 0 < mean < 1:
+        raise ValueError(f"controller_target_mean must be a number in (0, 1), got {mean!r}")
     if var is not None and not 0 <= var < mean * (1 - mean):
         raise ValueError(f"controller_target_var must be in [0, {mean * (1 - mean):.4g}) with controller_target_mean "
                          f"{mean:g} (p_big in [0, 1] has variance below mean x (1 - mean)), got {var!r}")

@@ -62,6 +62,7 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     the model needs it.
     """
     from .apc import APCModel
+    from .calibration import check_calibration_target
     from .errors import ConfigurationError
     from .flops import expected_macs_at_mean_p_big, module_macs, static_flop_rows
     from .nnet import runs_apc
@@ -83,8 +84,10 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     mean = hparams.get("controller_target_mean")
     calibrated = getattr(getattr(encoder, "controller", None), "calibrates_on_surprisal", False)
     if "small-only" in rows and calibrated and mean is not None:  # its mean p_big is the calibration's target
-        if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 0 < mean < 1:
-            raise ConfigurationError(f"controller_target_mean must be a number in (0, 1), got {mean!r}")
+        try:
+            check_calibration_target(mean)
+        except ValueError as err:
+            raise ConfigurationError(str(err)) from None
         rows[f"expected at mean p_big={mean:g}"] = expected_macs_at_mean_p_big(rows, mean)
     return {"hparams": hparams_file, "overrides": list(overrides), "macs_per_frame": rows}
 
@@ -790,7 +793,8 @@ def _add_transcribe_parser(subparsers) -> None:
 def _add_evaluate_parser(subparsers) -> None:
     p = subparsers.add_parser("evaluate", help="PER, FLOPs, p_big and RTF on a LibriSpeech, TIMIT, Kaldi or "
                                                "manifest corpus")
-    p.add_argument("data", help="LibriSpeech-format folder, TIMIT folder, Kaldi data folder (wav.scp, text) "
+    p.add_argument("data", help="LibriSpeech-format folder of one subset (e.g. LibriSpeech/dev-clean-2; a folder "
+                                "holding several is refused), TIMIT folder, Kaldi data folder (wav.scp, text) "
                                 "or manifest CSV")
     p.add_argument("--mfa-labels", help="MFA labels (CSV export or TextGrid folder) of a LibriSpeech-format "
                                         "folder, instead of lexicon labels")

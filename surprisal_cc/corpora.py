@@ -1,7 +1,9 @@
 """The labelled corpora ``evaluate`` scores (:meth:`surprisal_cc.inference.ConditionalASR.evaluate`),
-each read as (utterance id, audio path, reference phones): a LibriSpeech-format folder (CMUdict
-labels by the model's training label policy, or MFA labels), a TIMIT folder, a Kaldi data folder
-(``wav.scp`` and ``text``, labelled by the lexicon) or a manifest CSV.
+each read as (utterance id, audio path, reference phones): a LibriSpeech-format folder of one subset
+(CMUdict labels by the model's training label policy, or MFA labels), a TIMIT folder, a Kaldi data folder
+(``wav.scp`` and ``text``, labelled by the lexicon) or a manifest CSV. A folder holding several
+LibriSpeech subsets (``LibriSpeech/`` with ``dev-clean-2/`` and ``train-clean-5/``) is refused, naming
+them, rather than scored as one corpus; a manifest CSV listing their utterances scores them together.
 
 Example
 -------
@@ -47,8 +49,8 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     Arguments
     ---------
     data : str or path
-        A LibriSpeech-format folder, a TIMIT folder, a Kaldi data folder or a manifest CSV (see
-        :meth:`~surprisal_cc.inference.ConditionalASR.evaluate`).
+        A LibriSpeech-format folder of one subset, a TIMIT folder, a Kaldi data folder or a manifest CSV
+        (see :meth:`~surprisal_cc.inference.ConditionalASR.evaluate`).
     asr : ~surprisal_cc.inference.ConditionalASR
         The model: its label set and its training label policy.
     mfa_labels : str or path, optional
@@ -75,8 +77,8 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     Raises
     ------
     DataPreparationError
-        When the corpus cannot be read, an utterance id occurs twice or its labels are not the model's
-        label set.
+        When the corpus cannot be read, a folder holds several LibriSpeech subsets, an utterance id occurs
+        twice or its labels are not the model's label set.
     ConfigurationError
         For ``mfa_labels`` with a corpus other than a LibriSpeech-format folder.
     """

@@ -124,7 +124,9 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
 
     Reads ``RUN_DIR/hyperparams.yaml`` (written by SpeechBrain; hparams files are code, load only
     runs you trust), ``RUN_DIR/results.json`` (or ``results_test_only.json``) and ``RUN_DIR/save``.
-    Writes ``model.json``, ``encoder.pt``, ``apc.pt`` (when used) and ``README.md``.
+    Writes ``model.json``, ``encoder.pt``, ``apc.pt`` (when used) and ``README.md``; ``model.json`` records
+    the APC the run trained with (``source.apc_fingerprint``) and ``apc.pt`` as stored (``apc_file_fingerprint``,
+    checked when the folder is loaded).
 
     Arguments
     ---------

@@ -2,13 +2,16 @@
 :func:`load_model_folder` reads it back and checks it, :func:`default_model_dir` is the shipped one.
 
 ==============  ==============================================================================
-``model.json``  format version, encoder arguments, features, labels, decoding, provenance
+``model.json``  format version, encoder arguments, features, labels, decoding, provenance, and
+                ``apc_file_fingerprint``: the weights fingerprint of ``apc.pt`` as it loads
 ``encoder.pt``  encoder state dict (the calibrated controller included)
 ``apc.pt``      the frozen APC model (absent when the model runs without APC)
 ``README.md``   model card (:func:`model_card`)
 ==============  ==============================================================================
 
-Every tensor file loads with ``torch.load(weights_only=True)``: no pickled code.
+Every tensor file loads with ``torch.load(weights_only=True)``: no pickled code. Loading checks that
+``apc.pt`` is the APC the folder was written with (a folder written before ``apc_file_fingerprint``
+was recorded is not checked).
 
 Example
 -------
@@ -29,8 +32,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -40,10 +44,12 @@ from .architectures import build_encoder
 from .controllers import build_controller
 from .errors import ConfigurationError
 from .features import FeatureConfig
-from .nnet import INPUT_FEATURES, Encoder, runs_apc
+from .nnet import FINGERPRINT_DIGITS, INPUT_FEATURES, Encoder, runs_apc, weights_fingerprint
 
 FORMAT_VERSION = 1
 MODEL_FILE, ENCODER_FILE, APC_FILE, CARD_FILE = "model.json", "encoder.pt", "apc.pt", "README.md"
+# model.json's key for the weights fingerprint of apc.pt as it loads (its stored dtype's values, as fp32)
+APC_FILE_FINGERPRINT = "apc_file_fingerprint"
 WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 
 __all__ = ["FORMAT_VERSION", "WEIGHT_DTYPES", "ModelFormatError", "default_model_dir", "load_model_folder",
@@ -97,7 +103,8 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
         When the folder is missing, incomplete, damaged or of another format version, or when
         ``model.json`` contradicts itself, the encoder or the APC model (unknown ``features`` keys,
         ``labels`` not one per encoder output, ``blank_index`` outside them, ``input_features`` of
-        another width than ``encoder.input_size``).
+        another width than ``encoder.input_size``), or ``apc.pt`` is not the APC the folder was
+        written with (``apc_file_fingerprint``).
 
     Example
     -------
@@ -155,7 +162,37 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
             raise ModelFormatError(f"{apc_path}: cannot be loaded ({type(err).__name__}: "
                                    f"{str(err).splitlines()[0] if str(err) else ''})") from None
     _check_config(config, config_path, encoder, apc)
+    if apc is not None:
+        _check_apc_file(config, folder, apc)
     return config, encoder, apc
+
+
+def _check_apc_file(config: Dict[str, Any], folder: Path, apc: APCModel) -> None:
+    """Refuse an ``apc.pt`` (loaded as ``apc``) other than the one the model ``folder`` was written with:
+    its weights fingerprint must be ``model.json``'s ``apc_file_fingerprint``; not checked where that is absent.
+
+    Example
+    -------
+    >>> apc = APCModel(input_size=6, hidden_size=8)
+    >>> _check_apc_file({APC_FILE_FINGERPRINT: weights_fingerprint(apc)}, Path("model"), apc)
+    >>> _check_apc_file({APC_FILE_FINGERPRINT: "0" * 12}, Path("model"), apc)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.model_folder.ModelFormatError: model...apc.pt: APC weights fingerprint ..., but model...model.json records 000000000000 ...
+    """
+    recorded = config.get(APC_FILE_FINGERPRINT)
+    if recorded is None:
+        return
+    if not isinstance(recorded, str) or not re.fullmatch(r"[0-9a-f]{8,64}", recorded):
+        raise ModelFormatError(f"{folder / MODEL_FILE}: {APC_FILE_FINGERPRINT} must be 8 to 64 lower-case hex "
+                               f"digits (the weights fingerprint of {APC_FILE}), got {recorded!r}")
+    found = weights_fingerprint(apc, digits=len(recorded))
+    if found != recorded:
+        raise ModelFormatError(f"{folder / APC_FILE}: APC weights fingerprint {found}, but {folder / MODEL_FILE} "
+                               f"records {recorded} ({APC_FILE_FINGERPRINT}): this is not the APC the model was "
+                               f"exported with, and its features would not be those the model was trained on; put "
+                               f"back the {APC_FILE} exported with it, or export the run again "
+                               f"(surprisal-cc export RUN_DIR {folder})")
 
 
 def _check_config(config: Dict[str, Any], config_path: Path, encoder: Encoder, apc: Optional[APCModel]) -> None:
@@ -316,7 +353,9 @@ def model_config(encoder: Mapping[str, Any], input_features: str, labels: Sequen
 
 def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[str, Tensor],
                        apc_blob: Optional[Dict[str, Any]]) -> Path:
-    """Write ``model.json``, ``encoder.pt``, ``apc.pt`` (with ``apc_blob``) and ``README.md`` into ``out``.
+    """Write ``model.json``, ``encoder.pt``, ``apc.pt`` (with ``apc_blob``) and ``README.md`` into ``out``;
+    ``model.json`` records the weights fingerprint of ``apc.pt`` as it loads (``apc_file_fingerprint``), which
+    :func:`load_model_folder` checks.
 
     Arguments
     ---------
@@ -324,7 +363,7 @@ def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[st
         New, empty or existing model folder.
     config : dict
         The ``model.json`` content; its ``weights_dtype`` (``"fp32"`` or ``"fp16"``) sets the
-        dtype of the stored weight matrices.
+        dtype of the stored weight matrices. Its ``apc_file_fingerprint``, if any, is replaced.
     encoder_state : dict of str to torch.Tensor
         The encoder's state dict.
     apc_blob : dict, optional
@@ -355,8 +394,11 @@ def write_model_folder(out: Path, config: Dict[str, Any], encoder_state: Dict[st
     _remove_tree(staging)
     staging.mkdir()
     torch.save(_cast(encoder_state, dtype), staging / ENCODER_FILE)
+    config = {k: v for k, v in config.items() if k != APC_FILE_FINGERPRINT}
     if apc_blob is not None:
         torch.save({**apc_blob, "state_dict": _cast(apc_blob["state_dict"], dtype)}, staging / APC_FILE)
+        # as loading will compute it: the stored (cast) weights, read back
+        config[APC_FILE_FINGERPRINT] = weights_fingerprint(load_apc(staging / APC_FILE))
     (staging / MODEL_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
     (staging / CARD_FILE).write_text(model_card(config, staging, name=target.name), encoding="utf-8")
     _swap_into_place(staging, target, replaced)
@@ -460,9 +502,7 @@ def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) ->
         ("epochs", f"{src.get('epochs_trained', '–')} trained; best checkpoint: epoch {src.get('epoch', '–')} "
                    f"(validation PER {_fmt(src.get('valid_PER'))} %)"),
     ]
-    if src.get("apc_fingerprint"):
-        rows.append(("APC", f"weights fingerprint {src['apc_fingerprint']} (the APC the run trained with, "
-                            f"results.json \"apc\")"))
+    rows += _apc_row(src.get("apc_fingerprint"), config.get(APC_FILE_FINGERPRINT), config.get("weights_dtype"))
     averaged = src.get("averaged_checkpoints")
     if averaged:
         rows.append(("weights averaged", f"over the {len(averaged)} best checkpoints (validation PER "
@@ -520,6 +560,24 @@ surprisal-cc evaluate LibriSpeech/dev-clean-2 --model {folder_name} [--mfa-label
 
 The test PER above is the recipe's decoding{tested}{routing}.
 """
+
+
+def _apc_row(trained_with: Optional[str], stored: Optional[str], dtype: Optional[str]) -> List[Tuple[str, str]]:
+    """The model card's APC row: the fingerprint of the APC the run trained with (``trained_with``) and,
+    where it differs, that of ``apc.pt`` (``stored``, e.g. its fp16 copy: ``dtype``); none without either.
+
+    Example
+    -------
+    >>> _apc_row("27d287a179a6", "75da3c37ee63", "fp16")[0][1]  # doctest: +ELLIPSIS
+    'weights fingerprint 27d287a179a6 (...); `apc.pt` here is its fp16 copy, fingerprint 75da3c37ee63'
+    """
+    if not trained_with:
+        return [("APC", f"`{APC_FILE}` weights fingerprint {stored}")] if stored else []
+    text = f"weights fingerprint {trained_with} (the APC the run trained with, results.json \"apc\")"
+    if stored and stored[:FINGERPRINT_DIGITS] != trained_with[:FINGERPRINT_DIGITS]:
+        text += f"; `{APC_FILE}` here is its {dtype} copy" if dtype == "fp16" else f"; `{APC_FILE}` here"
+        text += f", fingerprint {stored}"
+    return [("APC", text)]
 
 
 def _policy(policy: Dict[str, Any]) -> str:

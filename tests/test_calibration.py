@@ -152,8 +152,8 @@ def test_check_calibration_target():
     """The mean in (0, 1); the variance, where given, below mean x (1 - mean): one line each."""
     check_calibration_target(0.5, 0.0)
     check_calibration_target(0.05)  # the variance unchecked
-    for mean in (0, 1, float("nan")):
-        with pytest.raises(ValueError, match="controller_target_mean must be in"):
+    for mean in (0, 1, float("nan"), "abc", True):
+        with pytest.raises(ValueError, match=r"controller_target_mean must be a number in \(0, 1\)"):
             check_calibration_target(mean, 0.01)
     for var in (-0.01, 0.25):
         with pytest.raises(ValueError, match=r"controller_target_var must be in \[0, 0.25\)") as raised:

@@ -981,6 +981,18 @@ def test_evaluate_data_errors(model, tmp_path, capsys):
     assert "not the model's label set" in error_lines(capsys)[0]
 
 
+def test_evaluate_refuses_a_folder_of_several_librispeech_subsets(model, tmp_path, capsys):
+    """A LibriSpeech root holding a test and a training subset is not scored as one corpus: one error line
+    names the subsets and the folder of one to give instead, which is scored."""
+    make_librispeech_fixture(tmp_path, {"dev-clean-2": {"1-2": ["HELLO WORLD"]}, "train-clean-5": {"3-4": ["AND"]}})
+    assert main(["evaluate", str(tmp_path), "--model", str(model)]) == 1
+    assert error_lines(capsys) == [
+        f"error: {tmp_path}: holds 2 LibriSpeech subsets (LibriSpeech/dev-clean-2, LibriSpeech/train-clean-5), which "
+        f"would be read as one corpus: give one subset's folder, such as {tmp_path / 'LibriSpeech' / 'dev-clean-2'}"]
+    assert main(["evaluate", str(tmp_path / "LibriSpeech" / "dev-clean-2"), "--model", str(model), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_utterances"] == 1
+
+
 def test_evaluate_reads_csv_as_spreadsheets_save_it_and_names_a_file_that_is_not_text(model, tmp_path, capsys):
     """A manifest with the byte order mark spreadsheets write is read; a manifest or MFA labels file
     that is not UTF-8 is one line naming it."""

@@ -208,3 +208,70 @@ def test_the_card_says_how_a_model_is_routed(tmp_path, monkeypatch, controller, 
     card = model_folder.model_card({**_config(1), "encoder": enc}, tmp_path)
     assert ("draw its routing (it routes by chance alone)" in card) == drawn
     assert ("route deterministically (`p_big > 0.5`) unless given `--sampled`" in card) == (not drawn)
+
+
+# ----------------------------------------------------------------------------------------------
+# apc.pt is the APC the folder was written with
+# ----------------------------------------------------------------------------------------------
+def _apc_model(tmp_path, seed: int, dtype: str = "fp16"):
+    """An untrained surprisal model (it runs the APC) with its APC drawn from ``seed``, saved with ``dtype`` weights."""
+    from surprisal_cc.inference import ConditionalASR
+
+    torch.manual_seed(seed)
+    asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal")
+    return asr, asr.save(tmp_path / f"model{seed}_{dtype}", dtype=dtype)
+
+
+def test_the_folder_records_the_fingerprint_of_its_apc_file_as_stored(tmp_path):
+    """fp32: the model's own APC; fp16: its rounded copy, a fingerprint of its own, the same on every export."""
+    from surprisal_cc.apc import load_apc
+    from surprisal_cc.nnet import weights_fingerprint
+
+    asr, fp32 = _apc_model(tmp_path, 1, "fp32")
+    recorded = json.loads((fp32 / "model.json").read_text())["apc_file_fingerprint"]
+    assert recorded == weights_fingerprint(asr.apc.apc)
+    fp16 = asr.save(tmp_path / "fp16", dtype="fp16")
+    again = asr.save(tmp_path / "fp16_again", dtype="fp16")
+    stored = json.loads((fp16 / "model.json").read_text())["apc_file_fingerprint"]
+    assert stored != recorded and stored == weights_fingerprint(load_apc(fp16 / "apc.pt"))
+    assert json.loads((again / "model.json").read_text())["apc_file_fingerprint"] == stored
+    assert "`apc.pt` weights fingerprint " + stored in (fp16 / "README.md").read_text()
+
+
+def test_an_apc_file_swapped_for_another_is_refused_and_loads_when_restored(tmp_path):
+    from surprisal_cc.inference import ConditionalASR
+
+    _, folder = _apc_model(tmp_path, 1)
+    _, other = _apc_model(tmp_path, 2)
+    exported = (folder / "apc.pt").read_bytes()
+    (folder / "apc.pt").write_bytes((other / "apc.pt").read_bytes())
+    recorded = json.loads((folder / "model.json").read_text())["apc_file_fingerprint"]
+    found = json.loads((other / "model.json").read_text())["apc_file_fingerprint"]
+    expected = (f"{folder / 'apc.pt'}: APC weights fingerprint {found}, but {folder / 'model.json'} records "
+                f"{recorded} (apc_file_fingerprint): this is not the APC the model was exported with, and its "
+                f"features would not be those the model was trained on; put back the apc.pt exported with it, or "
+                f"export the run again (surprisal-cc export RUN_DIR {folder})")
+    with pytest.raises(ModelFormatError, match="^" + re.escape(expected) + "$"):
+        ConditionalASR.from_pretrained(folder)
+    (folder / "apc.pt").write_bytes(exported)
+    assert ConditionalASR.from_pretrained(folder).uses_apc
+
+
+def test_a_folder_without_the_apc_file_fingerprint_loads_as_before(tmp_path):
+    _, folder = _apc_model(tmp_path, 1)
+    _, other = _apc_model(tmp_path, 2)
+    (folder / "apc.pt").write_bytes((other / "apc.pt").read_bytes())
+    _edited(folder, apc_file_fingerprint=None)  # written before the key was recorded: not checked
+    assert load_model_folder(folder)[2] is not None
+    _edited(folder, apc_file_fingerprint="75DA3C37")
+    with pytest.raises(ModelFormatError, match=re.escape("apc_file_fingerprint must be 8 to 64 lower-case hex "
+                                                         "digits (the weights fingerprint of apc.pt), got '75DA3C37'")):
+        load_model_folder(folder)
+
+
+def test_the_shipped_model_is_checked_against_its_apc_file():
+    from surprisal_cc.nnet import weights_fingerprint
+
+    config, _, apc = load_model_folder(model_folder.default_model_dir())
+    assert config["apc_file_fingerprint"] == weights_fingerprint(apc)
+    assert config["apc_file_fingerprint"] != config["source"]["apc_fingerprint"]  # its fp16 copy of the trained APC

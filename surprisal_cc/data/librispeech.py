@@ -15,9 +15,9 @@ import urllib.request
 import warnings
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .audio import AudioInfo, check_audio_files
+from .audio import MAX_LISTED, AudioInfo, check_audio_files
 from .errors import DataPreparationError, DataPreparationWarning
 from .lexicon import Lexicon
 from .manifest import AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, write_manifest
@@ -76,18 +76,51 @@ def _audio_files(subset_dir: Path) -> List[Path]:
     return list_files(subset_dir, (".flac",))
 
 
+def subset_folders(audio_files: Iterable[Path]) -> List[Path]:
+    """The LibriSpeech subset folders holding ``audio_files``, sorted: the folder above ``<speaker>/<chapter>/``
+    of each file named ``<speaker>-<chapter>-<n>.flac`` (a file laid out otherwise names none).
+
+    Example
+    -------
+    >>> files = [Path("LibriSpeech/dev-clean-2/84/121123/84-121123-0000.flac"),
+    ...          Path("LibriSpeech/train-clean-5/19/198/19-198-0001.flac"), Path("loose/a.flac")]
+    >>> [folder.name for folder in subset_folders(files)]
+    ['dev-clean-2', 'train-clean-5']
+    """
+    found = set()
+    for wav in audio_files:
+        if len(wav.parents) > 2 and wav.name.split("-")[:2] == [wav.parent.parent.name, wav.parent.name]:
+            found.add(wav.parents[2])
+    return sorted(found)
+
+
+def _refuse_several_subsets(folder: Path, audio_files: Sequence[Path]) -> None:
+    """:class:`DataPreparationError` where the audio files under ``folder`` lie in more than one
+    LibriSpeech subset (:func:`subset_folders`), which would be read as one corpus (training and test
+    speech, say), naming them and the folder of one to give instead."""
+    subsets = subset_folders(audio_files)
+    if len(subsets) > 1:
+        names = ", ".join(os.path.relpath(s, folder) for s in subsets[:MAX_LISTED])
+        more = f" and {len(subsets) - MAX_LISTED} more" if len(subsets) > MAX_LISTED else ""
+        raise DataPreparationError(f"{folder}: holds {len(subsets)} LibriSpeech subsets ({names}{more}), which "
+                                   f"would be read as one corpus: give one subset's folder, such as {subsets[0]}")
+
+
 def scan_subset(subset_dir: PathLike, with_transcripts: bool = True,
                 problems: Optional[List[str]] = None) -> List[Utterance]:
     """Utterances of one subset; with transcripts, every audio file must have a non-empty one.
 
     Given a ``problems`` list, utterances without a usable transcript are left out and one
-    ``"file: problem"`` line each is appended to it instead of raising.
+    ``"file: problem"`` line each is appended to it instead of raising. A folder holding several
+    subsets (``LibriSpeech/`` with ``dev-clean-2/`` and ``train-clean-5/``) is refused, naming them.
     """
     subset_dir = Path(subset_dir)
+    audio_files = _audio_files(subset_dir)
+    _refuse_several_subsets(subset_dir, audio_files)
     transcripts = read_librispeech_transcripts(subset_dir) if with_transcripts else {}
     utts, found = [], []
     has_transcripts: Dict[Path, bool] = {}
-    for wav in _audio_files(subset_dir):
+    for wav in audio_files:
         utt_id = wav.name[: -len(".flac")]
         words = transcripts.get(utt_id)
         if with_transcripts and words is None:

@@ -1,0 +1,52 @@
+"""The corpora ``evaluate`` scores: a LibriSpeech folder is one subset, never several read as one corpus."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from data_fixtures import make_librispeech_fixture
+from surprisal_cc.corpora import corpus_items
+from surprisal_cc.data.errors import DataPreparationError
+from surprisal_cc.data.librispeech import scan_subset
+from surprisal_cc.data.phones import LIBRISPEECH_PHONES
+from surprisal_cc.inference import ConditionalASR
+
+SUBSETS = {"dev-clean-2": {"1-2": ["HELLO WORLD"]}, "train-clean-5": {"3-4": ["GOOD MORNING", "AND"]}}
+
+
+@pytest.fixture(scope="module")
+def asr() -> ConditionalASR:
+    return ConditionalASR.untrained(LIBRISPEECH_PHONES, controller="big_only")
+
+
+@pytest.mark.parametrize("under", ["", "LibriSpeech"])
+def test_a_folder_holding_several_subsets_is_refused_naming_them(tmp_path, asr, under):
+    """A LibriSpeech root (or the folder above it) with a test and a training subset: refused, the subsets named,
+    and the folder of one given instead, before any utterance is read."""
+    root = make_librispeech_fixture(tmp_path, SUBSETS)
+    given = root / under
+    prefix = "LibriSpeech/" if not under else ""
+    expected = (f"{given}: holds 2 LibriSpeech subsets ({prefix}dev-clean-2, {prefix}train-clean-5), which would "
+                f"be read as one corpus: give one subset's folder, such as {given / prefix / 'dev-clean-2'}")
+    with pytest.raises(DataPreparationError, match="^" + re.escape(expected) + "$"):
+        corpus_items(given, asr, problems=[])
+    with pytest.raises(DataPreparationError, match="holds 2 LibriSpeech subsets"):  # realign_corpus reads it so
+        scan_subset(given)
+
+
+def test_one_subset_is_read_whether_given_itself_or_the_folder_holding_it(tmp_path, asr):
+    root = make_librispeech_fixture(tmp_path, {"train-clean-5": SUBSETS["train-clean-5"]})
+    items, _ = corpus_items(root / "LibriSpeech" / "train-clean-5", asr)
+    assert [utt for utt, _, _ in items] == ["3-4-0000", "3-4-0001"]
+    assert corpus_items(root, asr)[0] == items
+    make_librispeech_fixture(tmp_path, {"dev-clean-2": SUBSETS["dev-clean-2"]})
+    assert [utt for utt, _, _ in corpus_items(root / "LibriSpeech" / "dev-clean-2", asr)[0]] == ["1-2-0000"]
+
+
+def test_folders_not_laid_out_as_subsets_are_read_as_before(tmp_path, asr):
+    """A speaker's or a chapter's folder, and audio whose names are not LibriSpeech's, name no second subset."""
+    root = make_librispeech_fixture(tmp_path, {"dev-clean-2": {"1-2": ["HELLO WORLD"], "1-5": ["AND"]}})
+    speaker = root / "LibriSpeech" / "dev-clean-2" / "1"
+    assert [utt for utt, _, _ in corpus_items(speaker, asr)[0]] == ["1-2-0000", "1-5-0000"]
+    assert [utt for utt, _, _ in corpus_items(speaker / "2", asr)[0]] == ["1-2-0000"]

@@ -323,7 +323,8 @@ class ConditionalASR:
         Raises
         ------
         ModelFormatError
-            When the folder is missing, incomplete, damaged or of another format version.
+            When the folder is missing, incomplete, damaged or of another format version, or its
+            ``apc.pt`` is not the APC it was written with.
 
         Example
         -------

@@ -6,6 +6,10 @@
 Extra ``--key=value`` options are settings of every run (e.g. ``--device=cuda:0``), replacing the grid
 file's: a finished run in a run's folder made with another value is a conflict, not a result. They may
 not name ``seed``, ``output_folder`` or a key that a group varies (those name the runs' folders).
+Every key a grid sets (its ``overrides``, a group's ``set`` and ``vary``, a ``--key=value``) must be
+one its recipe takes: a top-level key of the hparams file or one of SpeechBrain's options, such as
+``device`` or ``test_only`` (:func:`setting_problem`); a misspelt key is one line naming the grid file,
+the group and the key (and the closest key there is), before anything is prepared or launched.
 
 Grid file (plain YAML)::
 
@@ -66,6 +70,7 @@ checkpoint that is not on this machine), in conflict or trained elsewhere (by an
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import io
 import hashlib
@@ -81,7 +86,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import IO, Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import yaml
 
@@ -91,8 +96,10 @@ from .hparams_files import changed_training_settings, load_yaml_tolerant
 from .run_folder import evaluation_tag, read_history, results_file_name, test_only_hyperparams_name
 from .run_labels import POOLABLE_KEYS
 
-__all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "check_input_files", "expand", "override_value", "results_files", "execute",
-           "publish_run", "acquire_run_lock", "lock_holder", "release_run_lock", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
+__all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "check_input_files",
+           "setting_problem", "refused_settings", "expand", "override_value", "results_files", "execute",
+           "publish_run", "acquire_run_lock", "lock_holder", "release_run_lock", "format_summary", "add_arguments",
+           "run_grid", "write_grid_report"]
 
 
 class GridError(ValueError):
@@ -126,6 +133,7 @@ class GridSpec:
     publish: Optional[str] = None  # folder that receives each finished run's small result files
     report_pool: List[str] = field(default_factory=list)  # configuration keys the reports pool over
     prepare: List[PrepareStep] = field(default_factory=list)
+    path: Optional[str] = None  # the grid file it was read from (its errors name it)
 
 
 class SavedTraining(NamedTuple):
@@ -316,7 +324,7 @@ def load_grid(path: str) -> GridSpec:
                     overrides=dict(data.get("overrides") or {}), groups=list(data["groups"]),
                     seeds=list(data.get("seeds", [1])), publish=data.get("publish"),
                     report_pool=list(data.get("report_pool") or []),
-                    prepare=_prepare_steps(path, data.get("prepare") or []))
+                    prepare=_prepare_steps(path, data.get("prepare") or []), path=path)
 
 
 GRID_KEYS = {"recipe", "hparams", "groups", "overrides", "seeds", "publish", "prepare", "experiment_root", "report_pool"}
@@ -482,8 +490,89 @@ def check_input_files(runs: Sequence["Run"], steps: Sequence[PrepareStep], grid_
             f"({INPUT_FILE_MAKERS[key]}) or add a prepare step that creates it" for (key, value), count in missing.items()]
 
 
-# SpeechBrain run options that are flags (no value) on the command line.
-SPEECHBRAIN_FLAGS = {"test_only", "noprogressbar", "skip_nonfinite_grads", "jit"}
+# The options of SpeechBrain's command line (speechbrain.utils.run_opts.RunOptions), which a recipe parses
+# (surprisal_cc.run_settings.parse_arguments) before it passes the other --key=value options to its hparams
+# file as overrides: a grid key that names one is a run option. The flags take no value.
+SPEECHBRAIN_FLAGS = frozenset({
+    "auto_mix_prec", "bfloat16_mix_prec", "compile", "compile_using_dynamic_shape_tracing", "compile_using_fullgraph",
+    "data_parallel_backend", "debug", "debug_persistently", "find_unused_parameters", "jit", "noprogressbar",
+    "profile_training", "remove_vector_weight_decay", "skip_nonfinite_grads", "test_only", "tqdm_colored_bar"})
+SPEECHBRAIN_OPTIONS = SPEECHBRAIN_FLAGS | {
+    "ckpt_interval_minutes", "ckpt_interval_steps", "compile_mode", "compile_module_keys", "debug_batches",
+    "debug_epochs", "device", "distributed_backend", "eval_precision", "grad_accumulation_factor", "jit_module_keys",
+    "log_config", "max_grad_norm", "nonfinite_patience", "optimizer_step_limit", "precision", "profile_steps",
+    "profile_warmup"}
+
+
+def setting_problem(key: str, value: Any, hparams_keys: Collection[str], hparams_file: str = "the hparams file"
+                    ) -> Optional[str]:
+    """Why a recipe run would refuse the setting ``key: value`` at launch, or None where it takes it.
+
+    A run takes one of SpeechBrain's options (:data:`SPEECHBRAIN_OPTIONS`) or a top-level key of its hparams
+    file (``hparams_keys``; hyperpyyaml refuses an override of any other key, and applies a mapping value
+    to the key's mapping as it is). A key that begins an option's name is taken for that option (an
+    abbreviation, to SpeechBrain's parser), even where the file has it; ``precision: auto`` is an override
+    of the file's ``precision`` (SpeechBrain's option takes fp32, fp16 or bf16).
+
+    Example
+    -------
+    >>> keys = {"lr", "controller", "seed"}
+    >>> [setting_problem(k, v, keys) for k, v in (("lr", 0.1), ("device", "cuda:0"), ("test_only", True))]
+    [None, None, None]
+    >>> setting_problem("contoller", "random", keys, "h.yaml")
+    'contoller is not a key of h.yaml nor a SpeechBrain option (did you mean controller?)'
+    >>> setting_problem("dev", "cpu", keys)
+    "dev: SpeechBrain's command line takes --dev for its option --device: write the option's full name"
+    >>> setting_problem("precision", "auto", keys, "h.yaml")
+    'precision: auto is an override of the key precision, which h.yaml lacks'
+    """
+    key = str(key)
+    if key == "precision" and str(value).lower() == "auto":
+        return None if key in hparams_keys else f"precision: auto is an override of the key precision, which " \
+                                                f"{hparams_file} lacks"
+    if key in SPEECHBRAIN_OPTIONS:
+        return None
+    taken_for = sorted(option for option in SPEECHBRAIN_OPTIONS if option.startswith(key))
+    if taken_for:
+        return (f"{key}: SpeechBrain's command line takes --{key} for its option{'s' if len(taken_for) > 1 else ''} "
+                f"{' or '.join('--' + o for o in taken_for)}: write the option's full name")
+    if key in hparams_keys:
+        return None
+    close = difflib.get_close_matches(key, sorted(set(hparams_keys) | SPEECHBRAIN_OPTIONS), n=1)
+    return (f"{key} is not a key of {hparams_file} nor a SpeechBrain option"
+            + (f" (did you mean {close[0]}?)" if close else ""))
+
+
+# keys the grid passes to every run: its hparams file must have them
+PASSED_KEYS = ("experiment_root", "seed", "output_folder")
+
+
+def refused_settings(spec: GridSpec, extra_settings: Dict[str, Any], hparams_keys: Collection[str]) -> List[str]:
+    """One line for each setting of the grid that its recipe would refuse at launch (:func:`setting_problem`),
+    naming where it is set: ``overrides``, ``group 'NAME' set`` or ``vary``, or ``command line``
+    (``extra_settings``); and one for each key the grid passes to every run (:data:`PASSED_KEYS`) that the
+    hparams file lacks.
+
+    Example
+    -------
+    >>> spec = GridSpec("r.py", "h.yaml", "exp", {"lr": 0.1}, [{"name": "g", "vary": {"contoller": ["random"]}}])
+    >>> refused_settings(spec, {"device": "cpu"}, {"lr", "controller", "seed", "experiment_root", "output_folder"})
+    ["group 'g' vary: contoller is not a key of h.yaml nor a SpeechBrain option (did you mean controller?)"]
+    """
+    places = [("overrides", spec.overrides, False)]
+    places += [(f"group {group['name']!r} {part}", group.get(part) or {}, part == "vary")
+               for group in spec.groups for part in ("set", "vary")]
+    places.append(("command line", extra_settings, False))
+    lines = []
+    for where, settings, varied in places:
+        for key, value in settings.items():
+            values = value if varied and isinstance(value, (list, tuple)) else [value]
+            problem = next(filter(None, (setting_problem(key, v, hparams_keys, spec.hparams) for v in values)), None)
+            if problem:
+                lines.append(f"{where}: {problem}")
+    lines += [f"{key} is not a key of {spec.hparams}, and the grid passes it to every run"
+              for key in PASSED_KEYS if key not in hparams_keys]
+    return lines
 
 
 def cli_option(key: str, value: Any) -> str:
@@ -522,13 +611,15 @@ def results_files(output_folder: Path, bias_shifts: Optional[Sequence[float]] = 
 def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = None) -> List[Run]:
     """All runs of a grid, duplicates dropped (reported on ``log``); ``extra`` = ``--key=value``
     settings of every run, replacing the grid file's (not part of folder names; a key the grid varies
-    is a :class:`GridError`)."""
+    is a :class:`GridError`). A setting that the recipe would refuse at launch (:func:`refused_settings`:
+    a misspelt key) is a :class:`GridError` naming each one."""
     log = log or sys.stdout
     root = Path(spec.experiment_root)
     extra_settings = _extra_settings(spec, extra)
     grid_keys = set(spec.overrides) | {k for g in spec.groups for k in [*(g.get("vary") or {}), *(g.get("set") or {})]} \
         | set(extra_settings)
     defaults = load_yaml_tolerant(spec.hparams)
+    _check_settings(spec, extra_settings, defaults)
     runs: List[Run] = []
     seen: Dict[Tuple, str] = {}
     trained: Dict[Path, Tuple[str, Tuple]] = {}  # folder -> the training run that writes it
@@ -575,6 +666,18 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
                                         "time condition), or drop one")
             runs.append(run)
     return runs
+
+
+def _check_settings(spec: GridSpec, extra_settings: Dict[str, Any], defaults: Dict[str, Any]) -> None:
+    """A :class:`GridError` in one line naming the grid file and each setting its recipe would refuse at
+    launch (:func:`refused_settings`; ``defaults``: the hparams file's top-level mapping)."""
+    where = f"grid file {spec.path}" if spec.path else f"grid of {spec.hparams}"
+    if not defaults:
+        raise GridError(f"{where}: hparams {spec.hparams} is not a YAML mapping of settings, so no run would start "
+                        "(run its recipe on it to see why)")
+    refused = refused_settings(spec, extra_settings, defaults)
+    if refused:
+        raise GridError(f"{where}: {'; '.join(refused)} (a run given such a setting fails at launch)")
 
 
 def _extra_settings(spec: GridSpec, extra: Sequence[str]) -> Dict[str, Any]:

@@ -13,14 +13,20 @@ keys). The package has two readers of hparams files, both through it: :func:`loa
 builds one (hyperpyyaml: the recipes' hparams, the model files), :func:`load_yaml_tolerant` reads one
 (or a saved run's ``hyperparams.yaml``) as plain data without building anything, and
 :func:`changed_training_settings` tells which settings of a saved run a new command would change.
+Building one may create folders (a checkpointer's ``save/``): :func:`new_empty_folders_removed` takes
+back those that a rejected configuration leaves empty (:func:`configured_paths` names the candidates).
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import filecmp
+import functools
 import io
+import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Union
 
 import ruamel.yaml
 import yaml
@@ -31,10 +37,18 @@ PathLike = Union[str, Path]
 
 def included_file(path: PathLike) -> Path | None:
     """The file that ``path`` starts from (its root-level ``!include:``), or None."""
-    tag = getattr(getattr(_load(Path(path).read_text(encoding="utf-8")), "tag", None), "value", None)
-    if isinstance(tag, str) and tag.startswith(INCLUDE):
+    tag = _root_tag(Path(path).read_text(encoding="utf-8"))
+    if tag is not None and tag.startswith(INCLUDE):
         return Path(path).parent / tag[len(INCLUDE):]
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _root_tag(text: str) -> str | None:
+    """The tag of the root node of YAML ``text`` (e.g. ``!include:base.yaml``), or None (kept for the
+    next call with the same text: each load of an hparams file reads it several times)."""
+    tag = getattr(getattr(_load(text), "tag", None), "value", None)
+    return tag if isinstance(tag, str) else None
 
 
 def expand_hparams(path: PathLike, _depth: int = 0) -> str:
@@ -76,7 +90,14 @@ def expand_hparams(path: PathLike, _depth: int = 0) -> str:
         raise ValueError(f"{path}: more than 8 nested root-level includes (a cycle?)")
     if not base_file.is_file():
         raise ValueError(f"{path} starts from {base_file}, which does not exist")
-    base = _load(expand_hparams(base_file, _depth + 1))
+    return _merged(expand_hparams(base_file, _depth + 1), text)
+
+
+@functools.lru_cache(maxsize=64)
+def _merged(base_text: str, text: str) -> str:
+    """``base_text`` with each top-level key of ``text`` replacing or added (:func:`expand_hparams`; kept for
+    the next call with the same texts)."""
+    base = _load(base_text)
     added = []
     for key, value in _load(text).items():
         if key not in base:
@@ -131,6 +152,93 @@ def load_hparams_file(path: PathLike, overrides: Union[str, Dict[str, Any]] = ""
     from hyperpyyaml import load_hyperpyyaml
 
     return load_hyperpyyaml(io.StringIO(expand_hparams(path)), overrides)
+
+
+def configured_paths(path: PathLike, overrides: Union[str, Mapping[str, Any]] = "") -> List[Path]:
+    """Every text value of an hparams file (at any depth, ``overrides`` applied and references resolved,
+    nothing built) as a path: the folders that building the file creates (a checkpointer's
+    ``checkpoints_dir``, and the ``output_folder`` above it) are among them. [] where the file or the
+    overrides do not resolve (loading them then fails before anything is built).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "run.yaml").write_text("output_folder: exp/run\\nsave_folder: !ref <output_folder>/save\\n"
+    ...                                                "checkpointer: !new:speechbrain.utils.checkpoints.Checkpointer\\n"
+    ...                                                "    checkpoints_dir: !ref <save_folder>\\n")
+    ...     paths = configured_paths(Path(folder) / "run.yaml", "output_folder: out")
+    >>> [str(p) for p in paths]
+    ['out', 'out/save', 'out/save']
+    """
+    from hyperpyyaml import resolve_references
+
+    overrides = copy.deepcopy(overrides) if isinstance(overrides, Mapping) else overrides
+    try:
+        text = resolve_references(io.StringIO(expand_hparams(path)), overrides or None).getvalue()
+    except Exception:  # noqa: BLE001 (any error of the file or the overrides: loading it names the error)
+        return []
+    texts: List[str] = []
+
+    def collect(node: Any) -> None:
+        if isinstance(node, str):
+            texts.append(node)
+        elif isinstance(node, Mapping):
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    collect(parse_yaml_tolerant(text))
+    return [Path(t) for t in texts if t.strip() and "\0" not in t]
+
+
+def _missing_folders(path: Path) -> List[Path]:
+    """``path`` and those of its parents that do not exist, deepest first; [] where the path cannot
+    be looked up (a name too long for the file system)."""
+    missing = []
+    try:
+        for folder in (path, *path.parents):
+            if folder.exists():
+                return missing
+            missing.append(folder)
+    except (OSError, ValueError):
+        return []
+    return missing
+
+
+@contextlib.contextmanager
+def new_empty_folders_removed(paths: Iterable[PathLike]) -> Iterator[None]:
+    """Run the block; where it raises, remove each of ``paths`` and their parents that did not exist
+    before the block and is an empty folder after it (deepest first), so that a configuration rejected
+    while it is built leaves no empty folder of its own behind (a checkpointer's ``save/``). A folder
+    that existed before, or that holds anything, is left as it is.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     kept, made = Path(folder) / "kept", Path(folder) / "run" / "save"
+    ...     kept.mkdir()
+    ...     try:
+    ...         with new_empty_folders_removed([made, kept / "save"]):
+    ...             made.mkdir(parents=True); (kept / "save").mkdir()
+    ...             raise ValueError("lr must be a positive number")
+    ...     except ValueError:
+    ...         pass
+    ...     print(sorted(p.name for p in Path(folder).rglob("*")))
+    ['kept']
+    """
+    missing = {folder for path in paths for folder in _missing_folders(Path(os.path.abspath(path)))}
+    try:
+        yield
+    except BaseException:
+        for folder in sorted(missing, key=lambda f: len(f.parts), reverse=True):
+            with contextlib.suppress(OSError):  # not a folder, not empty, or gone
+                if folder.is_dir() and not folder.is_symlink():
+                    folder.rmdir()
+        raise
 
 
 class TolerantLoader(yaml.SafeLoader):

@@ -6,6 +6,7 @@ whose resumed training must keep the settings its checkpoints were trained with.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -25,8 +26,9 @@ from .data.lexicon import G2P_CHOICES
 from .errors import ConfigurationError
 from .flops import module_macs, static_flop_rows
 from .frozen_features import load_apc_path
-from .hparams_files import (RESUMABLE_KEYS, changed_training_settings, expand_hparams, load_hparams_file,  # noqa: F401
-                            load_yaml_tolerant, parse_yaml_tolerant, ruamel_errors)
+from .hparams_files import (RESUMABLE_KEYS, changed_training_settings, configured_paths,  # noqa: F401
+                            expand_hparams, load_hparams_file, load_yaml_tolerant, new_empty_folders_removed,
+                            parse_yaml_tolerant, ruamel_errors)
 from .nnet import runs_apc
 from .precision import TRAINING_PRECISIONS, auto_precision
 
@@ -54,9 +56,37 @@ def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
         raise ConfigurationError(f"unexpected argument {stray[0]!r}: after the hparams file, give overrides as "
                                  "--key=value (keys of that file) or SpeechBrain's options (--device, --test_only, ...)")
     check_debug_options(run_opts)
+    overrides = "\n".join(line for line in (overrides, run_option_overrides(hparams_file, run_opts)) if line)
     if run_opts.get("debug"):  # a --debug run writes into a folder of its own
         overrides = debug_folder_overrides(hparams_file, overrides)
     return hparams_file, run_opts, overrides
+
+
+def run_option_overrides(hparams_file: str, run_opts: Mapping) -> str:
+    """Overrides (YAML lines) that give the hparams file's keys the values of SpeechBrain options set on
+    the command line under the same name (``--max_grad_norm=1``, ``--ckpt_interval_minutes=5``):
+    SpeechBrain takes them as run options, which its Brain prefers to the file's values, so without
+    them the settings checks and the run's saved ``hyperparams.yaml`` would show the file's value
+    instead of the one that ran. '' where the file cannot be read (loading it names the problem).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "run.yaml"
+    ...     _ = path.write_text("lr: 0.1\\nmax_grad_norm: 5.0\\n")
+    ...     run_opts = sb.parse_arguments([str(path), "--max_grad_norm=1", "--device=cpu"])[1]
+    ...     run_option_overrides(str(path), run_opts)
+    'max_grad_norm: 1.0'
+    """
+    given = sorted(getattr(run_opts, "overridden_args", ()))
+    if not given or not Path(hparams_file).is_file():
+        return ""
+    try:
+        keys = parse_yaml_tolerant(expand_hparams(hparams_file))
+    except (OSError, ValueError):
+        return ""
+    return "\n".join(f"{key}: {json.dumps(run_opts[key])}" for key in given if key in keys)
 
 
 def _without_precision_auto(argv: List[str]) -> Tuple[List[str], bool]:
@@ -171,13 +201,23 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
 
     With ``run_opts`` (a recipe run) the training ``precision`` is resolved (:func:`resolve_precision`),
     the settings that must agree are checked (labels and ``num_outputs``, a test budget, a bias
-    sweep), and ``malloc_reuse: True`` switches this process's allocator to reuse freed memory
-    (:func:`~surprisal_cc.allocator.reuse_freed_memory`). Note: hparams files are code (``!new:``/``!apply:`` run
-    Python); only load files you trust.
+    sweep, a checkpoint to evaluate for ``--test_only``: :func:`check_test_only`), and
+    ``malloc_reuse: True`` switches this process's allocator to reuse freed memory
+    (:func:`~surprisal_cc.allocator.reuse_freed_memory`). A configuration rejected here leaves no new
+    empty folder behind (:func:`~surprisal_cc.hparams_files.new_empty_folders_removed`: the checkpointer
+    creates its ``save/`` while the file is built, before the settings are checked). Note: hparams files
+    are code (``!new:``/``!apply:`` run Python); only load files you trust.
     """
     path = Path(hparams_file)
     if not path.is_file():
         raise ConfigurationError(f"hparams file {hparams_file} does not exist")
+    with new_empty_folders_removed(configured_paths(path, overrides)):
+        return _load_checked_hparams(hparams_file, overrides, run_opts)
+
+
+def _load_checked_hparams(hparams_file: str, overrides: str, run_opts: Optional[Mapping]) -> Dict:
+    """:func:`load_hparams` of an existing file: built, then (with ``run_opts``) checked."""
+    path = Path(hparams_file)
     try:
         hparams = load_hparams_file(path, overrides)
     except KeyError as err:
@@ -209,6 +249,8 @@ def load_hparams(hparams_file: str, overrides: str = "", run_opts: Optional[Mapp
         check_selection_metric(hparams)
         apc = check_apc_path(hparams, run_opts)
         check_flops_budget(hparams, apc if apc is not None else hparams.get("apc_model"))
+        if "checkpointer" in hparams:  # a recognition recipe: --test_only needs its trained run
+            check_test_only(hparams, run_opts)
     return hparams
 
 

@@ -45,10 +45,28 @@ with open(out / "calls.txt", "a") as f:
 '''
 
 
+# the keys the tests' grids set (a grid refuses a key its hparams file lacks, as the recipe would)
+FAKE_HPARAMS = """controller: surprisal
+seed: 1
+experiment_root: !ref <x>
+output_folder: !ref <experiment_root>/run
+number_of_epochs: 1
+lr: 0.001
+learned_penalty: 0.0
+apc_path: null
+relabelled_train: null
+best_epoch: null
+beam_size: 10
+selection_metric: PER
+controller_at_test: True
+test_bias_shifts: [0.0]
+"""
+
+
 @pytest.fixture()
 def grid_file(tmp_path: Path) -> Path:
     (tmp_path / "fake_recipe.py").write_text(FAKE_RECIPE)
-    (tmp_path / "hparams.yaml").write_text("controller: surprisal\nseed: 1\nexperiment_root: !ref <x>\n")
+    (tmp_path / "hparams.yaml").write_text(FAKE_HPARAMS)
     spec = {"recipe": str(tmp_path / "fake_recipe.py"), "hparams": str(tmp_path / "hparams.yaml"),
             "experiment_root": str(tmp_path / "exp"), "seeds": [1, 2], "overrides": {"number_of_epochs": 2},
             "groups": [{"name": "controllers", "vary": {"controller": ["surprisal", "random"]}},
@@ -500,6 +518,86 @@ def test_a_grid_refuses_debug_runs(grid_file: Path, capsys: pytest.CaptureFixtur
         assert main(["grid", str(grid_file), "--dry-run", option]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: --debug: a --debug run writes into <output_folder>-debug") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("change, extra, where, key, match", [
+    (lambda spec: spec["overrides"].update(number_of_epoch=3), [], "overrides", "number_of_epoch", "number_of_epochs"),
+    (lambda spec: spec["groups"][2]["set"].update(test_bias_shift=[1.0]), [], "group 'bias' set", "test_bias_shift",
+     "test_bias_shifts"),
+    (lambda spec: spec["groups"][0]["vary"].update(contoller=["random"]), [], "group 'controllers' vary", "contoller",
+     "controller"),
+    (lambda spec: None, ["--lrr=0.01"], "command line", "lrr", "lr"),
+], ids=["overrides", "set", "vary", "command_line"])
+def test_a_misspelt_key_stops_the_grid_before_anything_is_prepared_or_launched(
+        grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture, change: Any, extra: list, where: str, key: str,
+        match: str) -> None:
+    """A key that the recipe would refuse would fail every run at launch: the grid, dry or not, names the
+    grid file, where the key is set, and the closest key there is, in one line, before its prepare steps."""
+    labels = _with_prepare_step(grid_file, tmp_path)
+    spec = yaml.safe_load(grid_file.read_text())
+    change(spec)
+    grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    for dry_run in (["--dry-run"], []):
+        assert main(["grid", str(grid_file), "--no-report", *dry_run, *extra]) == 1
+        assert capsys.readouterr().err == (
+            f"error: grid file {grid_file}: {where}: {key} is not a key of {tmp_path / 'hparams.yaml'} nor a "
+            f"SpeechBrain option (did you mean {match}?) (a run given such a setting fails at launch)\n")
+    assert not labels.exists() and not (tmp_path / "prepare_calls.txt").exists() and not (tmp_path / "exp").exists()
+
+
+def test_a_key_the_grid_passes_to_every_run_must_be_in_the_hparams_file(grid_file: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    hparams = tmp_path / "hparams.yaml"
+    hparams.write_text(hparams.read_text().replace("output_folder:", "output_dir:"))
+    assert main(["grid", str(grid_file), "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert f"output_folder is not a key of {hparams}, and the grid passes it to every run" in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("key, value", [
+    ("lr", 0.5), ("lrr", 0.5), ("model", {"width": 3}), ("model.width", 3), ("device", "cpu"), ("test_only", True),
+    ("data_parallel_backend", True), ("find_unused_parameters", True), ("max_grad_norm", 2.0), ("precision", "bf16"),
+    ("precision", "auto"), ("data", "x")])
+def test_the_grid_refuses_a_setting_where_the_recipe_would(tmp_path: Path, key: str, value: Any) -> None:
+    """The grid takes a setting exactly where the recipe does: its command option parsed as the recipe parses
+    it (SpeechBrain's options; --precision=auto an override), the rest built as overrides of the hparams
+    file, which hyperpyyaml refuses for a key the file lacks (a mapping is merged into the key's as it is)."""
+    from surprisal_cc.errors import ConfigurationError
+    from surprisal_cc.hparams_files import load_hparams_file, load_yaml_tolerant
+    from surprisal_cc.run_settings import parse_arguments
+
+    hparams = tmp_path / "hparams.yaml"
+    hparams.write_text("lr: 0.1\nfind_unused_parameters: False\nmodel: {width: 2}\n")
+    try:
+        _, _, overrides = parse_arguments([str(hparams), grid.cli_option(key, value)])
+        load_hparams_file(hparams, overrides)
+        recipe_takes = True
+    except (SystemExit, KeyError, ConfigurationError):  # SpeechBrain's parser, hyperpyyaml, parse_arguments
+        recipe_takes = False
+    assert (grid.setting_problem(key, value, set(load_yaml_tolerant(hparams))) is None) == recipe_takes
+
+
+def test_an_abbreviation_of_a_speechbrain_option_is_refused() -> None:
+    """SpeechBrain's parser takes a key that begins one of its options' names for that option, even where
+    the hparams file has that key: the grid asks for the full name."""
+    import speechbrain as sb
+
+    assert sb.parse_arguments(["h.yaml", "--dev=cpu"])[1]["device"] == "cpu"
+    assert grid.setting_problem("dev", "cpu", {"dev"}) == (
+        "dev: SpeechBrain's command line takes --dev for its option --device: write the option's full name")
+    assert "its options --compile_mode or --compile_module_keys" in grid.setting_problem("compile_mo", "x", set())
+
+
+def test_the_grid_knows_speechbrains_options() -> None:
+    """:data:`grid.SPEECHBRAIN_OPTIONS` are the options of SpeechBrain's command line, and its flags those
+    that take no value (passed bare)."""
+    from speechbrain.utils.run_opts import RunOptions
+
+    actions = [a for a in RunOptions._create_parser()._actions if a.option_strings and a.dest != "help"]
+    assert {a.dest for a in actions} == grid.SPEECHBRAIN_OPTIONS
+    assert {a.dest for a in actions if a.nargs == 0} == grid.SPEECHBRAIN_FLAGS
+    assert grid.cli_option("data_parallel_backend", True) == "--data_parallel_backend"
 
 
 def test_grid_options_that_select_nothing_or_no_cores_are_errors(grid_file: Path, capsys: pytest.CaptureFixture) -> None:

@@ -77,3 +77,49 @@ def test_a_new_key_holding_a_reference_moves_before_the_included_key_that_refers
     assert [line.split(":")[0] for line in expand_hparams(tmp_path / "run.yaml").splitlines()] == \
         ["root", "file", "source", "epochs", "plain"]
     assert load_hparams_file(tmp_path / "run.yaml")["source"] == {"train": "/data/train.csv"}
+
+
+@pytest.mark.parametrize("existing", [None, "run", "run/save"])
+def test_a_rejected_configuration_leaves_no_folder_of_its_own(tmp_path, existing):
+    """The checkpointers create their save/ folders while the file is built, before the settings are
+    checked: a run refused there (parsed and loaded as the recipes do) takes back the folders it made,
+    and leaves those that were there before as they were."""
+    from surprisal_cc.run_settings import parse_arguments
+
+    exp = tmp_path / "exp"
+    if existing is not None:
+        (exp / existing).mkdir(parents=True)
+    hparams_file, run_opts, overrides = parse_arguments([MLS_HPARAMS, f"--experiment_root={exp}",
+                                                         f"--output_folder={exp / 'run'}", "--g2p=foo", "--device=cpu"])
+    with pytest.raises(ConfigurationError, match="g2p must be one of"):
+        load_hparams(hparams_file, overrides, run_opts)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert left == {None: [], "run": ["exp", "exp/run"], "run/save": ["exp", "exp/run", "exp/run/save"]}[existing]
+
+
+def test_a_speechbrain_option_named_like_a_key_of_the_file_is_checked_and_recorded(tmp_path):
+    """``--max_grad_norm`` is SpeechBrain's option, which its Brain prefers to the file's key: the value
+    given becomes the file's too, so the settings checks see it and the saved hyperparams show it."""
+    from surprisal_cc.run_settings import parse_arguments
+
+    common = [MLS_HPARAMS, f"--experiment_root={tmp_path}", f"--output_folder={tmp_path / 'run'}", "--device=cpu"]
+    hparams_file, run_opts, overrides = parse_arguments([*common, "--max_grad_norm=-1"])
+    assert run_opts["max_grad_norm"] == -1.0 and "max_grad_norm: -1.0" in overrides.splitlines()
+    with pytest.raises(ConfigurationError, match="max_grad_norm"):
+        load_hparams(hparams_file, overrides, run_opts)
+    hparams_file, run_opts, overrides = parse_arguments([*common, "--max_grad_norm=2"])
+    assert load_hparams(hparams_file, overrides, run_opts)["max_grad_norm"] == 2.0
+
+
+def test_test_only_on_an_untrained_run_leaves_no_folder(tmp_path):
+    """``--test_only`` needs a trained run: refused while the file loads, before the recipe writes its
+    experiment folder, and the save/ folder the checkpointer made is taken back."""
+    from surprisal_cc.run_settings import parse_arguments
+
+    hparams_file, run_opts, overrides = parse_arguments([MLS_HPARAMS, f"--experiment_root={tmp_path / 'exp'}",
+                                                         f"--output_folder={tmp_path / 'exp' / 'run'}",
+                                                         f"--apc_path={REPO / 'surprisal_cc' / 'pretrained' / 'apc.pt'}",
+                                                         "--device=cpu", "--test_only"])
+    with pytest.raises(ConfigurationError, match="--test_only: .* holds no checkpoint"):
+        load_hparams(hparams_file, overrides, run_opts)
+    assert list(tmp_path.iterdir()) == []

@@ -21,7 +21,7 @@ from surprisal_cc.data.librispeech import DEV_SPLIT
 from surprisal_cc.datasets import dataio_prep, training_loader_options
 from surprisal_cc.frozen_features import feature_cache, obtain_apc
 from surprisal_cc.recipe import debug_manifests, prepare_labels, prepare_manifests, recipe_errors
-from surprisal_cc.run_settings import check_test_only, create_experiment_directory, load_hparams, parse_arguments
+from surprisal_cc.run_settings import create_experiment_directory, load_hparams, parse_arguments
 
 
 def main(argv):
@@ -32,7 +32,6 @@ def main(argv):
     hparams = load_hparams(hparams_file, overrides, run_opts)
     create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
                                 test_only=bool(run_opts.get("test_only", False)), hparams=hparams)
-    check_test_only(hparams, run_opts)
 
     # Manifests: train-clean-5 without the validation speakers, the validation speakers,
     # mfa-dev (MFA TextGrids) and dev-clean-2 (the paper's MFA labels), labels checked.

@@ -22,7 +22,7 @@ from surprisal_cc.data import prepare_timit
 from surprisal_cc.datasets import dataio_prep, training_loader_options
 from surprisal_cc.frozen_features import feature_cache, obtain_apc
 from surprisal_cc.recipe import debug_manifests, prepare_labels, prepare_manifests, recipe_errors
-from surprisal_cc.run_settings import check_test_only, create_experiment_directory, load_hparams, parse_arguments
+from surprisal_cc.run_settings import create_experiment_directory, load_hparams, parse_arguments
 
 
 def main(argv):
@@ -33,7 +33,6 @@ def main(argv):
     hparams = load_hparams(hparams_file, overrides, run_opts)
     create_experiment_directory(hparams["output_folder"], hparams_file, overrides,
                                 test_only=bool(run_opts.get("test_only", False)), hparams=hparams)
-    check_test_only(hparams, run_opts)
 
     # Manifests of train (SA sentences removed), the 50-speaker dev set (checkpoint selection) and
     # the 192-utterance core test set, phones folded 61 -> 39 and checked. The main process writes

@@ -556,8 +556,8 @@ class PonderNetEncoder(AdaptiveEncoder):
         return self.beta
 
     def routing_draws(self) -> bool:
-        """Whether halting is drawn at test time: the ``sample`` inference (``threshold`` is its
-        deterministic counterpart, between which :meth:`set_test_sampling` switches)."""
+        """Whether halting can be drawn at test time: True in the ``sample`` inference and in its
+        deterministic counterpart ``threshold``, between which :meth:`set_test_sampling` switches."""
         return self.inference in self.DRAWN_INFERENCE_MODES
 
     def set_test_sampling(self, sampled: bool) -> None:

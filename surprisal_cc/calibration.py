@@ -101,8 +101,9 @@ def budget_big_fraction(encoder: nn.Module, apc_macs: int, fraction: float) -> f
 
     Example
     -------
-    >>> class Routed:  # an encoder: its controller and component_macs() are read
-    ...     controller = SurprisalController()
+    >>> class Routed:  # an encoder: its test-time controller and component_macs() are read
+    ...     def stage_controller(self, training):
+    ...         return SurprisalController()
     ...     def component_macs(self):
     ...         return {"small_net": 100, "big_net": 500}
     >>> budget_big_fraction(Routed(), apc_macs=0, fraction=0.6)
@@ -112,13 +113,13 @@ def budget_big_fraction(encoder: nn.Module, apc_macs: int, fraction: float) -> f
     ...
     ValueError: the budget 0.1 x big-only is outside (0.200, 1), the MACs per frame of small-only and big-only relative to big-only: choose a fraction in that range
     """
-    controller = getattr(encoder, "controller", None)
-    if not getattr(controller, "calibrates_on_surprisal", False):
+    controller = encoder.stage_controller(False)
+    if controller is None or not controller.calibrates_on_surprisal:
+        if not getattr(encoder, "controller_at_test", True):  # the conditional encoder's switch, named
+            raise ValueError("a FLOPs budget needs the surprisal controller at test time; this model tests with "
+                             "random routing (controller_at_test False)")
         has = repr(controller.name) if controller is not None else f"none (a {type(encoder).__name__})"
         raise ValueError(f"a FLOPs budget needs the surprisal controller; this model's is {has}")
-    if not getattr(encoder, "controller_at_test", True):
-        raise ValueError("a FLOPs budget needs the surprisal controller at test time; this model tests with "
-                         "random routing (controller_at_test False)")
     rows = static_flop_rows(encoder, apc_macs)
     lowest = rows["small-only"] / rows["big-only"]
     if not lowest < fraction < 1.0:
@@ -199,8 +200,10 @@ def solve_budget(encoder: nn.Module, apc_macs: int, fraction: float,
     Example
     -------
     >>> import torch
-    >>> class Routed:  # an encoder: its controller, test_stochastic and component_macs() are read
+    >>> class Routed:  # an encoder: its test-time controller, test_stochastic and component_macs() are read
     ...     controller, test_stochastic = SurprisalController(), True
+    ...     def stage_controller(self, training):
+    ...         return self.controller
     ...     def component_macs(self):
     ...         return {"small_net": 100, "big_net": 500}
     >>> encoder = Routed()
@@ -210,7 +213,7 @@ def solve_budget(encoder: nn.Module, apc_macs: int, fraction: float,
     (0.6, 0.5, -0.5, 201)
     """
     big_fraction = budget_big_fraction(encoder, apc_macs, fraction)
-    solution = solve_bias_shift(encoder.controller, surprisal_batches, big_fraction,
+    solution = solve_bias_shift(encoder.stage_controller(False), surprisal_batches, big_fraction,
                                 stochastic=bool(encoder.test_stochastic))
     return {"fraction": fraction, **solution}
 

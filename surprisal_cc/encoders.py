@@ -224,7 +224,9 @@ class ConditionalEncoder(Encoder):
         return self.stage_controller(False).draws
 
     def set_test_sampling(self, sampled: bool) -> None:
-        """Bernoulli draws from ``p_big`` at test time (True) or ``p_big > 0.5`` (False)."""
+        """Bernoulli draws from ``p_big`` at test time (True) or ``p_big > 0.5`` (False). ValueError for
+        True where the test-time controller draws nothing (learned, big-only, small-only), and for False
+        where it routes by chance (random)."""
         controller = self.stage_controller(False)
         if sampled and not controller.draws:
             raise ValueError(f"this model's routing draws nothing ({self.routing_kind()})")

@@ -90,7 +90,8 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     asr : EvaluatedModel
         The model, a :class:`surprisal_cc.inference.ConditionalASR`, with its routing, bias shift and threads.
     data : str or path
-        A LibriSpeech-format folder (``speaker/chapter/*.flac`` + ``*.trans.txt``; labels from
+        A LibriSpeech-format folder of one subset (``speaker/chapter/*.flac`` + ``*.trans.txt``; a folder
+        holding several subsets is refused; labels from
         CMUdict with the model's training G2P policy, or MFA labels from ``mfa_labels``), a
         TIMIT folder (``timit_split``: the core ``test`` set, the ``valid`` speakers or ``train``),
         a Kaldi data folder (``wav.scp`` and ``text``, labelled by the lexicon:
@@ -146,7 +147,8 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
         ``p_big_var`` and ``big_fraction`` (small/big routing), ``mean_steps`` (ACT, PonderNet), ``rtf``,
         ``compute_s``, ``audio_s`` and what was evaluated (``data``, ``labels``, ``skipped``,
         ``model``, ``device``, ``precision``, ``threads``, ``routing``, ``seed``, ``batch_size``,
-        ``beam_size``, ``apc``: the APC's weights fingerprint, as a run's results.json records it);
+        ``beam_size``, ``blank_penalty``, ``bias_shift``: the one decoded with, ``apc``: the APC's weights
+        fingerprint, as a run's results.json records it);
         with ``any_pronunciation``,
         ``any_pronunciation``: ``per``, ``substitutions``, ``deletions``, ``insertions``,
         ``num_ref_tokens`` against those references and ``fixed`` (utterances whose labels

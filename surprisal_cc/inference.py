@@ -969,7 +969,7 @@ class ConditionalASR:
                  alignments: Union[PathLike, TextIO, None] = None,
                  long_chunk_s: Optional[float] = None) -> Dict[str, Any]:
         """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF of this model on a labelled corpus
-        (a LibriSpeech-format folder, a TIMIT folder, a Kaldi data folder or a manifest CSV):
+        (a LibriSpeech-format folder of one subset, a TIMIT folder, a Kaldi data folder or a manifest CSV):
         :func:`surprisal_cc.evaluation.evaluate_corpus`, which documents the arguments and the result."""
         from .evaluation import evaluate_corpus
 

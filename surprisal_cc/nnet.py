@@ -149,8 +149,9 @@ class Encoder(nn.Module):
     :meth:`needs_surprisal` when they read the APC surprisal. The test-time routing hooks
     (:meth:`stage_controller`, :meth:`routing_draws`, :meth:`set_test_sampling`,
     :meth:`routing_kind` and :attr:`test_bias_shift`) are what inference, evaluation, realignment and
-    the Brain use to set how a model routes its frames at test time; their defaults describe an
-    encoder that routes nothing at random (ACT), so a new encoder overrides only what it has.
+    the Brain use to set how a model routes its frames at test time (a FLOPs budget also reads the
+    attribute ``test_stochastic``: :func:`~surprisal_cc.calibration.solve_budget`); their defaults
+    describe an encoder that routes nothing at random (ACT), so a new encoder overrides only what it has.
 
     Example
     -------

@@ -38,7 +38,9 @@ def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
 
     Returns ``(hparams_file, run_opts, overrides)``; every override must be ``--key=value`` (or
     ``--key value``) and name a key of the hparams file (checked by :func:`load_hparams`).
-    ``--precision=auto``, which SpeechBrain's flag does not take, becomes the override ``precision: auto``.
+    ``--precision=auto``, which SpeechBrain's flag does not take, becomes the override ``precision: auto``;
+    SpeechBrain options given that are also keys of the file are added as overrides too
+    (:func:`run_option_overrides`).
 
     Example
     -------

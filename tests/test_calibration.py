@@ -142,7 +142,7 @@ def test_calibration_errors():
     ctrl = SurprisalController()
     with pytest.raises(ValueError, match="method"):
         calibrate_surprisal_controller(ctrl, [torch.ones(3)], 0.5, 0.04, method="adam")
-    with pytest.raises(ValueError, match=r"controller_target_mean must be in \(0, 1\), got 1.5"):
+    with pytest.raises(ValueError, match=r"controller_target_mean must be a number in \(0, 1\), got 1.5"):
         calibrate_surprisal_controller(ctrl, [torch.ones(3)], 1.5, 0.04)
     with pytest.raises(ValueError, match="no frames"):
         calibrate_surprisal_controller(ctrl, [torch.zeros(0)], 0.5, 0.04)

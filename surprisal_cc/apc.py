@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping, NamedTuple, Optional
+from typing import Any, Dict, Mapping, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -348,6 +348,23 @@ def apc_config(model: APCModel) -> dict:
     )
 
 
+def apc_blob(model: APCModel, training: Optional[Mapping] = None) -> Dict[str, Any]:
+    """What an APC file holds: ``config`` (:func:`apc_config`), ``state_dict`` (CPU copies of the weights,
+    wherever the model is) and, given ``training``, the pretraining settings.
+
+    Example
+    -------
+    >>> blob = apc_blob(APCModel(input_size=4, hidden_size=6))
+    >>> sorted(blob), all(t.device.type == "cpu" for t in blob["state_dict"].values())
+    (['config', 'state_dict'], True)
+    """
+    blob: Dict[str, Any] = {"config": apc_config(model),
+                            "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+    if training is not None:
+        blob["training"] = dict(training)
+    return blob
+
+
 def save_apc(model: APCModel, path, training: Optional[Mapping] = None) -> None:
     """Export an APC model to one file that the ASR recipes load by path.
 
@@ -360,9 +377,7 @@ def save_apc(model: APCModel, path, training: Optional[Mapping] = None) -> None:
     training : mapping, optional
         The pretraining settings, stored as ``training`` (plain numbers and lists).
     """
-    blob = {"config": apc_config(model), "state_dict": model.state_dict()}
-    if training is not None:
-        blob["training"] = dict(training)
+    blob = apc_blob(model, training)
     if not isinstance(path, (str, os.PathLike)):  # a file object: written as it is
         torch.save(blob, path)
         return

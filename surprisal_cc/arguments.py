@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import operator
 import os
 from pathlib import Path
@@ -27,7 +28,7 @@ Number = TypeVar("Number", int, float)
 
 __all__ = ["positive_int", "finite_float", "non_negative_float", "chunk_seconds", "routing_seed", "make_output_folder",
            "check_writable",
-           "check_routing_seed", "check_batch_size", "resolve_device"]
+           "check_chunk_seconds", "check_routing_seed", "check_batch_size", "resolve_device"]
 
 
 def positive_int(text: str) -> int:
@@ -73,8 +74,7 @@ def non_negative_float(text: str) -> float:
 
 
 def chunk_seconds(text: str) -> float:
-    """Seconds of a long file's part: 0 (every file whole) or at least 1 (shorter parts would be mostly
-    the context decoded around them, at many times the cost of whole-file decoding).
+    """Seconds of a long file's part, as the command line gives them (:func:`check_chunk_seconds`).
 
     >>> chunk_seconds("0"), chunk_seconds("20")
     (0.0, 20.0)
@@ -83,10 +83,31 @@ def chunk_seconds(text: str) -> float:
         ...
     argparse.ArgumentTypeError: must be 0 (whole files) or at least 1 second, got 0.001
     """
-    value = non_negative_float(text)
-    if 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be 0 (whole files) or at least 1 second, got {text}")
-    return value
+    value = _number(float, text)
+    try:
+        return check_chunk_seconds(text if value is None else value)
+    except ConfigurationError:
+        raise argparse.ArgumentTypeError(f"must be 0 (whole files) or at least 1 second, got {text}") from None
+
+
+def check_chunk_seconds(seconds: Any, name: str = "long_chunk_s") -> float:
+    """``seconds`` of a long file's part as a float: 0 (every file whole) or at least 1 (shorter parts
+    would be mostly the context decoded around them, at many times the cost of whole-file decoding);
+    :class:`ConfigurationError` naming ``name`` otherwise.
+
+    Example
+    -------
+    >>> check_chunk_seconds(0), check_chunk_seconds(20)
+    (0.0, 20.0)
+    >>> check_chunk_seconds(0.01)
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.ConfigurationError: long_chunk_s must be 0 (whole files) or at least 1 second, got 0.01
+    """
+    ok = isinstance(seconds, numbers.Real) and not isinstance(seconds, bool) and math.isfinite(seconds)
+    if not ok or not (seconds == 0 or seconds >= 1):
+        raise ConfigurationError(f"{name} must be 0 (whole files) or at least 1 second, got {seconds!r}")
+    return float(seconds)
 
 
 def routing_seed(text: str) -> int:

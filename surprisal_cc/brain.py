@@ -16,7 +16,7 @@ import random
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 import speechbrain as sb
@@ -29,6 +29,7 @@ from .apc import APCModel, FrozenAPC
 from .augment import activate_in_training
 from .calibration import budget_big_fraction, calibrate_surprisal_controller, solve_budget, target_mean_for_budget
 from .ctc import utterance_mean_ctc_loss
+from .data.manifest import atomic_write_text
 from .errors import ConfigurationError, TrainingDivergedError
 from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
 from .forward import CachedInputs, ForwardStep, run_model
@@ -421,12 +422,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
         """Write one test evaluation (:meth:`results_record`) to its own results and alignments files
         (:func:`~surprisal_cc.run_folder.results_file_name`). A ``--test_only`` evaluation never replaces
         the training run's ``results.json``."""
-        self.write_alignments()
         results = self.results_record(summary, test_loss)
+        self.write_alignments()
         path = Path(self.hparams.results_file)
         path = path.with_name(results_file_name(results["test_bias_shift"], results["test_only"], path.stem,
                                                 path.suffix, evaluation_tag(vars(self.hparams))))
-        path.write_text(json.dumps(results, indent=2, default=float))
+        atomic_write_text(path, json.dumps(results, indent=2, default=float))
         self.split_results = {}
         logger.info("results written to %s", path)
 
@@ -494,12 +495,9 @@ class ConditionalCTCBrain(FiniteLossBrain):
         if not (getattr(controller, "calibrates_on_surprisal", False) and bool(controller.calibrated)):
             return None
         weight, bias = float(controller.weight), float(controller.bias)
-        stored = Path(self.hparams.output_folder, "calibration.json")
-        if stored.is_file():
-            saved = json.loads(stored.read_text())
-            if all(abs(float(saved.get(k, "nan")) - v) <= 1e-5 * max(1.0, abs(v))
-                   for k, v in (("weight", weight), ("bias", bias))):
-                return saved
+        saved = _read_json_object(Path(self.hparams.output_folder, "calibration.json"))
+        if saved is not None and all(_close(saved.get(k), v) for k, v in (("weight", weight), ("bias", bias))):
+            return saved
         return {"weight": weight, "bias": bias, "source": "checkpoint"}
 
     # ------------------------------------------------------------------ controller calibration
@@ -526,7 +524,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
             controller, self.frame_surprisal(train_set), target_mean, self.hparams.controller_target_var,
             method=self.hparams.calibration_method, seed=self.hparams.seed)
         if if_main_process():
-            Path(self.hparams.output_folder, "calibration.json").write_text(json.dumps(self.calibration, indent=2))
+            atomic_write_text(Path(self.hparams.output_folder, "calibration.json"),
+                              json.dumps(self.calibration, indent=2))
         return self.calibration
 
     def on_fit_start(self):
@@ -566,9 +565,12 @@ class ConditionalCTCBrain(FiniteLossBrain):
         trained operating point). The bias shift that meets the budget is solved on the surprisal of
         the frames of ``budget_set`` (named ``split``: the validation split, or the test set itself,
         whose labels are not read) once the evaluated checkpoint is loaded
-        (:meth:`on_evaluate_start`), and recorded in the results' ``budget_solution``."""
+        (:meth:`on_evaluate_start`), and recorded in the results' ``budget_solution``. Replacing a budget
+        that was applied puts back the bias shift the encoder had before it."""
         if fraction is not None:
             self.test_budget_big_fraction(float(fraction))  # a budget no model of this shape can meet fails now
+        if self.test_budget is not None and "shift_before" in self.test_budget:
+            self.set_test_bias_shift(self.test_budget["shift_before"])
         self.test_budget = None if fraction is None else {"fraction": float(fraction), "dataset": budget_set,
                                                           "split": split}
 
@@ -583,6 +585,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             super().on_evaluate_start(max_key=max_key, min_key=min_key)
         budget = self.test_budget
         if budget is not None:
+            budget.setdefault("shift_before", unwrap(self.modules.encoder).test_bias_shift)
             if budget.get("solved_for") != (max_key, min_key):  # once per checkpoint: dev and test share it
                 budget["solution"] = {"split": budget["split"],
                                       **self.solve_budget_bias_shift(budget["fraction"], budget["dataset"])}
@@ -617,6 +620,46 @@ class ConditionalCTCBrain(FiniteLossBrain):
         super().fit(*args, **kwargs)
         if not self.test_only:  # --test_only: no training happened, report none
             self.train_wallclock = time.time() - start
+
+
+def _read_json_object(path: Path) -> Optional[Dict[str, Any]]:
+    """The JSON object in ``path``, or None where it is missing, unreadable or not an object (logged:
+    a damaged file of a run's folder is not worth losing an evaluation over).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     whole, cut = Path(folder, "whole.json"), Path(folder, "cut.json")
+    ...     _ = whole.write_text('{"weight": 1.5}'); _ = cut.write_text('{"weight": 1.')
+    ...     _read_json_object(whole), _read_json_object(cut), _read_json_object(Path(folder, "none.json"))
+    ({'weight': 1.5}, None, None)
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        logger.warning("%s is unreadable (%s): not used", path, err)
+        return None
+    if not isinstance(data, dict):
+        logger.warning("%s holds no JSON object: not used", path)
+        return None
+    return data
+
+
+def _close(recorded: Any, value: float) -> bool:
+    """Whether ``recorded`` is a number within float32 rounding of ``value``.
+
+    Example
+    -------
+    >>> _close(0.5000001, 0.5), _close("x", 0.5), _close(None, 0.5)
+    (True, False, False)
+    """
+    try:
+        return abs(float(recorded) - value) <= 1e-5 * max(1.0, abs(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def git_commit() -> Optional[str]:

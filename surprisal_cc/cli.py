@@ -42,6 +42,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .arguments import (check_outputs_apart, check_writable, chunk_seconds, finite_float, make_output_folder, positive_int,
                         routing_seed)
 from .errors import UsageError, os_error_line
+from .long_audio import CHUNK_S, CONTEXT_S
+from .threads import DEFAULT_DECODING_THREADS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -274,9 +276,11 @@ def _load_model(args):
     if args.bias_shift is not None and args.flops_fraction is not None:
         raise UsageError("--bias-shift and --flops-fraction both set the controller's bias: give one")
     routing = "sampled" if args.sampled or args.seed is not None else "deterministic" if args.deterministic else None
+    threads = {} if args.threads is None else {"threads": args.threads}  # default: DEFAULT_DECODING_THREADS
     asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision, routing=routing,
-                                         seed=args.seed, threads=args.threads)
-    asr.beam_search.blank_penalty = args.blank_penalty
+                                         seed=args.seed, **threads)
+    if args.blank_penalty is not None:
+        asr.beam_search.blank_penalty = args.blank_penalty
     if args.bias_shift is not None:
         asr.set_bias_shift(args.bias_shift)
     if args.flops_fraction is not None:
@@ -438,6 +442,12 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     warn_converted({_as_given(key, stdin_audio): info for key, info in infos.items()},
                    asr.feature_config.sample_rate, stacklevel=3)
     usable = [(path, utt) for path, utt in items if str(path) in infos]
+    if fmt == "json":
+        for record in skipped:
+            _emit(json.dumps(record))
+    if not usable:  # every input left out by --skip-bad (without it, _gather_audio has refused them)
+        raise DataPreparationError(f"none of the given files is usable audio ({len(skipped)} left out, listed "
+                                   "above)")
     budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction,
                                     long_chunk_s=args.chunk_seconds)
               if args.flops_fraction is not None else None)
@@ -447,21 +457,15 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
         _announce(asr, budget, fmt)
     run = {"model": str(asr.source), "device": str(asr.device), "precision": asr.precision, "threads": asr.threads,
            **({"budget": budget} if budget else {})}
-    if fmt == "json":
-        for record in skipped:
-            _emit(json.dumps(record))
-    done, unsaved_plots = 0, 0
+    unsaved_plots = 0
     for i, (path, utt) in enumerate(usable):
         long = infos[str(path)].duration > PROGRESS_AFTER_S
         result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
                                              progress=_long_progress(_as_given(path, stdin_audio)) if long else None)
         result.path = _as_given(path, stdin_audio)
-        done += 1
         _emit_result(result, fmt, utt, names[i], run)
         if args.plot and not _save_routing_plot(result, plots[i], title=utt or path.name):
             unsaved_plots += 1
-    if not done:
-        raise DataPreparationError("none of the given files is usable audio")
     return 1 if unsaved_plots else 0
 
 
@@ -785,8 +789,9 @@ def _add_transcribe_parser(subparsers) -> None:
                    help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
                         "with each phone's start and end; ctm: one line per phone (file channel start "
                         "duration phone)")
-    _add_decoding_options(p, chunk_help="files longer than S + 16 s are decoded in parts of S seconds with 8 s of "
-                                        "context on each side, in bounded memory (default 60; 0: every file whole)",
+    _add_decoding_options(p, chunk_help=f"files longer than S + {2 * CONTEXT_S:g} s are decoded in parts of S seconds "
+                                        f"with {CONTEXT_S:g} s of context on each side, in bounded memory (default "
+                                        f"{CHUNK_S:g}; 0: every file whole)",
                           json_help="the same as --format json")
 
 
@@ -814,9 +819,9 @@ def _add_evaluate_parser(subparsers) -> None:
     p.add_argument("--any-pronunciation", action="store_true",
                    help="also score against the references whose words take the CMUdict (or labelled) "
                         "pronunciation closest to the hypothesis: how much of the PER is pronunciation")
-    _add_decoding_options(p, chunk_help="utterances longer than S + 16 s are decoded alone, in parts of S seconds "
-                                        "with 8 s of context on each side, in bounded memory (default 60; 0: every "
-                                        "utterance whole, in batches)",
+    _add_decoding_options(p, chunk_help=f"utterances longer than S + {2 * CONTEXT_S:g} s are decoded alone, in parts "
+                                        f"of S seconds with {CONTEXT_S:g} s of context on each side, in bounded "
+                                        f"memory (default {CHUNK_S:g}; 0: every utterance whole, in batches)",
                           json_help="the corpus totals and what was run (seed, routing, batch size, threads, "
                                     "precision) as JSON")
 
@@ -839,9 +844,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
                    help="bf16: autocast where the device computes it natively; auto (default): the faster "
                         "for inference, fp32 (bf16 is slower on CPUs at these sizes and on GPUs)")
-    p.add_argument("--threads", type=positive_int, default=1, metavar="N",
-                   help="torch threads (default 1: decoding never competes for busy cores; more pay off "
-                        "only for large batches on idle cores)")
+    p.add_argument("--threads", type=positive_int, metavar="N",  # None: the model's DEFAULT_DECODING_THREADS
+                   help=f"torch threads (default {DEFAULT_DECODING_THREADS}: decoding never competes for busy "
+                        "cores; more pay off only for large batches on idle cores)")
     p.add_argument("--deterministic", action="store_true",
                    help="route with p_big > 0.5 (the default, but for a random-controller model, which is "
                         "always sampled; the same result on every run)")
@@ -856,8 +861,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flops-fraction", type=finite_float, metavar="F",
                    help="instead of --bias-shift: the shift that spends F x the big-only MACs per frame over "
                         "the given audio, from its surprisal (surprisal controller)")
-    p.add_argument("--blank-penalty", type=finite_float, default=0.0, metavar="P",
-                   help="subtract P from the blank's log-probability before the beam search (default 0)")
+    p.add_argument("--blank-penalty", type=finite_float, metavar="P",
+                   help="subtract P from the blank's log-probability before the beam search (default: the "
+                        "model's, 0 unless it was exported with one)")
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ from .errors import ConfigurationError
 PathLike = Union[str, os.PathLike]
 Item = Tuple[str, str, List[str]]  # utterance id, audio path, reference phones
 
-__all__ = ["Item", "corpus_items", "pronunciation_references"]
+__all__ = ["Item", "corpus_items", "check_pronunciation_words", "pronunciation_references"]
 
 DATA_KINDS = ("DATA must be a LibriSpeech-format folder, a TIMIT folder, a Kaldi data folder (wav.scp, text) "
               "or a manifest CSV (ID, wav, phn or wrd columns)")
@@ -153,18 +153,35 @@ def pronunciation_references(data: PathLike, items: Sequence[Item], words: Mappi
     from .ctc import lexicon_pronunciations, pronunciation_graph, spoken_pronunciation_graph
     from .data.mfa import load_mfa_word_phones
 
+    check_pronunciation_words(data, items, words)
     path = Path(data)
-    if path.is_dir() and not is_kaldi_data_folder(path) and _is_timit(path):
-        raise ConfigurationError(f"{path}: TIMIT's labels are hand-labelled phones, not words' pronunciations: "
-                                 "scoring against any pronunciation is for LibriSpeech folders and manifests")
-    if any(utt not in words for utt, _, _ in items):
-        raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
     pronounce = lexicon_pronunciations(g2p, (w for utt, _, _ in items for w in words[utt]))
     if mfa_labels is not None and not path.is_file():
         spoken = load_mfa_word_phones(mfa_labels)
         return {utt: spoken_pronunciation_graph(ref, spoken[utt], pronounce) if utt in spoken else None
                 for utt, _, ref in items}
     return {utt: pronunciation_graph(ref, words[utt], pronounce) for utt, _, ref in items}
+
+
+def check_pronunciation_words(data: PathLike, items: Sequence[Item], words: Mapping[str, Sequence[str]]) -> None:
+    """Refuse, before any audio is read, a corpus whose utterances :func:`pronunciation_references` cannot
+    score against any pronunciation: a TIMIT folder, or one without the words of every utterance of
+    ``items`` (``words``, as :func:`corpus_items` gave them), with a :class:`ConfigurationError` naming ``data``.
+
+    Example
+    -------
+    >>> check_pronunciation_words("test.csv", [("u1", "u1.flac", ["AH"])], {"u1": ["A"]})
+    >>> check_pronunciation_words("test.csv", [("u1", "u1.flac", ["AH"])], {})
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.ConfigurationError: test.csv: scoring against any pronunciation needs the words (a wrd column)
+    """
+    path = Path(data)
+    if path.is_dir() and not is_kaldi_data_folder(path) and _is_timit(path):
+        raise ConfigurationError(f"{path}: TIMIT's labels are hand-labelled phones, not words' pronunciations: "
+                                 "scoring against any pronunciation is for LibriSpeech folders and manifests")
+    if any(utt not in words for utt, _, _ in items):
+        raise ConfigurationError(f"{path}: scoring against any pronunciation needs the words (a wrd column)")
 
 
 def _refuse_mfa_labels(path: Path, mfa_labels: Optional[PathLike], labelled_by: str) -> None:

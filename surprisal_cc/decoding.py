@@ -33,11 +33,15 @@ __all__ = [
     "ctc_log_likelihood",
     "CTCBeamSearch",
     "available_backends",
+    "missing_backend",
+    "BACKEND_NAMES",
     "prefix_beam_search_native",
 ]
 
 _NEG_INF = -math.inf
 BACKENDS = ("native", "torchaudio", "speechbrain")
+# what CTCBeamSearch's backend may be (auto: native)
+BACKEND_NAMES = ("auto", *BACKENDS, "speechbrain_prefix")
 
 
 # --------------------------------------------------------------------------
@@ -477,6 +481,22 @@ def _speechbrain_available() -> bool:
     return True
 
 
+def missing_backend(backend: str) -> str | None:
+    """What ``backend`` (one of :data:`BACKEND_NAMES`) needs and this environment lacks, in words; None
+    where it runs here.
+
+    Example
+    -------
+    >>> missing_backend("native") is None
+    True
+    """
+    if backend == "torchaudio" and not _torchaudio_available():
+        return "torchaudio ctc_decoder (flashlight-text) is not available"
+    if backend.startswith("speechbrain") and not _speechbrain_available():
+        return "speechbrain is not available"
+    return None
+
+
 def available_backends() -> list[str]:
     """Backends usable in this environment (``native`` always is).
 
@@ -662,24 +682,24 @@ class CTCBeamSearch:
     def __init__(self, blank: int = 0, beam_size: int = 10, backend: str = "auto", blank_penalty: float = 0.0) -> None:
         if beam_size < 1:
             raise ValueError("beam_size must be >= 1")
-        valid = ("auto", *BACKENDS, "speechbrain_prefix")
-        if backend not in valid:
-            raise ValueError(f"backend must be one of {valid}, got {backend!r}")
+        if backend not in BACKEND_NAMES:
+            raise ValueError(f"backend must be one of {BACKEND_NAMES}, got {backend!r}")
+        missing = missing_backend(backend)
+        if missing:
+            raise RuntimeError(missing)
         if backend == "auto":
             backend = "native"
-        elif backend == "torchaudio" and not _torchaudio_available():
-            raise RuntimeError("torchaudio ctc_decoder (flashlight-text) is not available")
-        elif backend.startswith("speechbrain") and not _speechbrain_available():
-            raise RuntimeError("speechbrain is not available")
         self.blank = int(blank)
         self.beam_size = int(beam_size)
         self.backend = backend
         self.blank_penalty = float(blank_penalty)
-        self._impl: dict[int, Callable[[Tensor, list[int]], list[list[int]]]] = {}
+        self._impl: dict[tuple[int, str, int, int], Callable[[Tensor, list[int]], list[list[int]]]] = {}
 
     def _get_impl(self, V: int) -> Callable[[Tensor, list[int]], list[list[int]]]:
-        """The decoder of the backend for ``V`` labels, built once per ``V``."""
-        impl = self._impl.get(V)
+        """The decoder of the backend for ``V`` labels, built once per ``V`` and per backend, blank and beam
+        size (all set on the instance, and changed by assignment)."""
+        key = (V, self.backend, self.blank, self.beam_size)
+        impl = self._impl.get(key)
         if impl is None:
             if self.backend == "torchaudio":
                 impl = _TorchaudioDecoder(V, self.blank, self.beam_size)
@@ -693,7 +713,7 @@ class CTCBeamSearch:
                 def impl(lp: Tensor, lens: list[int]) -> list[list[int]]:
                     return prefix_beam_search_native(lp.numpy(), lens, blank, K)
 
-            self._impl[V] = impl
+            self._impl[key] = impl
         return impl
 
     def __call__(
@@ -717,5 +737,5 @@ class CTCBeamSearch:
     def __repr__(self) -> str:
         return (
             f"CTCBeamSearch(blank={self.blank}, beam_size={self.beam_size}, "
-            f"backend={self.backend!r})"
+            f"backend={self.backend!r}, blank_penalty={self.blank_penalty!r})"
         )

@@ -38,7 +38,7 @@ import torch
 
 from .apc import FrozenAPC
 from .arguments import check_batch_size, check_routing_seed, check_writable
-from .corpora import Item, corpus_items, pronunciation_references
+from .corpora import Item, check_pronunciation_words, corpus_items, pronunciation_references
 from .data.audio import MAX_LISTED, check_audio_many, read_audio, refuse_bad_audio, warn_converted
 from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
 from .errors import ConfigurationError
@@ -167,6 +167,8 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     if alignments is not None and not hasattr(alignments, "write"):
         check_writable("alignments file", alignments)
     items, label_source, words, label_problems = _labelled_items(asr, data, mfa_labels, g2p, timit_split, skip_bad)
+    if any_pronunciation:  # before any audio is read
+        check_pronunciation_words(data, items, words)
     items, infos, problems = _usable_audio(data, items, skip_bad, label_problems, mfa_labels is not None)
     graphs = pronunciation_references(data, items, words, mfa_labels, g2p or asr.config.get(
         "label_policy", {}).get("g2p") or "spn") if any_pronunciation else None

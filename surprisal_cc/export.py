@@ -292,6 +292,7 @@ def _model_config(hparams: Dict[str, Any], encoder_kwargs: Dict[str, Any], uses_
         encoder_kwargs, hparams["input_features"], [labels[i] for i in range(len(labels))],
         features=hparams["feature_config"].as_dict(), uses_apc=uses_apc,
         blank_index=hparams.get("blank_index", 0), beam_size=beam.beam_size, beam_backend=beam.backend,
+        blank_penalty=beam.blank_penalty,
         merge_sil=getattr(hparams["error_rate"], "keywords", {}).get("merge_sil", True), weights_dtype=dtype,
         label_policy={"labels": hparams.get("labels"), "g2p": hparams.get("g2p"),
                       "add_boundary_silence": prepare.get("add_boundary_silence", True)},

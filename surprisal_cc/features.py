@@ -15,8 +15,10 @@ Example
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass
-from typing import Dict, Tuple
+from typing import Any, Dict, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -59,6 +61,33 @@ class FeatureConfig:
     dither: float = 0.0
     frame_skip: int = 2
 
+    def __post_init__(self) -> None:
+        """Refuse values the front end cannot run with, naming the field (a :class:`ValueError`).
+
+        Example
+        -------
+        >>> FeatureConfig(frame_skip=0)
+        Traceback (most recent call last):
+            ...
+        ValueError: frame_skip must be a whole number of at least 1, got 0
+        """
+        for name, least in (("sample_rate", 1), ("n_mels", 4), ("frame_skip", 1)):  # kaldi: more than 3 mel bins
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{name} must be a whole number of at least {least}, got {value!r}")
+        for name in ("frame_length_ms", "frame_shift_ms"):
+            value = getattr(self, name)
+            if not _real(value) or not 0 < value < math.inf:
+                raise ValueError(f"{name} must be a positive finite number of milliseconds, got {value!r}")
+        if self.window_samples < 2 or self.shift_samples < 1:
+            raise ValueError(f"frame_length_ms {self.frame_length_ms!r} and frame_shift_ms {self.frame_shift_ms!r} "
+                             f"make windows of {self.window_samples} samples every {self.shift_samples} at "
+                             f"{self.sample_rate} Hz: a window needs at least 2 samples, a shift at least 1")
+        if self.window_type not in kaldi.WINDOWS:
+            raise ValueError(f"window_type must be one of {', '.join(kaldi.WINDOWS)}, got {self.window_type!r}")
+        if not _real(self.dither) or not 0 <= self.dither < math.inf:
+            raise ValueError(f"dither must be a finite number of at least 0, got {self.dither!r}")
+
     def as_dict(self) -> Dict[str, object]:
         """The fields as a plain dict (JSON-ready)."""
         return asdict(self)
@@ -87,6 +116,11 @@ class FeatureConfig:
             return 0
         full = 1 + (num_samples - self.window_samples) // self.shift_samples
         return -(-full // self.frame_skip)  # ceil: frames 0, k, 2k, ... are kept
+
+
+def _real(value: Any) -> bool:
+    """Whether ``value`` is a real number (not a bool, a string or None)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class FilterbankFrontEnd(nn.Module):

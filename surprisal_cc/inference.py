@@ -40,7 +40,7 @@ from .data.errors import BadAudioError, DataPreparationError, DataPreparationWar
 from .decoding import CTCBeamSearch
 from .forward import run_model
 from .features import FeatureConfig, FilterbankFrontEnd
-from .nnet import Encoder, EncoderOutput, input_size_for, lengths_to_mask, runs_apc
+from .nnet import Encoder, EncoderOutput, bias_shift_problem, input_size_for, lengths_to_mask, runs_apc
 from .flops import module_macs
 from .errors import ConfigurationError
 from .model_folder import (FORMAT_VERSION, ModelFormatError, check_weights_dtype, default_model_dir, load_model_folder,
@@ -286,7 +286,8 @@ class ConditionalASR:
         self.apc_macs = module_macs(apc) if self.uses_apc else 0
         self.beam_search = CTCBeamSearch(blank=int(config.get("blank_index", 0)),
                                          beam_size=int(config.get("beam_size", 10)),
-                                         backend=config.get("beam_backend", "native"))
+                                         backend=config.get("beam_backend", "native"),
+                                         blank_penalty=float(config.get("blank_penalty") or 0.0))
         self.source: Optional[Path] = None
         self.routing, self.seed = "deterministic", None
         self.set_routing(routing, seed)
@@ -408,7 +409,7 @@ class ConditionalASR:
 
     def save(self, folder: PathLike, dtype: str = "fp32") -> Path:
         """Write this model as a model folder (``from_pretrained`` loads it back, its bias shift
-        (:meth:`set_bias_shift`, :meth:`meet_flops_budget`) included).
+        (:meth:`set_bias_shift`, :meth:`meet_flops_budget`), beam size and blank penalty included).
 
         Arguments
         ---------
@@ -422,19 +423,12 @@ class ConditionalASR:
         pathlib.Path
             The folder.
         """
-        import io
-
-        from .apc import save_apc
+        from .apc import apc_blob
 
         check_weights_dtype(dtype)  # before any work (write_model_folder checks it too)
-        blob = None
-        if self.apc is not None:
-            buffer = io.BytesIO()
-            save_apc(self.apc.apc.cpu(), buffer)
-            self.apc.to(self.device)
-            buffer.seek(0)
-            blob = torch.load(buffer, weights_only=True)
-        config = {**self.config, "uses_apc": self.uses_apc, "weights_dtype": dtype}
+        blob = apc_blob(self.apc.apc) if self.apc is not None else None
+        config = {**self.config, "uses_apc": self.uses_apc, "weights_dtype": dtype,  # decoding as it is set now
+                  "beam_size": self.beam_search.beam_size, "blank_penalty": self.beam_search.blank_penalty}
         if self.encoder.stage_controller(False) is not None:  # the operating point travels with the weights
             shift = float(self.encoder.test_bias_shift)  # (a shift set back to 0 replaces a loaded one)
             encoder_config = dict(config["encoder"])
@@ -450,14 +444,11 @@ class ConditionalASR:
         """Add ``shift`` to the controller's logit (paper Appendix B): a negative shift sends fewer
         frames to the big network (fewer FLOPs), a positive one more. Big-only and small-only have
         no logit to shift, nor do the adaptive encoders: a clear error."""
-        controller = self.encoder.stage_controller(False)
-        if controller is None:
-            raise ConfigurationError(f"a bias shift needs a conditional encoder; this model's is "
-                                     f"{self.config['encoder']['name']!r}")
         if not math.isfinite(float(shift)):
             raise ConfigurationError(f"a bias shift must be a finite number, got {shift}")
-        if shift and not controller.shifts_with_bias:
-            raise ConfigurationError(f"the {controller.name!r} controller has no bias to shift")
+        problem = bias_shift_problem(self.encoder)
+        if problem and (shift or self.encoder.stage_controller(False) is None):
+            raise ConfigurationError(f"bias shift {shift:g}: {problem}")
         self.encoder.test_bias_shift = float(shift)
 
     def budget_big_fraction(self, fraction: float) -> float:
@@ -623,7 +614,9 @@ class ConditionalASR:
     @torch.no_grad()
     def forward(self, wavs: Tensor, wav_lens: Optional[Tensor] = None
                 ) -> Tuple[EncoderOutput, Tensor, Tensor, Optional[Tensor]]:
-        """(encoder output, fbank, frame counts, surprisal) of one padded batch, without decoding.
+        """(encoder output, fbank, frame counts, surprisal) of one padded batch, without decoding, on
+        this model's threads, sampled routing seeded with its seed as :meth:`encode_batch` does
+        (:meth:`forward_pass` without either, for callers that seed once for many batches).
 
         SpeechBrain's ``forward`` returns its ``encode_batch`` output; that is :meth:`encode_batch` here.
 
@@ -654,6 +647,14 @@ class ConditionalASR:
         >>> tuple(out.log_probs.shape), tuple(fbank.shape), frames.tolist(), surprisal
         ((2, 24, 4), (2, 24, 80), [24, 12], None)
         """
+        with self.seeded_routing(), decoding_threads(self.threads):
+            return self.forward_pass(wavs, wav_lens)
+
+    @torch.no_grad()
+    def forward_pass(self, wavs: Tensor, wav_lens: Optional[Tensor] = None
+                     ) -> Tuple[EncoderOutput, Tensor, Tensor, Optional[Tensor]]:
+        """:meth:`forward` on the caller's threads and random state: sampled routing draws from the
+        global RNG as it is (the caller seeds it, e.g. once per corpus with :meth:`seeded_routing`)."""
         wavs, samples = self.batch_inputs(wavs, wav_lens)
         fbank, frames = self.filterbanks(wavs, samples)
         with self._autocast():
@@ -694,7 +695,7 @@ class ConditionalASR:
         time of the forward pass and the beam search."""
         with decoding_threads(self.threads):
             start = time.perf_counter()
-            out, fbank, frames, surprisal = self.forward(wavs, samples)
+            out, fbank, frames, surprisal = self.forward_pass(wavs, samples)
             hyps = self.beam_search(out.log_probs.float(), out.lengths)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
@@ -855,8 +856,7 @@ class ConditionalASR:
         ((2, 24, 4), True)
         """
         wavs, samples = self.batch_inputs(wavs, wav_lens, num_samples, sample_rate)
-        with self.seeded_routing(), decoding_threads(self.threads):  # forward runs without gradients
-            out, _, _, _ = self.forward(wavs, samples)
+        out, _, _, _ = self.forward(wavs, samples)  # seeded, on the model's threads, without gradients
         return out.log_probs.float()
 
     def segments(self, log_probs: Tensor, ids: Sequence[int], offset_frames: int = 0) -> List[Tuple[str, float, float]]:

@@ -1,7 +1,7 @@
 """Audio of any length in bounded memory: decoding in parts with context, joined at pauses.
 
-A long file is read part by part (16 kHz mono files straight from disk, others decoded whole and
-resampled first). Each part covers about ``chunk_s`` seconds of frames and is computed with
+A long file is read part by part, each part's samples alone (resampled to the model's rate and
+downmixed as they are read). Each part covers about ``chunk_s`` seconds of frames and is computed with
 ``context_s`` seconds of audio on both sides, which the APC's GRU and the encoder's BiGRUs see but
 whose frames are not kept. Filterbank frames depend only on their own 25 ms window, so a part's
 frames are the whole file's frames; only the recurrent layers' state at the part's edges differs,
@@ -46,10 +46,11 @@ from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Sequence,
                     Tuple, Union, runtime_checkable)
 
-import numpy as np
-import torch
+# annotations only: importing this module loads neither torch nor feature or decoding code (the command
+# line's help reads its constants)
+if TYPE_CHECKING:
+    import torch
 
-if TYPE_CHECKING:  # annotations only: importing this module loads no feature or decoding code
     from .decoding import CTCBeamSearch
     from .features import FeatureConfig
     from .nnet import EncoderOutput
@@ -82,8 +83,8 @@ class LongAudioModel(Protocol):
 
     def seeded_routing(self, seed: Optional[int] = None) -> ContextManager[None]: ...
 
-    def forward(self, wavs: torch.Tensor, wav_lens: Optional[torch.Tensor] = None
-                ) -> Tuple[EncoderOutput, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+    def forward_pass(self, wavs: torch.Tensor, wav_lens: Optional[torch.Tensor] = None
+                     ) -> Tuple[EncoderOutput, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
 
     def filterbanks(self, wavs: torch.Tensor, samples: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]: ...
 
@@ -103,22 +104,18 @@ class LongAudioModel(Protocol):
 
 
 class _Reader:
-    """Samples ``[start, stop)`` of an audio file at the model's rate, mono float32 (as
-    :func:`surprisal_cc.data.audio.read_audio` decodes it)."""
+    """Samples ``[start, stop)`` of an audio file at the model's rate, mono float32, as
+    :func:`surprisal_cc.data.audio.read_audio` decodes it, read part by part
+    (:func:`~surprisal_cc.data.audio.read_resampled_span`: a file at another rate too)."""
 
     def __init__(self, path: PathLike, sample_rate: int):
         import soundfile
 
-        from .data.audio import read_audio, soundfile_name
+        from .data.audio import resampled_length, soundfile_name
 
-        info = soundfile.info(soundfile_name(path))
-        self.file, self.wav = None, None
-        if info.samplerate == sample_rate:
-            self.file = soundfile.SoundFile(soundfile_name(path))
-            self.total = int(self.file.frames)
-        else:  # resampling needs the whole signal: decoded once (the parts stay bounded)
-            self.wav = read_audio(path, sample_rate)
-            self.total = int(self.wav.numel())
+        self.file = soundfile.SoundFile(soundfile_name(path))
+        self.sample_rate = sample_rate
+        self.total = resampled_length(self.file.frames, self.file.samplerate, sample_rate)
 
     def read_frames(self, cfg, first: int, upto: int) -> torch.Tensor:
         """The samples that frames ``[first, upto)`` of feature config ``cfg`` read (frame t's window
@@ -127,21 +124,31 @@ class _Reader:
         return self.read(first * hop, min(self.total, (upto - 1) * hop + cfg.window_samples))
 
     def read(self, start: int, stop: int) -> torch.Tensor:
-        if self.wav is not None:
-            return self.wav[start:stop]
-        self.file.seek(start)
-        data = self.file.read(stop - start, dtype="float32", always_2d=True)
-        return torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))
+        from .data.audio import read_resampled_span
+
+        return read_resampled_span(self.file, start, stop, self.sample_rate)
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
+        self.file.close()
 
 
 def part_seconds(long_chunk_s: Optional[float] = None) -> float:
     """Seconds of frames per part: ``long_chunk_s``, or :data:`CHUNK_S` where it is None (0: no file is
-    long, :func:`is_long`)."""
-    return CHUNK_S if long_chunk_s is None else float(long_chunk_s)
+    long, :func:`is_long`); anything but 0 or at least 1 second is a :class:`ConfigurationError`
+    (:func:`~surprisal_cc.arguments.check_chunk_seconds`, as ``--chunk-seconds`` is checked).
+
+    Example
+    -------
+    >>> part_seconds(), part_seconds(0), part_seconds(20)
+    (60.0, 0.0, 20.0)
+    >>> part_seconds(0.01)
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.ConfigurationError: long_chunk_s must be 0 (whole files) or at least 1 second, got 0.01
+    """
+    from .arguments import check_chunk_seconds
+
+    return CHUNK_S if long_chunk_s is None else check_chunk_seconds(long_chunk_s)
 
 
 def is_long(path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S) -> bool:
@@ -187,6 +194,8 @@ def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, c
         :meth:`ConditionalASR.transcribe_file` returns: phones with their times, per-frame arrays,
         MACs per frame over the whole file and the real-time factor of all parts.
     """
+    import torch
+
     cfg = asr.feature_config
     rate = cfg.sample_rate
     reader = _Reader(path, rate)
@@ -235,6 +244,8 @@ def _decode_part(asr: LongAudioModel, reader: _Reader, cfg, start: int, total_fr
     """Decode the part whose kept frames begin at ``start``, with ``context`` frames on each side; its
     end is the frame of the last ``window`` surest of a blank (the file's end for the last part);
     ``cfg``: the model's feature config."""
+    import torch
+
     from .threads import decoding_threads
 
     last = total_frames - start <= chunk + context
@@ -243,7 +254,7 @@ def _decode_part(asr: LongAudioModel, reader: _Reader, cfg, start: int, total_fr
     wav = reader.read_frames(cfg, first, min(total_frames, stop + context))
     began = time.perf_counter()
     with decoding_threads(asr.threads):
-        out, fbank, frames, surprisal = asr.forward(wav[None], torch.tensor([wav.numel()]))
+        out, fbank, frames, surprisal = asr.forward_pass(wav[None], torch.tensor([wav.numel()]))
         log_probs = out.log_probs[0].float().cpu()
         if not last:  # join at the frame of the last seconds surest of a blank
             lo = stop - window - first
@@ -298,13 +309,15 @@ def long_surprisal(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S
     -------
     >>> from surprisal_cc.inference import ConditionalASR
     >>> asr = ConditionalASR.untrained(["AH", "sil"], controller="surprisal")
-    >>> import tempfile, soundfile
+    >>> import tempfile, numpy as np, soundfile
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     soundfile.write(f"{tmp}/a.wav", np.random.default_rng(0).uniform(-0.5, 0.5, 16000 * 3), 16000)
     ...     parts = list(long_surprisal(asr, f"{tmp}/a.wav", chunk_s=1.0, context_s=0.5))
     >>> [part.numel() for part in parts]
     [50, 50, 49]
     """
+    import torch
+
     cfg = asr.feature_config
     reader = _Reader(path, cfg.sample_rate)
     chunk, context = _part_frames(asr, chunk_s, context_s)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -101,9 +102,10 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
     ------
     ModelFormatError
         When the folder is missing, incomplete, damaged or of another format version, or when
-        ``model.json`` contradicts itself, the encoder or the APC model (unknown ``features`` keys,
-        ``labels`` not one per encoder output, ``blank_index`` outside them, ``input_features`` of
-        another width than ``encoder.input_size``), or ``apc.pt`` is not the APC the folder was
+        ``model.json`` contradicts itself, the encoder or the APC model (unknown ``features`` keys or
+        values, ``labels`` not one per encoder output, ``blank_index`` outside them, ``input_features`` of
+        another width than ``encoder.input_size``, a ``beam_size``, ``beam_backend`` or ``blank_penalty``
+        the beam search cannot run with), or ``apc.pt`` is not the APC the folder was
         written with (``apc_file_fingerprint``).
 
     Example
@@ -199,13 +201,15 @@ def _check_config(config: Dict[str, Any], config_path: Path, encoder: Encoder, a
     """Refuse a ``model.json`` whose fields contradict each other, the encoder or the APC model, with
     a :class:`ModelFormatError` that names ``config_path``, the field and what is wrong:
 
-    * ``features``: an object of :class:`~surprisal_cc.features.FeatureConfig`'s fields, no other key;
+    * ``features``: an object of :class:`~surprisal_cc.features.FeatureConfig`'s fields, no other key, with
+      values it accepts (``features.frame_skip`` 0 is refused here, not at the first decoding);
     * ``labels``: a list of strings, one per encoder output (``encoder.num_outputs``, the blank included);
     * ``blank_index`` (default 0): an index of ``labels``;
     * ``uses_apc``: not false where the model runs the APC (APC features or a surprisal controller);
     * ``input_features``: ``apc`` or ``fbank``, whose width per frame is ``encoder.input_size``:
       ``features.n_mels`` for ``fbank``, the APC model's hidden size for ``apc``;
-    * ``features.n_mels``: the APC model's input width, where the model runs the APC.
+    * ``features.n_mels``: the APC model's input width, where the model runs the APC;
+    * ``beam_size``, ``beam_backend``, ``blank_penalty``: as :func:`_check_decoding` accepts them.
 
     Example
     -------
@@ -226,7 +230,10 @@ def _check_config(config: Dict[str, Any], config_path: Path, encoder: Encoder, a
     unknown = sorted(set(features) - set(known))
     if unknown:
         raise ModelFormatError(f"{config_path}: features has unknown keys {unknown} (known: {', '.join(known)})")
-    n_mels = FeatureConfig(**features).n_mels
+    try:
+        n_mels = FeatureConfig(**features).n_mels
+    except ValueError as err:  # FeatureConfig's message names the field
+        raise ModelFormatError(f"{config_path}: features.{err}") from None
     if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
         raise ModelFormatError(f"{config_path}: labels must be a list of strings, got {repr(labels)[:80]}")
     if len(labels) != num_outputs:
@@ -249,6 +256,38 @@ def _check_config(config: Dict[str, Any], config_path: Path, encoder: Encoder, a
     if apc is not None and apc.input_size != n_mels:
         raise ModelFormatError(f"{config_path}: features.n_mels is {n_mels}, but the APC model ({APC_FILE}) reads "
                                f"{apc.input_size} mel bins per frame")
+    _check_decoding(config, config_path)
+
+
+def _check_decoding(config: Dict[str, Any], config_path: Path) -> None:
+    """Refuse ``model.json`` decoding fields the beam search cannot run with, naming ``config_path``:
+    ``beam_size`` (default 10) not a whole number of at least 1, ``beam_backend`` (default native) not
+    a backend, or one this environment lacks, ``blank_penalty`` (default 0) not a finite number.
+
+    Example
+    -------
+    >>> _check_decoding({"beam_size": 10, "beam_backend": "native", "blank_penalty": 0.5}, Path("model.json"))
+    >>> _check_decoding({"beam_size": "ten"}, Path("model.json"))
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.model_folder.ModelFormatError: model.json: beam_size must be a whole number of at least 1, got 'ten'
+    """
+    from .decoding import BACKEND_NAMES, missing_backend
+
+    size = config.get("beam_size", 10)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ModelFormatError(f"{config_path}: beam_size must be a whole number of at least 1, got {size!r}")
+    backend = config.get("beam_backend", "native")
+    if not isinstance(backend, str) or backend not in BACKEND_NAMES:
+        raise ModelFormatError(f"{config_path}: beam_backend {backend!r} is unknown (known: "
+                               f"{', '.join(BACKEND_NAMES)})")
+    missing = missing_backend(backend)
+    if missing:
+        raise ModelFormatError(f"{config_path}: beam_backend {backend!r} cannot run here ({missing}): install it, "
+                               "or set beam_backend to \"native\"")
+    penalty = config.get("blank_penalty", 0.0)
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not math.isfinite(penalty):
+        raise ModelFormatError(f"{config_path}: blank_penalty must be a finite number, got {penalty!r}")
 
 
 def _state_dict_problems(err: RuntimeError, count: int = 3, width: int = 200) -> str:
@@ -305,7 +344,8 @@ def check_weights_dtype(name: Any) -> torch.dtype:
 def model_config(encoder: Mapping[str, Any], input_features: str, labels: Sequence[str], *,
                  features: Optional[Mapping[str, Any]] = None, uses_apc: Optional[bool] = None,
                  blank_index: int = 0, beam_size: int = 10, beam_backend: Optional[str] = None,
-                 merge_sil: bool = True, weights_dtype: Optional[str] = None, **details: Any) -> Dict[str, Any]:
+                 blank_penalty: Optional[float] = None, merge_sil: bool = True, weights_dtype: Optional[str] = None,
+                 **details: Any) -> Dict[str, Any]:
     """The ``model.json`` content that rebuilds, feeds and decodes a model (all but its ``source``).
 
     Arguments
@@ -320,9 +360,10 @@ def model_config(encoder: Mapping[str, Any], input_features: str, labels: Sequen
         :class:`~surprisal_cc.features.FeatureConfig`'s fields; default: its defaults.
     uses_apc : bool, optional
         Whether the model runs the APC model; left out when not given (a folder is written with it).
-    blank_index, beam_size, beam_backend, merge_sil
+    blank_index, beam_size, beam_backend, blank_penalty, merge_sil
         Decoding: the blank's label index, the CTC beam width, the beam search backend (left out when
-        not given: ``"native"``) and whether ``sil`` is merged before scoring.
+        not given: ``"native"``), what is subtracted from the blank's log-probability before it (left
+        out when not given: 0) and whether ``sil`` is merged before scoring.
     weights_dtype : str, optional
         ``"fp32"`` or ``"fp16"`` (:func:`check_weights_dtype`), the stored weights; left out when not given.
     **details
@@ -339,14 +380,17 @@ def model_config(encoder: Mapping[str, Any], input_features: str, labels: Sequen
     ...
     surprisal_cc.errors.ConfigurationError: dtype must be one of ['fp16', 'fp32'], got 'int8'
     """
-    optional = {"uses_apc": uses_apc, "beam_backend": beam_backend, "weights_dtype": weights_dtype}
+    optional = {"uses_apc": uses_apc, "beam_backend": beam_backend, "blank_penalty": blank_penalty,
+                "weights_dtype": weights_dtype}
     if weights_dtype is not None:
         check_weights_dtype(weights_dtype)
     config = {"format_version": FORMAT_VERSION, "encoder": dict(encoder), "input_features": input_features,
               "uses_apc": uses_apc,
               "features": dict(features) if features is not None else FeatureConfig().as_dict(),
               "labels": list(labels), "blank_index": int(blank_index), "beam_size": int(beam_size),
-              "beam_backend": beam_backend, "merge_sil": bool(merge_sil), "weights_dtype": weights_dtype}
+              "beam_backend": beam_backend,
+              "blank_penalty": None if blank_penalty is None else float(blank_penalty),
+              "merge_sil": bool(merge_sil), "weights_dtype": weights_dtype}
     config = {k: v for k, v in config.items() if k not in optional or v is not None}
     return {**config, **details}
 

@@ -221,6 +221,25 @@ class Encoder(nn.Module):
 
 
 
+def bias_shift_problem(encoder: Encoder) -> Optional[str]:
+    """Why a test-time bias shift cannot move ``encoder``'s routing, or None where it can: the shift
+    is added to the logit of its test-time controller (:meth:`Encoder.stage_controller`), which an
+    adaptive-depth encoder lacks and big-only or small-only ignore. Inference and the recipes' bias
+    sweep both ask it.
+
+    Example
+    -------
+    >>> bias_shift_problem(Encoder())
+    'the Encoder has no controller whose logit a bias shift moves'
+    """
+    controller = encoder.stage_controller(False)
+    if controller is None:
+        return f"the {type(encoder).__name__} has no controller whose logit a bias shift moves"
+    if not controller.shifts_with_bias:
+        return f"the {controller.name!r} controller has no bias to shift"
+    return None
+
+
 # ----------------------------------------------------------------------------------------------
 # Building blocks
 # ----------------------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def prepare_labels(hparams: Dict, manifests: Mapping[str, str]) -> None:
     ``hparams["label_encoder"]``. The units lie beside the training manifest, in its preparation's
     folder: other options (validation speakers, subsets) give other training words, hence units of
     their own."""
-    if hparams["target_unit"] != "sentencepiece":
+    if hparams.get("target_unit", "phone") != "sentencepiece":
         encoder = hparams["label_encoder"]
         check_manifest_phones(manifests, [label for label in encoder.lab2ind if label != encoder.blank_label])
         return

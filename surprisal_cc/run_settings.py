@@ -26,10 +26,9 @@ from .data.lexicon import G2P_CHOICES
 from .errors import ConfigurationError
 from .flops import module_macs, static_flop_rows
 from .frozen_features import load_apc_path
-from .hparams_files import (RESUMABLE_KEYS, changed_training_settings, configured_paths,  # noqa: F401
-                            expand_hparams, load_hparams_file, load_yaml_tolerant, new_empty_folders_removed,
-                            parse_yaml_tolerant, ruamel_errors)
-from .nnet import runs_apc
+from .hparams_files import (changed_training_settings, configured_paths, expand_hparams, load_hparams_file,
+                            load_yaml_tolerant, new_empty_folders_removed, parse_yaml_tolerant, ruamel_errors)
+from .nnet import bias_shift_problem, runs_apc
 from .precision import TRAINING_PRECISIONS, auto_precision
 
 
@@ -240,9 +239,10 @@ def _load_checked_hparams(hparams_file: str, overrides: str, run_opts: Optional[
                                          "auto")
         if hparams.get("malloc_reuse"):
             reuse_freed_memory()
-        if hparams.get("target_unit", "phone") not in ("phone", "sentencepiece"):
-            raise ConfigurationError(f"target_unit must be 'phone' or 'sentencepiece', got {hparams['target_unit']!r}")
-        if hparams.get("target_unit") == "phone":
+        unit = hparams.get("target_unit", "phone")
+        if unit not in ("phone", "sentencepiece"):
+            raise ConfigurationError(f"target_unit must be 'phone' or 'sentencepiece', got {unit!r}")
+        if unit == "phone" and "label_encoder" in hparams:  # APC pretraining files have no labels
             check_num_outputs(hparams)
         check_settings(hparams, boolean_keys=[key for key, value in load_yaml_tolerant(path).items()
                                               if isinstance(value, bool)])  # types and ranges first
@@ -516,14 +516,10 @@ def check_bias_sweep(hparams: Mapping) -> None:
     shifts = [float(s) for s in hparams.get("test_bias_shifts", [0.0])]
     if not any(shifts):
         return
-    encoder = hparams.get("encoder_module")
-    controller = getattr(encoder, "controller", None)
-    if controller is None or not hasattr(encoder, "test_bias_shift"):
-        raise ConfigurationError(f"test_bias_shifts: {shifts} shifts a controller's logit; the {hparams.get('encoder')!r} "
-                                 "encoder has none: leave test_bias_shifts at [0.0]")
-    if not controller.shifts_with_bias:
-        raise ConfigurationError(f"test_bias_shifts: {shifts} shifts a controller's logit; the {controller.name!r} "
-                                 "controller has none to shift: leave test_bias_shifts at [0.0]")
+    problem = bias_shift_problem(hparams["encoder_module"])
+    if problem:
+        raise ConfigurationError(f"test_bias_shifts: {shifts} shifts a controller's logit; {problem}: leave "
+                                 "test_bias_shifts at [0.0]")
 
 
 # ----------------------------------------------------------------------------------------------

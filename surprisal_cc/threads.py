@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Optional
 
-import torch
-
 DEFAULT_DECODING_THREADS = 1
 
 __all__ = ["DEFAULT_DECODING_THREADS", "decoding_threads", "check_threads"]
@@ -56,6 +54,8 @@ def decoding_threads(threads: Optional[int] = DEFAULT_DECODING_THREADS) -> Itera
         The thread count in effect.
     """
     threads = check_threads(threads)
+    import torch  # here, so that the command line reads DEFAULT_DECODING_THREADS without loading torch
+
     before = torch.get_num_threads()
     if threads is not None and threads != before:
         torch.set_num_threads(threads)

@@ -460,6 +460,35 @@ def test_transcribe_is_deterministic_unless_sampled(model, real_flac, capsys):
         assert "both set the controller's bias: give one" in capsys.readouterr().err
 
 
+def test_transcribe_skipping_every_input_says_none_is_usable_before_solving_a_budget(model, tmp_path, capsys):
+    """--skip-bad with no usable input: the skipped records, then one line saying so (not the FLOPs
+    budget's complaint that it was given no audio)."""
+    paths = make_bad_audio_fixture(tmp_path)
+    assert main(["transcribe", str(paths["empty"]), str(paths["corrupt"]), "--model", str(model), "--json",
+                 "--skip-bad", "--flops-fraction", "0.9"]) == 1
+    out = capsys.readouterr()
+    assert [record["path"] for record in _json_lines(out.out)] == [str(paths["empty"]), str(paths["corrupt"])]
+    lines = out.err.splitlines()
+    assert [line.startswith("warning: skipped") for line in lines] == [True, True, False]
+    assert lines[-1] == "error: none of the given files is usable audio (2 left out, listed above)"
+
+
+def test_decoding_help_gives_the_long_audio_and_thread_defaults_the_code_uses(model, tmp_path, monkeypatch, capsys):
+    from surprisal_cc.threads import DEFAULT_DECODING_THREADS
+
+    monkeypatch.setattr(cli, "CHUNK_S", 45.0)
+    monkeypatch.setattr(cli, "CONTEXT_S", 2.5)
+    for command, what in (("transcribe", "files"), ("evaluate", "utterances")):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert f"{what} longer than S + 5 s are decoded" in text and "with 2.5 s of context" in text
+        assert "(default 45; 0: every" in text and f"(default {DEFAULT_DECODING_THREADS}: decoding" in text
+    sf.write(tmp_path / "a.wav", tone(0.5), 16000)
+    assert main(["transcribe", str(tmp_path / "a.wav"), "--model", str(model), "--json"]) == 0
+    assert _json_lines(capsys.readouterr().out)[0]["threads"] == DEFAULT_DECODING_THREADS
+
+
 @pytest.mark.integration
 def test_transcribe_json_lines_with_phone_times_and_ctm(model, real_flac, tmp_path, capsys):
     bad = tmp_path / "take: 2.flac"  # ": " in a path is kept whole in its record

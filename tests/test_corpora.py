@@ -50,3 +50,25 @@ def test_folders_not_laid_out_as_subsets_are_read_as_before(tmp_path, asr):
     speaker = root / "LibriSpeech" / "dev-clean-2" / "1"
     assert [utt for utt, _, _ in corpus_items(speaker, asr)[0]] == ["1-2-0000", "1-5-0000"]
     assert [utt for utt, _, _ in corpus_items(speaker / "2", asr)[0]] == ["1-2-0000"]
+
+
+def test_scoring_against_any_pronunciation_is_refused_from_the_labels_alone(tmp_path, asr):
+    """A TIMIT folder, or a manifest without words, is refused from what corpus_items gives: no audio is
+    read (the manifest's audio files do not even exist)."""
+    from data_fixtures import make_timit_fixture
+    from surprisal_cc.corpora import check_pronunciation_words
+    from surprisal_cc.errors import ConfigurationError
+
+    manifest = tmp_path / "test.csv"
+    manifest.write_text("ID,wav,phn\nu1,missing.flac,sil AH B sil\n")
+    words = {}
+    items, _ = corpus_items(manifest, asr, words=words)
+    with pytest.raises(ConfigurationError, match=re.escape(f"{manifest}: scoring against any pronunciation needs "
+                                                           "the words (a wrd column)")):
+        check_pronunciation_words(manifest, items, words)
+    timit = make_timit_fixture(tmp_path / "timit")
+    with pytest.raises(ConfigurationError, match="TIMIT's labels are hand-labelled phones"):
+        check_pronunciation_words(timit, items, words)
+    manifest.write_text("ID,wav,wrd\nu1,missing.flac,HELLO WORLD\n")
+    items, _ = corpus_items(manifest, asr, words=words)
+    check_pronunciation_words(manifest, items, words)

@@ -197,6 +197,20 @@ def test_blank_penalty_trades_deletions_for_insertions_and_leaves_the_input_alon
     assert torch.equal(lp, before)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_beam_size_or_blank_set_after_decoding_is_the_one_decoded_with(backend) -> None:
+    """The decoders are built once per setting: assigning beam_size (or blank) after a first decode takes
+    effect, as evaluate reports the new value."""
+    lp = torch.tensor([[[0.6, 0.4], [0.6, 0.4]]]).log()  # P([]) = 0.36, P([1]) = 0.64; beam 1 keeps [] alone
+    dec = CTCBeamSearch(blank=0, beam_size=1, backend=backend)
+    assert dec(lp, [2]) == [[]]
+    dec.beam_size = 10
+    assert dec(lp, [2]) == [[1]]
+    dec.blank = 1  # label 0 is now the phone: P([0]) = 0.84 (blank at both frames: 0.16)
+    assert dec(lp, [2]) == [[0]]
+    assert repr(dec) == f"CTCBeamSearch(blank=1, beam_size=10, backend={backend!r}, blank_penalty=0.0)"
+
+
 def test_relative_lengths_of_equal_length_utterances_are_refused():
     """SpeechBrain's relative lengths of a batch of equal-length utterances are all 1.0: read as frame
     counts they would decode one frame each; absolute counts as floats still pass."""

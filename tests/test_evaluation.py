@@ -147,7 +147,7 @@ def test_the_model_protocols_name_members_of_conditional_asr(big_only):
     assert not isinstance(object(), long_audio.LongAudioModel)
     methods = [name for protocol in (long_audio.LongAudioModel, EvaluatedModel)
                for name, member in vars(protocol).items() if inspect.isfunction(member) and not name.startswith("_")]
-    assert "forward" in methods and "run_batch" in methods
+    assert "forward_pass" in methods and "run_batch" in methods
     for name in methods:
         assert list(inspect.signature(getattr(EvaluatedModel, name)).parameters) == \
             list(inspect.signature(getattr(ConditionalASR, name)).parameters), name

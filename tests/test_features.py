@@ -1,6 +1,8 @@
 """Tests for surprisal_cc.features: frame counts, frame skipping, padding invariance, Kaldi fbank."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torchaudio.compliance import kaldi
@@ -119,3 +121,21 @@ def test_lengths_to_mask():
     mask = lengths_to_mask(torch.tensor([3, 0, 1]), 4)
     assert mask.tolist() == [[True, True, True, False], [False] * 4, [True, False, False, False]]
     assert lengths_to_mask(torch.tensor([2, 1])).shape == (2, 2)
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("frame_skip", 0, "frame_skip must be a whole number of at least 1, got 0"),
+    ("frame_skip", 2.0, "frame_skip must be a whole number of at least 1, got 2.0"),
+    ("sample_rate", True, "sample_rate must be a whole number of at least 1, got True"),
+    ("n_mels", 3, "n_mels must be a whole number of at least 4, got 3"),
+    ("frame_length_ms", float("inf"), "frame_length_ms must be a positive finite number of milliseconds, got inf"),
+    ("frame_shift_ms", 0, "frame_shift_ms must be a positive finite number of milliseconds, got 0"),
+    ("frame_shift_ms", "10", "frame_shift_ms must be a positive finite number of milliseconds, got '10'"),
+    ("frame_shift_ms", 0.01, "frame_length_ms 25.0 and frame_shift_ms 0.01 make windows of 400 samples every 0 at "
+                             "16000 Hz: a window needs at least 2 samples, a shift at least 1"),
+    ("window_type", "hann", "window_type must be one of hamming, hanning, povey, rectangular, blackman, got 'hann'"),
+    ("dither", -1.0, "dither must be a finite number of at least 0, got -1.0"),
+])
+def test_values_the_front_end_cannot_run_with_are_refused_naming_the_field(field, value, problem):
+    with pytest.raises(ValueError, match="^" + re.escape(problem) + "$"):
+        FeatureConfig(**{field: value})

@@ -667,3 +667,26 @@ def test_a_new_controller_routed_by_chance_refuses_deterministic_routing(monkeyp
     assert asr.routing == "sampled"
     with pytest.raises(ConfigurationError, match="its 'coin' controller gives the same p_big on every frame"):
         asr.set_routing("deterministic")
+
+
+def test_forward_is_seeded_like_encode_batch_and_forward_pass_is_not():
+    """``forward`` draws sampled routing from the model's seed on every call (as ``encode_batch``) and leaves
+    the global RNG as it was; ``forward_pass`` draws from the global RNG, for callers that seed once."""
+    asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="random")
+    asr.set_routing("sampled", seed=5)
+    wavs = 0.1 * torch.randn(2, 16000, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    state = torch.random.get_rng_state()
+    first, second = (asr.forward(wavs)[0].stats["use_big"] for _ in range(2))
+    assert torch.equal(first, second) and torch.equal(torch.random.get_rng_state(), state)
+    assert torch.equal(asr.encode_batch(wavs), asr.forward(wavs)[0].log_probs.float())
+    drawn = [asr.forward_pass(wavs)[0].stats["use_big"] for _ in range(2)]
+    assert not torch.equal(drawn[0], drawn[1])  # 2 x 49 frames drawn at p = 0.5 twice: never the same
+
+
+def test_a_saved_model_decodes_with_its_beam_size_and_blank_penalty(tmp_path):
+    """``save`` records the decoding as set (beam size, blank penalty) and loading decodes with it."""
+    asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
+    asr.beam_search.beam_size, asr.beam_search.blank_penalty = 4, 0.75
+    loaded = ConditionalASR.from_pretrained(asr.save(tmp_path / "model"))
+    assert (loaded.beam_search.beam_size, loaded.beam_search.blank_penalty) == (4, 0.75)

@@ -150,11 +150,45 @@ def test_a_folder_with_apc_inputs_loads(tmp_path):
     ({"features": {"n_mels": 80}}, "encoder.input_size is 6, but input_features 'fbank' gives 80 values per frame "
                                    "(features.n_mels)"),
     ({"features": {}}, "encoder.input_size is 6, but input_features 'fbank' gives 80"),
+    ({"features": {"n_mels": 6, "frame_skip": 0}}, "features.frame_skip must be a whole number of at least 1, got 0"),
+    ({"features": {"n_mels": 6, "window_type": "hann"}}, "features.window_type must be one of hamming, hanning,"),
+    ({"beam_size": "ten"}, "beam_size must be a whole number of at least 1, got 'ten'"),
+    ({"beam_size": 0}, "beam_size must be a whole number of at least 1, got 0"),
+    ({"beam_backend": "flashlight"}, "beam_backend 'flashlight' is unknown (known: auto, native, torchaudio,"),
+    ({"blank_penalty": "1.5"}, "blank_penalty must be a finite number, got '1.5'"),
 ])
 def test_an_inconsistent_model_json_is_refused_naming_the_field(tmp_path, fields, problem):
     folder = _edited(write_model_folder(tmp_path / "model", _config(1), _state(1), None), **fields)
     with pytest.raises(ModelFormatError, match="^" + re.escape(f"{folder / 'model.json'}: {problem}")):
         load_model_folder(folder)
+
+
+def test_a_beam_backend_this_environment_lacks_is_refused_at_load_naming_the_file(tmp_path, monkeypatch):
+    from surprisal_cc import decoding
+
+    folder = _edited(write_model_folder(tmp_path / "model", _config(1), _state(1), None), beam_backend="torchaudio")
+    monkeypatch.setattr(decoding, "_torchaudio_available", lambda: False)
+    with pytest.raises(ModelFormatError, match="^" + re.escape(
+            f"{folder / 'model.json'}: beam_backend 'torchaudio' cannot run here (torchaudio ctc_decoder "
+            "(flashlight-text) is not available): install it, or set beam_backend to \"native\"")):
+        load_model_folder(folder)
+
+
+def test_an_export_records_the_runs_blank_penalty_and_a_folder_without_one_loads(tmp_path):
+    from types import SimpleNamespace
+
+    from surprisal_cc.decoding import CTCBeamSearch
+    from surprisal_cc.export import _model_config
+    from surprisal_cc.features import FeatureConfig
+
+    hparams = {"label_encoder": SimpleNamespace(ind2lab={0: "<blank>", 1: "AH", 2: "B", 3: "sil"}),
+               "feature_config": FeatureConfig(n_mels=6), "input_features": "fbank",
+               "beam_searcher": CTCBeamSearch(blank=0, beam_size=4, blank_penalty=1.5), "error_rate": None}
+    config = _model_config(hparams, ENCODER, False, "fp32")
+    assert (config["beam_size"], config["blank_penalty"]) == (4, 1.5)
+    folder = write_model_folder(tmp_path / "model", config, _state(1), None)
+    assert load_model_folder(folder)[0]["blank_penalty"] == 1.5
+    assert "blank_penalty" not in load_model_folder(_edited(folder, blank_penalty=None))[0]
 
 
 @pytest.mark.parametrize("fields, problem", [

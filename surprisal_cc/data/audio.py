@@ -65,11 +65,79 @@ def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE) -> torch.Ten
 
     Multi-channel audio is averaged to mono; other sample rates are resampled (:func:`resample`).
     """
-    data, sr = sf.read(soundfile_name(path), dtype="float32", always_2d=True)
-    wav = torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))
+    with sf.SoundFile(soundfile_name(path)) as sound_file:
+        wav, sr = read_audio_span(sound_file), sound_file.samplerate
     if sr != target_sr:
         wav = resample(wav, sr, target_sr)
     return wav
+
+
+def read_audio_span(sound_file: sf.SoundFile, start: int = 0, stop: Optional[int] = None) -> torch.Tensor:
+    """Samples ``[start, stop)`` (``stop`` None: to the end) of an open file at its own rate, as a mono
+    float32 tensor (the channels' mean).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     sf.write(f"{tmp}/a.wav", np.array([[0.5, 0.0], [0.25, 0.25], [0.0, -0.5]]), 8000)
+    ...     with sf.SoundFile(f"{tmp}/a.wav") as sound_file:
+    ...         read_audio_span(sound_file, 1), read_audio_span(sound_file, 0, 1)
+    (tensor([ 0.2500, -0.2500]), tensor([0.2500]))
+    """
+    sound_file.seek(start)
+    data = sound_file.read(-1 if stop is None else max(0, stop - start), dtype="float32", always_2d=True)
+    return torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))
+
+
+def resampled_length(num_samples: int, rate: int, target_sr: int) -> int:
+    """Samples that :func:`resample` makes of ``num_samples`` at ``rate`` Hz: ``ceil(num_samples x
+    target_sr / rate)``, computed exactly.
+
+    Example
+    -------
+    >>> resampled_length(44101, 44100, 16000), resampled_length(3, 8000, 16000)
+    (16001, 6)
+    """
+    return -(-int(num_samples) * int(target_sr) // int(rate))
+
+
+def read_resampled_span(sound_file: sf.SoundFile, start: int, stop: int,
+                        target_sr: int = TARGET_SAMPLE_RATE) -> torch.Tensor:
+    """Samples ``[start, stop)`` at ``target_sr`` of an open file, mono (:func:`read_audio_span`), as
+    resampling the whole file gives them (:func:`read_audio`; equal up to float rounding), from only the
+    file's samples around them: memory is that of the span, whatever the file's length.
+
+    The file is read in whole blocks of ``rate / gcd`` samples (each resamples to ``target_sr / gcd``
+    samples, with the filter's phases of the whole file), with a margin of blocks on each side that
+    covers the resampling filter; the span is cut from what they resample to.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> signal = np.sin(np.arange(44100) / 7.0) / 2
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     sf.write(f"{tmp}/a.wav", signal, 44100, subtype="FLOAT")
+    ...     whole = read_audio(f"{tmp}/a.wav")
+    ...     with sf.SoundFile(f"{tmp}/a.wav") as sound_file:
+    ...         span = read_resampled_span(sound_file, 5000, 6000)
+    >>> span.shape, bool((span - whole[5000:6000]).abs().max() < 1e-5)
+    (torch.Size([1000]), True)
+    """
+    rate = sound_file.samplerate
+    if rate == target_sr:
+        return read_audio_span(sound_file, start, stop)
+    common = math.gcd(rate, target_sr)
+    block_in, block_out = rate // common, target_sr // common
+    # each filter reads at most this many input samples either side of an output's position: torchaudio's
+    # ceil(6 x rate / (0.99 x min(rate, target))), resample_poly's 10 x max(rate, target) / target
+    reach = -(-10 * max(block_in, block_out) // block_out) + 1
+    margin = -(-reach // block_in)  # in blocks
+    first = max(0, start // block_out - margin)
+    last = (stop - 1) // block_out + 1 + margin
+    wav = resample(read_audio_span(sound_file, first * block_in, min(sound_file.frames, last * block_in)),
+                   rate, target_sr)
+    return wav[start - first * block_out:stop - first * block_out]
 
 
 def sample_rate_hz(rate: Any, name: str = "sample_rate") -> int:

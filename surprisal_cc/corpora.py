@@ -241,14 +241,26 @@ def _kaldi_items(path: Path, asr: Any, g2p: Optional[str], problems: Optional[Li
     return items, f"Kaldi text {path / 'text'} by the lexicon ({policy})"
 
 
+def training_g2p(config: Mapping[str, Any], g2p: Optional[str] = None) -> str:
+    """The G2P policy that labels words for a model: ``g2p`` where given, else the one its training used
+    (``model.json``'s ``label_policy``), else ``spn`` (out-of-vocabulary words as spoken noise).
+
+    Example
+    -------
+    >>> training_g2p({"label_policy": {"g2p": "skip"}}), training_g2p({}), training_g2p({}, "skip")
+    ('skip', 'spn', 'skip')
+    """
+    return g2p or (config.get("label_policy") or {}).get("g2p") or "spn"
+
+
 def _lexicon_items(asr: Any, g2p: Optional[str],
                    utterances: Sequence[Tuple[str, Any, Sequence[str]]]) -> Tuple[List[Item], str]:
     """Items of (utterance id, audio path, words) labelled by the lexicon with the model's training
     label policy (``g2p`` overrides its G2P), OOV words reported once; and the policy in words."""
     from .data.lexicon import Lexicon
 
-    policy = asr.config.get("label_policy", {})
-    g2p = g2p or policy.get("g2p") or "spn"
+    policy = asr.config.get("label_policy") or {}
+    g2p = training_g2p(asr.config, g2p)
     boundary = bool(policy.get("add_boundary_silence", True))
     try:
         lexicon = Lexicon(g2p=g2p)

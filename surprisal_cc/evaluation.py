@@ -38,7 +38,7 @@ import torch
 
 from .apc import FrozenAPC
 from .arguments import check_batch_size, check_routing_seed, check_writable
-from .corpora import Item, check_pronunciation_words, corpus_items, pronunciation_references
+from .corpora import Item, check_pronunciation_words, corpus_items, pronunciation_references, training_g2p
 from .data.audio import MAX_LISTED, check_audio_many, read_audio, refuse_bad_audio, warn_converted
 from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
 from .errors import ConfigurationError
@@ -170,8 +170,8 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     if any_pronunciation:  # before any audio is read
         check_pronunciation_words(data, items, words)
     items, infos, problems = _usable_audio(data, items, skip_bad, label_problems, mfa_labels is not None)
-    graphs = pronunciation_references(data, items, words, mfa_labels, g2p or asr.config.get(
-        "label_policy", {}).get("g2p") or "spn") if any_pronunciation else None
+    graphs = pronunciation_references(data, items, words, mfa_labels, training_g2p(asr.config, g2p)) \
+        if any_pronunciation else None
     warn_converted(infos, asr.feature_config.sample_rate, stacklevel=3)  # called here: its warning names our caller
     shift = asr.encoder.test_bias_shift
     try:  # a budget holds for this evaluation only: the model's bias shift is restored after

@@ -544,6 +544,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     import torch
     from speechbrain.dataio.encoder import CTCTextEncoder
 
+    from .corpora import training_g2p
     from .data import Lexicon
     from .data.audio import read_audio, soundfile_name
     from .data.librispeech import scan_subset
@@ -560,7 +561,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
         label_encoder.add_label(label)
     label_encoder.expect_len(len(asr.labels))
     utts = sorted(scan_subset(corpus), key=lambda u: (sf.info(soundfile_name(u.wav)).frames, u.id))[:limit]
-    lexicon = Lexicon(g2p=asr.config.get("label_policy", {}).get("g2p") or "spn")
+    lexicon = Lexicon(g2p=training_g2p(asr.config))
     lexicon.prefetch(w for u in utts for w in u.words)
     features = asr.feature_config
     info = info if info is not None else {}

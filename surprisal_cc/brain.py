@@ -31,7 +31,7 @@ from .calibration import budget_big_fraction, calibrate_surprisal_controller, so
 from .ctc import utterance_mean_ctc_loss
 from .data.manifest import atomic_write_text
 from .errors import ConfigurationError, TrainingDivergedError
-from .flops import MacMeter, RoutingStats, module_macs, static_flop_rows
+from .flops import MacMeter, RoutingStats, count_batch, module_macs, static_flop_rows
 from .forward import CachedInputs, ForwardStep, run_model
 from .metrics import closest_path
 from .nnet import absolute_lengths, lengths_to_mask, unwrap, weights_fingerprint
@@ -296,10 +296,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         if self.hparams.target_unit == "sentencepiece":
             words = self.hparams.label_encoder.decode_words
             self.word_metrics.append(batch.id, [words(h) for h in hyp_ids], [w.split() for w in batch.wrd])
-        mask = lengths_to_mask(out.lengths, out.log_probs.shape[1])
-        uniform = {"apc": self.apc_macs} if step.apc_ran else {}
-        self.mac_meter.update(out.frame_macs, int(out.lengths.sum()), uniform=uniform)
-        self.routing_stats.update(out.stats, mask)
+        count_batch(self.mac_meter, self.routing_stats, out, self.apc_macs if step.apc_ran else None)
 
     # ------------------------------------------------------------------ stages
     @property

@@ -42,10 +42,10 @@ from .corpora import Item, check_pronunciation_words, corpus_items, pronunciatio
 from .data.audio import MAX_LISTED, check_audio_many, read_audio, refuse_bad_audio, warn_converted
 from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
 from .errors import ConfigurationError
-from .flops import MacMeter, RoutingStats
+from .flops import MacMeter, RoutingStats, count_batch
 from .long_audio import LongAudioModel
 from .metrics import ErrorRate, closest_path
-from .nnet import Encoder, EncoderOutput, lengths_to_mask, weights_fingerprint
+from .nnet import Encoder, EncoderOutput, weights_fingerprint
 
 PathLike = Union[str, os.PathLike]
 
@@ -310,10 +310,7 @@ def _decode_batch(asr: EvaluatedModel, chunk: List[Item], tally: _Tally, graphs:
             per_frame = asr.frame_results(out, b, n, surprisal)
             comps = asr.flops_components(asr.frame_macs(out, b, slice(0, n)), n)
             per_utterance(_utterance_report(row, n, comps, per_frame))
-    mask = lengths_to_mask(out.lengths, out.log_probs.shape[1])
-    tally.meter.update(out.frame_macs, int(out.lengths.sum()),
-                       uniform={"apc": asr.apc_macs} if asr.uses_apc else {})
-    tally.routing.update(out.stats, mask)
+    count_batch(tally.meter, tally.routing, out, asr.apc_macs if asr.uses_apc else None)
 
 
 def _decode_long(asr: EvaluatedModel, item: Item, chunk_s: float, tally: _Tally, graphs: Optional[Dict[str, Any]],

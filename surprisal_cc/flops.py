@@ -177,6 +177,27 @@ class RoutingStats:
         return summary
 
 
+def count_batch(meter: MacMeter, routing: RoutingStats, out, apc_macs: Optional[int] = None) -> None:
+    """Add what ran on one batch to ``meter`` and ``routing``: the per-frame MACs of ``out`` (an
+    :class:`~surprisal_cc.nnet.EncoderOutput`), with ``apc_macs`` (None: the APC did not run) on every
+    real frame, and its routing statistics. The Brain and ``evaluate`` both count with it.
+
+    Example
+    -------
+    >>> from types import SimpleNamespace
+    >>> out = SimpleNamespace(log_probs=torch.zeros(2, 3, 4), lengths=torch.tensor([3, 1]),
+    ...                       frame_macs={"big_net": torch.tensor([[5., 5., 5.], [5., 0., 0.]])},
+    ...                       stats={"steps": torch.tensor([[1., 2., 3.], [2., 0., 0.]])})
+    >>> meter, routing = MacMeter(), RoutingStats()
+    >>> count_batch(meter, routing, out, apc_macs=10)
+    >>> meter.per_frame(), routing.summary()
+    ({'big_net': 5.0, 'apc': 10.0, 'total': 15.0}, {'mean_steps': 2.0})
+    """
+    mask = torch.arange(out.log_probs.shape[1], device=out.lengths.device)[None, :] < out.lengths[:, None]
+    meter.update(out.frame_macs, int(out.lengths.sum()), uniform={"apc": apc_macs} if apc_macs is not None else {})
+    routing.update(out.stats, mask)
+
+
 def static_flop_rows(encoder: nn.Module, apc_macs: int) -> Dict[str, float]:
     """Per-component MACs per frame of an :class:`~surprisal_cc.nnet.Encoder` (its
     ``component_macs()``) and of the APC model, plus the big-only / small-only totals when it

@@ -51,7 +51,9 @@ def test_a_long_file_at_another_rate_decodes_as_its_16k_copy(tmp_path):
     sf.write(copy, read_audio(native).numpy(), 16000, subtype="FLOAT")
     parts = long_audio.decode_long(asr, native, chunk_s=1.0, context_s=0.5)
     expected = long_audio.decode_long(asr, copy, chunk_s=1.0, context_s=0.5)
-    assert parts["num_frames"] == expected["num_frames"] == 199 and parts["phones"] == expected["phones"]
+    assert parts["num_frames"] == expected["num_frames"] == 199
+    # the surprisal, not the phones: an untrained model's near-uniform output may decode otherwise for
+    # inputs 1e-7 apart, and by how much they differ depends on the CPU's float summation order
     torch.testing.assert_close(parts["surprisal"], expected["surprisal"], rtol=1e-4, atol=1e-4)
 
 

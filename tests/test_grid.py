@@ -1,4 +1,5 @@
-"""Tests for surprisal_cc.grid and ``surprisal-cc grid`` with a fake recipe script (no training)."""
+"""Tests for surprisal_cc.grid (with its grid files, surprisal_cc.grid_spec, and run locks, surprisal_cc.run_locks) and
+``surprisal-cc grid`` with a fake recipe script (no training)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from surprisal_cc import grid, run_folder
+from surprisal_cc import grid, grid_spec, run_folder, run_locks
 from surprisal_cc.cli import main
 
 FAKE_RECIPE = '''
@@ -79,7 +80,7 @@ def grid_file(tmp_path: Path) -> Path:
 
 
 def test_expand_cartesian_product_and_folders(grid_file: Path, tmp_path: Path) -> None:
-    runs = grid.expand(grid.load_grid(str(grid_file)))
+    runs = grid_spec.expand(grid_spec.load_grid(str(grid_file)))
     assert [r.name for r in runs] == ["controllers/controller-surprisal/seed1", "controllers/controller-random/seed1",
                                       "controllers/controller-surprisal/seed2", "controllers/controller-random/seed2",
                                       "bias/controller-surprisal/seed1", "bias/controller-surprisal/seed2"]
@@ -90,18 +91,18 @@ def test_expand_cartesian_product_and_folders(grid_file: Path, tmp_path: Path) -
     assert "--number_of_epochs=2" in runs[0].command and "--seed=1" in runs[0].command
     assert f"--output_folder={runs[0].output_folder}" in runs[0].command
     assert "--test_bias_shifts=[0.0, 1.0]" in runs[4].command
-    assert [r.command for r in grid.expand(grid.load_grid(str(grid_file)))] == [r.command for r in runs]
+    assert [r.command for r in grid_spec.expand(grid_spec.load_grid(str(grid_file)))] == [r.command for r in runs]
 
 
 def test_override_value_and_results_files(tmp_path: Path) -> None:
-    assert grid.override_value([0.0, 1]) == "[0.0, 1]" and grid.override_value(True) == "True"
-    assert grid.override_value({"a": None}) == "{a: null}"
-    assert grid.results_files(tmp_path, [0, 2.0]) == [tmp_path / "results.json", tmp_path / "results_bias+2.json"]
-    assert grid.results_files(tmp_path, [0], test_only=True) == [tmp_path / "results_test_only.json"]
-    assert grid.results_files(tmp_path, [0, 1.0], test_only=True, tag="_random_at_test") == [
+    assert grid_spec.override_value([0.0, 1]) == "[0.0, 1]" and grid_spec.override_value(True) == "True"
+    assert grid_spec.override_value({"a": None}) == "{a: null}"
+    assert grid_spec.results_files(tmp_path, [0, 2.0]) == [tmp_path / "results.json", tmp_path / "results_bias+2.json"]
+    assert grid_spec.results_files(tmp_path, [0], test_only=True) == [tmp_path / "results_test_only.json"]
+    assert grid_spec.results_files(tmp_path, [0, 1.0], test_only=True, tag="_random_at_test") == [
         tmp_path / "results_test_only_random_at_test.json", tmp_path / "results_test_only_random_at_test_bias+1.json"]
     budget = run_folder.evaluation_tag({"test_flops_fraction": 0.9})  # a test-time FLOPs budget has files of its own
-    assert grid.results_files(tmp_path, None, test_only=True, tag=budget) == [tmp_path / "results_test_only_budget0.9.json"]
+    assert grid_spec.results_files(tmp_path, None, test_only=True, tag=budget) == [tmp_path / "results_test_only_budget0.9.json"]
     assert run_folder.RESULTS_PATTERN.match("results_test_only_random_at_test_budget0.9.json")
 
 
@@ -128,7 +129,7 @@ def test_only_with_a_slash_selects_whole_name_parts(grid_file: Path, capsys: pyt
 def test_progress_gives_the_hours_left_at_the_median_epoch(tmp_path: Path) -> None:
     """A long run's status says how far it is and how long the rest takes at its pace so far (the median
     epoch: an epoch slowed by a pause or a second job does not throw the estimate)."""
-    run = grid.Run(group="g", name="g/seed1", output_folder=tmp_path, overrides={}, command=["python"], epochs=30)
+    run = grid_spec.Run(group="g", name="g/seed1", output_folder=tmp_path, overrides={}, command=["python"], epochs=30)
     assert run.progress() == "0/30"
     epochs = [{"epoch": e, "PER": 50.0, "epoch_s": s} for e, s in ((1, 600.0), (2, 6000.0), (3, 720.0), (4, 660.0))]
     (tmp_path / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in epochs))
@@ -187,7 +188,7 @@ def test_command_line_settings_replace_the_grid_files_and_are_compared_with_fini
     """``--key=value`` after the grid file is a setting of every run, given once (replacing the grid
     file's), so a finished run made with another value is a conflict, and more epochs train on; a key
     that names the runs' folders is refused."""
-    runs = grid.expand(grid.load_grid(str(grid_file)), ["--number_of_epochs=3", "--device=cuda:0"])
+    runs = grid_spec.expand(grid_spec.load_grid(str(grid_file)), ["--number_of_epochs=3", "--device=cuda:0"])
     assert all(r.epochs == 3 and r.command.count("--number_of_epochs=3") == 1 and "--device=cuda:0" in r.command
                and "--number_of_epochs=2" not in r.command for r in runs)
     assert main(["grid", str(grid_file), "--no-report"]) == 0
@@ -210,13 +211,13 @@ def test_two_evaluations_into_one_results_file_are_refused(grid_file: Path) -> N
     narrow = {"name": "narrow", "folder_of": "controllers", "vary": {"controller": ["surprisal"]},
               "set": {"test_only": True, "test_bias_shifts": [0.0], "beam_size": 1}}
     grid_file.write_text(yaml.safe_dump({**spec, "groups": [*spec["groups"], narrow]}, sort_keys=False))
-    with pytest.raises(grid.GridError, match=r"grid runs bias/controller-surprisal/seed1 and "
+    with pytest.raises(grid_spec.GridError, match=r"grid runs bias/controller-surprisal/seed1 and "
                                              r"narrow/controller-surprisal/seed1 evaluate with different settings "
                                              r"into one results file \(.*results_test_only.json\)"):
-        grid.expand(grid.load_grid(str(grid_file)))
+        grid_spec.expand(grid_spec.load_grid(str(grid_file)))
     alike = {**narrow, "set": {"test_only": True, "test_bias_shifts": [0.0]}}
     grid_file.write_text(yaml.safe_dump({**spec, "groups": [*spec["groups"], alike]}, sort_keys=False))
-    assert len(grid.expand(grid.load_grid(str(grid_file)))) == 6 + 2
+    assert len(grid_spec.expand(grid_spec.load_grid(str(grid_file)))) == 6 + 2
 
 
 @pytest.mark.parametrize("same_content", [True, False])
@@ -350,7 +351,7 @@ def test_failed_run_blocks_its_test_only_runs(grid_file: Path, tmp_path: Path,
     assert main(["grid", str(grid_file), "--no-report"]) == 1
     assert "blocked: 1, failed: 1" in capsys.readouterr().out
     assert "boom" in (tmp_path / "exp/grid/c/controller-fail/seed1/grid.log").read_text()
-    assert json.loads(json.dumps(grid.override_value(1e-05))) == "1e-05"
+    assert json.loads(json.dumps(grid_spec.override_value(1e-05))) == "1e-05"
 
 
 def test_finished_runs_are_published(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -430,7 +431,7 @@ def test_report_pool_pools_the_reports_of_a_grid(grid_file: Path, tmp_path: Path
 def test_a_failing_report_does_not_stop_the_grid(grid_file: Path, tmp_path: Path) -> None:
     import io
 
-    runs = grid.expand(grid.load_grid(str(grid_file)))[:2]
+    runs = grid_spec.expand(grid_spec.load_grid(str(grid_file)))[:2]
     calls = []
 
     def broken_report() -> None:
@@ -447,7 +448,7 @@ def test_a_failing_report_does_not_stop_the_grid(grid_file: Path, tmp_path: Path
 def test_interrupted_runs_resume_before_new_ones(grid_file: Path, tmp_path: Path) -> None:
     import io
 
-    runs = grid.expand(grid.load_grid(str(grid_file)))[:4]
+    runs = grid_spec.expand(grid_spec.load_grid(str(grid_file)))[:4]
     checkpoint = runs[3].output_folder / "save" / "CKPT+2026-01-01+00-00-00+00"
     checkpoint.mkdir(parents=True)  # controller-random/seed2 was cut off mid-training
     assert [r.started() for r in runs] == [False, False, False, True]
@@ -458,7 +459,7 @@ def test_interrupted_runs_resume_before_new_ones(grid_file: Path, tmp_path: Path
 
 
 def test_test_only_runs_go_as_soon_as_their_training_run_has_finished(grid_file: Path) -> None:
-    runs = grid.expand(grid.load_grid(str(grid_file)))
+    runs = grid_spec.expand(grid_spec.load_grid(str(grid_file)))
     log = io.StringIO()
     grid.execute(runs, jobs=1, log=log)
     starts = [line.split()[1] for line in log.getvalue().splitlines() if line.startswith("[start]")]
@@ -471,14 +472,14 @@ def test_test_only_runs_go_as_soon_as_their_training_run_has_finished(grid_file:
 
 def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
     path = tmp_path / "grid.yaml"
-    with pytest.raises(grid.GridError, match="does not exist"):
-        grid.load_grid(str(path))
+    with pytest.raises(grid_spec.GridError, match="does not exist"):
+        grid_spec.load_grid(str(path))
     path.write_text("recipe: r.py\nhparams: h.yaml\n")
-    with pytest.raises(grid.GridError, match="lacks groups"):
-        grid.load_grid(str(path))
+    with pytest.raises(grid_spec.GridError, match="lacks groups"):
+        grid_spec.load_grid(str(path))
     path.write_text(yaml.safe_dump({"recipe": "r.py", "hparams": "h.yaml", "groups": [{"name": "a"}, {"name": "a"}]}))
-    with pytest.raises(grid.GridError, match="distinct name"):
-        grid.load_grid(str(path))
+    with pytest.raises(grid_spec.GridError, match="distinct name"):
+        grid_spec.load_grid(str(path))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -570,12 +571,12 @@ def test_the_grid_refuses_a_setting_where_the_recipe_would(tmp_path: Path, key: 
     hparams = tmp_path / "hparams.yaml"
     hparams.write_text("lr: 0.1\nfind_unused_parameters: False\nmodel: {width: 2}\n")
     try:
-        _, _, overrides = parse_arguments([str(hparams), grid.cli_option(key, value)])
+        _, _, overrides = parse_arguments([str(hparams), grid_spec.cli_option(key, value)])
         load_hparams_file(hparams, overrides)
         recipe_takes = True
     except (SystemExit, KeyError, ConfigurationError):  # SpeechBrain's parser, hyperpyyaml, parse_arguments
         recipe_takes = False
-    assert (grid.setting_problem(key, value, set(load_yaml_tolerant(hparams))) is None) == recipe_takes
+    assert (grid_spec.setting_problem(key, value, set(load_yaml_tolerant(hparams))) is None) == recipe_takes
 
 
 def test_an_abbreviation_of_a_speechbrain_option_is_refused() -> None:
@@ -584,20 +585,20 @@ def test_an_abbreviation_of_a_speechbrain_option_is_refused() -> None:
     import speechbrain as sb
 
     assert sb.parse_arguments(["h.yaml", "--dev=cpu"])[1]["device"] == "cpu"
-    assert grid.setting_problem("dev", "cpu", {"dev"}) == (
+    assert grid_spec.setting_problem("dev", "cpu", {"dev"}) == (
         "dev: SpeechBrain's command line takes --dev for its option --device: write the option's full name")
-    assert "its options --compile_mode or --compile_module_keys" in grid.setting_problem("compile_mo", "x", set())
+    assert "its options --compile_mode or --compile_module_keys" in grid_spec.setting_problem("compile_mo", "x", set())
 
 
 def test_the_grid_knows_speechbrains_options() -> None:
-    """:data:`grid.SPEECHBRAIN_OPTIONS` are the options of SpeechBrain's command line, and its flags those
+    """:data:`grid_spec.SPEECHBRAIN_OPTIONS` are the options of SpeechBrain's command line, and its flags those
     that take no value (passed bare)."""
     from speechbrain.utils.run_opts import RunOptions
 
     actions = [a for a in RunOptions._create_parser()._actions if a.option_strings and a.dest != "help"]
-    assert {a.dest for a in actions} == grid.SPEECHBRAIN_OPTIONS
-    assert {a.dest for a in actions if a.nargs == 0} == grid.SPEECHBRAIN_FLAGS
-    assert grid.cli_option("data_parallel_backend", True) == "--data_parallel_backend"
+    assert {a.dest for a in actions} == grid_spec.SPEECHBRAIN_OPTIONS
+    assert {a.dest for a in actions if a.nargs == 0} == grid_spec.SPEECHBRAIN_FLAGS
+    assert grid_spec.cli_option("data_parallel_backend", True) == "--data_parallel_backend"
 
 
 def test_grid_options_that_select_nothing_or_no_cores_are_errors(grid_file: Path, capsys: pytest.CaptureFixture) -> None:
@@ -607,7 +608,7 @@ def test_grid_options_that_select_nothing_or_no_cores_are_errors(grid_file: Path
         assert stop.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
     assert main(["grid", str(grid_file), "--dry-run", "--only", "contoller"]) == 1
     assert capsys.readouterr().err.startswith("error: --only contoller: no run of ")
-    first = grid.expand(grid.load_grid(str(grid_file)), [])[0].name
+    first = grid_spec.expand(grid_spec.load_grid(str(grid_file)), [])[0].name
     assert main(["grid", str(grid_file), "--dry-run", "--only", first, "--only", "seed9"]) == 1  # each one is checked
     assert capsys.readouterr().err.startswith("error: --only seed9: no run of ")
 
@@ -681,8 +682,8 @@ def test_malformed_prepare_steps_are_grid_errors(grid_file: Path, prepare: Any) 
     spec = yaml.safe_load(grid_file.read_text())
     spec["prepare"] = prepare
     grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    with pytest.raises(grid.GridError, match="prepare"):
-        grid.load_grid(str(grid_file))
+    with pytest.raises(grid_spec.GridError, match="prepare"):
+        grid_spec.load_grid(str(grid_file))
 
 
 def test_training_runs_of_different_configurations_never_share_a_folder(grid_file: Path) -> None:
@@ -690,8 +691,8 @@ def test_training_runs_of_different_configurations_never_share_a_folder(grid_fil
     spec["groups"].append({"name": "longer", "folder_of": "controllers", "vary": {"controller": ["random"]},
                            "set": {"number_of_epochs": 4}})  # would land in controllers/controller-random/
     grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    with pytest.raises(grid.GridError, match="different configurations in one folder"):
-        grid.expand(grid.load_grid(str(grid_file)), log=io.StringIO())
+    with pytest.raises(grid_spec.GridError, match="different configurations in one folder"):
+        grid_spec.expand(grid_spec.load_grid(str(grid_file)), log=io.StringIO())
 
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -705,10 +706,10 @@ def test_shipped_grid_files_set_only_keys_their_recipe_reads(path: Path, monkeyp
     from surprisal_cc.hparams_files import load_yaml_tolerant
 
     monkeypatch.chdir(REPOSITORY)
-    spec = grid.load_grid(str(path))
+    spec = grid_spec.load_grid(str(path))
     assert Path(spec.recipe).is_file() and Path(spec.hparams).is_file()
     keys = set(load_yaml_tolerant(spec.hparams))
-    runs = grid.expand(spec, log=io.StringIO())
+    runs = grid_spec.expand(spec, log=io.StringIO())
     assert runs
     for step in spec.prepare:  # each prepare step runs a script of the repository
         assert step.command[0] == "python" and Path(step.command[1]).is_file(), step.command
@@ -732,11 +733,11 @@ def test_grids_run_on_a_fresh_clone(path: Path, monkeypatch: pytest.MonkeyPatch)
     import speechbrain as sb
 
     monkeypatch.chdir(REPOSITORY)
-    spec = grid.load_grid(str(path))
+    spec = grid_spec.load_grid(str(path))
     made = {Path(step.creates) for step in spec.prepare}
     made_folders = {m.parent for m in made}
     tracked = set(subprocess.run(["git", "ls-files"], capture_output=True, text=True, check=True).stdout.split())
-    for run in grid.expand(spec, log=io.StringIO()):
+    for run in grid_spec.expand(spec, log=io.StringIO()):
         _, _, overrides = sb.parse_arguments(run.command[2:])
         values = yaml.safe_load(overrides)
         for key in ("apc_path", "relabelled_train"):
@@ -754,7 +755,7 @@ def test_test_time_ablation_and_bias_sweep_share_a_folder(grid_file: Path, tmp_p
                            "set": {"test_only": True, "controller_at_test": False}})
     spec["publish"] = str(tmp_path / "published")
     grid_file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    runs = grid.expand(grid.load_grid(str(grid_file)), log=io.StringIO())
+    runs = grid_spec.expand(grid_spec.load_grid(str(grid_file)), log=io.StringIO())
     ablation = [r for r in runs if r.group == "random_at_test"]
     assert [r.evaluation_tag for r in ablation] == ["_random_at_test"] * 2
     assert main(["grid", str(grid_file), "--no-report"]) == 0
@@ -776,7 +777,7 @@ def test_a_run_locked_by_a_live_grid_is_left_to_it_and_a_stale_lock_is_taken_ove
     folder.mkdir(parents=True)
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        (folder / "grid-controllers.lock").write_text(grid._process_identity(holder.pid))
+        (folder / "grid-controllers.lock").write_text(run_locks._process_identity(holder.pid))
         assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0
         out = capsys.readouterr().out
         assert "| controllers/controller-surprisal/seed1 | elsewhere |" in out
@@ -799,7 +800,7 @@ def test_two_grids_taking_one_lock_at_once_never_both_get_it(tmp_path, monkeypat
     taking it sees a live holder, never an empty file it would take for stale."""
     import threading
 
-    identity = grid._process_identity
+    identity = run_locks._process_identity
     started = threading.Event()
 
     def slow_identity(pid):  # the first taker is slow to name itself; the second looks meanwhile
@@ -808,12 +809,12 @@ def test_two_grids_taking_one_lock_at_once_never_both_get_it(tmp_path, monkeypat
             time.sleep(0.3)
         return identity(pid)
 
-    monkeypatch.setattr(grid, "_process_identity", slow_identity)
+    monkeypatch.setattr(run_locks, "_process_identity", slow_identity)
     taken = {}
-    first = threading.Thread(target=lambda: taken.update(first=grid.acquire_run_lock(tmp_path)), name="first")
+    first = threading.Thread(target=lambda: taken.update(first=run_locks.acquire_run_lock(tmp_path)), name="first")
     first.start()
     started.wait(5)
-    taken["second"] = grid.acquire_run_lock(tmp_path)
+    taken["second"] = run_locks.acquire_run_lock(tmp_path)
     first.join(5)
     assert sorted(map(str, taken.values())).count("None") == 1  # exactly one of them holds it
     assert [p.name for p in tmp_path.iterdir()] == ["grid.lock"]
@@ -825,17 +826,17 @@ def test_the_run_lock_is_readable_by_others_and_works_without_hard_links(tmp_pat
     import os
     import stat
 
-    assert grid.acquire_run_lock(tmp_path) is None
+    assert run_locks.acquire_run_lock(tmp_path) is None
     assert stat.S_IMODE((tmp_path / "grid.lock").stat().st_mode) == 0o644
-    grid.release_run_lock(tmp_path)
+    run_locks.release_run_lock(tmp_path)
 
     def no_hard_links(src, dst):
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "link", no_hard_links)
-    assert grid.acquire_run_lock(tmp_path) is None
+    assert run_locks.acquire_run_lock(tmp_path) is None
     assert (tmp_path / "grid.lock").read_text().split()[0] == str(os.getpid())
-    assert grid.acquire_run_lock(tmp_path) is not None  # held (by this very process): refused
+    assert run_locks.acquire_run_lock(tmp_path) is not None  # held (by this very process): refused
     assert [p.name for p in tmp_path.iterdir()] == ["grid.lock"]
 
 

@@ -5,7 +5,8 @@
 * the lower layers (data, labels, networks, features, decoding, APC, model folders, run folders and labels, label
   scores, the allocator) import neither the upper ones (brain, the recipe steps, inference, export, realign, cli)
   nor the experiment tools
-  (grid, aggregation, report, plots, analysis, apc provenance), and the inference runtime loads no experiment tool when it is imported.
+  (grid, its grid files and run locks, aggregation, report, plots, analysis, apc provenance), and the inference
+  runtime loads no experiment tool when it is imported.
 
 Every module is assigned to one layer below, so a new module has to be placed.
 """
@@ -30,7 +31,7 @@ LOWER = {"", "errors", "arguments", "data", "nnet", "flops", "features", "augmen
          "run_folder", "run_labels", "label_eval", "forward", "model_folder", "architectures", "labels", "allocator"}
 UPPER = {"brain", "apc_training", "recipe", "run_settings", "frozen_features", "datasets", "inference", "corpora",
          "evaluation", "export", "realign", "cli", "long_audio", "timestamps"}
-TOOLS = {"grid", "aggregation", "report", "plots", "analysis", "apc_provenance"}
+TOOLS = {"grid", "grid_spec", "run_locks", "aggregation", "report", "plots", "analysis", "apc_provenance"}
 
 
 @dataclass

@@ -19,7 +19,7 @@ import torch
 
 from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (a fixture)
 from surprisal_cc.apc import load_apc
-from surprisal_cc.grid import file_sha256
+from surprisal_cc.grid_spec import file_sha256
 from surprisal_cc.hparams_files import parse_yaml_tolerant
 from surprisal_cc.nnet import weights_fingerprint
 from surprisal_cc.run_labels import config_of, model_name

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.integration
 
 # what the wheel is built from: a copy, so that it cannot reach anything else of the checkout
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "surprisal_cc")
-EXPERIMENT_TOOLS = ("surprisal_cc.grid", "surprisal_cc.report", "surprisal_cc.plots", "surprisal_cc.analysis",
-                    "surprisal_cc.brain")
+EXPERIMENT_TOOLS = ("surprisal_cc.grid", "surprisal_cc.grid_spec", "surprisal_cc.run_locks", "surprisal_cc.report",
+                    "surprisal_cc.plots", "surprisal_cc.analysis", "surprisal_cc.brain")
 # transcribe, then list the package's modules that ran (the console script's body plus that list)
 LIST_MODULES = ("import json, sys\nfrom surprisal_cc.cli import main\nstatus = main(sys.argv[1:])\n"
                 "print(json.dumps(sorted(m for m in sys.modules if m.startswith('surprisal_cc'))), file=sys.stderr)\n"

@@ -20,6 +20,7 @@ Example
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -325,9 +326,40 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
                               pronunciations=ali.pronunciations)
 
 
+def routes_by_chance(encoder) -> bool:
+    """Whether only a draw routes ``encoder``'s frames at test time (the random controller)."""
+    controller = encoder.stage_controller(False)
+    return controller is not None and controller.routes_by_chance
+
+
+@contextlib.contextmanager
+def seeded_draws(seed: Optional[int], device="cpu") -> Iterator[None]:
+    """The body draws from torch's RNG seeded with ``seed`` (on ``device`` too where it is a GPU), the
+    global RNG restored after; ``seed`` None: nothing changes.
+
+    Example
+    -------
+    >>> import torch
+    >>> with seeded_draws(3):
+    ...     first = torch.rand(2)
+    >>> with seeded_draws(3):
+    ...     bool(torch.equal(first, torch.rand(2)))
+    True
+    """
+    if seed is None:
+        yield
+        return
+    import torch
+
+    devices = [device] if str(device).startswith("cuda") else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
 def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str = "cpu"):
-    """Hparams, encoder (best checkpoint, eval mode, deterministic routing; drawn from seed 0 for a model
-    that routes by chance) and Brain of a run folder.
+    """Hparams, encoder (best checkpoint, eval mode, deterministic routing; drawn for a model that routes
+    by chance, which :func:`realign_run` seeds batch by batch) and Brain of a run folder.
 
     ``run_dir`` holds ``hyperparams.yaml`` (as SpeechBrain saves it) and ``save/CKPT+*`` written by
     the recipe's Checkpointer; the checkpoint with the lowest ``selection_metric`` is loaded.
@@ -357,8 +389,6 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
     ConfigurationError
         When the folder holds no hparams file or no checkpoint, or the targets are not phones.
     """
-    import torch
-
     from .checkpoints import Checkpointer
 
     from .brain import ConditionalCTCBrain
@@ -373,10 +403,7 @@ def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str =
     if checkpoint is None:
         raise ConfigurationError(f"{run_dir / 'save'} holds no checkpoint with {metric!r}: train the run first")
     logger.info("realigning with %s (%s %s)", checkpoint.path, metric, checkpoint.meta.get(metric))
-    controller = encoder.stage_controller(False)
-    if controller is not None and controller.routes_by_chance:
-        torch.manual_seed(0)  # p_big > 0.5 would send every frame to one network: drawn, reproducibly
-    else:
+    if not routes_by_chance(encoder):  # else p_big > 0.5 would send every frame to one network: drawn
         encoder.set_test_sampling(False)  # deterministic routing (p_big > 0.5; PonderNet: threshold halting)
     hparams["precision"] = "fp32"
     brain = ConditionalCTCBrain(modules={"encoder": encoder}, hparams=hparams, run_opts={"device": device})
@@ -473,9 +500,10 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
                 samples_per_frame=features.shift_samples * features.frame_skip)
     info.setdefault("forward_s", 0.0)
     info.setdefault("align_s", 0.0)
-    for batch in loader:
+    drawn = routes_by_chance(encoder)
+    for index, batch in enumerate(loader):
         start = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), seeded_draws(index if drawn else None, brain.device):  # the same draws on every run
             out = brain.compute_forward(batch, sb.Stage.TEST).output
         log_probs, lengths = out.log_probs.float().cpu().numpy(), out.lengths.cpu().tolist()
         fbank = _batch_fbank(batch, hparams["front_end"]) if pauses is not None else None

@@ -22,7 +22,6 @@ import contextlib
 import math
 import os
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
@@ -35,8 +34,8 @@ from .arguments import check_batch_size, check_routing_seed, resolve_device
 from .apc import APCModel, FrozenAPC
 from .architectures import build_encoder
 from .calibration import budget_big_fraction, solve_budget
-from .data.audio import as_waveforms, check_audio, resample, sample_counts, sample_rate_hz
-from .data.errors import BadAudioError, DataPreparationError, DataPreparationWarning
+from .data.audio import batch_waveforms, check_audio
+from .data.errors import BadAudioError, DataPreparationError
 from .decoding import CTCBeamSearch
 from .forward import run_model
 from .features import FeatureConfig, FilterbankFrontEnd
@@ -793,7 +792,8 @@ class ConditionalASR:
     def batch_inputs(self, wavs, wav_lens: Optional[Tensor] = None, num_samples: Optional[Tensor] = None,
                      sample_rate: Optional[int] = None) -> Tuple[Tensor, Tensor]:
         """(B, S) float waveforms at the model's sample rate and (B,) sample counts, from the arguments of
-        :meth:`transcribe_batch`; a list of 1-D waveforms (what :meth:`load_audio` returns) is padded here.
+        :meth:`transcribe_batch`; a list of 1-D waveforms (what :meth:`load_audio` returns) is padded here
+        (:func:`~surprisal_cc.data.audio.batch_waveforms` at the model's rate).
 
         Example
         -------
@@ -802,41 +802,7 @@ class ConditionalASR:
         >>> tuple(wavs.shape), samples.tolist()
         ((2, 800), [800, 400])
         """
-        if isinstance(wavs, (str, os.PathLike)) or (isinstance(wavs, (list, tuple)) and wavs
-                                                     and isinstance(wavs[0], (str, os.PathLike))):
-            raise ValueError("transcribe_batch and encode_batch take waveforms, not files: transcribe a file with "
-                             "transcribe_file, or read it with load_audio first")
-        if isinstance(wavs, (list, tuple)) and wavs and all(isinstance(w, (list, tuple)) or getattr(w, "ndim", 0) >= 1
-                                                            for w in wavs):  # waveforms, not numbers
-            if wav_lens is not None or num_samples is not None:
-                raise ValueError("a list of waveforms carries its own lengths: give no wav_lens or num_samples")
-            listed = [as_waveforms(w, f"wavs[{i}]") for i, w in enumerate(wavs)]  # each scaled on its own
-            if any(w.shape[0] != 1 for w in listed):
-                shapes = [tuple(torch.as_tensor(w).shape) for w in wavs]
-                raise ValueError(f"wavs is a list of waveforms of shapes {shapes[:4]}{' ...' if len(shapes) > 4 else ''}: "
-                                 "give each as 1-D (samples,) mono audio, e.g. w.mean(dim=0) to downmix")
-            num_samples = torch.tensor([w.shape[1] for w in listed])
-            wavs = torch.nn.utils.rnn.pad_sequence([w[0] for w in listed], batch_first=True)
-        wavs = as_waveforms(wavs)
-        if num_samples is not None:
-            if wav_lens is not None:
-                raise ValueError("give wav_lens (relative) or num_samples (absolute), not both")
-            counts = torch.as_tensor(num_samples)
-            if counts.is_floating_point() and not bool((counts == counts.round()).all()):
-                raise ValueError(f"num_samples are whole numbers of samples, got {counts.tolist()}; relative "
-                                 "lengths go in wav_lens")
-            wav_lens = counts.long()
-        samples = sample_counts(wavs, wav_lens)
-        rate = self.feature_config.sample_rate
-        given_rate = rate if sample_rate is None else sample_rate_hz(sample_rate)
-        if given_rate < rate:  # as warn_converted says it of files
-            warnings.warn(f"audio at {given_rate} Hz has no content above {given_rate // 2} Hz, where speech at {rate} Hz "
-                          "(the model's training audio) has it; expect a higher error rate", DataPreparationWarning,
-                          stacklevel=3)
-        if given_rate != rate:
-            wavs = resample(wavs, given_rate, rate)
-            samples = (samples.double() * rate / given_rate).round().long().clamp(max=wavs.shape[1])
-        return wavs, samples
+        return batch_waveforms(wavs, wav_lens, num_samples, sample_rate, self.feature_config.sample_rate, stacklevel=4)
 
     def encode_batch(self, wavs: Tensor, wav_lens: Optional[Tensor] = None, *,
                      num_samples: Optional[Tensor] = None, sample_rate: Optional[int] = None) -> Tensor:

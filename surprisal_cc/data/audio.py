@@ -511,3 +511,57 @@ def sample_counts(wavs: torch.Tensor, wav_lens: Optional[torch.Tensor]) -> torch
     if bool(((lens < 1) | (lens > width)).any()):
         raise ValueError(f"sample counts must lie in [1, {width}] (the padded width), got {lens.tolist()}")
     return lens.long()
+
+
+def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: Optional[torch.Tensor] = None,
+                    sample_rate: Optional[int] = None, rate: int = TARGET_SAMPLE_RATE,
+                    stacklevel: int = 2) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(B, S) float waveforms at ``rate`` Hz and (B,) sample counts, from a padded batch (``wavs`` with
+    relative ``wav_lens`` or absolute ``num_samples``, at ``sample_rate``; None: ``rate``) or a list of
+    1-D waveforms, padded here; int16 audio is scaled (:func:`as_waveforms`). ValueError for files instead
+    of waveforms, lengths given twice or out of range; a :class:`DataPreparationWarning` (``stacklevel`` as
+    :func:`warnings.warn`'s) for audio below ``rate``.
+
+    Example
+    -------
+    >>> wavs, samples = batch_waveforms([torch.zeros(800), torch.zeros(400)])
+    >>> tuple(wavs.shape), samples.tolist()
+    ((2, 800), [800, 400])
+    >>> wavs, samples = batch_waveforms(torch.zeros(2, 800), num_samples=torch.tensor([800, 400]), sample_rate=32000)
+    >>> tuple(wavs.shape), samples.tolist()
+    ((2, 400), [400, 200])
+    """
+    if isinstance(wavs, (str, os.PathLike)) or (isinstance(wavs, (list, tuple)) and wavs
+                                                 and isinstance(wavs[0], (str, os.PathLike))):
+        raise ValueError("transcribe_batch and encode_batch take waveforms, not files: transcribe a file with "
+                         "transcribe_file, or read it with load_audio first")
+    if isinstance(wavs, (list, tuple)) and wavs and all(isinstance(w, (list, tuple)) or getattr(w, "ndim", 0) >= 1
+                                                        for w in wavs):  # waveforms, not numbers
+        if wav_lens is not None or num_samples is not None:
+            raise ValueError("a list of waveforms carries its own lengths: give no wav_lens or num_samples")
+        listed = [as_waveforms(w, f"wavs[{i}]") for i, w in enumerate(wavs)]  # each scaled on its own
+        if any(w.shape[0] != 1 for w in listed):
+            shapes = [tuple(torch.as_tensor(w).shape) for w in wavs]
+            raise ValueError(f"wavs is a list of waveforms of shapes {shapes[:4]}{' ...' if len(shapes) > 4 else ''}: "
+                             "give each as 1-D (samples,) mono audio, e.g. w.mean(dim=0) to downmix")
+        num_samples = torch.tensor([w.shape[1] for w in listed])
+        wavs = torch.nn.utils.rnn.pad_sequence([w[0] for w in listed], batch_first=True)
+    wavs = as_waveforms(wavs)
+    if num_samples is not None:
+        if wav_lens is not None:
+            raise ValueError("give wav_lens (relative) or num_samples (absolute), not both")
+        counts = torch.as_tensor(num_samples)
+        if counts.is_floating_point() and not bool((counts == counts.round()).all()):
+            raise ValueError(f"num_samples are whole numbers of samples, got {counts.tolist()}; relative "
+                             "lengths go in wav_lens")
+        wav_lens = counts.long()
+    samples = sample_counts(wavs, wav_lens)
+    given_rate = rate if sample_rate is None else sample_rate_hz(sample_rate)
+    if given_rate < rate:  # as warn_converted says it of files
+        warnings.warn(f"audio at {given_rate} Hz has no content above {given_rate // 2} Hz, where speech at {rate} Hz "
+                      "(the model's training audio) has it; expect a higher error rate", DataPreparationWarning,
+                      stacklevel=stacklevel)
+    if given_rate != rate:
+        wavs = resample(wavs, given_rate, rate)
+        samples = (samples.double() * rate / given_rate).round().long().clamp(max=wavs.shape[1])
+    return wavs, samples

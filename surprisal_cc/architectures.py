@@ -14,11 +14,10 @@ Example
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Dict, List, Optional, Set
 
-from .hparams_files import load_hparams_file
+from .hparams_files import load_hparams_file, load_yaml_tolerant
 from .nnet import Encoder
 
 __all__ = ["MODELS_DIR", "model_file", "encoder_names", "architectures", "declared_keys", "build_encoder"]
@@ -83,8 +82,7 @@ def declared_keys(path: Path) -> Set[str]:
     >>> "controller" in declared_keys(model_file("act"))
     False
     """
-    return {match.group(1) for match in re.finditer(r"^([A-Za-z_][\w]*)\s*:", Path(path).read_text(encoding="utf-8"),
-                                                    flags=re.MULTILINE)}
+    return set(load_yaml_tolerant(path))
 
 
 def build_encoder(name: str, input_size: int, num_outputs: int, controller: str = "surprisal",

@@ -28,7 +28,7 @@ Number = TypeVar("Number", int, float)
 
 __all__ = ["positive_int", "finite_float", "non_negative_float", "chunk_seconds", "routing_seed", "make_output_folder",
            "check_writable",
-           "check_chunk_seconds", "check_routing_seed", "check_batch_size", "resolve_device"]
+           "finite_number", "check_chunk_seconds", "check_routing_seed", "check_batch_size", "resolve_device"]
 
 
 def positive_int(text: str) -> int:
@@ -90,6 +90,17 @@ def chunk_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be 0 (whole files) or at least 1 second, got {text}") from None
 
 
+def finite_number(value: Any) -> bool:
+    """Whether ``value`` is a finite real number (not a bool, a string or None).
+
+    Example
+    -------
+    >>> finite_number(2), finite_number(0.5), finite_number(True), finite_number("1"), finite_number(float("inf"))
+    (True, True, False, False, False)
+    """
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_chunk_seconds(seconds: Any, name: str = "long_chunk_s") -> float:
     """``seconds`` of a long file's part as a float: 0 (every file whole) or at least 1 (shorter parts
     would be mostly the context decoded around them, at many times the cost of whole-file decoding);
@@ -104,8 +115,7 @@ def check_chunk_seconds(seconds: Any, name: str = "long_chunk_s") -> float:
         ...
     surprisal_cc.errors.ConfigurationError: long_chunk_s must be 0 (whole files) or at least 1 second, got 0.01
     """
-    ok = isinstance(seconds, numbers.Real) and not isinstance(seconds, bool) and math.isfinite(seconds)
-    if not ok or not (seconds == 0 or seconds >= 1):
+    if not finite_number(seconds) or not (seconds == 0 or seconds >= 1):
         raise ConfigurationError(f"{name} must be 0 (whole files) or at least 1 second, got {seconds!r}")
     return float(seconds)
 

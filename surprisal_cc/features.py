@@ -15,14 +15,15 @@ Example
 """
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Tuple
+from typing import Dict, Tuple
 
 import torch
 from torch import Tensor, nn
 from torchaudio.compliance import kaldi
+
+from .arguments import finite_number
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class FeatureConfig:
                 raise ValueError(f"{name} must be a whole number of at least {least}, got {value!r}")
         for name in ("frame_length_ms", "frame_shift_ms"):
             value = getattr(self, name)
-            if not _real(value) or not 0 < value < math.inf:
+            if not finite_number(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive finite number of milliseconds, got {value!r}")
         if self.window_samples < 2 or self.shift_samples < 1:
             raise ValueError(f"frame_length_ms {self.frame_length_ms!r} and frame_shift_ms {self.frame_shift_ms!r} "
@@ -85,7 +86,7 @@ class FeatureConfig:
                              f"{self.sample_rate} Hz: a window needs at least 2 samples, a shift at least 1")
         if self.window_type not in kaldi.WINDOWS:
             raise ValueError(f"window_type must be one of {', '.join(kaldi.WINDOWS)}, got {self.window_type!r}")
-        if not _real(self.dither) or not 0 <= self.dither < math.inf:
+        if not finite_number(self.dither) or self.dither < 0:
             raise ValueError(f"dither must be a finite number of at least 0, got {self.dither!r}")
 
     def as_dict(self) -> Dict[str, object]:
@@ -116,11 +117,6 @@ class FeatureConfig:
             return 0
         full = 1 + (num_samples - self.window_samples) // self.shift_samples
         return -(-full // self.frame_skip)  # ceil: frames 0, k, 2k, ... are kept
-
-
-def _real(value: Any) -> bool:
-    """Whether ``value`` is a real number (not a bool, a string or None)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class FilterbankFrontEnd(nn.Module):

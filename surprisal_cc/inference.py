@@ -39,7 +39,8 @@ from .data.errors import BadAudioError, DataPreparationError
 from .decoding import CTCBeamSearch
 from .forward import run_model
 from .features import FeatureConfig, FilterbankFrontEnd
-from .nnet import Encoder, EncoderOutput, bias_shift_problem, input_size_for, lengths_to_mask, runs_apc
+from .nnet import (Encoder, EncoderOutput, bias_shift_problem, input_size_for, lengths_to_mask, routes_by_chance,
+                   runs_apc, seeded_draws)
 from .flops import module_macs
 from .errors import ConfigurationError
 from .model_folder import (FORMAT_VERSION, ModelFormatError, check_weights_dtype, default_model_dir, load_model_folder,
@@ -286,7 +287,7 @@ class ConditionalASR:
         self.beam_search = CTCBeamSearch(blank=int(config.get("blank_index", 0)),
                                          beam_size=int(config.get("beam_size", 10)),
                                          backend=config.get("beam_backend", "native"),
-                                         blank_penalty=float(config.get("blank_penalty") or 0.0))
+                                         blank_penalty=float(config.get("blank_penalty", 0.0)))
         self.source: Optional[Path] = None
         self.routing, self.seed = "deterministic", None
         self.set_routing(routing, seed)
@@ -536,8 +537,7 @@ class ConditionalASR:
     def routes_by_chance(self) -> bool:
         """Whether only a draw routes this model's frames (the random controller: the same ``p_big``
         on every frame), so that its routing is always sampled."""
-        controller = self.encoder.stage_controller(False)
-        return controller is not None and controller.routes_by_chance
+        return routes_by_chance(self.encoder)
 
     def set_routing(self, routing: Optional[str], seed: Optional[int] = None) -> None:
         """``"deterministic"``: the big network where ``p_big > 0.5`` (PonderNet's ``sample``
@@ -596,11 +596,7 @@ class ConditionalASR:
         """Sampled routing: the body draws from the RNG seeded with ``seed`` (default: this model's),
         the global RNG restored after; deterministic routing: nothing."""
         seed = self.seed if seed is None else seed
-        if self.routing != "sampled" or seed is None:
-            yield
-            return
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            torch.manual_seed(seed)
+        with seeded_draws(seed if self.routing == "sampled" else None, self.device):
             yield
 
     # ------------------------------------------------------------------ forward

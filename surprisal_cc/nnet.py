@@ -18,10 +18,11 @@ Example
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Set, Union
 
 import torch
 from speechbrain.dataio.dataio import length_to_mask
@@ -219,6 +220,40 @@ class Encoder(nn.Module):
         """
         raise NotImplementedError
 
+
+
+def routes_by_chance(encoder: Encoder) -> bool:
+    """Whether only a draw routes ``encoder``'s frames at test time (the random controller: the same
+    ``p_big`` on every frame, so that its routing is always sampled).
+
+    Example
+    -------
+    >>> routes_by_chance(Encoder())
+    False
+    """
+    controller = encoder.stage_controller(False)
+    return controller is not None and controller.routes_by_chance
+
+
+@contextlib.contextmanager
+def seeded_draws(seed: Optional[int], device: Union[str, torch.device] = "cpu") -> Iterator[None]:
+    """The body draws from torch's RNG seeded with ``seed`` (on ``device`` too where it is a GPU), the
+    global RNG restored after; ``seed`` None: nothing changes.
+
+    Example
+    -------
+    >>> with seeded_draws(3):
+    ...     first = torch.rand(2)
+    >>> with seeded_draws(3):
+    ...     bool(torch.equal(first, torch.rand(2)))
+    True
+    """
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if torch.device(device).type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
 
 
 def bias_shift_problem(encoder: Encoder) -> Optional[str]:

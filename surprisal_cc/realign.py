@@ -20,7 +20,6 @@ Example
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ import numpy as np
 from .data.errors import DataPreparationError
 from .data.manifest import read_manifest
 from .errors import ConfigurationError
-from .nnet import runs_apc
+from .nnet import routes_by_chance, runs_apc, seeded_draws
 from .viterbi import Alignment, AlignmentError, as_numpy, ctc_viterbi_graph
 
 logger = logging.getLogger(__name__)
@@ -324,37 +323,6 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
     lengths = [len(w[v]) for w, v in zip(prons, ali.pronunciations)]
     return RealignedUtterance(utt_id, wav, list(words), lengths, phones, ali.silences, ali.segments(), T,
                               pronunciations=ali.pronunciations)
-
-
-def routes_by_chance(encoder) -> bool:
-    """Whether only a draw routes ``encoder``'s frames at test time (the random controller)."""
-    controller = encoder.stage_controller(False)
-    return controller is not None and controller.routes_by_chance
-
-
-@contextlib.contextmanager
-def seeded_draws(seed: Optional[int], device="cpu") -> Iterator[None]:
-    """The body draws from torch's RNG seeded with ``seed`` (on ``device`` too where it is a GPU), the
-    global RNG restored after; ``seed`` None: nothing changes.
-
-    Example
-    -------
-    >>> import torch
-    >>> with seeded_draws(3):
-    ...     first = torch.rand(2)
-    >>> with seeded_draws(3):
-    ...     bool(torch.equal(first, torch.rand(2)))
-    True
-    """
-    if seed is None:
-        yield
-        return
-    import torch
-
-    devices = [device] if str(device).startswith("cuda") else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
 
 
 def load_run(run_dir, overrides: Union[str, Mapping, None] = None, device: str = "cpu"):

@@ -81,12 +81,7 @@ def run_option_overrides(hparams_file: str, run_opts: Mapping) -> str:
     'max_grad_norm: 1.0'
     """
     given = sorted(getattr(run_opts, "overridden_args", ()))
-    if not given or not Path(hparams_file).is_file():
-        return ""
-    try:
-        keys = parse_yaml_tolerant(expand_hparams(hparams_file))
-    except (OSError, ValueError):
-        return ""
+    keys = load_yaml_tolerant(hparams_file) if given else {}
     return "\n".join(f"{key}: {json.dumps(run_opts[key])}" for key in given if key in keys)
 
 

@@ -95,13 +95,34 @@ class FeatureConfig:
 
     @property
     def window_samples(self) -> int:
-        """Samples per analysis window."""
-        return int(round(self.sample_rate * self.frame_length_ms / 1000.0))
+        """Samples per analysis window, truncated as Kaldi's ``fbank`` truncates them (11025 Hz x 30 ms
+        is 330.75: 330 samples).
+
+        Example
+        -------
+        >>> FeatureConfig().window_samples, FeatureConfig(sample_rate=11025, frame_length_ms=30).window_samples
+        (400, 330)
+        """
+        return kaldi_samples(self.sample_rate, self.frame_length_ms)
 
     @property
     def shift_samples(self) -> int:
-        """Samples between consecutive windows (before frame skipping)."""
-        return int(round(self.sample_rate * self.frame_shift_ms / 1000.0))
+        """Samples between consecutive windows (before frame skipping), truncated as Kaldi's ``fbank``
+        truncates them."""
+        return kaldi_samples(self.sample_rate, self.frame_shift_ms)
+
+    @property
+    def min_samples(self) -> int:
+        """The fewest samples that give one model frame: one window (frame skipping keeps frame 0, so
+        it does not change this); one sample less gives none. The shortest usable audio of a model.
+
+        Example
+        -------
+        >>> config = FeatureConfig(frame_length_ms=50.0, frame_skip=3)
+        >>> config.min_samples, config.num_frames(config.min_samples - 1), config.num_frames(config.min_samples)
+        (800, 0, 1)
+        """
+        return self.window_samples
 
     def num_frames(self, num_samples: int) -> int:
         """Exact number of output frames for a signal of ``num_samples`` samples.
@@ -117,6 +138,18 @@ class FeatureConfig:
             return 0
         full = 1 + (num_samples - self.window_samples) // self.shift_samples
         return -(-full // self.frame_skip)  # ceil: frames 0, k, 2k, ... are kept
+
+
+def kaldi_samples(sample_rate: int, milliseconds: float) -> int:
+    """Samples in ``milliseconds`` at ``sample_rate`` Hz, computed as ``torchaudio.compliance.kaldi``
+    computes its window and shift (the same float product, truncated), so that frame counts agree.
+
+    Example
+    -------
+    >>> kaldi_samples(16000, 25.0), kaldi_samples(11025, 12.5)
+    (400, 137)
+    """
+    return int(float(sample_rate) * milliseconds * kaldi.MILLISECONDS_TO_SECONDS)
 
 
 class FilterbankFrontEnd(nn.Module):

@@ -171,3 +171,61 @@ def test_refuse_bad_audio_raises_unless_skipping():
         refuse_bad_audio(["a: bad", "... and 1 more"], 3, skip_bad=False, hint="some", none_usable_hint="none",
                          bad=3, error=BadLabelsError)
     assert raised.value.hint == "none"
+
+
+def test_a_file_shorter_than_the_models_one_frame_is_refused_naming_it(tmp_path):
+    """A 50 ms window: 37.5 ms passes the 25 ms check made where no model is known, and is refused, in one
+    line naming the file, its duration and the model's minimum, where the model's minimum is given."""
+    from surprisal_cc.data.audio import check_audio, check_audio_each
+    from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd
+
+    config = FeatureConfig(frame_length_ms=50.0)
+    least = config.min_samples
+    sf.write(tmp_path / "short.wav", tone(0.0375), 16000)
+    sf.write(tmp_path / "enough.wav", tone(least / 16000), 16000)
+    assert check_audio_many([tmp_path / "short.wav"]) == ({str(tmp_path / "short.wav"): inspect_audio(
+        tmp_path / "short.wav")}, [])  # unchanged without a model's minimum
+    assert read_audio(tmp_path / "short.wav").shape == (600,)
+    line = (f"{tmp_path / 'short.wav'}: too short (37.5 ms; the model's shortest usable audio is 50 ms, "
+            f"{least} samples at 16000 Hz: one frame)")
+    with pytest.raises(BadAudioError) as err:
+        read_audio(tmp_path / "short.wav", 16000, least)
+    assert str(err.value) == line
+    with pytest.raises(BadAudioError) as err:
+        check_audio(tmp_path / "short.wav", 16000, min_samples=least)
+    assert str(err.value) == line
+    _, problems = check_audio_many([tmp_path / "enough.wav", tmp_path / "short.wav"], min_samples=least)
+    assert problems == [line]
+    assert [problem for _, _, problem in check_audio_each([tmp_path / "short.wav"] * 70, num_workers=2,
+                                                          min_samples=least)] == [line.split(": ", 1)[1]] * 70
+    enough = read_audio(tmp_path / "enough.wav", 16000, least)  # exactly the minimum: one frame
+    assert FilterbankFrontEnd(config)(enough[None], torch.tensor([least]))[1].tolist() == [1]
+
+
+def test_the_models_minimum_counts_the_samples_a_file_resamples_to(tmp_path):
+    from surprisal_cc.data.audio import resampled_length
+
+    least = 800  # 50 ms at 16 kHz
+    sf.write(tmp_path / "barely.wav", tone(2204 / 44100, 44100), 44100)  # 49.98 ms: 800 samples at 16 kHz
+    sf.write(tmp_path / "short.wav", tone(2200 / 44100, 44100), 44100)  # 799 samples at 16 kHz
+    assert read_audio(tmp_path / "barely.wav", 16000, least).numel() == resampled_length(2204, 44100, 16000) == 800
+    _, problems = check_audio_many([tmp_path / "barely.wav", tmp_path / "short.wav"], min_samples=least)
+    assert problems == [f"{tmp_path / 'short.wav'}: too short (49.89 ms; the model's shortest usable audio is "
+                        "50 ms, 800 samples at 16000 Hz: one frame)"]
+    with pytest.raises(BadAudioError, match="short.wav: too short"):
+        read_audio(tmp_path / "short.wav", 16000, least)
+
+
+def test_a_batch_with_waveforms_shorter_than_the_models_one_frame_names_them():
+    from surprisal_cc.data.audio import batch_waveforms
+
+    wavs, samples = batch_waveforms([torch.zeros(800), torch.zeros(400)])  # unchanged without a minimum
+    assert samples.tolist() == [800, 400]
+    with pytest.raises(DataPreparationError, match=r"^waveform\(s\) 1 of the batch \(400 samples at 16000 Hz\) "
+                                                   r"are shorter than the model's shortest usable audio, 30 ms"):
+        batch_waveforms([torch.zeros(800), torch.zeros(400)], min_samples=480)
+    # counted at the model's rate: 960 samples at 32 kHz are 480 at 16 kHz
+    _, samples = batch_waveforms(torch.zeros(1, 960), sample_rate=32000, min_samples=480)
+    assert samples.tolist() == [480]
+    with pytest.raises(ValueError, match="min_samples must be a whole number of at least 1"):
+        batch_waveforms([torch.zeros(800)], min_samples=0)

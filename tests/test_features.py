@@ -139,3 +139,51 @@ def test_lengths_to_mask():
 def test_values_the_front_end_cannot_run_with_are_refused_naming_the_field(field, value, problem):
     with pytest.raises(ValueError, match="^" + re.escape(problem) + "$"):
         FeatureConfig(**{field: value})
+
+
+# a window or shift that is no whole number of samples (11025 Hz x 30 ms is 330.75) is truncated by Kaldi
+CONFIGS = [dict(), dict(frame_skip=1), dict(frame_skip=3), dict(frame_length_ms=50.0, frame_skip=2),
+           dict(sample_rate=8000), dict(sample_rate=11025, frame_length_ms=30, frame_shift_ms=12.5),
+           dict(frame_length_ms=25.04, frame_shift_ms=10.04, frame_skip=1)]
+
+
+def _real_kaldi_frames(cfg: FeatureConfig, num_samples: int) -> int:
+    """Frames of torchaudio's Kaldi fbank on a real signal (0 where it refuses one shorter than its window),
+    every ``frame_skip``-th kept."""
+    try:
+        full = kaldi.fbank(torch.randn(1, num_samples) * 0.1, num_mel_bins=cfg.n_mels, frame_length=cfg.frame_length_ms,
+                           frame_shift=cfg.frame_shift_ms, dither=0.0, window_type=cfg.window_type,
+                           sample_frequency=float(cfg.sample_rate), energy_floor=0.0).shape[0]
+    except AssertionError:  # "choose a window size ... that is [2, num_samples]"
+        full = 0
+    return len(range(0, full, cfg.frame_skip))
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+def test_min_samples_is_the_one_frame_boundary_of_the_real_front_end(overrides):
+    """One sample less than min_samples gives no frame, min_samples gives one, whatever the frame skip;
+    in the front end, in Kaldi's fbank itself and in num_frames."""
+    torch.manual_seed(0)
+    cfg = FeatureConfig(**overrides)
+    front_end = FilterbankFrontEnd(cfg)
+    least = cfg.min_samples
+    assert [front_end.single(torch.randn(n) * 0.1).shape[0] for n in (least - 1, least)] == [0, 1]
+    assert [_real_kaldi_frames(cfg, n) for n in (least - 1, least)] == [0, 1]
+    assert [cfg.num_frames(n) for n in (least - 1, least)] == [0, 1]
+    _, frames = front_end(torch.randn(2, least) * 0.1, torch.tensor([least, least - 1]))
+    assert frames.tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+def test_num_frames_matches_kaldi_where_window_and_shift_are_no_whole_samples(overrides):
+    cfg = FeatureConfig(**overrides)
+    torch.manual_seed(0)
+    lengths = list(range(cfg.window_samples - 2, cfg.window_samples + 3 * cfg.shift_samples + 3))
+    wavs = torch.randn(len(lengths), max(lengths)) * 0.1
+    _, frames = FilterbankFrontEnd(cfg)(wavs, torch.tensor(lengths))
+    assert frames.tolist() == [cfg.num_frames(n) for n in lengths] == [_real_kaldi_frames(cfg, n) for n in lengths]
+
+
+def test_window_and_shift_are_truncated_as_kaldi_truncates_them():
+    cfg = FeatureConfig(sample_rate=11025, frame_length_ms=30, frame_shift_ms=12.5)
+    assert (cfg.window_samples, cfg.shift_samples, cfg.min_samples) == (330, 137, 330)

@@ -2,12 +2,17 @@
 
 Policy: audio that is not 16 kHz is resampled on load and multi-channel audio is downmixed
 (mean over channels); both are reported once, at prepare time, with the file names.  Files that
-cannot be decoded, are empty, shorter than one 25 ms frame, or hold NaN, infinite or far
-out-of-range (int16-scaled float) samples stop preparation with ONE error that lists all of them,
-unless ``skip_bad_audio=True`` (then they are left out with a warning).
+cannot be decoded, are empty, too short, or hold NaN, infinite or far out-of-range (int16-scaled
+float) samples stop preparation with ONE error that lists all of them, unless
+``skip_bad_audio=True`` (then they are left out with a warning).
+
+Too short is shorter than a model's one frame where the model is known (``min_samples``, its
+``FeatureConfig.min_samples`` at its sample rate), and shorter than :data:`MIN_DURATION_S` (one
+25 ms frame) where it is not (:func:`short_audio_problem`).
 """
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import numbers
@@ -27,7 +32,7 @@ from .manifest import list_files
 
 PathLike = Union[str, os.PathLike]
 TARGET_SAMPLE_RATE = 16000
-MIN_DURATION_S = 0.025  # one analysis frame
+MIN_DURATION_S = 0.025  # one 25 ms analysis frame: the shortest usable audio where no model's features are known
 MAX_PEAK = 2.0  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
 POOL_THRESHOLD = 64  # use a worker pool from this many files on
 MAX_LISTED = 20
@@ -60,16 +65,87 @@ class AudioInfo:
     peak: float = 0.0  # largest sample magnitude; inf where a sample is NaN or infinite
 
 
-def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE) -> torch.Tensor:
+def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE, min_samples: Optional[int] = None) -> torch.Tensor:
     """Decode ``path`` to a mono float32 tensor of shape ``(samples,)`` at ``target_sr``.
 
     Multi-channel audio is averaged to mono; other sample rates are resampled (:func:`resample`).
+    With ``min_samples`` (a model's ``FeatureConfig.min_samples``), audio of fewer samples at
+    ``target_sr`` is a :class:`BadAudioError` of one line naming the file (:func:`refuse_short_audio`);
+    None: no length check.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     sf.write(f"{tmp}/a.wav", np.zeros(480), 16000)
+    ...     wav = read_audio(f"{tmp}/a.wav", min_samples=480)
+    ...     try:
+    ...         read_audio(f"{tmp}/a.wav", min_samples=800)
+    ...     except BadAudioError as err:
+    ...         print(wav.shape, str(err) == f"{tmp}/a.wav: " + short_audio_problem(480, 16000, 800))
+    torch.Size([480]) True
     """
     with sf.SoundFile(soundfile_name(path)) as sound_file:
         wav, sr = read_audio_span(sound_file), sound_file.samplerate
     if sr != target_sr:
         wav = resample(wav, sr, target_sr)
+    if min_samples is not None:
+        refuse_short_audio(path, wav.numel(), target_sr, min_samples)
     return wav
+
+
+def _ms(num_samples: int, rate: int) -> str:
+    return f"{num_samples * 1000 / rate:.4g} ms"
+
+
+def _check_min_samples(min_samples: Any) -> int:
+    if isinstance(min_samples, bool) or not isinstance(min_samples, numbers.Integral) or min_samples < 1:
+        raise ValueError(f"min_samples must be a whole number of at least 1 (FeatureConfig.min_samples), "
+                         f"got {min_samples!r}")
+    return int(min_samples)
+
+
+def short_audio_problem(num_samples: int, rate: int, min_samples: Optional[int] = None,
+                        target_sr: int = TARGET_SAMPLE_RATE) -> Optional[str]:
+    """Why ``num_samples`` samples at ``rate`` Hz are too short to use, or None: fewer than
+    ``min_samples`` once resampled to ``target_sr`` (a model's ``FeatureConfig.min_samples`` at its
+    sample rate: one frame), or where ``min_samples`` is None, shorter than :data:`MIN_DURATION_S`.
+
+    Example
+    -------
+    >>> short_audio_problem(399, 16000), short_audio_problem(400, 16000)
+    ('too short (399 samples < one 25 ms frame)', None)
+    >>> short_audio_problem(441, 44100, min_samples=480)
+    "too short (10 ms; the model's shortest usable audio is 30 ms, 480 samples at 16000 Hz: one frame)"
+    >>> short_audio_problem(1323, 44100, min_samples=480) is None
+    True
+    """
+    if min_samples is None:
+        if num_samples / rate < MIN_DURATION_S:
+            return f"too short ({num_samples} samples < one {MIN_DURATION_S * 1000:.0f} ms frame)"
+        return None
+    if resampled_length(num_samples, rate, target_sr) < _check_min_samples(min_samples):
+        return (f"too short ({_ms(num_samples, rate)}; the model's shortest usable audio is "
+                f"{_ms(min_samples, target_sr)}, {min_samples} samples at {target_sr} Hz: one frame)")
+    return None
+
+
+def refuse_short_audio(path: PathLike, num_samples: int, sample_rate: int, min_samples: Optional[int]) -> None:
+    """A :class:`BadAudioError` of one line naming ``path``, its duration and the model's shortest usable
+    audio when its ``num_samples`` samples at ``sample_rate`` Hz are fewer than ``min_samples`` (a model's
+    ``FeatureConfig.min_samples`` at that rate; None: :data:`MIN_DURATION_S`, as :func:`short_audio_problem`).
+
+    Example
+    -------
+    >>> refuse_short_audio("a.flac", 800, 16000, 800)
+    >>> refuse_short_audio("a.flac", 400, 16000, 800)
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.BadAudioError: a.flac: too short (25 ms; the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: one frame)
+    """
+    problem = short_audio_problem(num_samples, sample_rate, min_samples, sample_rate)
+    if problem is not None:
+        raise BadAudioError([f"{path}: {problem}"], 1)
 
 
 def read_audio_span(sound_file: sf.SoundFile, start: int = 0, stop: Optional[int] = None) -> torch.Tensor:
@@ -194,8 +270,11 @@ def inspect_audio(path: PathLike) -> AudioInfo:
     return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples, peak)
 
 
-def check_audio_file(path: str) -> Tuple[str, Optional[AudioInfo], Optional[str]]:
-    """``(path, its AudioInfo, None)`` for usable audio, ``(path, None, what is wrong)`` otherwise.
+def check_audio_file(path: str, min_samples: Optional[int] = None,
+                     target_sr: int = TARGET_SAMPLE_RATE) -> Tuple[str, Optional[AudioInfo], Optional[str]]:
+    """``(path, its AudioInfo, None)`` for usable audio, ``(path, None, what is wrong)`` otherwise;
+    too short is fewer than ``min_samples`` at ``target_sr`` (a model's ``FeatureConfig.min_samples``
+    at its rate), or where it is None shorter than :data:`MIN_DURATION_S` (:func:`short_audio_problem`).
 
     Example
     -------
@@ -214,10 +293,9 @@ def check_audio_file(path: str) -> Tuple[str, Optional[AudioInfo], Optional[str]
         return path, None, f"cannot be decoded ({type(exc).__name__}: {exc})"
     if info.num_samples == 0:
         return path, None, "contains 0 samples"
-    if info.duration < MIN_DURATION_S:
-        return path, None, (
-            f"too short ({info.num_samples} samples < one {MIN_DURATION_S * 1000:.0f} ms frame)"
-        )
+    short = short_audio_problem(info.num_samples, info.sample_rate, min_samples, target_sr)
+    if short is not None:
+        return path, None, short
     if not np.isfinite(info.peak):
         return path, None, "contains NaN or infinite samples"
     if info.peak > MAX_PEAK:
@@ -233,8 +311,8 @@ def _listing(items: Sequence[str], limit: Optional[int] = MAX_LISTED) -> str:
     return f"\n  {shown}{more}"
 
 
-def check_audio_each(paths: Sequence[PathLike],
-                     num_workers: int = 1) -> List[Tuple[str, Optional[AudioInfo], Optional[str]]]:
+def check_audio_each(paths: Sequence[PathLike], num_workers: int = 1, min_samples: Optional[int] = None,
+                     target_sr: int = TARGET_SAMPLE_RATE) -> List[Tuple[str, Optional[AudioInfo], Optional[str]]]:
     """:func:`check_audio_file` of every path, in order.
 
     Arguments
@@ -243,6 +321,11 @@ def check_audio_each(paths: Sequence[PathLike],
         Audio files.
     num_workers : int
         Worker processes, used from :data:`POOL_THRESHOLD` files on.
+    min_samples : int, optional
+        The model's shortest usable audio in samples at ``target_sr`` (its ``FeatureConfig.min_samples``);
+        None: :data:`MIN_DURATION_S`.
+    target_sr : int
+        The model's sample rate.
 
     Example
     -------
@@ -250,14 +333,16 @@ def check_audio_each(paths: Sequence[PathLike],
     [('missing.flac', None, 'file does not exist')]
     """
     path_strs = [str(p) for p in paths]
+    check = functools.partial(check_audio_file, min_samples=min_samples, target_sr=target_sr)
     if num_workers > 1 and len(path_strs) >= POOL_THRESHOLD:
         ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
         with ctx.Pool(num_workers) as pool:
-            return pool.map(check_audio_file, path_strs, chunksize=32)
-    return [check_audio_file(p) for p in path_strs]
+            return pool.map(check, path_strs, chunksize=32)
+    return [check(p) for p in path_strs]
 
 
-def check_audio_many(paths: Sequence[PathLike], num_workers: int = 1) -> Tuple[Dict[str, AudioInfo], List[str]]:
+def check_audio_many(paths: Sequence[PathLike], num_workers: int = 1, min_samples: Optional[int] = None,
+                     target_sr: int = TARGET_SAMPLE_RATE) -> Tuple[Dict[str, AudioInfo], List[str]]:
     """Decode every file once: ``({path: AudioInfo} of usable files, ["path: problem", ...])``
     (arguments as :func:`check_audio_each`'s).
 
@@ -268,7 +353,7 @@ def check_audio_many(paths: Sequence[PathLike], num_workers: int = 1) -> Tuple[D
     """
     infos: Dict[str, AudioInfo] = {}
     problems: List[str] = []
-    for path, info, problem in check_audio_each(paths, num_workers):
+    for path, info, problem in check_audio_each(paths, num_workers, min_samples, target_sr):
         if info is None:
             problems.append(f"{path}: {problem}")
         else:
@@ -303,14 +388,16 @@ def check_audio_files(
     target_sr: int = TARGET_SAMPLE_RATE,
     skip_bad_audio: bool = False,
     num_workers: int = 2,
+    min_samples: Optional[int] = None,
 ) -> Dict[str, AudioInfo]:
     """Decode every file of a corpus and return ``{path: AudioInfo}`` for the usable ones.
 
     Warns (:class:`DataPreparationWarning`) about files that will be resampled or downmixed.
-    Raises :class:`DataPreparationError` listing *every* unreadable/corrupt/empty file, or with
-    ``skip_bad_audio=True`` leaves them out and warns with the list.
+    Raises :class:`DataPreparationError` listing *every* unreadable/corrupt/empty/too short file
+    (``min_samples``: as :func:`check_audio_file`'s), or with ``skip_bad_audio=True`` leaves them out
+    and warns with the list.
     """
-    good, bad = check_audio_many(paths, num_workers)
+    good, bad = check_audio_many(paths, num_workers, min_samples, target_sr)
     warn_converted(good, target_sr, stacklevel=3)  # names the caller of check_audio_files
     if bad and not skip_bad_audio:
         raise DataPreparationError(
@@ -326,12 +413,15 @@ def check_audio_files(
     return good
 
 
-def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE, stacklevel: int = 2) -> None:
+def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE, stacklevel: int = 2,
+                min_samples: Optional[int] = None) -> None:
     """Raise :class:`BadAudioError` unless ``path`` is usable audio; warn when it will be converted.
 
     The error has one line naming the file; the :class:`DataPreparationWarning` says that the file
     will be resampled to ``sample_rate`` or downmixed to mono, and is reported at the caller
     ``stacklevel`` frames up (as :func:`warnings.warn` counts: 2 is this function's caller).
+    ``min_samples``: the model's shortest usable audio at ``sample_rate`` (its
+    ``FeatureConfig.min_samples``); None: :data:`MIN_DURATION_S`.
 
     Example
     -------
@@ -346,7 +436,7 @@ def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE, stackleve
     ...         print(len(err.problems), err.problems[0].startswith(str(bad)))
     1 True
     """
-    infos, problems = check_audio_many([path])
+    infos, problems = check_audio_many([path], min_samples=min_samples, target_sr=sample_rate)
     if problems:
         raise BadAudioError(problems, 1)
     warn_converted(infos, sample_rate, stacklevel=stacklevel + 1)
@@ -515,12 +605,14 @@ def sample_counts(wavs: torch.Tensor, wav_lens: Optional[torch.Tensor]) -> torch
 
 def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: Optional[torch.Tensor] = None,
                     sample_rate: Optional[int] = None, rate: int = TARGET_SAMPLE_RATE,
-                    stacklevel: int = 2) -> Tuple[torch.Tensor, torch.Tensor]:
+                    stacklevel: int = 2, min_samples: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """(B, S) float waveforms at ``rate`` Hz and (B,) sample counts, from a padded batch (``wavs`` with
     relative ``wav_lens`` or absolute ``num_samples``, at ``sample_rate``; None: ``rate``) or a list of
     1-D waveforms, padded here; int16 audio is scaled (:func:`as_waveforms`). ValueError for files instead
     of waveforms, lengths given twice or out of range; a :class:`DataPreparationWarning` (``stacklevel`` as
-    :func:`warnings.warn`'s) for audio below ``rate``.
+    :func:`warnings.warn`'s) for audio below ``rate``. With ``min_samples`` (the model's
+    ``FeatureConfig.min_samples`` at ``rate``), waveforms of fewer samples at ``rate`` are a
+    :class:`DataPreparationError` naming their places in the batch; None: no length check.
 
     Example
     -------
@@ -530,6 +622,10 @@ def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: 
     >>> wavs, samples = batch_waveforms(torch.zeros(2, 800), num_samples=torch.tensor([800, 400]), sample_rate=32000)
     >>> tuple(wavs.shape), samples.tolist()
     ((2, 400), [400, 200])
+    >>> batch_waveforms([torch.zeros(800), torch.zeros(400)], min_samples=480)
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.DataPreparationError: waveform(s) 1 of the batch (400 samples at 16000 Hz) are shorter than the model's shortest usable audio, 30 ms (480 samples at 16000 Hz: one frame)
     """
     if isinstance(wavs, (str, os.PathLike)) or (isinstance(wavs, (list, tuple)) and wavs
                                                  and isinstance(wavs[0], (str, os.PathLike))):
@@ -564,4 +660,26 @@ def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: 
     if given_rate != rate:
         wavs = resample(wavs, given_rate, rate)
         samples = (samples.double() * rate / given_rate).round().long().clamp(max=wavs.shape[1])
+    if min_samples is not None:
+        refuse_short_waveforms(samples, rate, min_samples)
     return wavs, samples
+
+
+def refuse_short_waveforms(samples: torch.Tensor, rate: int, min_samples: int) -> None:
+    """A :class:`DataPreparationError` of one line naming the places in the batch of the waveforms whose
+    ``samples`` (B,) counts at ``rate`` Hz are fewer than ``min_samples`` (the model's
+    ``FeatureConfig.min_samples``: one frame).
+
+    Example
+    -------
+    >>> refuse_short_waveforms(torch.tensor([480, 800]), 16000, 480)
+    """
+    min_samples = _check_min_samples(min_samples)
+    counts = torch.as_tensor(samples).tolist()
+    short = [i for i, n in enumerate(counts) if n < min_samples]
+    if short:
+        listed = ", ".join(map(str, short[:10])) + (f" and {len(short) - 10} more" if len(short) > 10 else "")
+        lengths = ", ".join(str(counts[i]) for i in short[:10]) + (" ..." if len(short) > 10 else "")
+        raise DataPreparationError(
+            f"waveform(s) {listed} of the batch ({lengths} samples at {rate} Hz) are shorter than the model's "
+            f"shortest usable audio, {_ms(min_samples, rate)} ({min_samples} samples at {rate} Hz: one frame)")

@@ -25,6 +25,7 @@ from .apc import APCModel, apc_from_blob, load_apc_blob
 from .architectures import build_encoder
 from .data.errors import DataPreparationWarning
 from .errors import ConfigurationError
+from .frozen_features import run_apc_file
 from .hparams_files import TolerantLoader, expand_hparams, ruamel_errors
 from .nnet import FINGERPRINT_DIGITS, runs_apc, weights_fingerprint
 from .model_folder import check_weights_dtype, load_tensors, model_config, write_model_folder
@@ -53,29 +54,6 @@ def _run_file(run: Path, *names: str, what: str) -> Path:
         if (run / name).is_file():
             return run / name
     raise ConfigurationError(f"{run}: no {' or '.join(names)} ({what})")
-
-
-def _locate_apc(hparams: Dict[str, Any], run: Path, explicit: Optional[PathLike]) -> Path:
-    """The run's APC model file: ``explicit``, else the hparams' ``apc_path`` or its default place."""
-    if explicit is not None:
-        if not Path(explicit).is_file():
-            raise ConfigurationError(f"--apc {explicit}: no such file")
-        return Path(explicit)
-    configured = hparams.get("apc_path") or hparams.get("apc_export_path") \
-        or Path(hparams.get("experiment_root", ".")) / "apc" / "apc.pt"
-    path = Path(configured)
-    candidates = [path]
-    if not path.is_absolute():
-        # relative paths are relative to where the recipe ran: the run folder minus output_folder
-        out = Path(os.path.normpath(str(hparams.get("output_folder", ""))))
-        parts = run.resolve().parts
-        if out.parts and not out.is_absolute() and parts[-len(out.parts):] == out.parts:
-            candidates.insert(0, Path(*parts[:-len(out.parts)]) / path)
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise ConfigurationError(f"the APC model of {run} was not found (looked for {', '.join(map(str, candidates))}); "
-                             "pass --apc PATH (export_run(apc_path=...))")
 
 
 def _checkpoints(run: Path, metric: str, encoder: torch.nn.Module, number: int = 1) -> list:
@@ -138,7 +116,9 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         ``"fp32"``, or ``"fp16"``: weight matrices stored in fp16 (half the size; loaded back as
         fp32).
     apc_path : str or path, optional
-        The APC model; default: the run's ``apc_path`` (or ``<experiment_root>/apc/apc.pt``).
+        The APC model; default: the run's (:func:`~surprisal_cc.frozen_features.run_apc_file`: its
+        ``apc_path``, else the ``apc_export_path`` its pretraining wrote; a relative one is looked for
+        where the recipe ran, then in the working directory).
     average : int
         1: the best checkpoint; N > 1: the weights averaged over the N best checkpoints
         (:func:`average_float_state_dicts`; the run must have kept N, ``checkpoints_to_keep``).
@@ -164,7 +144,8 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     _load_averaged_weights(encoder, checkpoints, hp_file)
     _warn_if_uncalibrated(encoder, checkpoints[0])
     uses_apc = runs_apc(hparams["input_features"], encoder, training=False)
-    apc_file = _locate_apc(hparams, run, apc_path) if uses_apc else None
+    apc_file = run_apc_file(hparams, apc_path, run, todo="give --apc the APC model the run trained with "
+                                                         "(export_run(apc_path=...))") if uses_apc else None
     blob = load_apc_blob(apc_file) if apc_file is not None else None
     apc = apc_from_blob(blob, apc_file) if blob is not None else None
     digest = weights_fingerprint(apc, digits=64) if apc is not None else None  # whole, once: the fingerprints are its prefixes

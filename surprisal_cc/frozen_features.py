@@ -20,19 +20,78 @@ from .cache import FeatureCache
 from .errors import ConfigurationError
 from .nnet import runs_apc
 
+PathLike = Union[str, os.PathLike]
+
 logger = logging.getLogger(__name__)
 
 
-def load_apc_path(apc_path: Union[str, Path]) -> APCModel:
-    """The APC model file that the hparams key ``apc_path`` names; a :class:`ConfigurationError` line
-    when it is missing, a folder or not an APC model."""
-    path = Path(apc_path)
-    if not path.is_file():
-        what = "is a folder, not an APC model file" if path.is_dir() else "does not exist" + (
-            "" if path.is_absolute() else f" in the working directory {os.getcwd()}")
-        raise ConfigurationError(f"apc_path {path} {what}: pretrain one with recipes/LibriSpeech/pretrain_apc.py, "
-                                 "set apc_path: null to pretrain here, or give the shipped one by its absolute path "
-                                 "(docs/extending.md)")
+PRETRAIN_OR_GIVE_APC = ("pretrain one with recipes/LibriSpeech/pretrain_apc.py, set apc_path: null to pretrain here, "
+                        "or give the shipped one by its absolute path (docs/extending.md)")
+
+
+def run_apc_file(hparams: Mapping, explicit: Optional[PathLike] = None, run: Optional[PathLike] = None,
+                 todo: str = PRETRAIN_OR_GIVE_APC) -> Path:
+    """The file of a run's APC model, checked to be there: ``explicit`` (a path given on the command line),
+    else the hparams' ``apc_path``, else ``apc_export_path`` (where the run's own pretraining exports it),
+    else its default ``<experiment_root>/apc/apc.pt``.
+
+    A relative hparams path is relative to where the recipe ran: given the ``run`` folder (read from
+    elsewhere), it is looked for in that folder minus its ``output_folder`` first, then in the working
+    directory. One :class:`ConfigurationError` line naming the key, where it was looked for and ``todo``
+    (what to do) when it is missing or a folder.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> ran_in = Path(folder.name).resolve()  # where the recipe ran
+    >>> (ran_in / "results" / "run").mkdir(parents=True); (ran_in / "results" / "apc.pt").touch()
+    >>> hparams = {"output_folder": "results/run", "apc_path": None, "apc_export_path": "results/apc.pt"}
+    >>> run_apc_file(hparams, run=ran_in / "results" / "run") == ran_in / "results" / "apc.pt"
+    True
+    >>> folder.cleanup()
+    >>> run_apc_file({**hparams, "apc_path": "/no/apc.pt"}, todo="give apc_path")
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: apc_path /no/apc.pt does not exist: give apc_path
+    """
+    if explicit is not None:
+        key, path, where = "--apc", Path(explicit), None  # a command-line path: relative to the working directory
+    else:
+        key = next((k for k in ("apc_path", "apc_export_path") if hparams.get(k)), "apc_export_path")
+        default = Path(str(hparams.get("experiment_root", "."))) / "apc" / "apc.pt"
+        path = Path(str(hparams[key])) if hparams.get(key) else default
+        where = _recipe_folder(hparams, Path(run)) if run is not None and not path.is_absolute() else None
+    candidates = list(dict.fromkeys([where / path, path] if where is not None else [path]))
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is not None:
+        return found
+    folder = next((c for c in candidates if c.is_dir()), None)
+    if folder is not None:
+        what = f"{'' if folder == path else f'({folder}) '}is a folder, not an APC model file"
+    elif path.is_absolute():
+        what = "does not exist"
+    else:
+        here = os.getcwd()
+        what = "does not exist in " + (f"{where} or " if where is not None and where != Path(here) else "") + \
+            f"the working directory {here}"
+    raise ConfigurationError(f"{key} {path} {what}: {todo}")
+
+
+def _recipe_folder(hparams: Mapping, run: Path) -> Optional[Path]:
+    """The folder a recipe ran in: the ``run`` folder minus its relative ``output_folder``; None when
+    ``output_folder`` is absolute, unset or not the end of ``run``."""
+    out = Path(os.path.normpath(str(hparams.get("output_folder") or "")))
+    parts = run.resolve().parts
+    if out.parts and out.parts != (".",) and not out.is_absolute() and parts[-len(out.parts):] == out.parts:
+        return Path(*parts[:-len(out.parts)])
+    return None
+
+
+def load_apc_path(hparams: Mapping) -> APCModel:
+    """The APC model file that the hparams key ``apc_path`` names (:func:`run_apc_file`), loaded; a
+    :class:`ConfigurationError` line when it is missing, a folder or not an APC model."""
+    path = run_apc_file(hparams)
     try:
         return load_apc(path)
     except ValueError as err:
@@ -59,7 +118,7 @@ def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> O
         logger.info("APC not needed: raw filterbank inputs and no surprisal-driven controller")
         return None
     if hparams.get("apc_path"):
-        return load_apc_path(hparams["apc_path"])
+        return load_apc_path(hparams)
     return load_apc(pretrain_apc_on(hparams, {k: manifests[k] for k in ("train", "valid")}, run_opts))
 
 

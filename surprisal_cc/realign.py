@@ -428,7 +428,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     from .cache import FeatureCache
     from .data import Lexicon
     from .datasets import dataio_prep
-    from .frozen_features import obtain_apc
+    from .frozen_features import obtain_apc, run_apc_file
 
     if prepare is None:
         from .data import prepare_mini_librispeech as prepare
@@ -438,8 +438,8 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         raise ConfigurationError(f"split {split!r} is not one of the run's splits {sorted(manifests)}")
     encoder = hparams["encoder_module"]
     needs_apc = runs_apc(hparams["input_features"], encoder)
-    if needs_apc and not hparams.get("apc_path") and not Path(hparams["apc_export_path"]).is_file():
-        raise ConfigurationError(f"the run's APC model {hparams['apc_export_path']} does not exist (set apc_path)")
+    if needs_apc:  # realignment loads the APC the run trained with: it pretrains none
+        run_apc_file(hparams, todo="give apc_path the APC model the run trained with")
     apc = obtain_apc(hparams, manifests, {"device": device})
     if apc is not None:
         brain.modules["apc"] = FrozenAPC(apc).to(brain.device)

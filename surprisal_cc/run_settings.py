@@ -25,7 +25,7 @@ from .calibration import CALIBRATION_METHODS, check_calibration_target
 from .data.lexicon import G2P_CHOICES
 from .errors import ConfigurationError
 from .flops import module_macs, static_flop_rows
-from .frozen_features import load_apc_path
+from .frozen_features import load_apc_path, run_apc_file
 from .hparams_files import (changed_training_settings, configured_paths, expand_hparams, load_hparams_file,
                             load_yaml_tolerant, new_empty_folders_removed, parse_yaml_tolerant, ruamel_errors)
 from .nnet import bias_shift_problem, runs_apc
@@ -344,18 +344,17 @@ def check_apc_path(hparams: Mapping, run_opts: Mapping) -> Optional[APCModel]:
     """Where the run needs APC: ``apc_path`` is a loadable APC model file (loaded here, before any data
     is read, and again by :func:`~surprisal_cc.frozen_features.obtain_apc`: a few MB, not worth a cache
     kept between them; returned); with ``apc_path`` null, a ``--test_only`` run finds the APC its training
-    exported (it never pretrains one)."""
+    exported (it never pretrains one). Which file that is: :func:`~surprisal_cc.frozen_features.run_apc_file`."""
     if "encoder_module" not in hparams or not runs_apc(hparams.get("input_features", "apc"),
                                                        hparams["encoder_module"]):
         return None  # APC pretraining (its own recipe), or a model without APC
     if hparams.get("apc_path"):
-        apc = load_apc_path(hparams["apc_path"])
+        apc = load_apc_path(hparams)
         check_apc_fits(apc, hparams)
         return apc
-    elif run_opts.get("test_only") and not Path(hparams.get("apc_export_path", "")).is_file():
-        raise ConfigurationError(f"--test_only with apc_path null needs the APC the run trained with, and "
-                                 f"{hparams.get('apc_export_path')} does not exist: give --apc_path=FILE (the APC "
-                                 "the run loaded; its results.json names its fingerprint)")
+    elif run_opts.get("test_only"):
+        run_apc_file(hparams, todo="--test_only with apc_path null needs the APC the run trained with; give "
+                                   "--apc_path=FILE (the APC the run loaded; its results.json names its fingerprint)")
     return None
 
 

@@ -197,10 +197,8 @@ class ConditionalEncoder(Encoder):
         self.test_bias_shift = test_bias_shift
         self.execution = execution
         for training, key in ((True, "train_stochastic"), (False, "test_stochastic")):
-            if not getattr(self, key) and self.stage_controller(training).routes_by_chance:
-                raise ValueError(f"{key} False with the {self.stage_controller(training).name!r} controller, which "
-                                 "routes by chance (the same p_big on every frame), would run one network on every "
-                                 f"frame: set {key} True")
+            if not getattr(self, key):
+                self._check_deterministic_routing(training, key)
 
     @classmethod
     def paper(cls, input_size: int, num_outputs: int, controller: Controller, **kwargs) -> "ConditionalEncoder":
@@ -227,13 +225,25 @@ class ConditionalEncoder(Encoder):
         """Bernoulli draws from ``p_big`` at test time (True) or ``p_big > 0.5`` (False). ValueError for
         True where the test-time controller draws nothing (learned, big-only, small-only), and for False
         where it routes by chance (random)."""
-        controller = self.stage_controller(False)
-        if sampled and not controller.draws:
+        if sampled and not self.routing_draws():
             raise ValueError(f"this model's routing draws nothing ({self.routing_kind()})")
-        if not sampled and controller.routes_by_chance:
+        if not sampled:
+            self._check_deterministic_routing(False)
+        self.test_stochastic = bool(sampled)
+
+    def _check_deterministic_routing(self, training: bool, setting: Optional[str] = None) -> None:
+        """ValueError where the controller of the training (True) or test (False) stage routes by chance
+        (random: the same p_big on every frame), so that deterministic routing (``p_big > 0.5``) would run
+        one network on every frame. ``setting`` names the constructor option that asked for it
+        (``train_stochastic``, ``test_stochastic``); None: :meth:`set_test_sampling`."""
+        controller = self.stage_controller(training)
+        if not controller.routes_by_chance:
+            return
+        if setting is None:
             raise ValueError(f"the {controller.name!r} controller routes by chance (the same p_big on every "
                              "frame): deterministic routing would run one network on every frame")
-        self.test_stochastic = bool(sampled)
+        raise ValueError(f"{setting} False with the {controller.name!r} controller, which routes by chance (the same "
+                         f"p_big on every frame), would run one network on every frame: set {setting} True")
 
     def routing_kind(self) -> str:
         return f"{type(self).__name__}, {self.stage_controller(False).name} controller"

@@ -32,7 +32,8 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TextIO, Tuple, Union, runtime_checkable
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, TextIO, Tuple, Union,
+                    runtime_checkable)
 
 import torch
 
@@ -49,7 +50,41 @@ from .nnet import Encoder, EncoderOutput, weights_fingerprint
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["EvaluatedModel", "evaluate_corpus"]
+__all__ = ["DecodedBatch", "EvaluatedModel", "evaluate_corpus"]
+
+
+class DecodedBatch(NamedTuple):
+    """One padded batch through the model and decoded: what
+    :meth:`ConditionalASR.run_batch <surprisal_cc.inference.ConditionalASR.run_batch>` returns (defined here,
+    where :class:`EvaluatedModel` names it; it unpacks as ``out, hyps, fbank, frames, surprisal, seconds``).
+
+    Arguments
+    ---------
+    output : EncoderOutput
+        Log-probabilities (``log_probs``, (B, T, labels)), ``lengths`` and routing statistics.
+    hyps : list of list of int
+        The label ids of each utterance's best hypothesis (beam search).
+    fbank : torch.Tensor
+        (B, T, n_mels) log-mel frames.
+    frames : torch.Tensor
+        (B,) frame count of each utterance.
+    surprisal : torch.Tensor, optional
+        (B, T) APC surprisal; None when the model runs no APC.
+    seconds : float
+        Wall time of the forward pass and the beam search.
+
+    Example
+    -------
+    >>> DecodedBatch._fields
+    ('output', 'hyps', 'fbank', 'frames', 'surprisal', 'seconds')
+    """
+
+    output: EncoderOutput
+    hyps: List[List[int]]
+    fbank: torch.Tensor
+    frames: torch.Tensor
+    surprisal: Optional[torch.Tensor]
+    seconds: float
 
 
 @runtime_checkable
@@ -69,8 +104,7 @@ class EvaluatedModel(LongAudioModel, Protocol):
     device: torch.device
     precision: str
 
-    def run_batch(self, wavs: torch.Tensor, samples: torch.Tensor) -> Tuple[
-            EncoderOutput, List[List[int]], torch.Tensor, torch.Tensor, Optional[torch.Tensor], float]: ...
+    def run_batch(self, wavs: torch.Tensor, samples: torch.Tensor) -> DecodedBatch: ...
 
     def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8,
                           long_chunk_s: Optional[float] = None) -> Dict[str, Any]: ...
@@ -301,13 +335,14 @@ def _decode_batch(asr: EvaluatedModel, chunk: List[Item], tally: _Tally, graphs:
     signals = [read_audio(wav, asr.feature_config.sample_rate) for _, wav, _ in chunk]
     samples = torch.tensor([s.numel() for s in signals])
     wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
-    out, hyps, _, frames, surprisal, elapsed = asr.run_batch(wavs, samples)
-    tally.seconds += elapsed
+    batch = asr.run_batch(wavs, samples)
+    out = batch.output
+    tally.seconds += batch.seconds
     tally.audio_s += float(samples.sum()) / asr.feature_config.sample_rate
-    rows = _add_edits(tally, chunk, [asr.phones_of(h) for h in hyps], graphs)
+    rows = _add_edits(tally, chunk, [asr.phones_of(h) for h in batch.hyps], graphs)
     if per_utterance is not None:
-        for b, (row, n) in enumerate(zip(rows, frames.tolist())):
-            per_frame = asr.frame_results(out, b, n, surprisal)
+        for b, (row, n) in enumerate(zip(rows, batch.frames.tolist())):
+            per_frame = asr.frame_results(out, b, n, batch.surprisal)
             comps = asr.flops_components(asr.frame_macs(out, b, slice(0, n)), n)
             per_utterance(_utterance_report(row, n, comps, per_frame))
     count_batch(tally.meter, tally.routing, out, asr.apc_macs if asr.uses_apc else None)

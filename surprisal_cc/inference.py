@@ -37,12 +37,14 @@ from .calibration import budget_big_fraction, solve_budget
 from .data.audio import batch_waveforms, check_audio
 from .data.errors import BadAudioError, DataPreparationError
 from .decoding import CTCBeamSearch
+from .evaluation import DecodedBatch, evaluate_corpus
 from .forward import run_model
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import (Encoder, EncoderOutput, bias_shift_problem, input_size_for, lengths_to_mask, routes_by_chance,
                    runs_apc, seeded_draws)
 from .flops import module_macs
 from .errors import ConfigurationError
+from .long_audio import ForwardResult
 from .model_folder import (FORMAT_VERSION, ModelFormatError, check_weights_dtype, default_model_dir, load_model_folder,
                            model_config, write_model_folder)
 from .precision import INFERENCE_PRECISIONS, native_bf16
@@ -52,8 +54,8 @@ PathLike = Union[str, os.PathLike]
 
 ROUTINGS = ("deterministic", "sampled")
 
-__all__ = ["ConditionalASR", "Transcription", "ModelFormatError", "BadAudioError", "default_model_dir",
-           "FORMAT_VERSION", "ROUTINGS"]
+__all__ = ["ConditionalASR", "Transcription", "ForwardResult", "DecodedBatch", "ModelFormatError", "BadAudioError",
+           "default_model_dir", "FORMAT_VERSION", "ROUTINGS"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -226,8 +228,8 @@ class ConditionalASR:
 
     Unlike SpeechBrain's ``Pretrained``, it is not a ``torch.nn.Module``: its networks are
     ``encoder`` and ``apc`` (always in eval mode), :meth:`to` moves them, and :meth:`forward` returns
-    the encoder output with the filterbanks, frame counts and surprisal (:meth:`encode_batch`:
-    the log-probabilities alone).
+    the encoder output with the filterbanks, frame counts and surprisal, a :class:`ForwardResult`
+    (:meth:`encode_batch`: the log-probabilities alone).
 
     Arguments
     ---------
@@ -607,9 +609,8 @@ class ConditionalASR:
         return contextlib.nullcontext()
 
     @torch.no_grad()
-    def forward(self, wavs: Tensor, wav_lens: Optional[Tensor] = None
-                ) -> Tuple[EncoderOutput, Tensor, Tensor, Optional[Tensor]]:
-        """(encoder output, fbank, frame counts, surprisal) of one padded batch, without decoding, on
+    def forward(self, wavs: Tensor, wav_lens: Optional[Tensor] = None) -> ForwardResult:
+        """The encoder output, fbank, frame counts and surprisal of one padded batch, without decoding, on
         this model's threads, sampled routing seeded with its seed as :meth:`encode_batch` does
         (:meth:`forward_pass` without either, for callers that seed once for many batches).
 
@@ -626,28 +627,25 @@ class ConditionalASR:
 
         Returns
         -------
-        output : EncoderOutput
-            Log-probabilities (``log_probs``, (B, T, labels)), ``lengths`` and routing statistics.
-        fbank : torch.Tensor
-            (B, T, n_mels) log-mel frames.
-        frames : torch.Tensor
-            (B,) frame count of each utterance.
-        surprisal : torch.Tensor or None
-            (B, T) APC surprisal when the model uses APC.
+        ForwardResult
+            ``output`` (the :class:`~surprisal_cc.nnet.EncoderOutput`: log-probabilities ``log_probs``,
+            (B, T, labels), ``lengths`` and routing statistics), ``fbank`` ((B, T, n_mels) log-mel
+            frames), ``frames`` ((B,) frame count of each utterance) and ``surprisal`` ((B, T) APC
+            surprisal, None when the model runs no APC); it also unpacks as
+            ``out, fbank, frames, surprisal``.
 
         Example
         -------
         >>> asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
-        >>> out, fbank, frames, surprisal = asr.forward(torch.rand(2, 8000) - 0.5, torch.tensor([1.0, 0.5]))
-        >>> tuple(out.log_probs.shape), tuple(fbank.shape), frames.tolist(), surprisal
+        >>> result = asr.forward(torch.rand(2, 8000) - 0.5, torch.tensor([1.0, 0.5]))
+        >>> tuple(result.output.log_probs.shape), tuple(result.fbank.shape), result.frames.tolist(), result.surprisal
         ((2, 24, 4), (2, 24, 80), [24, 12], None)
         """
         with self.seeded_routing(), decoding_threads(self.threads):
             return self.forward_pass(wavs, wav_lens)
 
     @torch.no_grad()
-    def forward_pass(self, wavs: Tensor, wav_lens: Optional[Tensor] = None
-                     ) -> Tuple[EncoderOutput, Tensor, Tensor, Optional[Tensor]]:
+    def forward_pass(self, wavs: Tensor, wav_lens: Optional[Tensor] = None) -> ForwardResult:
         """:meth:`forward` on the caller's threads and random state: sampled routing draws from the
         global RNG as it is (the caller seeds it, e.g. once per corpus with :meth:`seeded_routing`)."""
         wavs, samples = self.batch_inputs(wavs, wav_lens)
@@ -655,7 +653,7 @@ class ConditionalASR:
         with self._autocast():
             step = run_model(self.encoder, fbank, frames, apc=self.apc, use_apc_features=self.use_apc_features)
         surprisal = step.surprisal.float() if step.surprisal is not None else None
-        return step.output, fbank, frames, surprisal
+        return ForwardResult(output=step.output, fbank=fbank, frames=frames, surprisal=surprisal)
 
     def filterbanks(self, wavs: Tensor, samples: Tensor) -> Tuple[Tensor, Tensor]:
         """(fbank, frame counts) of a padded batch (``samples``: (B,) sample counts) on this model's
@@ -683,18 +681,26 @@ class ConditionalASR:
         """Seconds between the model's frames (the filterbank's shift times its frame skip)."""
         return self.feature_config.frame_shift_ms * self.feature_config.frame_skip / 1000.0
 
-    def run_batch(self, wavs: Tensor, samples: Tensor) -> Tuple[EncoderOutput, List[List[int]], Tensor, Tensor,
-                                                                 Optional[Tensor], float]:
-        """(encoder output, label ids, fbank, frame counts, surprisal, seconds) of one padded batch
-        (``samples``: (B,) sample counts), decoded on this model's threads; ``seconds`` is the wall
-        time of the forward pass and the beam search."""
+    def run_batch(self, wavs: Tensor, samples: Tensor) -> DecodedBatch:
+        """One padded batch (``samples``: (B,) sample counts) through the model and the beam search, on
+        this model's threads: its :class:`ForwardResult` fields with each utterance's label ids
+        (``hyps``) and the wall time of both (``seconds``), a :class:`DecodedBatch`.
+
+        Example
+        -------
+        >>> asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
+        >>> batch = asr.run_batch(torch.rand(2, 8000) - 0.5, torch.tensor([8000, 4000]))
+        >>> batch.frames.tolist(), len(batch.hyps), batch.seconds > 0
+        ([24, 12], 2, True)
+        """
         with decoding_threads(self.threads):
             start = time.perf_counter()
-            out, fbank, frames, surprisal = self.forward_pass(wavs, samples)
-            hyps = self.beam_search(out.log_probs.float(), out.lengths)
+            forward = self.forward_pass(wavs, samples)
+            hyps = self.beam_search(forward.output.log_probs.float(), forward.output.lengths)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            return out, hyps, fbank, frames, surprisal, time.perf_counter() - start
+            return DecodedBatch(output=forward.output, hyps=hyps, fbank=forward.fbank, frames=forward.frames,
+                                surprisal=forward.surprisal, seconds=time.perf_counter() - start)
 
     def phones_of(self, ids: Sequence[int]) -> List[str]:
         """Label names of label ids."""
@@ -770,17 +776,18 @@ class ConditionalASR:
         wavs, samples = self.batch_inputs(wavs, wav_lens, num_samples, sample_rate)
         rate = self.feature_config.sample_rate
         with self.seeded_routing():
-            out, hyps, fbank, frames, surprisal, seconds = self.run_batch(wavs, samples)
-        rtf = seconds / max(float(samples.sum()) / rate, 1e-9)
+            batch = self.run_batch(wavs, samples)
+        out, hyps = batch.output, batch.hyps
+        rtf = batch.seconds / max(float(samples.sum()) / rate, 1e-9)
         log_probs = out.log_probs.float().cpu()
         results = []
-        for b, n in enumerate(frames.tolist()):
-            per_frame = self.frame_results(out, b, n, surprisal)
+        for b, n in enumerate(batch.frames.tolist()):
+            per_frame = self.frame_results(out, b, n, batch.surprisal)
             comps = self.flops_components(self.frame_macs(out, b, slice(0, n)), n)
             segments = self.segments(log_probs[b, :n], hyps[b]) if timestamps else None
             results.append(Transcription(
                 phones=self.phones_of(hyps[b]), num_frames=n, duration_s=int(samples[b]) / rate,
-                flops_per_frame=sum(comps.values()), flops_components=comps, rtf=rtf, fbank=fbank[b, :n].cpu(),
+                flops_per_frame=sum(comps.values()), flops_components=comps, rtf=rtf, fbank=batch.fbank[b, :n].cpu(),
                 segments=segments, frame_shift_s=self.frame_shift_s, routing=self.routing, seed=self.seed,
                 **per_frame))
         return results
@@ -818,8 +825,8 @@ class ConditionalASR:
         ((2, 24, 4), True)
         """
         wavs, samples = self.batch_inputs(wavs, wav_lens, num_samples, sample_rate)
-        out, _, _, _ = self.forward(wavs, samples)  # seeded, on the model's threads, without gradients
-        return out.log_probs.float()
+        # seeded, on the model's threads, without gradients
+        return self.forward(wavs, samples).output.log_probs.float()
 
     def segments(self, log_probs: Tensor, ids: Sequence[int], offset_frames: int = 0) -> List[Tuple[str, float, float]]:
         """``(phone, start_s, end_s)`` of the phones ``ids`` decoded from ``log_probs`` ((T, V) of one
@@ -932,9 +939,8 @@ class ConditionalASR:
                  long_chunk_s: Optional[float] = None) -> Dict[str, Any]:
         """Corpus-level PER, S/D/I, FLOPs per frame, p_big and RTF of this model on a labelled corpus
         (a LibriSpeech-format folder of one subset, a TIMIT folder, a Kaldi data folder or a manifest CSV):
-        :func:`surprisal_cc.evaluation.evaluate_corpus`, which documents the arguments and the result."""
-        from .evaluation import evaluate_corpus
-
+        :func:`surprisal_cc.evaluation.evaluate_corpus`, which documents the arguments and the result
+        (the two signatures are kept the same by ``tests/test_inference.py``)."""
         return evaluate_corpus(self, data, mfa_labels=mfa_labels, skip_bad=skip_bad, batch_size=batch_size, seed=seed,
                                g2p=g2p, timit_split=timit_split, progress=progress,
                                any_pronunciation=any_pronunciation, flops_fraction=flops_fraction,

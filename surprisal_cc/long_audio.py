@@ -43,8 +43,8 @@ import os
 import time
 import contextlib
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Sequence,
-                    Tuple, Union, runtime_checkable)
+from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, NamedTuple, Optional, Protocol,
+                    Sequence, Tuple, Union, runtime_checkable)
 
 # annotations only: importing this module loads neither torch nor feature or decoding code (the command
 # line's help reads its constants)
@@ -62,8 +62,36 @@ PROGRESS_AFTER_S = 60.0  # files longer than this report progress
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "LongAudioModel", "part_seconds", "is_long", "decode_long",
-           "long_surprisal"]
+__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "ForwardResult", "LongAudioModel", "part_seconds", "is_long",
+           "decode_long", "long_surprisal"]
+
+
+class ForwardResult(NamedTuple):
+    """One padded batch through the model, not decoded: what
+    :meth:`ConditionalASR.forward <surprisal_cc.inference.ConditionalASR.forward>` and ``forward_pass`` return
+    (defined here, where :class:`LongAudioModel` names it; it unpacks as ``out, fbank, frames, surprisal``).
+
+    Arguments
+    ---------
+    output : EncoderOutput
+        Log-probabilities (``log_probs``, (B, T, labels)), ``lengths`` and routing statistics.
+    fbank : torch.Tensor
+        (B, T, n_mels) log-mel frames.
+    frames : torch.Tensor
+        (B,) frame count of each utterance.
+    surprisal : torch.Tensor, optional
+        (B, T) APC surprisal; None when the model runs no APC.
+
+    Example
+    -------
+    >>> ForwardResult._fields
+    ('output', 'fbank', 'frames', 'surprisal')
+    """
+
+    output: EncoderOutput
+    fbank: torch.Tensor
+    frames: torch.Tensor
+    surprisal: Optional[torch.Tensor]
 
 
 @runtime_checkable
@@ -83,8 +111,7 @@ class LongAudioModel(Protocol):
 
     def seeded_routing(self, seed: Optional[int] = None) -> ContextManager[None]: ...
 
-    def forward_pass(self, wavs: torch.Tensor, wav_lens: Optional[torch.Tensor] = None
-                     ) -> Tuple[EncoderOutput, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+    def forward_pass(self, wavs: torch.Tensor, wav_lens: Optional[torch.Tensor] = None) -> ForwardResult: ...
 
     def filterbanks(self, wavs: torch.Tensor, samples: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]: ...
 
@@ -225,13 +252,10 @@ def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, c
 
 @dataclass
 class _Part:
-    """One decoded part: the forward pass's outputs, its log posteriors, the kept frames ``keep``
+    """One decoded part: the forward pass, its log posteriors, the kept frames ``keep``
     (``[start, stop)`` relative to the audio read), their phone ids and the seconds it took."""
 
-    out: Any
-    fbank: torch.Tensor
-    frames: torch.Tensor
-    surprisal: Any
+    forward: ForwardResult
     log_probs: torch.Tensor
     keep: slice
     ids: List[int]
@@ -254,15 +278,15 @@ def _decode_part(asr: LongAudioModel, reader: _Reader, cfg, start: int, total_fr
     wav = reader.read_frames(cfg, first, min(total_frames, stop + context))
     began = time.perf_counter()
     with decoding_threads(asr.threads):
-        out, fbank, frames, surprisal = asr.forward_pass(wav[None], torch.tensor([wav.numel()]))
-        log_probs = out.log_probs[0].float().cpu()
+        forward = asr.forward_pass(wav[None], torch.tensor([wav.numel()]))
+        log_probs = forward.output.log_probs[0].float().cpu()
         if not last:  # join at the frame of the last seconds surest of a blank
             lo = stop - window - first
             stop = first + lo + 1 + int(torch.argmax(log_probs[lo + 1:stop - first + 1, blank]))
         keep = slice(start - first, stop - first)
         ids = asr.beam_search(log_probs[keep][None], torch.tensor([stop - start]))[0]
     seconds = time.perf_counter() - began
-    return _Part(out, fbank, frames, surprisal, log_probs, keep, ids, stop, seconds)
+    return _Part(forward, log_probs, keep, ids, stop, seconds)
 
 
 @dataclass
@@ -283,15 +307,15 @@ class _Accumulator:
         self.seconds += part.seconds
         self.segments += asr.segments(part.log_probs[keep], part.ids, offset_frames=start)
         self.phones += part.ids
-        n = int(part.frames[0])
-        per_frame = asr.frame_results(part.out, 0, n, part.surprisal)
-        for name, total in asr.frame_macs(part.out, 0, keep).items():  # the kept frames' only
+        forward = part.forward
+        per_frame = asr.frame_results(forward.output, 0, int(forward.frames[0]), forward.surprisal)
+        for name, total in asr.frame_macs(forward.output, 0, keep).items():  # the kept frames' only
             self.macs[name] = self.macs.get(name, 0.0) + total
         for name in ("surprisal", "p_big", "use_big", "steps"):
             if per_frame[name] is not None:
                 self.pieces[name].append(per_frame[name][keep])
         if keep_fbank:
-            self.pieces["fbank"].append(part.fbank[0, keep].cpu())
+            self.pieces["fbank"].append(forward.fbank[0, keep].cpu())
 
 
 def _part_frames(asr: LongAudioModel, chunk_s: float, context_s: float) -> Tuple[int, int]:

@@ -591,6 +591,27 @@ def test_constructor_validation():
         ConditionalEncoder(FrameNet([D, D]), FrameNet([D, 3]), SurprisalController())
 
 
+def test_deterministic_routing_by_chance_is_refused_with_one_rule_in_both_places():
+    """The constructor and ``set_test_sampling`` refuse deterministic routing of a controller that routes by
+    chance with the same rule, each naming what asked for it."""
+    chance = "routes by chance (the same p_big on every frame)"
+    for key in ("train_stochastic", "test_stochastic"):
+        with pytest.raises(ValueError) as refused:
+            small_encoder(controller=ConstantController(0.5), **{key: False})
+        assert str(refused.value) == (f"{key} False with the 'random' controller, which {chance}, would run one "
+                                      f"network on every frame: set {key} True")
+    enc = small_encoder(controller=ConstantController(0.5)).eval()
+    with pytest.raises(ValueError) as refused:
+        enc.set_test_sampling(False)
+    assert str(refused.value) == (f"the 'random' controller {chance}: deterministic routing would run one network "
+                                  "on every frame")
+    assert enc.test_stochastic is True  # a refused call changes nothing
+    at_test = small_encoder(controller_at_test=False)  # random only at test: training may be deterministic
+    small_encoder(controller_at_test=False, train_stochastic=False)
+    with pytest.raises(ValueError, match="'random' controller routes by chance"):
+        at_test.set_test_sampling(False)
+
+
 # ----------------------------------------------------------------------------------------------
 # The paper's architecture (the model files and build_encoder: tests/test_architectures.py)
 # ----------------------------------------------------------------------------------------------

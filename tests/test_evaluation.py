@@ -151,3 +151,6 @@ def test_the_model_protocols_name_members_of_conditional_asr(big_only):
     for name in methods:
         assert list(inspect.signature(getattr(EvaluatedModel, name)).parameters) == \
             list(inspect.signature(getattr(ConditionalASR, name)).parameters), name
+    for name, result in (("forward_pass", "ForwardResult"), ("run_batch", "DecodedBatch")):  # the same named tuples
+        assert inspect.signature(getattr(EvaluatedModel, name)).return_annotation == result, name
+        assert inspect.signature(getattr(ConditionalASR, name)).return_annotation == result, name

@@ -284,8 +284,7 @@ def test_transcribe_batch_speechbrain_lengths_sample_rate_and_int16(untrained):
     absolute = untrained.transcribe_batch(wavs, num_samples=torch.tensor([16000, 8000]))
     assert [r.num_frames for r in relative] == [r.num_frames for r in absolute] == [49, 24]
     assert [r.phones for r in relative] == [r.phones for r in absolute]
-    out, _, frames, _ = untrained.forward(wavs, torch.tensor([1.0, 0.5]))  # relative lengths reach forward too
-    assert frames.tolist() == [49, 24]
+    assert untrained.forward(wavs, torch.tensor([1.0, 0.5])).frames.tolist() == [49, 24]  # relative lengths too
     with pytest.raises(ValueError, match=r"relative wav_lens must lie in \(0, 1\]"):
         untrained.transcribe_batch(wavs, torch.tensor([1.0, 1.5]))
     with pytest.raises(ValueError, match="int16-scaled"):
@@ -337,8 +336,8 @@ def test_batch_inputs_a_user_may_give(untrained):
     with pytest.raises(ValueError, match="magnitude is 3: scale it into"):
         untrained.transcribe_batch(torch.tensor([0.0, 3.0] * 800))
     # forward takes what transcribe_batch takes
-    torch.testing.assert_close(untrained.forward(int16)[0].log_probs, untrained.forward(wavs[0].numpy())[0].log_probs,
-                               atol=1e-3, rtol=0)
+    torch.testing.assert_close(untrained.forward(int16).output.log_probs,
+                               untrained.forward(wavs[0].numpy()).output.log_probs, atol=1e-3, rtol=0)
 
 
 def test_transcribe_batch_resamples_a_rate_sharing_no_factor_with_16k_in_bounded_memory(untrained, monkeypatch):
@@ -378,9 +377,10 @@ def test_encode_batch_gives_the_log_probabilities_that_transcribe_batch_decodes(
 
     log_probs = untrained.encode_batch(wavs, torch.tensor([1.0, 0.5]))
     with decoding_threads(untrained.threads):  # the same threads: one code path, one batch, the same sums
-        out, _, frames, _ = untrained.forward(wavs, torch.tensor([1.0, 0.5]))
+        result = untrained.forward(wavs, torch.tensor([1.0, 0.5]))
+    frames = result.frames
     assert log_probs.shape == (2, 49, len(untrained.labels)) and frames.tolist() == [49, 24]
-    torch.testing.assert_close(log_probs, out.log_probs.float(), rtol=0, atol=0)
+    torch.testing.assert_close(log_probs, result.output.log_probs.float(), rtol=0, atol=0)
     hyps = untrained.beam_search(log_probs, frames)
     results = untrained.transcribe_batch(wavs, torch.tensor([1.0, 0.5]), timestamps=False)
     assert [untrained.phones_of(h) for h in hyps] == [r.phones for r in results]
@@ -677,11 +677,58 @@ def test_forward_is_seeded_like_encode_batch_and_forward_pass_is_not():
     wavs = 0.1 * torch.randn(2, 16000, generator=torch.Generator().manual_seed(1))
     torch.manual_seed(0)
     state = torch.random.get_rng_state()
-    first, second = (asr.forward(wavs)[0].stats["use_big"] for _ in range(2))
+    first, second = (asr.forward(wavs).output.stats["use_big"] for _ in range(2))
     assert torch.equal(first, second) and torch.equal(torch.random.get_rng_state(), state)
-    assert torch.equal(asr.encode_batch(wavs), asr.forward(wavs)[0].log_probs.float())
-    drawn = [asr.forward_pass(wavs)[0].stats["use_big"] for _ in range(2)]
+    assert torch.equal(asr.encode_batch(wavs), asr.forward(wavs).output.log_probs.float())
+    drawn = [asr.forward_pass(wavs).output.stats["use_big"] for _ in range(2)]
     assert not torch.equal(drawn[0], drawn[1])  # 2 x 49 frames drawn at p = 0.5 twice: never the same
+
+
+def test_forward_and_run_batch_results_read_by_name_and_unpack_as_before():
+    """``forward``/``forward_pass`` return a ``ForwardResult`` and ``run_batch`` a ``DecodedBatch``: fields by
+    name, and the tuples they were before (``out, fbank, frames, surprisal``; ``out, hyps, fbank, frames,
+    surprisal, seconds``)."""
+    from surprisal_cc.inference import DecodedBatch, ForwardResult
+
+    asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal")
+    wavs = 0.1 * torch.randn(2, 16000, generator=torch.Generator().manual_seed(1))
+    samples = torch.tensor([16000, 8000])
+    result = asr.forward(wavs, samples)
+    assert isinstance(result, ForwardResult) and isinstance(asr.forward_pass(wavs, samples), ForwardResult)
+    out, fbank, frames, surprisal = result
+    assert out is result.output and fbank is result.fbank and frames is result.frames and surprisal is result.surprisal
+    assert frames.tolist() == [49, 24] and surprisal.shape == (2, 49) and fbank.shape == (2, 49, 80)
+    with asr.seeded_routing():
+        batch = asr.run_batch(wavs, samples)
+    assert isinstance(batch, DecodedBatch) and batch.frames.tolist() == [49, 24] and batch.seconds > 0
+    out, hyps, fbank, frames, surprisal, seconds = batch
+    assert (hyps, seconds) == (batch.hyps, batch.seconds) and len(hyps) == 2 and out is batch.output
+
+
+def test_evaluate_takes_the_arguments_of_evaluate_corpus_and_passes_each_on(monkeypatch):
+    """``ConditionalASR.evaluate`` spells out the parameters of ``evaluation.evaluate_corpus`` (for readers and
+    IDEs): the same names, order, kinds, defaults and annotations but the model, each passed on as given."""
+    import inspect
+    import itertools
+
+    from surprisal_cc import evaluation, inference
+
+    method, function = inspect.signature(ConditionalASR.evaluate), inspect.signature(evaluation.evaluate_corpus)
+    ours, theirs = list(method.parameters.values())[1:], list(function.parameters.values())[1:]  # self, asr
+    differences = [f"evaluate has {a}, evaluate_corpus has {b}"
+                   for a, b in itertools.zip_longest(ours, theirs, fillvalue="nothing") if a != b]
+    if method.return_annotation != function.return_annotation:
+        differences.append(f"evaluate returns {method.return_annotation}, "
+                           f"evaluate_corpus returns {function.return_annotation}")
+    assert not differences, ("ConditionalASR.evaluate and evaluation.evaluate_corpus must take the same "
+                             "parameters; change both:\n  " + "\n  ".join(differences))
+    calls = []
+    monkeypatch.setattr(inference, "evaluate_corpus", lambda *args, **kwargs: calls.append(
+        function.bind(*args, **kwargs).arguments) or {})
+    asr = ConditionalASR.untrained(["AH", "sil"], controller="big_only")
+    given = {parameter.name: object() for parameter in ours}
+    assert asr.evaluate(**given) == {}
+    assert calls == [{"asr": asr, **given}]
 
 
 def test_a_saved_model_decodes_with_its_beam_size_and_blank_penalty(tmp_path):

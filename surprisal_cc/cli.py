@@ -438,7 +438,7 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     fmt = _transcribe_format(args)
     asr = _load_model(args)
     _check_plot(args, asr)
-    items, skipped, infos = _gather_audio(args.audio, stdin_audio, args.skip_bad)
+    items, skipped, infos = _gather_audio(args.audio, stdin_audio, args.skip_bad, asr.feature_config)
     warn_converted({_as_given(key, stdin_audio): info for key, info in infos.items()},
                    asr.feature_config.sample_rate, stacklevel=3)
     usable = [(path, utt) for path, utt in items if str(path) in infos]
@@ -497,11 +497,12 @@ def _check_plot(args, asr) -> None:
         make_output_folder("--plot", Path(args.plot) / "plot.png" if plot_is_folder(args.plot) else args.plot)
 
 
-def _gather_audio(given: Sequence[str], stdin_audio: Optional[Path], skip_bad: bool):
+def _gather_audio(given: Sequence[str], stdin_audio: Optional[Path], skip_bad: bool, features=None):
     """The audio files of ``transcribe``'s inputs (``-``: ``stdin_audio``), each checked before any
     decoding: ``(items, skipped, infos)``, with ``items`` every ``(path, utterance or None)`` found,
     ``skipped`` a :func:`_skipped_record` per unusable input (each warned about) and ``infos`` the
-    :class:`AudioInfo` of each usable file by its path. Unusable inputs without ``skip_bad`` are an error."""
+    :class:`AudioInfo` of each usable file by its path. Unusable inputs without ``skip_bad`` are an error;
+    audio too short for one frame of the model's ``features`` (its FeatureConfig; None: 25 ms) is unusable."""
     from .data.audio import AudioInfo, check_audio_each, refuse_bad_audio
 
     skipped: List[Dict[str, str]] = []  # every unusable input, found before any decoding
@@ -514,7 +515,8 @@ def _gather_audio(given: Sequence[str], stdin_audio: Optional[Path], skip_bad: b
         warnings.warn(f"no audio files in {', '.join(empty)}")
     total = len(items) + len(skipped)
     infos: Dict[str, AudioInfo] = {}
-    for (path, utt), (_, info, problem) in zip(items, check_audio_each([path for path, _ in items])):
+    least = {} if features is None else dict(min_samples=features.min_samples, target_sr=features.sample_rate)
+    for (path, utt), (_, info, problem) in zip(items, check_audio_each([path for path, _ in items], **least)):
         if info is not None:
             infos[str(path)] = info
         elif stdin_audio is not None and path == stdin_audio:  # named as the user gave it

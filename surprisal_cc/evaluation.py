@@ -40,7 +40,8 @@ import torch
 from .apc import FrozenAPC
 from .arguments import check_batch_size, check_routing_seed, check_writable
 from .corpora import Item, check_pronunciation_words, corpus_items, pronunciation_references, training_g2p
-from .data.audio import MAX_LISTED, check_audio_many, read_audio, refuse_bad_audio, warn_converted
+from .data.audio import (MAX_LISTED, TARGET_SAMPLE_RATE, check_audio_many, read_audio, refuse_bad_audio,
+                         warn_converted)
 from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
 from .errors import ConfigurationError
 from .flops import MacMeter, RoutingStats, count_batch
@@ -203,7 +204,8 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     items, label_source, words, label_problems = _labelled_items(asr, data, mfa_labels, g2p, timit_split, skip_bad)
     if any_pronunciation:  # before any audio is read
         check_pronunciation_words(data, items, words)
-    items, infos, problems = _usable_audio(data, items, skip_bad, label_problems, mfa_labels is not None)
+    items, infos, problems = _usable_audio(data, items, skip_bad, label_problems, mfa_labels is not None,
+                                           asr.feature_config.min_samples, asr.feature_config.sample_rate)
     graphs = pronunciation_references(data, items, words, mfa_labels, training_g2p(asr.config, g2p)) \
         if any_pronunciation else None
     warn_converted(infos, asr.feature_config.sample_rate, stacklevel=3)  # called here: its warning names our caller
@@ -250,11 +252,13 @@ def _labelled_items(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
 
 
 def _usable_audio(data: PathLike, items: List[Item], skip_bad: bool, label_problems: Sequence[str] = (),
-                  mfa_labels: bool = False) -> Tuple[List[Item], Dict[str, Any], List[str]]:
+                  mfa_labels: bool = False, min_samples: Optional[int] = None,
+                  sample_rate: int = TARGET_SAMPLE_RATE) -> Tuple[List[Item], Dict[str, Any], List[str]]:
     """The items whose audio is usable, its audio infos and the unusable files (``skip_bad``: with a
     warning; otherwise :class:`BadAudioError` listing them after ``label_problems``, the utterances
-    already left out for want of labels, so that every problem is named at once)."""
-    infos, problems = check_audio_many([wav for _, wav, _ in items])
+    already left out for want of labels, so that every problem is named at once). Audio of fewer than
+    ``min_samples`` at ``sample_rate`` (the model's one frame, ``FeatureConfig.min_samples``) is unusable."""
+    infos, problems = check_audio_many([wav for _, wav, _ in items], min_samples=min_samples, target_sr=sample_rate)
     total, bad = len(items) + len(label_problems), len(problems) + len(label_problems)
     what = "usable labels or audio" if problems and label_problems else "usable audio" if problems else "usable labels"
     mfa_hint = "; or leave out --mfa-labels to use lexicon labels" if mfa_labels and label_problems else ""
@@ -332,7 +336,7 @@ def _plan(items: List[Item], batch_size: int, in_parts: Callable[[Any], bool]) -
 def _decode_batch(asr: EvaluatedModel, chunk: List[Item], tally: _Tally, graphs: Optional[Dict[str, Any]],
                   per_utterance: Optional[Callable[[Dict[str, Any]], None]]) -> None:
     """Decode one batch of items, add its edits, MACs, routing and time to ``tally`` and report its utterances."""
-    signals = [read_audio(wav, asr.feature_config.sample_rate) for _, wav, _ in chunk]
+    signals = [read_audio(wav, asr.feature_config.sample_rate, asr.feature_config.min_samples) for _, wav, _ in chunk]
     samples = torch.tensor([s.numel() for s in signals])
     wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
     batch = asr.run_batch(wavs, samples)

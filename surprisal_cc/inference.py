@@ -491,7 +491,9 @@ class ConditionalASR:
         check_batch_size(batch_size)
         self.budget_big_fraction(fraction)  # a budget this model cannot meet fails before any audio is read
         hint = "the bias shift of a FLOPs budget is solved on usable audio"
-        refuse_bad_audio(check_audio_many(audio)[1], len(audio), False, hint, hint)
+        features = self.feature_config  # audio too short for one of this model's frames is unusable
+        problems = check_audio_many(audio, min_samples=features.min_samples, target_sr=features.sample_rate)[1]
+        refuse_bad_audio(problems, len(audio), False, hint, hint)
         solution = solve_budget(self.encoder, self.apc_macs, float(fraction),
                                 self.frame_surprisal(audio, batch_size, long_chunk_s))
         self.set_bias_shift(solution["bias_shift"])
@@ -512,7 +514,8 @@ class ConditionalASR:
         long = [is_long(path, chunk_s) for path in paths]  # headers only
         short = [path for path, in_parts in zip(paths, long) if not in_parts]
         for start in range(0, len(short), batch_size):
-            signals = [read_audio(path, self.feature_config.sample_rate) for path in short[start:start + batch_size]]
+            signals = [read_audio(path, self.feature_config.sample_rate, self.feature_config.min_samples)
+                       for path in short[start:start + batch_size]]
             samples = torch.tensor([signal.numel() for signal in signals])
             fbank, lengths = self.filterbanks(torch.nn.utils.rnn.pad_sequence(signals, batch_first=True), samples)
             surprisal = self.apc_surprisal(fbank, lengths)
@@ -805,7 +808,8 @@ class ConditionalASR:
         >>> tuple(wavs.shape), samples.tolist()
         ((2, 800), [800, 400])
         """
-        return batch_waveforms(wavs, wav_lens, num_samples, sample_rate, self.feature_config.sample_rate, stacklevel=4)
+        return batch_waveforms(wavs, wav_lens, num_samples, sample_rate, self.feature_config.sample_rate, stacklevel=4,
+                               min_samples=self.feature_config.min_samples)
 
     def encode_batch(self, wavs: Tensor, wav_lens: Optional[Tensor] = None, *,
                      num_samples: Optional[Tensor] = None, sample_rate: Optional[int] = None) -> Tensor:
@@ -860,7 +864,7 @@ class ConditionalASR:
         Raises
         ------
         BadAudioError
-            When the file cannot be decoded.
+            When the file cannot be decoded or is too short for one of the model's frames.
 
         Example
         -------
@@ -879,8 +883,15 @@ class ConditionalASR:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"transcribe_file takes the path of an audio file, got a {type(path).__name__}; "
                             "transcribe waveforms with transcribe_batch")
-        check_audio(path, self.feature_config.sample_rate, stacklevel=3)  # the warning names our caller
+        self._check_audio(path)
         return self.transcribe_checked_file(path, long_chunk_s=long_chunk_s, progress=progress)
+
+    def _check_audio(self, path: PathLike) -> None:
+        """:func:`~surprisal_cc.data.audio.check_audio` of ``path`` for this model: a file too short for one
+        of its frames is a :class:`BadAudioError` naming it; the conversion warning names the caller of
+        the public method that called this one."""
+        features = self.feature_config
+        check_audio(path, features.sample_rate, stacklevel=4, min_samples=features.min_samples)
 
     def load_audio(self, path: PathLike) -> Tensor:
         """SpeechBrain's ``load_audio``: the (S,) float32 mono waveform of the file ``path`` at the model's
@@ -890,7 +901,7 @@ class ConditionalASR:
         Raises
         ------
         BadAudioError
-            When the file cannot be decoded.
+            When the file cannot be decoded or is too short for one of the model's frames.
 
         Example
         -------
@@ -909,8 +920,8 @@ class ConditionalASR:
         """
         from .data.audio import read_audio
 
-        check_audio(path, self.feature_config.sample_rate, stacklevel=3)  # the warning names our caller
-        return read_audio(path, self.feature_config.sample_rate)
+        self._check_audio(path)
+        return read_audio(path, self.feature_config.sample_rate, self.feature_config.min_samples)
 
     def transcribe_checked_file(self, path: PathLike, long_chunk_s: Optional[float] = None, progress=None,
                                 keep_fbank: bool = True) -> Transcription:
@@ -923,7 +934,8 @@ class ConditionalASR:
         chunk_s = part_seconds(long_chunk_s)
         if is_long(path, chunk_s):
             return Transcription(**decode_long(self, path, chunk_s=chunk_s, progress=progress, keep_fbank=keep_fbank))
-        result = self.transcribe_batch(read_audio(path, self.feature_config.sample_rate)[None])[0]
+        result = self.transcribe_batch(read_audio(path, self.feature_config.sample_rate,
+                                                  self.feature_config.min_samples)[None])[0]
         result.path = str(path)
         if not keep_fbank:
             result.fbank = None

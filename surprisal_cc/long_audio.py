@@ -3,7 +3,7 @@
 A long file is read part by part, each part's samples alone (resampled to the model's rate and
 downmixed as they are read). Each part covers about ``chunk_s`` seconds of frames and is computed with
 ``context_s`` seconds of audio on both sides, which the APC's GRU and the encoder's BiGRUs see but
-whose frames are not kept. Filterbank frames depend only on their own 25 ms window, so a part's
+whose frames are not kept. Filterbank frames depend only on their own window (25 ms by default), so a part's
 frames are the whole file's frames; only the recurrent layers' state at the part's edges differs,
 and the context lets it settle. It settles slowly: on 40 s of dev-clean-2 speech in 10 s parts,
 the phones differed from whole-file decoding in 12 places with 2 s of context, 8 with 4 s and 4
@@ -223,16 +223,19 @@ def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, c
     """
     import torch
 
+    from .data.audio import refuse_short_audio
+
     cfg = asr.feature_config
     rate = cfg.sample_rate
     reader = _Reader(path, rate)
-    total_frames = cfg.num_frames(reader.total)
-    chunk, context = _part_frames(asr, chunk_s, context_s)
-    window = min(chunk, max(1, int(round(SEAM_WINDOW_S / asr.frame_shift_s))))
-    blank = asr.beam_search.blank
-    acc = _Accumulator()
-    start = 0
     try:
+        refuse_short_audio(path, reader.total, rate, cfg.min_samples)  # one line naming the file
+        total_frames = cfg.num_frames(reader.total)
+        chunk, context = _part_frames(asr, chunk_s, context_s)
+        window = min(chunk, max(1, int(round(SEAM_WINDOW_S / asr.frame_shift_s))))
+        blank = asr.beam_search.blank
+        acc = _Accumulator()
+        start = 0
         with asr.seeded_routing() if seeded else contextlib.nullcontext():
             while start < total_frames:
                 part = _decode_part(asr, reader, cfg, start, total_frames, chunk, context, window, blank)
@@ -342,10 +345,13 @@ def long_surprisal(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S
     """
     import torch
 
+    from .data.audio import refuse_short_audio
+
     cfg = asr.feature_config
     reader = _Reader(path, cfg.sample_rate)
-    chunk, context = _part_frames(asr, chunk_s, context_s)
     try:
+        refuse_short_audio(path, reader.total, cfg.sample_rate, cfg.min_samples)  # one line naming the file
+        chunk, context = _part_frames(asr, chunk_s, context_s)
         total_frames = cfg.num_frames(reader.total)
         for start in range(0, total_frames, chunk):
             stop, first = min(total_frames, start + chunk), max(0, start - context)

@@ -254,7 +254,7 @@ class RealignedUtterance:
 
 
 def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], word_phones: Sequence[Sequence[str]],
-                      label_encoder, blank: int, sil: str = "sil") -> RealignedUtterance:
+                      label_encoder, blank: int, sil: str = "sil", window_ms: float = 25.0) -> RealignedUtterance:
     """Realign one utterance given its per-word phones (strings) and log-probabilities (T, V).
 
     A word may come with several pronunciations, of which the alignment picks the one the audio
@@ -280,6 +280,9 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
         Id of the blank.
     sil : str
         The silence label.
+    window_ms : float
+        The model's shortest audio with a frame, in ms (its ``FeatureConfig.min_samples`` at its rate),
+        for the error of an utterance without frames.
 
     Returns
     -------
@@ -309,8 +312,8 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
     ids = [[label_encoder.encode_sequence(v) for v in alternatives] for alternatives in prons]
     T = int(log_probs.shape[0])
     if T == 0:
-        raise DataPreparationError(f"{wav} (utterance {utt_id}): no frames to align (shorter than one 25 ms "
-                                   "window): leave it out of the corpus")
+        raise DataPreparationError(f"{wav} (utterance {utt_id}): no frames to align (shorter than the model's one "
+                                   f"{window_ms:.4g} ms window): leave it out of the corpus")
     try:
         ali = align_words(log_probs, ids, blank, label_encoder.lab2ind[sil])
     except AlignmentError:
@@ -478,14 +481,15 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         info["forward_s"] += time.perf_counter() - start
         yield from _realign_batch(batch.id, [rows[u]["wav"] for u in batch.id], [w.split() for w in batch.wrd],
                                   log_probs, lengths, fbank, lexicon, label_encoder, blank, pauses, info,
-                                  all_pronunciations)
+                                  all_pronunciations, _window_ms(features))
 
 
 def _realign_batch(ids: Sequence[str], wavs: Sequence[str], words: Sequence[Sequence[str]], log_probs: np.ndarray,
                    lengths: Sequence[int], fbank: Optional[np.ndarray], lexicon, label_encoder, blank: int,
                    pauses: Optional[Mapping[str, float]], info: Dict[str, object],
-                   all_pronunciations: bool = False) -> Iterator[RealignedUtterance]:
-    """:func:`realign_utterance` (and :func:`insert_pauses` when ``pauses``) for each utterance of a batch."""
+                   all_pronunciations: bool = False, window_ms: float = 25.0) -> Iterator[RealignedUtterance]:
+    """:func:`realign_utterance` (and :func:`insert_pauses` when ``pauses``) for each utterance of a batch
+    (``window_ms``: the model's shortest audio with a frame, for the error of an utterance without frames)."""
     for i, utt_id in enumerate(ids):
         if all_pronunciations:
             word_phones = [lexicon.pronunciations(w, utt_id) for w in words[i]]
@@ -493,7 +497,7 @@ def _realign_batch(ids: Sequence[str], wavs: Sequence[str], words: Sequence[Sequ
             word_phones = [lexicon.words_to_phones([w], False, utt_id) for w in words[i]]
         start = time.perf_counter()
         result = realign_utterance(log_probs[i, :lengths[i]], utt_id, str(wavs[i]), list(words[i]), word_phones,
-                                   label_encoder, blank)
+                                   label_encoder, blank, window_ms=window_ms)
         if pauses is not None:
             silent = silent_frames(fbank[i, :lengths[i]], threshold=pauses.get("threshold", 0.25))
             result = insert_pauses(result, silent, min_frames=int(pauses.get("min_frames", 5)))
@@ -567,16 +571,29 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     for first in range(0, len(utts), batch_size):
         batch = utts[first:first + batch_size]
         start = time.perf_counter()
-        audio = [read_audio(u.wav) for u in batch]
+        # at the model's rate; a file too short for one of its frames is refused in one line naming it
+        audio = [read_audio(u.wav, features.sample_rate, features.min_samples) for u in batch]
         samples = torch.tensor([len(a) for a in audio])
         wavs = torch.nn.utils.rnn.pad_sequence(audio, batch_first=True)
         with asr.seeded_routing():  # drawn routing: the same draws for a batch on every run
-            out, fbank, _, _ = asr.forward_pass(wavs, samples)
+            forward = asr.forward_pass(wavs, samples)
+        out, fbank = forward.output, forward.fbank
         log_probs = out.log_probs.float().cpu().numpy()
         info["forward_s"] += time.perf_counter() - start
         yield from _realign_batch([u.id for u in batch], [u.wav for u in batch], [u.words for u in batch],
                                   log_probs, out.lengths.cpu().tolist(), fbank.float().cpu().numpy(), lexicon,
-                                  label_encoder, asr.beam_search.blank, pauses, info, all_pronunciations)
+                                  label_encoder, asr.beam_search.blank, pauses, info, all_pronunciations,
+                                  _window_ms(features))
+
+
+def _window_ms(features) -> float:
+    """The shortest audio with a frame of a model's ``features`` (its FeatureConfig), in ms.
+
+    >>> from surprisal_cc.features import FeatureConfig
+    >>> _window_ms(FeatureConfig()), _window_ms(FeatureConfig(frame_length_ms=50.0))
+    (25.0, 50.0)
+    """
+    return 1000.0 * features.min_samples / features.sample_rate
 
 
 def _batch_fbank(batch, front_end) -> np.ndarray:

@@ -545,5 +545,33 @@ def test_an_utterance_without_frames_is_named_not_a_traceback():
     enc.insert_blank(index=0)
     enc.update_from_iterable([["sil", "AH", "B"]], sequence_input=True)
     enc.expect_len(4)
-    with pytest.raises(DataPreparationError, match=r"u1.flac \(utterance u1\): no frames to align"):
+    with pytest.raises(DataPreparationError, match=r"u1.flac \(utterance u1\): no frames to align \(shorter than "
+                                                   r"the model's one 25 ms window\)"):
         realign_utterance(np.zeros((0, 4)), "u1", "u1.flac", ["a"], [["AH"]], enc, blank=0)
+    with pytest.raises(DataPreparationError, match=r"one 50 ms window\): leave it out of the corpus$"):
+        realign_utterance(np.zeros((0, 4)), "u1", "u1.flac", ["a"], [["AH"]], enc, blank=0, window_ms=50.0)
+
+
+def test_realigning_audio_too_short_for_the_models_window_names_the_file(tmp_path):
+    """A model with a 50 ms window: a 37.5 ms utterance is refused in one line naming its file, read at the
+    model's rate; one of the model's window is realigned."""
+    import soundfile as sf
+
+    from surprisal_cc.data.errors import BadAudioError
+    from surprisal_cc.inference import ConditionalASR
+
+    torch.manual_seed(0)
+    plain = ConditionalASR.untrained(phone_set("librispeech"), controller="big_only")
+    model = ConditionalASR({**plain.config, "features": {**plain.config["features"], "frame_length_ms": 50.0}},
+                           plain.encoder).save(tmp_path / "model")
+    make_librispeech_fixture(tmp_path / "corpus", {"dev-clean-2": {"1-2": ["A"]}})
+    subset = tmp_path / "corpus" / "LibriSpeech" / "dev-clean-2"
+    flac = subset / "1" / "2" / "1-2-0000.flac"
+    sf.write(flac, np.zeros(600, dtype=np.float32), 16000)  # 37.5 ms
+    with pytest.raises(BadAudioError) as err:
+        next(realign_corpus(model, subset))
+    assert str(err.value) == (f"{flac}: too short (37.5 ms; the model's shortest usable audio is 50 ms, 800 samples "
+                              "at 16000 Hz: one frame)")
+    sf.write(flac, 0.1 * np.random.default_rng(0).uniform(-1, 1, 800).astype(np.float32), 16000)
+    (utt,) = realign_corpus(model, subset)
+    assert utt.num_frames == 1 and utt.words == ["A"]

@@ -299,6 +299,27 @@ def test_transcribe_bad_audio_is_one_line_naming_the_file(kind, reason, model, t
     assert line.startswith(f"error: {paths[kind]}: {reason}")
 
 
+def test_transcribe_refuses_audio_too_short_for_the_models_window_and_skips_it_with_skip_bad(tmp_path, capsys):
+    """A model with a 50 ms window: a 37.5 ms file (which the 25 ms check made where no model is known
+    passes) is one line naming it before any decoding; --skip-bad transcribes the others."""
+    torch.manual_seed(0)
+    plain = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
+    ConditionalASR({**plain.config, "features": {**plain.config["features"], "frame_length_ms": 50.0}},
+                   plain.encoder).save(tmp_path / "model")
+    short, ok = tmp_path / "short.wav", tmp_path / "ok.wav"
+    sf.write(short, tone(0.0375), 16000)
+    sf.write(ok, tone(0.5), 16000)
+    args = ["transcribe", str(short), str(ok), "--model", str(tmp_path / "model"), "--json"]
+    assert main(args) == 1
+    lines = error_lines(capsys)
+    assert lines[0] == (f"error: {short}: too short (37.5 ms; the model's shortest usable audio is 50 ms, 800 samples "
+                        "at 16000 Hz: one frame)") and "--skip-bad" in lines[-1]
+    assert main([*args, "--skip-bad"]) == 0
+    skipped, result = _json_lines(capsys.readouterr().out)
+    assert skipped["path"] == str(short) and skipped["skipped"].startswith("too short (37.5 ms")
+    assert result["path"] == str(ok)
+
+
 def test_transcribe_checks_the_plot_folder_before_decoding_and_prints_before_plotting(model, tmp_path, monkeypatch, capsys):
     sf.write(tmp_path / "a.flac", np.zeros(1600, dtype=np.float32), 16000)
     decoded = []

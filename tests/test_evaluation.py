@@ -154,3 +154,35 @@ def test_the_model_protocols_name_members_of_conditional_asr(big_only):
     for name, result in (("forward_pass", "ForwardResult"), ("run_batch", "DecodedBatch")):  # the same named tuples
         assert inspect.signature(getattr(EvaluatedModel, name)).return_annotation == result, name
         assert inspect.signature(getattr(ConditionalASR, name)).return_annotation == result, name
+
+
+def test_audio_too_short_for_the_models_window_is_listed_up_front_and_skipped_with_skip_bad(tmp_path):
+    """A 50 ms window: a 37.5 ms utterance (which the 25 ms check made where no model is known passes) is
+    named in one line before any decoding, and skip_bad scores the others; min_samples gives one frame."""
+    from surprisal_cc.data.errors import BadAudioError
+
+    torch.manual_seed(0)
+    plain = ConditionalASR.untrained(["AH", "B", "sil"], controller="big_only")
+    asr = ConditionalASR({**plain.config, "features": {**plain.config["features"], "frame_length_ms": 50.0}},
+                         plain.encoder)
+    least = asr.feature_config.min_samples
+    rows = ["ID,wav,phn"]
+    for utt, samples in (("ok", 8000), ("short", 600), ("least", least)):
+        sf.write(tmp_path / f"{utt}.wav", (0.1 * np.random.default_rng(0).uniform(-1, 1, samples)).astype(np.float32),
+                 16000)
+        rows.append(f"{utt},{utt}.wav,sil AH B sil")
+    (tmp_path / "utts.csv").write_text("\n".join(rows) + "\n")
+    line = (f"{tmp_path / 'short.wav'}: too short (37.5 ms; the model's shortest usable audio is 50 ms, 800 samples "
+            "at 16000 Hz: one frame)")
+    decoded = []
+    run_batch = asr.run_batch
+    asr.run_batch = lambda wavs, samples: decoded.append(samples.tolist()) or run_batch(wavs, samples)
+    with pytest.raises(BadAudioError) as err:
+        evaluate_corpus(asr, tmp_path / "utts.csv")
+    assert line in str(err.value).splitlines() and "--skip-bad" in str(err.value) and not decoded
+    rows_seen: List[dict] = []
+    with pytest.warns(UserWarning, match="skipping 1 unusable audio file"):
+        scores = evaluate_corpus(asr, tmp_path / "utts.csv", skip_bad=True, per_utterance=rows_seen.append)
+    assert scores["skipped"] == [line] and scores["num_utterances"] == 2
+    assert {row["id"]: row["num_frames"] for row in rows_seen} == {"ok": asr.feature_config.num_frames(8000),
+                                                                   "least": 1}

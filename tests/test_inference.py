@@ -737,3 +737,48 @@ def test_a_saved_model_decodes_with_its_beam_size_and_blank_penalty(tmp_path):
     asr.beam_search.beam_size, asr.beam_search.blank_penalty = 4, 0.75
     loaded = ConditionalASR.from_pretrained(asr.save(tmp_path / "model"))
     assert (loaded.beam_search.beam_size, loaded.beam_search.blank_penalty) == (4, 0.75)
+
+
+def _with_window(asr: ConditionalASR, frame_length_ms: float) -> ConditionalASR:
+    """``asr`` with another analysis window (its weights, its APC model's)."""
+    config = {**asr.config, "features": {**asr.config["features"], "frame_length_ms": frame_length_ms}}
+    return ConditionalASR(config, asr.encoder, asr.apc.apc if asr.apc is not None else None)
+
+
+def test_audio_too_short_for_the_models_window_is_refused_in_one_line_naming_the_file(tmp_path):
+    """A 50 ms window: 37.5 ms passes the 25 ms check made where no model is known, and is refused by every
+    reader of a loaded model in one line naming the file, before any filterbank; min_samples gives one frame."""
+    import soundfile as sf
+
+    from surprisal_cc.data.errors import DataPreparationError
+    from surprisal_cc.long_audio import decode_long, long_surprisal
+
+    torch.manual_seed(0)
+    asr = _with_window(ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal"), 50.0)
+    least = asr.feature_config.min_samples
+    assert least == 800
+    short, enough = tmp_path / "short.wav", tmp_path / "enough.wav"
+    sf.write(short, 0.1 * np.random.default_rng(0).uniform(-1, 1, 600), 16000)  # 37.5 ms
+    sf.write(enough, 0.1 * np.random.default_rng(1).uniform(-1, 1, least), 16000)
+    line = (f"{short}: too short (37.5 ms; the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: "
+            "one frame)")
+    calls = {"transcribe_file": lambda: asr.transcribe_file(short),
+             "transcribe_checked_file": lambda: asr.transcribe_checked_file(short),
+             "load_audio": lambda: asr.load_audio(short),
+             "frame_surprisal": lambda: list(asr.frame_surprisal([enough, short])),
+             "decode_long": lambda: decode_long(asr, short, chunk_s=1.0, context_s=0.5),
+             "long_surprisal": lambda: list(long_surprisal(asr, short, chunk_s=1.0, context_s=0.5))}
+    for name, call in calls.items():
+        with pytest.raises(BadAudioError) as err:
+            call()
+        assert str(err.value) == line, name
+    with pytest.raises(BadAudioError) as err:
+        asr.meet_flops_budget([enough, short], 0.9)
+    assert line in str(err.value).splitlines()
+    with pytest.raises(DataPreparationError, match=r"^waveform\(s\) 1 of the batch \(600 samples at 16000 Hz\) "
+                                                   r"are shorter than the model's shortest usable audio, 50 ms"):
+        asr.transcribe_batch([torch.zeros(least), torch.zeros(600)])
+    assert asr.transcribe_file(enough).num_frames == 1
+    assert asr.transcribe_batch([asr.load_audio(enough)])[0].num_frames == 1
+    assert decode_long(asr, enough, chunk_s=1.0, context_s=0.5)["num_frames"] == 1
+    assert [part.numel() for part in long_surprisal(asr, enough, chunk_s=1.0, context_s=0.5)] == [1]

@@ -1,6 +1,7 @@
 """Command-line arguments shared by ``surprisal-cc`` and the experiment tools (grid, analysis): argparse
-value types, and output files checked (or their folder made) before any work; and the checks of the
-Python API's own arguments (a routing seed, a batch size, a device).
+value types, and output files checked (or their folder made) before any work; the checks of the
+Python API's own arguments (a routing seed, a batch size, a device); and :func:`is_number`, what every
+check of a setting counts as a number.
 
 A value that does not fit is argparse's usage error: one line, exit status 2.
 
@@ -28,7 +29,7 @@ Number = TypeVar("Number", int, float)
 
 __all__ = ["positive_int", "finite_float", "non_negative_float", "chunk_seconds", "routing_seed", "make_output_folder",
            "check_writable",
-           "finite_number", "check_chunk_seconds", "check_routing_seed", "check_batch_size", "resolve_device"]
+           "is_number", "check_chunk_seconds", "check_routing_seed", "check_batch_size", "resolve_device"]
 
 
 def positive_int(text: str) -> int:
@@ -90,15 +91,23 @@ def chunk_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be 0 (whole files) or at least 1 second, got {text}") from None
 
 
-def finite_number(value: Any) -> bool:
-    """Whether ``value`` is a finite real number (not a bool, a string or None).
+def is_number(value: Any, *, integer: bool = False, finite: bool = True) -> bool:
+    """Whether ``value`` is a real number: never a bool (YAML's ``true``), a string or None. numpy
+    scalars count as the numbers they hold (``np.float32`` as ``float`` and ``np.float64`` do).
+
+    ``integer``: a whole-number type only (int, numpy integers; not ``2.0``). ``finite``: not nan or
+    +-inf (an integer is always finite).
 
     Example
     -------
-    >>> finite_number(2), finite_number(0.5), finite_number(True), finite_number("1"), finite_number(float("inf"))
+    >>> is_number(2), is_number(0.5), is_number(True), is_number("1"), is_number(float("inf"))
     (True, True, False, False, False)
+    >>> is_number(3, integer=True), is_number(3.0, integer=True), is_number(float("nan"), finite=False)
+    (True, False, True)
     """
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral if integer else numbers.Real):
+        return False
+    return not finite or isinstance(value, numbers.Integral) or math.isfinite(value)
 
 
 def check_chunk_seconds(seconds: Any, name: str = "long_chunk_s") -> float:
@@ -115,7 +124,7 @@ def check_chunk_seconds(seconds: Any, name: str = "long_chunk_s") -> float:
         ...
     surprisal_cc.errors.ConfigurationError: long_chunk_s must be 0 (whole files) or at least 1 second, got 0.01
     """
-    if not finite_number(seconds) or not (seconds == 0 or seconds >= 1):
+    if not is_number(seconds) or not (seconds == 0 or seconds >= 1):
         raise ConfigurationError(f"{name} must be 0 (whole files) or at least 1 second, got {seconds!r}")
     return float(seconds)
 

@@ -24,6 +24,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from .arguments import is_number
 from .controllers import SurprisalController
 from .flops import static_flop_rows
 
@@ -235,7 +236,7 @@ def check_calibration_target(mean: float, var: Optional[float] = None) -> None:
         ...
     ValueError: controller_target_var must be in [0, 0.21) with controller_target_mean 0.3 (p_big in [0, 1] has variance below mean x (1 - mean)), got 0.25
     """
-    if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 0 < mean < 1:
+    if not is_number(mean) or not 0 < mean < 1:
         raise ValueError(f"controller_target_mean must be a number in (0, 1), got {mean!r}")
     if var is not None and not 0 <= var < mean * (1 - mean):
         raise ValueError(f"controller_target_var must be in [0, {mean * (1 - mean):.4g}) with controller_target_mean "

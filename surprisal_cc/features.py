@@ -15,7 +15,6 @@ Example
 """
 from __future__ import annotations
 
-import numbers
 from dataclasses import asdict, dataclass
 from typing import Dict, Tuple
 
@@ -23,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torchaudio.compliance import kaldi
 
-from .arguments import finite_number
+from .arguments import is_number
 
 
 @dataclass(frozen=True)
@@ -74,11 +73,11 @@ class FeatureConfig:
         """
         for name, least in (("sample_rate", 1), ("n_mels", 4), ("frame_skip", 1)):  # kaldi: more than 3 mel bins
             value = getattr(self, name)
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
+            if not is_number(value, integer=True) or value < least:
                 raise ValueError(f"{name} must be a whole number of at least {least}, got {value!r}")
         for name in ("frame_length_ms", "frame_shift_ms"):
             value = getattr(self, name)
-            if not finite_number(value) or value <= 0:
+            if not is_number(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive finite number of milliseconds, got {value!r}")
         if self.window_samples < 2 or self.shift_samples < 1:
             raise ValueError(f"frame_length_ms {self.frame_length_ms!r} and frame_shift_ms {self.frame_shift_ms!r} "
@@ -86,7 +85,7 @@ class FeatureConfig:
                              f"{self.sample_rate} Hz: a window needs at least 2 samples, a shift at least 1")
         if self.window_type not in kaldi.WINDOWS:
             raise ValueError(f"window_type must be one of {', '.join(kaldi.WINDOWS)}, got {self.window_type!r}")
-        if not finite_number(self.dither) or self.dither < 0:
+        if not is_number(self.dither) or self.dither < 0:
             raise ValueError(f"dither must be a finite number of at least 0, got {self.dither!r}")
 
     def as_dict(self) -> Dict[str, object]:

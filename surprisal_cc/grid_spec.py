@@ -24,6 +24,7 @@ from typing import IO, Any, Collection, Dict, List, NamedTuple, Optional, Sequen
 
 import yaml
 
+from .arguments import is_number
 from .hparams_files import changed_training_settings, load_yaml_tolerant
 from .run_folder import evaluation_tag, read_history, results_file_name
 from .run_labels import POOLABLE_KEYS
@@ -282,8 +283,7 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
     if not isinstance(data.get("overrides") or {}, dict):
         fail("overrides must be a mapping of keys to values")
     seeds = data.get("seeds", [1])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                            for s in seeds):
+    if not isinstance(seeds, list) or not seeds or not all(is_number(s, integer=True) and s >= 0 for s in seeds):
         fail(f"seeds must be a non-empty list of whole numbers of at least 0, e.g. [1, 2, 3]; got {seeds!r}")
     names = {g.get("name") for g in data["groups"]}
     for group in data["groups"]:

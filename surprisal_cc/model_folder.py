@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import re
 from pathlib import Path
@@ -41,6 +40,7 @@ import torch
 from torch import Tensor
 
 from .apc import APCModel, load_apc
+from .arguments import is_number
 from .architectures import build_encoder
 from .controllers import build_controller
 from .errors import ConfigurationError
@@ -240,7 +240,7 @@ def _check_config(config: Dict[str, Any], config_path: Path, encoder: Encoder, a
         raise ModelFormatError(f"{config_path}: labels lists {len(labels)} labels, but encoder.num_outputs is "
                                f"{num_outputs} (one output per label, the blank included)")
     blank = config.get("blank_index", 0)
-    if isinstance(blank, bool) or not isinstance(blank, int) or not 0 <= blank < len(labels):
+    if not is_number(blank, integer=True) or not 0 <= blank < len(labels):
         raise ModelFormatError(f"{config_path}: blank_index {blank!r} is not an index of labels "
                                f"(0 to {len(labels) - 1})")
     if inputs not in INPUT_FEATURES:
@@ -275,7 +275,7 @@ def _check_decoding(config: Dict[str, Any], config_path: Path) -> None:
     from .decoding import BACKEND_NAMES, missing_backend
 
     size = config.get("beam_size", 10)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    if not is_number(size, integer=True) or size < 1:
         raise ModelFormatError(f"{config_path}: beam_size must be a whole number of at least 1, got {size!r}")
     backend = config.get("beam_backend", "native")
     if not isinstance(backend, str) or backend not in BACKEND_NAMES:
@@ -286,7 +286,7 @@ def _check_decoding(config: Dict[str, Any], config_path: Path) -> None:
         raise ModelFormatError(f"{config_path}: beam_backend {backend!r} cannot run here ({missing}): install it, "
                                "or set beam_backend to \"native\"")
     penalty = config.get("blank_penalty", 0.0)
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not math.isfinite(penalty):
+    if not is_number(penalty):
         raise ModelFormatError(f"{config_path}: blank_penalty must be a finite number, got {penalty!r}")
 
 

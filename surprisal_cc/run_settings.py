@@ -7,7 +7,6 @@ whose resumed training must keep the settings its checkpoints were trained with.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -20,7 +19,7 @@ from torch import nn
 
 from .allocator import reuse_freed_memory
 from .apc import APCModel
-from .arguments import resolve_device
+from .arguments import is_number, resolve_device
 from .calibration import CALIBRATION_METHODS, check_calibration_target
 from .data.lexicon import G2P_CHOICES
 from .errors import ConfigurationError
@@ -124,7 +123,7 @@ def check_debug_options(run_opts: Mapping) -> None:
     for key, what in (("debug_batches", "the batches of each split, and of each epoch,"),
                       ("debug_epochs", "the epochs")):
         value = run_opts.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and (not is_number(value, integer=True) or value < 1):
             raise ConfigurationError(f"--{key}={value}: give a whole number of at least 1 ({what} that a --debug "
                                      "run goes through)")
 
@@ -291,11 +290,6 @@ CHOICE_KEYS = {"valid_search": ("greedy", "beam"), "sorting": ("random", "ascend
                "calibration_method": CALIBRATION_METHODS, "g2p": G2P_CHOICES}
 
 
-def _finite_number(value: Any) -> bool:
-    """Whether ``value`` is an int or float (not a bool) and finite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def check_settings(hparams: Mapping, boolean_keys: Iterable[str] = ()) -> None:
     """The ``boolean_keys`` (:func:`load_hparams` passes those whose value in the hparams file is True
     or False) are still booleans, every setting of the lists above that is present has its type and
@@ -314,26 +308,23 @@ def check_settings(hparams: Mapping, boolean_keys: Iterable[str] = ()) -> None:
     problems = [f"{key} must be True or False, got {hparams[key]!r}" for key in boolean_keys
                 if key in hparams and not isinstance(hparams[key], bool)]
     problems += [f"{key} must be a whole number of at least 1, got {hparams[key]!r}" for key in POSITIVE_INT_KEYS
-                 if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], int)
-                                        or hparams[key] < 1)]
+                 if key in hparams and (not is_number(hparams[key], integer=True) or hparams[key] < 1)]
     problems += [f"{key} must be a positive number, got {hparams[key]!r}" for key in POSITIVE_FLOAT_KEYS
-                 if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], (int, float))
-                                        or not 0 < hparams[key] < float("inf"))]
+                 if key in hparams and (not is_number(hparams[key]) or hparams[key] <= 0)]
     problems += [f"{key} must be a whole number of at least 0, got {hparams[key]!r}" for key in NONNEGATIVE_INT_KEYS
-                 if key in hparams and (isinstance(hparams[key], bool) or not isinstance(hparams[key], int)
-                                        or hparams[key] < 0)]
+                 if key in hparams and (not is_number(hparams[key], integer=True) or hparams[key] < 0)]
     problems += [f"{key} must be one of {choices}, got {hparams[key]!r}" for key, choices in CHOICE_KEYS.items()
                  if key in hparams and hparams[key] not in choices]
     shifts = hparams.get("test_bias_shifts", [0.0])
-    if not isinstance(shifts, (list, tuple)) or not shifts or not all(_finite_number(s) for s in shifts):
+    if not isinstance(shifts, (list, tuple)) or not shifts or not all(is_number(s) for s in shifts):
         problems.append(f"test_bias_shifts must be a list of finite numbers (e.g. [0.0, 1.0]), got {shifts!r}")
     mean, var = hparams.get("controller_target_mean"), hparams.get("controller_target_var")
     problems += [f"{key} must be a number, got {value!r}" for key, value in (("controller_target_mean", mean),
                                                                             ("controller_target_var", var))
-                 if value is not None and not _finite_number(value)]
-    if _finite_number(mean):
+                 if value is not None and not is_number(value)]
+    if is_number(mean):
         try:
-            check_calibration_target(mean, var if _finite_number(var) else None)
+            check_calibration_target(mean, var if is_number(var) else None)
         except ValueError as err:
             problems.append(str(err))
     if problems:
@@ -402,7 +393,7 @@ def check_flops_budget(hparams: Mapping, apc: Optional[nn.Module]) -> None:
     budget = hparams.get("flops_budget")
     if budget is None:
         return
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget):
+    if not is_number(budget):
         raise ConfigurationError(f"flops_budget must be MACs per frame (a number) or null, got {budget!r}")
     encoder = hparams.get("encoder_module")
     controller = getattr(encoder, "controller", None)
@@ -492,7 +483,7 @@ def check_test_budget(hparams: Mapping) -> None:
     fraction = hparams.get("test_flops_fraction")
     if fraction is None:
         return
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction < 1.0:
+    if not is_number(fraction) or not 0.0 < fraction < 1.0:
         raise ConfigurationError(f"test_flops_fraction must be a number in (0, 1) (a fraction of the big-only MACs "
                                  f"per frame) or null, got {fraction!r}")
     if hparams.get("test_budget_split", "valid") not in ("valid", "test"):

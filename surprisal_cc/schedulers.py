@@ -26,6 +26,8 @@ from typing import Tuple
 from speechbrain.nnet.schedulers import NewBobScheduler
 from speechbrain.utils.checkpoints import mark_as_loader, mark_as_saver, register_checkpoint_hooks
 
+from .arguments import is_number
+
 __all__ = ["HoldDecayScheduler", "LR_SCHEDULES", "anneal", "lr_scheduler"]
 
 logger = logging.getLogger(__name__)
@@ -127,22 +129,20 @@ def lr_scheduler(kind: str, initial_value: float, annealing_factor: float = 1.0,
     ValueError: lr must be a positive number, got -1.0
     """
     def number(value, key: str, low: float, high: float, low_open: bool = True) -> float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
-            ((low < value) if low_open else (low <= value)) and value <= high
+        ok = is_number(value) and ((low < value) if low_open else (low <= value)) and value <= high
         if not ok:
             raise ValueError(f"{key} must be a number in {'(' if low_open else '['}{low:g}, {high:g}], got {value!r}"
                              if math.isfinite(high) else f"{key} must be a positive number, got {value!r}")
         return float(value)
 
-    number(initial_value, "lr", 0.0, math.inf)
-    if isinstance(number_of_epochs, bool) or not isinstance(number_of_epochs, int) or number_of_epochs < 1:
+    lr = number(initial_value, "lr", 0.0, math.inf)
+    if not is_number(number_of_epochs, integer=True) or number_of_epochs < 1:
         raise ValueError(f"number_of_epochs must be a whole number of at least 1, got {number_of_epochs!r}")
     number(hold_fraction, "lr_hold_fraction", 0.0, 1.0, low_open=False)
     number(final_fraction, "lr_final_fraction", 0.0, 1.0)
     if kind == "newbob":
-        number(annealing_factor, "lr_annealing_factor", 0.0, 1.0)
-        return NewBobScheduler(initial_value=initial_value, improvement_threshold=0.0025,
-                               annealing_factor=annealing_factor, patient=0)
+        factor = number(annealing_factor, "lr_annealing_factor", 0.0, 1.0)  # floats: torch.load refuses numpy scalars
+        return NewBobScheduler(initial_value=lr, improvement_threshold=0.0025, annealing_factor=factor, patient=0)
     if kind == "hold_decay":
         hold = min(int(round(hold_fraction * number_of_epochs)), number_of_epochs - 1)
         return HoldDecayScheduler(initial_value, number_of_epochs, hold, final_fraction * initial_value)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Optional
 
+from .arguments import is_number
+
 DEFAULT_DECODING_THREADS = 1
 
 __all__ = ["DEFAULT_DECODING_THREADS", "decoding_threads", "check_threads"]
@@ -34,7 +36,7 @@ def check_threads(threads: Optional[int]) -> Optional[int]:
     >>> check_threads(2), check_threads(None)
     (2, None)
     """
-    if threads is not None and (isinstance(threads, bool) or int(threads) != threads or threads < 1):
+    if threads is not None and (not is_number(threads) or int(threads) != threads or threads < 1):
         raise ValueError(f"threads must be a positive number of threads (or None: torch's setting), got {threads!r}")
     return None if threads is None else int(threads)
 

@@ -80,3 +80,18 @@ def test_a_checkpoint_of_another_schedule_is_warned_about(tmp_path, caplog):
         assert not caplog.records
         lr_scheduler("hold_decay", initial_value=1e-3, number_of_epochs=40)._recover(tmp_path / "scheduler.ckpt")
     assert "(0.001, 30, 12, 5e-05); this run's is (0.001, 40, 16, 5e-05)" in caplog.text
+
+
+def test_a_schedule_of_numpy_numbers_checkpoints_python_floats(tmp_path):
+    """numpy numbers pass the checks as their Python twins do, and the schedulers keep Python floats: a
+    NewBob checkpoint holding a numpy scalar would not load (torch.load refuses it by default)."""
+    import numpy as np
+
+    newbob = lr_scheduler("newbob", initial_value=np.float32(0.5), annealing_factor=np.float64(0.5))
+    assert type(newbob.hyperparam_value) is float and type(newbob.annealing_factor) is float
+    newbob.save(tmp_path / "newbob.ckpt")
+    recovered = lr_scheduler("newbob", initial_value=1.0)
+    recovered.load(tmp_path / "newbob.ckpt")
+    assert recovered.hyperparam_value == 0.5
+    decay = lr_scheduler("hold_decay", initial_value=np.float32(0.5), number_of_epochs=np.int64(4))
+    assert (type(decay.initial_value), type(decay.number_of_epochs)) == (float, int)

@@ -240,11 +240,12 @@ def settings_differences(stored: Mapping, requested: Mapping) -> List[str]:
     return differences
 
 
-def check_stored_settings(hparams: Mapping, settings: Mapping) -> None:
+def check_stored_settings(hparams: Mapping, settings: Mapping, export: Optional[os.PathLike] = None) -> None:
     """Refuse an existing export or checkpoints of ``hparams``' APC pretraining made with other
     ``settings`` (:func:`pretraining_settings`): they would be reused as if made with these. The
-    export is checked where it exists, else the checkpoint folder (when there is a checkpointer)."""
-    export = Path(hparams["apc_export_path"])
+    export (``export``, default ``apc_export_path``: where a run read from elsewhere found it) is checked
+    where it exists, else the checkpoint folder (when there is a checkpointer)."""
+    export = Path(export if export is not None else hparams["apc_export_path"])
     checkpointer = hparams.get("apc_checkpointer")
     found = []
     if export.is_file():

@@ -29,16 +29,16 @@ PRETRAIN_OR_GIVE_APC = ("pretrain one with recipes/LibriSpeech/pretrain_apc.py, 
                         "or give the shipped one by its absolute path (docs/extending.md)")
 
 
-def run_apc_file(hparams: Mapping, explicit: Optional[PathLike] = None, run: Optional[PathLike] = None,
-                 todo: str = PRETRAIN_OR_GIVE_APC) -> Path:
+def run_apc_file(hparams: Mapping, explicit: Optional[PathLike] = None, run: Optional[PathLike] = None, *,
+                 todo: str) -> Path:
     """The file of a run's APC model, checked to be there: ``explicit`` (a path given on the command line),
-    else the hparams' ``apc_path``, else ``apc_export_path`` (where the run's own pretraining exports it),
-    else its default ``<experiment_root>/apc/apc.pt``.
+    else the hparams' ``apc_path``, else ``apc_export_path`` (where the run's own pretraining exports it;
+    ``hparams/common/apc.yaml`` sets it).
 
     A relative hparams path is relative to where the recipe ran: given the ``run`` folder (read from
     elsewhere), it is looked for in that folder minus its ``output_folder`` first, then in the working
     directory. One :class:`ConfigurationError` line naming the key, where it was looked for and ``todo``
-    (what to do) when it is missing or a folder.
+    (what to do) when it is unset, missing or a folder.
 
     Example
     -------
@@ -47,7 +47,7 @@ def run_apc_file(hparams: Mapping, explicit: Optional[PathLike] = None, run: Opt
     >>> ran_in = Path(folder.name).resolve()  # where the recipe ran
     >>> (ran_in / "results" / "run").mkdir(parents=True); (ran_in / "results" / "apc.pt").touch()
     >>> hparams = {"output_folder": "results/run", "apc_path": None, "apc_export_path": "results/apc.pt"}
-    >>> run_apc_file(hparams, run=ran_in / "results" / "run") == ran_in / "results" / "apc.pt"
+    >>> run_apc_file(hparams, run=ran_in / "results" / "run", todo="") == ran_in / "results" / "apc.pt"
     True
     >>> folder.cleanup()
     >>> run_apc_file({**hparams, "apc_path": "/no/apc.pt"}, todo="give apc_path")
@@ -58,9 +58,11 @@ def run_apc_file(hparams: Mapping, explicit: Optional[PathLike] = None, run: Opt
     if explicit is not None:
         key, path, where = "--apc", Path(explicit), None  # a command-line path: relative to the working directory
     else:
-        key = next((k for k in ("apc_path", "apc_export_path") if hparams.get(k)), "apc_export_path")
-        default = Path(str(hparams.get("experiment_root", "."))) / "apc" / "apc.pt"
-        path = Path(str(hparams[key])) if hparams.get(key) else default
+        key = "apc_path" if hparams.get("apc_path") else "apc_export_path"
+        if not hparams.get(key):
+            raise ConfigurationError("apc_path is null and apc_export_path is unset (hparams/common/apc.yaml sets "
+                                     f"it): {todo}")
+        path = Path(str(hparams[key]))
         where = _recipe_folder(hparams, Path(run)) if run is not None and not path.is_absolute() else None
     candidates = list(dict.fromkeys([where / path, path] if where is not None else [path]))
     found = next((c for c in candidates if c.is_file()), None)
@@ -73,29 +75,50 @@ def run_apc_file(hparams: Mapping, explicit: Optional[PathLike] = None, run: Opt
         what = "does not exist"
     else:
         here = os.getcwd()
-        what = "does not exist in " + (f"{where} or " if where is not None and where != Path(here) else "") + \
+        elsewhere = where is not None and where.resolve() != Path(here).resolve()
+        what = "does not exist in " + (f"{where} or " if elsewhere else "") + \
             f"the working directory {here}"
     raise ConfigurationError(f"{key} {path} {what}: {todo}")
 
 
 def _recipe_folder(hparams: Mapping, run: Path) -> Optional[Path]:
-    """The folder a recipe ran in: the ``run`` folder minus its relative ``output_folder``; None when
+    """The folder a recipe ran in: the ``run`` folder (made absolute, its links kept: a linked results
+    folder still ends with ``output_folder``) minus its relative ``output_folder``; None when
     ``output_folder`` is absolute, unset or not the end of ``run``."""
     out = Path(os.path.normpath(str(hparams.get("output_folder") or "")))
-    parts = run.resolve().parts
+    parts = Path(os.path.abspath(run)).parts
     if out.parts and out.parts != (".",) and not out.is_absolute() and parts[-len(out.parts):] == out.parts:
         return Path(*parts[:-len(out.parts)])
     return None
 
 
-def load_apc_path(hparams: Mapping) -> APCModel:
-    """The APC model file that the hparams key ``apc_path`` names (:func:`run_apc_file`), loaded; a
-    :class:`ConfigurationError` line when it is missing, a folder or not an APC model."""
-    path = run_apc_file(hparams)
+def load_run_apc(hparams: Mapping, run: Optional[PathLike] = None, *, todo: str,
+                 manifests: Optional[Mapping[str, str]] = None) -> APCModel:
+    """The APC model file of a run (:func:`run_apc_file`, with ``run`` and ``todo``), loaded; pretrains none.
+
+    With ``manifests`` (split name -> manifest) and ``apc_path`` null, the file is the run's own export:
+    one pretrained with other settings or data than the hparams' is refused
+    (:func:`~surprisal_cc.apc_training.check_stored_settings`). A :class:`ConfigurationError` line naming
+    the key when the file is missing, a folder or not an APC model.
+    """
+    path = run_apc_file(hparams, run=run, todo=todo)
+    key = "apc_path" if hparams.get("apc_path") else "apc_export_path"
+    if manifests is not None and key == "apc_export_path":
+        from .apc_training import check_stored_settings, pretraining_settings
+
+        check_stored_settings(hparams, pretraining_settings(hparams, _pretraining_ids(manifests)), export=path)
     try:
         return load_apc(path)
     except ValueError as err:
-        raise ConfigurationError(f"apc_path {path}: {err}") from None
+        raise ConfigurationError(f"{key} {path}: {err}") from None
+
+
+def _pretraining_ids(manifests: Mapping[str, str]) -> Dict[str, List[str]]:
+    """The utterance ids of the ``train`` and ``valid`` manifests (those of them given): APC's pretraining data."""
+    from .data.manifest import read_manifest
+
+    return {split: [row["ID"] for row in read_manifest(manifests[split], ("ID",), resolve_wav=False).rows]
+            for split in ("train", "valid") if split in manifests}
 
 
 def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Optional[APCModel]:
@@ -118,7 +141,7 @@ def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> O
         logger.info("APC not needed: raw filterbank inputs and no surprisal-driven controller")
         return None
     if hparams.get("apc_path"):
-        return load_apc_path(hparams)
+        return load_run_apc(hparams, todo=PRETRAIN_OR_GIVE_APC)
     return load_apc(pretrain_apc_on(hparams, {k: manifests[k] for k in ("train", "valid")}, run_opts))
 
 
@@ -135,12 +158,9 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
         The exported model file (``apc_export_path``).
     """
     from .apc_training import check_stored_settings, pretrain_apc, pretraining_settings
-    from .data.manifest import read_manifest
 
     # an export or checkpoints made with other settings or data are refused before the cache is filled
-    ids = {split: [row["ID"] for row in read_manifest(manifest, ("ID",), resolve_wav=False).rows]
-           for split, manifest in manifests.items()}
-    check_stored_settings(hparams, pretraining_settings(hparams, ids))
+    check_stored_settings(hparams, pretraining_settings(hparams, _pretraining_ids(manifests)))
     if Path(hparams["apc_export_path"]).exists():
         logger.info("APC model %s exists: skipping pretraining", hparams["apc_export_path"])
         return Path(hparams["apc_export_path"])

@@ -28,6 +28,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Uni
 
 import numpy as np
 
+from .data.audio import MIN_DURATION_S
 from .data.errors import DataPreparationError
 from .data.manifest import read_manifest
 from .errors import ConfigurationError
@@ -254,7 +255,8 @@ class RealignedUtterance:
 
 
 def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], word_phones: Sequence[Sequence[str]],
-                      label_encoder, blank: int, sil: str = "sil", window_ms: float = 25.0) -> RealignedUtterance:
+                      label_encoder, blank: int, sil: str = "sil",
+                      window_ms: float = MIN_DURATION_S * 1000) -> RealignedUtterance:
     """Realign one utterance given its per-word phones (strings) and log-probabilities (T, V).
 
     A word may come with several pronunciations, of which the alignment picks the one the audio
@@ -281,8 +283,8 @@ def realign_utterance(log_probs, utt_id: str, wav: str, words: Sequence[str], wo
     sil : str
         The silence label.
     window_ms : float
-        The model's shortest audio with a frame, in ms (its ``FeatureConfig.min_samples`` at its rate),
-        for the error of an utterance without frames.
+        The model's analysis window in ms (its ``FeatureConfig.frame_length_ms``: the shortest audio with a
+        frame), for the error of an utterance without frames.
 
     Returns
     -------
@@ -389,7 +391,8 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     """Realign every utterance of one split of a finished run's data with its best model.
 
     Log-probabilities come from the run's Brain (``compute_forward`` at the test stage) on the
-    run's feature cache; words are pronounced by the run's lexicon (``g2p``).
+    run's feature cache; words are pronounced by the run's lexicon (``g2p``). The APC model is the one
+    the run trained with (:func:`~surprisal_cc.frozen_features.load_run_apc`): none is pretrained.
 
     Arguments
     ---------
@@ -431,7 +434,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     from .cache import FeatureCache
     from .data import Lexicon
     from .datasets import dataio_prep
-    from .frozen_features import obtain_apc, run_apc_file
+    from .frozen_features import load_run_apc
 
     if prepare is None:
         from .data import prepare_mini_librispeech as prepare
@@ -440,10 +443,11 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     if split not in manifests:
         raise ConfigurationError(f"split {split!r} is not one of the run's splits {sorted(manifests)}")
     encoder = hparams["encoder_module"]
-    needs_apc = runs_apc(hparams["input_features"], encoder)
-    if needs_apc:  # realignment loads the APC the run trained with: it pretrains none
-        run_apc_file(hparams, todo="give apc_path the APC model the run trained with")
-    apc = obtain_apc(hparams, manifests, {"device": device})
+    apc = None
+    if runs_apc(hparams["input_features"], encoder):  # the APC the run trained with: realignment pretrains none
+        apc = load_run_apc(hparams, run_dir, manifests=manifests,
+                           todo="give the APC model the run trained with: --overrides '{apc_path: FILE}' "
+                                "(realign_run(overrides=...))")
     if apc is not None:
         brain.modules["apc"] = FrozenAPC(apc).to(brain.device)
     subset = {split: manifests[split]}
@@ -481,15 +485,16 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         info["forward_s"] += time.perf_counter() - start
         yield from _realign_batch(batch.id, [rows[u]["wav"] for u in batch.id], [w.split() for w in batch.wrd],
                                   log_probs, lengths, fbank, lexicon, label_encoder, blank, pauses, info,
-                                  all_pronunciations, _window_ms(features))
+                                  all_pronunciations, features.frame_length_ms)
 
 
 def _realign_batch(ids: Sequence[str], wavs: Sequence[str], words: Sequence[Sequence[str]], log_probs: np.ndarray,
                    lengths: Sequence[int], fbank: Optional[np.ndarray], lexicon, label_encoder, blank: int,
                    pauses: Optional[Mapping[str, float]], info: Dict[str, object],
-                   all_pronunciations: bool = False, window_ms: float = 25.0) -> Iterator[RealignedUtterance]:
+                   all_pronunciations: bool = False,
+                   window_ms: float = MIN_DURATION_S * 1000) -> Iterator[RealignedUtterance]:
     """:func:`realign_utterance` (and :func:`insert_pauses` when ``pauses``) for each utterance of a batch
-    (``window_ms``: the model's shortest audio with a frame, for the error of an utterance without frames)."""
+    (``window_ms``: the model's analysis window, for the error of an utterance without frames)."""
     for i, utt_id in enumerate(ids):
         if all_pronunciations:
             word_phones = [lexicon.pronunciations(w, utt_id) for w in words[i]]
@@ -513,7 +518,9 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     The counterpart of :func:`realign_run` for a model folder written by ``surprisal-cc export``
     (such as the shipped ``surprisal_cc/pretrained/``): fp32 and deterministic routing (``p_big > 0.5``), so
     the same model gives the same labels on every machine up to float rounding, without training
-    an aligner first. Words are pronounced by CMUdict with the model's own OOV policy.
+    an aligner first. Words are pronounced by CMUdict with the model's own OOV policy. Files too short
+    for one frame of the model are all named in one :class:`~surprisal_cc.data.errors.BadAudioError`
+    before any batch.
 
     Arguments
     ---------
@@ -546,7 +553,8 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
 
     from .corpora import training_g2p
     from .data import Lexicon
-    from .data.audio import read_audio, soundfile_name
+    from .data.audio import MAX_LISTED, read_audio, short_audio_problem, soundfile_name
+    from .data.errors import BadAudioError, first_listed
     from .data.librispeech import scan_subset
     from .inference import ConditionalASR
 
@@ -560,10 +568,21 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     for label in asr.labels:
         label_encoder.add_label(label)
     label_encoder.expect_len(len(asr.labels))
-    utts = sorted(scan_subset(corpus), key=lambda u: (sf.info(soundfile_name(u.wav)).frames, u.id))[:limit]
+    features = asr.feature_config
+    scanned = sorted(((u, sf.info(soundfile_name(u.wav))) for u in scan_subset(corpus)),
+                     key=lambda found: (found[1].frames, found[0].id))[:limit]
+    short = []
+    for u, audio in scanned:  # every file too short for one of the model's frames, named before any batch
+        problem = short_audio_problem(audio.frames, audio.samplerate, features.min_samples, features.sample_rate)
+        if problem is not None:
+            short.append(f"{u.wav}: {problem}")
+    if short:
+        raise BadAudioError(first_listed(short, MAX_LISTED), len(scanned),
+                            f"{len(short)} of {len(scanned)} files are too short for one frame of the model: leave "
+                            f"them out of {corpus}")
+    utts = [u for u, _ in scanned]
     lexicon = Lexicon(g2p=training_g2p(asr.config))
     lexicon.prefetch(w for u in utts for w in u.words)
-    features = asr.feature_config
     info = info if info is not None else {}
     info.update(checkpoint=str(model), samples_per_frame=features.shift_samples * features.frame_skip)
     info.setdefault("forward_s", 0.0)
@@ -571,7 +590,6 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     for first in range(0, len(utts), batch_size):
         batch = utts[first:first + batch_size]
         start = time.perf_counter()
-        # at the model's rate; a file too short for one of its frames is refused in one line naming it
         audio = [read_audio(u.wav, features.sample_rate, features.min_samples) for u in batch]
         samples = torch.tensor([len(a) for a in audio])
         wavs = torch.nn.utils.rnn.pad_sequence(audio, batch_first=True)
@@ -583,17 +601,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
         yield from _realign_batch([u.id for u in batch], [u.wav for u in batch], [u.words for u in batch],
                                   log_probs, out.lengths.cpu().tolist(), fbank.float().cpu().numpy(), lexicon,
                                   label_encoder, asr.beam_search.blank, pauses, info, all_pronunciations,
-                                  _window_ms(features))
-
-
-def _window_ms(features) -> float:
-    """The shortest audio with a frame of a model's ``features`` (its FeatureConfig), in ms.
-
-    >>> from surprisal_cc.features import FeatureConfig
-    >>> _window_ms(FeatureConfig()), _window_ms(FeatureConfig(frame_length_ms=50.0))
-    (25.0, 50.0)
-    """
-    return 1000.0 * features.min_samples / features.sample_rate
+                                  features.frame_length_ms)
 
 
 def _batch_fbank(batch, front_end) -> np.ndarray:

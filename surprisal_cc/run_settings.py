@@ -24,7 +24,7 @@ from .calibration import CALIBRATION_METHODS, check_calibration_target
 from .data.lexicon import G2P_CHOICES
 from .errors import ConfigurationError
 from .flops import module_macs, static_flop_rows
-from .frozen_features import load_apc_path, run_apc_file
+from .frozen_features import PRETRAIN_OR_GIVE_APC, load_run_apc
 from .hparams_files import (changed_training_settings, configured_paths, expand_hparams, load_hparams_file,
                             load_yaml_tolerant, new_empty_folders_removed, parse_yaml_tolerant, ruamel_errors)
 from .nnet import bias_shift_problem, runs_apc
@@ -332,27 +332,31 @@ def check_settings(hparams: Mapping, boolean_keys: Iterable[str] = ()) -> None:
 
 
 def check_apc_path(hparams: Mapping, run_opts: Mapping) -> Optional[APCModel]:
-    """Where the run needs APC: ``apc_path`` is a loadable APC model file (loaded here, before any data
-    is read, and again by :func:`~surprisal_cc.frozen_features.obtain_apc`: a few MB, not worth a cache
-    kept between them; returned); with ``apc_path`` null, a ``--test_only`` run finds the APC its training
-    exported (it never pretrains one). Which file that is: :func:`~surprisal_cc.frozen_features.run_apc_file`."""
+    """Where the run needs APC: ``apc_path`` is a loadable APC model file that fits the run (loaded here,
+    before any data is read, and again by :func:`~surprisal_cc.frozen_features.obtain_apc`: a few MB, not
+    worth a cache kept between them; returned); with ``apc_path`` null, a ``--test_only`` run loads the APC
+    its training exported (it never pretrains one), and training returns None (it pretrains one). Which
+    file that is: :func:`~surprisal_cc.frozen_features.run_apc_file`."""
     if "encoder_module" not in hparams or not runs_apc(hparams.get("input_features", "apc"),
                                                        hparams["encoder_module"]):
         return None  # APC pretraining (its own recipe), or a model without APC
     if hparams.get("apc_path"):
-        apc = load_apc_path(hparams)
-        check_apc_fits(apc, hparams)
-        return apc
+        apc = load_run_apc(hparams, todo=PRETRAIN_OR_GIVE_APC)
     elif run_opts.get("test_only"):
-        run_apc_file(hparams, todo="--test_only with apc_path null needs the APC the run trained with; give "
-                                   "--apc_path=FILE (the APC the run loaded; its results.json names its fingerprint)")
-    return None
+        apc = load_run_apc(hparams, todo="--test_only with apc_path null needs the APC the run trained with; give "
+                                         "--apc_path=FILE (the APC the run loaded; its results.json names its "
+                                         "fingerprint)")
+    else:
+        return None
+    check_apc_fits(apc, hparams)
+    return apc
 
 
 def check_apc_fits(apc: APCModel, hparams: Mapping) -> None:
     """The loaded APC reads the run's filterbanks (``feature_config``'s ``n_mels``) and, where the
     encoder reads APC features, gives them at the encoder's ``input_size``; one
-    :class:`ConfigurationError` line naming ``apc_path`` otherwise (not a shape error after the cache).
+    :class:`ConfigurationError` line naming ``apc_path`` (or, null, ``apc_export_path``) otherwise (not a shape
+    error after the cache).
 
     Example
     -------
@@ -371,7 +375,8 @@ def check_apc_fits(apc: APCModel, hparams: Mapping) -> None:
         problems.append(f"its features are {apc.hidden_size}-wide, and the encoder's input_size is "
                         f"{hparams['input_size']}")
     if problems:
-        raise ConfigurationError(f"apc_path {hparams['apc_path']}: {'; '.join(problems)}: give an APC model made for "
+        key = "apc_path" if hparams.get("apc_path") else "apc_export_path"  # null apc_path: the run's own export
+        raise ConfigurationError(f"{key} {hparams.get(key)}: {'; '.join(problems)}: give an APC model made for "
                                  "these settings, or settings that match it")
 
 

@@ -552,9 +552,10 @@ def test_an_utterance_without_frames_is_named_not_a_traceback():
         realign_utterance(np.zeros((0, 4)), "u1", "u1.flac", ["a"], [["AH"]], enc, blank=0, window_ms=50.0)
 
 
-def test_realigning_audio_too_short_for_the_models_window_names_the_file(tmp_path):
-    """A model with a 50 ms window: a 37.5 ms utterance is refused in one line naming its file, read at the
-    model's rate; one of the model's window is realigned."""
+def test_realigning_audio_too_short_for_the_models_window_names_every_such_file_first(tmp_path):
+    """A model with a 50 ms window: every file too short for it (at its own rate) is named in one error before
+    any batch, even one that sorts after a usable file (fewer samples at a higher rate); audio of the model's
+    window is realigned."""
     import soundfile as sf
 
     from surprisal_cc.data.errors import BadAudioError
@@ -564,14 +565,21 @@ def test_realigning_audio_too_short_for_the_models_window_names_the_file(tmp_pat
     plain = ConditionalASR.untrained(phone_set("librispeech"), controller="big_only")
     model = ConditionalASR({**plain.config, "features": {**plain.config["features"], "frame_length_ms": 50.0}},
                            plain.encoder).save(tmp_path / "model")
-    make_librispeech_fixture(tmp_path / "corpus", {"dev-clean-2": {"1-2": ["A"]}})
+    make_librispeech_fixture(tmp_path / "corpus", {"dev-clean-2": {"1-2": ["A", "A", "A"]}})
     subset = tmp_path / "corpus" / "LibriSpeech" / "dev-clean-2"
-    flac = subset / "1" / "2" / "1-2-0000.flac"
-    sf.write(flac, np.zeros(600, dtype=np.float32), 16000)  # 37.5 ms
+    flacs = [subset / "1" / "2" / f"1-2-{i:04d}.flac" for i in range(3)]
+    noise = 0.1 * np.random.default_rng(0).uniform(-1, 1, 2205).astype(np.float32)
+    sf.write(flacs[0], np.zeros(600, dtype=np.float32), 16000)  # 37.5 ms
+    sf.write(flacs[1], noise[:900], 16000)  # 56.25 ms: usable, and sorted before the next
+    sf.write(flacs[2], noise[:2000], 44100)  # 45.35 ms
     with pytest.raises(BadAudioError) as err:
-        next(realign_corpus(model, subset))
-    assert str(err.value) == (f"{flac}: too short (37.5 ms; the model's shortest usable audio is 50 ms, 800 samples "
-                              "at 16000 Hz: one frame)")
-    sf.write(flac, 0.1 * np.random.default_rng(0).uniform(-1, 1, 800).astype(np.float32), 16000)
-    (utt,) = realign_corpus(model, subset)
-    assert utt.num_frames == 1 and utt.words == ["A"]
+        next(realign_corpus(model, subset, batch_size=1))
+    minimum = "the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: one frame"
+    assert str(err.value).splitlines() == [f"{flacs[0]}: too short (37.5 ms; {minimum})",
+                                           f"{flacs[2]}: too short (45.35 ms; {minimum})",
+                                           f"2 of 3 files are too short for one frame of the model: leave them out "
+                                           f"of {subset}"]
+    sf.write(flacs[0], noise[:800], 16000)  # one window
+    sf.write(flacs[2], noise, 44100)  # 50 ms
+    utts = list(realign_corpus(model, subset))
+    assert [u.wav for u in utts] == list(map(str, flacs)) and utts[0].num_frames == 1 and utts[0].words == ["A"]

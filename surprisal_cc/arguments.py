@@ -91,23 +91,21 @@ def chunk_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be 0 (whole files) or at least 1 second, got {text}") from None
 
 
-def is_number(value: Any, *, integer: bool = False, finite: bool = True) -> bool:
-    """Whether ``value`` is a real number: never a bool (YAML's ``true``), a string or None. numpy
-    scalars count as the numbers they hold (``np.float32`` as ``float`` and ``np.float64`` do).
-
-    ``integer``: a whole-number type only (int, numpy integers; not ``2.0``). ``finite``: not nan or
-    +-inf (an integer is always finite).
+def is_number(value: Any, *, integer: bool = False) -> bool:
+    """Whether ``value`` is a finite real number (not nan or +-inf): never a bool (YAML's ``true``), a
+    string or None. numpy scalars count as the numbers they hold (``np.float32`` as ``float`` and
+    ``np.float64`` do). ``integer``: a whole-number type only (int, numpy integers; not ``2.0``).
 
     Example
     -------
     >>> is_number(2), is_number(0.5), is_number(True), is_number("1"), is_number(float("inf"))
     (True, True, False, False, False)
-    >>> is_number(3, integer=True), is_number(3.0, integer=True), is_number(float("nan"), finite=False)
-    (True, False, True)
+    >>> is_number(3, integer=True), is_number(3.0, integer=True)
+    (True, False)
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral if integer else numbers.Real):
         return False
-    return not finite or isinstance(value, numbers.Integral) or math.isfinite(value)
+    return isinstance(value, numbers.Integral) or math.isfinite(value)
 
 
 def check_chunk_seconds(seconds: Any, name: str = "long_chunk_s") -> float:

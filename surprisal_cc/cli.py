@@ -438,7 +438,7 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     fmt = _transcribe_format(args)
     asr = _load_model(args)
     _check_plot(args, asr)
-    items, skipped, infos = _gather_audio(args.audio, stdin_audio, args.skip_bad, asr.feature_config)
+    items, skipped, infos = _gather_audio(args.audio, stdin_audio, args.skip_bad, asr)
     warn_converted({_as_given(key, stdin_audio): info for key, info in infos.items()},
                    asr.feature_config.sample_rate, stacklevel=3)
     usable = [(path, utt) for path, utt in items if str(path) in infos]
@@ -497,13 +497,13 @@ def _check_plot(args, asr) -> None:
         make_output_folder("--plot", Path(args.plot) / "plot.png" if plot_is_folder(args.plot) else args.plot)
 
 
-def _gather_audio(given: Sequence[str], stdin_audio: Optional[Path], skip_bad: bool, features=None):
-    """The audio files of ``transcribe``'s inputs (``-``: ``stdin_audio``), each checked before any
-    decoding: ``(items, skipped, infos)``, with ``items`` every ``(path, utterance or None)`` found,
-    ``skipped`` a :func:`_skipped_record` per unusable input (each warned about) and ``infos`` the
-    :class:`AudioInfo` of each usable file by its path. Unusable inputs without ``skip_bad`` are an error;
-    audio too short for one frame of the model's ``features`` (its FeatureConfig; None: 25 ms) is unusable."""
-    from .data.audio import AudioInfo, check_audio_each, refuse_bad_audio
+def _gather_audio(given: Sequence[str], stdin_audio: Optional[Path], skip_bad: bool, asr):
+    """The audio files of ``transcribe``'s inputs (``-``: ``stdin_audio``), each checked for the model
+    ``asr`` before any decoding (its ``check_files``: audio too short for one of its frames is unusable):
+    ``(items, skipped, infos)``, with ``items`` every ``(path, utterance or None)`` found, ``skipped`` a
+    :func:`_skipped_record` per unusable input (each warned about) and ``infos`` the :class:`AudioInfo` of
+    each usable file by its path. Unusable inputs without ``skip_bad`` are an error."""
+    from .data.audio import AudioInfo, refuse_bad_audio
 
     skipped: List[Dict[str, str]] = []  # every unusable input, found before any decoding
     found = [(name, [(stdin_audio, None)] if name == "-" else audio_inputs(name, skipped)) for name in given]
@@ -515,8 +515,7 @@ def _gather_audio(given: Sequence[str], stdin_audio: Optional[Path], skip_bad: b
         warnings.warn(f"no audio files in {', '.join(empty)}")
     total = len(items) + len(skipped)
     infos: Dict[str, AudioInfo] = {}
-    least = {} if features is None else dict(min_samples=features.min_samples, target_sr=features.sample_rate)
-    for (path, utt), (_, info, problem) in zip(items, check_audio_each([path for path, _ in items], **least)):
+    for (path, utt), (_, info, problem) in zip(items, asr.check_files([path for path, _ in items])):
         if info is not None:
             infos[str(path)] = info
         elif stdin_audio is not None and path == stdin_audio:  # named as the user gave it
@@ -773,7 +772,8 @@ def _add_export_parser(subparsers) -> None:
     p.add_argument("out_dir", help="the model folder to write: a new or empty folder, or a model folder, which is replaced")
     p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
                    help="weight storage (fp16: half the size, loaded back as fp32)")
-    p.add_argument("--apc", help="APC model file (default: the run's apc_path or <experiment_root>/apc/apc.pt)")
+    p.add_argument("--apc", help="APC model file (default: the run's apc_path, else the APC its training exported, "
+                                 "apc_export_path; a relative path is looked for where the recipe ran)")
     p.add_argument("--average", type=positive_int, default=1, metavar="N",
                    help="average the weights of the N best checkpoints (default 1: the best one)")
 

@@ -32,60 +32,25 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import (Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, TextIO, Tuple, Union,
-                    runtime_checkable)
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TextIO, Tuple, Union, runtime_checkable
 
 import torch
 
 from .apc import FrozenAPC
 from .arguments import check_batch_size, check_routing_seed, check_writable
 from .corpora import Item, check_pronunciation_words, corpus_items, pronunciation_references, training_g2p
-from .data.audio import (MAX_LISTED, TARGET_SAMPLE_RATE, check_audio_many, read_audio, refuse_bad_audio,
-                         warn_converted)
+from .data.audio import MAX_LISTED, AudioInfo, refuse_bad_audio, split_checked, warn_converted
 from .data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
 from .errors import ConfigurationError
 from .flops import MacMeter, RoutingStats, count_batch
+from .forward import DecodedBatch
 from .long_audio import LongAudioModel
 from .metrics import ErrorRate, closest_path
-from .nnet import Encoder, EncoderOutput, weights_fingerprint
+from .nnet import Encoder, weights_fingerprint
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["DecodedBatch", "EvaluatedModel", "evaluate_corpus"]
-
-
-class DecodedBatch(NamedTuple):
-    """One padded batch through the model and decoded: what
-    :meth:`ConditionalASR.run_batch <surprisal_cc.inference.ConditionalASR.run_batch>` returns (defined here,
-    where :class:`EvaluatedModel` names it; it unpacks as ``out, hyps, fbank, frames, surprisal, seconds``).
-
-    Arguments
-    ---------
-    output : EncoderOutput
-        Log-probabilities (``log_probs``, (B, T, labels)), ``lengths`` and routing statistics.
-    hyps : list of list of int
-        The label ids of each utterance's best hypothesis (beam search).
-    fbank : torch.Tensor
-        (B, T, n_mels) log-mel frames.
-    frames : torch.Tensor
-        (B,) frame count of each utterance.
-    surprisal : torch.Tensor, optional
-        (B, T) APC surprisal; None when the model runs no APC.
-    seconds : float
-        Wall time of the forward pass and the beam search.
-
-    Example
-    -------
-    >>> DecodedBatch._fields
-    ('output', 'hyps', 'fbank', 'frames', 'surprisal', 'seconds')
-    """
-
-    output: EncoderOutput
-    hyps: List[List[int]]
-    fbank: torch.Tensor
-    frames: torch.Tensor
-    surprisal: Optional[torch.Tensor]
-    seconds: float
+__all__ = ["EvaluatedModel", "evaluate_corpus"]
 
 
 @runtime_checkable
@@ -106,6 +71,10 @@ class EvaluatedModel(LongAudioModel, Protocol):
     precision: str
 
     def run_batch(self, wavs: torch.Tensor, samples: torch.Tensor) -> DecodedBatch: ...
+
+    def check_files(self, paths: Sequence[PathLike]) -> List[Tuple[str, Optional[AudioInfo], Optional[str]]]: ...
+
+    def read_file(self, path: PathLike) -> torch.Tensor: ...
 
     def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8,
                           long_chunk_s: Optional[float] = None) -> Dict[str, Any]: ...
@@ -204,8 +173,7 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     items, label_source, words, label_problems = _labelled_items(asr, data, mfa_labels, g2p, timit_split, skip_bad)
     if any_pronunciation:  # before any audio is read
         check_pronunciation_words(data, items, words)
-    items, infos, problems = _usable_audio(data, items, skip_bad, label_problems, mfa_labels is not None,
-                                           asr.feature_config.min_samples, asr.feature_config.sample_rate)
+    items, infos, problems = _usable_audio(asr, data, items, skip_bad, label_problems, mfa_labels is not None)
     graphs = pronunciation_references(data, items, words, mfa_labels, training_g2p(asr.config, g2p)) \
         if any_pronunciation else None
     warn_converted(infos, asr.feature_config.sample_rate, stacklevel=3)  # called here: its warning names our caller
@@ -251,14 +219,13 @@ def _labelled_items(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     return items, label_source, words, label_problems
 
 
-def _usable_audio(data: PathLike, items: List[Item], skip_bad: bool, label_problems: Sequence[str] = (),
-                  mfa_labels: bool = False, min_samples: Optional[int] = None,
-                  sample_rate: int = TARGET_SAMPLE_RATE) -> Tuple[List[Item], Dict[str, Any], List[str]]:
-    """The items whose audio is usable, its audio infos and the unusable files (``skip_bad``: with a
-    warning; otherwise :class:`BadAudioError` listing them after ``label_problems``, the utterances
-    already left out for want of labels, so that every problem is named at once). Audio of fewer than
-    ``min_samples`` at ``sample_rate`` (the model's one frame, ``FeatureConfig.min_samples``) is unusable."""
-    infos, problems = check_audio_many([wav for _, wav, _ in items], min_samples=min_samples, target_sr=sample_rate)
+def _usable_audio(asr: EvaluatedModel, data: PathLike, items: List[Item], skip_bad: bool,
+                  label_problems: Sequence[str], mfa_labels: bool) -> Tuple[List[Item], Dict[str, Any], List[str]]:
+    """The items whose audio is usable for ``asr`` (its ``check_files``: audio too short for one of its
+    frames is not), its audio infos and the unusable files (``skip_bad``: with a warning; otherwise
+    :class:`BadAudioError` listing them after ``label_problems``, the utterances already left out for want
+    of labels, so that every problem is named at once)."""
+    infos, problems = split_checked(asr.check_files([wav for _, wav, _ in items]))
     total, bad = len(items) + len(label_problems), len(problems) + len(label_problems)
     what = "usable labels or audio" if problems and label_problems else "usable audio" if problems else "usable labels"
     mfa_hint = "; or leave out --mfa-labels to use lexicon labels" if mfa_labels and label_problems else ""
@@ -336,7 +303,7 @@ def _plan(items: List[Item], batch_size: int, in_parts: Callable[[Any], bool]) -
 def _decode_batch(asr: EvaluatedModel, chunk: List[Item], tally: _Tally, graphs: Optional[Dict[str, Any]],
                   per_utterance: Optional[Callable[[Dict[str, Any]], None]]) -> None:
     """Decode one batch of items, add its edits, MACs, routing and time to ``tally`` and report its utterances."""
-    signals = [read_audio(wav, asr.feature_config.sample_rate, asr.feature_config.min_samples) for _, wav, _ in chunk]
+    signals = [asr.read_file(wav) for _, wav, _ in chunk]
     samples = torch.tensor([s.numel() for s in signals])
     wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
     batch = asr.run_batch(wavs, samples)

@@ -1,4 +1,5 @@
-"""The model's forward pass, one for training, inference and realignment: filterbanks → frozen APC → encoder.
+"""The model's forward pass, one for training, inference and realignment: filterbanks → frozen APC → encoder;
+and what one padded batch through a loaded model gives (:class:`ForwardResult`, :class:`DecodedBatch`).
 
 APC runs only when the encoder reads its features (``input_features: apc``) or its controller
 reads surprisal; features and surprisal that the recipes' feature cache computed once stand in
@@ -19,7 +20,7 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, List, NamedTuple, Optional
 
 from torch import Tensor, nn
 
@@ -44,6 +45,55 @@ class ForwardStep:
     output: EncoderOutput
     surprisal: Optional[Tensor]
     apc_ran: bool
+
+
+class ForwardResult(NamedTuple):
+    """One padded batch through a loaded model, not decoded: what
+    :meth:`ConditionalASR.forward <surprisal_cc.inference.ConditionalASR.forward>` and ``forward_pass`` return
+    (it unpacks as ``out, fbank, frames, surprisal``).
+
+    Arguments
+    ---------
+    output : EncoderOutput
+        Log-probabilities (``log_probs``, (B, T, labels)), ``lengths`` and routing statistics.
+    fbank : torch.Tensor
+        (B, T, n_mels) log-mel frames.
+    frames : torch.Tensor
+        (B,) frame count of each utterance.
+    surprisal : torch.Tensor, optional
+        (B, T) APC surprisal; None when the model runs no APC.
+
+    Example
+    -------
+    >>> ForwardResult._fields
+    ('output', 'fbank', 'frames', 'surprisal')
+    """
+
+    output: EncoderOutput
+    fbank: Tensor
+    frames: Tensor
+    surprisal: Optional[Tensor]
+
+
+class DecodedBatch(NamedTuple):
+    """One padded batch through a loaded model and decoded: what
+    :meth:`ConditionalASR.run_batch <surprisal_cc.inference.ConditionalASR.run_batch>` returns. The fields of
+    :class:`ForwardResult` with ``hyps``, the label ids of each utterance's best hypothesis (beam search),
+    and ``seconds``, the wall time of the forward pass and the beam search; it unpacks as
+    ``out, hyps, fbank, frames, surprisal, seconds``.
+
+    Example
+    -------
+    >>> DecodedBatch._fields
+    ('output', 'hyps', 'fbank', 'frames', 'surprisal', 'seconds')
+    """
+
+    output: EncoderOutput
+    hyps: List[List[int]]
+    fbank: Tensor
+    frames: Tensor
+    surprisal: Optional[Tensor]
+    seconds: float
 
 
 def run_model(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, apc: Optional[nn.Module] = None,

@@ -582,7 +582,7 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
                 raise GridError(f"group {group['name']}: {err}") from None
             command = [sys.executable, spec.recipe, spec.hparams, *options, f"--output_folder={folder}"]
             epochs = overrides.get("number_of_epochs", defaults.get("number_of_epochs"))
-            if epochs is not None and (isinstance(epochs, bool) or not str(epochs).isdigit() or int(epochs) < 1):
+            if epochs is not None and (not is_number(epochs, integer=True) or epochs < 1):
                 raise GridError(f"group {group['name']}: number_of_epochs must be a whole number of at least 1, "
                                 f"got {epochs!r}")
             run = Run(group["name"], name, folder, overrides, command, int(epochs) if epochs is not None else None)

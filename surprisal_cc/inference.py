@@ -19,7 +19,6 @@ Example
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -30,21 +29,21 @@ import torch
 from speechbrain.utils.run_opts import RunOptions
 from torch import Tensor
 
-from .arguments import check_batch_size, check_routing_seed, resolve_device
+from .arguments import check_batch_size, check_routing_seed, is_number, resolve_device
 from .apc import APCModel, FrozenAPC
 from .architectures import build_encoder
 from .calibration import budget_big_fraction, solve_budget
-from .data.audio import batch_waveforms, check_audio
-from .data.errors import BadAudioError, DataPreparationError
+from .data.audio import (AudioInfo, batch_waveforms, check_audio, check_audio_each, read_audio, refuse_bad_audio,
+                         refuse_short_waveforms, split_checked)
+from .data.errors import BadAudioError
 from .decoding import CTCBeamSearch
-from .evaluation import DecodedBatch, evaluate_corpus
-from .forward import run_model
+from .evaluation import evaluate_corpus
+from .forward import DecodedBatch, ForwardResult, run_model
 from .features import FeatureConfig, FilterbankFrontEnd
 from .nnet import (Encoder, EncoderOutput, bias_shift_problem, input_size_for, lengths_to_mask, routes_by_chance,
                    runs_apc, seeded_draws)
 from .flops import module_macs
 from .errors import ConfigurationError
-from .long_audio import ForwardResult
 from .model_folder import (FORMAT_VERSION, ModelFormatError, check_weights_dtype, default_model_dir, load_model_folder,
                            model_config, write_model_folder)
 from .precision import INFERENCE_PRECISIONS, native_bf16
@@ -446,8 +445,8 @@ class ConditionalASR:
         """Add ``shift`` to the controller's logit (paper Appendix B): a negative shift sends fewer
         frames to the big network (fewer FLOPs), a positive one more. Big-only and small-only have
         no logit to shift, nor do the adaptive encoders: a clear error."""
-        if not math.isfinite(float(shift)):
-            raise ConfigurationError(f"a bias shift must be a finite number, got {shift}")
+        if not is_number(shift):
+            raise ConfigurationError(f"bias shift must be a finite number, got {shift!r}")
         problem = bias_shift_problem(self.encoder)
         if problem and (shift or self.encoder.stage_controller(False) is None):
             raise ConfigurationError(f"bias shift {shift:g}: {problem}")
@@ -456,9 +455,11 @@ class ConditionalASR:
     def budget_big_fraction(self, fraction: float) -> float:
         """The fraction of frames on the big network that spends ``fraction`` x the big-only MACs per
         frame; a clear error for a model without a surprisal controller or a budget out of range."""
+        if not is_number(fraction):
+            raise ConfigurationError(f"FLOPs fraction must be a finite number, got {fraction!r}")
         try:
             return budget_big_fraction(self.encoder, self.apc_macs, float(fraction))
-        except (TypeError, ValueError) as err:
+        except ValueError as err:
             raise ConfigurationError(f"FLOPs fraction {fraction}: {err}") from None
 
     @torch.no_grad()
@@ -479,8 +480,6 @@ class ConditionalASR:
         BadAudioError
             Listing every file of ``audio`` that is not usable audio, before any is decoded.
         """
-        from .data.audio import check_audio_many, refuse_bad_audio
-
         if isinstance(audio, (str, os.PathLike)):
             audio = [audio]
         audio = list(audio)
@@ -491,8 +490,7 @@ class ConditionalASR:
         check_batch_size(batch_size)
         self.budget_big_fraction(fraction)  # a budget this model cannot meet fails before any audio is read
         hint = "the bias shift of a FLOPs budget is solved on usable audio"
-        features = self.feature_config  # audio too short for one of this model's frames is unusable
-        problems = check_audio_many(audio, min_samples=features.min_samples, target_sr=features.sample_rate)[1]
+        problems = split_checked(self.check_files(audio))[1]
         refuse_bad_audio(problems, len(audio), False, hint, hint)
         solution = solve_budget(self.encoder, self.apc_macs, float(fraction),
                                 self.frame_surprisal(audio, batch_size, long_chunk_s))
@@ -506,7 +504,6 @@ class ConditionalASR:
         (one 1-D tensor per batch); a file longer than ``long_chunk_s`` plus twice the context
         (as :meth:`transcribe_file` decides) alone, in parts with context
         (:func:`~surprisal_cc.long_audio.long_surprisal`), in bounded memory."""
-        from .data.audio import read_audio
         from .long_audio import is_long, long_surprisal, part_seconds
 
         chunk_s = part_seconds(long_chunk_s)
@@ -514,8 +511,7 @@ class ConditionalASR:
         long = [is_long(path, chunk_s) for path in paths]  # headers only
         short = [path for path, in_parts in zip(paths, long) if not in_parts]
         for start in range(0, len(short), batch_size):
-            signals = [read_audio(path, self.feature_config.sample_rate, self.feature_config.min_samples)
-                       for path in short[start:start + batch_size]]
+            signals = [self.read_file(path) for path in short[start:start + batch_size]]
             samples = torch.tensor([signal.numel() for signal in signals])
             fbank, lengths = self.filterbanks(torch.nn.utils.rnn.pad_sequence(signals, batch_first=True), samples)
             surprisal = self.apc_surprisal(fbank, lengths)
@@ -661,7 +657,9 @@ class ConditionalASR:
     def filterbanks(self, wavs: Tensor, samples: Tensor) -> Tuple[Tensor, Tensor]:
         """(fbank, frame counts) of a padded batch (``samples``: (B,) sample counts) on this model's
         device. The filterbanks are computed on the CPU in float32, as the recipes' feature cache
-        computes them; an utterance shorter than one frame is a clear error.
+        computes them; utterances shorter than one frame are a
+        :class:`~surprisal_cc.data.errors.DataPreparationError` naming their places in the batch
+        (:func:`~surprisal_cc.data.audio.refuse_short_waveforms`).
 
         Example
         -------
@@ -670,13 +668,8 @@ class ConditionalASR:
         >>> fbank.shape, frames.tolist()
         (torch.Size([2, 49, 80]), [49, 24])
         """
+        refuse_short_waveforms(samples, self.feature_config.sample_rate, self.feature_config.min_samples)
         fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples)
-        short = [i for i, n in enumerate(frames.tolist()) if n == 0]
-        if short:
-            listed = ", ".join(map(str, short[:10])) + (f" and {len(short) - 10} more" if len(short) > 10 else "")
-            raise DataPreparationError(
-                f"utterance(s) {listed} of the batch are shorter than one {self.feature_config.frame_length_ms:g} ms "
-                "frame: nothing to recognise")
         return fbank.to(self.device), frames.to(self.device)
 
     @property
@@ -893,6 +886,27 @@ class ConditionalASR:
         features = self.feature_config
         check_audio(path, features.sample_rate, stacklevel=4, min_samples=features.min_samples)
 
+    def check_files(self, paths: Sequence[PathLike]) -> List[Tuple[str, Optional[AudioInfo], Optional[str]]]:
+        """Each file of ``paths`` decoded and checked for this model, in order
+        (:func:`~surprisal_cc.data.audio.check_audio_each` at its sample rate): ``(path, AudioInfo, None)``
+        for usable audio, ``(path, None, what is wrong)`` otherwise, audio too short for one of its frames
+        included; no warning (:func:`~surprisal_cc.data.audio.warn_converted` says what will be converted).
+
+        Example
+        -------
+        >>> ConditionalASR.untrained(["AH", "sil"]).check_files(["missing.flac"])
+        [('missing.flac', None, 'file does not exist')]
+        """
+        features = self.feature_config
+        return check_audio_each(paths, min_samples=features.min_samples, target_sr=features.sample_rate)
+
+    def read_file(self, path: PathLike) -> Tensor:
+        """The (S,) float32 mono waveform of the file ``path`` at the model's sample rate
+        (:func:`~surprisal_cc.data.audio.read_audio`), without a check or warning (for files
+        :meth:`check_files` passed; :meth:`load_audio` checks first): a :class:`BadAudioError` naming a
+        file too short for one of the model's frames."""
+        return read_audio(path, self.feature_config.sample_rate, self.feature_config.min_samples)
+
     def load_audio(self, path: PathLike) -> Tensor:
         """SpeechBrain's ``load_audio``: the (S,) float32 mono waveform of the file ``path`` at the model's
         sample rate, for :meth:`transcribe_batch` (converted with a warning, as :meth:`transcribe_file`
@@ -918,24 +932,20 @@ class ConditionalASR:
         >>> wavs.shape, wav_lens.tolist(), [r.num_frames for r in asr.transcribe_batch(wavs, wav_lens)]
         (torch.Size([2, 8000]), [1.0, 0.5], [24, 12])
         """
-        from .data.audio import read_audio
-
         self._check_audio(path)
-        return read_audio(path, self.feature_config.sample_rate, self.feature_config.min_samples)
+        return self.read_file(path)
 
     def transcribe_checked_file(self, path: PathLike, long_chunk_s: Optional[float] = None, progress=None,
                                 keep_fbank: bool = True) -> Transcription:
-        """:meth:`transcribe_file` without the audio check (for files :func:`check_audio_many` passed);
+        """:meth:`transcribe_file` without the audio check (for files :meth:`check_files` passed);
         ``keep_fbank=False`` leaves the filterbanks out of the result (``fbank`` None), which saves memory
         on long files."""
-        from .data.audio import read_audio
         from .long_audio import decode_long, is_long, part_seconds
 
         chunk_s = part_seconds(long_chunk_s)
         if is_long(path, chunk_s):
             return Transcription(**decode_long(self, path, chunk_s=chunk_s, progress=progress, keep_fbank=keep_fbank))
-        result = self.transcribe_batch(read_audio(path, self.feature_config.sample_rate,
-                                                  self.feature_config.min_samples)[None])[0]
+        result = self.transcribe_batch(self.read_file(path)[None])[0]
         result.path = str(path)
         if not keep_fbank:
             result.fbank = None

@@ -43,7 +43,7 @@ import os
 import time
 import contextlib
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, NamedTuple, Optional, Protocol,
+from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol,
                     Sequence, Tuple, Union, runtime_checkable)
 
 # annotations only: importing this module loads neither torch nor feature or decoding code (the command
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
     from .decoding import CTCBeamSearch
     from .features import FeatureConfig
+    from .forward import ForwardResult
     from .nnet import EncoderOutput
 
 CHUNK_S = 60.0  # seconds of kept frames per part
@@ -62,36 +63,8 @@ PROGRESS_AFTER_S = 60.0  # files longer than this report progress
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "ForwardResult", "LongAudioModel", "part_seconds", "is_long",
-           "decode_long", "long_surprisal"]
-
-
-class ForwardResult(NamedTuple):
-    """One padded batch through the model, not decoded: what
-    :meth:`ConditionalASR.forward <surprisal_cc.inference.ConditionalASR.forward>` and ``forward_pass`` return
-    (defined here, where :class:`LongAudioModel` names it; it unpacks as ``out, fbank, frames, surprisal``).
-
-    Arguments
-    ---------
-    output : EncoderOutput
-        Log-probabilities (``log_probs``, (B, T, labels)), ``lengths`` and routing statistics.
-    fbank : torch.Tensor
-        (B, T, n_mels) log-mel frames.
-    frames : torch.Tensor
-        (B,) frame count of each utterance.
-    surprisal : torch.Tensor, optional
-        (B, T) APC surprisal; None when the model runs no APC.
-
-    Example
-    -------
-    >>> ForwardResult._fields
-    ('output', 'fbank', 'frames', 'surprisal')
-    """
-
-    output: EncoderOutput
-    fbank: torch.Tensor
-    frames: torch.Tensor
-    surprisal: Optional[torch.Tensor]
+__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "LongAudioModel", "part_seconds", "is_long", "decode_long",
+           "long_surprisal"]
 
 
 @runtime_checkable
@@ -143,6 +116,14 @@ class _Reader:
         self.file = soundfile.SoundFile(soundfile_name(path))
         self.sample_rate = sample_rate
         self.total = resampled_length(self.file.frames, self.file.samplerate, sample_rate)
+
+    def refuse_short(self, path: PathLike, min_samples: int) -> None:
+        """A :class:`~surprisal_cc.data.errors.BadAudioError` of one line naming ``path`` and its own duration
+        where it is too short for ``min_samples`` at the model's rate
+        (:func:`~surprisal_cc.data.audio.refuse_short_audio`)."""
+        from .data.audio import refuse_short_audio
+
+        refuse_short_audio(path, self.file.frames, self.file.samplerate, min_samples, self.sample_rate)
 
     def read_frames(self, cfg, first: int, upto: int) -> torch.Tensor:
         """The samples that frames ``[first, upto)`` of feature config ``cfg`` read (frame t's window
@@ -223,13 +204,11 @@ def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, c
     """
     import torch
 
-    from .data.audio import refuse_short_audio
-
     cfg = asr.feature_config
     rate = cfg.sample_rate
     reader = _Reader(path, rate)
     try:
-        refuse_short_audio(path, reader.total, rate, cfg.min_samples)  # one line naming the file
+        reader.refuse_short(path, cfg.min_samples)
         total_frames = cfg.num_frames(reader.total)
         chunk, context = _part_frames(asr, chunk_s, context_s)
         window = min(chunk, max(1, int(round(SEAM_WINDOW_S / asr.frame_shift_s))))
@@ -345,12 +324,10 @@ def long_surprisal(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S
     """
     import torch
 
-    from .data.audio import refuse_short_audio
-
     cfg = asr.feature_config
     reader = _Reader(path, cfg.sample_rate)
     try:
-        refuse_short_audio(path, reader.total, cfg.sample_rate, cfg.min_samples)  # one line naming the file
+        reader.refuse_short(path, cfg.min_samples)
         chunk, context = _part_frames(asr, chunk_s, context_s)
         total_frames = cfg.num_frames(reader.total)
         for start in range(0, total_frames, chunk):

@@ -8,10 +8,12 @@ from typing import Any, Callable, Dict, FrozenSet, NamedTuple, Type
 
 import numpy as np
 import pytest
+import torch
 
 from surprisal_cc import grid_spec, model_folder
 from surprisal_cc.arguments import check_batch_size, check_chunk_seconds, check_routing_seed, is_number
 from surprisal_cc.calibration import check_calibration_target
+from surprisal_cc.data.audio import refuse_short_waveforms, short_audio_problem
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.features import FeatureConfig
 from surprisal_cc.run_settings import check_debug_options, check_flops_budget, check_settings, check_test_budget
@@ -47,6 +49,12 @@ def predicate(**options: bool) -> Callable[[Any], bool]:
 
 
 @functools.lru_cache(maxsize=None)
+def _model():
+    from surprisal_cc.inference import ConditionalASR
+    return ConditionalASR.untrained(["AH", "sil"], controller="surprisal")
+
+
+@functools.lru_cache(maxsize=None)
 def _encoder():
     from surprisal_cc.architectures import build_encoder
     return build_encoder("conditional", input_size=80, num_outputs=3, controller="big_only")
@@ -73,7 +81,6 @@ class Site(NamedTuple):
 SITES = [
     Site("is_number", predicate(), 2, 0.5, NUMBER),
     Site("is_number integer", predicate(integer=True), 2, 2.0, WHOLE),
-    Site("is_number not finite", predicate(finite=False), 2, 0.5, NUMBER | {"nan", "inf"}),
     # arguments: the Python API's own arguments
     Site("check_chunk_seconds", refusal(check_chunk_seconds, ConfigurationError, "long_chunk_s must be"), 20, 20.0,
          NUMBER),
@@ -87,6 +94,16 @@ SITES = [
     Site("FeatureConfig.dither", refusal(lambda v: FeatureConfig(dither=v), ValueError, "dither must"), 1, 0.5, NUMBER),
     # threads: a whole value of any number type
     Site("check_threads", refusal(check_threads, ValueError, "threads must be"), 2, 2.0, NUMBER),
+    # data.audio: a model's shortest usable audio (FeatureConfig.min_samples)
+    Site("short_audio_problem min_samples", refusal(lambda v: short_audio_problem(800, 16000, v), ValueError,
+                                                    "min_samples must"), 400, 400.0, WHOLE),
+    Site("refuse_short_waveforms min_samples", refusal(lambda v: refuse_short_waveforms(torch.tensor([800]), 16000, v),
+                                                       ValueError, "min_samples must"), 400, 400.0, WHOLE),
+    # inference: a loaded model's bias shift and FLOPs budget
+    Site("ConditionalASR.set_bias_shift", refusal(lambda v: _model().set_bias_shift(v), ConfigurationError,
+                                                  "bias shift must be"), 1, 0.5, NUMBER),
+    Site("ConditionalASR.budget_big_fraction", refusal(lambda v: _model().budget_big_fraction(v), ConfigurationError,
+                                                       "FLOPs fraction must be"), 1, 0.9, NUMBER),
     # calibration
     Site("check_calibration_target", refusal(check_calibration_target, ValueError, "controller_target_mean must be"),
          0, 0.3, FRACTION),
@@ -160,3 +177,10 @@ def test_messages_name_the_setting_and_the_value() -> None:
     with pytest.raises(model_folder.ModelFormatError, match=r"^model.json: blank_penalty must be a finite number, "
                                                             r"got inf$"):
         model_folder._check_decoding({"blank_penalty": float("inf")}, Path("model.json"))
+    with pytest.raises(ConfigurationError, match=r"^bias shift must be a finite number, got '1.5'$"):
+        _model().set_bias_shift("1.5")
+    with pytest.raises(ConfigurationError, match=r"^FLOPs fraction must be a finite number, got True$"):
+        _model().budget_big_fraction(True)
+    with pytest.raises(ValueError, match=r"^min_samples must be a whole number of at least 1 "
+                                         r"\(FeatureConfig.min_samples\), got 400.0$"):
+        refuse_short_waveforms(torch.tensor([800]), 16000, 400.0)

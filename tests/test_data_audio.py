@@ -203,17 +203,24 @@ def test_a_file_shorter_than_the_models_one_frame_is_refused_naming_it(tmp_path)
 
 
 def test_the_models_minimum_counts_the_samples_a_file_resamples_to(tmp_path):
-    from surprisal_cc.data.audio import resampled_length
+    """Too short is fewer than the model's minimum once resampled to its rate; every reader names the file's
+    own duration."""
+    from surprisal_cc.data.audio import refuse_short_audio, resampled_length
 
     least = 800  # 50 ms at 16 kHz
     sf.write(tmp_path / "barely.wav", tone(2204 / 44100, 44100), 44100)  # 49.98 ms: 800 samples at 16 kHz
     sf.write(tmp_path / "short.wav", tone(2200 / 44100, 44100), 44100)  # 799 samples at 16 kHz
     assert read_audio(tmp_path / "barely.wav", 16000, least).numel() == resampled_length(2204, 44100, 16000) == 800
     _, problems = check_audio_many([tmp_path / "barely.wav", tmp_path / "short.wav"], min_samples=least)
-    assert problems == [f"{tmp_path / 'short.wav'}: too short (49.89 ms; the model's shortest usable audio is "
-                        "50 ms, 800 samples at 16000 Hz: one frame)"]
-    with pytest.raises(BadAudioError, match="short.wav: too short"):
-        read_audio(tmp_path / "short.wav", 16000, least)
+    line = (f"{tmp_path / 'short.wav'}: too short (49.89 ms; the model's shortest usable audio is 50 ms, 800 samples "
+            "at 16000 Hz: one frame)")  # the file's own duration, not that of the 799 samples it resamples to
+    assert problems == [line]
+    for read in (lambda: read_audio(tmp_path / "short.wav", 16000, least),
+                 lambda: refuse_short_audio(tmp_path / "short.wav", 2200, 44100, least, 16000)):
+        with pytest.raises(BadAudioError) as err:
+            read()
+        assert str(err.value) == line
+    refuse_short_audio(tmp_path / "barely.wav", 2204, 44100, least, 16000)
 
 
 def test_a_batch_with_waveforms_shorter_than_the_models_one_frame_names_them():

@@ -94,6 +94,25 @@ def test_expand_cartesian_product_and_folders(grid_file: Path, tmp_path: Path) -
     assert [r.command for r in grid_spec.expand(grid_spec.load_grid(str(grid_file)))] == [r.command for r in runs]
 
 
+@pytest.mark.parametrize("epochs", [3, "np.int64"])
+def test_number_of_epochs_of_a_grid_is_a_whole_number(grid_file: Path, epochs: Any) -> None:
+    import numpy as np
+
+    spec = grid_spec.load_grid(str(grid_file))
+    spec.overrides["number_of_epochs"] = np.int64(3) if epochs == "np.int64" else epochs
+    assert {run.epochs for run in grid_spec.expand(spec, log=io.StringIO())} == {3}
+
+
+@pytest.mark.parametrize("epochs", [True, 3.0, "3", 0])
+def test_number_of_epochs_of_a_grid_that_is_no_whole_number_of_at_least_one_is_refused(grid_file: Path,
+                                                                                      epochs: Any) -> None:
+    spec = grid_spec.load_grid(str(grid_file))
+    spec.overrides["number_of_epochs"] = epochs
+    with pytest.raises(grid_spec.GridError) as err:
+        grid_spec.expand(spec, log=io.StringIO())
+    assert str(err.value) == f"group controllers: number_of_epochs must be a whole number of at least 1, got {epochs!r}"
+
+
 def test_override_value_and_results_files(tmp_path: Path) -> None:
     assert grid_spec.override_value([0.0, 1]) == "[0.0, 1]" and grid_spec.override_value(True) == "True"
     assert grid_spec.override_value({"a": None}) == "{a: null}"

@@ -695,14 +695,16 @@ def test_forward_and_run_batch_results_read_by_name_and_unpack_as_before():
     samples = torch.tensor([16000, 8000])
     result = asr.forward(wavs, samples)
     assert isinstance(result, ForwardResult) and isinstance(asr.forward_pass(wavs, samples), ForwardResult)
-    out, fbank, frames, surprisal = result
-    assert out is result.output and fbank is result.fbank and frames is result.frames and surprisal is result.surprisal
-    assert frames.tolist() == [49, 24] and surprisal.shape == (2, 49) and fbank.shape == (2, 49, 80)
+    assert result.output.log_probs.shape == (2, 49, 4) and result.frames.tolist() == [49, 24]
+    assert result.surprisal.shape == (2, 49) and result.fbank.shape == (2, 49, 80)
+    _, _, frames, _ = result
+    assert frames.tolist() == [49, 24]
     with asr.seeded_routing():
         batch = asr.run_batch(wavs, samples)
     assert isinstance(batch, DecodedBatch) and batch.frames.tolist() == [49, 24] and batch.seconds > 0
-    out, hyps, fbank, frames, surprisal, seconds = batch
-    assert (hyps, seconds) == (batch.hyps, batch.seconds) and len(hyps) == 2 and out is batch.output
+    assert len(batch.hyps) == 2 and batch.output.log_probs.shape == (2, 49, 4) and batch.fbank.shape == (2, 49, 80)
+    _, hyps, _, _, _, seconds = batch
+    assert len(hyps) == 2 and seconds > 0
 
 
 def test_evaluate_takes_the_arguments_of_evaluate_corpus_and_passes_each_on(monkeypatch):
@@ -760,24 +762,31 @@ def test_audio_too_short_for_the_models_window_is_refused_in_one_line_naming_the
     short, enough = tmp_path / "short.wav", tmp_path / "enough.wav"
     sf.write(short, 0.1 * np.random.default_rng(0).uniform(-1, 1, 600), 16000)  # 37.5 ms
     sf.write(enough, 0.1 * np.random.default_rng(1).uniform(-1, 1, least), 16000)
-    line = (f"{short}: too short (37.5 ms; the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: "
-            "one frame)")
-    calls = {"transcribe_file": lambda: asr.transcribe_file(short),
-             "transcribe_checked_file": lambda: asr.transcribe_checked_file(short),
-             "load_audio": lambda: asr.load_audio(short),
-             "frame_surprisal": lambda: list(asr.frame_surprisal([enough, short])),
-             "decode_long": lambda: decode_long(asr, short, chunk_s=1.0, context_s=0.5),
-             "long_surprisal": lambda: list(long_surprisal(asr, short, chunk_s=1.0, context_s=0.5))}
-    for name, call in calls.items():
+    short_44k = tmp_path / "short_44k.wav"  # 799 samples at 16 kHz: each reader gives the file's own 49.89 ms
+    sf.write(short_44k, 0.1 * np.random.default_rng(2).uniform(-1, 1, 2200), 44100)
+    for path, ms in ((short, "37.5"), (short_44k, "49.89")):
+        line = (f"{path}: too short ({ms} ms; the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: "
+                "one frame)")
+        assert asr.check_files([path]) == [(str(path), None, line.split(": ", 1)[1])]
+        calls = {"transcribe_file": lambda: asr.transcribe_file(path),
+                 "transcribe_checked_file": lambda: asr.transcribe_checked_file(path),
+                 "load_audio": lambda: asr.load_audio(path), "read_file": lambda: asr.read_file(path),
+                 "frame_surprisal": lambda: list(asr.frame_surprisal([enough, path])),
+                 "decode_long": lambda: decode_long(asr, path, chunk_s=1.0, context_s=0.5),
+                 "long_surprisal": lambda: list(long_surprisal(asr, path, chunk_s=1.0, context_s=0.5))}
+        for name, call in calls.items():
+            with pytest.raises(BadAudioError) as err:
+                call()
+            assert str(err.value) == line, name
         with pytest.raises(BadAudioError) as err:
-            call()
-        assert str(err.value) == line, name
-    with pytest.raises(BadAudioError) as err:
-        asr.meet_flops_budget([enough, short], 0.9)
-    assert line in str(err.value).splitlines()
-    with pytest.raises(DataPreparationError, match=r"^waveform\(s\) 1 of the batch \(600 samples at 16000 Hz\) "
-                                                   r"are shorter than the model's shortest usable audio, 50 ms"):
+            asr.meet_flops_budget([enough, path], 0.9)
+        assert line in str(err.value).splitlines()
+    batch_line = (r"^waveform\(s\) 1 of the batch \(600 samples at 16000 Hz\) are shorter than the model's shortest "
+                  r"usable audio, 50 ms \(800 samples at 16000 Hz: one frame\)$")
+    with pytest.raises(DataPreparationError, match=batch_line):
         asr.transcribe_batch([torch.zeros(least), torch.zeros(600)])
+    with pytest.raises(DataPreparationError, match=batch_line):  # the same rule where filterbanks are asked for
+        asr.filterbanks(torch.zeros(2, least), torch.tensor([least, 600]))
     assert asr.transcribe_file(enough).num_frames == 1
     assert asr.transcribe_batch([asr.load_audio(enough)])[0].num_frames == 1
     assert decode_long(asr, enough, chunk_s=1.0, context_s=0.5)["num_frames"] == 1

@@ -27,6 +27,7 @@ import soundfile as sf
 import torch
 import torchaudio
 
+from ..arguments import is_number
 from .errors import BadAudioError, DataPreparationError, DataPreparationWarning
 from .manifest import list_files
 
@@ -70,8 +71,8 @@ def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE, min_samples:
 
     Multi-channel audio is averaged to mono; other sample rates are resampled (:func:`resample`).
     With ``min_samples`` (a model's ``FeatureConfig.min_samples``), audio of fewer samples at
-    ``target_sr`` is a :class:`BadAudioError` of one line naming the file (:func:`refuse_short_audio`);
-    None: no length check.
+    ``target_sr`` is a :class:`BadAudioError` of one line naming the file and its own duration
+    (:func:`refuse_short_audio`), before any resampling; None: no length check.
 
     Example
     -------
@@ -87,10 +88,10 @@ def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE, min_samples:
     """
     with sf.SoundFile(soundfile_name(path)) as sound_file:
         wav, sr = read_audio_span(sound_file), sound_file.samplerate
+    if min_samples is not None:
+        refuse_short_audio(path, wav.numel(), sr, min_samples, target_sr)
     if sr != target_sr:
         wav = resample(wav, sr, target_sr)
-    if min_samples is not None:
-        refuse_short_audio(path, wav.numel(), target_sr, min_samples)
     return wav
 
 
@@ -99,7 +100,7 @@ def _ms(num_samples: int, rate: int) -> str:
 
 
 def _check_min_samples(min_samples: Any) -> int:
-    if isinstance(min_samples, bool) or not isinstance(min_samples, numbers.Integral) or min_samples < 1:
+    if not is_number(min_samples, integer=True) or min_samples < 1:
         raise ValueError(f"min_samples must be a whole number of at least 1 (FeatureConfig.min_samples), "
                          f"got {min_samples!r}")
     return int(min_samples)
@@ -130,20 +131,23 @@ def short_audio_problem(num_samples: int, rate: int, min_samples: Optional[int] 
     return None
 
 
-def refuse_short_audio(path: PathLike, num_samples: int, sample_rate: int, min_samples: Optional[int]) -> None:
+def refuse_short_audio(path: PathLike, num_samples: int, rate: int, min_samples: Optional[int] = None,
+                       target_sr: int = TARGET_SAMPLE_RATE) -> None:
     """A :class:`BadAudioError` of one line naming ``path``, its duration and the model's shortest usable
-    audio when its ``num_samples`` samples at ``sample_rate`` Hz are fewer than ``min_samples`` (a model's
-    ``FeatureConfig.min_samples`` at that rate; None: :data:`MIN_DURATION_S`, as :func:`short_audio_problem`).
+    audio where the file's own ``num_samples`` samples at its ``rate`` Hz are too short
+    (:func:`short_audio_problem`: fewer than ``min_samples`` once resampled to ``target_sr``): the check of
+    :func:`read_audio` and of readers that read a file in parts. The duration is the file's own, as
+    :func:`check_audio_file` reports it.
 
     Example
     -------
-    >>> refuse_short_audio("a.flac", 800, 16000, 800)
-    >>> refuse_short_audio("a.flac", 400, 16000, 800)
+    >>> refuse_short_audio("a.flac", 2205, 44100, 800)
+    >>> refuse_short_audio("a.flac", 2200, 44100, 800)
     Traceback (most recent call last):
         ...
-    surprisal_cc.data.errors.BadAudioError: a.flac: too short (25 ms; the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: one frame)
+    surprisal_cc.data.errors.BadAudioError: a.flac: too short (49.89 ms; the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: one frame)
     """
-    problem = short_audio_problem(num_samples, sample_rate, min_samples, sample_rate)
+    problem = short_audio_problem(num_samples, rate, min_samples, target_sr)
     if problem is not None:
         raise BadAudioError([f"{path}: {problem}"], 1)
 
@@ -351,9 +355,23 @@ def check_audio_many(paths: Sequence[PathLike], num_workers: int = 1, min_sample
     >>> check_audio_many(["missing.flac"])
     ({}, ['missing.flac: file does not exist'])
     """
+    return split_checked(check_audio_each(paths, num_workers, min_samples, target_sr))
+
+
+def split_checked(checks: Sequence[Tuple[str, Optional[AudioInfo], Optional[str]]]
+                  ) -> Tuple[Dict[str, AudioInfo], List[str]]:
+    """``({path: AudioInfo} of usable files, ["path: problem", ...])`` from :func:`check_audio_each`'s results.
+
+    Example
+    -------
+    >>> infos, problems = split_checked([("a.flac", AudioInfo(1.0, 16000, 1, 16000), None),
+    ...                                  ("b.flac", None, "empty file (0 bytes)")])
+    >>> list(infos), problems
+    (['a.flac'], ['b.flac: empty file (0 bytes)'])
+    """
     infos: Dict[str, AudioInfo] = {}
     problems: List[str] = []
-    for path, info, problem in check_audio_each(paths, num_workers, min_samples, target_sr):
+    for path, info, problem in checks:
         if info is None:
             problems.append(f"{path}: {problem}")
         else:

@@ -553,7 +553,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
 
     from .corpora import training_g2p
     from .data import Lexicon
-    from .data.audio import MAX_LISTED, read_audio, short_audio_problem, soundfile_name
+    from .data.audio import MAX_LISTED, short_audio_problem, soundfile_name
     from .data.errors import BadAudioError, first_listed
     from .data.librispeech import scan_subset
     from .inference import ConditionalASR
@@ -590,7 +590,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     for first in range(0, len(utts), batch_size):
         batch = utts[first:first + batch_size]
         start = time.perf_counter()
-        audio = [read_audio(u.wav, features.sample_rate, features.min_samples) for u in batch]
+        audio = [asr.read_file(u.wav) for u in batch]
         samples = torch.tensor([len(a) for a in audio])
         wavs = torch.nn.utils.rnn.pad_sequence(audio, batch_first=True)
         with asr.seeded_routing():  # drawn routing: the same draws for a batch on every run

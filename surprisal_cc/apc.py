@@ -264,6 +264,26 @@ class FrozenAPC(nn.Module):
         return self.apc(x, lengths)
 
 
+class APCFileError(ValueError):
+    """A file that is not a loadable APC model: its ``path``, what is wrong (``problem``) and what to do
+    (``todo``), read as ``"path: problem; todo"``.
+
+    Example
+    -------
+    >>> err = APCFileError("apc.pt", "not an APC model file")
+    >>> err.problem, str(err).startswith("apc.pt: not an APC model file; give an APC model file written by")
+    ('not an APC model file', True)
+    """
+
+    def __init__(self, path, problem: str,
+                 todo: str = "give an APC model file written by recipes/LibriSpeech/pretrain_apc.py"):
+        self.path, self.problem, self.todo = path, problem, todo
+        super().__init__(f"{path}: {problem}; {todo}")
+
+    def __reduce__(self):  # pickled (by a worker process) with its parts, not its message
+        return type(self), (self.path, self.problem, self.todo)
+
+
 def load_apc(path, map_location="cpu", **model_kwargs) -> APCModel:
     """Load an exported APC model file (``{"config": ..., "state_dict": ...}``) safely.
 
@@ -303,8 +323,7 @@ def load_apc_blob(path, map_location="cpu") -> dict:
     except OSError:
         raise
     except Exception as err:  # torch raises several types for a file that is not a torch.save file
-        raise ValueError(f"{path}: cannot be loaded as a torch file ({type(err).__name__}); give an APC model "
-                         "file written by recipes/LibriSpeech/pretrain_apc.py") from None
+        raise APCFileError(path, f"cannot be loaded as a torch file ({type(err).__name__})") from None
 
 
 def apc_from_blob(blob: Mapping, source="the APC blob", **model_kwargs) -> APCModel:
@@ -318,14 +337,13 @@ def apc_from_blob(blob: Mapping, source="the APC blob", **model_kwargs) -> APCMo
     8
     """
     if not isinstance(blob, Mapping) or "state_dict" not in blob:
-        raise ValueError(f"{source}: not an APC model file (expected keys 'config' and 'state_dict'); "
-                         "export one with recipes/LibriSpeech/pretrain_apc.py")
+        raise APCFileError(source, "not an APC model file (expected keys 'config' and 'state_dict')")
     config = {**blob.get("config", {}), **model_kwargs}
     model = APCModel(**config)
     try:
         model.load_state_dict(blob["state_dict"])
     except RuntimeError as err:
-        raise ValueError(f"{source}: APC weights do not match the configuration {config}: {err}") from None
+        raise APCFileError(source, f"APC weights do not match the configuration {config}: {err}") from None
     return model
 
 

@@ -240,11 +240,14 @@ def settings_differences(stored: Mapping, requested: Mapping) -> List[str]:
     return differences
 
 
-def check_stored_settings(hparams: Mapping, settings: Mapping, export: Optional[os.PathLike] = None) -> None:
+def check_stored_settings(hparams: Mapping, settings: Mapping, export: Optional[os.PathLike] = None,
+                          todo: Optional[str] = None) -> None:
     """Refuse an existing export or checkpoints of ``hparams``' APC pretraining made with other
     ``settings`` (:func:`pretraining_settings`): they would be reused as if made with these. The
     export (``export``, default ``apc_export_path``: where a run read from elsewhere found it) is checked
-    where it exists, else the checkpoint folder (when there is a checkpointer)."""
+    where it exists, else the checkpoint folder (when there is a checkpointer). One
+    :class:`ConfigurationError` line naming them and ``todo`` (what to do; default: pretrain elsewhere or
+    again)."""
     export = Path(export if export is not None else hparams["apc_export_path"])
     checkpointer = hparams.get("apc_checkpointer")
     found = []
@@ -264,9 +267,21 @@ def check_stored_settings(hparams: Mapping, settings: Mapping, export: Optional[
     for path, stored in found:
         differences = settings_differences(stored, settings) if isinstance(stored, dict) else []
         if differences:
-            raise ConfigurationError(
-                f"{path}: APC pretrained with other settings ({'; '.join(differences)}); give another "
-                f"apc_output_folder (or experiment_root), or delete {hparams['apc_output_folder']} to pretrain again")
+            if todo is None:
+                todo = (f"give another apc_output_folder (or experiment_root), or delete "
+                        f"{hparams['apc_output_folder']} to pretrain again")
+            raise ConfigurationError(f"{path}: APC pretrained with other settings ({'; '.join(differences)}); {todo}")
+
+
+def existing_export(hparams: Mapping, settings: Mapping) -> Optional[Path]:
+    """``apc_export_path`` where it exists, to be used instead of pretraining; None where it does not. An
+    export or checkpoints made with other ``settings`` are refused first (:func:`check_stored_settings`)."""
+    check_stored_settings(hparams, settings)
+    export = Path(hparams["apc_export_path"])
+    if not export.exists():
+        return None
+    logger.info("APC model %s exists: skipping pretraining", export)
+    return export
 
 
 def _write_settings(save_folder: Path, settings: Mapping) -> None:
@@ -305,12 +320,17 @@ def pretrain_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], h
     pathlib.Path
         The exported model file.
     """
-    export = Path(hparams["apc_export_path"])
     settings = pretraining_settings(hparams, {split: dataset.data_ids for split, dataset in datasets.items()})
-    check_stored_settings(hparams, settings)
-    if export.exists():
-        logger.info("APC model %s exists: skipping pretraining", export)
-        return export
+    export = existing_export(hparams, settings)
+    return export if export is not None else train_apc(datasets, hparams, run_opts, settings)
+
+
+def train_apc(datasets: Mapping[str, sb.dataio.dataset.DynamicItemDataset], hparams: Dict, run_opts: Dict,
+              settings: Mapping) -> Path:
+    """:func:`pretrain_apc` once :func:`existing_export` found no export to use: trains (from its
+    checkpoints, where there are some), stores ``settings`` (:func:`pretraining_settings` of the datasets)
+    with the checkpoints and the export, and returns the exported file."""
+    export = Path(hparams["apc_export_path"])
     model: APCModel = hparams["apc_model"]
     if if_main_process():
         _write_settings(Path(hparams["apc_checkpointer"].checkpoints_dir), settings)

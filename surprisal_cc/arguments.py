@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
-import operator
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, TypeVar, Union
@@ -203,13 +202,9 @@ def check_routing_seed(seed) -> int:
         ...
     surprisal_cc.errors.ConfigurationError: a routing seed is a whole number in [0, 2**63), got 3.5
     """
-    try:
-        value = operator.index(seed) if not isinstance(seed, bool) else None
-    except TypeError:
-        value = None
-    if value is None or not 0 <= value < 2 ** 63:
+    if not is_number(seed, integer=True) or not 0 <= seed < 2 ** 63:
         raise ConfigurationError(f"a routing seed is a whole number in [0, 2**63), got {seed!r}")
-    return value
+    return int(seed)
 
 
 def check_batch_size(batch_size) -> int:
@@ -224,13 +219,9 @@ def check_batch_size(batch_size) -> int:
         ...
     surprisal_cc.errors.ConfigurationError: batch_size must be a whole number of utterances, at least 1; got 0
     """
-    try:
-        value = operator.index(batch_size) if not isinstance(batch_size, bool) else None
-    except TypeError:
-        value = None
-    if value is None or value < 1:
+    if not is_number(batch_size, integer=True) or batch_size < 1:
         raise ConfigurationError(f"batch_size must be a whole number of utterances, at least 1; got {batch_size!r}")
-    return value
+    return int(batch_size)
 
 
 def resolve_device(device: Union[str, "torch.device"]) -> "torch.device":

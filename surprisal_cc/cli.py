@@ -772,8 +772,9 @@ def _add_export_parser(subparsers) -> None:
     p.add_argument("out_dir", help="the model folder to write: a new or empty folder, or a model folder, which is replaced")
     p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
                    help="weight storage (fp16: half the size, loaded back as fp32)")
-    p.add_argument("--apc", help="APC model file (default: the run's apc_path, else the APC its training exported, "
-                                 "apc_export_path; a relative path is looked for where the recipe ran)")
+    p.add_argument("--apc", help="APC model file, a relative one from the working directory (default: the run's "
+                                 "apc_path, else apc_export_path; a relative one is looked for where the recipe "
+                                 "ran, then here)")
     p.add_argument("--average", type=positive_int, default=1, metavar="N",
                    help="average the weights of the N best checkpoints (default 1: the best one)")
 

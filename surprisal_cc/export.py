@@ -116,7 +116,7 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
         ``"fp32"``, or ``"fp16"``: weight matrices stored in fp16 (half the size; loaded back as
         fp32).
     apc_path : str or path, optional
-        The APC model; default: the run's (:func:`~surprisal_cc.frozen_features.run_apc_file`: its
+        The APC model file (a relative one from the working directory); default: the run's (:func:`~surprisal_cc.frozen_features.run_apc_file`: its
         ``apc_path``, else the ``apc_export_path`` its pretraining wrote; a relative one is looked for
         where the recipe ran, then in the working directory).
     average : int

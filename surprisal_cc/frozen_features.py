@@ -1,7 +1,8 @@
 """The frozen inputs of a recipe run: its APC model (loaded from ``apc_path``, which the start-up check
 has loaded once already to check it, or pretrained on the training split) and the feature cache
 of its utterances (filterbanks; with APC also its features and surprisal), filled once on the main
-process and read back as the datasets' dynamic items.
+process and read back as the datasets' dynamic items. It also finds and loads the APC of a finished run
+(:func:`load_run_apc`: its ``apc_path``, else its own export) for ``--test_only`` and realignment.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import speechbrain as sb
 from speechbrain.dataio.dataset import DynamicItemDataset
 from speechbrain.utils.distributed import run_on_main
 
-from .apc import APCModel, load_apc
+from .apc import APCFileError, APCModel, load_apc
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError
@@ -58,7 +59,7 @@ def run_apc_file(hparams: Mapping, explicit: Optional[PathLike] = None, run: Opt
     if explicit is not None:
         key, path, where = "--apc", Path(explicit), None  # a command-line path: relative to the working directory
     else:
-        key = "apc_path" if hparams.get("apc_path") else "apc_export_path"
+        key = run_apc_key(hparams)
         if not hparams.get(key):
             raise ConfigurationError("apc_path is null and apc_export_path is unset (hparams/common/apc.yaml sets "
                                      f"it): {todo}")
@@ -81,6 +82,16 @@ def run_apc_file(hparams: Mapping, explicit: Optional[PathLike] = None, run: Opt
     raise ConfigurationError(f"{key} {path} {what}: {todo}")
 
 
+def run_apc_key(hparams: Mapping) -> str:
+    """The hparams key that names a run's APC model file: ``apc_path`` when set, else ``apc_export_path``
+    (the run's own pretraining exports it there).
+
+    >>> run_apc_key({"apc_path": None, "apc_export_path": "exp/apc/apc.pt"})
+    'apc_export_path'
+    """
+    return "apc_path" if hparams.get("apc_path") else "apc_export_path"
+
+
 def _recipe_folder(hparams: Mapping, run: Path) -> Optional[Path]:
     """The folder a recipe ran in: the ``run`` folder (made absolute, its links kept: a linked results
     folder still ends with ``output_folder``) minus its relative ``output_folder``; None when
@@ -99,26 +110,31 @@ def load_run_apc(hparams: Mapping, run: Optional[PathLike] = None, *, todo: str,
     With ``manifests`` (split name -> manifest) and ``apc_path`` null, the file is the run's own export:
     one pretrained with other settings or data than the hparams' is refused
     (:func:`~surprisal_cc.apc_training.check_stored_settings`). A :class:`ConfigurationError` line naming
-    the key when the file is missing, a folder or not an APC model.
+    the key, what is wrong and ``todo`` when the file is missing, a folder, not an APC model or made with
+    other settings.
     """
     path = run_apc_file(hparams, run=run, todo=todo)
-    key = "apc_path" if hparams.get("apc_path") else "apc_export_path"
+    key = run_apc_key(hparams)
     if manifests is not None and key == "apc_export_path":
-        from .apc_training import check_stored_settings, pretraining_settings
+        from .apc_training import check_stored_settings
 
-        check_stored_settings(hparams, pretraining_settings(hparams, _pretraining_ids(manifests)), export=path)
+        check_stored_settings(hparams, _pretraining_settings(hparams, manifests), export=path, todo=todo)
     try:
         return load_apc(path)
-    except ValueError as err:
-        raise ConfigurationError(f"{key} {path}: {err}") from None
+    except ValueError as err:  # an APCFileError's problem alone: its message repeats the path, with advice of its own
+        problem = err.problem if isinstance(err, APCFileError) else str(err)
+        raise ConfigurationError(f"{key} {path}: {' '.join(problem.split())}: {todo}") from None
 
 
-def _pretraining_ids(manifests: Mapping[str, str]) -> Dict[str, List[str]]:
-    """The utterance ids of the ``train`` and ``valid`` manifests (those of them given): APC's pretraining data."""
+def _pretraining_settings(hparams: Mapping, manifests: Mapping[str, str]) -> Dict[str, Dict]:
+    """:func:`~surprisal_cc.apc_training.pretraining_settings` of an APC pretrained on the utterances of the
+    ``train`` and ``valid`` manifests (those of them given)."""
+    from .apc_training import pretraining_settings
     from .data.manifest import read_manifest
 
-    return {split: [row["ID"] for row in read_manifest(manifests[split], ("ID",), resolve_wav=False).rows]
-            for split in ("train", "valid") if split in manifests}
+    return pretraining_settings(hparams, {
+        split: [row["ID"] for row in read_manifest(manifests[split], ("ID",), resolve_wav=False).rows]
+        for split in ("train", "valid") if split in manifests})
 
 
 def obtain_apc(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict) -> Optional[APCModel]:
@@ -157,13 +173,13 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
     pathlib.Path
         The exported model file (``apc_export_path``).
     """
-    from .apc_training import check_stored_settings, pretrain_apc, pretraining_settings
+    from .apc_training import existing_export, train_apc
 
     # an export or checkpoints made with other settings or data are refused before the cache is filled
-    check_stored_settings(hparams, pretraining_settings(hparams, _pretraining_ids(manifests)))
-    if Path(hparams["apc_export_path"]).exists():
-        logger.info("APC model %s exists: skipping pretraining", hparams["apc_export_path"])
-        return Path(hparams["apc_export_path"])
+    settings = _pretraining_settings(hparams, manifests)
+    export = existing_export(hparams, settings)
+    if export is not None:
+        return export
     perturbation = hparams.get("apc_speed_perturbation")
     fbank_cache = FeatureCache(hparams["cache_folder"], None, hparams["feature_config"])
     run_on_main(fill_cache, args=[fbank_cache, manifests, hparams["cache_batch_size"], perturbation])
@@ -172,7 +188,7 @@ def pretrain_apc_on(hparams: Dict, manifests: Mapping[str, str], run_opts: Dict)
         sb.dataio.dataset.add_dynamic_item([dataset], cached_features(fbank_cache, perturbation if split == "train"
                                                                       else None))
     sb.dataio.dataset.set_output_keys(list(datasets.values()), ["id", "fbank"])
-    return pretrain_apc(datasets, hparams, run_opts)
+    return train_apc(datasets, hparams, run_opts, settings)
 
 
 def feature_cache(hparams: Dict, manifests: Mapping[str, str], apc: Optional[APCModel],

@@ -33,8 +33,8 @@ from .arguments import check_batch_size, check_routing_seed, is_number, resolve_
 from .apc import APCModel, FrozenAPC
 from .architectures import build_encoder
 from .calibration import budget_big_fraction, solve_budget
-from .data.audio import (AudioInfo, batch_waveforms, check_audio, check_audio_each, read_audio, refuse_bad_audio,
-                         refuse_short_waveforms, split_checked)
+from .data.audio import (AudioInfo, batch_waveforms, check_audio_each, read_audio, refuse_bad_audio,
+                         refuse_short_waveforms, split_checked, warn_converted)
 from .data.errors import BadAudioError
 from .decoding import CTCBeamSearch
 from .evaluation import evaluate_corpus
@@ -668,7 +668,7 @@ class ConditionalASR:
         >>> fbank.shape, frames.tolist()
         (torch.Size([2, 49, 80]), [49, 24])
         """
-        refuse_short_waveforms(samples, self.feature_config.sample_rate, self.feature_config.min_samples)
+        refuse_short_waveforms(samples, **self._audio_limits)  # the one length check of a batch
         fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples)
         return fbank.to(self.device), frames.to(self.device)
 
@@ -792,7 +792,8 @@ class ConditionalASR:
                      sample_rate: Optional[int] = None) -> Tuple[Tensor, Tensor]:
         """(B, S) float waveforms at the model's sample rate and (B,) sample counts, from the arguments of
         :meth:`transcribe_batch`; a list of 1-D waveforms (what :meth:`load_audio` returns) is padded here
-        (:func:`~surprisal_cc.data.audio.batch_waveforms` at the model's rate).
+        (:func:`~surprisal_cc.data.audio.batch_waveforms` at the model's rate). Their length is checked where
+        the filterbanks are computed (:meth:`filterbanks`).
 
         Example
         -------
@@ -801,8 +802,7 @@ class ConditionalASR:
         >>> tuple(wavs.shape), samples.tolist()
         ((2, 800), [800, 400])
         """
-        return batch_waveforms(wavs, wav_lens, num_samples, sample_rate, self.feature_config.sample_rate, stacklevel=4,
-                               min_samples=self.feature_config.min_samples)
+        return batch_waveforms(wavs, wav_lens, num_samples, sample_rate, self.feature_config.sample_rate, stacklevel=4)
 
     def encode_batch(self, wavs: Tensor, wav_lens: Optional[Tensor] = None, *,
                      num_samples: Optional[Tensor] = None, sample_rate: Optional[int] = None) -> Tensor:
@@ -880,11 +880,20 @@ class ConditionalASR:
         return self.transcribe_checked_file(path, long_chunk_s=long_chunk_s, progress=progress)
 
     def _check_audio(self, path: PathLike) -> None:
-        """:func:`~surprisal_cc.data.audio.check_audio` of ``path`` for this model: a file too short for one
-        of its frames is a :class:`BadAudioError` naming it; the conversion warning names the caller of
-        the public method that called this one."""
-        features = self.feature_config
-        check_audio(path, features.sample_rate, stacklevel=4, min_samples=features.min_samples)
+        """:meth:`check_files` of ``path``: a :class:`BadAudioError` naming what is wrong with it (too short
+        for one of the model's frames included); else the conversion warning
+        (:func:`~surprisal_cc.data.audio.warn_converted`), naming the caller of the public method that
+        called this one."""
+        infos, problems = split_checked(self.check_files([path]))
+        if problems:
+            raise BadAudioError(problems, 1)
+        warn_converted(infos, self.feature_config.sample_rate, stacklevel=4)
+
+    @property
+    def _audio_limits(self) -> Dict[str, int]:
+        """The model's sample rate and shortest usable audio (``FeatureConfig.min_samples``), as the readers
+        and checks of :mod:`surprisal_cc.data.audio` take them (``target_sr``, ``min_samples``)."""
+        return {"target_sr": self.feature_config.sample_rate, "min_samples": self.feature_config.min_samples}
 
     def check_files(self, paths: Sequence[PathLike]) -> List[Tuple[str, Optional[AudioInfo], Optional[str]]]:
         """Each file of ``paths`` decoded and checked for this model, in order
@@ -897,15 +906,14 @@ class ConditionalASR:
         >>> ConditionalASR.untrained(["AH", "sil"]).check_files(["missing.flac"])
         [('missing.flac', None, 'file does not exist')]
         """
-        features = self.feature_config
-        return check_audio_each(paths, min_samples=features.min_samples, target_sr=features.sample_rate)
+        return check_audio_each(paths, **self._audio_limits)
 
     def read_file(self, path: PathLike) -> Tensor:
         """The (S,) float32 mono waveform of the file ``path`` at the model's sample rate
         (:func:`~surprisal_cc.data.audio.read_audio`), without a check or warning (for files
         :meth:`check_files` passed; :meth:`load_audio` checks first): a :class:`BadAudioError` naming a
         file too short for one of the model's frames."""
-        return read_audio(path, self.feature_config.sample_rate, self.feature_config.min_samples)
+        return read_audio(path, **self._audio_limits)
 
     def load_audio(self, path: PathLike) -> Tensor:
         """SpeechBrain's ``load_audio``: the (S,) float32 mono waveform of the file ``path`` at the model's

@@ -448,7 +448,6 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         apc = load_run_apc(hparams, run_dir, manifests=manifests,
                            todo="give the APC model the run trained with: --overrides '{apc_path: FILE}' "
                                 "(realign_run(overrides=...))")
-    if apc is not None:
         brain.modules["apc"] = FrozenAPC(apc).to(brain.device)
     subset = {split: manifests[split]}
     cache = None
@@ -553,8 +552,8 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
 
     from .corpora import training_g2p
     from .data import Lexicon
-    from .data.audio import MAX_LISTED, short_audio_problem, soundfile_name
-    from .data.errors import BadAudioError, first_listed
+    from .data.audio import MAX_LISTED, refuse_bad_audio, short_audio_problem, soundfile_name
+    from .data.errors import first_listed
     from .data.librispeech import scan_subset
     from .inference import ConditionalASR
 
@@ -569,17 +568,14 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
         label_encoder.add_label(label)
     label_encoder.expect_len(len(asr.labels))
     features = asr.feature_config
+    # shortest first, by duration whatever the file's sample rate (headers only)
     scanned = sorted(((u, sf.info(soundfile_name(u.wav))) for u in scan_subset(corpus)),
-                     key=lambda found: (found[1].frames, found[0].id))[:limit]
-    short = []
-    for u, audio in scanned:  # every file too short for one of the model's frames, named before any batch
-        problem = short_audio_problem(audio.frames, audio.samplerate, features.min_samples, features.sample_rate)
-        if problem is not None:
-            short.append(f"{u.wav}: {problem}")
-    if short:
-        raise BadAudioError(first_listed(short, MAX_LISTED), len(scanned),
-                            f"{len(short)} of {len(scanned)} files are too short for one frame of the model: leave "
-                            f"them out of {corpus}")
+                     key=lambda found: (found[1].frames / found[1].samplerate, found[0].id))[:limit]
+    # every file too short for one of the model's frames, named before any batch
+    short = [f"{u.wav}: {problem}" for u, audio in scanned if (problem := short_audio_problem(
+        audio.frames, audio.samplerate, features.min_samples, features.sample_rate)) is not None]
+    hint = f"{len(short)} of {len(scanned)} files are too short for one frame of the model: leave them out of {corpus}"
+    refuse_bad_audio(first_listed(short, MAX_LISTED), len(scanned), False, hint, hint, bad=len(short))
     utts = [u for u, _ in scanned]
     lexicon = Lexicon(g2p=training_g2p(asr.config))
     lexicon.prefetch(w for u in utts for w in u.words)

@@ -24,7 +24,7 @@ from .calibration import CALIBRATION_METHODS, check_calibration_target
 from .data.lexicon import G2P_CHOICES
 from .errors import ConfigurationError
 from .flops import module_macs, static_flop_rows
-from .frozen_features import PRETRAIN_OR_GIVE_APC, load_run_apc
+from .frozen_features import PRETRAIN_OR_GIVE_APC, load_run_apc, run_apc_key
 from .hparams_files import (changed_training_settings, configured_paths, expand_hparams, load_hparams_file,
                             load_yaml_tolerant, new_empty_folders_removed, parse_yaml_tolerant, ruamel_errors)
 from .nnet import bias_shift_problem, runs_apc
@@ -340,14 +340,11 @@ def check_apc_path(hparams: Mapping, run_opts: Mapping) -> Optional[APCModel]:
     if "encoder_module" not in hparams or not runs_apc(hparams.get("input_features", "apc"),
                                                        hparams["encoder_module"]):
         return None  # APC pretraining (its own recipe), or a model without APC
-    if hparams.get("apc_path"):
-        apc = load_run_apc(hparams, todo=PRETRAIN_OR_GIVE_APC)
-    elif run_opts.get("test_only"):
-        apc = load_run_apc(hparams, todo="--test_only with apc_path null needs the APC the run trained with; give "
-                                         "--apc_path=FILE (the APC the run loaded; its results.json names its "
-                                         "fingerprint)")
-    else:
-        return None
+    if not hparams.get("apc_path") and not run_opts.get("test_only"):
+        return None  # training pretrains one, or uses the export it finds
+    todo = (("--test_only needs the APC the run trained with: give --apc_path=FILE (the APC the run loaded; its "
+             "results.json names its fingerprint)") if run_opts.get("test_only") else PRETRAIN_OR_GIVE_APC)
+    apc = load_run_apc(hparams, todo=todo)
     check_apc_fits(apc, hparams)
     return apc
 
@@ -375,7 +372,7 @@ def check_apc_fits(apc: APCModel, hparams: Mapping) -> None:
         problems.append(f"its features are {apc.hidden_size}-wide, and the encoder's input_size is "
                         f"{hparams['input_size']}")
     if problems:
-        key = "apc_path" if hparams.get("apc_path") else "apc_export_path"  # null apc_path: the run's own export
+        key = run_apc_key(hparams)
         raise ConfigurationError(f"{key} {hparams.get(key)}: {'; '.join(problems)}: give an APC model made for "
                                  "these settings, or settings that match it")
 

@@ -554,8 +554,8 @@ def test_an_utterance_without_frames_is_named_not_a_traceback():
 
 def test_realigning_audio_too_short_for_the_models_window_names_every_such_file_first(tmp_path):
     """A model with a 50 ms window: every file too short for it (at its own rate) is named in one error before
-    any batch, even one that sorts after a usable file (fewer samples at a higher rate); audio of the model's
-    window is realigned."""
+    any batch; audio of the model's window is realigned, shortest first by duration whatever the rate (a
+    44.1 kHz file of more samples is shorter than a 16 kHz one), and ``limit`` keeps the shortest."""
     import soundfile as sf
 
     from surprisal_cc.data.errors import BadAudioError
@@ -570,7 +570,7 @@ def test_realigning_audio_too_short_for_the_models_window_names_every_such_file_
     flacs = [subset / "1" / "2" / f"1-2-{i:04d}.flac" for i in range(3)]
     noise = 0.1 * np.random.default_rng(0).uniform(-1, 1, 2205).astype(np.float32)
     sf.write(flacs[0], np.zeros(600, dtype=np.float32), 16000)  # 37.5 ms
-    sf.write(flacs[1], noise[:900], 16000)  # 56.25 ms: usable, and sorted before the next
+    sf.write(flacs[1], noise[:900], 16000)  # 56.25 ms: usable
     sf.write(flacs[2], noise[:2000], 44100)  # 45.35 ms
     with pytest.raises(BadAudioError) as err:
         next(realign_corpus(model, subset, batch_size=1))
@@ -581,5 +581,7 @@ def test_realigning_audio_too_short_for_the_models_window_names_every_such_file_
                                            f"of {subset}"]
     sf.write(flacs[0], noise[:800], 16000)  # one window
     sf.write(flacs[2], noise, 44100)  # 50 ms
-    utts = list(realign_corpus(model, subset))
-    assert [u.wav for u in utts] == list(map(str, flacs)) and utts[0].num_frames == 1 and utts[0].words == ["A"]
+    utts = list(realign_corpus(model, subset))  # 50 ms, 50 ms (2205 samples), 56.25 ms
+    assert [u.wav for u in utts] == [str(flacs[0]), str(flacs[2]), str(flacs[1])]
+    assert utts[0].num_frames == 1 and utts[0].words == ["A"]
+    assert [u.wav for u in realign_corpus(model, subset, limit=2)] == [str(flacs[0]), str(flacs[2])]

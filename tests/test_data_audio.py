@@ -224,15 +224,28 @@ def test_the_models_minimum_counts_the_samples_a_file_resamples_to(tmp_path):
 
 
 def test_a_batch_with_waveforms_shorter_than_the_models_one_frame_names_them():
-    from surprisal_cc.data.audio import batch_waveforms
+    from surprisal_cc.data.audio import batch_waveforms, refuse_short_waveforms
 
-    wavs, samples = batch_waveforms([torch.zeros(800), torch.zeros(400)])  # unchanged without a minimum
+    wavs, samples = batch_waveforms([torch.zeros(800), torch.zeros(400)])  # no length check here
     assert samples.tolist() == [800, 400]
     with pytest.raises(DataPreparationError, match=r"^waveform\(s\) 1 of the batch \(400 samples at 16000 Hz\) "
                                                    r"are shorter than the model's shortest usable audio, 30 ms"):
-        batch_waveforms([torch.zeros(800), torch.zeros(400)], min_samples=480)
+        refuse_short_waveforms(samples, 16000, 480)
     # counted at the model's rate: 960 samples at 32 kHz are 480 at 16 kHz
-    _, samples = batch_waveforms(torch.zeros(1, 960), sample_rate=32000, min_samples=480)
-    assert samples.tolist() == [480]
+    _, samples = batch_waveforms(torch.zeros(1, 960), sample_rate=32000)
+    refuse_short_waveforms(samples, 16000, 480)
     with pytest.raises(ValueError, match="min_samples must be a whole number of at least 1"):
-        batch_waveforms([torch.zeros(800)], min_samples=0)
+        refuse_short_waveforms(samples, 16000, 0)
+
+
+@pytest.mark.parametrize("count", [2200, 2203, 2204, 2205])
+def test_a_resampled_batch_counts_the_samples_resampling_makes(count):
+    """A waveform at 44.1 kHz counts the samples resampling it alone makes (as of a file of it: ceil, not
+    round), in a padded batch too: 2203 samples are 800 at 16 kHz, one frame of a 50 ms window."""
+    from surprisal_cc.data.audio import batch_waveforms, resample, resampled_length
+
+    made = resample(torch.zeros(count), 44100, 16000).numel()
+    assert made == resampled_length(count, 44100, 16000)
+    assert batch_waveforms(torch.zeros(1, count), sample_rate=44100)[1].tolist() == [made]
+    padded = batch_waveforms(torch.zeros(2, 2205), num_samples=torch.tensor([2205, count]), sample_rate=44100)[1]
+    assert padded.tolist() == [800, made]

@@ -139,6 +139,7 @@ def test_a_flops_budget_holds_for_its_evaluation_only(corpus, tmp_path):
 def test_the_model_protocols_name_members_of_conditional_asr(big_only):
     """``evaluate_corpus`` and the long-audio functions type their model with protocols (inference imports both
     modules): ``ConditionalASR`` has every member they name, its methods with the same parameters."""
+    import ast
     import inspect
     import typing
 
@@ -153,10 +154,16 @@ def test_the_model_protocols_name_members_of_conditional_asr(big_only):
     for name in methods:
         assert list(inspect.signature(getattr(EvaluatedModel, name)).parameters) == \
             list(inspect.signature(getattr(ConditionalASR, name)).parameters), name
-    # the same named tuples; long_audio names its annotations' types only for type checkers (it loads no torch)
-    names = {"torch": torch, "ForwardResult": ForwardResult}
+    # the same named tuples: evaluation imports DecodedBatch; long_audio imports ForwardResult for type checkers
+    # only (it loads no torch), so its source is read: the TYPE_CHECKING block takes it from surprisal_cc.forward
+    assert typing.get_type_hints(EvaluatedModel.run_batch)["return"] is DecodedBatch
+    assert long_audio.LongAudioModel.forward_pass.__annotations__["return"] == "ForwardResult"
+    tree = ast.parse(Path(long_audio.__file__).read_text(encoding="utf-8"))
+    checked = [node for block in tree.body if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+               for node in block.body if isinstance(node, ast.ImportFrom)]
+    assert any((node.level, node.module, [alias.name for alias in node.names]) == (1, "forward", ["ForwardResult"])
+               for node in checked)
     for name, result in (("forward_pass", ForwardResult), ("run_batch", DecodedBatch)):
-        assert typing.get_type_hints(getattr(EvaluatedModel, name), localns=names)["return"] is result, name
         assert typing.get_type_hints(getattr(ConditionalASR, name))["return"] is result, name
 
 

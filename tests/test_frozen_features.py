@@ -149,7 +149,7 @@ def test_a_test_only_run_loads_the_export_of_its_pretraining(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     hparams = _apc_hparams()
     with pytest.raises(ConfigurationError, match="^apc_export_path exp/apc/apc.pt does not exist in the working "
-                                                 "directory .*: --test_only with apc_path null needs the APC"):
+                                                 "directory .*: --test_only needs the APC the run trained with"):
         run_settings.check_apc_path(hparams, {"test_only": True})
     (tmp_path / "exp" / "apc").mkdir(parents=True)
     save_apc(APCModel(hidden_size=8), tmp_path / "exp" / "apc" / "apc.pt")
@@ -200,9 +200,17 @@ def test_realignment_loads_the_export_found_where_the_recipe_ran(tmp_path, tmp_p
     assert loaded.value.args[0].hidden_size == 8
     # an export pretrained with other settings than the run's is refused, not realigned with
     save_apc(APCModel(hidden_size=8), export, training={"apc_epochs": 9})
-    with pytest.raises(ConfigurationError, match="APC pretrained with other settings \\(apc_epochs: stored 9, "
-                                                 "requested 2\\)"):
+    todo = "give the APC model the run trained with: --overrides '{apc_path: FILE}' (realign_run(overrides=...))"
+    with pytest.raises(ConfigurationError) as refused:  # realignment pretrains none: no advice to delete the export
         _realign_until_the_apc_is_loaded(tmp_path, hparams, monkeypatch)
+    assert str(refused.value) == (f"{export}: APC pretrained with other settings (apc_epochs: stored 9, "
+                                  f"requested 2); {todo}")
+    # a file that is not an APC model: one line naming it once, then what to do
+    export.write_text("not a model")
+    with pytest.raises(ConfigurationError) as refused:
+        _realign_until_the_apc_is_loaded(tmp_path, hparams, monkeypatch)
+    assert str(refused.value) == (f"apc_export_path {export}: cannot be loaded as a torch file (UnpicklingError): "
+                                  f"{todo}")
 
 
 def test_realignment_loads_the_apc_the_run_trained_with_and_pretrains_none(tmp_path, monkeypatch):

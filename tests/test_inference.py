@@ -789,5 +789,10 @@ def test_audio_too_short_for_the_models_window_is_refused_in_one_line_naming_the
         asr.filterbanks(torch.zeros(2, least), torch.tensor([least, 600]))
     assert asr.transcribe_file(enough).num_frames == 1
     assert asr.transcribe_batch([asr.load_audio(enough)])[0].num_frames == 1
+    # 2203 samples at 44.1 kHz resample to 800: one frame whether read from a file or given as a waveform
+    barely = 0.1 * np.random.default_rng(3).uniform(-1, 1, 2203).astype(np.float32)
+    sf.write(tmp_path / "barely_44k.wav", barely, 44100, subtype="FLOAT")
+    assert asr.read_file(tmp_path / "barely_44k.wav").numel() == 800
+    assert asr.transcribe_batch(torch.from_numpy(barely), sample_rate=44100)[0].num_frames == 1
     assert decode_long(asr, enough, chunk_s=1.0, context_s=0.5)["num_frames"] == 1
     assert [part.numel() for part in long_surprisal(asr, enough, chunk_s=1.0, context_s=0.5)] == [1]

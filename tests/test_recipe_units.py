@@ -2,6 +2,8 @@
 runs preparing them at the same moment never mix their files (surprisal_cc.labels.train_units)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -74,6 +76,7 @@ def test_test_only_needs_a_checkpoint_of_a_validated_epoch(tmp_path):
 def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
     from surprisal_cc.apc import APCModel, save_apc
     from surprisal_cc.architectures import build_encoder
+    from surprisal_cc.frozen_features import PRETRAIN_OR_GIVE_APC
 
     encoder = build_encoder("conditional", input_size=512, num_outputs=42, controller="surprisal")
     hparams = {"input_features": "apc", "encoder_module": encoder, "apc_export_path": str(tmp_path / "apc" / "apc.pt")}
@@ -81,10 +84,14 @@ def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
         with pytest.raises(ConfigurationError, match=f"apc_path {path} {message}"):
             run_settings.check_apc_path({**hparams, "apc_path": str(path)}, {})
     (tmp_path / "notes.pt").write_text("not a model")
-    with pytest.raises(ConfigurationError, match="apc_path .*notes.pt: "):
+    with pytest.raises(ConfigurationError) as info:  # one line, the file named once, then what to do
         run_settings.check_apc_path({**hparams, "apc_path": str(tmp_path / "notes.pt")}, {})
-    with pytest.raises(ConfigurationError, match="--test_only with apc_path null needs the APC the run trained with"):
-        run_settings.check_apc_path({**hparams, "apc_path": None}, {"test_only": True})
+    assert str(info.value) == (f"apc_path {tmp_path / 'notes.pt'}: cannot be loaded as a torch file "
+                               f"(UnpicklingError): {PRETRAIN_OR_GIVE_APC}")
+    test_only = "--test_only needs the APC the run trained with: give --apc_path=FILE"
+    for apc_path in (None, str(tmp_path / "nope.pt")):  # --test_only never pretrains: no pretraining advice
+        with pytest.raises(ConfigurationError, match=f"does not exist.*: {re.escape(test_only)}"):
+            run_settings.check_apc_path({**hparams, "apc_path": apc_path}, {"test_only": True})
     run_settings.check_apc_path({**hparams, "apc_path": None}, {})  # training pretrains one
     save_apc(APCModel(), tmp_path / "good.pt")
     run_settings.check_apc_path({**hparams, "apc_path": str(tmp_path / "good.pt")}, {"test_only": True})

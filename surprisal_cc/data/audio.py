@@ -623,14 +623,14 @@ def sample_counts(wavs: torch.Tensor, wav_lens: Optional[torch.Tensor]) -> torch
 
 def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: Optional[torch.Tensor] = None,
                     sample_rate: Optional[int] = None, rate: int = TARGET_SAMPLE_RATE,
-                    stacklevel: int = 2, min_samples: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                    stacklevel: int = 2) -> Tuple[torch.Tensor, torch.Tensor]:
     """(B, S) float waveforms at ``rate`` Hz and (B,) sample counts, from a padded batch (``wavs`` with
     relative ``wav_lens`` or absolute ``num_samples``, at ``sample_rate``; None: ``rate``) or a list of
-    1-D waveforms, padded here; int16 audio is scaled (:func:`as_waveforms`). ValueError for files instead
-    of waveforms, lengths given twice or out of range; a :class:`DataPreparationWarning` (``stacklevel`` as
-    :func:`warnings.warn`'s) for audio below ``rate``. With ``min_samples`` (the model's
-    ``FeatureConfig.min_samples`` at ``rate``), waveforms of fewer samples at ``rate`` are a
-    :class:`DataPreparationError` naming their places in the batch; None: no length check.
+    1-D waveforms, padded here; int16 audio is scaled (:func:`as_waveforms`). Resampled counts are those
+    :func:`resample` makes of each waveform alone (:func:`resampled_length`), as of a file. ValueError for
+    files instead of waveforms, lengths given twice or out of range; a :class:`DataPreparationWarning`
+    (``stacklevel`` as :func:`warnings.warn`'s) for audio below ``rate``. No length check: a model's
+    filterbanks refuse waveforms too short for one frame (:func:`refuse_short_waveforms`).
 
     Example
     -------
@@ -640,10 +640,6 @@ def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: 
     >>> wavs, samples = batch_waveforms(torch.zeros(2, 800), num_samples=torch.tensor([800, 400]), sample_rate=32000)
     >>> tuple(wavs.shape), samples.tolist()
     ((2, 400), [400, 200])
-    >>> batch_waveforms([torch.zeros(800), torch.zeros(400)], min_samples=480)
-    Traceback (most recent call last):
-        ...
-    surprisal_cc.data.errors.DataPreparationError: waveform(s) 1 of the batch (400 samples at 16000 Hz) are shorter than the model's shortest usable audio, 30 ms (480 samples at 16000 Hz: one frame)
     """
     if isinstance(wavs, (str, os.PathLike)) or (isinstance(wavs, (list, tuple)) and wavs
                                                  and isinstance(wavs[0], (str, os.PathLike))):
@@ -677,15 +673,13 @@ def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: 
                       stacklevel=stacklevel)
     if given_rate != rate:
         wavs = resample(wavs, given_rate, rate)
-        samples = (samples.double() * rate / given_rate).round().long().clamp(max=wavs.shape[1])
-    if min_samples is not None:
-        refuse_short_waveforms(samples, rate, min_samples)
+        samples = torch.tensor([resampled_length(n, given_rate, rate) for n in samples.tolist()], dtype=torch.long)
     return wavs, samples
 
 
-def refuse_short_waveforms(samples: torch.Tensor, rate: int, min_samples: int) -> None:
+def refuse_short_waveforms(samples: torch.Tensor, target_sr: int, min_samples: int) -> None:
     """A :class:`DataPreparationError` of one line naming the places in the batch of the waveforms whose
-    ``samples`` (B,) counts at ``rate`` Hz are fewer than ``min_samples`` (the model's
+    ``samples`` (B,) counts at ``target_sr`` Hz (the model's rate) are fewer than ``min_samples`` (the model's
     ``FeatureConfig.min_samples``: one frame).
 
     Example
@@ -699,5 +693,6 @@ def refuse_short_waveforms(samples: torch.Tensor, rate: int, min_samples: int) -
         listed = ", ".join(map(str, short[:10])) + (f" and {len(short) - 10} more" if len(short) > 10 else "")
         lengths = ", ".join(str(counts[i]) for i in short[:10]) + (" ..." if len(short) > 10 else "")
         raise DataPreparationError(
-            f"waveform(s) {listed} of the batch ({lengths} samples at {rate} Hz) are shorter than the model's "
-            f"shortest usable audio, {_ms(min_samples, rate)} ({min_samples} samples at {rate} Hz: one frame)")
+            f"waveform(s) {listed} of the batch ({lengths} samples at {target_sr} Hz) are shorter than the model's "
+            f"shortest usable audio, {_ms(min_samples, target_sr)} ({min_samples} samples at {target_sr} Hz: one "
+            "frame)")

@@ -612,8 +612,16 @@ def table_lambda(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
     table_rows = sorted(select_rows(agg, dataset, controller="learned"),
                         key=lambda r: -(r["penalty"] if r.get("penalty") is not None else math.inf))
     return Table("lambda", "Learned controller: penalty weight λ (Appendix D)", table_rows,
-                 [("λ", lambda r: _fmt(r.get("penalty"), "g")), COL_PER, COL_FLOPS, COL_PBIG, COL_BIG, COL_SEEDS],
-                 csv_keys=("penalty", *CSV_KEYS[1:]))
+                 [("λ", lambda r: _fmt(r.get("penalty"), "g")), ("Penalty", _penalty_form), COL_PER, COL_FLOPS,
+                  COL_PBIG, COL_BIG, COL_SEEDS],
+                 csv_keys=("penalty", "penalty_utterances", *CSV_KEYS[1:]))
+
+
+def _penalty_form(row: Row) -> str:
+    """How the learned controller's penalty is normalised: averaged over utterances (λ × that many
+    utterances per batch) or summed over a batch's frames (the authors' form)."""
+    utterances = row.get("penalty_utterances")
+    return "summed over a batch's frames" if utterances is None else f"mean over utterances × {utterances}"
 
 
 def table_bias_sweep(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:

@@ -600,3 +600,17 @@ def test_curves_show_an_error_rate_as_a_percentage_and_other_keys_as_numbers(tmp
     assert "40.50 %" in report.format_learning_curves({"a": run}, key="PER")
     text = report.format_learning_curves({"a": run}, key="valid_loss")
     assert "| 435.1 |" in text and "%" not in text.split("\n", 2)[2]
+
+
+def test_lambda_table_tells_the_penalty_forms_apart(tmp_path: Path):
+    """Two learned runs at the same λ, one with the penalty summed over a batch's frames (the authors'
+    form, ``penalty_utterances`` null) and one averaged over utterances, are two rows that say which is which."""
+    rows = [{"controller": "learned", "seed": 1, "PER": per, "flops_per_frame": 6.8e6, "penalty": 0.001,
+             "penalty_utterances": utterances} for per, utterances in ((31.0, None), (30.3, 32))]
+    table = report.table_lambda(rows)
+    assert [(r["penalty_utterances"], r["PER"]) for r in table.rows] in ([(None, 31.0), (32, 30.3)],
+                                                                         [(32, 30.3), (None, 31.0)])
+    lines = {line.split("|")[2].strip(" *"): line for line in table.markdown().splitlines()[2:] if line.startswith("|")}
+    assert "31.00%" in lines["summed over a batch's frames"] and "30.30%" in lines["mean over utterances × 32"]
+    table.write_csv(tmp_path / "lambda.csv")
+    assert sorted(row["penalty_utterances"] for row in _csv_rows(tmp_path / "lambda.csv")) == ["", "32"]

@@ -61,14 +61,15 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
 
     Builds the modules only: no data is read, ``!PLACEHOLDER`` values (e.g. TIMIT's
     ``data_folder``) need no override, and no checkpoint folder is created. APC is counted when
-    the model needs it.
+    the model needs it. A surprisal model also gets its expected cost at the mean p_big its
+    calibration aims at: ``flops_budget``'s where one is set, else ``controller_target_mean``.
     """
     from .apc import APCModel
-    from .calibration import check_calibration_target
+    from .calibration import check_calibration_target, target_mean_for_budget
     from .errors import ConfigurationError
     from .flops import expected_macs_at_mean_p_big, module_macs, static_flop_rows
     from .nnet import runs_apc
-    from .run_settings import load_inert_hparams
+    from .run_settings import check_flops_budget, load_inert_hparams
 
     given = dict(_split_override(o) for o in overrides)
     hparams = load_inert_hparams(hparams_file, "\n".join(f"{key}: {value}" for key, value in given.items()))
@@ -80,12 +81,17 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
         return {"hparams": hparams_file, "overrides": list(overrides),
                 "macs_per_frame": {"apc": module_macs(hparams["apc_model"])}}
     encoder = hparams["encoder_module"]
-    uses_apc = runs_apc(hparams["input_features"], encoder)
-    apc_macs = module_macs(hparams.get("apc_model") or APCModel()) if uses_apc else 0
+    apc = (hparams.get("apc_model") or APCModel()) if runs_apc(hparams["input_features"], encoder) else None
+    apc_macs = module_macs(apc) if apc is not None else 0
     rows = static_flop_rows(encoder, apc_macs)
     mean = hparams.get("controller_target_mean")
+    budget = hparams.get("flops_budget")
     calibrated = getattr(getattr(encoder, "controller", None), "calibrates_on_surprisal", False)
-    if "small-only" in rows and calibrated and mean is not None:  # its mean p_big is the calibration's target
+    if budget is not None:  # the calibration aims at the budget's mean p_big, not controller_target_mean
+        check_flops_budget(hparams, apc)
+        mean = target_mean_for_budget(budget, rows["small-only"], rows["big-only"])
+        rows[f"expected at flops_budget={budget:.4g} (mean p_big={mean:.3f})"] = expected_macs_at_mean_p_big(rows, mean)
+    elif "small-only" in rows and calibrated and mean is not None:  # its mean p_big is the calibration's target
         try:
             check_calibration_target(mean)
         except ValueError as err:

@@ -84,8 +84,20 @@ def test_flops_on_hparams_as_written(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_flops_expected_cost_follows_the_flops_budget(tmp_path, monkeypatch, capsys):
+    """With ``flops_budget`` set, the calibration aims at the budget's mean p_big, and so does the table."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["flops", str(MLS_HPARAMS), "--json", "--flops_budget=6500000"]) == 0
+    rows = json.loads(capsys.readouterr().out)["macs_per_frame"]
+    mean = (6.5e6 - rows["small-only"]) / (rows["big-only"] - rows["small-only"])
+    assert rows[f"expected at flops_budget=6.5e+06 (mean p_big={mean:.3f})"] == pytest.approx(6.5e6 + rows["controller"])
+    assert not any(key.startswith("expected at mean p_big") for key in rows)
+
+
 @pytest.mark.parametrize("args,expected,status", [
     (["nowhere.yaml"], "nowhere.yaml does not exist", 1),
+    ([str(MLS_HPARAMS), "--flops_budget=9500000"], "flops_budget 9.5e+06 MACs per frame is not between", 1),
+    ([str(MLS_HPARAMS), "--flops_budget=6500000", "--controller=random"], "flops_budget calibrates the surprisal", 1),
     ([str(TIMIT_HPARAMS), "--controler=random"], "controler", 1),
     ([str(TIMIT_HPARAMS), "--controller=oracle"], "oracle", 1),
     ([str(TIMIT_HPARAMS), "controller=random"], "must look like --key=value", 2),  # a usage error

@@ -345,7 +345,8 @@ class AdaptiveEncoder(Encoder):
     def forward(self, feats: Tensor, lengths: Tensor, surprisal: Optional[Tensor] = None) -> EncoderOutput:
         """Encode a padded batch (see :meth:`Encoder.forward`); ``surprisal`` is not read."""
         batch, time = feats.shape[:2]
-        mask = lengths_to_mask(lengths.to(feats.device), time)
+        lengths = lengths.to(feats.device)
+        mask = lengths_to_mask(lengths, time)
         x = self.pre_net(feats, lengths)
         b, t = mask.nonzero(as_tuple=True)
         out, steps, weights, aux = (v.float() for v in self.ponder(x[b, t].float()))

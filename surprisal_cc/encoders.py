@@ -138,7 +138,7 @@ def masked_mixture(x: Tensor, lengths: Tensor, use_big: Tensor, small_net: Frame
     ``m`` is ``gate`` when given (so d(output)/d(gate) is big(x) - small(x) on every real frame),
     else the 0/1 ``use_big``. Returns (B, T, out) with zeros on padding.
     """
-    b, t = lengths_to_mask(lengths, x.shape[1]).nonzero(as_tuple=True)
+    b, t = lengths_to_mask(lengths.to(x.device), x.shape[1]).nonzero(as_tuple=True)
     big = big_net(gather_frames(x, lengths, b, t, big_net.context))
     small = small_net(gather_frames(x, lengths, b, t, small_net.context))
     m = (gate[b, t] if gate is not None else use_big[b, t]).to(big.dtype).unsqueeze(-1)
@@ -264,6 +264,7 @@ class ConditionalEncoder(Encoder):
         }
 
     def forward(self, feats: Tensor, lengths: Tensor, surprisal: Optional[Tensor] = None) -> EncoderOutput:
+        lengths = lengths.to(feats.device)
         mask = lengths_to_mask(lengths, feats.shape[1])
         x = self.pre_net(feats, lengths) if self.pre_net is not None else feats
         controller = self.active_controller()

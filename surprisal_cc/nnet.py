@@ -209,7 +209,7 @@ class Encoder(nn.Module):
         feats : torch.Tensor
             (B, T, D) input features.
         lengths : torch.Tensor
-            (B,) frame counts.
+            (B,) frame counts, on any device: an encoder moves them to ``feats``' device first.
         surprisal : torch.Tensor, optional
             (B, T) APC surprisal, for encoders whose :meth:`needs_surprisal` is True.
 
@@ -404,6 +404,7 @@ class BiGRU(nn.Module):
 
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
         """(B, T, input_size) frames, (B,) lengths -> (B, T, 2 * hidden_size), zero on padding."""
+        lengths = lengths.to(x.device)
         forward_out, _ = self.forward_gru(x)
         backward_out, _ = self.backward_gru(reverse_padded(x, lengths))
         out = torch.cat([forward_out, reverse_padded(backward_out, lengths)], dim=-1)
@@ -448,7 +449,7 @@ class Conv1dPreNet(nn.Module):
 
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
         """(B, T, input_size) frames, (B,) lengths -> (B, T, channels), zero on padding."""
-        mask = lengths_to_mask(lengths, x.shape[1]).unsqueeze(-1)
+        mask = lengths_to_mask(lengths.to(x.device), x.shape[1]).unsqueeze(-1)
         y = self.conv((x * mask).transpose(1, 2)).transpose(1, 2)
         return self.dropout(self.activation(y)) * mask
 

@@ -63,6 +63,18 @@ def test_routed_encoder_on_cuda_equals_cpu(controller):
     torch.testing.assert_close(b.log_probs.cpu()[mask], a.log_probs[mask], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["conditional", "act", "pondernet"])
+def test_encoder_on_cuda_takes_lengths_on_the_cpu(name):
+    """``Encoder.forward``'s lengths may be on any device: CPU lengths give what CUDA lengths give."""
+    torch.manual_seed(0)
+    encoder = build_encoder(name, D, V, hidden_size=16, dropout=0.0).cuda().eval()
+    x, surprisal = (t.cuda() for t in inputs())
+    with torch.no_grad():
+        a = encoder(x, LENGTHS.cuda(), surprisal)
+        b = encoder(x, LENGTHS, surprisal)
+    torch.testing.assert_close(b.log_probs, a.log_probs, rtol=1e-5, atol=1e-5)  # CUDA's index_add: any order
+
+
 @pytest.mark.parametrize("controller", ["big_only", "small_only"])
 def test_training_gradients_on_cuda_equal_cpu(controller):
     """Forward and backward in train mode (no dropout, deterministic controllers): same gradients."""

@@ -54,6 +54,7 @@ from benchmarks.common import (
     interleaved_times,
     lengths_mask,
     median,
+    paper_encoder,
     seed_everything,
     set_threads,
     size_cli,
@@ -96,7 +97,6 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, p_big:
 def encoder_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
     from surprisal_cc.apc import APCModel, FrozenAPC
     from surprisal_cc.controllers import ConstantController
-    from surprisal_cc.encoders import ConditionalEncoder
     from surprisal_cc.flops import module_macs
 
     g = torch.Generator().manual_seed(seed)
@@ -108,7 +108,7 @@ def encoder_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
     real_frames = int(lengths.sum())
     res.params["real_frames"] = real_frames
 
-    routed = ConditionalEncoder.paper(512, NUM_OUTPUTS, controller=ConstantController(p_big)).eval()
+    routed = paper_encoder(p_big, NUM_OUTPUTS).eval()
     big_only = copy.deepcopy(routed)
     big_only.controller = ConstantController(1.0)
     masked = copy.deepcopy(routed)

@@ -66,6 +66,7 @@ from benchmarks.common import (
     check_size,
     interleaved_times,
     median,
+    paper_encoder,
     repeats_on,
     resolve_device,
     seed_everything,
@@ -211,13 +212,10 @@ class StepModel(NamedTuple):
 def build_model(config: StepConfig, seed: int = 0, device: str = "cpu") -> StepModel:
     """Encoder (and front end + APC when recomputed) and Adam, identically initialised for every configuration."""
     from surprisal_cc.apc import APCModel
-    from surprisal_cc.controllers import ConstantController
-    from surprisal_cc.encoders import ConditionalEncoder
     from surprisal_cc.features import FilterbankFrontEnd
 
     torch.manual_seed(seed)
-    encoder = ConditionalEncoder.paper(input_size=512, num_outputs=NUM_OUTPUTS, controller=ConstantController(P_BIG),
-                                       execution=config.execution)
+    encoder = paper_encoder(P_BIG, NUM_OUTPUTS, execution=config.execution)
     if config.rnn != "reversal":
         use_torch_bigrus(encoder, config.rnn)
     front_end = apc = None

@@ -302,6 +302,19 @@ class PackedBiGRU(_TorchBiGRU):
 TORCH_BIGRUS = {"unpacked": UnpackedBiGRU, "packed": PackedBiGRU}
 
 
+def paper_encoder(p_big: float, num_outputs: int, input_size: int = 512, **options: Any) -> nn.Module:
+    """The paper's conditional encoder (Sec. 4.2) that sends each frame to the big network with
+    probability ``p_big``, any value in [0, 1] (a ``ConstantController``; the random controller of
+    the recipes refuses 0 and 1). ``options``: ``ConditionalEncoder`` settings, e.g. ``execution``."""
+    from surprisal_cc.architectures import build_encoder
+    from surprisal_cc.controllers import ConstantController
+    from surprisal_cc.encoders import ConditionalEncoder
+
+    parts = build_encoder("conditional", input_size, num_outputs, controller="big_only")
+    return ConditionalEncoder(controller=ConstantController(p_big), pre_net=parts.pre_net, small_net=parts.small_net,
+                              big_net=parts.big_net, post_net=parts.post_net, **options)
+
+
 def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
     """Replace the pre-net and post-net BiGRUs of a paper-architecture ConditionalEncoder by
     PyTorch's bidirectional ``nn.GRU``: ``kind`` "unpacked" (the authors' code) or "packed"."""

@@ -16,8 +16,7 @@ controller's default estimator needs both outputs, so its training runs masked (
 Example
 -------
 >>> import torch
->>> from surprisal_cc.controllers import build_controller
->>> enc = ConditionalEncoder.paper(input_size=512, num_outputs=42, controller=build_controller("random"))
+>>> enc = build_encoder("conditional", input_size=512, num_outputs=42, controller="random")
 >>> out = enc(torch.randn(2, 9, 512), torch.tensor([9, 5]))
 >>> out.log_probs.shape, int(out.stats["use_big"][1, 5:].sum())
 (torch.Size([2, 9, 42]), 0)
@@ -30,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 # build_encoder stays importable from here: saved run folders' hyperparams.yaml name surprisal_cc.encoders.build_encoder
-from .architectures import build_encoder
+from .architectures import build_encoder  # noqa: F401
 from .controllers import ConstantController, Controller
 from .flops import module_macs, uniform_frame_macs
 from .nnet import Encoder, EncoderOutput, FrameNet, lengths_to_mask
@@ -199,13 +198,6 @@ class ConditionalEncoder(Encoder):
         for training, key in ((True, "train_stochastic"), (False, "test_stochastic")):
             if not getattr(self, key):
                 self._check_deterministic_routing(training, key)
-
-    @classmethod
-    def paper(cls, input_size: int, num_outputs: int, controller: Controller, **kwargs) -> "ConditionalEncoder":
-        """The architecture of the paper's main experiments (Sec. 4.2, Table 1) around ``controller``."""
-        parts = build_encoder("conditional", input_size, num_outputs, controller="big_only")
-        return cls(controller=controller, pre_net=parts.pre_net, small_net=parts.small_net, big_net=parts.big_net,
-                   post_net=parts.post_net, **kwargs)
 
     def stage_controller(self, training: bool) -> Controller:
         """The controller that routes in training (True) or evaluation (False)."""

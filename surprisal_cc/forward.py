@@ -10,9 +10,8 @@ Example
 -------
 >>> import torch
 >>> from surprisal_cc.apc import APCModel, FrozenAPC
->>> from surprisal_cc.controllers import build_controller
->>> from surprisal_cc.encoders import ConditionalEncoder
->>> encoder = ConditionalEncoder.paper(input_size=512, num_outputs=42, controller=build_controller("surprisal")).eval()
+>>> from surprisal_cc.architectures import build_encoder
+>>> encoder = build_encoder("conditional", input_size=512, num_outputs=42, controller="surprisal").eval()
 >>> step = run_model(encoder, torch.randn(2, 7, 80), torch.tensor([7, 5]), apc=FrozenAPC(APCModel()))
 >>> step.output.log_probs.shape, step.surprisal.shape, step.apc_ran
 (torch.Size([2, 7, 42]), torch.Size([2, 7]), True)

@@ -210,13 +210,11 @@ def test_step_products_count_every_multiply_of_the_step():
     frame (output, weight gradient, input gradient) except the input gradient of the first layer, whose input
     (the features) needs none; the small network, which no frame was routed to, counts nothing."""
     from benchmarks import bench_training as bt
-    from surprisal_cc.controllers import ConstantController
-    from surprisal_cc.encoders import ConditionalEncoder
+    from benchmarks.common import paper_encoder
     from surprisal_cc.flops import weight_only_macs
 
     torch.manual_seed(0)
-    encoder = ConditionalEncoder.paper(input_size=512, num_outputs=bt.NUM_OUTPUTS,
-                                       controller=ConstantController(1.0))
+    encoder = paper_encoder(1.0, bt.NUM_OUTPUTS)
     model = bt.StepModel(bt.StepConfig(), encoder, None, None, torch.optim.Adam(encoder.parameters()))
     batch = bt.make_batch(torch.tensor([6, 6, 6]), torch.Generator().manual_seed(0))
     products = bt.step_products(model, batch)

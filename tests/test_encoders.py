@@ -617,7 +617,7 @@ def test_deterministic_routing_by_chance_is_refused_with_one_rule_in_both_places
 # ----------------------------------------------------------------------------------------------
 def test_paper_architecture_construction():
     torch.manual_seed(0)
-    enc = ConditionalEncoder.paper(input_size=512, num_outputs=42, controller=SurprisalController())
+    enc = build_encoder("conditional", input_size=512, num_outputs=42)
     assert isinstance(enc.pre_net, BiGRU) and enc.pre_net.forward_gru.hidden_size == 256
     assert enc.pre_net.dropout.p == 0.5 and enc.post_net.rnn.dropout.p == 0.5
     assert [m.out_features for m in enc.big_net.net if isinstance(m, nn.Linear)] == [2048, 512]

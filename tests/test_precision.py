@@ -6,8 +6,7 @@ import torch
 from speechbrain.utils.run_opts import RunOptions
 
 from surprisal_cc.architectures import build_encoder, encoder_names
-from surprisal_cc.controllers import CONTROLLERS, Controller, build_controller
-from surprisal_cc.encoders import ConditionalEncoder
+from surprisal_cc.controllers import CONTROLLERS, Controller
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.run_settings import resolve_precision
 
@@ -108,7 +107,7 @@ def controller(request, monkeypatch):
 
 def test_routed_encoder_runs_under_bf16_autocast(controller):
     torch.manual_seed(0)
-    enc = ConditionalEncoder.paper(input_size=16, num_outputs=5, controller=build_controller(controller, input_size=16))
+    enc = build_encoder("conditional", input_size=16, num_outputs=5, controller=controller)
     x, lengths = torch.randn(3, 7, 16), torch.tensor([7, 4, 1])
     surprisal = torch.rand(3, 7) * 4 if controller == "surprisal" else None
     with torch.autocast("cpu", dtype=torch.bfloat16):

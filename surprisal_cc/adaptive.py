@@ -36,13 +36,17 @@ True
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from .nnet import BiGRU, Encoder, EncoderOutput, FrameNet, PostNet, lengths_to_mask
 from .flops import module_macs, uniform_frame_macs
+
+#: A halting rule of :meth:`AdaptiveEncoder.run_until_halted`: (rows still running, their halting
+#: unit's outputs, whether this is the last step) -> (weight of this step's state, halts after it).
+HaltingRule = Callable[[Tensor, Tensor, bool], Tuple[Tensor, Tensor]]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -277,9 +281,10 @@ def kl_to_prior(p: Tensor, prior: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------------------------
 class AdaptiveEncoder(Encoder):
     """Shared pre-net / step block / halting unit / post-net and output assembly of the encoders that
-    halt per frame. A new one subclasses it and implements :meth:`ponder` (its halting rule over the
-    pre-net states of the real frames) and :meth:`aux_weight` (the weight of its per-frame term in
-    ``aux_loss``); :class:`ACTEncoder` and :class:`PonderNetEncoder` are two.
+    halt per frame. A new one subclasses it and implements :meth:`ponder` (its halting over the
+    pre-net states of the real frames, usually a halting rule given to :meth:`run_until_halted`,
+    which skips the frames that have halted) and :meth:`aux_weight` (the weight of its per-frame
+    term in ``aux_loss``); :class:`ACTEncoder` and :class:`PonderNetEncoder` are two.
 
     Arguments
     ---------
@@ -327,6 +332,29 @@ class AdaptiveEncoder(Encoder):
     def ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """(M, D) pre-net states of the real frames -> (output (M, D), steps (M,), weights (M, N), aux (M,))."""
         raise NotImplementedError
+
+    def run_until_halted(self, s: Tensor, halting_rule: HaltingRule) -> Tuple[Tensor, Tensor, Tensor]:
+        """Step the frames that have not halted, one step at a time; a halted frame computes nothing more.
+
+        ``halting_rule(active, lam, last)`` gets, at each step, the rows of ``s`` still running
+        (``active``), their halting unit's outputs ``lam`` and whether the step is the last; it
+        returns the weight p_n of this step's state in each of their outputs and whether each halts
+        after this step (all of them at the last). Returns the output sum_n p_n s_n (M, D), the steps
+        each frame ran (M,) and the weights (M, N).
+        """
+        m = s.shape[0]
+        out, weights, steps = torch.zeros_like(s), s.new_zeros(m, self.max_steps), s.new_zeros(m)
+        active = torch.arange(m, device=s.device)
+        for n in range(self.max_steps):
+            s, lam = self._advance(s)
+            p, halt = halting_rule(active, lam, n == self.max_steps - 1)
+            out = out.index_add(0, active, p.unsqueeze(-1) * s)  # out += p_n s_n (a sum, not a lerp)
+            weights = weights.index_put((active, torch.full_like(active, n)), p)
+            steps = steps.index_add(0, active, torch.ones_like(p))
+            active, s = active[~halt], s[~halt]
+            if active.numel() == 0:
+                break
+        return out, steps, weights
 
     def aux_weight(self) -> float:
         """Weight of the per-frame auxiliary term in ``aux_loss``."""
@@ -429,21 +457,16 @@ class ACTEncoder(AdaptiveEncoder):
 
     def ponder(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """ACT steps on the frames still running; aux is the ponder cost N(t) + R(t)."""
-        m, n_steps = s.shape[0], self.max_steps
-        out, weights = torch.zeros_like(s), s.new_zeros(m, n_steps)
-        cum, steps, remainder = s.new_zeros(m), s.new_zeros(m), s.new_zeros(m)
-        active = torch.arange(m, device=s.device)
-        for n in range(n_steps):
-            s, h = self._advance(s)
-            p, halt = act_step(cum[active], h, 1.0 - self.epsilon, last=n == n_steps - 1)
-            out = out.index_add(0, active, p.unsqueeze(-1) * s)  # out += p_n s_n (a sum, not a lerp)
-            weights = weights.index_put((active, torch.full_like(active, n)), p)
-            steps = steps.index_add(0, active, torch.ones_like(p))
+        cum, remainder = s.new_zeros(s.shape[0]), s.new_zeros(s.shape[0])  # sum_{j<n} h_j; R(t)
+
+        def halting_rule(active: Tensor, h: Tensor, last: bool) -> Tuple[Tensor, Tensor]:
+            nonlocal cum, remainder
+            p, halt = act_step(cum[active], h, 1.0 - self.epsilon, last)
             remainder = remainder.index_put((active[halt],), p[halt])
             cum = cum.index_add(0, active, h)
-            active, s = active[~halt], s[~halt]
-            if active.numel() == 0:
-                break
+            return p, halt
+
+        out, steps, weights = self.run_until_halted(s, halting_rule)
         return out, steps, weights, steps + remainder
 
 
@@ -582,23 +605,17 @@ class PonderNetEncoder(AdaptiveEncoder):
 
     def _ponder_truncated(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """The expected state over the steps run; a frame stops once its unassigned mass < ``tail_mass``."""
-        m, n_steps = s.shape[0], self.max_steps
-        out, weights, steps = torch.zeros_like(s), s.new_zeros(m, n_steps), s.new_zeros(m)
-        unassigned = s.new_ones(m)  # prod_{j<n} (1 - lambda_j)
-        active = torch.arange(m, device=s.device)
-        for n in range(n_steps):
-            s, lam = self._advance(s)
-            steps = steps.index_add(0, active, torch.ones_like(lam))
+        unassigned = s.new_ones(s.shape[0])  # prod_{j<n} (1 - lambda_j)
+
+        def halting_rule(active: Tensor, lam: Tensor, last: bool) -> Tuple[Tensor, Tensor]:
+            nonlocal unassigned
             before = unassigned[active]
-            after = before * (1.0 - lam) if n < n_steps - 1 else torch.zeros_like(lam)
-            halt = after < self.tail_mass if n < n_steps - 1 else torch.ones_like(lam, dtype=torch.bool)
-            p = torch.where(halt, before, before - after)  # the halting step takes p_n + r_n
-            out = out.index_add(0, active, p.unsqueeze(-1) * s)
-            weights = weights.index_put((active, torch.full_like(active, n)), p)
+            after = torch.zeros_like(lam) if last else before * (1.0 - lam)
+            halt = torch.ones_like(lam, dtype=torch.bool) if last else after < self.tail_mass
             unassigned = unassigned.index_put((active,), after)
-            active, s = active[~halt], s[~halt]
-            if active.numel() == 0:
-                break
+            return torch.where(halt, before, before - after), halt  # the halting step takes p_n + r_n
+
+        out, steps, weights = self.run_until_halted(s, halting_rule)
         return out, steps, weights, kl_to_prior(weights, self.prior)
 
     def _ponder_expected(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -614,15 +631,12 @@ class PonderNetEncoder(AdaptiveEncoder):
         return out, steps, p, kl_to_prior(p, self.prior)
 
     def _ponder_early_exit(self, s: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Sampled or thresholded halting; output the halting step's state, aux 0."""
-        m, n_steps = s.shape[0], self.max_steps
-        out, weights, steps = torch.zeros_like(s), s.new_zeros(m, n_steps), s.new_zeros(m)
-        not_halted = s.new_ones(m)  # prod_{j<n} (1 - lambda_j), for "threshold"
-        active = torch.arange(m, device=s.device)
-        for n in range(n_steps):
-            s, lam = self._advance(s)
-            steps = steps.index_add(0, active, torch.ones_like(lam))
-            if n == n_steps - 1:
+        """Sampled or thresholded halting; output the halting step's state (weight 1), aux 0."""
+        not_halted = s.new_ones(s.shape[0])  # prod_{j<n} (1 - lambda_j), for "threshold"
+
+        def halting_rule(active: Tensor, lam: Tensor, last: bool) -> Tuple[Tensor, Tensor]:
+            nonlocal not_halted
+            if last:
                 halt = torch.ones_like(lam, dtype=torch.bool)
             elif self.inference == "sample":
                 halt = torch.rand_like(lam) < lam
@@ -630,11 +644,8 @@ class PonderNetEncoder(AdaptiveEncoder):
                 remaining = not_halted[active] * (1.0 - lam)
                 halt = 1.0 - remaining >= 0.5
                 not_halted = not_halted.index_put((active,), remaining)
-            done = active[halt]
-            out = out.index_put((done,), s[halt])
-            weights = weights.index_put((done, torch.full_like(done, n)), torch.ones_like(lam[halt]))
-            active, s = active[~halt], s[~halt]
-            if active.numel() == 0:
-                break
-        return out, steps, weights, s.new_zeros(m)
+            return halt.to(lam.dtype), halt
+
+        out, steps, weights = self.run_until_halted(s, halting_rule)
+        return out, steps, weights, s.new_zeros(s.shape[0])
 

@@ -296,7 +296,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
         if self.hparams.target_unit == "sentencepiece":
             words = self.hparams.label_encoder.decode_words
             self.word_metrics.append(batch.id, [words(h) for h in hyp_ids], [w.split() for w in batch.wrd])
-        count_batch(self.mac_meter, self.routing_stats, out, self.apc_macs if step.apc_ran else None)
+        count_batch(self.mac_meter, self.routing_stats, out, self.apc_macs if step.uses_apc else None)
 
     # ------------------------------------------------------------------ stages
     @property
@@ -530,7 +530,6 @@ class ConditionalCTCBrain(FiniteLossBrain):
         self.train_resumed = self.checkpointer is not None and self.checkpointer.find_checkpoint() is not None
         with self._checkpoint_of_this_model():
             super().on_fit_start()
-        self.fit_start_time = time.time()
         controller = getattr(unwrap(self.modules.encoder), "controller", None)
         if getattr(controller, "calibrates_on_surprisal", False) and not bool(controller.calibrated):
             raise ConfigurationError("the surprisal controller is not calibrated: call "

@@ -57,7 +57,8 @@ class Controller(nn.Module):
 
     The methods share these arguments: ``features`` (B, T, D), the input features of the encoder
     (the APC features, or filterbanks with ``input_features: fbank``); ``surprisal`` (B, T), the APC
-    surprisal, or None when no APC model runs; ``bias_shift``, a float added to the controller's
+    surprisal, or None where this controller does not read it (``uses_surprisal`` False, even where
+    APC runs for the features); ``bias_shift``, a float added to the controller's
     logit (the paper's test-time bias sweep); ``mask`` (B, T) bool, True on real frames.
     """
 

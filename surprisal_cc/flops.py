@@ -3,8 +3,10 @@
 One multiply-accumulate = one FLOP, and a bias add counts as one, so for the layers used here the
 MACs per input frame equal the parameter count (paper, footnote 4): Linear ``in*out + out``,
 GRU ``3 * (in*H + H*H + 2H)`` per direction, Conv1d ``in*out*k + out`` per output frame,
-LayerNorm ``2 * width``. Operations without parameters (activations, residual adds, the
-halting-weighted sum of ACT / PonderNet step states) are not charged.
+LayerNorm ``2 * width``. Operations without parameters (activations, the step block's residual
+add, the halting-weighted sum of ACT / PonderNet step states) are not charged; the one exception is
+the residual APC head's add of the input frame to its prediction (``input_size`` per frame,
+:meth:`~surprisal_cc.apc.APCModel.macs_per_frame`).
 
 Static tables describe what one frame costs in each component (:func:`static_flop_rows`);
 :class:`MacMeter` accumulates what actually ran, frame by frame, over real (unpadded) frames, and

@@ -13,7 +13,7 @@ Example
 >>> from surprisal_cc.architectures import build_encoder
 >>> encoder = build_encoder("conditional", input_size=512, num_outputs=42, controller="surprisal").eval()
 >>> step = run_model(encoder, torch.randn(2, 7, 80), torch.tensor([7, 5]), apc=FrozenAPC(APCModel()))
->>> step.output.log_probs.shape, step.surprisal.shape, step.apc_ran
+>>> step.output.log_probs.shape, step.surprisal.shape, step.uses_apc
 (torch.Size([2, 7, 42]), torch.Size([2, 7]), True)
 """
 from __future__ import annotations
@@ -38,12 +38,12 @@ class CachedInputs:
 @dataclass
 class ForwardStep:
     """One batch through the model: the encoder's output, the APC surprisal (None where the model
-    reads no APC) and ``apc_ran``: whether the model needs APC for it, run here or read from the
-    feature cache in its place (its MACs are then charged per frame, as a deployed model runs it)."""
+    reads no APC) and ``uses_apc``: whether the model needs APC for this batch, whether it ran here
+    or the feature cache stood in for it (its MACs are charged either way, as a deployed model runs it)."""
 
     output: EncoderOutput
     surprisal: Optional[Tensor]
-    apc_ran: bool
+    uses_apc: bool
 
 
 class ForwardResult(NamedTuple):
@@ -126,11 +126,11 @@ def run_model(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, a
     """
     lengths = lengths.to((fbank if fbank is not None else cached.fbank).device)  # masks are made on their device
     need_surprisal = unwrap(encoder).needs_surprisal(unwrap(encoder).training)
-    apc_ran = use_apc_features or need_surprisal
+    uses_apc = use_apc_features or need_surprisal  # nnet.runs_apc for this mode
     if cached is not None:
         features = cached.features if use_apc_features else cached.fbank
-        surprisal = cached.surprisal if apc_ran else None
-    elif apc_ran:
+        surprisal = cached.surprisal if uses_apc else None
+    elif uses_apc:
         if apc is None:
             raise ValueError("this model reads APC features or surprisal: pass the APC model (apc=...)")
         apc_out = apc(fbank, lengths)
@@ -141,4 +141,4 @@ def run_model(encoder: nn.Module, fbank: Optional[Tensor], lengths: Tensor, *, a
     if transform is not None:
         features = transform(features)
     output = encoder(features, lengths, surprisal if need_surprisal else None)
-    return ForwardStep(output, surprisal, apc_ran)
+    return ForwardStep(output, surprisal, uses_apc)

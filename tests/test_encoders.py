@@ -417,7 +417,7 @@ def test_run_model_follows_the_encoders_mode():
     for training in (True, False):
         step = run_model(enc.train(training), fbank, lengths, use_apc_features=False,
                          cached=CachedInputs(fbank, None, torch.rand(3, T)))
-        assert step.output.stats["p_big"].shape == (3, T) and step.apc_ran == training
+        assert step.output.stats["p_big"].shape == (3, T) and step.uses_apc == training
 
 
 def test_learned_controller_never_needs_surprisal():

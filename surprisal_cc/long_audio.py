@@ -13,7 +13,11 @@ The join is the frame of the last two seconds of a part where the model itself i
 blank (its posteriors): the parts' phones are found by the beam search and aligned (phone times)
 separately, and a CTC path through a blank frame is split there without changing its phones.
 Memory is that of one part, whatever the file's length; the per-frame arrays of the result
-(surprisal, p_big, ...) are the only thing that grows, at a few bytes per 20 ms frame.
+(surprisal, p_big, ...) are the only thing that grows, at a few bytes per 20 ms frame. The result's
+FLOPs per frame charge each kept frame once, as whole-file decoding does, so that they stay the
+model's figure; the context frames computed again at each part's edges (at most ``2 * context_s /
+chunk_s`` more: 27 % with the defaults) are the price of bounded memory and show in the real-time
+factor only.
 :func:`long_surprisal` computes the APC surprisal alone the same way (the APC is causal: a part
 needs only the context before it); ``evaluate`` decodes its long utterances with
 :func:`decode_long` and solves ``--flops-fraction`` on long files with :func:`long_surprisal`.

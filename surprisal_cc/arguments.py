@@ -165,7 +165,8 @@ def check_writable(what: str, path: Union[str, os.PathLike]) -> None:
 
 def check_outputs_apart(outputs: Mapping[str, Any], inputs: Mapping[str, Any] = {}) -> None:
     """:class:`UsageError` when two of the ``outputs`` (``{option: path}``, None or ``-`` for none) name
-    one file, or one names a file of the ``inputs``: writing it would destroy what was read or written.
+    one file, or one names a file of the ``inputs`` or lies inside an input folder (a corpus's
+    ``wav.scp``, ``text``, ...): writing it would destroy what was read or written.
 
     Example
     -------
@@ -173,19 +174,30 @@ def check_outputs_apart(outputs: Mapping[str, Any], inputs: Mapping[str, Any] = 
     Traceback (most recent call last):
         ...
     surprisal_cc.errors.UsageError: --per-utterance and --alignments name one file (./out.jsonl): give each its own
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as corpus:
+    ...     check_outputs_apart({"--alignments": f"{corpus}/text"}, {"DATA": corpus})
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.errors.UsageError: --alignments (.../text) is inside the folder DATA reads (...): write it outside that folder
     """
     def key(path: Any) -> Optional[str]:
         return None if path in (None, "", "-") else os.path.realpath(os.fspath(path))
 
     seen: Dict[str, str] = {}
+    folders: Dict[str, str] = {}
     for option, path in inputs.items():
         if key(path) is not None:
-            seen.setdefault(key(path), option)
+            (folders if os.path.isdir(key(path)) else seen).setdefault(key(path), option)
     for option, path in outputs.items():
         if key(path) is None:
             continue
         if key(path) in seen:
             raise UsageError(f"{seen[key(path)]} and {option} name one file ({path}): give each its own")
+        for folder, reader in folders.items():
+            if os.path.commonpath([folder, key(path)]) == folder:
+                raise UsageError(f"{option} ({path}) is inside the folder {reader} reads ({inputs[reader]}): "
+                                 "write it outside that folder")
         seen[key(path)] = option
 
 

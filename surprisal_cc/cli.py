@@ -610,7 +610,7 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
         raise UsageError("--per-utterance - and --alignments - would both write to standard output: "
                          "give one of them a file")
     check_outputs_apart({"--per-utterance": args.per_utterance, "--alignments": args.alignments},
-                        {"DATA": args.data if Path(args.data).is_file() else None, "--mfa-labels": args.mfa_labels})
+                        {"DATA": args.data, "--mfa-labels": args.mfa_labels})
     if args.per_utterance and args.per_utterance != "-":
         check_writable("per-utterance file", args.per_utterance)
     asr = _load_model(args)

@@ -1179,6 +1179,13 @@ def test_an_output_that_names_an_input_or_another_output_is_refused_before_any_w
                  "--alignments", str(tmp_path / "o.jsonl")]) == 2
     assert "--per-utterance and --alignments name one file" in capsys.readouterr().err
     assert manifest.read_text().startswith("ID,duration") and not (tmp_path / "o.jsonl").exists()
+    kaldi = tmp_path / "kaldi"  # a corpus folder's files: wav.scp, text
+    kaldi.mkdir()
+    (kaldi / "text").write_text("u1 A\n")
+    for option, name in (("--per-utterance", "wav.scp"), ("--alignments", "text")):
+        assert main(["evaluate", str(kaldi), option, str(kaldi / name)]) == 2
+        assert f"{option} ({kaldi / name}) is inside the folder DATA reads" in capsys.readouterr().err
+    assert (kaldi / "text").read_text() == "u1 A\n" and not (kaldi / "wav.scp").exists()
     run = tmp_path / "runs" / "seed1"
     run.mkdir(parents=True)
     results = run / "results.json"

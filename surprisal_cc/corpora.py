@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from .data.audio import MAX_LISTED
 from .data.errors import DataPreparationError, collect_or_raise_label_problems
 from .data.kaldi import is_kaldi_data_folder, read_kaldi_data_folder
-from .data.manifest import read_manifest
+from .data.manifest import list_files, read_manifest
 from .errors import ConfigurationError
 
 PathLike = Union[str, os.PathLike]
@@ -96,7 +96,7 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     elif _is_timit(path):
         _refuse_mfa_labels(path, mfa_labels, "a TIMIT folder is labelled by its .PHN files")
         items, source = _timit_items(path, timit_split, problems), f"TIMIT .PHN folded to 39 ({timit_split})"
-    elif next(path.rglob("*.flac"), None) is None:
+    elif not list_files(path, (".flac",)):  # links to speaker or chapter folders followed, as the reader does
         raise DataPreparationError(f"{path}: no .flac file, wav.scp or TIMIT TRAIN/TEST folder in it: {DATA_KINDS} "
                                    "(any other layout: write a manifest CSV)")
     else:

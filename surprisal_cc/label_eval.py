@@ -76,11 +76,12 @@ def read_boundary_silences(path) -> Dict[str, Tuple[int, Set[int]]]:
     >>> silences
     {'u1': (2, {0, 1})}
     """
-    from .data.mfa import boundary_silences, parse_textgrid, read_mfa_export, textgrid_boundary_silences
+    from .data.mfa import (boundary_silences, parse_textgrid, read_mfa_export, textgrid_boundary_silences,
+                           textgrid_files)
 
     if Path(path).is_dir():
         return {tg.stem: textgrid_boundary_silences(parse_textgrid(tg.read_text(encoding="utf-8")))
-                for tg in sorted(Path(path).rglob("*.TextGrid"))}
+                for tg in textgrid_files(path)}
     return {row.utt_id: boundary_silences([bool(item) for item in row.words], row.phonemes_39)
             for row in read_mfa_export(path, ("words", "phonemes_39"), "boundary silences")}
 

@@ -52,6 +52,15 @@ def test_folders_not_laid_out_as_subsets_are_read_as_before(tmp_path, asr):
     assert [utt for utt, _, _ in corpus_items(speaker / "2", asr)[0]] == ["1-2-0000"]
 
 
+def test_a_folder_of_links_to_speaker_folders_is_read(tmp_path, asr):
+    """Speaker or chapter folders linked in from elsewhere are read, as transcribe reads them."""
+    root = make_librispeech_fixture(tmp_path / "corpus", {"dev-clean-2": {"1-2": ["HELLO WORLD"], "1-5": ["AND"]}})
+    picked = tmp_path / "picked"
+    (picked / "1").mkdir(parents=True)
+    (picked / "1" / "2").symlink_to(root / "LibriSpeech" / "dev-clean-2" / "1" / "2", target_is_directory=True)
+    assert [utt for utt, _, _ in corpus_items(picked, asr)[0]] == ["1-2-0000"]
+
+
 def test_scoring_against_any_pronunciation_is_refused_from_the_labels_alone(tmp_path, asr):
     """A TIMIT folder, or a manifest without words, is refused from what corpus_items gives: no audio is
     read (the manifest's audio files do not even exist)."""

@@ -291,7 +291,11 @@ class _Accumulator:
         """Add the kept frames of ``part`` (whose kept frames begin at frame ``start`` of the file)."""
         keep = part.keep
         self.seconds += part.seconds
-        self.segments += asr.segments(part.log_probs[keep], part.ids, offset_frames=start)
+        segments = asr.segments(part.log_probs[keep], part.ids, offset_frames=start)
+        if self.segments and segments:  # the blank frames before this part's first phone end the last one
+            phone, begin, _ = self.segments[-1]
+            self.segments[-1] = (phone, begin, segments[0][1])
+        self.segments += segments
         self.phones += part.ids
         forward = part.forward
         per_frame = asr.frame_results(forward.output, 0, int(forward.frames[0]), forward.surprisal)

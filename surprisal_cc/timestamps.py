@@ -3,7 +3,8 @@
 Each phone of a hypothesis gets a start and an end from the best CTC path through exactly that
 phone sequence (:func:`surprisal_cc.viterbi.ctc_viterbi_optional`, nothing optional): a phone
 starts at its first emitting frame and lasts until the next phone starts (its trailing blank
-frames included); the first starts at 0 s and the last ends with the audio's last frame. A frame
+frames included); the last ends with the audio's last frame. Blank frames before the first phone
+belong to no phone (a hypothesis usually begins with ``sil``, which covers them). A frame
 ``t`` starts at ``t * frame_shift_s`` seconds (20 ms frames for the recipes' features).
 
 CTC's peaky posteriors place a phone's first emitting frame near, not at, its acoustic onset; how
@@ -58,7 +59,7 @@ def phone_frames(log_probs, ids: Sequence[int], blank: int) -> np.ndarray:
     """
     if not len(ids):
         return np.zeros((0, 2), dtype=int)
-    return ctc_viterbi_optional(log_probs, list(ids), [False] * len(ids), blank).segments()
+    return ctc_viterbi_optional(log_probs, list(ids), [False] * len(ids), blank).segments(from_start=False)
 
 
 def phone_segments(log_probs, ids: Sequence[int], labels: Sequence[str], blank: int,

@@ -44,6 +44,8 @@ class Alignment:
     ...                 frame_tokens=np.array([-1, 0, 0, -1, 1, -1]))
     >>> ali.segments().tolist()
     [[0, 4], [4, 6]]
+    >>> ali.segments(from_start=False).tolist()  # the first label from its first emitting frame
+    [[1, 4], [4, 6]]
     """
 
     labels: List[int]
@@ -53,11 +55,12 @@ class Alignment:
     silences: List[int] = field(default_factory=list)
     pronunciations: List[int] = field(default_factory=list)
 
-    def segments(self) -> np.ndarray:
+    def segments(self, from_start: bool = True) -> np.ndarray:
         """(len(labels), 2) frame spans ``[start, end)`` of the kept labels.
 
         A label starts at its first emitting frame and lasts until the next label starts (its
-        trailing blank frames included); the first starts at frame 0, the last ends at T.
+        trailing blank frames included); the last ends at T, and the first starts at frame 0
+        (``from_start``: the spans tile the utterance) or at its own first emitting frame.
 
         Returns
         -------
@@ -72,7 +75,7 @@ class Alignment:
         first_of = np.r_[True, tok[1:] != tok[:-1]]
         firsts[tok[first_of]] = t[first_of]
         starts = firsts[kept_tokens]
-        if len(starts):
+        if len(starts) and from_start:
             starts[0] = 0
         ends = np.r_[starts[1:], len(self.frame_tokens)]
         return np.stack([starts, ends], axis=1).astype(int)

@@ -300,6 +300,17 @@ def test_segments_cover_the_utterance():
         assert k in ali.frame_tokens[start:end]
 
 
+def test_phone_times_start_at_the_first_phone_not_at_the_audio():
+    """A hypothesis that does not begin with sil: its first phone starts where it is emitted, not at 0 s."""
+    from surprisal_cc.timestamps import phone_frames, phone_segments
+
+    lp = np.log(np.full((6, 4), 0.01))  # ids: 0 blank, 1 sil, 2 and 3 phones
+    for t, k in enumerate([0, 0, 2, 2, 0, 3]):
+        lp[t, k] = np.log(0.97)
+    assert phone_frames(lp, [2, 3], blank=0).tolist() == [[2, 5], [5, 6]]
+    assert phone_segments(lp, [2, 3], ["<blank>", "sil", "AH", "B"], 0, 0.02)[0] == ("AH", 0.04, 0.1)
+
+
 def test_long_utterance_and_torch_input():
     gen = torch.Generator().manual_seed(4)
     words = [[int(x) for x in torch.randint(2, 42, (4,), generator=gen)] for _ in range(100)]

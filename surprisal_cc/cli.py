@@ -328,17 +328,19 @@ def audio_inputs(given: str, skipped: Optional[List[Dict[str, str]]] = None) -> 
 def output_names(items: Sequence[Tuple[Path, Optional[str]]]) -> List[str]:
     """A distinct name per input of :func:`audio_inputs`, the CTM file ids and the routing plots'
     names: the utterance id where there is one, else the file's stem, with the parent folder's name
-    added where two stems are the same; a name still taken gets a number.
+    added where two stems are the same; a name still taken gets a number. Path separators become
+    ``_``, so that a plot named after an utterance id stays in the plot folder.
 
     Example
     -------
     >>> output_names([(Path("a/x.flac"), None), (Path("b/x.flac"), None), (Path("b/y.wav"), None),
-    ...               (Path("c/z.wav"), "y"), (Path("c/z.wav"), "u2")])
-    ['a_x', 'b_x', 'y_1', 'y_2', 'u2']
+    ...               (Path("c/z.wav"), "y"), (Path("c/z.wav"), "u2"), (Path("d.wav"), "../up/u3")])
+    ['a_x', 'b_x', 'y_1', 'y_2', 'u2', '.._up_u3']
     """
     stems = [path.stem for path, utt in items if utt is None]
     names = [utt if utt is not None else f"{path.parent.name}_{path.stem}" if stems.count(path.stem) > 1
              else path.stem for path, utt in items]
+    names = [name.replace("/", "_").replace(os.sep, "_") for name in names]
     seen: Dict[str, int] = {}
     unique = []
     for name in names:
@@ -457,7 +459,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction,
                                     long_chunk_s=args.chunk_seconds)
               if args.flops_fraction is not None else None)
-    names = output_names(usable)
+    names = output_names([(Path("stdin") if _as_given(path, stdin_audio) == "-" else path, utt)
+                          for path, utt in usable])  # standard input is "stdin", not its temporary folder's
     plots = plot_paths(args.plot, names) if args.plot else []
     if fmt != "json":  # the JSON objects carry these; text and CTM say them once, on stderr
         _announce(asr, budget, fmt)
@@ -584,7 +587,8 @@ def _format_transcription(result, utterance: Optional[str] = None) -> str:
         routing = f", {float(result.steps.mean()):.2f} steps per frame"
     header = f"{utterance} ({result.path})" if utterance else result.path
     text = result.text or "(no phones recognised)"  # silence, or audio too short to hold a phone
-    return (f"{header}\n  {text}\n  {result.duration_s:.2f} s, {result.num_frames} frames, "
+    frames = f"{result.num_frames} frame{'' if result.num_frames == 1 else 's'}"
+    return (f"{header}\n  {text}\n  {result.duration_s:.2f} s, {frames}, "
             f"{result.flops_per_frame / 1e6:.2f}M FLOPs per frame{routing}, RTF {result.rtf:.3f}")
 
 

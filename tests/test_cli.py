@@ -603,7 +603,7 @@ class _Piped:
 
 
 @pytest.mark.integration
-def test_transcribe_reads_audio_piped_to_standard_input(model, real_flac, monkeypatch, capsys):
+def test_transcribe_reads_audio_piped_to_standard_input(model, real_flac, tmp_path, monkeypatch, capsys):
     """``-`` is the audio piped in (what ffmpeg or sox write to a pipe), decoded like the same file and
     named ``-`` (CTM: ``stdin``); a terminal, a second ``-`` and undecodable bytes are one line each."""
     assert main(["transcribe", str(real_flac), "--model", str(model), "--json"]) == 0
@@ -615,6 +615,12 @@ def test_transcribe_reads_audio_piped_to_standard_input(model, real_flac, monkey
     monkeypatch.setattr(sys, "stdin", _Piped(real_flac.read_bytes()))
     assert main(["transcribe", "-", "--model", str(model), "--format", "ctm"]) == 0
     assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {"stdin"}
+    named_stdin = tmp_path / "st" / "stdin.flac"  # a file whose stem is stdin too: neither takes a folder's name
+    named_stdin.parent.mkdir()
+    named_stdin.write_bytes(real_flac.read_bytes())
+    monkeypatch.setattr(sys, "stdin", _Piped(real_flac.read_bytes()))
+    assert main(["transcribe", "-", str(named_stdin), "--model", str(model), "--format", "ctm"]) == 0
+    assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {"_stdin", "st_stdin"}
     monkeypatch.setattr(sys, "stdin", _Piped(b"not audio at all"))
     assert main(["transcribe", "-", "--model", str(model)]) == 1
     assert error_lines(capsys)[0].startswith("error: standard input (-): cannot be decoded")

@@ -333,6 +333,8 @@ def test_batch_inputs_a_user_may_give(untrained):
         untrained.transcribe_batch([wavs])
     with pytest.raises(ValueError, match="not files: transcribe a file with transcribe_file"):
         untrained.transcribe_batch(["a.flac", "b.flac"])
+    with pytest.raises(ValueError, match="wavs is an empty list: give at least one waveform"):
+        untrained.transcribe_batch([])
     with pytest.raises(ValueError, match="magnitude is 3: scale it into"):
         untrained.transcribe_batch(torch.tensor([0.0, 3.0] * 800))
     # forward takes what transcribe_batch takes

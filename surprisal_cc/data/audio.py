@@ -645,6 +645,8 @@ def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: 
                                                  and isinstance(wavs[0], (str, os.PathLike))):
         raise ValueError("transcribe_batch and encode_batch take waveforms, not files: transcribe a file with "
                          "transcribe_file, or read it with load_audio first")
+    if isinstance(wavs, (list, tuple)) and not wavs:
+        raise ValueError("wavs is an empty list: give at least one waveform")
     if isinstance(wavs, (list, tuple)) and wavs and all(isinstance(w, (list, tuple)) or getattr(w, "ndim", 0) >= 1
                                                         for w in wavs):  # waveforms, not numbers
         if wav_lens is not None or num_samples is not None:

@@ -46,6 +46,9 @@ def test_textgrid_folder_and_unknown_symbol(tmp_path):
     (tmp_path / "spk" / "1-2-0004.TextGrid").write_text(TG.replace('"L"', '"LL"'))
     with pytest.raises(DataPreparationError, match=r"1-2-0004.*\['LL'\]"):
         load_mfa_labels(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataPreparationError, match=r"empty: no .TextGrid file under it"):
+        load_mfa_labels(tmp_path / "empty")
 
 
 def test_word_phones_from_textgrids_and_a_csv_without_timings(tmp_path):

@@ -330,9 +330,14 @@ def _read_textgrid(path: Path) -> Dict[str, List[Interval]]:
 
 
 def read_mfa_textgrids(folder: PathLike) -> Dict[str, List[str]]:
-    """Read every TextGrid under ``folder`` (:func:`textgrid_files`; utterance id = file stem)."""
+    """Read every TextGrid under ``folder`` (:func:`textgrid_files`; utterance id = file stem); a folder
+    without one is a :class:`DataPreparationError`."""
     labels: Dict[str, List[str]] = {}
-    for path in textgrid_files(folder):
+    paths = textgrid_files(folder)
+    if not paths:
+        raise DataPreparationError(f"{folder}: no .TextGrid file under it: give MFA's output folder or its "
+                                   "export CSV")
+    for path in paths:
         tiers = _read_textgrid(path)
         try:
             phones = textgrid_phones(tiers)

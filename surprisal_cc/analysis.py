@@ -21,6 +21,7 @@ import torch
 from .arguments import make_output_folder
 from .apc import APCModel, load_apc
 from .cache import FeatureCache
+from .errors import ConfigurationError
 from .controllers import SurprisalController
 from .data.mfa import SILENCE_MARKS, read_mfa_export
 from .features import FeatureConfig, FilterbankFrontEnd
@@ -214,6 +215,9 @@ def run_analysis(args: argparse.Namespace) -> int:
     apc = load_apc(args.apc)
     # everything that can fail before the pass over the corpus: inputs read, output folders made
     controller = _calibrated_controller(Path(args.calibration)) if args.calibration else None
+    if not Path(args.mfa).is_file():
+        raise ConfigurationError(f"--mfa {args.mfa}: {'a folder' if Path(args.mfa).is_dir() else 'no such file'}; "
+                                 "analyse reads MFA's export CSV, whose phones have sample-level times")
     first = next(read_aligned_csv(Path(args.mfa), Path(args.audio_root)), None)
     if first is None:
         raise ValueError(f"{args.mfa}: no utterances")

@@ -1162,6 +1162,13 @@ def test_analyse_surprisal_by_class(tmp_path, capsys):
     assert printed["mean_surprisal_silence"] < printed["mean_surprisal_speech"]
 
 
+def test_analyse_refuses_a_textgrid_folder_in_one_line(tmp_path, capsys):
+    assert main(["analyse", "--apc", str(REPO / "surprisal_cc" / "pretrained" / "apc.pt"), "--mfa", str(tmp_path),
+                 "--audio-root", str(tmp_path)]) == 1
+    assert error_lines(capsys) == [f"error: --mfa {tmp_path}: a folder; analyse reads MFA's export CSV, whose phones "
+                                   "have sample-level times"]
+
+
 def test_transcribe_text_says_when_no_phone_was_recognised():
     from types import SimpleNamespace
 

@@ -818,8 +818,8 @@ def _add_evaluate_parser(subparsers) -> None:
                                         "folder, instead of lexicon labels")
     p.add_argument("--g2p", choices=["spn", "flite", "error"],
                    help="lexicon labels: words CMUdict lacks (default: the model's training policy)")
-    p.add_argument("--timit-split", choices=["test", "valid", "train"], default="test",
-                   help="TIMIT: core test set, development speakers or training set")
+    p.add_argument("--timit-split", choices=["test", "valid", "train"],
+                   help="TIMIT folders: core test set (default), development speakers or training set")
     p.add_argument("--batch-size", type=positive_int, help="utterances per forward pass (default: the run's)")
     p.add_argument("--per-utterance", metavar="FILE",
                    help="write each utterance's id, reference, hypothesis, S/D/I, FLOPs and p_big to FILE "

@@ -41,7 +41,7 @@ DATA_KINDS = ("DATA must be a LibriSpeech-format folder, a TIMIT folder, a Kaldi
 
 
 def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None,
-                 g2p: Optional[str] = None, timit_split: str = "test",
+                 g2p: Optional[str] = None, timit_split: Optional[str] = None,
                  problems: Optional[List[str]] = None,
                  words: Optional[Dict[str, List[str]]] = None) -> Tuple[List[Item], str]:
     """(utterance id, audio path, reference phones) of a corpus, and where the labels came from.
@@ -57,8 +57,9 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         MFA labels of a LibriSpeech-format folder: the CSV export or a folder of TextGrid files.
     g2p : str, optional
         G2P policy for out-of-vocabulary words (default: the model's).
-    timit_split : str
-        ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
+    timit_split : str, optional
+        ``"test"`` (None: the default), ``"valid"`` or ``"train"``: a TIMIT folder's split. Given for
+        another corpus, a :class:`ConfigurationError`.
     problems : list, optional
         Given a list, utterances of a LibriSpeech-format or Kaldi data folder without a usable
         transcript (or MFA labels), and manifest rows with an empty label, are left out, with one
@@ -80,11 +81,14 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         When the corpus cannot be read, a folder holds several LibriSpeech subsets, an utterance id occurs
         twice or its labels are not the model's label set.
     ConfigurationError
-        For ``mfa_labels`` with a corpus other than a LibriSpeech-format folder.
+        For ``mfa_labels`` with a corpus other than a LibriSpeech-format folder, ``timit_split`` with
+        one other than a TIMIT folder.
     """
     path = Path(data)
     if not path.exists():
         raise DataPreparationError(f"{path}: no such file or folder")
+    if timit_split is not None and not (path.is_dir() and not is_kaldi_data_folder(path) and _is_timit(path)):
+        raise ConfigurationError(f"{path}: not a TIMIT folder, which alone has splits: leave out --timit-split")
     if path.is_file():
         if path.suffix.lower() != ".csv":
             raise DataPreparationError(f"{path}: {DATA_KINDS}")
@@ -95,7 +99,8 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
         items, source = _kaldi_items(path, asr, g2p, problems, words)
     elif _is_timit(path):
         _refuse_mfa_labels(path, mfa_labels, "a TIMIT folder is labelled by its .PHN files")
-        items, source = _timit_items(path, timit_split, problems), f"TIMIT .PHN folded to 39 ({timit_split})"
+        split = timit_split or "test"
+        items, source = _timit_items(path, split, problems), f"TIMIT .PHN folded to 39 ({split})"
     elif not list_files(path, (".flac",)):  # links to speaker or chapter folders followed, as the reader does
         raise DataPreparationError(f"{path}: no .flac file, wav.scp or TIMIT TRAIN/TEST folder in it: {DATA_KINDS} "
                                    "(any other layout: write a manifest CSV)")

@@ -82,7 +82,7 @@ class EvaluatedModel(LongAudioModel, Protocol):
 
 def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
                     batch_size: Optional[int] = None, seed: Optional[int] = None, g2p: Optional[str] = None,
-                    timit_split: str = "test", progress: bool = False,
+                    timit_split: Optional[str] = None, progress: bool = False,
                     any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
                     per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None,
                     alignments: Union[PathLike, TextIO, None] = None,
@@ -116,8 +116,8 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
         is restored after. Sampled routing only.
     g2p : str, optional
         G2P policy for out-of-vocabulary words (default: the model's training policy).
-    timit_split : str
-        ``"test"``, ``"valid"`` or ``"train"`` (TIMIT folders only).
+    timit_split : str, optional
+        A TIMIT folder's split: ``"test"`` (None: the default), ``"valid"`` or ``"train"``.
     progress : bool
         Show a progress bar.
     any_pronunciation : bool
@@ -206,7 +206,7 @@ def _routing_seed(asr: EvaluatedModel, seed: Optional[int]) -> Optional[int]:
 
 
 def _labelled_items(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[PathLike], g2p: Optional[str],
-                    timit_split: str, skip_bad: bool) -> Tuple[List[Item], str, Dict[str, List[str]], List[str]]:
+                    timit_split: Optional[str], skip_bad: bool) -> Tuple[List[Item], str, Dict[str, List[str]], List[str]]:
     """The corpus's ``(id, wav, reference phones)``, where its labels came from, each utterance's words
     and the utterances left out for want of labels (``skip_bad``: with a warning)."""
     label_problems: List[str] = []  # collected in any case: without skip_bad, _usable_audio lists them with the audio's

@@ -962,7 +962,7 @@ class ConditionalASR:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
                  batch_size: Optional[int] = None, seed: Optional[int] = None, g2p: Optional[str] = None,
-                 timit_split: str = "test", progress: bool = False,
+                 timit_split: Optional[str] = None, progress: bool = False,
                  any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
                  per_utterance: Optional[Callable[[Dict[str, Any]], None]] = None,
                  alignments: Union[PathLike, TextIO, None] = None,

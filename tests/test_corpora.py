@@ -52,6 +52,14 @@ def test_folders_not_laid_out_as_subsets_are_read_as_before(tmp_path, asr):
     assert [utt for utt, _, _ in corpus_items(speaker / "2", asr)[0]] == ["1-2-0000"]
 
 
+def test_a_timit_split_is_refused_for_another_corpus(tmp_path, asr):
+    from surprisal_cc.errors import ConfigurationError
+
+    root = make_librispeech_fixture(tmp_path, {"dev-clean-2": SUBSETS["dev-clean-2"]})
+    with pytest.raises(ConfigurationError, match="not a TIMIT folder, which alone has splits: leave out --timit-split"):
+        corpus_items(root / "LibriSpeech" / "dev-clean-2", asr, timit_split="valid")
+
+
 def test_a_folder_of_links_to_speaker_folders_is_read(tmp_path, asr):
     """Speaker or chapter folders linked in from elsewhere are read, as transcribe reads them."""
     root = make_librispeech_fixture(tmp_path / "corpus", {"dev-clean-2": {"1-2": ["HELLO WORLD"], "1-5": ["AND"]}})

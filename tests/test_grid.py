@@ -878,3 +878,17 @@ def test_a_missing_input_file_stops_the_grid_before_any_run(grid_file: Path, tmp
     assert main(["grid", str(grid_file), "--no-report"]) == 0  # made by a prepare step: no error
     (tmp_path / "apc" / "apc.pt").unlink()
     assert main(["grid", str(grid_file), "--no-report"]) == 0  # every run finished: nothing needs it
+
+
+@pytest.mark.parametrize("name", ["grid_apc_tc5.yaml", "grid_apc.yaml"])
+def test_the_published_grids_make_every_input_file_they_need(name, tmp_path, monkeypatch):
+    """On a fresh clone (nothing under results/), the prepare steps make every input file the runs read:
+    nothing stops the launch as missing."""
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    spec = grid_spec.load_grid(str(repo / "hparams" / "MiniLibriSpeech" / name))
+    runs = grid_spec.expand(spec)
+    for tracked in ("surprisal_cc", "hparams", "recipes"):  # a clone without results/
+        (tmp_path / tracked).symlink_to(repo / tracked, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    assert grid_spec.check_input_files(runs, spec.prepare, name) == []

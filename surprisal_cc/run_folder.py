@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import yaml
 
+from .arguments import is_number
 from .hparams_files import load_yaml_tolerant
 
 PathLike = Union[str, Path]
@@ -205,6 +206,12 @@ def _run_info(run_dir: Path) -> Row:
     """What a results file lacks: penalty and ponder settings and the APC file (hyperparams.yaml), last train loss."""
     hp = load_yaml_tolerant(run_dir / "hyperparams.yaml")
     history = read_history(run_dir)
+    planned = _hparam(hp, "number_of_epochs")
+    validated = max((e["epoch"] for e in history if isinstance(e.get("epoch"), int)), default=None)
+    if is_number(planned) and validated is not None and validated < planned:
+        # a run asked for more epochs (SpeechBrain rewrote hyperparams.yaml) and not there yet: its results are
+        # those of the epochs it had, not of the longer profile's
+        planned = validated
     return {
         "penalty": as_float(_hparam(hp, "learned_penalty", "encoder_module.controller_options.penalty_weight")),
         "penalty_utterances": _hparam(hp, "learned_penalty_utterances",
@@ -212,7 +219,7 @@ def _run_info(run_dir: Path) -> Row:
         "learned_estimator": _hparam(hp, "learned_estimator", "encoder_module.controller_options.estimator"),
         "act_ponder_cost": as_float(_hparam(hp, "act_ponder_cost", "encoder_module.adaptive_options.act.ponder_cost")),
         "pondernet_beta": as_float(_hparam(hp, "pondernet_beta", "encoder_module.adaptive_options.pondernet.beta")),
-        "number_of_epochs": _hparam(hp, "number_of_epochs"),
+        "number_of_epochs": planned,
         "train_labels": train_labels_name(hp.get("labels"), hp.get("mfa_labels")) if hp else None,
         "train_targets": train_targets_name(hp.get("optional_silence"), hp.get("pronunciation_alternatives")),
         "train_loss": history[-1].get("train_loss") if history else None,

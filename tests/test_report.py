@@ -85,6 +85,19 @@ def test_collect_reads_files_folders_and_run_metadata(tree: Path) -> None:
     assert len(run_folder.collect_results(debug / "results.json")) == 1  # unless asked for
 
 
+def test_a_run_not_yet_at_the_epochs_it_was_asked_for_is_not_counted_in_the_longer_profile(tmp_path: Path) -> None:
+    """SpeechBrain rewrites hyperparams.yaml when a finished 14-epoch run is asked for 30: until it gets there,
+    its results are the 14 epochs' (their history says how far it is)."""
+    run = tmp_path / "seed1"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"controller": "big_only", "seed": 1, "PER": 30.0, "epochs": 14}))
+    (run / "hyperparams.yaml").write_text("number_of_epochs: 30\n")
+    (run / "history.jsonl").write_text("".join(json.dumps({"epoch": e, "PER": 40.0}) + "\n" for e in range(1, 15)))
+    assert run_folder.collect_results(tmp_path)[0]["number_of_epochs"] == 14
+    (run / "history.jsonl").write_text("".join(json.dumps({"epoch": e, "PER": 40.0}) + "\n" for e in range(1, 31)))
+    assert run_folder.collect_results(tmp_path)[0]["number_of_epochs"] == 30
+
+
 def test_aggregate_mean_and_std_over_seeds(tree: Path) -> None:
     rows = run_folder.collect_results(tree / "controllers")
     agg = {(r["controller"], r["test_bias_shift"]): r for r in aggregation.aggregate(rows)}

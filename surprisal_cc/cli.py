@@ -268,6 +268,9 @@ def cmd_export(args, unknown: List[str]) -> int:
     test = config["source"].get("test", {})
     alone = " (the run's test, of the best checkpoint alone)" if args.average > 1 else ""
     per = f"test PER {test['PER']:.2f} %{alone}, " if test.get("PER") is not None else ""
+    if config["source"].get("results_epoch") is not None:
+        per = (f"no test PER (the run's results file tested epoch {config['source']['results_epoch']}'s "
+               f"checkpoint: `surprisal-cc evaluate` this model), ")
     averaged = f", averaged with the next {args.average - 1} best" if args.average > 1 else ""
     print(f"exported {config['source']['checkpoint']} (epoch {config['source'].get('epoch')}{averaged}) of {args.run_dir} "
           f"to {out}: {files}; {per}{size / 2 ** 20:.1f} MiB ({args.dtype})")

@@ -248,17 +248,23 @@ def _checkpoint_epoch(checkpoint: Any) -> Optional[int]:
 
 def _source(run: Path, metric: str, checkpoints: list, average: int,
             apc_file: Optional[Path], results: Dict[str, Any]) -> Dict[str, Any]:
-    """The model card's ``source``: the run, its checkpoint(s), APC model and test results."""
+    """The model card's ``source``: the run, its checkpoint(s), APC model and test results (none where the
+    run's results file tested the checkpoint of another epoch: ``results_epoch`` names it)."""
     checkpoint = checkpoints[0]
-    return {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": _checkpoint_epoch(checkpoint),
+    epoch = _checkpoint_epoch(checkpoint)
+    tested = results.get("epochs")
+    other = epoch is not None and tested is not None and tested != epoch  # e.g. a run that trained on after its test
+    test = {} if other else results
+    return {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": epoch,
+            "results_epoch": tested if other else None,
             f"valid_{metric}": checkpoint.meta.get(metric), "apc": str(apc_file) if apc_file else None,
             "averaged_checkpoints": [{"checkpoint": c.path.name, f"valid_{metric}": c.meta.get(metric)}
                                      for c in checkpoints] if average > 1 else None,
-            "test": {k: results.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
-                                                  "mean_steps", "epochs", "commit", "data", "date")
-                     if k in results},
+            "test": {k: test.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
+                                               "mean_steps", "epochs", "commit", "data", "date")
+                     if k in test},
             "epochs_trained": _epochs_trained(run) or results.get("epochs"), "commit": results.get("commit"),
-            "error_rate_details": results.get("error_rate_details"),
+            "error_rate_details": test.get("error_rate_details"),
             "calibration": results.get("calibration")}
 
 

@@ -556,7 +556,10 @@ def model_card(config: Dict[str, Any], out: Path, name: Optional[str] = None) ->
         ("test PER" + (" (of the best checkpoint alone)" if averaged else ""), f"{_fmt(test.get('PER'))} % (S {details.get('substitutions', '–')} / D "
                      f"{details.get('deletions', '–')} / I {details.get('insertions', '–')}, "
                      f"{details.get('num_ref_tokens', '–')} reference phones, {details.get('num_utterances', '–')} "
-                     f"utterances), CTC beam search width {config.get('beam_size', 10)}"),
+                     f"utterances), CTC beam search width {config.get('beam_size', 10)}"
+                     if src.get("results_epoch") is None else
+                     f"not measured for this checkpoint (the run's results file tested epoch "
+                     f"{src['results_epoch']}'s): `surprisal-cc evaluate` this model"),
         ("FLOPs per frame", f"{_millions(test.get('flops_per_frame'))} on the test set (MACs counted from what "
                             f"ran{', APC included' if config.get('uses_apc') else ''})"),
     ]

@@ -309,3 +309,22 @@ def test_the_shipped_model_is_checked_against_its_apc_file():
     config, _, apc = load_model_folder(model_folder.default_model_dir())
     assert config["apc_file_fingerprint"] == weights_fingerprint(apc)
     assert config["apc_file_fingerprint"] != config["source"]["apc_fingerprint"]  # its fp16 copy of the trained APC
+
+
+def test_an_export_gives_the_runs_test_results_only_to_the_checkpoint_they_tested(tmp_path):
+    """A run that trained on after its test: its results are epoch 25's, the best checkpoint is epoch 28's; the
+    model card then names no test PER and says which epoch the results were."""
+    from types import SimpleNamespace
+
+    from surprisal_cc.export import _source
+
+    ckpt = tmp_path / "CKPT+28"
+    ckpt.mkdir()
+    (ckpt / "counter.ckpt").write_text("28")
+    checkpoint = SimpleNamespace(path=ckpt, meta={"PER": 27.0})
+    results = {"PER": 27.22, "epochs": 25, "flops_per_frame": 6.9e6, "error_rate_details": {"substitutions": 1}}
+    source = _source(tmp_path, "PER", [checkpoint], 1, None, results)
+    assert source["epoch"] == 28 and source["results_epoch"] == 25
+    assert source["test"] == {} and source["error_rate_details"] is None
+    source = _source(tmp_path, "PER", [checkpoint], 1, None, {**results, "epochs": 28})
+    assert source["results_epoch"] is None and source["test"]["PER"] == 27.22

@@ -115,8 +115,9 @@ class Run:
         * ``trains_on``: with no such change, whether it was trained for fewer epochs than asked (it
           resumes and trains on).
 
-        The epochs are not compared for a test-only run, which evaluates whatever its folder holds.
-        Nothing for a folder without ``hyperparams.yaml``."""
+        A test-only run evaluates what its folder holds: more epochs than it asks are a change (the
+        folder holds another grid's training), fewer are its training still to come. Nothing for a
+        folder without ``hyperparams.yaml``."""
         saved = self.output_folder / "hyperparams.yaml"
         if not saved.is_file():
             return SavedTraining([], False)
@@ -127,7 +128,7 @@ class Run:
                     if k != "test_only" and (not _is_path(v) or _both_files(stored.get(k), v))}
         changed = changed_training_settings(stored, settings)
         try:
-            trained = None if self.test_only or self.epochs is None else int(stored["number_of_epochs"])
+            trained = None if self.epochs is None else int(stored["number_of_epochs"])
         except (KeyError, TypeError, ValueError):
             trained = None
         if trained is not None and trained > self.epochs:
@@ -135,7 +136,7 @@ class Run:
         # a training that went on and was cut off has the new number_of_epochs in its hyperparams.yaml
         # and its earlier results: its history says how far it got
         validated = len(read_history(self.output_folder)) if trained is not None else 0
-        return SavedTraining(changed, not changed and trained is not None
+        return SavedTraining(changed, not changed and not self.test_only and trained is not None
                              and (trained < self.epochs or 0 < validated < self.epochs))
 
     def evaluates_trained_checkpoint(self) -> Optional[bool]:

@@ -202,6 +202,18 @@ def test_a_finished_run_with_other_settings_is_a_conflict_not_a_result(grid_file
     assert len((folder / "calls.txt").read_text().splitlines()) == 2  # nothing was run in that folder
 
 
+def test_the_evaluations_of_a_folder_trained_for_more_epochs_are_a_conflict_too(grid_file: Path, tmp_path: Path,
+                                                                                capsys: pytest.CaptureFixture) -> None:
+    """A folder holding another grid's longer training: its bias sweep is not taken as this grid's either."""
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    (folder / "hyperparams.yaml").write_text("controller: surprisal\nseed: 1\nnumber_of_epochs: 50\n")
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run"]) == 3
+    out = capsys.readouterr().out
+    assert "[conflict] controllers/controller-surprisal/seed1" in out and "[conflict] bias/controller-surprisal/seed1" in out
+
+
 def test_command_line_settings_replace_the_grid_files_and_are_compared_with_finished_runs(
         grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """``--key=value`` after the grid file is a setting of every run, given once (replacing the grid

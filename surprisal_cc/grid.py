@@ -215,8 +215,30 @@ def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str
         marker = done if run.name in status else "# waits: " if run.name in waiting else ""
         print(marker + prefix + shlex.join(run.command), file=log)
     # a run that another grid process trains now is shown as such ("elsewhere")
-    return {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name)
-                        else "waits" if r.name in waiting else "dry-run", 0.0) for r in pending}, **status}
+    planned = {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name)
+                           else "waits" if r.name in waiting else "dry-run", 0.0) for r in pending}, **status}
+    trainers = _trainers(runs)
+    for run in pending:  # the test-only runs that a launch would block, as _start_ready would
+        reason = _blocked_reason(run, [(d, planned[d][0]) for d in trainers.get(run.name, []) if d in planned])
+        if reason is not None and run.name not in waiting:
+            planned[run.name] = ("blocked", 0.0)
+            print(f"[blocked] {run.name}: {reason}", file=log, flush=True)
+    return planned
+
+
+def _blocked_reason(run: Run, deps: Sequence[Tuple[str, str]]) -> Optional[str]:
+    """Why a pending test-only run cannot be evaluated given its training runs' ``(name, status)``, or None."""
+    if not run.test_only:
+        return None
+    if not deps and not run.started():  # its training run is not in this selection
+        return f"no checkpoint in {run.output_folder / 'save'} to evaluate (train its run first, or select it too)"
+    for name, state in deps:
+        if state == "published":
+            return (f"its training {name} is published, and its checkpoint is not in "
+                    f"{run.output_folder / 'save'}")
+        if state in ("failed", "blocked", "elsewhere", "conflict"):
+            return f"its training {name} is {state}"
+    return None
 
 
 def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
@@ -233,14 +255,12 @@ def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Po
             status[run.name] = ("skipped", 0.0)
             if publish is not None:
                 publish_run(run, *publish)
-        elif run.test_only and not deps and not run.started():  # its training run is not in this selection
+        elif run.test_only and _blocked_reason(run, list(zip(trainers.get(run.name, []), deps))) is not None:
             pending.remove(run)
             status[run.name] = ("blocked", 0.0)
-            print(f"[blocked] {run.name}: no checkpoint in {run.output_folder / 'save'} to evaluate "
-                  "(train its run first, or select it too)", file=log, flush=True)
-        elif any(s in ("failed", "blocked", "published", "elsewhere", "conflict") for s in deps):
-            pending.remove(run)
-            status[run.name] = ("blocked", 0.0)
+            reason = _blocked_reason(run, list(zip(trainers.get(run.name, []), deps)))
+            if "is failed" not in reason:  # a failed training was reported when it failed
+                print(f"[blocked] {run.name}: {reason}", file=log, flush=True)
         elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):
             pending.remove(run)
             _try_start(run, running, status, env, log)

@@ -407,10 +407,14 @@ def test_published_runs_are_not_run_again_on_a_fresh_machine(grid_file: Path, tm
     grid_file.write_text(yaml.safe_dump(spec))
     assert main(["grid", str(grid_file), "--no-report", "--only", "controllers/controller-surprisal/seed1"]) == 0
     shutil.rmtree(tmp_path / "exp")  # another machine, which has only the published files
-    assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 3
-    out = capsys.readouterr().out
-    assert "| controllers/controller-surprisal/seed1 | published |" in out
-    assert "| bias/controller-surprisal/seed1 | blocked |" in out
+    capsys.readouterr()
+    for dry_run in (["--dry-run"], []):  # the dry run says what the launch does
+        assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1", *dry_run]) == 3
+        out = capsys.readouterr().out
+        assert "| controllers/controller-surprisal/seed1 | published |" in out
+        assert "| bias/controller-surprisal/seed1 | blocked |" in out
+        assert ("[blocked] bias/controller-surprisal/seed1: its training controllers/controller-surprisal/seed1 is "
+                "published, and its checkpoint is not in") in out
     assert not (tmp_path / "exp/grid/controllers/controller-surprisal/seed1").exists()  # not trained again
     # selected alone, the test-only run finds no checkpoint to evaluate: blocked, not run on an untrained model
     assert main(["grid", str(grid_file), "--no-report", "--only", "bias/controller-surprisal/seed1"]) == 3
@@ -809,10 +813,11 @@ def test_a_run_locked_by_a_live_grid_is_left_to_it_and_a_stale_lock_is_taken_ove
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (folder / "grid-controllers.lock").write_text(run_locks._process_identity(holder.pid))
-        assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 0
+        assert main(["grid", str(grid_file), "--dry-run", "--only", "seed1"]) == 3  # as the launch below
         out = capsys.readouterr().out
         assert "| controllers/controller-surprisal/seed1 | elsewhere |" in out
         assert "| controllers/controller-random/seed1 | dry-run |" in out
+        assert "| bias/controller-surprisal/seed1 | blocked |" in out  # its training is elsewhere
         assert main(["grid", str(grid_file), "--no-report", "--only", "controller-surprisal/seed1"]) == 3
         out = capsys.readouterr().out
         assert "| controllers/controller-surprisal/seed1 | elsewhere |" in out

@@ -274,7 +274,11 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
         fail(f"unknown key(s) {unknown}: a grid file has {sorted(GRID_KEYS)}")
     if not isinstance(data["groups"], list) or not all(isinstance(g, dict) for g in data["groups"]):
         fail("groups must be a list of mappings (name, vary, set, folder_of)")
+    if not data["groups"]:
+        fail("groups is empty: the grid would have no run")
     for group in data["groups"]:
+        if not isinstance(group.get("name"), str) or not group["name"].strip() or "/" in group["name"]:
+            fail(f"group name {group.get('name')!r} must be a non-empty text without '/' (it names a folder)")
         unknown = sorted(set(group) - GROUP_KEYS)
         if unknown:
             fail(f"unknown key(s) {unknown} in group {group.get('name')!r}: a group has {sorted(GROUP_KEYS)}")
@@ -294,6 +298,10 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
         if "seed" in (group.get("set") or {}):
             fail(f"set: seed in group {group.get('name')!r}: the seeds come from the grid's seeds, or a group's "
                  "vary: {seed: [...]}")
+        varied = (group.get("vary") or {}).get("seed", [0])
+        varied = varied if isinstance(varied, list) else [varied]
+        if not all(is_number(s, integer=True) and s >= 0 for s in varied):
+            fail(f"vary: seed of group {group.get('name')!r} must list whole numbers of at least 0; got {varied!r}")
         if group.get("folder_of") is not None and group["folder_of"] not in names:
             fail(f"folder_of {group['folder_of']!r} of group {group.get('name')!r} names no group of this grid")
     pool = data.get("report_pool") or []

@@ -538,6 +538,11 @@ def test_malformed_grid_files_are_grid_errors(tmp_path: Path) -> None:
      "vary controller of group 'a' is an empty list: the group would have no run"),
     (lambda spec: {**spec, "groups": [{"name": "a", "set": {"seed": 5}}]}, "set: seed in group 'a'"),
     (lambda spec: {**spec, "groups": [{"name": "a", "folder_of": "b"}]}, "folder_of 'b' of group 'a' names no group"),
+    (lambda spec: {**spec, "groups": []}, "groups is empty: the grid would have no run"),
+    (lambda spec: {**spec, "groups": [{"name": 1}]}, "group name 1 must be a non-empty text without '/'"),
+    (lambda spec: {**spec, "groups": [{"name": "a/b"}]}, "group name 'a/b' must be a non-empty text without '/'"),
+    (lambda spec: {**spec, "groups": [{"name": "a", "vary": {"seed": ["x", 2.5]}}]},
+     "vary: seed of group 'a' must list whole numbers of at least 0; got ['x', 2.5]"),
 ])
 def test_grid_files_of_the_wrong_shape_are_one_line_naming_the_file(grid_file: Path, change: Any, message: str,
                                                                      capsys: pytest.CaptureFixture) -> None:

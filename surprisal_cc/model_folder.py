@@ -76,7 +76,17 @@ def default_model_dir() -> Path:
 # Reading
 # ----------------------------------------------------------------------------------------------
 def _export_hint(folder: Path) -> str:
-    """How to get a model folder at ``folder``, for error messages."""
+    """How to get a model folder from what is at ``folder``, for error messages.
+
+    Example
+    -------
+    >>> _export_hint(Path("results/run/seed1/model"))
+    'pass --model DIR (from_pretrained(DIR)) with an exported model, or export a finished recipe run: surprisal-cc export RUN_DIR results/run/seed1/model'
+    """
+    if (folder / "hyperparams.yaml").is_file() or (folder / "save").is_dir():  # a recipe's run folder
+        return f"it is a recipe run: export it first, e.g. surprisal-cc export {folder} {folder.name}_model"
+    if folder.is_file():
+        return "a model is a folder (model.json, encoder.pt, apc.pt): pass --model DIR"
     return (f"pass --model DIR (from_pretrained(DIR)) with an exported model, or export a finished recipe run: "
             f"surprisal-cc export RUN_DIR {folder}")
 
@@ -120,7 +130,8 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
     True
     """
     if not folder.is_dir():
-        raise ModelFormatError(f"{folder}: no model folder there; {_export_hint(folder)}")
+        there = "a file, not a model folder" if folder.is_file() else "no model folder there"
+        raise ModelFormatError(f"{folder}: {there}; {_export_hint(folder)}")
     config_path = folder / MODEL_FILE
     if not config_path.is_file():
         raise ModelFormatError(f"{folder}: not a model folder (no {MODEL_FILE}); {_export_hint(folder)}")

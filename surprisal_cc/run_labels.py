@@ -67,7 +67,8 @@ def config_of(row: Row) -> Row:
     """
     config = {key: row.get(key, default) for key, default in CONFIG_DEFAULTS.items()}
     config["test_bias_shift"] = float(config["test_bias_shift"] or 0.0)
-    config["speed_perturb"] = tuple(float(f) for f in config["speed_perturb"] or ())
+    factors = config["speed_perturb"] or ()
+    config["speed_perturb"] = tuple(float(f) for f in (factors if isinstance(factors, (list, tuple)) else [factors]))
     if config["encoder"] in ADAPTIVE_ENCODERS:  # no controller: the one its run recorded says nothing about it
         config["controller"] = None
     if config["controller"] != "learned":

@@ -328,3 +328,16 @@ def test_an_export_gives_the_runs_test_results_only_to_the_checkpoint_they_teste
     assert source["test"] == {} and source["error_rate_details"] is None
     source = _source(tmp_path, "PER", [checkpoint], 1, None, {**results, "epochs": 28})
     assert source["results_epoch"] is None and source["test"]["PER"] == 27.22
+
+
+def test_loading_a_recipe_run_or_a_file_as_a_model_says_what_to_do(tmp_path):
+    run = tmp_path / "seed1"
+    (run / "save").mkdir(parents=True)
+    (run / "hyperparams.yaml").write_text("seed: 1\n")
+    with pytest.raises(ModelFormatError, match=re.escape(f"it is a recipe run: export it first, e.g. surprisal-cc "
+                                                         f"export {run} seed1_model")):
+        load_model_folder(run)
+    audio = tmp_path / "a.wav"
+    audio.write_bytes(b"RIFF")
+    with pytest.raises(ModelFormatError, match="a file, not a model folder; a model is a folder"):
+        load_model_folder(audio)

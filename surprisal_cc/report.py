@@ -594,12 +594,13 @@ def table_stochastic(rows: Sequence[Row], dataset: Optional[str] = None) -> Tabl
     agg = ensure_aggregated(rows)
     flags = ("train_stochastic", "test_stochastic")
     table_rows = sort_rows(select_rows(agg, dataset, controller="surprisal", train_stochastic=None, test_stochastic=None),
-                         *flags, order={k: (False, True) for k in flags})
+                         *flags, "epochs", order={k: (False, True) for k in flags})
     return Table("stochastic", "Deterministic vs stochastic execution (paper Tables 8/9)", table_rows,
                  [("Stochastic during training?", _flag("train_stochastic")),
                   ("Stochastic during testing?", _flag("test_stochastic")),
+                  ("Setup", lambda r: ", ".join(setup_notes(r, omit=flags))),
                   ("Train loss", _mean_pm("train_loss")), ("Test loss", _mean_pm("test_loss")),
-                  ("Test PER", COL_PER[1]), COL_FLOPS, COL_SEEDS],
+                  ("Test PER", COL_PER[1]), COL_FLOPS, COL_SEEDS, COL_EPOCHS],
                  csv_keys=(*flags, "train_loss", "train_loss_std", "test_loss", "test_loss_std", *CSV_KEYS[1:]))
 
 

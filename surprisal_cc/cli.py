@@ -150,6 +150,8 @@ def cmd_report(args, unknown: List[str]) -> int:
     rows = pool_configurations(rows, pool)
     if args.csv:
         write_csv(rows, args.csv)
+    if args.out and args.json:
+        raise UsageError("--json prints the results files' rows, --out writes the tables: give one of them")
     if args.out:
         from .plots import make_all_plots
         from .report import write_report
@@ -739,7 +741,8 @@ def _add_analyse_parser(subparsers) -> None:
 def _add_report_parser(subparsers) -> None:
     p = subparsers.add_parser("report", help="Markdown table from results files or folders")
     p.add_argument("paths", nargs="+")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print the rows the table is made of, one per results file (every field), as JSON")
     p.add_argument("--csv", help="also write the table as CSV to this file")
     p.add_argument("--out", help="write every paper-style table (Markdown + CSV) and every plot into this "
                                  "folder (from one results folder)")

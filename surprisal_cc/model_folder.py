@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .apc import APCModel, load_apc
+from .apc import APCFileError, APCModel, load_apc
 from .arguments import is_number
 from .architectures import build_encoder
 from .controllers import build_controller
@@ -167,13 +167,16 @@ def load_model_folder(folder: Path) -> Tuple[Dict[str, Any], Encoder, Optional[A
         apc_path = folder / APC_FILE
         if not apc_path.is_file():
             raise ModelFormatError(f"{apc_path}: missing (this model needs its APC model)")
+        again = "put back the apc.pt exported with this model, or export the model again"
         try:
             apc = load_apc(apc_path)
-        except ValueError as err:  # load_apc's own checks, which name the file
+        except APCFileError as err:  # load_apc's own checks, which name the file; the fix is the folder's
+            raise ModelFormatError(f"{err.path}: {err.problem}; {again}") from None
+        except ValueError as err:
             raise ModelFormatError(str(err).splitlines()[0]) from None
         except Exception as err:  # torch raises several types for damaged or unsafe files
             raise ModelFormatError(f"{apc_path}: cannot be loaded ({type(err).__name__}: "
-                                   f"{str(err).splitlines()[0] if str(err) else ''})") from None
+                                   f"{str(err).splitlines()[0] if str(err) else ''}); {again}") from None
     _check_config(config, config_path, encoder, apc)
     if apc is not None:
         _check_apc_file(config, folder, apc)
@@ -325,7 +328,8 @@ def load_tensors(path: Path) -> Dict[str, Tensor]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for damaged or unsafe files
         raise ModelFormatError(f"{path}: cannot be loaded ({type(err).__name__}: "
-                               f"{str(err).splitlines()[0] if str(err) else ''})") from None
+                               f"{str(err).splitlines()[0] if str(err) else ''}): the file is damaged or not one "
+                               "torch.save wrote; copy the model folder again, or export it again") from None
     if not isinstance(state, dict):
         raise ModelFormatError(f"{path}: not a state dict")
     return state

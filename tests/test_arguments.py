@@ -152,8 +152,11 @@ SITES = [
          refusal(lambda v: lr_scheduler("newbob", 1e-3, annealing_factor=v), ValueError, "lr_annealing_factor must"),
          1, 0.8, NUMBER),
     # grid_spec: a grid file's seeds
-    Site("grid seeds", refusal(lambda v: grid_spec._check_shape("grid.yaml", {"groups": [], "seeds": [v]}),
+    Site("grid seeds", refusal(lambda v: grid_spec._check_shape("grid.yaml", {"groups": [{"name": "a"}], "seeds": [v]}),
                                grid_spec.GridError, "seeds must be"), 1, 1.0, WHOLE),
+    Site("grid group's vary seed",
+         refusal(lambda v: grid_spec._check_shape("grid.yaml", {"groups": [{"name": "a", "vary": {"seed": [v]}}]}),
+                 grid_spec.GridError, "vary: seed of group 'a' must"), 1, 1.0, WHOLE),
 ]
 
 

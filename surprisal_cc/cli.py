@@ -140,6 +140,10 @@ def cmd_report(args, unknown: List[str]) -> int:
     wrong = [key for key in pool if key not in POOLABLE_KEYS]
     if wrong:
         raise UsageError(f"--pool {','.join(wrong)}: a report pools over {', '.join(POOLABLE_KEYS)}")
+    if args.out and args.json:
+        raise UsageError("--json prints the results files' rows, --out writes the tables: give one of them")
+    if args.out and len(args.paths) != 1:
+        raise UsageError("--out takes one results folder")
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
@@ -150,14 +154,10 @@ def cmd_report(args, unknown: List[str]) -> int:
     rows = pool_configurations(rows, pool)
     if args.csv:
         write_csv(rows, args.csv)
-    if args.out and args.json:
-        raise UsageError("--json prints the results files' rows, --out writes the tables: give one of them")
     if args.out:
         from .plots import make_all_plots
         from .report import write_report
 
-        if len(args.paths) != 1:
-            raise UsageError("--out takes one results folder")
         print(write_report(args.paths[0], args.out, pool=pool))
         for path in make_all_plots(args.paths[0], args.out, pool=pool):
             print(f"wrote {path}")
@@ -466,6 +466,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
               if args.flops_fraction is not None else None)
     names = output_names([(Path("stdin") if _as_given(path, stdin_audio) == "-" else path, utt)
                           for path, utt in usable])  # standard input is "stdin", not its temporary folder's
+    names = ["stdin" if _as_given(path, stdin_audio) == "-" and "stdin" not in names else name
+             for (path, _), name in zip(usable, names)]
     plots = plot_paths(args.plot, names) if args.plot else []
     if fmt != "json":  # the JSON objects carry these; text and CTM say them once, on stderr
         _announce(asr, budget, fmt)

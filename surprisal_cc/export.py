@@ -218,7 +218,9 @@ def _rebuild_encoder(hp_file: Path, raw: Dict[str, Any], hparams: Dict[str, Any]
 
 def _load_averaged_weights(encoder: torch.nn.Module, checkpoints: list, hp_file: Path) -> None:
     """Load into ``encoder`` the weights of ``checkpoints`` (averaged when several)."""
-    state = average_float_state_dicts(load_tensors(c.path / "encoder.ckpt") for c in checkpoints)
+    state = average_float_state_dicts(
+        load_tensors(c.path / "encoder.ckpt", todo="remove that checkpoint folder to export the next best one")
+        for c in checkpoints)
     try:
         encoder.load_state_dict(state)
     except RuntimeError as err:

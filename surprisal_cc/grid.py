@@ -219,7 +219,11 @@ def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str
                            else "waits" if r.name in waiting else "dry-run", 0.0) for r in pending}, **status}
     trainers = _trainers(runs)
     for run in pending:  # the test-only runs that a launch would block, as _start_ready would
-        reason = _blocked_reason(run, [(d, planned[d][0]) for d in trainers.get(run.name, []) if d in planned])
+        deps = [(d, planned[d][0]) for d in trainers.get(run.name, []) if d in planned]
+        if any(state == "elsewhere" for _, state in deps):  # the grid process that trains it evaluates it too
+            planned[run.name] = ("elsewhere", 0.0)
+            continue
+        reason = _blocked_reason(run, deps)
         if reason is not None and run.name not in waiting:
             planned[run.name] = ("blocked", 0.0)
             print(f"[blocked] {run.name}: {reason}", file=log, flush=True)

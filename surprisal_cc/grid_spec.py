@@ -13,6 +13,7 @@ import hashlib
 import io
 import itertools
 import json
+import os
 import re
 import shlex
 import statistics
@@ -277,8 +278,10 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
     if not data["groups"]:
         fail("groups is empty: the grid would have no run")
     for group in data["groups"]:
-        if not isinstance(group.get("name"), str) or not group["name"].strip() or "/" in group["name"]:
-            fail(f"group name {group.get('name')!r} must be a non-empty text without '/' (it names a folder)")
+        name = group.get("name")
+        if not isinstance(name, str) or name != name.strip() or name in ("", ".", "..") or "/" in name \
+                or os.sep in name:
+            fail(f"group name {name!r} must be a folder name: text without '/', spaces at its ends, '.' or '..'")
         unknown = sorted(set(group) - GROUP_KEYS)
         if unknown:
             fail(f"unknown key(s) {unknown} in group {group.get('name')!r}: a group has {sorted(GROUP_KEYS)}")

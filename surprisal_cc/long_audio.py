@@ -15,7 +15,7 @@ separately, and a CTC path through a blank frame is split there without changing
 Memory is that of one part, whatever the file's length; the per-frame arrays of the result
 (surprisal, p_big, ...) are the only thing that grows, at a few bytes per 20 ms frame. The result's
 FLOPs per frame charge each kept frame once, as whole-file decoding does, so that they stay the
-model's figure; the context frames computed again at each part's edges (at most ``2 * context_s /
+model's figure; the context frames computed again at each part's edges (about ``2 * context_s /
 chunk_s`` more: 27 % with the defaults) are the price of bounded memory and show in the real-time
 factor only.
 :func:`long_surprisal` computes the APC surprisal alone the same way (the APC is causal: a part

@@ -320,8 +320,9 @@ def _state_dict_problems(err: RuntimeError, count: int = 3, width: int = 200) ->
     return " ".join([head, "; ".join(shown)]).strip() + more
 
 
-def load_tensors(path: Path) -> Dict[str, Tensor]:
-    """State dict of a tensor file (``weights_only=True``); :class:`ModelFormatError` if unusable."""
+def load_tensors(path: Path, todo: str = "copy the model folder again, or export it again") -> Dict[str, Tensor]:
+    """State dict of a tensor file (``weights_only=True``); :class:`ModelFormatError` if unusable, ending
+    in ``todo``, what to do."""
     if not path.is_file():
         raise ModelFormatError(f"{path}: missing")
     try:
@@ -329,7 +330,7 @@ def load_tensors(path: Path) -> Dict[str, Tensor]:
     except Exception as err:  # torch raises several types for damaged or unsafe files
         raise ModelFormatError(f"{path}: cannot be loaded ({type(err).__name__}: "
                                f"{str(err).splitlines()[0] if str(err) else ''}): the file is damaged or not one "
-                               "torch.save wrote; copy the model folder again, or export it again") from None
+                               f"torch.save wrote; {todo}") from None
     if not isinstance(state, dict):
         raise ModelFormatError(f"{path}: not a state dict")
     return state

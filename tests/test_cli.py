@@ -620,7 +620,7 @@ def test_transcribe_reads_audio_piped_to_standard_input(model, real_flac, tmp_pa
     named_stdin.write_bytes(real_flac.read_bytes())
     monkeypatch.setattr(sys, "stdin", _Piped(real_flac.read_bytes()))
     assert main(["transcribe", "-", str(named_stdin), "--model", str(model), "--format", "ctm"]) == 0
-    assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {"_stdin", "st_stdin"}
+    assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {"stdin", "st_stdin"}
     monkeypatch.setattr(sys, "stdin", _Piped(b"not audio at all"))
     assert main(["transcribe", "-", "--model", str(model)]) == 1
     assert error_lines(capsys)[0].startswith("error: standard input (-): cannot be decoded")

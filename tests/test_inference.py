@@ -798,3 +798,25 @@ def test_audio_too_short_for_the_models_window_is_refused_in_one_line_naming_the
     assert asr.transcribe_batch(torch.from_numpy(barely), sample_rate=44100)[0].num_frames == 1
     assert decode_long(asr, enough, chunk_s=1.0, context_s=0.5)["num_frames"] == 1
     assert [part.numel() for part in long_surprisal(asr, enough, chunk_s=1.0, context_s=0.5)] == [1]
+
+
+def test_level_sensitivity_tool_scores_a_corpus_at_each_gain(tmp_path, monkeypatch):
+    """recipes/MiniLibriSpeech/level_sensitivity.py: one PER per gain (a loud gain is clipped, not refused),
+    and the RMS levels of the corpus and of the reference folder."""
+    from data_fixtures import make_librispeech_fixture
+    from surprisal_cc.data.phones import LIBRISPEECH_PHONES
+
+    monkeypatch.syspath_prepend(str(REPO / "recipes" / "MiniLibriSpeech"))
+    import level_sensitivity
+
+    assert round(level_sensitivity.rms_dbfs(np.full(100, 0.1)), 1) == -20.0
+    root = make_librispeech_fixture(tmp_path, {"dev-clean-2": {"1-2": ["HELLO WORLD", "AND"]}})
+    model = tmp_path / "model"
+    torch.manual_seed(0)
+    ConditionalASR.untrained(LIBRISPEECH_PHONES, controller="big_only").save(model)
+    subset = root / "LibriSpeech" / "dev-clean-2"
+    result = level_sensitivity.main([str(subset), "--model", str(model), "--gains", "0", "-20", "40",
+                                     "--reference", str(subset)])
+    assert list(result["per_by_gain_db"]) == ["+0", "-20", "+40"] and result["utterances"] == 2
+    assert all(per >= 0 for per in result["per_by_gain_db"].values())
+    assert result["reference"]["files"] == 2 and result["reference"]["rms_dbfs_median"] == result["rms_dbfs_median"]

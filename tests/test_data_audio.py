@@ -249,3 +249,26 @@ def test_a_resampled_batch_counts_the_samples_resampling_makes(count):
     assert batch_waveforms(torch.zeros(1, count), sample_rate=44100)[1].tolist() == [made]
     padded = batch_waveforms(torch.zeros(2, 2205), num_samples=torch.tensor([2205, count]), sample_rate=44100)[1]
     assert padded.tolist() == [800, made]
+
+
+def test_a_file_far_quieter_than_the_training_speech_is_named_in_one_warning(tmp_path):
+    """RMS below QUIET_DBFS (of the mono mix): one warning listing each such file and its level."""
+    import warnings
+
+    import soundfile
+
+    from surprisal_cc.data import DataPreparationWarning
+    from surprisal_cc.data.audio import QUIET_DBFS, warn_converted
+
+    t = np.arange(16000) / 16000
+    for name, rms_db in (("quiet.wav", QUIET_DBFS - 10), ("speechlike.wav", -26.0)):
+        amplitude = 10 ** (rms_db / 20) * np.sqrt(2)  # a sine's RMS is its amplitude / sqrt(2)
+        soundfile.write(tmp_path / name, (amplitude * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000)
+    infos, problems = check_audio_many([tmp_path / "quiet.wav", tmp_path / "speechlike.wav"])
+    assert problems == [] and infos[str(tmp_path / "quiet.wav")].rms_dbfs == pytest.approx(QUIET_DBFS - 10, abs=0.05)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_converted(infos)
+    messages = [str(w.message) for w in caught if issubclass(w.category, DataPreparationWarning)]
+    assert len(messages) == 1 and messages[0].startswith("1 file(s) have an RMS level below -45 dBFS")
+    assert f"{tmp_path / 'quiet.wav'} (-55.0 dBFS)" in messages[0] and "speechlike" not in messages[0]

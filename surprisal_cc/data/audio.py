@@ -37,6 +37,10 @@ MIN_DURATION_S = 0.025  # one 25 ms analysis frame: the shortest usable audio wh
 MAX_PEAK = 2.0  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
 POOL_THRESHOLD = 64  # use a worker pool from this many files on
 MAX_LISTED = 20
+# RMS level (dBFS, of the mono mix) below which a file is quieter than any training speech by a margin:
+# train-clean-5 lies at -39.8 to -17.8 dBFS (median -25.7); 20 dB quieter, the shipped model's PER on
+# mfa-dev rises by 11 points (docs/results/MiniLibriSpeech/level_sensitivity.json)
+QUIET_DBFS = -45.0
 # torchaudio's resampling kernel holds (rate / gcd) x (target / gcd) taps: 70,560 for 44.1 kHz, 256 million
 # (gigabytes, minutes per second of audio) for 16001 Hz; above this many, a polyphase filter resamples
 MAX_RESAMPLE_KERNEL = 1 << 20
@@ -64,6 +68,7 @@ class AudioInfo:
     channels: int
     num_samples: int
     peak: float = 0.0  # largest sample magnitude; inf where a sample is NaN or infinite
+    rms_dbfs: float = 0.0  # RMS level of the mono mix (the channel mean), dB relative to full scale
 
 
 def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE, min_samples: Optional[int] = None) -> torch.Tensor:
@@ -265,13 +270,16 @@ def inspect_audio(path: PathLike) -> AudioInfo:
     """Decode the whole file (so truncated/corrupt data is caught) and describe it."""
     with sf.SoundFile(soundfile_name(path)) as f:
         sr, channels = f.samplerate, f.channels
-        num_samples, peak = 0, 0.0
+        num_samples, peak, energy = 0, 0.0, 0.0
         for block in f.blocks(blocksize=1 << 18, dtype="float32", always_2d=True):
             num_samples += block.shape[0]
             if block.size:
                 largest = float(np.abs(block).max())  # NaN where a sample is NaN
                 peak = max(peak, largest if np.isfinite(largest) else np.inf)
-    return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples, peak)
+                energy += float(np.square(block.mean(axis=1), dtype=np.float64).sum())
+    rms = math.sqrt(energy / num_samples) if num_samples and math.isfinite(energy) else 0.0
+    level = 20 * math.log10(rms) if rms > 0 else -math.inf
+    return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples, peak, level)
 
 
 def check_audio_file(path: str, min_samples: Optional[int] = None,
@@ -461,8 +469,9 @@ def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE, stackleve
 
 
 def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE, stacklevel: int = 2) -> None:
-    """Warn once per kind of conversion (resampling, downmixing) with the files it applies to, and
-    once more for files below the model's rate (upsampling cannot restore their missing band).
+    """Warn once per kind of conversion (resampling, downmixing) with the files it applies to, once
+    more for files below the model's rate (upsampling cannot restore their missing band), and once
+    for files quieter than :data:`QUIET_DBFS` (the features are not level-normalised).
 
     Corpus preparation, ``evaluate`` and ``transcribe`` all report converted files this way: one
     :class:`DataPreparationWarning` per kind, listing up to :data:`MAX_LISTED` files.
@@ -504,6 +513,12 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE,
     if multichannel:
         warnings.warn(f"{len(multichannel)} file(s) have more than one channel; downmixed to mono (channel mean) "
                       "on load:" + _listing(multichannel), DataPreparationWarning, stacklevel=stacklevel)
+    quiet = [f"{path} ({info.rms_dbfs:.1f} dBFS)" for path, info in infos.items() if info.rms_dbfs < QUIET_DBFS]
+    if quiet:
+        warnings.warn(f"{len(quiet)} file(s) have an RMS level below {QUIET_DBFS:g} dBFS, quieter than any "
+                      "LibriSpeech training speech (about -26 dBFS); the features are not level-normalised, so "
+                      "expect a higher error rate: raise their level first (e.g. sox in.wav out.wav norm -6):"
+                      + _listing(quiet), DataPreparationWarning, stacklevel=stacklevel)
 
 
 def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:

@@ -449,6 +449,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     from .long_audio import PROGRESS_AFTER_S
 
     fmt = _transcribe_format(args)
+    if args.plot is not None and not args.plot.strip():
+        raise UsageError("--plot needs a PNG file or a folder to write the routing plots to")
     asr = _load_model(args)
     _check_plot(args, asr)
     items, skipped, infos = _gather_audio(args.audio, stdin_audio, args.skip_bad, asr)

@@ -340,6 +340,8 @@ def test_transcribe_checks_the_plot_folder_before_decoding_and_prints_before_plo
     assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--plot", str(plot)]) == 1
     (line,) = error_lines(capsys)
     assert line == f"error: --plot {plot}: its folder {plot.parent} cannot be created (File exists)" and not decoded
+    assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--plot", ""]) == 2  # not ignored
+    assert error_lines(capsys) == ["error: --plot needs a PNG file or a folder to write the routing plots to"]
     # a plot that fails all the same comes after its file's result, which stays printed
     monkeypatch.undo()
     monkeypatch.setattr("surprisal_cc.plots.plot_routing", lambda *args, **kwargs: (_ for _ in ()).throw(

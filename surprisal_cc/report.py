@@ -421,15 +421,15 @@ def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
 
     Example
     -------
-    >>> rows = [{"controller": c, "seed": s, "PER": per, "flops_per_frame": f} for c, f, pers in
+    >>> rows = [{"controller": c, "seed": s, "PER": per, "flops_per_frame": f, "epochs": 30} for c, f, pers in
     ...         [("surprisal", 6.9e6, (33.5, 33.0, 34.1)), ("big_only", 7.5e6, (32.6, 33.2, 33.0)),
     ...          ("random", 6.6e6, (33.6, 34.0, 34.4))] for s, per in zip((1, 2, 3), pers)]
     >>> print(table_paired(rows).markdown(), end="")
-    | Comparison | ΔPER (points) | 95 % CI | n (seeds) | FLOPs | Verdict |
-    |---|---|---|---|---|---|
-    | Surprisal-based controller − Big network only | +0.60 ± 0.70 | [-1.14, +2.34] | 3 | -8.0% | within noise |
-    | Surprisal-based controller − Random controller | -0.47 ± 0.47 | [-1.64, +0.71] | 3 | +4.5% | within noise |
-    | Random controller − Big network only | +1.07 ± 0.31 | [+0.31, +1.83] | 3 | -12.0% | higher PER |
+    | Comparison | ΔPER (points) | 95 % CI | n (seeds) | FLOPs | Verdict | Epochs |
+    |---|---|---|---|---|---|---|
+    | Surprisal-based controller − Big network only | +0.60 ± 0.70 | [-1.14, +2.34] | 3 | -8.0% | within noise | 30 |
+    | Surprisal-based controller − Random controller | -0.47 ± 0.47 | [-1.64, +0.71] | 3 | +4.5% | within noise | 30 |
+    | Random controller − Big network only | +1.07 ± 0.31 | [+0.31, +1.83] | 3 | -12.0% | higher PER | 30 |
 
     A model tested under a FLOPs budget (``test_flops_fraction``) is compared with the references
     at their trained operating points:
@@ -464,8 +464,8 @@ def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
             for a, b in pairs:
                 table_rows += _paired_row(a, b, second, budget)
     return Table("paired", "Paired by seed: the paper's claims (PER difference a − b in points, 95 % t interval)",
-                 table_rows, [("Comparison", lambda r: r["model"]), *_paired_columns("ΔPER (points)")],
-                 csv_keys=PAIRED_CSV_KEYS)
+                 table_rows, [("Comparison", lambda r: r["model"]), *_paired_columns("ΔPER (points)"), COL_EPOCHS],
+                 csv_keys=(*PAIRED_CSV_KEYS, "epochs"))
 
 
 def _paired_row(a: Row, b: Row, second: str, budget: Tuple) -> List[Row]:
@@ -478,7 +478,8 @@ def _paired_row(a: Row, b: Row, second: str, budget: Tuple) -> List[Row]:
     notes = model_name({**config, "controller": "big_only"})[len(CONTROLLER_NAMES["big_only"]):]
     name = model_name(config)[:-len(notes) or None]
     name += f" ({budget_name(*budget)})" if budget[0] is not None else ""
-    return [{"model": name + " − " + CONTROLLER_NAMES[second] + notes, "notes": setup_notes(config), **diff}]
+    return [{"model": name + " − " + CONTROLLER_NAMES[second] + notes, "notes": setup_notes(config),
+             "epochs": a.get("epochs"), **diff}]
 
 
 PAIRED_CSV_KEYS = ("model", "delta_PER", "delta_PER_std", "ci95", "n_seeds", "flops_change", "verdict")

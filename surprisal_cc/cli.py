@@ -292,6 +292,8 @@ def _load_model(args):
                                          seed=args.seed, **threads)
     if args.blank_penalty is not None:
         asr.beam_search.blank_penalty = args.blank_penalty
+    if args.input_level is not None:
+        asr.set_input_level(args.input_level)
     if args.bias_shift is not None:
         asr.set_bias_shift(args.bias_shift)
     if args.flops_fraction is not None:
@@ -862,7 +864,7 @@ def _add_decoding_options(p: argparse.ArgumentParser, chunk_help: str, json_help
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     """How the model runs, as :func:`_load_model` reads it: device, precision, threads, routing,
-    controller bias and blank penalty."""
+    controller bias, blank penalty and input level."""
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
                    help="bf16: autocast where the device computes it natively; auto (default): the faster "
@@ -887,6 +889,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--blank-penalty", type=finite_float, metavar="P",
                    help="subtract P from the blank's log-probability before the beam search (default: the "
                         "model's, 0 unless it was exported with one)")
+    p.add_argument("--input-level", type=finite_float, metavar="DBFS",
+                   help="scale each file (each part of a long one) to this RMS level in dBFS before its "
+                        "features, e.g. -26 (LibriSpeech's speech) for recordings much quieter or louder; "
+                        "default: read the audio as it is")
 
 
 @contextlib.contextmanager

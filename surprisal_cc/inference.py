@@ -34,7 +34,7 @@ from .apc import APCModel, FrozenAPC
 from .architectures import build_encoder
 from .calibration import budget_big_fraction, solve_budget
 from .data.audio import (AudioInfo, batch_waveforms, check_audio_each, read_audio, refuse_bad_audio,
-                         refuse_short_waveforms, split_checked, warn_converted)
+                         refuse_short_waveforms, scaled_to_level, split_checked, warn_converted)
 from .data.errors import BadAudioError
 from .decoding import CTCBeamSearch
 from .evaluation import evaluate_corpus
@@ -292,6 +292,7 @@ class ConditionalASR:
         self.source: Optional[Path] = None
         self.routing, self.seed = "deterministic", None
         self.set_routing(routing, seed)
+        self.input_level_dbfs: Optional[float] = None  # set_input_level: each utterance scaled to it
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -451,6 +452,25 @@ class ConditionalASR:
         if problem and (shift or self.encoder.stage_controller(False) is None):
             raise ConfigurationError(f"bias shift {shift:g}: {problem}")
         self.encoder.test_bias_shift = float(shift)
+
+    def set_input_level(self, dbfs: Optional[float]) -> None:
+        """Scale each utterance (each part of a long file) to an RMS level of ``dbfs`` dB relative to full
+        scale before its features, e.g. -26 (LibriSpeech's speech); None (the default) reads audio as it
+        is. The features are not level-normalised, so a model trained on LibriSpeech errs more on much
+        quieter or louder recordings (``docs/results/MiniLibriSpeech/level_sensitivity.json``).
+
+        Example
+        -------
+        >>> asr = ConditionalASR.untrained(["AH", "sil"])
+        >>> asr.set_input_level(-26)
+        >>> quiet = asr.filterbanks(0.001 * torch.randn(1, 8000), torch.tensor([8000]))[0]
+        >>> loud = asr.filterbanks(0.1 * torch.randn(1, 8000), torch.tensor([8000]))[0]
+        >>> round(float((quiet.mean() - loud.mean()).abs()), 1)
+        0.0
+        """
+        if dbfs is not None and (not is_number(dbfs) or not -80.0 <= dbfs <= 0.0):
+            raise ConfigurationError(f"input level must be a number of dBFS in [-80, 0] (e.g. -26), got {dbfs!r}")
+        self.input_level_dbfs = None if dbfs is None else float(dbfs)
 
     def budget_big_fraction(self, fraction: float) -> float:
         """The fraction of frames on the big network that spends ``fraction`` x the big-only MACs per
@@ -657,7 +677,8 @@ class ConditionalASR:
     def filterbanks(self, wavs: Tensor, samples: Tensor) -> Tuple[Tensor, Tensor]:
         """(fbank, frame counts) of a padded batch (``samples``: (B,) sample counts) on this model's
         device. The filterbanks are computed on the CPU in float32, as the recipes' feature cache
-        computes them; utterances shorter than one frame are a
+        computes them, after scaling each utterance to :attr:`input_level_dbfs` where it is set
+        (:meth:`set_input_level`); utterances shorter than one frame are a
         :class:`~surprisal_cc.data.errors.DataPreparationError` naming their places in the batch
         (:func:`~surprisal_cc.data.audio.refuse_short_waveforms`).
 
@@ -669,7 +690,10 @@ class ConditionalASR:
         (torch.Size([2, 49, 80]), [49, 24])
         """
         refuse_short_waveforms(samples, **self._audio_limits)  # the one length check of a batch
-        fbank, frames = self.front_end(wavs.detach().to("cpu", torch.float32), samples)
+        wavs = wavs.detach().to("cpu", torch.float32)
+        if self.input_level_dbfs is not None:
+            wavs = scaled_to_level(wavs, samples, self.input_level_dbfs)
+        fbank, frames = self.front_end(wavs, samples)
         return fbank.to(self.device), frames.to(self.device)
 
     @property

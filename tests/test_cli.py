@@ -1208,3 +1208,17 @@ def test_an_output_that_names_an_input_or_another_output_is_refused_before_any_w
     assert main(["report", str(tmp_path / "runs"), "--csv", str(results)]) == 2
     assert f"results file {results} and --csv name one file" in capsys.readouterr().err
     assert json.loads(results.read_text())["PER"] == 20.0
+
+
+def test_input_level_reads_a_quiet_file_as_its_louder_copy(model, tmp_path, capsys):
+    """--input-level scales each file to one RMS level first: a copy 40 dB quieter decodes alike; a level
+    outside [-80, 0] dBFS is one error line."""
+    audio = np.random.default_rng(0).uniform(-0.3, 0.3, 16000).astype(np.float32)
+    sf.write(tmp_path / "loud.wav", audio, 16000)
+    sf.write(tmp_path / "quiet.wav", audio * 0.01, 16000)
+    assert main(["transcribe", str(tmp_path / "loud.wav"), str(tmp_path / "quiet.wav"), "--model", str(model),
+                 "--json", "--input-level", "-26"]) == 0
+    loud, quiet = _json_lines(capsys.readouterr().out)
+    assert loud["phones"] == quiet["phones"] and loud["p_big"] == pytest.approx(quiet["p_big"], abs=1e-4)
+    assert main(["transcribe", str(tmp_path / "loud.wav"), "--model", str(model), "--input-level", "6"]) == 1
+    assert error_lines(capsys) == ["error: input level must be a number of dBFS in [-80, 0] (e.g. -26), got 6.0"]

@@ -5,7 +5,9 @@ The features are log-mel energies without level normalisation, so a recording mu
 louder) than the training speech shifts every feature. This scores one LibriSpeech-format subset
 (every ``--every``-th utterance) at each ``--gains`` dB (clipped to [-1, 1]), with the corpus's labels (``--mfa-labels``,
 else the lexicon), and prints JSON: the corpus-level PER per gain and the utterances' RMS level
-(dBFS) at 0 dB, beside that of the ``--reference`` folder's audio (e.g. the training subset)::
+(dBFS) at 0 dB, beside that of the ``--reference`` folder's audio (e.g. the training subset). With
+``--input-level DBFS`` the model scales each utterance to that level first (``--input-level`` of
+``surprisal-cc transcribe`` and ``evaluate``)::
 
     python recipes/MiniLibriSpeech/level_sensitivity.py data/MiniLibriSpeech/LibriSpeech/mfa-dev \\
         --mfa-labels data/MiniLibriSpeech/phone_labels/mfa-dev --every 8 --gains 0 -20 -40 \\
@@ -64,15 +66,19 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     parser.add_argument("--gains", type=float, nargs="+", default=[0.0, -20.0, -40.0], help="gains in dB")
     parser.add_argument("--every", type=int, default=1, help="score every k-th utterance")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--input-level", type=float, metavar="DBFS",
+                        help="the model scales each utterance to this RMS level first (ConditionalASR.set_input_level)")
     parser.add_argument("--reference", help="a folder whose .flac files' RMS levels are given beside (e.g. the training subset)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     asr = ConditionalASR.from_pretrained(args.model)
+    asr.set_input_level(args.input_level)
     items, labels = corpus_items(args.data, asr, mfa_labels=args.mfa_labels)
     items = items[::max(1, args.every)]
     levels = [rms_dbfs(soundfile.read(path, dtype="float32")[0]) for _, path, _ in items]
     began = time.time()
-    result = {"data": args.data, "labels": labels, "model": str(asr.source), "utterances": len(items),
+    result = {"data": args.data, "labels": labels, "model": str(asr.source), "input_level_dbfs": args.input_level,
+              "utterances": len(items),
               "rms_dbfs_median": round(float(np.median(levels)), 1),
               "rms_dbfs_range": [round(min(levels), 1), round(max(levels), 1)],
               "per_by_gain_db": {f"{gain:+g}": round(scored(asr, items, gain), 2) for gain in args.gains}}

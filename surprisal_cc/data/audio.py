@@ -517,7 +517,7 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE,
     if quiet:
         warnings.warn(f"{len(quiet)} file(s) have an RMS level below {QUIET_DBFS:g} dBFS, quieter than any "
                       "LibriSpeech training speech (about -26 dBFS); the features are not level-normalised, so "
-                      "expect a higher error rate: raise their level first (e.g. sox in.wav out.wav norm -6):"
+                      "expect a higher error rate: raise their level first (transcribe and evaluate: --input-level -26):"
                       + _listing(quiet), DataPreparationWarning, stacklevel=stacklevel)
 
 
@@ -692,6 +692,23 @@ def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: 
         wavs = resample(wavs, given_rate, rate)
         samples = torch.tensor([resampled_length(n, given_rate, rate) for n in samples.tolist()], dtype=torch.long)
     return wavs, samples
+
+
+def scaled_to_level(wavs: torch.Tensor, samples: torch.Tensor, dbfs: float) -> torch.Tensor:
+    """Each waveform of the padded batch ``wavs`` (B, S) scaled so that the RMS of its first ``samples[b]``
+    samples is ``dbfs`` dB relative to full scale; silent ones (RMS under -100 dBFS) are left as they are.
+
+    Example
+    -------
+    >>> out = scaled_to_level(torch.tensor([[0.01, -0.01, 0.0], [0.0, 0.0, 0.0]]), torch.tensor([2, 3]), -20.0)
+    >>> [round(v, 3) for v in out[0].tolist()], out[1].tolist()
+    ([0.1, -0.1, 0.0], [0.0, 0.0, 0.0])
+    """
+    real = torch.arange(wavs.shape[1])[None, :] < samples.to(wavs.device)[:, None]
+    energy = (wavs.double() ** 2 * real).sum(dim=1) / samples.clamp(min=1).to(wavs.device)
+    rms = energy.sqrt()
+    gain = torch.where(rms > 1e-5, (10 ** (dbfs / 20)) / rms.clamp(min=1e-5), torch.ones_like(rms))
+    return (wavs.double() * gain[:, None]).to(wavs.dtype)
 
 
 def refuse_short_waveforms(samples: torch.Tensor, target_sr: int, min_samples: int) -> None:

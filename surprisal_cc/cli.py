@@ -457,7 +457,7 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     _check_plot(args, asr)
     items, skipped, infos = _gather_audio(args.audio, stdin_audio, args.skip_bad, asr)
     warn_converted({_as_given(key, stdin_audio): info for key, info in infos.items()},
-                   asr.feature_config.sample_rate, stacklevel=3)
+                   asr.feature_config.sample_rate, stacklevel=3, input_level=asr.input_level_dbfs)
     usable = [(path, utt) for path, utt in items if str(path) in infos]
     if fmt == "json":
         for record in skipped:

@@ -176,7 +176,7 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     items, infos, problems = _usable_audio(asr, data, items, skip_bad, label_problems, mfa_labels is not None)
     graphs = pronunciation_references(data, items, words, mfa_labels, training_g2p(asr.config, g2p)) \
         if any_pronunciation else None
-    warn_converted(infos, asr.feature_config.sample_rate, stacklevel=3)  # called here: its warning names our caller
+    warn_converted(infos, asr.feature_config.sample_rate, stacklevel=3, input_level=asr.input_level_dbfs)  # called here: its warning names our caller
     shift = asr.encoder.test_bias_shift
     try:  # a budget holds for this evaluation only: the model's bias shift is restored after
         budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \

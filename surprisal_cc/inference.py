@@ -454,18 +454,19 @@ class ConditionalASR:
         self.encoder.test_bias_shift = float(shift)
 
     def set_input_level(self, dbfs: Optional[float]) -> None:
-        """Scale each utterance (each part of a long file) to an RMS level of ``dbfs`` dB relative to full
-        scale before its features, e.g. -26 (LibriSpeech's speech); None (the default) reads audio as it
-        is. The features are not level-normalised, so a model trained on LibriSpeech errs more on much
+        """Scale each utterance (each part of a long file, on its own) to an RMS level of ``dbfs`` dB
+        relative to full scale before its features, by at most 40 dB, e.g. -26 (LibriSpeech's speech);
+        None (the default) reads audio as it is. The features are not level-normalised, so a model trained on LibriSpeech errs more on much
         quieter or louder recordings (``docs/results/MiniLibriSpeech/level_sensitivity.json``).
 
         Example
         -------
         >>> asr = ConditionalASR.untrained(["AH", "sil"])
         >>> asr.set_input_level(-26)
-        >>> quiet = asr.filterbanks(0.001 * torch.randn(1, 8000), torch.tensor([8000]))[0]
-        >>> loud = asr.filterbanks(0.1 * torch.randn(1, 8000), torch.tensor([8000]))[0]
-        >>> round(float((quiet.mean() - loud.mean()).abs()), 1)
+        >>> tone = torch.sin(2 * torch.pi * 220 * torch.arange(8000) / 16000)[None]
+        >>> quiet = asr.filterbanks(0.001 * tone, torch.tensor([8000]))[0]
+        >>> loud = asr.filterbanks(0.1 * tone, torch.tensor([8000]))[0]
+        >>> round(float((quiet - loud).abs().max()), 3)
         0.0
         """
         if dbfs is not None and (not is_number(dbfs) or not -80.0 <= dbfs <= 0.0):
@@ -911,7 +912,7 @@ class ConditionalASR:
         infos, problems = split_checked(self.check_files([path]))
         if problems:
             raise BadAudioError(problems, 1)
-        warn_converted(infos, self.feature_config.sample_rate, stacklevel=4)
+        warn_converted(infos, self.feature_config.sample_rate, stacklevel=4, input_level=self.input_level_dbfs)
 
     @property
     def _audio_limits(self) -> Dict[str, int]:

@@ -1218,7 +1218,9 @@ def test_input_level_reads_a_quiet_file_as_its_louder_copy(model, tmp_path, caps
     sf.write(tmp_path / "quiet.wav", audio * 0.01, 16000)
     assert main(["transcribe", str(tmp_path / "loud.wav"), str(tmp_path / "quiet.wav"), "--model", str(model),
                  "--json", "--input-level", "-26"]) == 0
-    loud, quiet = _json_lines(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    loud, quiet = _json_lines(out)
     assert loud["phones"] == quiet["phones"] and loud["p_big"] == pytest.approx(quiet["p_big"], abs=1e-4)
+    assert "RMS level below" not in err  # scaled to -26 dBFS: no quiet-audio warning
     assert main(["transcribe", str(tmp_path / "loud.wav"), "--model", str(model), "--input-level", "6"]) == 1
     assert error_lines(capsys) == ["error: input level must be a number of dBFS in [-80, 0] (e.g. -26), got 6.0"]

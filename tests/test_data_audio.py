@@ -272,3 +272,19 @@ def test_a_file_far_quieter_than_the_training_speech_is_named_in_one_warning(tmp
     messages = [str(w.message) for w in caught if issubclass(w.category, DataPreparationWarning)]
     assert len(messages) == 1 and messages[0].startswith("1 file(s) have an RMS level below -45 dBFS")
     assert f"{tmp_path / 'quiet.wav'} (-55.0 dBFS)" in messages[0] and "speechlike" not in messages[0]
+    soundfile.write(tmp_path / "silent.wav", np.zeros(16000, dtype=np.float32), 16000)
+    silent = check_audio_many([tmp_path / "silent.wav"])[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_converted(infos, input_level=-26.0)  # the model scales its input: nothing to warn about
+        warn_converted(silent)  # digital silence is not quiet speech
+    assert [str(w.message) for w in caught if issubclass(w.category, DataPreparationWarning)] == []
+
+
+def test_scaling_to_a_level_raises_by_at_most_40_db():
+    from surprisal_cc.data.audio import MAX_LEVEL_GAIN_DB, scaled_to_level
+
+    wavs = torch.tensor([[0.1, -0.1], [1e-4, -1e-4]])  # -20 dBFS and -80 dBFS
+    out = scaled_to_level(wavs, torch.tensor([2, 2]), -26.0)
+    torch.testing.assert_close(out[0].abs(), torch.full((2,), 10 ** (-26 / 20)))
+    torch.testing.assert_close(out[1].abs(), torch.full((2,), 1e-4 * 10 ** (MAX_LEVEL_GAIN_DB / 20)))

@@ -75,7 +75,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     asr.set_input_level(args.input_level)
     items, labels = corpus_items(args.data, asr, mfa_labels=args.mfa_labels)
     items = items[::max(1, args.every)]
-    levels = [rms_dbfs(soundfile.read(path, dtype="float32")[0]) for _, path, _ in items]
+    levels = [rms_dbfs(soundfile.read(path, dtype="float32", always_2d=True)[0].mean(axis=1)) for _, path, _ in items]
     began = time.time()
     result = {"data": args.data, "labels": labels, "model": str(asr.source), "input_level_dbfs": args.input_level,
               "utterances": len(items),
@@ -83,7 +83,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
               "rms_dbfs_range": [round(min(levels), 1), round(max(levels), 1)],
               "per_by_gain_db": {f"{gain:+g}": round(scored(asr, items, gain), 2) for gain in args.gains}}
     if args.reference:
-        reference = [rms_dbfs(soundfile.read(path, dtype="float32")[0]) for path in list_files(args.reference, (".flac",))]
+        reference = [rms_dbfs(soundfile.read(path, dtype="float32", always_2d=True)[0].mean(axis=1))
+                     for path in list_files(args.reference, (".flac",))]
         result["reference"] = {"folder": args.reference, "files": len(reference),
                                "rms_dbfs_median": round(float(np.median(reference)), 1),
                                "rms_dbfs_range": [round(min(reference), 1), round(max(reference), 1)]}

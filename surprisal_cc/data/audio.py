@@ -41,6 +41,7 @@ MAX_LISTED = 20
 # train-clean-5 lies at -39.8 to -17.8 dBFS (median -25.7); 20 dB quieter, the shipped model's PER on
 # mfa-dev rises by 11 points (docs/results/MiniLibriSpeech/level_sensitivity.json)
 QUIET_DBFS = -45.0
+MAX_LEVEL_GAIN_DB = 40.0  # the most scaled_to_level raises a waveform (-26 dBFS from -66)
 # torchaudio's resampling kernel holds (rate / gcd) x (target / gcd) taps: 70,560 for 44.1 kHz, 256 million
 # (gigabytes, minutes per second of audio) for 16001 Hz; above this many, a polyphase filter resamples
 MAX_RESAMPLE_KERNEL = 1 << 20
@@ -468,10 +469,13 @@ def check_audio(path: PathLike, sample_rate: int = TARGET_SAMPLE_RATE, stackleve
     warn_converted(infos, sample_rate, stacklevel=stacklevel + 1)
 
 
-def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE, stacklevel: int = 2) -> None:
+def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE, stacklevel: int = 2,
+                   input_level: Optional[float] = None) -> None:
     """Warn once per kind of conversion (resampling, downmixing) with the files it applies to, once
     more for files below the model's rate (upsampling cannot restore their missing band), and once
-    for files quieter than :data:`QUIET_DBFS` (the features are not level-normalised).
+    for files quieter than :data:`QUIET_DBFS` (the features are not level-normalised), unless the
+    model scales its input to ``input_level`` dBFS (``ConditionalASR.set_input_level``); digital
+    silence is not counted as quiet.
 
     Corpus preparation, ``evaluate`` and ``transcribe`` all report converted files this way: one
     :class:`DataPreparationWarning` per kind, listing up to :data:`MAX_LISTED` files.
@@ -485,6 +489,8 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE,
     stacklevel : int
         The frame the warnings are reported at, as :func:`warnings.warn` counts (2: this
         function's caller).
+    input_level : float, optional
+        The RMS level (dBFS) the model scales each utterance to, if it does.
 
     Example
     -------
@@ -513,12 +519,14 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE,
     if multichannel:
         warnings.warn(f"{len(multichannel)} file(s) have more than one channel; downmixed to mono (channel mean) "
                       "on load:" + _listing(multichannel), DataPreparationWarning, stacklevel=stacklevel)
-    quiet = [f"{path} ({info.rms_dbfs:.1f} dBFS)" for path, info in infos.items() if info.rms_dbfs < QUIET_DBFS]
-    if quiet:
+    quiet = [f"{path} ({info.rms_dbfs:.1f} dBFS)" for path, info in infos.items()
+             if -math.inf < info.rms_dbfs < QUIET_DBFS]
+    if quiet and input_level is None:
         warnings.warn(f"{len(quiet)} file(s) have an RMS level below {QUIET_DBFS:g} dBFS, quieter than any "
                       "LibriSpeech training speech (about -26 dBFS); the features are not level-normalised, so "
-                      "expect a higher error rate: raise their level first (transcribe and evaluate: --input-level -26):"
-                      + _listing(quiet), DataPreparationWarning, stacklevel=stacklevel)
+                      "expect a higher error rate: raise their level first, e.g. ConditionalASR.set_input_level(-26) "
+                      "(--input-level -26 of transcribe and evaluate):" + _listing(quiet), DataPreparationWarning,
+                      stacklevel=stacklevel)
 
 
 def iter_audio_paths(paths: Sequence[PathLike]) -> Iterator[Path]:
@@ -696,7 +704,8 @@ def batch_waveforms(wavs, wav_lens: Optional[torch.Tensor] = None, num_samples: 
 
 def scaled_to_level(wavs: torch.Tensor, samples: torch.Tensor, dbfs: float) -> torch.Tensor:
     """Each waveform of the padded batch ``wavs`` (B, S) scaled so that the RMS of its first ``samples[b]``
-    samples is ``dbfs`` dB relative to full scale; silent ones (RMS under -100 dBFS) are left as they are.
+    samples is ``dbfs`` dB relative to full scale, by at most :data:`MAX_LEVEL_GAIN_DB` (near-silence stays
+    quiet, not noise at speech level); silent ones (RMS under -100 dBFS) are left as they are.
 
     Example
     -------
@@ -707,7 +716,8 @@ def scaled_to_level(wavs: torch.Tensor, samples: torch.Tensor, dbfs: float) -> t
     real = torch.arange(wavs.shape[1])[None, :] < samples.to(wavs.device)[:, None]
     energy = (wavs.double() ** 2 * real).sum(dim=1) / samples.clamp(min=1).to(wavs.device)
     rms = energy.sqrt()
-    gain = torch.where(rms > 1e-5, (10 ** (dbfs / 20)) / rms.clamp(min=1e-5), torch.ones_like(rms))
+    gain = ((10 ** (dbfs / 20)) / rms.clamp(min=1e-5)).clamp(max=10 ** (MAX_LEVEL_GAIN_DB / 20))
+    gain = torch.where(rms > 1e-5, gain, torch.ones_like(rms))
     return (wavs.double() * gain[:, None]).to(wavs.dtype)
 
 

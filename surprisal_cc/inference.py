@@ -456,8 +456,9 @@ class ConditionalASR:
     def set_input_level(self, dbfs: Optional[float]) -> None:
         """Scale each utterance (each part of a long file, on its own) to an RMS level of ``dbfs`` dB
         relative to full scale before its features, by at most 40 dB, e.g. -26 (LibriSpeech's speech);
-        None (the default) reads audio as it is. The features are not level-normalised, so a model trained on LibriSpeech errs more on much
-        quieter or louder recordings (``docs/results/MiniLibriSpeech/level_sensitivity.json``).
+        None (the default) reads audio as it is. The features are not level-normalised, so a model
+        trained on LibriSpeech errs more on much quieter or louder recordings
+        (``docs/results/MiniLibriSpeech/level_sensitivity.json``).
 
         Example
         -------

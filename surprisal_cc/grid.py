@@ -259,10 +259,9 @@ def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Po
             status[run.name] = ("skipped", 0.0)
             if publish is not None:
                 publish_run(run, *publish)
-        elif run.test_only and _blocked_reason(run, list(zip(trainers.get(run.name, []), deps))) is not None:
+        elif (reason := _blocked_reason(run, list(zip(trainers.get(run.name, []), deps)))) is not None:
             pending.remove(run)
             status[run.name] = ("blocked", 0.0)
-            reason = _blocked_reason(run, list(zip(trainers.get(run.name, []), deps)))
             if "is failed" not in reason:  # a failed training was reported when it failed
                 print(f"[blocked] {run.name}: {reason}", file=log, flush=True)
         elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):

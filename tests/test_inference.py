@@ -809,7 +809,6 @@ def test_level_sensitivity_tool_scores_a_corpus_at_each_gain(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(REPO / "recipes" / "MiniLibriSpeech"))
     import level_sensitivity
 
-    assert round(level_sensitivity.rms_dbfs(np.full(100, 0.1)), 1) == -20.0
     root = make_librispeech_fixture(tmp_path, {"dev-clean-2": {"1-2": ["HELLO WORLD", "AND"]}})
     model = tmp_path / "model"
     torch.manual_seed(0)

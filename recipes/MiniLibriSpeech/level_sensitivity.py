@@ -26,19 +26,9 @@ import torch
 from speechbrain.utils.edit_distance import wer_details_for_batch
 
 from surprisal_cc.corpora import corpus_items
+from surprisal_cc.data.audio import inspect_audio
 from surprisal_cc.data.manifest import list_files
 from surprisal_cc.inference import ConditionalASR
-
-
-def rms_dbfs(audio: np.ndarray) -> float:
-    """RMS level of ``audio`` (samples in [-1, 1]) in dB relative to full scale.
-
-    Example
-    -------
-    >>> round(rms_dbfs(np.full(100, 0.1)), 1)
-    -20.0
-    """
-    return float(20 * np.log10(np.sqrt(np.mean(np.square(audio, dtype=np.float64))) + 1e-12))
 
 
 def scored(asr: ConditionalASR, items: Sequence, gain_db: float, batch_size: int = 8) -> float:
@@ -75,7 +65,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     asr.set_input_level(args.input_level)
     items, labels = corpus_items(args.data, asr, mfa_labels=args.mfa_labels)
     items = items[::max(1, args.every)]
-    levels = [rms_dbfs(soundfile.read(path, dtype="float32", always_2d=True)[0].mean(axis=1)) for _, path, _ in items]
+    levels = [inspect_audio(path).rms_dbfs for _, path, _ in items]  # of the channel mean, as the model hears it
     began = time.time()
     result = {"data": args.data, "labels": labels, "model": str(asr.source), "input_level_dbfs": args.input_level,
               "utterances": len(items),
@@ -83,8 +73,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
               "rms_dbfs_range": [round(min(levels), 1), round(max(levels), 1)],
               "per_by_gain_db": {f"{gain:+g}": round(scored(asr, items, gain), 2) for gain in args.gains}}
     if args.reference:
-        reference = [rms_dbfs(soundfile.read(path, dtype="float32", always_2d=True)[0].mean(axis=1))
-                     for path in list_files(args.reference, (".flac",))]
+        reference = [inspect_audio(path).rms_dbfs for path in list_files(args.reference, (".flac",))]
         result["reference"] = {"folder": args.reference, "files": len(reference),
                                "rms_dbfs_median": round(float(np.median(reference)), 1),
                                "rms_dbfs_range": [round(min(reference), 1), round(max(reference), 1)]}

@@ -148,3 +148,14 @@ def test_precision_auto_on_the_command_line_is_the_yaml_key():
     for twice in (["run.yaml", "--precision=bf16", "--precision=auto"], ["run.yaml", "--precision=auto", "--precision=fp32"]):
         with pytest.raises(ConfigurationError, match=r"--precision given twice \(auto and (bf16|fp32)\): give it once"):
             parse_arguments(twice)
+
+
+@pytest.mark.parametrize("avx512_bf16, amx, expected", [(False, False, False), (True, False, True), (False, True, True)])
+def test_native_bf16_asks_for_the_instruction_sets_not_onednns_avx512_check(monkeypatch, avx512_bf16, amx, expected):
+    """oneDNN calls bf16 supported on any AVX-512 CPU (emulated there, slowly): only AVX-512-BF16 or AMX count."""
+    from surprisal_cc import precision
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
+    assert precision.native_bf16("cpu") is expected

@@ -32,11 +32,7 @@ def _offline_backend() -> bool:
         major = int(metadata.version("setuptools").split(".")[0])
     except metadata.PackageNotFoundError:
         return False
-    try:
-        metadata.version("wheel")
-        return major >= 64
-    except metadata.PackageNotFoundError:
-        return major >= 77
+    return major >= 77  # pyproject.toml's SPDX license string needs setuptools 77
 
 
 def _run(command, **kwargs) -> subprocess.CompletedProcess:

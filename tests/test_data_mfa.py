@@ -88,6 +88,15 @@ def test_utterance_ids_keep_every_dot_but_the_extension(tmp_path):
     assert [u.utt_id for u in read_aligned_csv(path, tmp_path)] == ["u1.v2"]
 
 
+def test_an_export_made_on_windows_gives_the_utterance_ids(tmp_path):
+    """The export's paths as MFA writes them on Windows: backslashes separate the folders on any system."""
+    path = tmp_path / "x.csv"
+    path.write_text("path,phonemes_39\n"
+                    "C:\\corpus\\dev-clean-2\\84\\121123\\84-121123-0000.flac,sil AH sil\n")
+    assert read_mfa_csv(path) == {"84-121123-0000": ["sil", "AH", "sil"]}
+    assert utterance_id("C:\\corpus\\spk/u1.v2.flac") == "u1.v2"
+
+
 def test_export_reader_names_missing_columns_and_malformed_values(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("path,phn,phn_starts\nspk/u1.flac,\"['sil']\",0 x\n")

@@ -44,7 +44,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import DataPreparationError
@@ -74,15 +74,19 @@ MFA_INSTALL_HELP = (
 
 
 def utterance_id(path: PathLike) -> str:
-    """The utterance id of an audio or label file: its name without the extension, as
+    r"""The utterance id of an audio or label file: its name without the extension, as
     :func:`surprisal_cc.data.librispeech.scan_subset` makes ids (``<speaker>-<chapter>-<n>.flac``).
+    Both ``/`` and ``\`` separate folders, on any system: an export made on Windows names its files
+    ``C:\corpus\...\84-121123-0000.flac``.
 
     Example
     -------
     >>> utterance_id("dev-clean-2/84/121123/84-121123-0000.flac"), utterance_id("spk/u1.v2.flac")
     ('84-121123-0000', 'u1.v2')
+    >>> utterance_id(r"C:\corpus\dev-clean-2\84\121123\84-121123-0000.flac")
+    '84-121123-0000'
     """
-    return Path(path).stem
+    return PurePosixPath(os.fspath(path).replace("\\", "/")).stem
 
 
 @dataclass(frozen=True)

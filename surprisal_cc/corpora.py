@@ -280,8 +280,7 @@ def _lexicon_items(asr: Any, g2p: Optional[str],
 def _timit_items(path: Path, split: str, problems: Optional[List[str]] = None) -> List[Item]:
     """Items of one TIMIT split, labels folded to 39 phones, sorted by utterance id (a file without
     its ``.PHN``: ``problems``, see :func:`corpus_items`)."""
-    from .data.phones import fold_timit
-    from .data.timit import find_sibling, read_phn, scan_timit, timit_split
+    from .data.timit import find_sibling, read_folded_phones, scan_timit, timit_split
 
     if split not in ("test", "valid", "train"):
         raise ConfigurationError(f"timit_split must be test, valid or train, got {split!r}")
@@ -294,7 +293,7 @@ def _timit_items(path: Path, split: str, problems: Optional[List[str]] = None) -
         if phn is None:
             found.append(f"{u.wav}: no .PHN file")
             continue
-        items.append((u.id, str(u.wav), fold_timit(read_phn(phn), where=f"{phn} (utterance {u.id})")))
+        items.append((u.id, str(u.wav), read_folded_phones(phn, u.id)))
     collect_or_raise_label_problems(found, total, f"{len(found)} of {total} utterances of the TIMIT {split} split "
                                     "have no .PHN file; pass --skip-bad (skip_bad=True) to score the others",
                                     problems, MAX_LISTED)

@@ -51,6 +51,24 @@ def test_textgrid_folder_and_unknown_symbol(tmp_path):
         load_mfa_labels(tmp_path / "empty")
 
 
+def test_a_textgrid_without_phones_or_twice_is_refused_naming_the_files(tmp_path):
+    """As the CSV reader refuses an utterance without labels or on two rows: a phones tier with no
+    interval, and one utterance's TextGrid in two speaker folders (one would silently win)."""
+    empty = textgrid({"words": [(0, 1.0, "")], "phones": []}).replace("xmax = 1.0", "xmax = 1")
+    (tmp_path / "spk").mkdir()
+    (tmp_path / "spk" / "1-2-0003.TextGrid").write_text(empty)
+    with pytest.raises(DataPreparationError, match=r"spk/1-2-0003.TextGrid: utterance 1-2-0003 has no phone labels "
+                                                   r"\(its phones tier holds no interval\); align it again or remove"):
+        load_mfa_labels(tmp_path)
+    (tmp_path / "spk" / "1-2-0003.TextGrid").write_text(TG)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "1-2-0003.TextGrid").write_text(TG)
+    for read in (load_mfa_labels, load_mfa_word_phones):
+        with pytest.raises(DataPreparationError, match=r"other/1-2-0003.TextGrid and .*spk/1-2-0003.TextGrid: two "
+                                                       "TextGrids of utterance 1-2-0003; keep the one that labels it"):
+            read(tmp_path)
+
+
 def test_word_phones_from_textgrids_and_a_csv_without_timings(tmp_path):
     (tmp_path / "spk").mkdir()
     (tmp_path / "spk" / "1-2-0003.TextGrid").write_text(TG)

@@ -52,6 +52,20 @@ def test_unknown_timit_phone_names_file(timit, tmp_path):
         prepare_timit(timit, tmp_path / "save")
 
 
+@pytest.mark.parametrize("content", ["", "0 100 q\n"])
+def test_a_phn_file_without_phones_is_refused_naming_it(timit, tmp_path, content):
+    """An empty reference would count every recognised phone as an insertion: prepare and evaluate refuse it."""
+    from surprisal_cc.corpora import _timit_items
+
+    (timit / "TRAIN" / "DR1" / "FCJF0" / "SI1027.PHN").write_text(content)
+    with pytest.raises(DataPreparationError, match=r"SI1027.PHN \(utterance fcjf0_si1027\) has no phone labels; "
+                                                   "restore it from the corpus"):
+        prepare_timit(timit, tmp_path / "save")
+    (timit / "test" / "DR1" / "MDAB0" / "SI1027.PHN").write_text(content)
+    with pytest.raises(DataPreparationError, match=r"SI1027.PHN \(utterance mdab0_si1027\) has no phone labels"):
+        _timit_items(timit, "test")
+
+
 def test_corrupt_sphere_and_missing_folder(timit, tmp_path):
     with pytest.raises(DataPreparationError, match="does not exist"):
         prepare_timit(tmp_path / "nope", tmp_path / "save")

@@ -50,7 +50,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Uni
 from .errors import DataPreparationError
 from .manifest import atomic_write_text, list_files, read_text
 from .phones import LIBRISPEECH_PHONES, SILENCE, SPOKEN_NOISE, merge_repeated, strip_stress
-from .phones import validate_phones
+from .phones import refuse_empty_labels, validate_phones
 
 PathLike = Union[str, os.PathLike]
 Interval = Tuple[float, float, str]
@@ -186,8 +186,7 @@ def read_mfa_csv(path: PathLike, column: str = "phonemes_39") -> Dict[str, List[
     labels: Dict[str, List[str]] = {}
     for row in read_mfa_export(path, (column,), f"{column} labels"):
         phones = merge_repeated(getattr(row, column))
-        if not phones:
-            raise DataPreparationError(f"{path}: utterance {row.utt_id} has no {column} labels; fix or remove its row")
+        refuse_empty_labels(phones, f"{path}: utterance {row.utt_id}", f"{column} labels", "fix or remove its row")
         if row.utt_id in labels:
             raise DataPreparationError(f"{path}: utterance {row.utt_id} is on two rows; keep the one that labels it")
         validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {row.utt_id}")
@@ -333,22 +332,50 @@ def _read_textgrid(path: Path) -> Dict[str, List[Interval]]:
         raise DataPreparationError(f"{path}: not a TextGrid MFA writes ({err})") from None
 
 
-def read_mfa_textgrids(folder: PathLike) -> Dict[str, List[str]]:
-    """Read every TextGrid under ``folder`` (:func:`textgrid_files`; utterance id = file stem); a folder
-    without one is a :class:`DataPreparationError`."""
-    labels: Dict[str, List[str]] = {}
+def textgrids_by_utterance(folder: PathLike) -> Dict[str, Path]:
+    """``{utterance id: its TextGrid}`` of the TextGrids under ``folder`` (:func:`textgrid_files`; the id is
+    the file's name without ``.TextGrid``); a folder without one, or two files of one utterance (in two
+    speaker folders, say: one would silently win), is a :class:`DataPreparationError` naming them.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     for speaker in ("84", "85"):
+    ...         Path(tmp, speaker).mkdir()
+    ...         _ = Path(tmp, speaker, "84-121123-0000.TextGrid").write_text("")
+    ...     textgrids_by_utterance(tmp)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.data.errors.DataPreparationError: .../84/84-121123-0000.TextGrid and .../85/84-121123-0000.TextGrid: two TextGrids of utterance 84-121123-0000; keep the one that labels it
+    """
     paths = textgrid_files(folder)
     if not paths:
         raise DataPreparationError(f"{folder}: no .TextGrid file under it: give MFA's output folder or its "
                                    "export CSV")
+    found: Dict[str, Path] = {}
     for path in paths:
+        first = found.setdefault(utterance_id(path), path)
+        if first != path:
+            raise DataPreparationError(f"{first} and {path}: two TextGrids of utterance {utterance_id(path)}; keep "
+                                       "the one that labels it")
+    return found
+
+
+def read_mfa_textgrids(folder: PathLike) -> Dict[str, List[str]]:
+    """Read every TextGrid under ``folder`` (:func:`textgrids_by_utterance`); a folder without one, two of one
+    utterance, or one whose phones tier holds no phone, is a :class:`DataPreparationError` naming it."""
+    labels: Dict[str, List[str]] = {}
+    for utt_id, path in textgrids_by_utterance(folder).items():
         tiers = _read_textgrid(path)
         try:
             phones = textgrid_phones(tiers)
         except DataPreparationError as err:  # no phones tier
             raise DataPreparationError(f"{path}: {err}") from None
-        validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {path.stem}")
-        labels[path.stem] = phones
+        refuse_empty_labels(phones, f"{path}: utterance {utt_id}", "phone labels (its phones tier holds no interval)",
+                            "align it again or remove the file")
+        validate_phones(phones, LIBRISPEECH_PHONES, f"{path}: utterance {utt_id}")
+        labels[utt_id] = phones
     return labels
 
 
@@ -508,7 +535,8 @@ def load_mfa_word_phones(source: PathLike) -> Dict[str, List[Tuple[str, Tuple[st
     (the same sources as :func:`load_mfa_labels`)."""
     source = Path(source)
     if source.is_dir():
-        return {path.stem: textgrid_word_phones(_read_textgrid(path)) for path in textgrid_files(source)}
+        return {utt_id: textgrid_word_phones(_read_textgrid(path))
+                for utt_id, path in textgrids_by_utterance(source).items()}
     if source.is_file():
         return read_word_phones(source)
     raise DataPreparationError(f"MFA label source {source} does not exist (CSV file or TextGrid folder)")

@@ -73,6 +73,21 @@ def fold_timit(phones61: Iterable[str], where: str = "<phones>") -> List[str]:
     return merge_repeated(p for p in folded if p is not None)
 
 
+def refuse_empty_labels(phones: Sequence[str], where: str, what: str, fix: str) -> None:
+    """Raise :class:`DataPreparationError` ``"<where> has no <what>; <fix>"`` where ``phones`` is empty: an
+    empty reference would count every recognised phone as an insertion, an empty training target gives
+    CTC nothing to learn. Every label reader checks its labels with it (MFA's CSV export and TextGrids,
+    TIMIT's ``.PHN`` files).
+
+    >>> refuse_empty_labels([], "a.TextGrid: utterance u1", "phone labels", "realign it or remove the file")
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.data.errors.DataPreparationError: a.TextGrid: utterance u1 has no phone labels; realign it or remove the file
+    """
+    if not phones:
+        raise DataPreparationError(f"{where} has no {what}; {fix}")
+
+
 def validate_phones(phones: Sequence[str], allowed: Iterable[str], where: str) -> None:
     """Raise :class:`DataPreparationError` naming ``where`` and the unknown symbols.
 

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Union
 from .audio import check_audio_files
 from .errors import DataPreparationError
 from .manifest import LABELLED_COLUMNS, cached_prepare, list_files, write_manifest
-from .phones import fold_timit
+from .phones import fold_timit, refuse_empty_labels
 
 PathLike = Union[str, os.PathLike]
 
@@ -88,6 +88,28 @@ def read_phn(path: Path) -> List[str]:
     ['h#', 'dh', 'ax']
     """
     return _third_fields(path)
+
+
+def read_folded_phones(phn: Path, utt_id: str) -> List[str]:
+    """The phones of utterance ``utt_id``'s ``.PHN`` file folded to 39 (:func:`~surprisal_cc.data.phones.fold_timit`);
+    an unknown phone, or a file without phones (empty, or ``q`` alone), is a :class:`DataPreparationError`
+    naming the file.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     phn = Path(folder) / "SX1.PHN"
+    ...     _ = phn.write_text("")
+    ...     read_folded_phones(phn, "fcjf0_sx1")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.data.errors.DataPreparationError: .../SX1.PHN (utterance fcjf0_sx1) has no phone labels; restore it from the corpus
+    """
+    where = f"{phn} (utterance {utt_id})"
+    phones = fold_timit(read_phn(phn), where=where)
+    refuse_empty_labels(phones, where, "phone labels", "restore it from the corpus")
+    return phones
 
 
 def _third_fields(path: Path) -> List[str]:
@@ -172,7 +194,7 @@ def prepare_timit(
             if phn is None or not words:
                 problems.append(f"{u.wav}: missing {'.PHN' if phn is None else '.WRD/.TXT'} file or empty")
                 continue
-            phones = fold_timit(read_phn(phn), where=f"{phn} (utterance {u.id})")
+            phones = read_folded_phones(phn, u.id)
             rows[split_of[u.id]].append({
                 "ID": u.id, "duration": infos[str(u.wav)].duration, "wav": str(u.wav),
                 "spk_id": u.spk_id, "wrd": " ".join(words), "phn": " ".join(phones),

@@ -112,6 +112,25 @@ def test_dev_split_reads_mfa_textgrids(corpus, tmp_path):
     assert "dev" not in out and set(out) == {"train", "valid", "test"}
 
 
+def with_mfa_dev(corpus):
+    """The corpus with an mfa-dev subset of one utterance and its MFA TextGrid."""
+    make_librispeech_fixture(corpus, {"mfa-dev": {"31-7": ["THE CAT"]}},
+                             genders={**TRAIN_SPEAKERS, "21": "M", "22": "F", "31": "F"})
+    write_textgrid(corpus / "phone_labels" / "mfa-dev" / "31" / "7" / "31-7-0000.TextGrid",
+                   ["", "DH", "AH0", "sp", "K", "AE1", "T", "sil"])
+    return corpus
+
+
+def test_one_kind_of_labels_is_that_of_the_splits_asked_for(corpus, tmp_path):
+    """labels="mfa" with splits=["test"] labels the test split (and the dev split its dev_subset adds), not
+    every split of SPLITS; the recipe's dict may name the splits that were not asked for."""
+    with_mfa_dev(corpus)
+    for labels in ("mfa", {"train": "lexicon", "valid": "lexicon", "test": "mfa"}):
+        out = prepare_mini_librispeech(corpus, tmp_path / "s", labels=labels, splits=["test"], dev_subset="mfa-dev")
+        assert set(out) == {"test", "dev"} and [r["ID"] for r in read(out["test"])] == sorted(DEV_LABELS)
+        assert [r["phn"] for r in read(out["dev"])] == ["sil DH AH sil K AE T sil"]
+
+
 def test_valid_speakers_do_not_depend_on_dev(corpus, tmp_path):
     """The validation speakers are drawn from train-clean-5 alone: the same with or without the test
     subset's speakers in SPEAKERS.TXT, and the same manifests with or without dev-clean-2 prepared."""

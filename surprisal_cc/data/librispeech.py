@@ -310,7 +310,8 @@ def _audio_rows(utts: Sequence[Utterance], infos: Mapping[str, AudioInfo]) -> Li
 
 def _per_split(value: Union[str, Mapping[str, str]], splits: Sequence[str], name: str,
                choices: Sequence[str]) -> Dict[str, str]:
-    """``value`` (one of ``choices``, or a dict of them by split) for each split of ``splits``.
+    """``value`` (one of ``choices``, or a dict of them by split) for each split of ``splits``; a dict may also
+    name splits of :data:`SPLITS` that were not asked for (the recipe's dict when only the test split is).
 
     Example
     -------
@@ -321,9 +322,10 @@ def _per_split(value: Union[str, Mapping[str, str]], splits: Sequence[str], name
     surprisal_cc.data.errors.DataPreparationError: labels has no entry for split(s) ['valid']: ...
     """
     if not isinstance(value, str):
-        unknown = sorted(set(value) - set(splits) - {"dev"})
+        unknown = sorted(set(value) - {*SPLITS, *splits, DEV_SPLIT})
         if unknown:
-            raise DataPreparationError(f"{name} names no split {unknown}: its keys are splits, {list(splits)}")
+            raise DataPreparationError(f"{name} names no split {unknown}: its keys are splits, "
+                                       f"{list(dict.fromkeys([*SPLITS, *splits]))}")
         missing = [s for s in splits if s not in value]
         if missing:
             raise DataPreparationError(f"{name} has no entry for split(s) {missing}: give one of {list(choices)} "
@@ -454,9 +456,17 @@ def _with_dev_split(splits: Sequence[str], data_folder: Union[PathLike, Sequence
 
 
 def _with_dev_labels(labels: Union[str, Mapping[str, str]], splits: Sequence[str]) -> Union[str, Mapping[str, str]]:
-    """``labels`` with MFA labels for the development split when it is among ``splits`` and ``labels`` names none."""
+    """``labels`` with MFA labels for the development split when it is among ``splits`` and ``labels`` names none
+    (one kind for all, a string, is that of each other split of ``splits``).
+
+    Example
+    -------
+    >>> _with_dev_labels("lexicon", ["test", DEV_SPLIT])
+    {'test': 'lexicon', 'dev': 'mfa'}
+    """
     if DEV_SPLIT in splits and not (isinstance(labels, Mapping) and DEV_SPLIT in labels):
-        return {**({s: labels for s in SPLITS} if isinstance(labels, str) else labels), DEV_SPLIT: "mfa"}
+        each = {s: labels for s in splits if s != DEV_SPLIT} if isinstance(labels, str) else labels
+        return {**each, DEV_SPLIT: "mfa"}
     return labels
 
 
@@ -465,10 +475,12 @@ def _mfa_sources(split_labels: Mapping[str, str], split_subset: Mapping[str, str
                  data_folders: Sequence[Path] = ()) -> Dict[str, Path]:
     """``{split: MFA labels file or folder}`` for the splits with MFA labels (see :func:`_mfa_source`)."""
     if isinstance(mfa_labels, Mapping):
-        unknown = sorted(set(mfa_labels) - set(split_subset) - set(split_subset.values()) - {"dev"})
+        known = {*SPLITS, DEV_SPLIT, MINI_TRAIN, MINI_TEST, *split_subset, *split_subset.values()}
+        unknown = sorted(set(mfa_labels) - known)
         if unknown:
             raise DataPreparationError(f"mfa_labels names no split or subset {unknown}: its keys are splits "
-                                       f"{sorted(split_subset)} or their subsets {sorted(set(split_subset.values()))}")
+                                       f"{sorted({*SPLITS, *split_subset})} or their subsets "
+                                       f"{sorted({MINI_TRAIN, MINI_TEST, *split_subset.values()})}")
     sources: Dict[str, Path] = {}
     for split, kind in split_labels.items():
         if kind == "mfa":

@@ -2,6 +2,7 @@ import csv
 import hashlib
 import io
 import os
+import shutil
 import tarfile
 
 import pytest
@@ -129,6 +130,29 @@ def test_one_kind_of_labels_is_that_of_the_splits_asked_for(corpus, tmp_path):
         out = prepare_mini_librispeech(corpus, tmp_path / "s", labels=labels, splits=["test"], dev_subset="mfa-dev")
         assert set(out) == {"test", "dev"} and [r["ID"] for r in read(out["test"])] == sorted(DEV_LABELS)
         assert [r["phn"] for r in read(out["dev"])] == ["sil DH AH sil K AE T sil"]
+
+
+def test_one_mfa_labels_source_leaves_the_dev_split_its_own(corpus, tmp_path):
+    """mfa_labels=PATH labels the splits asked for; the dev split, which dev_subset adds, keeps its TextGrids
+    (PATH does not label its utterances) unless a dict names it."""
+    with_mfa_dev(corpus)
+    test_csv = write_mfa_csv(tmp_path / "test.csv", "dev-clean-2", DEV_LABELS)
+    out = prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, mfa_labels=str(test_csv),
+                                   g2p="error", valid_speakers=2, dev_subset="mfa-dev")
+    assert [r["phn"] for r in read(out["dev"])] == ["sil DH AH sil K AE T sil"]
+    assert [r["ID"] for r in read(out["test"])] == sorted(DEV_LABELS)
+    with pytest.raises(DataPreparationError, match=r"split 'dev': none of its 1 utterance ids \(such as 31-7-0000\) "
+                                                   r"is in its MFA labels .*test.csv, which hold ids such as 21-5-0000: "
+                                                   r"give the labels of this split's audio"):
+        prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, mfa_labels={"dev": str(test_csv)},
+                                 g2p="error", valid_speakers=2, dev_subset="mfa-dev", mfa_fallback="lexicon")
+    # no labels at all, and mfa_fallback lexicon: lexicon labels, as before
+    for labels in (corpus / "phone_labels").iterdir():
+        shutil.rmtree(labels) if labels.is_dir() else labels.unlink()
+    with pytest.warns(DataPreparationWarning, match="had no MFA labels"):
+        out = prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="spn", valid_speakers=2,
+                                       dev_subset="mfa-dev", mfa_fallback="lexicon")
+    assert [r["phn"] for r in read(out["dev"])] == ["sil DH AH K AE T sil"]
 
 
 def test_valid_speakers_do_not_depend_on_dev(corpus, tmp_path):

@@ -366,12 +366,14 @@ def prepare_mini_librispeech(
     * ``labels``: ``"mfa"`` (forced-alignment phones) or ``"lexicon"`` (CMUdict + ``g2p`` OOV
       policy, ``sil`` at both ends if ``add_boundary_silence``), or a per-split dict such as
       ``{"train": "lexicon", "valid": "lexicon", "test": "mfa"}``.
-    * ``mfa_labels``: CSV file or TextGrid folder, or a dict keyed by subset or split name; when
-      ``None`` (or a split's entry is) the file ``phone_labels/<subset>_mfa.csv`` next to the corpus
-      is used if it exists. Realigned training labels (``recipes/MiniLibriSpeech/realign_labels.py``)
-      come in this way: ``labels="mfa", mfa_labels={"train": csv, "valid": csv}``.
-      An utterance without MFA labels in an "mfa" split raises, or with ``mfa_fallback="lexicon"``
-      gets lexicon labels and is reported in a warning.
+    * ``mfa_labels``: CSV file or TextGrid folder for the ``splits`` asked for (not the dev split, which
+      keeps its own), or a dict keyed by subset or split name; when ``None`` (or a split's entry is) the
+      export ``phone_labels/<subset>_mfa.csv``, else the TextGrid folder ``phone_labels/<subset>/``, beside
+      the subset's audio or in another data folder, is used if it exists. Realigned training labels
+      (``recipes/MiniLibriSpeech/realign_labels.py``) come in this way: ``labels="mfa", mfa_labels={"train":
+      csv, "valid": csv}``. An utterance without MFA labels in an "mfa" split raises, or with
+      ``mfa_fallback="lexicon"`` gets lexicon labels and is reported in a warning; labels that name none of
+      a split's utterances raise either way.
     * ``data_folder``: a folder holding the subsets (directly or under ``LibriSpeech/``), or a list
       of such folders searched in order (e.g. train-clean-5 and dev-clean-2 staged apart).
     * Idempotent: a repeated call with the same options and unchanged inputs returns at once.
@@ -496,11 +498,12 @@ def _mfa_source(split: str, subset: str, subset_dirs: Mapping[str, Path],
     """The MFA labels of ``split`` (its subset's): as ``mfa_labels`` gives them, else the default
     ``phone_labels/`` beside the subset's audio, else in the first of the ``data_folders`` that has it
     (the audio and its labels may be staged apart); none found is an error unless ``mfa_fallback`` is
-    lexicon."""
+    lexicon. One source for all (not a dict) labels the splits asked for: the development split, which
+    ``dev_subset`` adds, keeps its own unless a dict names it."""
     if isinstance(mfa_labels, Mapping):
         src = mfa_labels.get(split) or mfa_labels.get(subset)
     else:
-        src = mfa_labels
+        src = mfa_labels if split != DEV_SPLIT else None
     candidates = (subset_dirs[subset], *(Path(folder) / "LibriSpeech" / subset for folder in data_folders))
     found = Path(src) if src else next(
         (labels for labels in map(lambda d: find_mfa_labels(d, subset), candidates) if labels is not None), None)
@@ -572,6 +575,12 @@ def _label_rows(rows: List[dict], split: str, kind: str, mfa: Mapping[str, List[
                 mfa_fallback: str, lexicon: Optional[Lexicon], add_boundary_silence: bool) -> List[str]:
     """Give each of one split's ``rows`` its ``phn``: MFA labels (``kind`` "mfa", from ``mfa``, read from
     ``src``) or lexicon ones; returns the ids of the rows that fell back to lexicon labels (``mfa_fallback``)."""
+    if kind == "mfa" and src is not None and rows and not any(row["ID"] in mfa for row in rows):
+        labelled = f"ids such as {next(iter(mfa))}" if mfa else "no utterance"
+        raise DataPreparationError(
+            f"split {split!r}: none of its {len(rows)} utterance ids (such as {rows[0]['ID']}) is in its MFA labels "
+            f"{src}, which hold {labelled}: give the labels of this split's audio (mfa_labels, a dict naming "
+            f"the split: --mfa_labels=\"{{{split}: PATH}}\")")
     missing, fallback = [], []
     for row in rows:
         words = row["wrd"].split()

@@ -107,10 +107,29 @@ def test_dev_split_reads_mfa_textgrids(corpus, tmp_path):
                                    dev_subset="mfa-dev")
     assert [(r["ID"], r["phn"], r["wrd"]) for r in read(out["dev"])] == [("31-7-0000", "sil DH AH sil K AE T sil", "THE CAT")]
     assert [r["ID"] for r in read(out["test"])] == sorted(DEV_LABELS)  # the other splits as without it
-    with pytest.warns(DataPreparationWarning, match="dev_subset .other-dev. not found.*phone_labels/other-dev/"):
+    with pytest.raises(DataPreparationError, match=r"dev_subset 'mfa_dev' not found under .*check its spelling "
+                                                   r"\(the recipes' development split is mfa-dev\), or set dev_subset "
+                                                   r"to null \(--dev_subset=null\)"):
+        prepare_mini_librispeech(corpus, tmp_path / "s2", labels=MIXED, g2p="error", valid_speakers=2,
+                                 dev_subset="mfa_dev")
+    shutil.rmtree(corpus / "LibriSpeech" / "mfa-dev")  # the recipes' subset, where it is not staged: a warning
+    with pytest.warns(DataPreparationWarning, match="dev_subset .mfa-dev. not found.*phone_labels/mfa-dev/"):
         out = prepare_mini_librispeech(corpus, tmp_path / "s2", labels=MIXED, g2p="error", valid_speakers=2,
-                                       dev_subset="other-dev")
+                                       dev_subset="mfa-dev")
     assert "dev" not in out and set(out) == {"train", "valid", "test"}
+
+
+@pytest.mark.parametrize("split,labels", [("test", {"test": "missing.csv"}), ("train", "realigned.csv")])
+def test_mfa_labels_that_are_not_there_are_named_with_their_split(corpus, tmp_path, monkeypatch, split, labels):
+    """Not an os.stat error from the preparation's fingerprint: the split, the path and what to do."""
+    monkeypatch.chdir(tmp_path)
+    expected = (r"mfa_labels of split 'train' \(train-clean-5\): .*realigned.csv does not exist: give MFA's CSV "
+                r"export or TextGrid folder \(realigned training labels: `make mini_librispeech` makes them"
+                if split == "train" else
+                r"mfa_labels of split 'test' \(dev-clean-2\): .*missing.csv does not exist: give MFA's CSV export or "
+                r"TextGrid folder$")
+    with pytest.raises(DataPreparationError, match=expected):
+        prepare_mini_librispeech(corpus, tmp_path / "s", labels="mfa", mfa_labels=labels, splits=[split])
 
 
 def with_mfa_dev(corpus):

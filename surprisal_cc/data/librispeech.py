@@ -443,12 +443,18 @@ def _check_split_options(splits: Sequence[str], mfa_fallback: str) -> None:
 
 def _with_dev_split(splits: Sequence[str], data_folder: Union[PathLike, Sequence[PathLike]],
                     dev_subset: Optional[str]) -> List[str]:
-    """``splits`` and, when a data folder holds ``dev_subset``, the development split (not found: a warning
-    at :func:`prepare_mini_librispeech`'s caller)."""
+    """``splits`` and, when a data folder holds ``dev_subset``, the development split. The recipes' subset
+    (:data:`MFA_DEV`) not found is a warning at :func:`prepare_mini_librispeech`'s caller, as it is not
+    everywhere; any other (a misspelt name) is a :class:`DataPreparationError`."""
     splits = list(splits)
     if dev_subset:
         if any(find_subset(f, dev_subset) for f in _folders(data_folder)):
             splits.append(DEV_SPLIT)
+        elif dev_subset != MFA_DEV:
+            raise DataPreparationError(
+                f"dev_subset {dev_subset!r} not found under {[str(f) for f in _folders(data_folder)]} (looked for "
+                f"<folder>/{dev_subset} and <folder>/LibriSpeech/{dev_subset}): check its spelling (the recipes' "
+                f"development split is {MFA_DEV}), or set dev_subset to null (--dev_subset=null) for none")
         else:
             warnings.warn(f"dev_subset {dev_subset!r} not found under {[str(f) for f in _folders(data_folder)]}: "
                           f"no development split (put its audio in LibriSpeech/{dev_subset}/ and its MFA TextGrids in "
@@ -504,6 +510,12 @@ def _mfa_source(split: str, subset: str, subset_dirs: Mapping[str, Path],
         src = mfa_labels.get(split) or mfa_labels.get(subset)
     else:
         src = mfa_labels if split != DEV_SPLIT else None
+    if src and not Path(src).exists():
+        realigned = (" (realigned training labels: `make mini_librispeech` makes them, or recipes/MiniLibriSpeech/"
+                     f"realign_labels.py MODEL_DIR {src} --pauses --corpus {subset}; docs/data.md)"
+                     if split in ("train", "valid") else "")
+        raise DataPreparationError(f"mfa_labels of split {split!r} ({subset}): {Path(src).resolve()} does not exist: "
+                                   f"give MFA's CSV export or TextGrid folder{realigned}")
     candidates = (subset_dirs[subset], *(Path(folder) / "LibriSpeech" / subset for folder in data_folders))
     found = Path(src) if src else next(
         (labels for labels in map(lambda d: find_mfa_labels(d, subset), candidates) if labels is not None), None)

@@ -7,6 +7,7 @@ whose resumed training must keep the settings its checkpoints were trained with.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -29,6 +30,8 @@ from .hparams_files import (changed_training_settings, configured_paths, expand_
                             load_yaml_tolerant, new_empty_folders_removed, parse_yaml_tolerant, ruamel_errors)
 from .nnet import bias_shift_problem, runs_apc
 from .precision import TRAINING_PRECISIONS, auto_precision
+
+logger = logging.getLogger(__name__)
 
 
 def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
@@ -227,7 +230,7 @@ def _load_checked_hparams(hparams_file: str, overrides: str, run_opts: Optional[
     if run_opts is not None:
         device = resolve_device(run_opts.get("device") or "cpu")  # a missing GPU, before any data is read
         if "precision" in hparams:
-            hparams["precision"] = resolve_precision(hparams["precision"], run_opts)
+            hparams["precision"] = resolve_precision(hparams["precision"], run_opts, hparams.get("output_folder"))
             if hparams["precision"] == "fp16" and device.type != "cuda":
                 raise ConfigurationError(f"precision fp16 trains on CUDA only (device {device}): use fp32, bf16 or "
                                          "auto")
@@ -250,9 +253,15 @@ def _load_checked_hparams(hparams_file: str, overrides: str, run_opts: Optional[
     return hparams
 
 
-def resolve_precision(precision: str, run_opts) -> str:
+#: Where a run folder records what ``precision: auto`` chose, so that a resumed run keeps it.
+PRECISION_RECORD = "precision.json"
+
+
+def resolve_precision(precision: str, run_opts, output_folder: Optional[str] = None) -> str:
     """The training precision: ``auto`` becomes :func:`~surprisal_cc.precision.auto_precision` of the
-    run's device.
+    run's device, chosen once per run: a run resumed in ``output_folder`` takes what its start chose
+    (:data:`PRECISION_RECORD`, written by :func:`create_experiment_directory`) instead of measuring
+    again, so that the machine's load cannot split its epochs between bf16 and fp32.
 
     ``--precision`` on the command line (SpeechBrain's flag) wins over the YAML key.
     """
@@ -263,7 +272,25 @@ def resolve_precision(precision: str, run_opts) -> str:
     if precision != "auto":
         return precision
     device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
-    return _agreed_by_every_rank(auto_precision, device)
+    recorded = recorded_precision(output_folder, device) if output_folder else None
+    return recorded if recorded is not None else _agreed_by_every_rank(auto_precision, device)
+
+
+def recorded_precision(output_folder: str, device: str = "cpu") -> Optional[str]:
+    """What ``precision: auto`` chose when the run in ``output_folder`` started (None where nothing
+    readable is recorded, or bf16 is recorded and ``device`` is a GPU without bf16)."""
+    record = Path(output_folder) / PRECISION_RECORD
+    try:
+        chosen = json.loads(record.read_text()).get("precision")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if chosen not in TRAINING_PRECISIONS[:-1]:
+        return None
+    if chosen == "bf16" and torch.device(device).type == "cuda" and not torch.cuda.is_bf16_supported():
+        logger.warning("precision auto: %s records bf16, which %s does not run; measuring again", record, device)
+        return None
+    logger.info("precision auto: %s, as chosen when this run started (%s)", chosen, record)
+    return chosen
 
 
 def _agreed_by_every_rank(choose: Callable[[str], str], device: str) -> str:
@@ -654,6 +681,10 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
             raise ConfigurationError(f"{experiment_directory} holds checkpoints trained with other settings "
                                      f"({'; '.join(changed)}): give the settings it was trained with, or another "
                                      "--output_folder (or --experiment_root) for a new run")
+    record = Path(experiment_directory) / PRECISION_RECORD
+    if (not test_only and hparams is not None and if_main_process() and not record.exists()
+            and parse_yaml_tolerant(saved.read_bytes()).get("precision") == "auto"):
+        record.write_text(json.dumps({"precision": hparams["precision"]}) + "\n")  # read by resolve_precision
     if test_only and stored is not None:
         from .run_folder import evaluation_tag, test_only_hyperparams_name
 

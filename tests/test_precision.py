@@ -159,3 +159,41 @@ def test_native_bf16_asks_for_the_instruction_sets_not_onednns_avx512_check(monk
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
     assert precision.native_bf16("cpu") is expected
+
+
+def test_a_resumed_run_keeps_the_precision_auto_chose_when_it_started(tmp_path, monkeypatch):
+    """``auto`` is measured once per run: create_experiment_directory records the choice and a run resumed
+    in that folder takes it without measuring (the load could otherwise switch it to fp32 mid-training)."""
+    from surprisal_cc import precision
+    from surprisal_cc.run_settings import PRECISION_RECORD, create_experiment_directory
+
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("precision: auto\nlr: 0.1\n")
+    run = tmp_path / "run"
+    create_experiment_directory(str(run), str(yaml_file), hparams={"precision": "bf16"})
+    assert (run / PRECISION_RECORD).is_file()
+
+    def measured(threads):
+        raise AssertionError("measured again for a run that recorded its choice")
+
+    monkeypatch.setattr(precision, "native_bf16", lambda device="cpu": True)
+    monkeypatch.setattr(precision, "_cached_speedup", measured)
+    assert resolve_precision("auto", RunOptions(), str(run)) == "bf16"
+    create_experiment_directory(str(run), str(yaml_file), hparams={"precision": "fp32"})  # resumed: kept
+    assert resolve_precision("auto", RunOptions(), str(run)) == "bf16"
+    assert resolve_precision("fp32", RunOptions(), str(run)) == "fp32"  # an explicit key is taken as it is
+
+    (run / PRECISION_RECORD).write_text("{not json")  # unreadable: measured as for a new run
+    monkeypatch.setattr(precision, "_cached_speedup", lambda threads: 0.5)
+    assert resolve_precision("auto", RunOptions(), str(run)) == "fp32"
+
+
+@pytest.mark.parametrize("yaml_precision, test_only", [("fp32", False), ("auto", True)])
+def test_only_a_training_run_with_precision_auto_records_its_choice(tmp_path, yaml_precision, test_only):
+    from surprisal_cc.run_settings import PRECISION_RECORD, create_experiment_directory
+
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text(f"precision: {yaml_precision}\n")
+    create_experiment_directory(str(tmp_path / "run"), str(yaml_file), test_only=test_only,
+                                hparams={"precision": "fp32"})
+    assert not (tmp_path / "run" / PRECISION_RECORD).exists()

@@ -78,9 +78,18 @@ def dataio_prep(hparams: Dict, manifests: Mapping[str, str], cache: Optional[Fea
 
 
 def _load_splits(manifests: Mapping[str, str], sorting: str) -> Dict[str, DynamicItemDataset]:
-    """A DynamicItemDataset per manifest; the training split sorted by duration unless ``sorting`` is random."""
+    """A DynamicItemDataset per manifest; the training split sorted by duration unless ``sorting`` is random.
+    A manifest without an utterance is a :class:`~surprisal_cc.data.errors.DataPreparationError` naming its
+    split and file (SpeechBrain's reader fails on it with an IndexError naming neither)."""
+    from .data.errors import DataPreparationError
+    from .data.manifest import read_manifest
+
     datasets = {}
     for split, manifest in manifests.items():
+        if not read_manifest(manifest, ("ID",), resolve_wav=False).rows:  # SpeechBrain's reader: an IndexError
+            raise DataPreparationError(f"{manifest}: the {split} split's manifest holds no utterance: prepare the data "
+                                       "again (its audio may all have been left out as unusable), or give a manifest "
+                                       "with utterances")
         data = DynamicItemDataset.from_csv(csv_path=str(manifest))
         if split == "train" and sorting != "random":
             data = data.filtered_sorted(sort_key="duration", reverse=sorting == "descending")

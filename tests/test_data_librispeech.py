@@ -204,6 +204,17 @@ def test_unknown_phone_in_mfa_labels(corpus, tmp_path):
         prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"], mfa_labels={"dev-clean-2": tmp_path / "bad.csv"})
 
 
+def test_a_split_whose_audio_is_all_left_out_is_refused_at_preparation(corpus, tmp_path):
+    """skip_bad_audio=True with no usable test audio: not a manifest of its header alone, which would fail only
+    after training (evaluating an empty split), but an error naming the split and its manifest."""
+    for flac in (corpus / "LibriSpeech" / "dev-clean-2").rglob("*.flac"):
+        flac.write_bytes(b"fLaC" + bytes(range(256)))
+    with pytest.warns(DataPreparationWarning, match="leaving out 3 unusable audio file"):
+        with pytest.raises(DataPreparationError, match=r"test.csv: split 'test' has no utterance: skip_bad_audio left "
+                                                       "out the audio of every one of its utterances"):
+            prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error", skip_bad_audio=True)
+
+
 @pytest.mark.parametrize("line,reason", [("", "no transcript line"), ("22-6-0000", "empty transcript")])
 def test_transcript_problems(corpus, tmp_path, line, reason):
     (corpus / "LibriSpeech" / "dev-clean-2" / "22" / "6" / "22-6.trans.txt").write_text(line + "\n")

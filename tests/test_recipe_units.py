@@ -208,3 +208,16 @@ input_size: !apply:surprisal_cc.recipe.input_size_for [apc]
 """)
     assert saved["phone_set"] == phone_set("librispeech") and saved["input_size"] == input_size_for("apc")
     assert len(saved["label_encoder"]) == len(label_encoder_for(phone_set("librispeech")))
+
+
+def test_a_manifest_without_utterances_is_refused_before_training(tmp_path):
+    """A header-only manifest (prepared before preparation refused empty splits, or written by hand) would
+    fail only after training, evaluating an empty split: refused when the datasets are made, naming it."""
+    from surprisal_cc.data.errors import DataPreparationError
+    from surprisal_cc.datasets import dataio_prep
+
+    (tmp_path / "train.csv").write_text("ID,duration,wav,spk_id,wrd,phn\nu1,1.0,u1.flac,s,A,AH\n")
+    (tmp_path / "test.csv").write_text("ID,duration,wav,spk_id,wrd,phn\n")
+    with pytest.raises(DataPreparationError, match=r"test.csv: the test split's manifest holds no utterance: prepare "
+                                                   "the data again"):
+        dataio_prep({"target_unit": "phone"}, {"train": tmp_path / "train.csv", "test": tmp_path / "test.csv"}, None)

@@ -20,7 +20,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Uni
 from .audio import MAX_LISTED, AudioInfo, check_audio_files
 from .errors import DataPreparationError, DataPreparationWarning
 from .lexicon import Lexicon
-from .manifest import AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, write_manifest
+from .manifest import (AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, refuse_empty_split,
+                       write_manifest)
 from .mfa import find_mfa_labels, load_mfa_labels, textgrid_files
 from .phones import LIBRISPEECH_PHONES, validate_phones
 
@@ -412,6 +413,7 @@ def prepare_mini_librispeech(
         out: Dict[str, Path] = {}
         for split in splits:
             rows = _audio_rows(split_utts[split], infos)
+            refuse_empty_split(save / f"{split}.csv", split, rows)
             src = mfa_sources.get(split)
             if src and src not in label_cache:  # train and valid often share one source: read once
                 label_cache[src] = load_mfa_labels(src)
@@ -684,13 +686,10 @@ def prepare_librispeech(
         if not any(r["ID"] in valid_ids for r in rows):  # every held-out file was unusable (skip_bad_audio)
             raise DataPreparationError(f"{', '.join(subset_dirs)}: no usable audio left in the validation split "
                                        f"({len(valid_ids)} utterances held out): fix or replace those files")
-        return {
-            split: write_manifest(
-                save / f"apc_{split}.csv",
-                [r for r in rows if (r["ID"] in valid_ids) == (split == "valid")],
-                AUDIO_COLUMNS,
-            )
-            for split in ("train", "valid")
-        }
+        split_rows = {split: [r for r in rows if (r["ID"] in valid_ids) == (split == "valid")]
+                      for split in ("train", "valid")}
+        for split, kept in split_rows.items():
+            refuse_empty_split(save / f"apc_{split}.csv", split, kept)
+        return {split: write_manifest(save / f"apc_{split}.csv", kept, AUDIO_COLUMNS) for split, kept in split_rows.items()}
 
     return cached_prepare(save_folder, "librispeech_apc_prepare", options, inputs, build)

@@ -101,6 +101,26 @@ def write_manifest(path: PathLike, rows: Iterable[Mapping[str, Any]], columns: S
     return Path(path)
 
 
+#: Why a prepared split can be empty: the audio of every one of its utterances was unusable.
+ALL_AUDIO_LEFT_OUT = ("skip_bad_audio left out the audio of every one of its utterances (listed in the warning above): "
+                      "repair or replace those files")
+
+
+def refuse_empty_split(path: PathLike, split: str, rows: Sequence, why: str = ALL_AUDIO_LEFT_OUT) -> None:
+    """A :class:`DataPreparationError` naming ``split`` and its manifest ``path`` where ``rows`` is empty, and
+    ``why``: a manifest of its header alone would fail only after training, when the split is evaluated.
+
+    Example
+    -------
+    >>> refuse_empty_split("save/test.csv", "test", [])
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.DataPreparationError: save/test.csv: split 'test' has no utterance: skip_bad_audio left out ...
+    """
+    if not rows:
+        raise DataPreparationError(f"{path}: split {split!r} has no utterance: {why}")
+
+
 class Manifest(NamedTuple):
     """A manifest CSV as :func:`read_manifest` reads it: its column names and its rows."""
 

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Union
 
 from .audio import check_audio_files
 from .errors import DataPreparationError
-from .manifest import LABELLED_COLUMNS, cached_prepare, list_files, write_manifest
+from .manifest import LABELLED_COLUMNS, cached_prepare, list_files, refuse_empty_split, write_manifest
 from .phones import fold_timit, refuse_empty_labels
 
 PathLike = Union[str, os.PathLike]
@@ -201,6 +201,8 @@ def prepare_timit(
             })
         if problems:
             raise DataPreparationError(f"{len(problems)} TIMIT label problem(s):\n  " + "\n  ".join(problems))
+        for split, split_rows in rows.items():
+            refuse_empty_split(save / f"timit_{split}.csv", split, split_rows)
         return {s: write_manifest(save / f"timit_{s}.csv", r, LABELLED_COLUMNS) for s, r in rows.items()}
 
     return cached_prepare(save_folder, "timit_prepare", options, inputs, build)

@@ -120,7 +120,8 @@ def write_grid(path: Path, experiment_root: Path) -> Path:
     return path
 
 
-def test_grid_dry_run_prints_the_planned_runs(tmp_path, capsys):
+def test_grid_dry_run_prints_the_planned_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)  # the grid's recipe path is relative to the folder grid runs in
     grid_file = write_grid(tmp_path / "grid.yaml", tmp_path / "exp")
     assert main(["grid", str(grid_file), "--dry-run", "--device=cuda:0"]) == 0
     out = capsys.readouterr().out
@@ -130,8 +131,8 @@ def test_grid_dry_run_prints_the_planned_runs(tmp_path, capsys):
     assert "| controllers/controller-random/seed1 | dry-run |" in out and "dry-run: 2" in out
     assert not (tmp_path / "exp").exists()
     assert main(["grid", str(grid_file), "--dry-run", "--jobs", "2", "--threads", "3"]) == 0
-    assert all(line.startswith("OMP_NUM_THREADS=3 ") for line in capsys.readouterr().out.splitlines()
-               if "train.py" in line)
+    commands = [line for line in capsys.readouterr().out.splitlines() if "train.py" in line]
+    assert len(commands) == 2 and all(line.startswith("OMP_NUM_THREADS=3 ") for line in commands)
 
 
 def test_grid_errors(tmp_path, monkeypatch, capsys):
@@ -229,13 +230,27 @@ def test_curves_of_a_metric_no_run_has_and_of_a_plot_name_without_suffix(tmp_pat
 
 
 def test_bench(monkeypatch, tmp_path, capsys):
-    assert main(["bench", "--only", "bogus"]) == 1
+    """bench runs ``python -m benchmarks.run_all`` in the checkout it is started in, passing its options on
+    (recorded here, not run: a real run is test_benchmarks.py's; run_all's own errors are checked in-process)."""
+    from benchmarks import run_all
+
+    calls = []
+
+    def record(command, cwd):
+        calls.append((list(command), Path(cwd)))
+        return 3
+
+    monkeypatch.setattr(cli, "_run_forwarding_output", record)
+    monkeypatch.chdir(REPO)
+    assert main(["bench", "--only", "dataprep", "--quick", "--json"]) == 3  # the benchmarks' exit status
+    [(command, cwd)] = calls
+    assert command[:3] == [sys.executable, "-m", "benchmarks.run_all"] and cwd == REPO
+    assert {"--only=dataprep", "--quick", "--json"} <= set(command[3:])
+    assert not any(arg.startswith("--device") for arg in command)  # cpu: run_all's default
+    assert main(["bench", "--only", "", "--device", "cuda:1"]) == 3
+    assert {"--only=", "--device=cuda:1"} <= set(calls[-1][0][3:])  # run_all refuses an empty --only itself
+    assert run_all.main(["--smoke", "--only", "bogus"]) == 1
     assert "unknown benchmarks" in error_lines(capsys)[0]
-    monkeypatch.setenv("SURPRISAL_CC_DATA", str(tmp_path / "nowhere"))
-    assert main(["bench", "--only", "dataprep"]) == 0
-    assert "SKIPPED: dev-clean-2 not found" in capsys.readouterr().out
-    assert main(["bench", "--only", ""]) == 2  # not every benchmark
-    assert "--only names no benchmark" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "--bogus"])
     assert exit_info.value.code == 2
@@ -243,6 +258,7 @@ def test_bench(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)  # outside a source checkout
     assert main(["bench", "--only", "dataprep"]) == 1
     assert "benchmarks/ folder of a source checkout" in error_lines(capsys)[0]
+    assert len(calls) == 2
 
 
 # ---------------------------------------------------------------------------------------------- export

@@ -358,8 +358,9 @@ def test_resume_after_kill_gives_the_same_result(pretrained, tmp_path):
     import time
 
     apc = pretrained / "exp" / "apc" / "apc.pt"
+    # fp32 explicitly: precision auto times bf16 in each process and could choose differently in the three runs
     base = [MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, number_of_epochs=2, batch_size=1, apc_path=apc,
-                                                 ckpt_interval_minutes=0), "--ckpt_interval_steps=2"]
+                                                 ckpt_interval_minutes=0, precision="fp32"), "--ckpt_interval_steps=2"]
     ok(run([*base, f"--output_folder={tmp_path / 'straight'}"]))
     straight = json.loads((tmp_path / "straight" / "results.json").read_text())
 

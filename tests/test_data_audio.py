@@ -87,6 +87,21 @@ def test_all_problems_in_one_error_and_skip(bad):
     assert list(good) == [str(bad["good"])]
 
 
+def test_many_unusable_files_are_counted_and_the_first_listed(tmp_path):
+    """A corpus of 1,000 bad files is not an error of 1,000 lines: the first MAX_LISTED and a count."""
+    from surprisal_cc.data.audio import MAX_LISTED
+
+    paths = [tmp_path / f"u{i:02d}.flac" for i in range(MAX_LISTED + 5)]
+    for path in paths:
+        path.write_bytes(b"")
+    for skip in (False, True):
+        with pytest.warns(DataPreparationWarning) if skip else pytest.raises(DataPreparationError) as caught:
+            check_audio_files(paths, skip_bad_audio=skip)
+        text = str(caught[0].message if skip else caught.value)
+        assert f"{MAX_LISTED + 5} unusable audio file(s)" in text and "... and 5 more" in text
+        assert f"u{MAX_LISTED - 1:02d}.flac" in text and f"u{MAX_LISTED:02d}.flac" not in text
+
+
 def test_8k_and_stereo_warn_with_file_names(bad):
     with pytest.warns(DataPreparationWarning, match="rate_8k.flac \\(8000 Hz\\)"):
         check_audio_files([bad["rate_8k"]])

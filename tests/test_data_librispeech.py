@@ -222,6 +222,15 @@ def test_transcript_problems(corpus, tmp_path, line, reason):
         prepare_mini_librispeech(corpus, tmp_path / "s", splits=["test"])
 
 
+def test_many_transcript_problems_are_counted_and_the_first_listed(corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(librispeech, "MAX_LISTED", 2)
+    for trans in (corpus / "LibriSpeech" / "dev-clean-2").rglob("*.trans.txt"):
+        trans.write_text("")
+    with pytest.raises(DataPreparationError, match=r"3 transcript problem\(s\) in .*dev-clean-2:\n  .*21-5-0000.flac: "
+                                                   r".*\n  .*21-5-0001.flac: .*\n  ... and 1 more$"):
+        prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error")
+
+
 def test_a_chapter_without_its_transcript_file_is_named_as_such(corpus, tmp_path):
     (corpus / "LibriSpeech" / "dev-clean-2" / "22" / "6" / "22-6.trans.txt").unlink()
     with pytest.raises(DataPreparationError, match="22-6-0000.flac: no transcript: its folder has no \\*.trans.txt"):

@@ -66,6 +66,14 @@ def test_a_phn_file_without_phones_is_refused_naming_it(timit, tmp_path, content
         _timit_items(timit, "test")
 
 
+def test_many_timit_label_problems_are_counted_and_the_first_listed(timit, tmp_path, monkeypatch):
+    monkeypatch.setattr(timit_module, "MAX_LISTED", 2)
+    for words in [*timit.rglob("*.WRD"), *timit.rglob("*.wrd"), *timit.rglob("*.TXT"), *timit.rglob("*.txt")]:
+        words.unlink()
+    with pytest.raises(DataPreparationError, match=r"8 TIMIT label problem\(s\):\n  .*\n  .*\n  ... and 6 more$"):
+        prepare_timit(timit, tmp_path / "save")
+
+
 def test_corrupt_sphere_and_missing_folder(timit, tmp_path):
     with pytest.raises(DataPreparationError, match="does not exist"):
         prepare_timit(tmp_path / "nope", tmp_path / "save")

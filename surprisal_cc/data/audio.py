@@ -28,7 +28,7 @@ import torch
 import torchaudio
 
 from ..arguments import is_number
-from .errors import BadAudioError, DataPreparationError, DataPreparationWarning
+from .errors import BadAudioError, DataPreparationError, DataPreparationWarning, first_listed
 from .manifest import list_files
 
 PathLike = Union[str, os.PathLike]
@@ -317,11 +317,10 @@ def check_audio_file(path: str, min_samples: Optional[int] = None,
     return path, info, None
 
 
-def _listing(items: Sequence[str], limit: Optional[int] = MAX_LISTED) -> str:
-    limit = len(items) if limit is None else limit
-    shown = "\n  ".join(items[:limit])
-    more = f"\n  ... and {len(items) - limit} more" if len(items) > limit else ""
-    return f"\n  {shown}{more}"
+def _listing(items: Sequence[str], limit: int = MAX_LISTED) -> str:
+    """The first ``limit`` of ``items`` and a line counting the rest (:func:`~surprisal_cc.data.errors.first_listed`),
+    each on an indented line of its own."""
+    return "".join(f"\n  {line}" for line in first_listed(items, limit))
 
 
 def check_audio_each(paths: Sequence[PathLike], num_workers: int = 1, min_samples: Optional[int] = None,
@@ -420,20 +419,20 @@ def check_audio_files(
     """Decode every file of a corpus and return ``{path: AudioInfo}`` for the usable ones.
 
     Warns (:class:`DataPreparationWarning`) about files that will be resampled or downmixed.
-    Raises :class:`DataPreparationError` listing *every* unreadable/corrupt/empty/too short file
-    (``min_samples``: as :func:`check_audio_file`'s), or with ``skip_bad_audio=True`` leaves them out
-    and warns with the list.
+    Raises :class:`DataPreparationError` counting every unreadable/corrupt/empty/too short file and
+    listing the first :data:`MAX_LISTED` (``min_samples``: as :func:`check_audio_file`'s), or with
+    ``skip_bad_audio=True`` leaves them out and warns so, listing them the same way.
     """
     good, bad = check_audio_many(paths, num_workers, min_samples, target_sr)
     warn_converted(good, target_sr, stacklevel=3)  # names the caller of check_audio_files
     if bad and not skip_bad_audio:
         raise DataPreparationError(
-            f"{len(bad)} unusable audio file(s):" + _listing(bad, None) + "\nRe-download or repair "
+            f"{len(bad)} unusable audio file(s):" + _listing(bad) + "\nRe-download or repair "
             "these files, or set skip_bad_audio to True (--skip_bad_audio=True) to leave them out (they will be listed)."
         )
     if bad:
         warnings.warn(
-            f"skip_bad_audio=True: leaving out {len(bad)} unusable audio file(s):" + _listing(bad, None),
+            f"skip_bad_audio=True: leaving out {len(bad)} unusable audio file(s):" + _listing(bad),
             DataPreparationWarning,
             stacklevel=2,
         )

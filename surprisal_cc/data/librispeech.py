@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .audio import MAX_LISTED, AudioInfo, check_audio_files
-from .errors import DataPreparationError, DataPreparationWarning
+from .errors import DataPreparationError, DataPreparationWarning, first_listed
 from .lexicon import Lexicon
 from .manifest import (AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, refuse_empty_split,
                        write_manifest)
@@ -136,7 +136,7 @@ def scan_subset(subset_dir: PathLike, with_transcripts: bool = True,
             utts.append(Utterance(utt_id, wav, utt_id.split("-")[0], tuple(words or ())))
     if found and problems is None:
         raise DataPreparationError(
-            f"{len(found)} transcript problem(s) in {subset_dir}:\n  " + "\n  ".join(found)
+            f"{len(found)} transcript problem(s) in {subset_dir}:\n  " + "\n  ".join(first_listed(found, MAX_LISTED))
         )
     if problems is not None:
         problems.extend(found)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from .audio import check_audio_files
-from .errors import DataPreparationError
+from .audio import MAX_LISTED, check_audio_files
+from .errors import DataPreparationError, first_listed
 from .manifest import LABELLED_COLUMNS, cached_prepare, list_files, refuse_empty_split, write_manifest
 from .phones import fold_timit, refuse_empty_labels
 
@@ -200,7 +200,8 @@ def prepare_timit(
                 "spk_id": u.spk_id, "wrd": " ".join(words), "phn": " ".join(phones),
             })
         if problems:
-            raise DataPreparationError(f"{len(problems)} TIMIT label problem(s):\n  " + "\n  ".join(problems))
+            raise DataPreparationError(f"{len(problems)} TIMIT label problem(s):\n  "
+                                       + "\n  ".join(first_listed(problems, MAX_LISTED)))
         for split, split_rows in rows.items():
             refuse_empty_split(save / f"timit_{split}.csv", split, split_rows)
         return {s: write_manifest(save / f"timit_{s}.csv", r, LABELLED_COLUMNS) for s, r in rows.items()}

@@ -57,8 +57,11 @@ def expand_hparams(path: PathLike, _depth: int = 0) -> str:
     The included file comes first, in its own order (so objects are built, and random numbers
     drawn, in the same order); each top-level key of ``path`` replaces the included value at its
     place, and new keys follow, except that a new key whose value holds a reference moves just
-    before the first key that refers to it: hyperpyyaml resolves a reference to a later key only
-    when that key's value holds no reference itself. A file without a root-level include is returned as it is.
+    before the first key that refers to it: hyperpyyaml cannot resolve a reference that is a whole
+    value (``!ref <file>``, or ``!ref <source[train]>`` into a mapping) to a value further down that is
+    itself a ``!ref`` (or ``!copy``). References inside text (``!ref <file>/save``), and references to a
+    later mapping, list or object that holds references, resolve wherever they stand. A file without
+    a root-level include is returned as it is.
 
     Arguments
     ---------

@@ -69,7 +69,8 @@ def test_test_labels_are_found_in_any_data_folder(corpus, tmp_path):
     labels = tmp_path / "labels_only"
     labels.mkdir()
     (corpus / "phone_labels").rename(labels / "phone_labels")
-    with pytest.raises(DataPreparationError, match="phone_labels/dev-clean-2_mfa.csv is in none of the data folders"):
+    with pytest.raises(DataPreparationError, match="neither phone_labels/dev-clean-2_mfa.csv nor the TextGrid folder "
+                                                   "phone_labels/dev-clean-2/ is in any of the data folders"):
         prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=2)
     out = prepare_mini_librispeech([corpus, labels], tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=2)
     assert [r["ID"] for r in read(out["test"])] == sorted(DEV_LABELS)

@@ -68,7 +68,7 @@ def test_every_recipe_hparams_file_builds_with_its_defaults(name, overrides):
 
 
 def test_a_new_key_holding_a_reference_moves_before_the_included_key_that_refers_to_it(tmp_path):
-    """hyperpyyaml resolves a reference to a later key only when that key's value holds no reference."""
+    """hyperpyyaml cannot resolve a whole-value reference to a later value that is itself a reference."""
     from surprisal_cc.hparams_files import expand_hparams, load_hparams_file
 
     (tmp_path / "base.yaml").write_text("root: /data\nsource: {train: null}\nepochs: 5\n")
@@ -77,6 +77,23 @@ def test_a_new_key_holding_a_reference_moves_before_the_included_key_that_refers
     assert [line.split(":")[0] for line in expand_hparams(tmp_path / "run.yaml").splitlines()] == \
         ["root", "file", "source", "epochs", "plain"]
     assert load_hparams_file(tmp_path / "run.yaml")["source"] == {"train": "/data/train.csv"}
+
+
+@pytest.mark.parametrize("text,resolves", [
+    ("a: !ref <b>\nb: !ref <c>/x\nc: d\n", False),           # a whole value, to a later reference
+    ("a: !ref <m[x]>\nm: {x: !ref <c>}\nc: 3\n", False),      # a whole value, into a later mapping's reference
+    ("a: !ref <b>/y\nb: !ref <c>\nc: d\n", True),             # a reference inside text
+    ("a: !ref <b>\nb: {x: !ref <c>}\nc: 1\n", True),           # to a later mapping holding a reference
+])
+def test_the_forward_references_hyperpyyaml_resolves_are_those_expand_hparams_says(text, resolves):
+    """What expand_hparams's docstring says of hyperpyyaml, which is why it moves new keys that hold references."""
+    from hyperpyyaml import load_hyperpyyaml
+
+    if resolves:
+        load_hyperpyyaml(text)
+    else:
+        with pytest.raises(Exception, match="could not determine a constructor for the tag '!ref'"):
+            load_hyperpyyaml(text)
 
 
 @pytest.mark.parametrize("existing", [None, "run", "run/save"])

@@ -524,8 +524,9 @@ def _mfa_source(split: str, subset: str, subset_dirs: Mapping[str, Path],
     src_path = found.resolve() if found is not None else None
     if src_path is None and mfa_fallback == "error":
         raise DataPreparationError(
-            f"split {split!r} uses labels 'mfa' but no MFA labels were given for {subset} and "
-            f"phone_labels/{subset}_mfa.csv is in none of the data folders: set mfa_labels "
+            f"split {split!r} uses labels 'mfa' but no MFA labels were given for {subset} and neither "
+            f"phone_labels/{subset}_mfa.csv nor the TextGrid folder phone_labels/{subset}/ is in any of the data "
+            f"folders: set mfa_labels "
             f"(--mfa_labels=\"{{{split}: PATH}}\", a CSV or a TextGrid folder; docs/data.md says where to get "
             f"them), give the split lexicon labels (--labels=\"{{..., {split}: lexicon}}\") or set "
             "mfa_fallback to lexicon (--mfa_fallback=lexicon)"

@@ -74,6 +74,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import select
 import shlex
 import subprocess
 import sys
@@ -147,8 +148,38 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
         _start_ready(pending, running, status, trainers, jobs, env, publish, log)
         _reap_finished(running, status, publish, on_published, log)
         if running:
-            time.sleep(poll_s)
+            _wait_for_an_end([proc for _, proc, _, _ in running.values()], poll_s)
     return status
+
+
+def _wait_for_an_end(procs: Sequence[subprocess.Popen], timeout: float) -> None:
+    """Return as soon as one of ``procs`` (started, not yet reaped) has ended, or after ``timeout`` seconds.
+    Nothing is reaped: the caller's ``poll`` finds the exit status. On Linux the processes' pidfds are
+    waited on together; elsewhere the first process is waited on (a second one's end is then noticed
+    within ``timeout``).
+
+    >>> import sys
+    >>> quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    >>> start = time.monotonic(); _wait_for_an_end([quick], timeout=30.0); time.monotonic() - start < 25
+    True
+    >>> quick.poll()
+    0
+    """
+    fds: List[int] = []
+    try:
+        try:
+            for proc in procs:
+                fds.append(os.pidfd_open(proc.pid))
+        except (AttributeError, OSError):  # not Linux (or before 5.3): wait on one of them
+            try:
+                procs[0].wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            return
+        select.select(fds, [], [], timeout)  # a pidfd is readable once its process has ended
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Path]], log: IO[str]

@@ -916,3 +916,27 @@ def test_the_published_grids_make_every_input_file_they_need(name, tmp_path, mon
         (tmp_path / tracked).symlink_to(repo / tracked, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     assert grid_spec.check_input_files(runs, spec.prepare, name) == []
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_the_grid_notices_at_once_that_a_run_has_ended(pidfd: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between polls the grid waits for its runs' processes to end, not a fixed time: a run that ends is
+    noticed at once (without pidfds, as on macOS, the first run's end), a run still going is not reaped."""
+    import os
+
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    elif not hasattr(os, "pidfd_open"):
+        pytest.skip("pidfds are Linux's")
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        quick = subprocess.Popen([sys.executable, "-c", "pass"])
+        start = time.monotonic()
+        grid._wait_for_an_end([slow, quick] if pidfd else [quick, slow], timeout=60.0)
+        assert time.monotonic() - start < 30 and quick.poll() == 0 and slow.poll() is None
+        start = time.monotonic()
+        grid._wait_for_an_end([slow], timeout=0.2)  # nothing ends: back after the timeout
+        assert 0.15 < time.monotonic() - start < 30 and slow.poll() is None
+    finally:
+        slow.kill()
+        slow.wait()

@@ -23,8 +23,6 @@ from surprisal_cc.adaptive import (
 from surprisal_cc.architectures import build_encoder
 from surprisal_cc.flops import module_macs
 
-torch.set_num_threads(1)
-
 SMALL = dict(input_size=6, num_outputs=5, hidden_size=4, step_hidden=16, dropout=0.0)  # D = 8
 
 

@@ -8,8 +8,6 @@ from torch import nn
 from surprisal_cc.apc import AffineScale, APCModel, FrozenAPC, load_apc, save_apc
 from numerics import assert_close_up_to_summation_order
 
-torch.set_num_threads(1)
-
 SMALL = dict(input_size=6, hidden_size=16)
 
 

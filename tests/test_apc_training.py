@@ -16,8 +16,6 @@ from surprisal_cc.apc_training import SETTINGS_FILE, data_digest, pretrain_apc
 from surprisal_cc.augment import SpeedPerturbation
 from surprisal_cc.errors import ConfigurationError
 
-torch.set_num_threads(1)
-
 
 def apc_hparams(folder, residual=False, epochs=1, lr=0.001, batch_size=2) -> dict:
     """The hparams pretrain_apc reads, as hparams/common/apc.yaml builds them (a small model)."""

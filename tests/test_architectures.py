@@ -12,8 +12,6 @@ from surprisal_cc.architectures import MODELS_DIR, architectures, build_encoder,
 from surprisal_cc.controllers import LearnedController
 from surprisal_cc.hparams_files import load_hparams_file
 
-torch.set_num_threads(1)
-
 D, H, V = 8, 4, 5  # input size, GRU hidden size, CTC outputs
 T = 10
 

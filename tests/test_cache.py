@@ -11,8 +11,6 @@ from surprisal_cc.cache import FeatureCache, cache_key
 from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd
 from numerics import assert_close_up_to_summation_order
 
-torch.set_num_threads(1)
-
 
 def small_apc(seed: int = 0) -> APCModel:
     torch.manual_seed(seed)

@@ -19,8 +19,6 @@ from surprisal_cc.calibration import (
 )
 from surprisal_cc.controllers import SurprisalController
 
-torch.set_num_threads(1)
-
 SMALL_ONLY, BIG_ONLY = 5_703_288, 7_540_344  # paper Table 1, MACs per frame
 
 

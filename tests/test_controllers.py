@@ -19,8 +19,6 @@ from surprisal_cc.encoders import ConditionalEncoder, masked_mixture, route_fram
 from surprisal_cc.nnet import FrameNet
 from surprisal_cc.nnet import lengths_to_mask
 
-torch.set_num_threads(1)
-
 
 # ----------------------------------------------------------------------------------------------
 # FLOP budget

@@ -23,8 +23,6 @@ from surprisal_cc.nnet import BiGRU, Conv1dPreNet, FrameNet, PostNet, lengths_to
 
 from numerics import ROUTING_FLIPS
 
-torch.set_num_threads(1)
-
 D, H, V = 8, 4, 5  # input size, GRU hidden size (BiGRU output 2H = D), CTC outputs
 LENGTHS = torch.tensor([10, 6, 3])
 T = 10

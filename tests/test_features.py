@@ -11,8 +11,6 @@ from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd
 from surprisal_cc.nnet import lengths_to_mask
 from numerics import assert_close_up_to_summation_order
 
-torch.set_num_threads(1)
-
 # sample counts around the window (400) and hop (160) boundaries
 LENGTHS = [0, 1, 399, 400, 401, 559, 560, 719, 720, 880, 1040, 3211, 8000]
 

@@ -23,8 +23,6 @@ from surprisal_cc.architectures import build_encoder
 from surprisal_cc.nnet import BiGRU, Conv1dPreNet, FrameNet, PostNet
 from surprisal_cc.flops import MacMeter, format_flop_table, module_macs, uniform_frame_macs, weight_only_macs
 
-torch.set_num_threads(1)
-
 
 def linear(i, o):
     return i * o + o

@@ -13,8 +13,6 @@ from surprisal_cc.arguments import chunk_seconds
 from surprisal_cc.data.audio import read_audio
 from surprisal_cc.errors import ConfigurationError
 
-torch.set_num_threads(1)
-
 
 @pytest.mark.parametrize("rate, channels", [(44100, 2), (8000, 1)])
 def test_a_file_at_another_rate_is_read_part_by_part_as_resampling_it_whole_gives_it(rate, channels, tmp_path,

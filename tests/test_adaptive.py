@@ -372,15 +372,19 @@ def test_non_residual_step_block():
 
 
 def test_argument_validation():
-    with pytest.raises(ValueError):
+    # each message names the hparams setting to change
+    with pytest.raises(ValueError, match=r"ACT epsilon must be in \(0, 1\), got 0.0: set it as epsilon under "
+                                         r"encoder_module: adaptive_options: act:"):
         ACTEncoder(**SMALL, epsilon=0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"lambda_p \(hparams key 'pondernet_lambda_p'\) must be in \(0, 1\), got 1.0"):
         PonderNetEncoder(**SMALL, lambda_p=1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\(hparams key 'pondernet_inference'\) must be one of .*got 'median'"):
         PonderNetEncoder(**SMALL, inference="median")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"max_steps \(hparams key 'act_max_steps'\) must be >= 1, got 0"):
         ACTEncoder(**SMALL, max_steps=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"max_steps \(hparams key 'pondernet_max_steps'\) must be >= 1, got 0"):
+        PonderNetEncoder(**SMALL, max_steps=0)
+    with pytest.raises(ValueError, match=r"tail_mass \(hparams key 'pondernet_tail_mass'\) must be in \[0, 1\), got 1.0"):
         PonderNetEncoder(**SMALL, tail_mass=1.0)
     enc = PonderNetEncoder(**SMALL)  # an inference rule set after construction is checked the same way
     with pytest.raises(ValueError, match="pondernet_inference.*must be one of"):

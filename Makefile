@@ -83,8 +83,12 @@ $(LABELS): | $(STAMP)
 	$(REALIGN) $(EXP)/aligner/$(ALIGNER) $(LABELS) --pauses --corpus train-clean-5 --data_folder="$(DATA)" --download
 endif
 
+# make bench [BENCH_THREADS=N] [BENCH_OUTPUT=FILE.json] [BENCH_ARGS="--quick --only training,rnn"]
+BENCH_THREADS ?= 1
+BENCH_OUTPUT ?=
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(PY) -m surprisal_cc.cli bench
+	$(PY) -m surprisal_cc.cli bench --threads=$(BENCH_THREADS) $(if $(BENCH_OUTPUT),--output=$(BENCH_OUTPUT)) $(BENCH_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,44 +1,34 @@
-"""Speed of CTC beam search backends (benchmark plan: beam 10, T=300, V=42).
+"""CTC beam search speed: the native prefix beam search vs SpeechBrain's ``CTCBeamSearcher`` (beam 10, T=300, V=42).
 
-Target: <= 30 ms per utterance on the project's 2 CPU cores, compared with
-SpeechBrain's ``CTCBeamSearcher`` (its default pruning settings) in the same run.
+Target: the native search, called once per utterance, at least as fast as SpeechBrain's
+``CTCBeamSearcher`` with its default pruning settings, one call per utterance, in the same run:
+ratio SpeechBrain / native >= ``GOAL`` on every posterior regime.
 
-Usage::
+Usage: ``python -m benchmarks.bench_decoding [--quick|--smoke] [--json] [--threads N] [--exact-speechbrain]``
+(``--exact-speechbrain`` adds SpeechBrain's backends without pruning, 0.4-1.8 s per utterance).
 
-    python -m benchmarks.bench_decoding                # Markdown table
-    python -m benchmarks.bench_decoding --n-utts 16 --skip-slow
+Two posterior regimes: "peaky" (trained-like: log_softmax of 5*N(0,1) logits with +8 on blank,
+so blank dominates most frames) and "flat" (log_softmax of 0.5*N(0,1) logits: every label
+plausible on every frame, the worst case). Every method is timed interleaved (A B C ... A B C ...)
+after one warm-up round; reported: ms/utt (median of the repeats, and min–max), speed ratio to
+SpeechBrain ``CTCBeamSearcher`` defaults (>1 = faster), fraction of utterances whose output equals
+the native batched search, and mean exact CTC log-likelihood of the returned label sequences
+(higher = better search).
 
-Two posterior regimes: "peaky" (trained-like: log_softmax of 5*N(0,1) logits
-with +8 on blank, so blank dominates most frames) and "flat" (log_softmax of
-0.5*N(0,1) logits: every label plausible on every frame, the worst case).
-Columns: ms/utt (wall clock, best of ``repeats``), speed ratio to SpeechBrain
-``CTCBeamSearcher`` defaults (>1 = faster), fraction of utterances whose output
-equals the native prefix beam search, and mean exact CTC log-likelihood of the
-returned label sequences (higher = better search).
-
-Speed note (idle 2-core AMD EPYC, torch 2.11, 1 thread, 8 utts, T=300, V=42, beam 10, full size
-of ``benchmarks.run_all``): native prefix beam search 15.1 ms/utt when called per utterance (peaky
-and flat) and 4.4 ms/utt in one batched call, so it meets the <= 30 ms/utt target. SpeechBrain
-``CTCBeamSearcher`` with its defaults took 38.7 ms/utt (peaky; its token pruning helps) and
-410.5 ms/utt (flat). flashlight via torchaudio took 48.6 ms/utt (flat): its lexicon-free
-decoder builds an LM-state trie node per candidate, even with no LM. The exact (no pruning)
-SpeechBrain backends are 0.4-1.8 s/utt. Native and SpeechBrain
-``CTCPrefixBeamSearcher`` return identical outputs (both keep K distinct
-prefixes); flashlight and SpeechBrain ``CTCBeamSearcher`` keep K
-(prefix, ending) states and found less probable sequences on flat posteriors
-(mean log-likelihood -814.5 vs -768.5). Timings vary by up to 2x between runs
-when other jobs share the cores.
+Native and SpeechBrain ``CTCPrefixBeamSearcher`` return identical outputs (both keep K distinct
+prefixes); flashlight (torchaudio) and SpeechBrain ``CTCBeamSearcher`` keep K (prefix, ending)
+states and find less probable sequences on flat posteriors. flashlight's lexicon-free decoder
+builds an LM-state trie node per candidate, even with no LM.
 """
-
 from __future__ import annotations
 
-import argparse
-import time
-from typing import Callable
+from typing import Callable, Dict, List, Optional
 
 import torch
 from torch import Tensor
 
+from benchmarks.common import (BenchResult, SummaryRow, check_size, interleaved_times, median, print_result,
+                               set_threads, size_of, size_parser, spread)
 from surprisal_cc.decoding import (
     CTCBeamSearch,
     _SpeechBrainDecoder,
@@ -46,6 +36,15 @@ from surprisal_cc.decoding import (
     ctc_greedy_decode,
     ctc_log_likelihood,
 )
+
+GOAL = 1.0  # SpeechBrain CTCBeamSearcher (defaults) / native, ms per utterance, one call per utterance
+OURS = "native (per utt)"
+BASELINE = "SpeechBrain CTCBeamSearcher defaults (per utt)"
+SIZES = {  # frames, labels, utterances, beam, timed repeats, warm-up rounds, posterior regimes
+    "full": dict(T=300, V=42, n_utts=8, beam=10, repeats=5, warmup=1, kinds=("peaky", "flat")),
+    "quick": dict(T=300, V=42, n_utts=4, beam=10, repeats=5, warmup=1, kinds=("peaky",)),
+    "smoke": dict(T=20, V=42, n_utts=1, beam=10, repeats=1, warmup=1, kinds=("peaky",)),
+}
 
 
 def make_posteriors(kind: str, n_utts: int, T: int, V: int, seed: int) -> Tensor:
@@ -61,95 +60,69 @@ def make_posteriors(kind: str, n_utts: int, T: int, V: int, seed: int) -> Tensor
     return logits.log_softmax(-1)
 
 
-def _time(fn: Callable[[], list[list[int]]], repeats: int) -> tuple[float, list[list[int]]]:
-    best, out = float("inf"), []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+def methods(lp: Tensor, lens: Tensor, beam: int, exact_speechbrain: bool = False
+            ) -> Dict[str, Callable[[], List[List[int]]]]:
+    """Every decoding method on ``lp``: greedy, each available backend per utterance and batched, and SpeechBrain's
+    ``CTCBeamSearcher`` with its defaults (the baseline); the exact SpeechBrain backends only when asked."""
+    n_utts, T, V = lp.shape
+    out: Dict[str, Callable[[], List[List[int]]]] = {"greedy": lambda: ctc_greedy_decode(lp, lens)}
+    for backend in available_backends():
+        if backend == "speechbrain" and not exact_speechbrain:
+            continue
+        dec = CTCBeamSearch(blank=0, beam_size=beam, backend=backend)
+        out[f"{backend} (per utt)"] = lambda d=dec: [d(lp[i:i + 1], lens[i:i + 1])[0] for i in range(n_utts)]
+        out[f"{backend} (batch {n_utts})"] = lambda d=dec: d(lp, lens)
+    if exact_speechbrain and "speechbrain" in available_backends():
+        dec = CTCBeamSearch(blank=0, beam_size=beam, backend="speechbrain_prefix")
+        out["speechbrain_prefix (per utt)"] = lambda d=dec: d(lp, lens)
+    reference = _SpeechBrainDecoder(V, 0, beam, speechbrain_defaults=True)
+    out[BASELINE] = lambda: reference(lp, [T] * n_utts)
+    return out
 
 
-def benchmark_beam_search(
-    T: int = 300,
-    V: int = 42,
-    n_utts: int = 8,
-    beam: int = 10,
-    seed: int = 0,
-    repeats: int = 2,
-    skip_slow: bool = False,
-    kinds: tuple[str, ...] = ("peaky", "flat"),
-) -> list[dict]:
-    """Time every available backend; one dict per (posterior kind, method)."""
-    torch.set_num_threads(1)
-    rows: list[dict] = []
-    backends = [b for b in available_backends() if b != "speechbrain" or not skip_slow]
-    for kind in kinds:
-        lp = make_posteriors(kind, n_utts, T, V, seed)
+def run(size: str = "full", seed: int = 0, threads: Optional[int] = None,
+        exact_speechbrain: bool = False) -> BenchResult:
+    cfg = SIZES[check_size(size)]
+    threads = set_threads(threads)
+    n_utts, T = cfg["n_utts"], cfg["T"]
+    res = BenchResult("decoding", params=dict(size=size, T=T, V=cfg["V"], beam=cfg["beam"], n_utts=n_utts,
+                                              repeats=cfg["repeats"], warmup=cfg["warmup"], threads=threads,
+                                              seed=seed))
+    rows = []
+    for kind in cfg["kinds"]:
+        lp = make_posteriors(kind, n_utts, T, cfg["V"], seed)
         lens = torch.full((n_utts,), T, dtype=torch.long)
-        methods: dict[str, Callable[[], list[list[int]]]] = {}
-        methods["greedy"] = lambda: ctc_greedy_decode(lp, lens)
-        for b in backends:
-            dec = CTCBeamSearch(blank=0, beam_size=beam, backend=b)
-            # per-utterance calls (the plan's unit) ...
-            methods[f"{b} (per utt)"] = lambda d=dec: [
-                d(lp[i : i + 1], lens[i : i + 1])[0] for i in range(n_utts)
-            ]
-            # ... and one batched call
-            methods[f"{b} (batch {n_utts})"] = lambda d=dec: d(lp, lens)
-        if not skip_slow and "speechbrain" in backends:
-            dec = CTCBeamSearch(blank=0, beam_size=beam, backend="speechbrain_prefix")
-            methods["speechbrain_prefix (per utt)"] = lambda d=dec: d(lp, lens)
-        sb_ref = _SpeechBrainDecoder(V, 0, beam, speechbrain_defaults=True)
-        ref_name = "SpeechBrain CTCBeamSearcher defaults (per utt)"
-        methods[ref_name] = lambda: sb_ref(lp, [T] * n_utts)
-
-        results = {name: _time(fn, repeats) for name, fn in methods.items()}
-        native_out = results.get("native (batch %d)" % n_utts, (0.0, []))[1]
-        ref_ms = 1000 * results[ref_name][0] / n_utts
-        for name, (sec, out) in results.items():
-            ms = 1000 * sec / n_utts
-            rows.append(
-                dict(
-                    posteriors=kind,
-                    method=name,
-                    ms_per_utt=ms,
-                    speedup_vs_sb=ref_ms / ms if ms > 0 else float("inf"),
-                    agree_native=sum(a == b for a, b in zip(out, native_out)) / n_utts,
-                    mean_loglik=float(ctc_log_likelihood(lp, lens, out).mean()),
-                )
-            )
-    return rows
+        outputs: Dict[str, List[List[int]]] = {}
+        fns = {name: (lambda n=name, f=fn: outputs.__setitem__(n, f()))
+               for name, fn in methods(lp, lens, cfg["beam"], exact_speechbrain).items()}
+        times = interleaved_times(fns, repeats=cfg["repeats"], warmup=cfg["warmup"])
+        ms = {name: 1000 * median(v) / n_utts for name, v in times.items()}
+        ratio = ms[BASELINE] / ms[OURS]
+        res.summary.append(SummaryRow(
+            f"CTC beam search ({kind} posteriors), one call per utterance: native vs SpeechBrain CTCBeamSearcher",
+            ms[OURS], ms[BASELINE], "ms/utt", ratio, "baseline/ours", f">= {GOAL:g}x", ratio >= GOAL,
+            note=f"min–max {spread(times[OURS], 1000 / n_utts)} vs {spread(times[BASELINE], 1000 / n_utts)} ms/utt"))
+        native = outputs[f"native (batch {n_utts})"]
+        for name, v in times.items():
+            rows.append([kind, name, ms[name], spread(v, 1000 / n_utts), ms[BASELINE] / ms[name],
+                         sum(a == b for a, b in zip(outputs[name], native)) / n_utts,
+                         float(ctc_log_likelihood(lp, lens, outputs[name]).mean())])
+    res.add_detail(f"CTC beam search, T={T}, V={cfg['V']}, beam {cfg['beam']}, {n_utts} utts "
+                   f"(median of {cfg['repeats']} interleaved repeats after {cfg['warmup']} warm-up, {threads} thread"
+                   f"{'s' if threads != 1 else ''})",
+                   ["posteriors", "method", "ms/utt", "min–max", "speed vs SB CTCBeamSearcher", "= native",
+                    "mean log p(y|x)"], rows)
+    return res
 
 
-def to_markdown(rows: list[dict], T: int, V: int, beam: int, n_utts: int) -> str:
-    head = (
-        f"CTC beam search, T={T}, V={V}, beam={beam}, {n_utts} utts, "
-        f"torch threads=1\n\n"
-        "| posteriors | method | ms/utt | speed vs SB CTCBeamSearcher | "
-        "= native | mean log p(y|x) |\n|---|---|---:|---:|---:|---:|\n"
-    )
-    lines = [
-        f"| {r['posteriors']} | {r['method']} | {r['ms_per_utt']:.2f} | "
-        f"{r['speedup_vs_sb']:.1f}x | {r['agree_native']:.2f} | {r['mean_loglik']:.1f} |"
-        for r in rows
-    ]
-    return head + "\n".join(lines)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--T", type=int, default=300)
-    ap.add_argument("--V", type=int, default=42)
-    ap.add_argument("--n-utts", type=int, default=8)
-    ap.add_argument("--beam", type=int, default=10)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--skip-slow", action="store_true", help="skip exact SpeechBrain backends")
-    a = ap.parse_args()
-    rows = benchmark_beam_search(a.T, a.V, a.n_utts, a.beam, a.seed, a.repeats, a.skip_slow)
-    print(to_markdown(rows, a.T, a.V, a.beam, a.n_utts))
+def main(argv=None) -> int:
+    ap = size_parser(__doc__)
+    ap.add_argument("--exact-speechbrain", action="store_true",
+                    help="also SpeechBrain's backends without pruning (0.4-1.8 s per utterance)")
+    a = ap.parse_args(argv)
+    print_result(run(size_of(a), threads=a.threads, exact_speechbrain=a.exact_speechbrain), a.json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

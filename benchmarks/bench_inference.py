@@ -33,7 +33,7 @@ process spinning on one more core ("busy"): the four configurations timed in tur
 the spinning process started for the busy half of each repeat and stopped after it. The ratios
 busy / idle of each thread setting and default / one thread when busy come from the same run.
 
-Usage: ``python -m benchmarks.bench_inference [--quick|--smoke] [--json]``
+Usage: ``python -m benchmarks.bench_inference [--quick|--smoke] [--json] [--threads N]``
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def predicted_ratio(pre: float, post: float, big: float, small: float, p: float)
 
 def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, p_big: float = P_BIG) -> BenchResult:
     cfg = SIZES[check_size(size)]
-    threads = set_threads(threads, size)
+    threads = set_threads(threads)
     seed_everything(seed)
     res = BenchResult("inference", params=dict(size=size, batch=cfg["batch"], frames=f"{cfg['t_min']}-{cfg['t_max']}",
                                                p_big=p_big, repeats=cfg["repeats"], warmup=cfg["warmup"],

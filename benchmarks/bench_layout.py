@@ -10,17 +10,20 @@ one run, ...). Reported: the total real frames per second of each layout (side b
 over the runs of real frames per step / median step time), the ratio of the two, each run's step
 time, and how much of the side-by-side runs' timed windows overlapped.
 
-Usage: ``python -m benchmarks.bench_layout [--quick|--smoke] [--json] [--threads N]``
-(N: the cores to share; default all of them).
+Usage: ``python -m benchmarks.bench_layout [--quick|--smoke] [--json] [--cores N]``
+(N: the cores to share; default all of them: ``os.cpu_count()``, whatever the suite's ``--threads``,
+which this benchmark does not take: its layouts are N threads and N times 1 thread).
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
 from typing import Dict, List, Optional
 
-from benchmarks.common import (BenchResult, SummaryRow, check_size, default_threads, finish_worker, format_result,
-                               median, start_worker, timed_training_steps, worker_parser)
+from benchmarks.common import (BenchResult, SummaryRow, check_size, finish_worker, median, positive_int, print_result,
+                               size_of, start_worker, timed_training_steps, worker_parser)
 
 SIZES = {  # batch, min frames, max frames, timed steps per process, rounds of both layouts
     "full": dict(batch=32, t_min=300, t_max=800, steps=3, rounds=2),
@@ -56,9 +59,9 @@ def overlap(windows: List[List[float]]) -> float:
     return max(0.0, end - start) / union if union > 0 else 1.0
 
 
-def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> BenchResult:
+def run(size: str = "full", seed: int = 0, cores: Optional[int] = None) -> BenchResult:
     cfg = SIZES[check_size(size)]
-    cores = threads or (2 if size == "smoke" else default_threads())  # smoke: both layouts, on any machine
+    cores = cores or (2 if size == "smoke" else os.cpu_count() or 1)  # smoke: both layouts, on any machine
     res = BenchResult("layout", params=dict(size=size, batch=cfg["batch"], frames=f"{cfg['t_min']}-{cfg['t_max']}",
                                             timed_steps=cfg["steps"], rounds=cfg["rounds"], cores=cores, seed=seed,
                                             method="fresh subprocesses; the layouts alternate"))
@@ -87,14 +90,14 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None) -> Ben
 
 
 def main(argv=None) -> int:
-    ap = worker_parser(__doc__, ["ours"])
-    ap.add_argument("--steps", type=int, default=3)
+    ap = worker_parser(__doc__, ["ours"], threads=False)  # --threads: the workers'
+    ap.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
+    ap.add_argument("--cores", type=positive_int, help="the cores to share (default: all of them)")
     a = ap.parse_args(argv)
     if a.worker:
-        print(json.dumps(timed_training_steps(True, a.batch, a.t_min, a.t_max, a.steps, a.seed, a.threads or 1)))
+        print(json.dumps(timed_training_steps(True, a.batch, a.t_min, a.t_max, a.steps, a.seed, a.threads)))
         return 0
-    res = run("smoke" if a.smoke else "quick" if a.quick else "full", threads=a.threads or None)
-    print(json.dumps(res.as_dict(), indent=2) if a.json else format_result(res))
+    print_result(run(size_of(a), cores=a.cores), a.json)
     return 0
 
 

@@ -38,14 +38,18 @@ per-frame networks, BiGRU post-net.
 
 The controller is a random one with p_big = 0.65 (the calibrated Mini-LibriSpeech mean): the
 routing cost depends only on the fraction of big frames. Steps of all configurations are
-interleaved (A B C ... A B C ...), after one warm-up step each; the median step time is reported,
-with real (unpadded) frames per second = real frames of the batch / step time.
+interleaved (A B C ... A B C ...), after one warm-up step each on its own configuration; the
+median step time is reported with its min-max, and real (unpadded) frames per second = real
+frames of the batch / step time. The headline configurations (ours in each precision, bucketed,
+the authors' step) are timed ``steps`` times; the factors and packed ``nn.GRU`` (information
+only, the packed step is the slowest by far) ``factor_steps`` times, in the first rounds, and are
+compared with ours and the authors' step over those same rounds.
 
 On a GPU (``--device cuda``) the same steps run there, bf16 under ``torch.autocast("cuda")``;
 the batches are made on the CPU and moved to the GPU before timing, and each step is timed until
 the GPU has finished it.
 
-Usage: ``python -m benchmarks.bench_training [--quick|--smoke] [--json] [--device cuda]``
+Usage: ``python -m benchmarks.bench_training [--quick|--smoke] [--json] [--threads N] [--device cuda]``
 """
 from __future__ import annotations
 
@@ -71,6 +75,7 @@ from benchmarks.common import (
     resolve_device,
     seed_everything,
     set_threads,
+    spread,
     synchronize,
     synthetic_lengths,
     lengths_mask,
@@ -82,10 +87,10 @@ P_BIG = 0.65
 SAMPLE_RATE = 16000
 N_BUCKETS = 16  # a bucketed batch is the middle one of this many sorted batches
 GOAL = 5.0  # ours (best precision) vs the authors' step
-SIZES = {  # batch, min frames, max frames, timed steps, warm-up steps
-    "full": dict(batch=32, t_min=300, t_max=800, steps=2, warmup=1),
-    "quick": dict(batch=8, t_min=30, t_max=60, steps=2, warmup=1),
-    "smoke": dict(batch=2, t_min=4, t_max=8, steps=1, warmup=0),
+SIZES = {  # batch, min frames, max frames, timed steps of the headline configurations and of the others, warm-up steps
+    "full": dict(batch=32, t_min=300, t_max=800, steps=5, factor_steps=3, warmup=1),
+    "quick": dict(batch=8, t_min=30, t_max=60, steps=5, factor_steps=3, warmup=1),
+    "smoke": dict(batch=2, t_min=4, t_max=8, steps=1, factor_steps=1, warmup=0),
 }
 
 
@@ -110,6 +115,7 @@ FACTORS = {  # factor -> config with only that choice switched away from ours
     "reversal BiGRU vs unpacked nn.GRU": "ours + unpacked nn.GRU",
 }
 PACKED_FACTOR = "reversal BiGRU vs packed nn.GRU, which the authors' code did not use"
+HEADLINE = (OURS, OURS_BF16, OURS_BUCKETED, AUTHORS, AUTHORS_BF16)  # timed ``steps`` times; the others fewer
 
 
 def best_precision(device: str = "cpu") -> str:
@@ -372,10 +378,10 @@ def product_floor(model: StepModel, batches: List[Batch], seed: int, device: str
 def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device: str = "cpu") -> BenchResult:
     cfg = SIZES[check_size(size)]
     device = str(resolve_device(device))
-    threads = set_threads(threads, size)
+    threads = set_threads(threads)
     seed_everything(seed)
-    steps = repeats_on(device, cfg["steps"])
-    n = steps + cfg["warmup"]
+    steps, few = repeats_on(device, cfg["steps"]), repeats_on(device, cfg["factor_steps"])
+    n = max(steps, few) + cfg["warmup"]
     data = {"random": make_batches(n, cfg["batch"], cfg["t_min"], cfg["t_max"], seed, waveforms=True),
             "bucketed": make_batches(n, cfg["batch"], cfg["t_min"], cfg["t_max"], seed, bucketed=True)}
     data = {kind: [b.to(device) for b in batches] for kind, batches in data.items()}
@@ -389,23 +395,29 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device
         step_index["i"] = i
         torch.manual_seed(seed + i)  # same routing draws for every configuration at step i
 
-    times = interleaved_times(fns, repeats=steps, warmup=cfg["warmup"], before_each=before, device=device)
+    counts = {name: steps if name in HEADLINE else few for name in specs}
+    times = interleaved_times(fns, repeats=counts, warmup=cfg["warmup"], before_each=before, device=device)
     t = {name: median(v) for name, v in times.items()}
-    timed = slice(cfg["warmup"], None)
-    real = {name: sum(b.real_frames for b in data[s.batching][timed]) / steps for name, s in specs.items()}
-    padded = {name: sum(b.padded_frames for b in data[s.batching][timed]) / steps
-              for name, s in specs.items()}
+    timed = slice(cfg["warmup"], cfg["warmup"] + steps)
+    batches = {name: data[s.batching][cfg["warmup"]:cfg["warmup"] + counts[name]] for name, s in specs.items()}
+    real = {name: sum(b.real_frames for b in batches[name]) / counts[name] for name in specs}
+    padded = {name: sum(b.padded_frames for b in batches[name]) / counts[name] for name in specs}
     fps = {name: real[name] / t[name] for name in specs}
+    # the others against ours fp32 and the authors' step over the same (first) rounds
+    t_ours_few = median(times[OURS][:few])
+    fps_authors_few = sum(b.real_frames for b in batches[AUTHORS][:few]) / few / median(times[AUTHORS][:few])
 
     best = best_precision(device)
     res = BenchResult("training", params=dict(size=size, batch=cfg["batch"], frames=f"{cfg['t_min']}-{cfg['t_max']}",
-                                              timed_steps=steps, warmup=cfg["warmup"], p_big=P_BIG,
+                                              timed_steps=steps, timed_steps_factors=few, warmup=cfg["warmup"],
+                                              p_big=P_BIG,
                                               device=device, threads=threads, seed=seed,
                                               bf16_native=bf16_supported(device), best_precision=best))
     no_bf16 = f"skipped: this {'GPU' if device.startswith('cuda') else 'CPU'} has no native bf16"
 
-    def fps_note(name: str) -> str:
-        return f"{fps[name]:,.0f} vs {fps[AUTHORS]:,.0f} real frames/s"
+    def fps_note(name: str, baseline: str = AUTHORS) -> str:
+        return (f"{fps[name]:,.0f} vs {fps[baseline]:,.0f} real frames/s; s/step min–max {spread(times[name])} vs "
+                f"{spread(times[baseline])}")
 
     shape = f"batch {cfg['batch']} x {cfg['t_min']}-{cfg['t_max']} frames"
     best_name = OURS_BF16 if best == "bf16" else OURS
@@ -422,7 +434,7 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device
         res.summary.append(SummaryRow("training step, both in bf16 autocast: ours vs the authors' step",
                                       t[OURS_BF16], t[AUTHORS_BF16], "s/step", t[AUTHORS_BF16] / t[OURS_BF16],
                                       "baseline/ours", "info", None,
-                                      note=f"{fps[OURS_BF16]:,.0f} vs {fps[AUTHORS_BF16]:,.0f} real frames/s"))
+                                      note=fps_note(OURS_BF16, AUTHORS_BF16)))
     else:
         res.summary.append(SummaryRow("training step: ours bf16 autocast vs the authors' step", None, None, "s/step",
                                       None, "-", "info", None, note=no_bf16))
@@ -432,8 +444,9 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device
                                   note=f"padding {1 - real[OURS_BUCKETED] / padded[OURS_BUCKETED]:.0%} vs "
                                        f"{1 - real[AUTHORS] / padded[AUTHORS]:.0%}"))
     for factor, config in [*FACTORS.items(), (PACKED_FACTOR, PACKED)]:
-        res.summary.append(SummaryRow(f"training factor: {factor}", t[OURS], t[config], "s/step", t[config] / t[OURS],
-                                      "baseline/ours", "info", None))
+        res.summary.append(SummaryRow(f"training factor: {factor}", t_ours_few, t[config], "s/step",
+                                      t[config] / t_ours_few, "baseline/ours", "info", None,
+                                      note=f"median of {few} steps each, the same rounds"))
     floor = product_floor(models[OURS_BUCKETED], data["bucketed"][timed], seed + cfg["warmup"], device)
     floor_s = floor["seconds"]
     floor_fps = real[OURS_BUCKETED] / floor_s
@@ -451,28 +464,32 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device
 
     rows = []
     for name, spec in specs.items():
-        rows.append([name, spec.precision, spec.batching, t[name], min(times[name]), max(times[name]), real[name],
-                     f"{1 - real[name] / padded[name]:.0%}", fps[name], fps[name] / fps[AUTHORS], t[name] / t[OURS]])
+        headline = name in HEADLINE
+        rows.append([name, spec.precision, spec.batching, t[name], min(times[name]), max(times[name]), counts[name],
+                     real[name], f"{1 - real[name] / padded[name]:.0%}", fps[name],
+                     fps[name] / (fps[AUTHORS] if headline else fps_authors_few),
+                     t[name] / (t[OURS] if headline else t_ours_few)])
     if not native:
-        rows.insert(1, [OURS_BF16, "bf16", "random", no_bf16] + [None] * 7)
-        rows.append([AUTHORS_BF16, "bf16", "random", no_bf16] + [None] * 7)
-    res.add_detail("Time per training step (median of interleaved steps); speed = real frames/s relative to the "
-                   "authors' step",
-                   ["configuration", "precision", "batches", "s/step (median)", "min", "max", "real frames/step",
-                    "padding", "real frames/s", "speed vs authors' step", "time / ours fp32"], rows)
+        rows.insert(1, [OURS_BF16, "bf16", "random", no_bf16] + [None] * 8)
+        rows.append([AUTHORS_BF16, "bf16", "random", no_bf16] + [None] * 8)
+    res.add_detail(f"Time per training step (median of interleaved steps after {cfg['warmup']} warm-up); speed = real "
+                   f"frames/s relative to the authors' step (configurations timed fewer times: over the same rounds)",
+                   ["configuration", "precision", "batches", "s/step (median)", "min", "max", "timed steps",
+                    "real frames/step", "padding", "real frames/s", "speed vs authors' step", "time / ours fp32"],
+                   rows)
     res.add_detail(f"Matrix products of ours ({best}), length-bucketed, per step (forward and backward), each shape "
                    f"timed alone as torch.mm", ["products", "calls", "GMAC", "seconds", "GMAC/s", "share of the floor"],
                    [[kind, calls, macs / 1e9, sec, macs / sec / 1e9 if sec else None, sec / floor_s]
                     for kind, (calls, macs, sec) in floor["by_kind"].items()])
     product = 1.0
     for config in FACTORS.values():
-        product *= t[config] / t[OURS]
-    res.add_detail("Contribution of each factor (slow-down of ours fp32 when only that choice is the authors')",
-                   ["factor", "slow-down vs ours fp32"],
-                   [[f, t[c] / t[OURS]] for f, c in FACTORS.items()]
+        product *= t[config] / t_ours_few
+    res.add_detail(f"Contribution of each factor (slow-down of ours fp32 when only that choice is the authors'; "
+                   f"medians of the first {few} timed rounds)", ["factor", "slow-down vs ours fp32"],
+                   [[f, t[c] / t_ours_few] for f, c in FACTORS.items()]
                    + [["product of the three factors", product],
-                      ["authors' step (all three)", t[AUTHORS] / t[OURS]],
-                      [PACKED_FACTOR, t[PACKED] / t[OURS]]])
+                      ["authors' step (all three)", median(times[AUTHORS][:few]) / t_ours_few],
+                      [PACKED_FACTOR, t[PACKED] / t_ours_few]])
     return res
 
 

@@ -2,8 +2,9 @@
 
 Every benchmark returns a :class:`BenchResult`: summary rows (one per headline figure: ours,
 baseline, ratio, target, met?) and detail tables, all measured in the same process and run.
-Sizes come in three levels: ``full`` (the plan's sizes), ``quick`` (whole suite well under a
-minute) and ``smoke`` (the tiniest shapes, for the unit test; timings meaningless).
+Sizes come in three levels: ``full`` (the plan's sizes), ``quick`` (the whole suite in a few
+minutes) and ``smoke`` (the tiniest shapes, for the unit test; timings meaningless). Every benchmark
+runs torch on an explicit thread count (``--threads N``, default :data:`DEFAULT_THREADS`).
 """
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
 
+from surprisal_cc.arguments import positive_int
 from surprisal_cc.inference import resolve_device  # a ValueError for a missing CUDA device
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,26 +46,30 @@ def seed_everything(seed: int = 0) -> None:
         pass
 
 
-def default_threads() -> int:
-    """The suite's thread count: ``os.cpu_count()`` (or ``$SURPRISAL_CC_BENCH_THREADS``)."""
-    return int(os.environ.get("SURPRISAL_CC_BENCH_THREADS", os.cpu_count() or 1))
+DEFAULT_THREADS = 1  # torch threads of every benchmark unless told (--threads N): explicit, never the core count
 
 
-def set_threads(n: Optional[int] = None, size: str = "full") -> int:
-    """Set torch's intra-op threads: ``n``, else 1 for ``smoke`` sizes (tiny shapes), else :func:`default_threads`."""
-    n = n or (1 if size == "smoke" else default_threads())
+def set_threads(n: Optional[int] = None) -> int:
+    """Set torch's intra-op threads to ``n`` (default :data:`DEFAULT_THREADS`); returns the count set."""
+    n = n or DEFAULT_THREADS
     torch.set_num_threads(n)
     return n
 
 
-def cpu_model() -> str:
+def cpu_model_line() -> str:
+    """The first ``model name`` line of ``/proc/cpuinfo`` as it stands, or "" where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
+                return line.strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return ""
+
+
+def cpu_model() -> str:
+    line = cpu_model_line()
+    return line.split(":", 1)[1].strip() if ":" in line else platform.processor() or platform.machine()
 
 
 def device_name(device: str = "cpu") -> str:
@@ -95,22 +101,75 @@ def full_fp32():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def machine_info(device: str = "cpu") -> Dict[str, Any]:
+def load_average() -> List[float]:
+    """The 1, 5 and 15-minute load averages (NaN where the system has none)."""
     try:
-        load = os.getloadavg()
+        return [round(x, 2) for x in os.getloadavg()]
     except OSError:  # pragma: no cover
-        load = (float("nan"),) * 3
+        return [float("nan")] * 3
+
+
+def git_revision() -> Optional[str]:
+    """``git rev-parse HEAD`` of the checkout holding the benchmarks, with ``+dirty`` when tracked files differ
+    from it; None where git or the repository is missing."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+
+
+THREAD_VARIABLES = ("OMP_", "MKL_", "ATEN_")  # prefixes of the environment variables that steer torch's threads
+
+
+def machine_info(device: str = "cpu", threads: Optional[int] = None) -> Dict[str, Any]:
+    """What a timing depends on: the machine, torch, the thread count and settings, the load, the revision."""
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "git_revision": git_revision(),
         "cpu": cpu_model(),
+        "cpu_model_line": cpu_model_line(),
         "cores": os.cpu_count(),
         "device": str(device) if torch.device(device).type == "cpu" else f"{device} ({device_name(device)})",
         "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": threads if threads is not None else torch.get_num_threads(),
         "torch_threads": torch.get_num_threads(),
+        "thread_environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(THREAD_VARIABLES)},
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "load_average_1_5_15": [round(x, 2) for x in load],
+        "load_average_1_5_15": load_average(),
     }
+
+
+def load_warning(cores: int, threads: int, before: float, after: Optional[float] = None) -> Optional[str]:
+    """One line of warning when the 1-minute load average exceeds the cores the benchmarks leave free plus 0.5,
+    ``(cores - threads) + 0.5``: ``before`` the run, or ``after`` it less the benchmarks' own ``threads``; None
+    otherwise (and where the system has no load average: NaN).
+
+    Example
+    -------
+    >>> load_warning(2, 1, before=0.3, after=1.2) is None
+    True
+    >>> load_warning(2, 1, before=2.1)
+    'WARNING: timings from a loaded machine: 1-minute load average 2.10 before the run > (2 cores - 1 threads) + 0.5'
+    """
+    limit = (cores - threads) + 0.5
+    over = []
+    if before > limit:  # False for NaN
+        over.append(f"{before:.2f} before the run")
+    if after is not None and after - threads > limit:
+        over.append(f"{after:.2f} after it (less its own {threads})")
+    if not over:
+        return None
+    return (f"WARNING: timings from a loaded machine: 1-minute load average {', '.join(over)} > ({cores} cores - "
+            f"{threads} threads) + 0.5")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -209,18 +268,31 @@ def format_result(result: BenchResult) -> str:
 # ----------------------------------------------------------------------------------------------
 # Timing
 # ----------------------------------------------------------------------------------------------
-def interleaved_times(fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: int = 1,
+def interleaved_times(fns: Mapping[str, Callable[[], Any]], repeats: Union[int, Mapping[str, int]], warmup: int = 1,
                       before_each: Optional[Callable[[str, int], None]] = None,
                       device: str = "cpu") -> Dict[str, List[float]]:
     """Wall-clock seconds of every function, interleaved (A B C A B C ...) after ``warmup`` rounds.
 
-    Interleaving spreads slow phases of a shared machine over all candidates alike.
-    ``before_each(name, i)`` runs untimed before each call (e.g. to reseed). On a CUDA ``device``
-    each call is timed from an idle GPU until its queued work has finished.
+    Interleaving spreads slow phases of a shared machine over all candidates alike. ``repeats``: the timed
+    calls of every function, or a mapping from name to timed calls: a function with fewer runs in the first
+    rounds only (its warm-up and timed calls interleaved with the same rounds of the others).
+    ``before_each(name, i)`` runs untimed before each call of round ``i`` (e.g. to reseed). On a CUDA
+    ``device`` each call is timed from an idle GPU until its queued work has finished.
+
+    Example
+    -------
+    >>> calls = []
+    >>> times = interleaved_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+    ...                           repeats={"a": 2, "b": 1}, warmup=1)
+    >>> calls, {name: len(t) for name, t in times.items()}
+    (['a', 'b', 'a', 'b', 'a'], {'a': 2, 'b': 1})
     """
+    counts = {name: repeats if isinstance(repeats, int) else repeats[name] for name in fns}
     times: Dict[str, List[float]] = {name: [] for name in fns}
-    for i in range(warmup + repeats):
+    for i in range(warmup + max(counts.values(), default=0)):
         for name, fn in fns.items():
+            if i >= warmup + counts[name]:
+                continue
             if before_each is not None:
                 before_each(name, i)
             synchronize(device)
@@ -235,6 +307,17 @@ def interleaved_times(fns: Mapping[str, Callable[[], Any]], repeats: int, warmup
 
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
+
+
+def spread(xs: Sequence[float], scale: float = 1.0) -> str:
+    """``min–max`` of ``xs`` times ``scale``, for a median's note.
+
+    Example
+    -------
+    >>> spread([0.0123, 0.0101, 0.0110], scale=1000)
+    '10.1–12.3'
+    """
+    return f"{fmt(min(xs) * scale)}–{fmt(max(xs) * scale)}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -340,43 +423,58 @@ def bf16_supported(device: str = "cpu") -> bool:
     return native_bf16(device)
 
 
-def size_cli(run, doc: str, argv=None) -> int:
-    """Shared command line of the size-levelled benchmarks: ``[--quick|--smoke] [--json] [--device D]``
-    (``--device`` for the benchmarks whose ``run`` takes one)."""
+def size_parser(doc: str, threads: bool = True):
+    """The options every benchmark's command line shares: ``[--quick|--smoke] [--json] [--threads N]``
+    (``threads=False``: ``--threads`` left out of the help, for a benchmark that sets its own)."""
     import argparse
-    import inspect
-    import json
 
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (seconds instead of minutes)")
+    ap.add_argument("--smoke", action="store_true", help="tiniest sizes (tests; timings meaningless)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS,
+                    help=f"torch threads (default {DEFAULT_THREADS})" if threads else argparse.SUPPRESS)
+    return ap
+
+
+def size_of(args) -> str:
+    return "smoke" if args.smoke else "quick" if args.quick else "full"
+
+
+def print_result(result: BenchResult, as_json: bool) -> None:
+    import json
+
+    print(json.dumps(result.as_dict(), indent=2, default=str) if as_json else format_result(result))
+
+
+def size_cli(run, doc: str, argv=None) -> int:
+    """Shared command line of the size-levelled benchmarks: ``[--quick|--smoke] [--json] [--threads N]
+    [--device D]`` (``--device`` for the benchmarks whose ``run`` takes one)."""
+    import inspect
+
+    ap = size_parser(doc)
     takes_device = "device" in inspect.signature(run).parameters
     if takes_device:
         ap.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     a = ap.parse_args(argv)
     kwargs = {"device": str(resolve_device(a.device))} if takes_device else {}
-    res = run("smoke" if a.smoke else "quick" if a.quick else "full", **kwargs)
-    print(json.dumps(res.as_dict(), indent=2) if a.json else format_result(res))
+    print_result(run(size_of(a), threads=a.threads, **kwargs), a.json)
     return 0
 
 
-def worker_parser(doc: str, configs: Iterable[str]):
+def worker_parser(doc: str, configs: Iterable[str], threads: bool = True):
     """Command line of a benchmark that runs each configuration in a fresh subprocess of itself:
-    ``[--quick|--smoke] [--json]``, plus the options the parent passes to a worker (``--worker CONFIG
-    --batch --t-min --t-max --seed --threads``: :func:`worker_command`)."""
+    ``[--quick|--smoke] [--json] [--threads N]``, plus the options the parent passes to a worker (``--worker
+    CONFIG --batch --t-min --t-max --seed --threads``: :func:`worker_command`); ``threads``: as in
+    :func:`size_parser`."""
     import argparse
 
-    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--json", action="store_true")
+    ap = size_parser(doc, threads)
     ap.add_argument("--worker", choices=sorted(configs), help=argparse.SUPPRESS)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--t-min", type=int, default=300)
-    ap.add_argument("--t-max", type=int, default=800)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
+    ap.add_argument("--t-min", type=int, default=300, help=argparse.SUPPRESS)
+    ap.add_argument("--t-max", type=int, default=800, help=argparse.SUPPRESS)
+    ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     return ap
 
 

@@ -227,6 +227,9 @@ def cmd_bench(args, unknown: List[str]) -> int:
         command.append("--quick")
     if args.only is not None:  # benchmarks.run_all checks the names (an empty list is an error there)
         command.append(f"--only={args.only}")
+    command.append(f"--threads={args.threads}")
+    if args.output is not None:  # relative to the folder bench was started in, which is the checkout
+        command.append(f"--output={args.output}")
     if args.device != "cpu":
         command.append(f"--device={args.device}")
     return _run_forwarding_output(command, cwd=checkout)
@@ -785,6 +788,9 @@ def _add_bench_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="smaller sizes (seconds instead of minutes)")
     p.add_argument("--only", help="comma-separated benchmarks (training,inference,rnn,decoding,dataprep,memory,allocator,layout)")
+    p.add_argument("--threads", type=positive_int, default=1, metavar="N",
+                   help="torch threads of the benchmarks (default 1; timings compare only at a stated count)")
+    p.add_argument("--output", metavar="FILE.json", help="also write the results and machine information there")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: the training and rnn benchmarks there")
 
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks.run_all import BENCHMARKS, main, run_benchmarks
 from data_fixtures import make_librispeech_fixture, write_mfa_csv
+
+MACHINE_KEYS = ("date", "git_revision", "cpu", "cpu_model_line", "cores", "torch", "cpu_capability", "threads",
+                "torch_threads", "thread_environment", "load_average_1_5_15", "load_average_after", "load_warning")
 
 
 @pytest.fixture
@@ -35,8 +39,9 @@ def test_run_benchmarks_smoke_json(tiny_corpus, capsys):
     report = json.loads(capsys.readouterr().out)
     assert status == 0, report["errors"]
     assert report["size"] == "smoke"
-    for key in ("date", "cpu", "cores", "torch", "torch_threads"):
-        assert key in report["machine"]
+    for key in MACHINE_KEYS:
+        assert key in report["machine"], key
+    assert report["machine"]["threads"] == 1  # the default: explicit, not the core count
     assert set(report["benchmarks"]) == set(BENCHMARKS)
     for name, result in report["benchmarks"].items():
         assert result["skipped"] is None, (name, result["skipped"])
@@ -48,6 +53,99 @@ def test_run_benchmarks_smoke_json(tiny_corpus, capsys):
             assert _numeric(row["ratio"]) and row["ratio"] > 0, (name, row)
             assert _numeric(row["ours"]) and _numeric(row["baseline"]), (name, row)
             assert isinstance(row["target"], str) and row["met"] in (True, False, None)
+    memory = report["benchmarks"]["memory"]
+    assert "warm-up" in memory["params"]["method"] and "reuse" in memory["params"]["method"]
+    assert {row[-1] for row in memory["details"][0]["rows"]} <= {"yes", "upper bound"}
+
+
+def test_output_file_has_rows_and_machine(tmp_path, monkeypatch, capsys):
+    """``--output`` writes the JSON report: every benchmark's rows and the machine information; the decoding
+    benchmark's headline is a ratio against SpeechBrain's CTCBeamSearcher with a target and a met flag. On a
+    loaded machine the report's header carries a one-line warning."""
+    from benchmarks import bench_decoding, common, run_all
+
+    def loaded():
+        return [9.0, 9.0, 9.0]
+
+    monkeypatch.setattr(common, "load_average", loaded)
+    monkeypatch.setattr(run_all, "load_average", loaded)
+    out = tmp_path / "bench.json"
+    assert main(["--smoke", "--only", "decoding", "--threads", "1", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| benchmark | ours | baseline | ratio | target | met? |" in text
+    warning = [line for line in text.splitlines() if line.startswith("WARNING: timings from a loaded machine")]
+    assert len(warning) == 1 and "9.00 before the run, 9.00 after it" in warning[0]
+    report = json.loads(out.read_text())
+    machine = report["machine"]
+    for key in MACHINE_KEYS:
+        assert key in machine, key
+    assert machine["threads"] == 1 and machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert all(k.startswith(("OMP_", "MKL_", "ATEN_")) for k in machine["thread_environment"])
+    assert machine["load_average_1_5_15"] == [9.0, 9.0, 9.0] and machine["load_warning"] == warning[0]
+    decoding = report["benchmarks"]["decoding"]
+    assert decoding["params"]["threads"] == 1 and decoding["params"]["warmup"] >= 1
+    (row,) = decoding["summary"]  # smoke: peaky posteriors only
+    assert "SpeechBrain CTCBeamSearcher" in row["benchmark"] and row["unit"] == "ms/utt"
+    assert _numeric(row["ratio"]) and row["ratio"] == pytest.approx(row["baseline"] / row["ours"])
+    assert row["target"] == f">= {bench_decoding.GOAL:g}x" and row["met"] == (row["ratio"] >= bench_decoding.GOAL)
+    methods = [r[1] for r in decoding["details"][0]["rows"]]
+    assert bench_decoding.OURS in methods and bench_decoding.BASELINE in methods
+
+
+def test_cli_bench_passes_threads_and_output(tmp_path, monkeypatch, capsys):
+    from surprisal_cc.cli import main as cli_main
+
+    monkeypatch.setenv("SURPRISAL_CC_DATA", str(tmp_path / "nowhere"))  # dataprep: a quick skip
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # bench runs the checkout it is started in
+    out = tmp_path / "bench.json"
+    assert cli_main(["bench", "--only", "dataprep", "--threads", "2", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["machine"]["threads"] == 2 and report["benchmarks"]["dataprep"]["params"]["threads"] == 2
+
+
+def test_load_warning():
+    """One line when the 1-minute load exceeds the cores the benchmarks leave free plus 0.5; after the run, the
+    benchmarks' own threads are not counted against it."""
+    from benchmarks.common import load_warning
+
+    assert load_warning(2, 1, before=1.5) is None
+    assert load_warning(2, 1, before=1.6).startswith("WARNING: timings from a loaded machine")
+    assert load_warning(2, 2, before=0.6) is not None and load_warning(2, 2, before=0.5) is None
+    assert load_warning(2, 1, before=0.2, after=2.4) is None
+    warning = load_warning(2, 1, before=1.6, after=2.6)
+    assert "\n" not in warning and "1.60 before the run, 2.60 after it" in warning
+    assert load_warning(2, 1, before=float("nan"), after=float("nan")) is None
+
+
+def test_interleaved_times_fewer_repeats_for_some():
+    """A function with fewer repeats runs in the first rounds only, after the same warm-up round."""
+    from benchmarks.common import interleaved_times, spread
+
+    calls = []
+    times = interleaved_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                              repeats={"a": 3, "b": 1}, warmup=1)
+    assert calls == ["a", "b", "a", "b", "a", "a"]
+    assert [len(times["a"]), len(times["b"])] == [3, 1]
+    assert spread([0.0123, 0.0101, 0.0110], scale=1000) == "10.1–12.3"
+
+
+def test_headline_repeats():
+    """Full and quick sizes time the headline configurations at least 5 times, after a warm-up of the same
+    configuration (a fixed setting, not a timing)."""
+    from benchmarks import bench_allocator, bench_decoding, bench_rnn, bench_training
+
+    for size in ("full", "quick"):
+        assert bench_training.SIZES[size]["steps"] >= 5 and bench_training.SIZES[size]["warmup"] >= 1
+        assert bench_rnn.SIZES[size]["repeats"] >= 5 and bench_rnn.SIZES[size]["warmup"] >= 1
+        assert bench_decoding.SIZES[size]["repeats"] >= 5 and bench_decoding.SIZES[size]["warmup"] >= 1
+        assert bench_allocator.SIZES[size]["steps"] >= 5  # each process warms up on its own configuration
+
+
+def test_readme_targets_table_is_the_codes():
+    from benchmarks.run_all import targets_table
+
+    readme = (Path(__file__).resolve().parents[1] / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert targets_table() in readme, "benchmarks/README.md: paste `python -m benchmarks.run_all --targets`"
 
 
 def test_markdown_table_and_skip(tmp_path, monkeypatch, capsys):

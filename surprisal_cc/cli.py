@@ -8,7 +8,7 @@
     surprisal-cc report results/MiniLibriSpeech/grid --out docs/results/MiniLibriSpeech   # every table + plot
     surprisal-cc backfill-apc docs/results/MiniLibriSpeech [--dry-run]   # APC fingerprints of older results files
     surprisal-cc curves RUN_DIR[=LABEL] ... [--key PER] [--plot OUT.png]   # runs in progress too
-    surprisal-cc bench [--json] [--quick] [--only training,rnn] [--device cuda]
+    surprisal-cc bench [--json] [--quick] [--only training,rnn] [--device cuda] [--threads 1] [--output FILE.json]
     surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N]
     surprisal-cc transcribe AUDIO... [--model DIR] [--json | --format ctm] [--plot OUT.png] [--threads N]
     surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV|DIR] [--any-pronunciation] [--skip-bad] [--json]
@@ -974,7 +974,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as err:  # anything else still ends in one line; SURPRISAL_CC_TRACEBACK=1 shows the trace
         if os.environ.get("SURPRISAL_CC_TRACEBACK"):
             raise
-        print(f"error: {type(err).__name__}: {err} (set SURPRISAL_CC_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        message = " ".join(str(err).split())  # one line even for a library's multi-line message
+        if len(message) > 300:
+            message = message[:297] + "..."
+        print(f"error: {type(err).__name__}: {message} (set SURPRISAL_CC_TRACEBACK=1 for the traceback)",
+              file=sys.stderr)
         return 1
 
 

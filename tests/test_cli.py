@@ -1240,3 +1240,19 @@ def test_input_level_reads_a_quiet_file_as_its_louder_copy(model, tmp_path, caps
     assert "RMS level below" not in err  # scaled to -26 dBFS: no quiet-audio warning
     assert main(["transcribe", str(tmp_path / "loud.wav"), "--model", str(model), "--input-level", "6"]) == 1
     assert error_lines(capsys) == ["error: input level must be a number of dBFS in [-80, 0] (e.g. -26), got 6.0"]
+
+
+def test_an_unexpected_error_is_one_line_unless_the_traceback_is_asked_for(monkeypatch, capsys):
+    """A library's multi-line message (torch's load_state_dict lists every key) still ends in one line."""
+    def broken(args, unknown):
+        raise RuntimeError("Error(s) in loading state_dict for X:\n\tMissing key(s): " + "'a', " * 200)
+
+    monkeypatch.setitem(cli.COMMANDS, "transcribe", broken)
+    monkeypatch.delenv("SURPRISAL_CC_TRACEBACK", raising=False)
+    assert main(["transcribe", "a.flac"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: RuntimeError: Error(s) in loading state_dict for X: Missing")
+    assert "SURPRISAL_CC_TRACEBACK=1" in lines[0] and len(lines[0]) < 400
+    monkeypatch.setenv("SURPRISAL_CC_TRACEBACK", "1")
+    with pytest.raises(RuntimeError, match="Missing key"):
+        main(["transcribe", "a.flac"])

@@ -248,10 +248,24 @@ class TolerantLoader(yaml.SafeLoader):
     """Safe YAML loader that reads hyperpyyaml tags (``!ref``, ``!new:``...) as plain data."""
 
 
+class TaggedMapping(dict):
+    """A mapping that was tagged in YAML (an object's arguments: ``!new:``, ``!apply:``...), read as a
+    plain ``dict`` that remembers its ``tag``: :func:`changed_training_settings` compares the settings
+    such objects are built from, not the objects."""
+
+    def __init__(self, items=(), tag: str = ""):
+        super().__init__(items)
+        self.tag = tag
+
+
+for _dumper in (yaml.SafeDumper, yaml.Dumper):  # written back as the plain mapping it reads as
+    _dumper.add_representer(TaggedMapping, yaml.representer.SafeRepresenter.represent_dict)
+
+
 def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-    """The node under any ``!`` tag as a plain mapping, list or string."""
+    """The node under any ``!`` tag as a plain mapping (:class:`TaggedMapping`), list or string."""
     if isinstance(node, yaml.MappingNode):
-        return loader.construct_mapping(node, deep=True)
+        return TaggedMapping(loader.construct_mapping(node, deep=True), node.tag)
     if isinstance(node, yaml.SequenceNode):
         return loader.construct_sequence(node, deep=True)
     return loader.construct_scalar(node)
@@ -369,27 +383,79 @@ RESUMABLE_KEYS = frozenset({
 
 
 def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> List[str]:
-    """``"key: trained with X, requested Y"`` for each plain top-level setting (not in
-    :data:`RESUMABLE_KEYS`) that both configurations hold and that differs (numbers by value, however
-    written; a file by its content where both names lead to one).
+    """``"key: trained with X, requested Y"`` for each top-level setting (not in :data:`RESUMABLE_KEYS`)
+    that both configurations hold and that differs (:func:`_same_setting`: numbers by value, however
+    written; a file by its content where both names lead to one; mappings and lists, such as ``labels``,
+    ``mfa_labels`` or ``prepare_options``, entry by entry, leaving out entries named in
+    :data:`RESUMABLE_KEYS`; the arguments of objects, ``!new:`` and the like, are not compared: the
+    settings they are built from are).
 
     Example
     -------
     >>> changed_training_settings({"lr": 0.001, "number_of_epochs": 30, "seed": 1, "learned_penalty": "1e-05"},
     ...                           {"lr": 0.002, "number_of_epochs": 40, "seed": 1, "learned_penalty": 1e-05})
     ['lr: trained with 0.001, requested 0.002']
+    >>> changed_training_settings({"labels": {"train": "mfa", "test": "mfa"}},
+    ...                           {"labels": "{train: lexicon, test: mfa}"})
+    ["labels: trained with {'train': 'mfa', 'test': 'mfa'}, requested '{train: lexicon, test: mfa}'"]
     """
-    def plain(value) -> bool:
-        return not isinstance(value, (dict, list)) or (isinstance(value, list) and all(map(plain, value)))
-
-    def same_file(a, b) -> bool:  # one file by two names (relative and absolute, another working directory)
-        return isinstance(a, str) and isinstance(b, str) and Path(a).is_file() and Path(b).is_file() \
-            and filecmp.cmp(a, b, shallow=False)
-
     return [f"{key}: trained with {stored[key]!r}, requested {value!r}" for key, value in requested.items()
             if key in stored and key not in RESUMABLE_KEYS and not key.startswith("__")
-            and plain(value) and plain(stored[key]) and _as_number(stored[key]) != _as_number(value)
-            and not same_file(stored[key], value)]
+            and not _same_setting(stored[key], value)]
+
+
+def _same_setting(stored: Any, requested: Any) -> bool:
+    """Whether a setting a run was trained with and one requested are the same, as
+    :func:`changed_training_settings` compares them: YAML text of a mapping or list (``--labels="{train:
+    mfa}"``) as what it reads as; mappings entry by entry, an entry missing on one side as null, entries
+    named in :data:`RESUMABLE_KEYS` (``prepare_options``' ``data_folder``) left out, and a mapping the same
+    as null where every entry is null, or as one value where every entry is that value (``labels: mfa``
+    for every split); lists element-wise; a tagged mapping (an object's arguments, :class:`TaggedMapping`)
+    always the same; anything else as :func:`_as_number` reads it, or a file by its content where both
+    name one.
+
+    Example
+    -------
+    >>> _same_setting({"train": "a.csv", "test": None, "data_folder": "x"}, {"train": "a.csv", "data_folder": "y"})
+    True
+    >>> _same_setting([{"lr": 1}], [{"lr": "1.0"}]), _same_setting({"train": "mfa"}, {"train": "lexicon"})
+    (True, False)
+    >>> _same_setting({"train": "mfa", "test": "mfa"}, "mfa"), _same_setting({"train": None}, None)
+    (True, True)
+    """
+    if isinstance(stored, TaggedMapping) or isinstance(requested, TaggedMapping):
+        return True
+    if isinstance(stored, str) != isinstance(requested, str) and isinstance(stored, (str, Mapping, list, tuple)) \
+            and isinstance(requested, (str, Mapping, list, tuple)):
+        stored, requested = (_yaml_value(v) if isinstance(v, str) else v for v in (stored, requested))
+    if isinstance(stored, Mapping) != isinstance(requested, Mapping):  # one value for every entry, or null for none
+        mapping, value = (stored, requested) if isinstance(stored, Mapping) else (requested, stored)
+        if not isinstance(value, (list, tuple)) and (mapping or value is None):
+            return all(_same_setting(entry, value) for key, entry in mapping.items() if key not in RESUMABLE_KEYS)
+    if isinstance(stored, Mapping) and isinstance(requested, Mapping):
+        return all(_same_setting(stored.get(key), requested.get(key)) for key in {*stored, *requested}
+                   if key not in RESUMABLE_KEYS)
+    if isinstance(stored, (list, tuple)) and isinstance(requested, (list, tuple)):
+        return len(stored) == len(requested) and all(map(_same_setting, stored, requested))
+    if isinstance(stored, (Mapping, list, tuple)) or isinstance(requested, (Mapping, list, tuple)):
+        return stored == requested
+    return _as_number(stored) == _as_number(requested) or _same_file(stored, requested)
+
+
+def _yaml_value(text: str) -> Any:
+    """``text`` as YAML reads it (tags as plain data, :class:`TolerantLoader`), or the text itself where it is
+    not YAML."""
+    try:
+        return yaml.load(text, Loader=TolerantLoader)
+    except yaml.YAMLError:
+        return text
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` name one file by two names (relative and absolute, another working directory):
+    both files, with the same content."""
+    return isinstance(a, str) and isinstance(b, str) and Path(a).is_file() and Path(b).is_file() \
+        and filecmp.cmp(a, b, shallow=False)
 
 
 def _as_number(value: Any) -> Any:

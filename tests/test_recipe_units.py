@@ -2,7 +2,9 @@
 runs preparing them at the same moment never mix their files (surprisal_cc.labels.train_units)."""
 from __future__ import annotations
 
+import io
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,6 +154,61 @@ def test_resumed_training_keeps_the_settings_its_checkpoints_were_trained_with(t
     assert "lr: 0.001" in (run / "hyperparams.yaml").read_text()
     run_settings.create_experiment_directory(str(run), str(hparams_file), "number_of_epochs: 4", hparams=hparams)
     assert "number_of_epochs: 4" in (run / "hyperparams.yaml").read_text()
+
+
+def test_resumed_training_keeps_the_labels_its_checkpoints_were_trained_with(tmp_path):
+    """labels, mfa_labels and prepare_options are mappings: compared entry by entry (they were skipped, so a run
+    went on training on other labels); unchanged, they compare equal, however the command writes them, and the
+    resumable entries (prepare_options' data_folder) and objects' arguments (the epoch counter's limit) may change."""
+    hparams_file = tmp_path / "hparams.yaml"
+    hparams_file.write_text(f"seed: 1\nnumber_of_epochs: 2\noutput_folder: {tmp_path / 'run'}\n"
+                            "save_folder: !ref <output_folder>/save\ndata_folder: data\n"
+                            "labels: {train: mfa, valid: mfa, test: mfa}\nmfa_labels: {train: null, valid: null, test: null}\n"
+                            "prepare_options:\n    data_folder: !ref <data_folder>\n    labels: !ref <labels>\n"
+                            "    mfa_labels: !ref <mfa_labels>\n"
+                            "epoch_counter: !new:speechbrain.utils.epoch_loop.EpochCounter\n"
+                            "    limit: !ref <number_of_epochs>\n")
+    run, save = tmp_path / "run", tmp_path / "run" / "save"
+    hparams = {"save_folder": str(save)}
+    run_settings.create_experiment_directory(str(run), str(hparams_file), "", hparams=hparams)
+    (save / "CKPT+2026-01-01+00-00-00+00").mkdir(parents=True)
+    for same in ("labels: mfa\nmfa_labels: null",
+                 "labels: {train: mfa, valid: mfa, test: mfa}\nnumber_of_epochs: 4\ndata_folder: elsewhere", ""):
+        run_settings.create_experiment_directory(str(run), str(hparams_file), same, hparams=hparams)
+    for changed, what in (("labels: {train: lexicon, valid: lexicon, test: mfa}", "labels"),
+                          ("mfa_labels: {train: realigned.csv, valid: realigned.csv, test: null}", "mfa_labels")):
+        with pytest.raises(ConfigurationError, match=rf"run holds checkpoints trained with other settings \({what}: "
+                                                     rf"trained with .*; prepare_options: trained with "):
+            run_settings.create_experiment_directory(str(run), str(hparams_file), changed, hparams=hparams)
+    from surprisal_cc.hparams_files import load_yaml_tolerant
+
+    assert load_yaml_tolerant(run / "hyperparams.yaml")["labels"] == {"train": "mfa", "valid": "mfa", "test": "mfa"}
+
+
+@pytest.mark.parametrize("hparams_file", ["MiniLibriSpeech/conditional_ctc.yaml", "MiniLibriSpeech/cpu_profile.yaml",
+                                          "TIMIT/conditional_ctc.yaml"])
+def test_a_recipes_saved_settings_compare_equal_when_only_resumable_ones_change(hparams_file):
+    """The saved hyperparams.yaml of a run (as SpeechBrain writes it: references resolved, objects tagged) and
+    that of the same command with more epochs, another output folder, data folder, manifests folder and cache: no
+    changed setting, though prepare_options, the epoch counter and the checkpointer hold some of them; other labels
+    are one. (Files such as cpu_profile's relabelled_train are compared by content where both are there.)"""
+    from hyperpyyaml import resolve_references
+
+    from surprisal_cc.hparams_files import changed_training_settings, expand_hparams, parse_yaml_tolerant
+
+    text = expand_hparams(Path(__file__).resolve().parents[1] / "hparams" / hparams_file)
+
+    def saved(overrides):
+        return parse_yaml_tolerant(resolve_references(io.StringIO(text), {"data_folder": "data", **overrides}).getvalue())
+
+    first = saved({})
+    resumed = saved({"number_of_epochs": 80, "output_folder": "elsewhere/run", "data_folder": "/moved/data",
+                     "prepared_folder": "/moved/manifests", "cache_folder": "/moved/cache", "num_workers": 3})
+    assert changed_training_settings(first, resumed) == []
+    if "labels" in first:
+        other = saved({"labels": {"train": "lexicon", "valid": "lexicon", "test": "lexicon"}})
+        assert sorted(line.split(":")[0] for line in changed_training_settings(first, other)) == ["labels",
+                                                                                                 "prepare_options"]
 
 
 def test_a_run_folder_loads_with_flow_style_overrides(tmp_path):

@@ -16,7 +16,7 @@ from speechbrain.dataio.encoder import CTCTextEncoder
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError
-from .frozen_features import cache_items, cached_features
+from .frozen_features import audio_reader, cache_items, cached_features
 
 logger = logging.getLogger(__name__)
 
@@ -28,12 +28,13 @@ def dataio_prep(hparams: Dict, manifests: Mapping[str, str], cache: Optional[Fea
     ---------
     hparams : dict
         Uses ``label_encoder``, ``target_unit``, ``sorting``, ``optional_silence`` or
-        ``pronunciation_alternatives`` (and ``g2p``), ``speed_perturbation`` (training split only).
+        ``pronunciation_alternatives`` (and ``g2p``), ``speed_perturbation`` (training split only),
+        ``feature_config`` (the sample rate audio is read at without a cache; absent: the defaults).
     manifests : dict
         Split name -> manifest CSV (columns ID, duration, wav, wrd, phn).
     cache : FeatureCache or None
         Features come from the cache (``fbank``, and ``features`` / ``surprisal`` with APC), or,
-        without one, the audio is read (``sig``).
+        without one, the audio is read (``sig``) at ``feature_config``'s sample rate, as the cache reads it.
 
     Returns
     -------
@@ -66,10 +67,12 @@ def dataio_prep(hparams: Dict, manifests: Mapping[str, str], cache: Optional[Fea
         return torch.LongTensor(label_encoder.encode_sequence(text.split()))
 
     sb.dataio.dataset.add_dynamic_item(plain, targets)
+    features = hparams.get("feature_config")
     sb.dataio.dataset.add_dynamic_item([d for split, d in datasets.items() if split != "train"],
-                                       _features(cache, None))
+                                       _features(cache, None, features))
     if "train" in datasets:
-        sb.dataio.dataset.add_dynamic_item([datasets["train"]], _features(cache, hparams.get("speed_perturbation")))
+        sb.dataio.dataset.add_dynamic_item([datasets["train"]], _features(cache, hparams.get("speed_perturbation"),
+                                                                          features))
     outputs = ["id", "tokens", "wrd"] + (cache_items(cache) if cache is not None else ["sig"])
     sb.dataio.dataset.set_output_keys(plain, outputs)
     sb.dataio.dataset.set_output_keys([datasets[split] for split in special],
@@ -97,13 +100,13 @@ def _load_splits(manifests: Mapping[str, str], sorting: str) -> Dict[str, Dynami
     return datasets
 
 
-def _features(cache: Optional[FeatureCache], perturbation: Optional[SpeedPerturbation]):
-    """The dynamic item of the features: the cached ones, or without a cache the audio (``sig``), at
-    the speed ``perturbation`` draws."""
-    from .data.audio import read_audio
-
+def _features(cache: Optional[FeatureCache], perturbation: Optional[SpeedPerturbation], feature_config=None):
+    """The dynamic item of the features: the cached ones, or without a cache the audio (``sig``) at
+    ``feature_config``'s sample rate (:func:`~surprisal_cc.frozen_features.audio_reader`), at the speed
+    ``perturbation`` draws."""
     if cache is not None:
         return cached_features(cache, perturbation)
+    read_audio = audio_reader(feature_config)
 
     @sb.utils.data_pipeline.takes("wav")
     @sb.utils.data_pipeline.provides("sig")

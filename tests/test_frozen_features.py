@@ -225,3 +225,36 @@ def test_realignment_loads_the_apc_the_run_trained_with_and_pretrains_none(tmp_p
         todo = "give the APC model the run trained with: --overrides '{apc_path: FILE}' (realign_run(overrides=...))"
         with pytest.raises(ConfigurationError, match=f"^{key} .* does not exist.*: {re.escape(todo)}$"):
             next(realign.realign_run(tmp_path, prepare=prepare))
+
+
+def test_training_reads_audio_at_the_features_sample_rate(tmp_path):
+    """The feature cache and, without one, the datasets read each file at feature_config's sample rate, as
+    inference does (not at 16 kHz whatever the model's rate), and refuse one too short for a frame."""
+    import csv
+
+    import numpy as np
+    import soundfile as sf
+
+    from surprisal_cc.cache import FeatureCache
+    from surprisal_cc.data.errors import BadAudioError
+    from surprisal_cc.datasets import dataio_prep
+    from surprisal_cc.features import FeatureConfig
+    from surprisal_cc.frozen_features import fill_cache
+    from surprisal_cc.labels import label_encoder_for, phone_set
+
+    config = FeatureConfig(sample_rate=8000, n_mels=40)
+    manifest = tmp_path / "test.csv"
+    sf.write(tmp_path / "u1.flac", np.random.default_rng(0).standard_normal(16000).astype("float32") * 0.1, 16000)
+    with open(manifest, "w", newline="") as f:
+        csv.writer(f).writerows([["ID", "duration", "wav", "spk_id", "wrd", "phn"],
+                                 ["u1", "1.0", tmp_path / "u1.flac", "s", "A", "AH"]])
+    cache = FeatureCache(tmp_path / "cache", None, config)
+    fill_cache(cache, {"test": str(manifest)}, batch_size=1)
+    assert cache.load("u1")["fbank"].shape[0] == config.num_frames(8000)  # 1 s at 8 kHz, not 16,000 samples
+    hparams = {"label_encoder": label_encoder_for(phone_set("librispeech")), "target_unit": "phone",
+               "feature_config": config}
+    test = dataio_prep(hparams, {"test": str(manifest)}, cache=None)["test"]
+    assert test[0]["sig"].shape == (8000,)
+    sf.write(tmp_path / "u1.flac", np.zeros(config.min_samples * 2 - 2, dtype="float32"), 16000)  # one sample short
+    with pytest.raises(BadAudioError, match=r"u1.flac: too short .* samples at 8000 Hz: one frame"):
+        dataio_prep(hparams, {"test": str(manifest)}, cache=None)["test"][0]

@@ -434,7 +434,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     from .cache import FeatureCache
     from .data import Lexicon
     from .datasets import dataio_prep
-    from .frozen_features import load_run_apc
+    from .frozen_features import audio_reader, load_run_apc
 
     if prepare is None:
         from .data import prepare_mini_librispeech as prepare
@@ -460,10 +460,9 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
         ids = [item["id"] for item in data]
     rows = _rows(manifests[split])
     if cache is not None:  # as the recipe's fill_cache, for these utterances only
-        from .data.audio import read_audio
-
         todo = sorted(ids, key=lambda u: -float(rows[u]["duration"]))
-        cache.build([(u, rows[u]["wav"]) for u in todo], read_audio, batch_size=hparams["cache_batch_size"])
+        cache.build([(u, rows[u]["wav"]) for u in todo], audio_reader(cache.feature_config),
+                    batch_size=hparams["cache_batch_size"])
     lexicon = Lexicon(g2p=hparams["g2p"])
     lexicon.prefetch(w for u in ids for w in rows[u]["wrd"].split())
     label_encoder, blank = hparams["label_encoder"], hparams["blank_index"]

@@ -635,7 +635,10 @@ class ConditionalASR:
         this model's threads, sampled routing seeded with its seed as :meth:`encode_batch` does
         (:meth:`forward_pass` without either, for callers that seed once for many batches).
 
-        SpeechBrain's ``forward`` returns its ``encode_batch`` output; that is :meth:`encode_batch` here.
+        Unlike SpeechBrain's interfaces, whose ``forward`` returns what ``encode_batch`` does, this
+        ``forward`` returns the whole :class:`~surprisal_cc.forward.ForwardResult` (the encoder's
+        :class:`~surprisal_cc.nnet.EncoderOutput` and the stages before it); :meth:`encode_batch` gives
+        the log-probabilities alone.
 
         Arguments
         ---------

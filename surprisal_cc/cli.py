@@ -623,6 +623,33 @@ def _json_lines_to(target, stack: contextlib.ExitStack) -> Callable[[Dict[str, A
     return write
 
 
+def mfa_labels_beside(data: str) -> Optional[Path]:
+    """The MFA labels the recipes would find for ``data`` where it is a LibriSpeech-format subset folder
+    (``phone_labels/<subset>_mfa.csv``, else ``phone_labels/<subset>/``, inside ``LibriSpeech/`` or beside
+    it: :func:`~surprisal_cc.data.mfa.find_mfa_labels`); None for any other corpus or where there are none.
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     subset = Path(tmp, "LibriSpeech", "dev-clean-2")
+    ...     subset.mkdir(parents=True)
+    ...     before = mfa_labels_beside(str(subset))
+    ...     Path(tmp, "phone_labels").mkdir()
+    ...     _ = Path(tmp, "phone_labels", "dev-clean-2_mfa.csv").write_text("")
+    ...     after = mfa_labels_beside(str(subset)).relative_to(tmp).as_posix()
+    >>> before, after
+    (None, 'phone_labels/dev-clean-2_mfa.csv')
+    """
+    from .data.kaldi import is_kaldi_data_folder
+    from .data.mfa import find_mfa_labels
+
+    path = Path(data)
+    if not path.is_dir() or is_kaldi_data_folder(path):
+        return None
+    return find_mfa_labels(path)
+
+
 def cmd_evaluate(args, unknown: List[str]) -> int:
     if args.per_utterance == "-" and args.alignments == "-":
         raise UsageError("--per-utterance - and --alignments - would both write to standard output: "
@@ -632,6 +659,10 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
     if args.per_utterance and args.per_utterance != "-":
         check_writable("per-utterance file", args.per_utterance)
     asr = _load_model(args)
+    beside = None if args.mfa_labels else mfa_labels_beside(args.data)
+    if beside is not None:  # scored against lexicon labels all the same: the choice stays the user's
+        print(f"note: MFA labels for {Path(args.data).name} found at {beside}; pass --mfa-labels {beside} to score "
+              "against them (now: lexicon)", file=sys.stderr, flush=True)
     with contextlib.ExitStack() as stack:
         write = None
         if args.per_utterance:
@@ -833,7 +864,8 @@ def _add_evaluate_parser(subparsers) -> None:
                                 "holding several is refused), TIMIT folder, Kaldi data folder (wav.scp, text) "
                                 "or manifest CSV")
     p.add_argument("--mfa-labels", help="MFA labels (CSV export or TextGrid folder) of a LibriSpeech-format "
-                                        "folder, instead of lexicon labels")
+                                        "folder, instead of lexicon labels (without it, a note names the "
+                                        "phone_labels/ the recipes would find beside the corpus)")
     p.add_argument("--g2p", choices=["spn", "flite", "error"],
                    help="lexicon labels: words CMUdict lacks (default: the model's training policy)")
     p.add_argument("--timit-split", choices=["test", "valid", "train"],

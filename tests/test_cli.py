@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from data_fixtures import (REPO, make_bad_audio_fixture, make_librispeech_fixture, make_timit_fixture,
-                           require_dev_clean_2, tone)
+                           require_dev_clean_2, tone, write_mfa_csv)
 from numerics import assert_same_routing_up_to_summation_order
 from surprisal_cc import cli
 from surprisal_cc.cli import main
@@ -1077,6 +1077,32 @@ def test_evaluate_refuses_a_folder_of_several_librispeech_subsets(model, tmp_pat
         f"would be read as one corpus: give one subset's folder, such as {tmp_path / 'LibriSpeech' / 'dev-clean-2'}"]
     assert main(["evaluate", str(tmp_path / "LibriSpeech" / "dev-clean-2"), "--model", str(model), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["num_utterances"] == 1
+
+
+@pytest.mark.parametrize("layout", ["export", "textgrids"])
+def test_evaluate_names_mfa_labels_beside_the_corpus_and_keeps_lexicon_labels(model, tmp_path, capsys, layout):
+    """MFA labels where the recipes would find them (phone_labels/ beside LibriSpeech/): the evaluation
+    still scores against lexicon labels, and one note line names them and the option that uses them."""
+    make_librispeech_fixture(tmp_path, {"dev-clean-2": {"1-2": ["HELLO WORLD"]}})
+    subset = tmp_path / "LibriSpeech" / "dev-clean-2"
+    assert main(["evaluate", str(subset), "--model", str(model), "--json"]) == 0  # none there: no note
+    captured = capsys.readouterr()
+    assert "note:" not in captured.err and json.loads(captured.out)["labels"].startswith("lexicon")
+    if layout == "export":
+        labels = write_mfa_csv(tmp_path / "phone_labels" / "dev-clean-2_mfa.csv", "dev-clean-2",
+                               {"1-2-0000": "sil HH AH L OW W ER L D sil"})
+    else:
+        labels = tmp_path / "phone_labels" / "dev-clean-2"
+        labels.mkdir(parents=True)
+    assert main(["evaluate", str(subset), "--model", str(model), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["labels"].startswith("lexicon")
+    assert captured.err.splitlines() == [f"note: MFA labels for dev-clean-2 found at {labels}; pass --mfa-labels "
+                                         f"{labels} to score against them (now: lexicon)"]
+    if layout == "export":  # given, they are used, and there is nothing to note
+        assert main(["evaluate", str(subset), "--model", str(model), "--json", "--mfa-labels", str(labels)]) == 0
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["labels"] == f"MFA {labels}" and "note:" not in captured.err
 
 
 def test_evaluate_reads_csv_as_spreadsheets_save_it_and_names_a_file_that_is_not_text(model, tmp_path, capsys):

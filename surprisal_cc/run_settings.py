@@ -222,7 +222,7 @@ def _load_checked_hparams(hparams_file: str, overrides: str, run_opts: Optional[
         raise ConfigurationError(f"{hparams_file}: {err.args[0].split(' not found')[0]} is not a key of this configuration "
                                  "(check the spelling; every --key=value override must name an existing key)") from None
     except (ValueError, TypeError, ImportError, AttributeError) as err:
-        raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {err}") from None
+        raise ConfigurationError(f"{hparams_file}: {build_error_reason(err)}") from None
     except ruamel_errors() as err:  # e.g. the same --key=value override given twice
         problem = " ".join(str(getattr(err, "problem", None) or err).split())
         raise ConfigurationError(f"{hparams_file}: {problem} "
@@ -251,6 +251,34 @@ def _load_checked_hparams(hparams_file: str, overrides: str, run_opts: Optional[
         if "checkpointer" in hparams:  # a recognition recipe: --test_only needs its trained run
             check_test_only(hparams, run_opts)
     return hparams
+
+
+def build_error_reason(err: BaseException) -> str:
+    """What went wrong while an hparams file was built, in its own words: the innermost error, through the
+    layers that only quote the error they caught (``<model file>: cannot build the encoder with settings
+    [...]: ValueError: <reason>``), so that the reason (and the hparams key it names) is not lost among
+    them. A ``ValueError`` is its message; another error keeps its type's name (``TypeError: ...``).
+
+    Example
+    -------
+    >>> try:
+    ...     try:
+    ...         raise ValueError("unknown controller 'bogus' (hparams key 'controller')")
+    ...     except ValueError as inner:
+    ...         raise ValueError(f"paper.yaml: cannot build the encoder: ValueError: {inner}") from None
+    ... except ValueError as err:
+    ...     build_error_reason(err)
+    "unknown controller 'bogus' (hparams key 'controller')"
+    >>> build_error_reason(TypeError("f() got an unexpected keyword argument 'x'"))
+    "TypeError: f() got an unexpected keyword argument 'x'"
+    """
+    reason = err
+    while True:
+        inner = reason.__cause__ or reason.__context__
+        if inner is None or f"{type(inner).__name__}: {inner}" not in str(reason):
+            break  # an error caught while another was handled, not quoted by it, is not the reason
+        reason = inner
+    return str(reason) if isinstance(reason, ValueError) else f"{type(reason).__name__}: {reason}"
 
 
 #: Where a run folder records what ``precision: auto`` chose, so that a resumed run keeps it.

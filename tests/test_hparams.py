@@ -47,6 +47,19 @@ def test_bad_configuration_is_named_at_load_time(overrides, message):
     assert message in str(err.value)
 
 
+def test_a_value_the_encoder_refuses_is_one_line_naming_the_file_once_and_the_reason():
+    """The model file's and the encoder's wrapping of the error is left out: the hparams file, then the
+    innermost reason with the key it names."""
+    from surprisal_cc.controllers import CONTROLLERS
+    from surprisal_cc.run_settings import parse_arguments
+
+    hparams_file, run_opts, overrides = parse_arguments([MLS_HPARAMS, "--controller=bogus", "--device=cpu"])
+    with pytest.raises(ConfigurationError) as err:
+        load_hparams(hparams_file, overrides, run_opts)
+    assert str(err.value) == (f"{MLS_HPARAMS}: unknown controller 'bogus' (hparams key 'controller'); "
+                              f"choose one of {sorted(CONTROLLERS)}")
+
+
 @pytest.mark.parametrize("overrides", ["controller: random\ntest_bias_shifts: [0.0, 1.0]",
                                        "controller: learned\ntest_bias_shifts: [-1.0]",
                                        "controller: big_only\ntest_bias_shifts: [0.0]"])

@@ -34,6 +34,11 @@ from .precision import TRAINING_PRECISIONS, auto_precision
 logger = logging.getLogger(__name__)
 
 
+#: The last line of a recipe's ``--help``, after SpeechBrain's options.
+HELP_EPILOG = ("Every key of the hparams file is an option too, --key=value (docs/recipes.md, Options); "
+               "--precision also takes auto.")
+
+
 def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
     """SpeechBrain's ``parse_arguments``, with stray words refused instead of passed on as overrides.
 
@@ -41,7 +46,7 @@ def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
     ``--key value``) and name a key of the hparams file (checked by :func:`load_hparams`).
     ``--precision=auto``, which SpeechBrain's flag does not take, becomes the override ``precision: auto``;
     SpeechBrain options given that are also keys of the file are added as overrides too
-    (:func:`run_option_overrides`).
+    (:func:`run_option_overrides`). ``--help`` prints SpeechBrain's options, then :data:`HELP_EPILOG`.
 
     Example
     -------
@@ -49,7 +54,12 @@ def parse_arguments(argv: Sequence[str]) -> Tuple[str, Dict, str]:
     ['lr: 0.1', 'precision: auto']
     """
     argv, auto = _without_precision_auto(list(argv))
-    hparams_file, run_opts, overrides = sb.parse_arguments(argv)
+    try:
+        hparams_file, run_opts, overrides = sb.parse_arguments(argv)
+    except SystemExit as stop:  # argparse exits with 0 only once it has printed --help
+        if stop.code in (0, None):
+            print(HELP_EPILOG, flush=True)
+        raise
     if auto and "precision" in getattr(run_opts, "overridden_args", ()):
         raise ConfigurationError(f"--precision given twice (auto and {run_opts['precision']}): give it once")
     if auto:

@@ -153,3 +153,26 @@ def test_test_only_on_an_untrained_run_leaves_no_folder(tmp_path):
     with pytest.raises(ConfigurationError, match="--test_only: .* holds no checkpoint"):
         load_hparams(hparams_file, overrides, run_opts)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], [MLS_HPARAMS, "-h"]])
+def test_recipe_help_ends_with_where_the_hparams_keys_are_and_precision_auto(argv, capsys):
+    """SpeechBrain's --help lists its own options only (and --precision without auto): the last line says
+    that the hparams keys are options too, where they are listed, and that auto is taken."""
+    from surprisal_cc.run_settings import parse_arguments
+
+    with pytest.raises(SystemExit) as stop:
+        parse_arguments(argv)
+    out = capsys.readouterr().out
+    assert stop.value.code == 0 and out.startswith("usage: ")
+    last = out.rstrip("\n").splitlines()[-1]
+    assert "docs/recipes.md" in last and "--precision also takes auto" in last
+    assert (REPO / "docs" / "recipes.md").is_file()
+
+
+def test_a_command_line_error_is_not_followed_by_the_help_line(capsys):
+    from surprisal_cc.run_settings import HELP_EPILOG, parse_arguments
+
+    with pytest.raises(SystemExit) as stop:
+        parse_arguments([MLS_HPARAMS, "--precision=fp64"])
+    assert stop.value.code == 2 and HELP_EPILOG not in capsys.readouterr().out

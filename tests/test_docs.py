@@ -31,6 +31,31 @@ def test_guide_code_runs(guide, monkeypatch):
         exec(compile(block, guide, "exec"), namespace)
 
 
+def named_repository_files(text: str) -> set:
+    """The repository files a Markdown text names by path (``recipes/TIMIT/train.py``), placeholders
+    such as ``hparams/<Corpus>/...`` left out."""
+    return set(re.findall(r"(?<![\w/<>.-])((?:recipes|hparams|surprisal_cc|tests|docs|benchmarks)/[\w./-]*\w\.(?:py|yaml|md|pt))\b",
+                          text))
+
+
+def test_named_repository_files_are_found():
+    assert named_repository_files("run `python recipes/TIMIT/train.py hparams/TIMIT/x.yaml` or "
+                                  "`hparams/<Corpus>/conditional_ctc.yaml`, `surprisal_cc/data/<corpus>.py`") == \
+        {"recipes/TIMIT/train.py", "hparams/TIMIT/x.yaml"}
+
+
+@pytest.mark.parametrize("guide", GUIDES)
+def test_the_files_and_fixtures_a_guide_names_exist(guide):
+    """The commands of a guide name files that exist (the fixture its quick check builds a corpus with, too)."""
+    text = (REPO / guide).read_text(encoding="utf-8")
+    missing = sorted(name for name in named_repository_files(text) if not (REPO / name).exists())
+    assert not missing, missing
+    for module, function in re.findall(r"from tests\.(\w+) import (\w+)", text):
+        import importlib
+
+        assert callable(getattr(importlib.import_module(module), function)), f"tests/{module}.py: {function}"
+
+
 def markdown_files() -> list:
     """The repository's Markdown files under version control (no experiment folders, no .venv)."""
     import subprocess

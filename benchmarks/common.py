@@ -140,7 +140,6 @@ def machine_info(device: str = "cpu", threads: Optional[int] = None) -> Dict[str
         "torch": torch.__version__,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": threads if threads is not None else torch.get_num_threads(),
-        "torch_threads": torch.get_num_threads(),
         "thread_environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(THREAD_VARIABLES)},
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -416,8 +415,9 @@ def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
 
 
 def bf16_supported(device: str = "cpu") -> bool:
-    """Whether ``device`` computes in bf16 natively: a CPU with AVX-512-BF16 or AMX (as oneDNN
-    reports it), a CUDA GPU of the Ampere generation or newer."""
+    """Whether ``device`` computes in bf16 natively: a CPU with the AVX-512-BF16 or AMX instruction
+    sets (asked of the CPU, :func:`surprisal_cc.precision.native_bf16`), a CUDA GPU of the Ampere
+    generation or newer."""
     from surprisal_cc.precision import native_bf16
 
     return native_bf16(device)

@@ -18,8 +18,9 @@ benchmarks/README.md) and runs nothing.
 
 Sizes: full (the plan's), quick (the whole suite in a few minutes), smoke
 (tiniest shapes, for the tests; timings meaningless). Returns 0 when every benchmark ran (skips for
-missing data included), 1 when one raised or the command line names an unknown benchmark (one
-``error: ...`` line). Unmet targets are shown in the table (``met?`` = NO), not turned into a
+missing data included), 1 when one raised, the command line names an unknown benchmark or an ``--output``
+that cannot be written (one ``error: ...`` line, before anything runs; the report is printed before the file
+is written). Unmet targets are shown in the table (``met?`` = NO), not turned into a
 failing exit status. ``--device cuda`` runs the GPU-capable benchmarks (``training`` and ``rnn``)
 on the GPU and reports the others as skipped (they measure CPU work: decoding, data preparation,
 CPU inference and memory).
@@ -54,6 +55,7 @@ from benchmarks.common import (
     set_threads,
     summary_cells,
 )
+from surprisal_cc.arguments import check_writable
 
 
 def _runners() -> Dict[str, Callable[..., BenchResult]]:
@@ -172,16 +174,25 @@ def report_json(report: Dict) -> str:
 def run_benchmarks(as_json: bool = False, quick: bool = False, size: Optional[str] = None,
                    only: Optional[Sequence[str]] = None, threads: int = DEFAULT_THREADS, device: str = "cpu",
                    output: Optional[os.PathLike] = None) -> int:
-    """Run the suite and print Markdown (or JSON), and write the JSON report to ``output`` when given; the entry
-    point of ``surprisal-cc bench``."""
+    """Run the suite and print Markdown (or JSON), then write the JSON report to ``output`` when given; the entry
+    point of ``surprisal-cc bench``. An ``output`` that cannot be written raises :class:`OSError` before any
+    benchmark runs; one that fails after the run (a full disk) is reported on stderr after the report was
+    printed, and returns 1."""
     size = size or ("quick" if quick else "full")
+    if output is not None:
+        check_writable("--output file", output)
     report = collect(size, only, threads, log=lambda s: print(s, file=sys.stderr, flush=True), device=device)
     text = report_json(report)
+    print(text if as_json else format_report(report), flush=True)
+    status = 1 if report["errors"] else 0
     if output is not None:
-        Path(output).write_text(text + "\n", encoding="utf-8")
+        try:
+            Path(output).write_text(text + "\n", encoding="utf-8")
+        except OSError as err:
+            print(f"error: --output file {output} cannot be written: {err.strerror or err}", file=sys.stderr)
+            return 1
         print(f"[bench] wrote {output}", file=sys.stderr)
-    print(text if as_json else format_report(report))
-    return 1 if report["errors"] else 0
+    return status
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -204,9 +215,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if only == []:
         ap.error(f"--only names no benchmark; choose from {','.join(BENCHMARKS)}")
     try:
+        if a.output is not None:  # now, not after a run of minutes
+            check_writable("--output file", a.output)
         return run_benchmarks(as_json=a.json, size=size, only=only, threads=a.threads, device=a.device,
                               output=a.output)
-    except ValueError as err:  # an unknown benchmark name or a missing CUDA device: raised before any benchmark runs
+    except (ValueError, OSError) as err:  # an unknown benchmark name, a missing CUDA device, an --output that
+        # cannot be written: raised before any benchmark runs
         print(f"error: {err}", file=sys.stderr)
         return 1
 

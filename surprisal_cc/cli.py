@@ -229,6 +229,7 @@ def cmd_bench(args, unknown: List[str]) -> int:
         command.append(f"--only={args.only}")
     command.append(f"--threads={args.threads}")
     if args.output is not None:  # relative to the folder bench was started in, which is the checkout
+        check_writable("--output file", args.output)  # now, not after a run of minutes
         command.append(f"--output={args.output}")
     if args.device != "cpu":
         command.append(f"--device={args.device}")

@@ -153,10 +153,10 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
 
 
 def _wait_for_an_end(procs: Sequence[subprocess.Popen], timeout: float) -> None:
-    """Return as soon as one of ``procs`` (started, not yet reaped) has ended, or after ``timeout`` seconds.
-    Nothing is reaped: the caller's ``poll`` finds the exit status. On Linux the processes' pidfds are
-    waited on together; elsewhere the first process is waited on (a second one's end is then noticed
-    within ``timeout``).
+    """Return as soon as one of ``procs`` (started, not yet reaped) has ended, or after ``timeout`` seconds;
+    the caller's ``poll`` then finds the exit status. On Linux the processes' pidfds are waited on
+    together (nothing reaped); elsewhere the first process is waited on with ``Popen.wait``, which
+    keeps its exit status for ``poll`` (a second one's end is then noticed within ``timeout``).
 
     >>> import sys
     >>> quick = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import platform
 import statistics
 import time
 
@@ -20,6 +21,9 @@ logger = logging.getLogger(__name__)
 #: The ``precision`` values of training (the hparams key; fp16 on CUDA only) and of inference.
 TRAINING_PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 INFERENCE_PRECISIONS = ("fp32", "bf16", "auto")
+
+#: ``platform.machine()`` of x86 CPUs, whose bf16 instruction sets torch reports one by one.
+X86_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
 
 #: bf16 autocast is chosen on a CPU only when its training step is at least this much faster than fp32's.
 BF16_MIN_SPEEDUP = 1.1
@@ -94,15 +98,16 @@ def measure_bf16_speedup(batch: int = 8, frames: int = 50, repeats: int = 3) -> 
 
 
 def native_bf16(device="cpu") -> bool:
-    """Whether ``device`` computes bf16 natively: a CPU with AVX-512-BF16 or AMX tiles, or a CUDA GPU
-    of the Ampere generation or newer. (oneDNN's own bf16 check is also true on AVX-512 CPUs without
-    bf16 instructions, which emulate it slowly, so the instruction sets are asked for directly.)"""
+    """Whether ``device`` computes bf16 natively: an x86 CPU with AVX-512-BF16 or AMX tiles, another CPU
+    (e.g. ARM) where oneDNN says so, or a CUDA GPU of the Ampere generation or newer. (On x86,
+    oneDNN's check is also true on AVX-512 CPUs without bf16 instructions, which emulate it slowly,
+    so the instruction sets are asked for directly there.)"""
     if torch.device(device).type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if all(check is None for check in checks):  # pragma: no cover - torch before 2.3: oneDNN's check
-        try:
-            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except (AttributeError, RuntimeError):
-            return False
-    return any(bool(check()) for check in checks if check is not None)
+    if platform.machine().lower() in X86_MACHINES and any(check is not None for check in checks):
+        return any(bool(check()) for check in checks if check is not None)
+    try:  # other CPUs, and torch before 2.3
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # pragma: no cover - builds without oneDNN
+        return False

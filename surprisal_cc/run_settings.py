@@ -240,7 +240,8 @@ def _load_checked_hparams(hparams_file: str, overrides: str, run_opts: Optional[
     if run_opts is not None:
         device = resolve_device(run_opts.get("device") or "cpu")  # a missing GPU, before any data is read
         if "precision" in hparams:
-            hparams["precision"] = resolve_precision(hparams["precision"], run_opts, hparams.get("output_folder"))
+            run_folder = hparams.get("output_folder") or hparams.get("apc_output_folder")  # APC pretraining's
+            hparams["precision"] = resolve_precision(hparams["precision"], run_opts, run_folder)
             if hparams["precision"] == "fp16" and device.type != "cuda":
                 raise ConfigurationError(f"precision fp16 trains on CUDA only (device {device}): use fp32, bf16 or "
                                          "auto")
@@ -310,8 +311,11 @@ def resolve_precision(precision: str, run_opts, output_folder: Optional[str] = N
     if precision != "auto":
         return precision
     device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
-    recorded = recorded_precision(output_folder, device) if output_folder else None
-    return recorded if recorded is not None else _agreed_by_every_rank(auto_precision, device)
+
+    def chosen(on: str) -> str:  # under DDP the main process alone reads the record or measures
+        return (recorded_precision(output_folder, on) if output_folder else None) or auto_precision(on)
+
+    return _agreed_by_every_rank(chosen, device)
 
 
 def recorded_precision(output_folder: str, device: str = "cpu") -> Optional[str]:

@@ -158,7 +158,10 @@ def test_native_bf16_asks_for_the_instruction_sets_not_onednns_avx512_check(monk
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
+    monkeypatch.setattr(precision.platform, "machine", lambda: "x86_64")
     assert precision.native_bf16("cpu") is expected
+    monkeypatch.setattr(precision.platform, "machine", lambda: "aarch64")  # no x86 instruction sets: oneDNN's check
+    assert precision.native_bf16("cpu") is True
 
 
 def test_a_resumed_run_keeps_the_precision_auto_chose_when_it_started(tmp_path, monkeypatch):
@@ -197,3 +200,20 @@ def test_only_a_training_run_with_precision_auto_records_its_choice(tmp_path, ya
     create_experiment_directory(str(tmp_path / "run"), str(yaml_file), test_only=test_only,
                                 hparams={"precision": "fp32"})
     assert not (tmp_path / "run" / PRECISION_RECORD).exists()
+
+
+def test_apc_pretraining_reads_its_precision_record_from_its_own_folder(tmp_path, monkeypatch):
+    """APC pretraining's run folder is apc_output_folder (it has no output_folder)."""
+    from surprisal_cc import precision
+    from surprisal_cc.run_settings import PRECISION_RECORD, load_hparams
+
+    from data_fixtures import REPO
+
+    folder = tmp_path / "apc"
+    folder.mkdir()
+    (folder / PRECISION_RECORD).write_text('{"precision": "bf16"}\n')
+    monkeypatch.setattr(precision, "native_bf16", lambda device="cpu": True)
+    monkeypatch.setattr(precision, "_cached_speedup", lambda threads: 0.5)  # measuring would say fp32
+    overrides = f"data_folder: {tmp_path}\nexperiment_root: {tmp_path}\napc_output_folder: {folder}"
+    hparams = load_hparams(str(REPO / "hparams" / "LibriSpeech" / "apc.yaml"), overrides, run_opts={"device": "cpu"})
+    assert hparams["precision"] == "bf16"

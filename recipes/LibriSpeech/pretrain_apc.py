@@ -22,7 +22,7 @@ def main(argv):
     hparams_file, run_opts, overrides = parse_arguments(argv)
     sb.utils.distributed.ddp_init_group(run_opts)
     hparams = load_hparams(hparams_file, overrides, run_opts)
-    create_experiment_directory(hparams["apc_output_folder"], hparams_file, overrides)
+    create_experiment_directory(hparams["apc_output_folder"], hparams_file, overrides, hparams=hparams)
 
     # Audio-only manifests: the listed subsets, a held-out fraction for validation.
     manifests = prepare_manifests(prepare_librispeech, hparams)

@@ -415,9 +415,9 @@ def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
 
 
 def bf16_supported(device: str = "cpu") -> bool:
-    """Whether ``device`` computes in bf16 natively: a CPU with the AVX-512-BF16 or AMX instruction
-    sets (asked of the CPU, :func:`surprisal_cc.precision.native_bf16`), a CUDA GPU of the Ampere
-    generation or newer."""
+    """Whether ``device`` computes in bf16 natively (:func:`surprisal_cc.precision.native_bf16`): an x86
+    CPU with the AVX-512-BF16 or AMX instruction sets (asked of the CPU), another CPU where oneDNN says
+    so, a CUDA GPU of the Ampere generation or newer."""
     from surprisal_cc.precision import native_bf16
 
     return native_bf16(device)

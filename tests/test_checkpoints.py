@@ -140,3 +140,26 @@ def test_a_custom_named_checkpoint_moved_aside_by_a_save_cut_short_is_put_back(t
     assert checkpointer.find_checkpoint() is None
     assert checkpointer.recover_if_possible().meta["PER"] == 40.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["CKPT+best"]
+
+
+def test_a_run_resumes_only_on_the_labels_it_started_with(tmp_path):
+    """Labels rewritten in place (same manifest path) are refused on resume; moved audio, a new run in
+    the folder and a resumed run without a record are not."""
+    from surprisal_cc.brain import TRAINING_LABELS_RECORD, check_training_labels
+    from surprisal_cc.errors import ConfigurationError
+
+    train, valid = tmp_path / "train.csv", tmp_path / "valid.csv"
+    manifests = {"train": str(train), "valid": str(valid), "test": str(tmp_path / "absent.csv")}
+    train.write_text("ID,duration,wav,phn\nu1,1.0,/a/u1.flac,AH B\n")
+    valid.write_text("ID,duration,wav,phn\nv1,1.0,/a/v1.flac,B\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    check_training_labels(str(run), manifests, resumed=True)  # no record yet (an older run): recorded, not refused
+    assert (run / TRAINING_LABELS_RECORD).is_file()
+    train.write_text("ID,duration,wav,phn\nu1,1.0,/moved/u1.flac,AH B\n")
+    check_training_labels(str(run), manifests, resumed=True)  # the audio moved, the labels did not
+    valid.write_text("ID,duration,wav,phn\nv1,1.0,/a/v1.flac,D\n")
+    with pytest.raises(ConfigurationError, match="trained on other valid labels than .*valid.csv holds now"):
+        check_training_labels(str(run), manifests, resumed=True)
+    check_training_labels(str(run), manifests, resumed=False)  # a new run in the folder records its own
+    check_training_labels(str(run), manifests, resumed=True)

@@ -133,7 +133,7 @@ def surprisal_by_class(apc: APCModel, utterances: Iterator[AlignedUtterance], co
     utterances : iterator of AlignedUtterance
         The aligned utterances (e.g. :func:`read_aligned_csv`).
     config : FeatureConfig, optional
-        Filterbank settings; None: the defaults.
+        Filterbank settings, the audio read at its sample rate; None: the defaults.
     max_utterances : int, optional
         Stop after this many utterances.
     cache_root : pathlib.Path, optional
@@ -145,8 +145,6 @@ def surprisal_by_class(apc: APCModel, utterances: Iterator[AlignedUtterance], co
         ``mean_surprisal_silence``, ``mean_surprisal_speech``, ``frames_silence``,
         ``frames_speech`` and ``speech_to_silence_ratio``.
     """
-    from .data.audio import read_audio
-
     config = config or FeatureConfig()
     front_end = FilterbankFrontEnd(config)
     apc = apc.eval()
@@ -162,7 +160,7 @@ def surprisal_by_class(apc: APCModel, utterances: Iterator[AlignedUtterance], co
             if not utt.audio.is_file():
                 raise FileNotFoundError(f"{utt.audio}: no such audio file (utterance {utt.utt_id} of the "
                                         "alignments): is the audio root the folder their paths are relative to?")
-            fbank = front_end.single(read_audio(utt.audio))
+            fbank = front_end.single(config.read_audio(utt.audio))
             surprisal = apc(fbank[None], torch.tensor([fbank.shape[0]])).surprisal[0]
         silent = utt.frame_is_silence(surprisal.shape[0], config)
         for name, mask in (("silence", silent), ("speech", ~silent)):
@@ -190,18 +188,17 @@ def routing_example(apc: APCModel, utt: AlignedUtterance, path: Path, controller
     controller : SurprisalController, optional
         Draws the routing ``p_big > 0.5``; None: spectrogram and surprisal only.
     config : FeatureConfig, optional
-        Filterbank settings; None: the defaults.
+        Filterbank settings, the audio read at its sample rate; None: the defaults.
 
     Returns
     -------
     pathlib.Path
         The written figure (see :func:`~surprisal_cc.plots.plot_routing`).
     """
-    from .data.audio import read_audio
     from .plots import plot_routing
 
     config = config or FeatureConfig()
-    fbank = FilterbankFrontEnd(config).single(read_audio(utt.audio))
+    fbank = FilterbankFrontEnd(config).single(config.read_audio(utt.audio))
     surprisal = apc.eval()(fbank[None], torch.tensor([fbank.shape[0]])).surprisal[0]
     use_big = None
     if controller is not None:

@@ -16,7 +16,8 @@ from speechbrain.dataio.encoder import CTCTextEncoder
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError
-from .frozen_features import audio_reader, cache_items, cached_features
+from .features import FeatureConfig
+from .frozen_features import cache_items, cached_features
 
 logger = logging.getLogger(__name__)
 
@@ -83,16 +84,15 @@ def dataio_prep(hparams: Dict, manifests: Mapping[str, str], cache: Optional[Fea
 def _load_splits(manifests: Mapping[str, str], sorting: str) -> Dict[str, DynamicItemDataset]:
     """A DynamicItemDataset per manifest; the training split sorted by duration unless ``sorting`` is random.
     A manifest without an utterance is a :class:`~surprisal_cc.data.errors.DataPreparationError` naming its
-    split and file (SpeechBrain's reader fails on it with an IndexError naming neither)."""
-    from .data.errors import DataPreparationError
-    from .data.manifest import read_manifest
+    split and file (:func:`~surprisal_cc.data.manifest.refuse_empty_split`; SpeechBrain's reader fails on it
+    with an IndexError naming neither)."""
+    from .data.manifest import read_manifest, refuse_empty_split
 
     datasets = {}
     for split, manifest in manifests.items():
-        if not read_manifest(manifest, ("ID",), resolve_wav=False).rows:  # SpeechBrain's reader: an IndexError
-            raise DataPreparationError(f"{manifest}: the {split} split's manifest holds no utterance: prepare the data "
-                                       "again (its audio may all have been left out as unusable), or give a manifest "
-                                       "with utterances")
+        refuse_empty_split(manifest, split, read_manifest(manifest, ("ID",), resolve_wav=False).rows,
+                           why="prepare the data again (its audio may all have been left out as unusable), or give "
+                               "a manifest with utterances")
         data = DynamicItemDataset.from_csv(csv_path=str(manifest))
         if split == "train" and sorting != "random":
             data = data.filtered_sorted(sort_key="duration", reverse=sorting == "descending")
@@ -102,11 +102,11 @@ def _load_splits(manifests: Mapping[str, str], sorting: str) -> Dict[str, Dynami
 
 def _features(cache: Optional[FeatureCache], perturbation: Optional[SpeedPerturbation], feature_config=None):
     """The dynamic item of the features: the cached ones, or without a cache the audio (``sig``) at
-    ``feature_config``'s sample rate (:func:`~surprisal_cc.frozen_features.audio_reader`), at the speed
-    ``perturbation`` draws."""
+    ``feature_config``'s sample rate (:meth:`~surprisal_cc.features.FeatureConfig.read_audio`; None: the
+    defaults), at the speed ``perturbation`` draws."""
     if cache is not None:
         return cached_features(cache, perturbation)
-    read_audio = audio_reader(feature_config)
+    read_audio = (feature_config or FeatureConfig()).read_audio
 
     @sb.utils.data_pipeline.takes("wav")
     @sb.utils.data_pipeline.provides("sig")

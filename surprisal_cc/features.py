@@ -138,6 +138,36 @@ class FeatureConfig:
         full = 1 + (num_samples - self.window_samples) // self.shift_samples
         return -(-full // self.frame_skip)  # ceil: frames 0, k, 2k, ... are kept
 
+    @property
+    def audio_limits(self) -> Dict[str, int]:
+        """The sample rate and shortest usable audio (:attr:`min_samples`) as the readers and checks of
+        :mod:`surprisal_cc.data.audio` take them (``target_sr``, ``min_samples``).
+
+        Example
+        -------
+        >>> FeatureConfig(sample_rate=8000).audio_limits
+        {'target_sr': 8000, 'min_samples': 200}
+        """
+        return {"target_sr": self.sample_rate, "min_samples": self.min_samples}
+
+    def read_audio(self, path) -> Tensor:
+        """The (S,) float32 mono waveform of the audio file ``path`` at :attr:`sample_rate` (resampled where
+        the file's differs; :func:`~surprisal_cc.data.audio.read_audio`), a file too short for one frame
+        refused (a :class:`~surprisal_cc.data.errors.BadAudioError` naming it): how training, the feature
+        cache, realignment, analysis and inference read a file.
+
+        Example
+        -------
+        >>> import tempfile, numpy as np, soundfile as sf
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     sf.write(f"{tmp}/a.wav", np.zeros(16000), 16000)
+        ...     FeatureConfig(sample_rate=8000).read_audio(f"{tmp}/a.wav").shape
+        torch.Size([8000])
+        """
+        from .data.audio import read_audio
+
+        return read_audio(path, **self.audio_limits)
+
 
 def kaldi_samples(sample_rate: int, milliseconds: float) -> int:
     """Samples in ``milliseconds`` at ``sample_rate`` Hz, computed as ``torchaudio.compliance.kaldi``

@@ -6,14 +6,12 @@ process and read back as the datasets' dynamic items. It also finds and loads th
 """
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Union
 
 import speechbrain as sb
-import torch
 from speechbrain.dataio.dataset import DynamicItemDataset
 from speechbrain.utils.distributed import run_on_main
 
@@ -21,7 +19,6 @@ from .apc import APCFileError, APCModel, load_apc
 from .augment import SpeedPerturbation
 from .cache import FeatureCache
 from .errors import ConfigurationError
-from .features import FeatureConfig
 from .nnet import runs_apc
 
 PathLike = Union[str, os.PathLike]
@@ -248,30 +245,11 @@ def _check_one_audio_per_id(rows: Mapping[str, List[Dict[str, str]]], manifests:
                                            "feature cache is keyed on the id)")
 
 
-def audio_reader(feature_config: Optional[FeatureConfig] = None) -> Callable[[str], torch.Tensor]:
-    """Audio path -> mono waveform at the features' ``sample_rate`` (resampled where the file's differs), a
-    file too short for one frame refused (:class:`~surprisal_cc.data.errors.BadAudioError` naming it): how
-    training reads audio, as inference does (``FeatureConfig.min_samples``; None: the default config).
-
-    Example
-    -------
-    >>> import tempfile, numpy as np, soundfile as sf
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     sf.write(f"{tmp}/a.wav", np.zeros(16000), 16000)
-    ...     audio_reader(FeatureConfig(sample_rate=8000))(f"{tmp}/a.wav").shape
-    torch.Size([8000])
-    """
-    from .data.audio import read_audio
-
-    config = feature_config or FeatureConfig()
-    return functools.partial(read_audio, target_sr=config.sample_rate, min_samples=config.min_samples)
-
-
 def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: int,
                speed_perturbation: Optional[SpeedPerturbation] = None) -> None:
     """Compute missing cache entries for every utterance of the manifests, longest first, the audio read at
-    the cache's sample rate (:func:`audio_reader`); with a ``speed_perturbation``, also the training split
-    at each of its speeds."""
+    the cache's sample rate (:meth:`~surprisal_cc.features.FeatureConfig.read_audio`); with a
+    ``speed_perturbation``, also the training split at each of its speeds."""
     from .data.manifest import read_manifest
 
     # wav as the dataset reads it (SpeechBrain's CSV loader does not resolve relative paths)
@@ -282,7 +260,7 @@ def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: in
     def longest_first(split_rows: List[Dict[str, str]]) -> List[Dict[str, str]]:
         return sorted(split_rows, key=lambda r: -float(r["duration"]))
 
-    read_audio = audio_reader(cache.feature_config)
+    read_audio = cache.feature_config.read_audio
     every_row = longest_first([r for split_rows in rows.values() for r in split_rows])
     cache.build([(r["ID"], r["wav"]) for r in every_row], read_audio, batch_size=batch_size)
     if speed_perturbation and "train" in rows:

@@ -33,8 +33,8 @@ from .arguments import check_batch_size, check_routing_seed, is_number, resolve_
 from .apc import APCModel, FrozenAPC
 from .architectures import build_encoder
 from .calibration import budget_big_fraction, solve_budget
-from .data.audio import (AudioInfo, batch_waveforms, check_audio_each, read_audio, refuse_bad_audio,
-                         refuse_short_waveforms, scaled_to_level, split_checked, warn_converted)
+from .data.audio import (AudioInfo, batch_waveforms, check_audio_each, refuse_bad_audio, refuse_short_waveforms,
+                         scaled_to_level, split_checked, warn_converted)
 from .data.errors import BadAudioError
 from .decoding import CTCBeamSearch
 from .evaluation import evaluate_corpus
@@ -694,7 +694,7 @@ class ConditionalASR:
         >>> fbank.shape, frames.tolist()
         (torch.Size([2, 49, 80]), [49, 24])
         """
-        refuse_short_waveforms(samples, **self._audio_limits)  # the one length check of a batch
+        refuse_short_waveforms(samples, **self.feature_config.audio_limits)  # the one length check of a batch
         wavs = wavs.detach().to("cpu", torch.float32)
         if self.input_level_dbfs is not None:
             wavs = scaled_to_level(wavs, samples, self.input_level_dbfs)
@@ -918,12 +918,6 @@ class ConditionalASR:
             raise BadAudioError(problems, 1)
         warn_converted(infos, self.feature_config.sample_rate, stacklevel=4, input_level=self.input_level_dbfs)
 
-    @property
-    def _audio_limits(self) -> Dict[str, int]:
-        """The model's sample rate and shortest usable audio (``FeatureConfig.min_samples``), as the readers
-        and checks of :mod:`surprisal_cc.data.audio` take them (``target_sr``, ``min_samples``)."""
-        return {"target_sr": self.feature_config.sample_rate, "min_samples": self.feature_config.min_samples}
-
     def check_files(self, paths: Sequence[PathLike]) -> List[Tuple[str, Optional[AudioInfo], Optional[str]]]:
         """Each file of ``paths`` decoded and checked for this model, in order
         (:func:`~surprisal_cc.data.audio.check_audio_each` at its sample rate): ``(path, AudioInfo, None)``
@@ -935,14 +929,14 @@ class ConditionalASR:
         >>> ConditionalASR.untrained(["AH", "sil"]).check_files(["missing.flac"])
         [('missing.flac', None, 'file does not exist')]
         """
-        return check_audio_each(paths, **self._audio_limits)
+        return check_audio_each(paths, **self.feature_config.audio_limits)
 
     def read_file(self, path: PathLike) -> Tensor:
         """The (S,) float32 mono waveform of the file ``path`` at the model's sample rate
-        (:func:`~surprisal_cc.data.audio.read_audio`), without a check or warning (for files
+        (:meth:`~surprisal_cc.features.FeatureConfig.read_audio`), without a check or warning (for files
         :meth:`check_files` passed; :meth:`load_audio` checks first): a :class:`BadAudioError` naming a
         file too short for one of the model's frames."""
-        return read_audio(path, **self._audio_limits)
+        return self.feature_config.read_audio(path)
 
     def load_audio(self, path: PathLike) -> Tensor:
         """SpeechBrain's ``load_audio``: the (S,) float32 mono waveform of the file ``path`` at the model's

@@ -434,7 +434,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     from .cache import FeatureCache
     from .data import Lexicon
     from .datasets import dataio_prep
-    from .frozen_features import audio_reader, load_run_apc
+    from .frozen_features import load_run_apc
 
     if prepare is None:
         from .data import prepare_mini_librispeech as prepare
@@ -461,7 +461,7 @@ def realign_run(run_dir, split: str = "train", *, prepare=None, overrides=None, 
     rows = _rows(manifests[split])
     if cache is not None:  # as the recipe's fill_cache, for these utterances only
         todo = sorted(ids, key=lambda u: -float(rows[u]["duration"]))
-        cache.build([(u, rows[u]["wav"]) for u in todo], audio_reader(cache.feature_config),
+        cache.build([(u, rows[u]["wav"]) for u in todo], cache.feature_config.read_audio,
                     batch_size=hparams["cache_batch_size"])
     lexicon = Lexicon(g2p=hparams["g2p"])
     lexicon.prefetch(w for u in ids for w in rows[u]["wrd"].split())

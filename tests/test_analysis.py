@@ -31,6 +31,24 @@ def test_surprisal_by_class_on_real_audio(tmp_path):
     assert png.stat().st_size > 1000
 
 
+def test_the_audio_is_read_at_the_features_sample_rate(tmp_path):
+    """A 16 kHz file analysed with 8 kHz features is resampled to 8 kHz first: the frames of one second at
+    8 kHz, in the surprisal and in the routing plot."""
+    import numpy as np
+    import soundfile as sf
+
+    config = FeatureConfig(sample_rate=8000, n_mels=40)
+    sf.write(tmp_path / "a.flac", np.random.default_rng(0).standard_normal(16000).astype("float32") * 0.1, 16000)
+    utt = AlignedUtterance("a", tmp_path / "a.flac", ["sil", "AH"], [0, 4000], [4000, 8000])
+    torch.manual_seed(0)
+    apc = APCModel(input_size=40, hidden_size=8)
+    result = surprisal_by_class(apc, iter([utt]), config)
+    assert result["frames_silence"] + result["frames_speech"] == config.num_frames(8000)
+    assert result["frames_silence"] > 0 and result["frames_speech"] > 0
+    pytest.importorskip("matplotlib")
+    assert routing_example(apc, utt, tmp_path / "r.png", config=config).stat().st_size > 0
+
+
 def _analyse(tmp_path, capsys, csv_text, *options):
     """``surprisal-cc analyse`` of a tiny APC model and alignments ``csv_text``: (exit status, stderr lines)."""
     from surprisal_cc.apc import save_apc

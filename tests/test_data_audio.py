@@ -100,6 +100,7 @@ def test_many_unusable_files_are_counted_and_the_first_listed(tmp_path):
         text = str(caught[0].message if skip else caught.value)
         assert f"{MAX_LISTED + 5} unusable audio file(s)" in text and "... and 5 more" in text
         assert f"u{MAX_LISTED - 1:02d}.flac" in text and f"u{MAX_LISTED:02d}.flac" not in text
+        assert skip or f"to leave them out (the first {MAX_LISTED} will be listed)" in text
 
 
 def test_8k_and_stereo_warn_with_file_names(bad):
@@ -303,3 +304,21 @@ def test_scaling_to_a_level_raises_by_at_most_40_db():
     out = scaled_to_level(wavs, torch.tensor([2, 2]), -26.0)
     torch.testing.assert_close(out[0].abs(), torch.full((2,), 10 ** (-26 / 20)))
     torch.testing.assert_close(out[1].abs(), torch.full((2,), 1e-4 * 10 ** (MAX_LEVEL_GAIN_DB / 20)))
+
+
+def test_silent_files_are_counted_apart_from_the_level_statistics(tmp_path):
+    """A silent file's RMS level is -inf dBFS: the median and range of a corpus's levels leave it out and count
+    it, so they stay valid JSON (recipes/MiniLibriSpeech/level_sensitivity.py prints them)."""
+    import json
+
+    from surprisal_cc.data.audio import level_summary
+
+    sf.write(tmp_path / "silent.flac", np.zeros(16000, dtype="float32"), 16000)
+    sf.write(tmp_path / "tone.flac", tone(1.0), 16000)
+    levels = [inspect_audio(tmp_path / name).rms_dbfs for name in ("silent.flac", "tone.flac")]
+    assert levels[0] == -np.inf
+    summary = level_summary(levels)
+    assert summary == {"rms_dbfs_median": round(levels[1], 1), "rms_dbfs_range": [round(levels[1], 1)] * 2,
+                       "silent_files": 1}
+    assert json.loads(json.dumps(summary, allow_nan=False)) == summary
+    assert level_summary(levels[:1]) == {"rms_dbfs_median": None, "rms_dbfs_range": None, "silent_files": 1}

@@ -128,3 +128,18 @@ def test_read_manifest_names_the_file_and_the_missing_columns(tmp_path):
     path.write_bytes("ID,wav\nu1,caf\xe9.flac\n".encode("latin-1"))
     with pytest.raises(DataPreparationError, match="not UTF-8"):
         read_manifest(path)
+
+
+def test_an_empty_split_is_refused_naming_its_manifest_and_why():
+    """By default the reason is that skip_bad_audio left out every file, of which the warning lists the first
+    MAX_LISTED; a caller may give its own reason."""
+    from surprisal_cc.data.errors import MAX_LISTED
+    from surprisal_cc.data.manifest import refuse_empty_split
+
+    refuse_empty_split("save/test.csv", "test", [{"ID": "u1"}])
+    with pytest.raises(DataPreparationError, match=rf"^save/test.csv: split 'test' has no utterance: skip_bad_audio "
+                                                   rf"left out the audio of every one of its utterances \(the first "
+                                                   rf"{MAX_LISTED} listed in the warning above\)"):
+        refuse_empty_split("save/test.csv", "test", [])
+    with pytest.raises(DataPreparationError, match=r"^save/test.csv: split 'test' has no utterance: prepare again$"):
+        refuse_empty_split("save/test.csv", "test", [], why="prepare again")

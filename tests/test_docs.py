@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -45,15 +46,43 @@ def test_named_repository_files_are_found():
 
 
 @pytest.mark.parametrize("guide", GUIDES)
-def test_the_files_and_fixtures_a_guide_names_exist(guide):
-    """The commands of a guide name files that exist (the fixture its quick check builds a corpus with, too)."""
+def test_the_files_a_guide_names_exist(guide):
+    """The commands of a guide name files that exist."""
     text = (REPO / guide).read_text(encoding="utf-8")
     missing = sorted(name for name in named_repository_files(text) if not (REPO / name).exists())
     assert not missing, missing
-    for module, function in re.findall(r"from tests\.(\w+) import (\w+)", text):
-        import importlib
 
-        assert callable(getattr(importlib.import_module(module), function)), f"tests/{module}.py: {function}"
+
+def fixture_commands(text: str) -> list:
+    """The ``python -c "from tests..."`` commands of a Markdown text (the code each passes to ``-c``)."""
+    return re.findall(r'^\s*python -c "(from tests\.[^"]*)"\s*$', text, flags=re.M)
+
+
+def test_fixture_commands_are_found():
+    text = '```bash\n   python -c "from tests.x import f; f(\'/tmp/a\')"\n   python other.py\n```\n'
+    assert fixture_commands(text) == ["from tests.x import f; f('/tmp/a')"]
+
+
+@pytest.mark.parametrize("guide", GUIDES)
+def test_the_fixture_commands_of_a_guide_run_from_the_repository_root(guide, tmp_path):
+    """Each ``python -c "from tests...."`` line of a guide runs as written in the project's environment, from
+    the repository root, in a fresh interpreter (not pytest's, whose ``sys.path`` holds ``tests/``); the
+    folder it writes to is moved under ``tmp_path``."""
+    import os
+    import subprocess
+    import sys
+
+    commands = fixture_commands((REPO / guide).read_text(encoding="utf-8"))
+    assert commands, f"{guide} has no fixture command"
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    for code in commands:
+        folders = re.findall(r"'(/tmp/[^']+)'", code)
+        for folder in folders:
+            code = code.replace(f"'{folder}'", repr(str(tmp_path / Path(folder).name)))
+        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, f"{guide}: python -c {code!r}:\n{proc.stderr}"
+        assert all(any((tmp_path / Path(folder).name).iterdir()) for folder in folders), code
 
 
 def markdown_files() -> list:

@@ -157,9 +157,10 @@ def test_resumed_training_keeps_the_settings_its_checkpoints_were_trained_with(t
 
 
 def test_resumed_training_keeps_the_labels_its_checkpoints_were_trained_with(tmp_path):
-    """labels, mfa_labels and prepare_options are mappings: compared entry by entry (they were skipped, so a run
-    went on training on other labels); unchanged, they compare equal, however the command writes them, and the
-    resumable entries (prepare_options' data_folder) and objects' arguments (the epoch counter's limit) may change."""
+    """labels, mfa_labels and prepare_options are mappings, compared entry by entry: a resumed run refuses other
+    labels than its checkpoints were trained with; unchanged, they compare equal, however the command writes them,
+    and the resumable entries (prepare_options' data_folder) and objects' arguments (the epoch counter's limit) may
+    change."""
     hparams_file = tmp_path / "hparams.yaml"
     hparams_file.write_text(f"seed: 1\nnumber_of_epochs: 2\noutput_folder: {tmp_path / 'run'}\n"
                             "save_folder: !ref <output_folder>/save\ndata_folder: data\n"
@@ -268,13 +269,13 @@ input_size: !apply:surprisal_cc.recipe.input_size_for [apc]
 
 
 def test_a_manifest_without_utterances_is_refused_before_training(tmp_path):
-    """A header-only manifest (prepared before preparation refused empty splits, or written by hand) would
-    fail only after training, evaluating an empty split: refused when the datasets are made, naming it."""
+    """A header-only manifest (one written by hand, say) would fail only after training, when its empty split
+    is evaluated: the datasets refuse it when they are made, naming the split and the file."""
     from surprisal_cc.data.errors import DataPreparationError
     from surprisal_cc.datasets import dataio_prep
 
     (tmp_path / "train.csv").write_text("ID,duration,wav,spk_id,wrd,phn\nu1,1.0,u1.flac,s,A,AH\n")
     (tmp_path / "test.csv").write_text("ID,duration,wav,spk_id,wrd,phn\n")
-    with pytest.raises(DataPreparationError, match=r"test.csv: the test split's manifest holds no utterance: prepare "
-                                                   "the data again"):
+    with pytest.raises(DataPreparationError, match=r"test.csv: split 'test' has no utterance: prepare the data "
+                                                   r"again \(its audio may all have been left out as unusable\)"):
         dataio_prep({"target_unit": "phone"}, {"train": tmp_path / "train.csv", "test": tmp_path / "test.csv"}, None)

@@ -5,9 +5,9 @@ The features are log-mel energies without level normalisation, so a recording mu
 louder) than the training speech shifts every feature. This scores one LibriSpeech-format subset
 (every ``--every``-th utterance) at each ``--gains`` dB (clipped to [-1, 1]), with the corpus's labels (``--mfa-labels``,
 else the lexicon), and prints JSON: the corpus-level PER per gain and the utterances' RMS level
-(dBFS) at 0 dB, beside that of the ``--reference`` folder's audio (e.g. the training subset). With
-``--input-level DBFS`` the model scales each utterance to that level first (``--input-level`` of
-``surprisal-cc transcribe`` and ``evaluate``)::
+(dBFS) at 0 dB, beside that of the ``--reference`` folder's audio (e.g. the training subset), silent
+files counted apart (``silent_files``). With ``--input-level DBFS`` the model scales each utterance
+to that level first (``--input-level`` of ``surprisal-cc transcribe`` and ``evaluate``)::
 
     python recipes/MiniLibriSpeech/level_sensitivity.py data/MiniLibriSpeech/LibriSpeech/mfa-dev \\
         --mfa-labels data/MiniLibriSpeech/phone_labels/mfa-dev --every 8 --gains 0 -20 -40 \\
@@ -20,13 +20,12 @@ import json
 import time
 from typing import Dict, List, Optional, Sequence
 
-import numpy as np
 import soundfile
 import torch
 from speechbrain.utils.edit_distance import wer_details_for_batch
 
 from surprisal_cc.corpora import corpus_items
-from surprisal_cc.data.audio import inspect_audio
+from surprisal_cc.data.audio import inspect_audio, level_summary
 from surprisal_cc.data.manifest import list_files
 from surprisal_cc.inference import ConditionalASR
 
@@ -68,17 +67,13 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     levels = [inspect_audio(path).rms_dbfs for _, path, _ in items]  # of the channel mean, as the model hears it
     began = time.time()
     result = {"data": args.data, "labels": labels, "model": str(asr.source), "input_level_dbfs": args.input_level,
-              "utterances": len(items),
-              "rms_dbfs_median": round(float(np.median(levels)), 1),
-              "rms_dbfs_range": [round(min(levels), 1), round(max(levels), 1)],
+              "utterances": len(items), **level_summary(levels),
               "per_by_gain_db": {f"{gain:+g}": round(scored(asr, items, gain), 2) for gain in args.gains}}
     if args.reference:
         reference = [inspect_audio(path).rms_dbfs for path in list_files(args.reference, (".flac",))]
-        result["reference"] = {"folder": args.reference, "files": len(reference),
-                               "rms_dbfs_median": round(float(np.median(reference)), 1),
-                               "rms_dbfs_range": [round(min(reference), 1), round(max(reference), 1)]}
+        result["reference"] = {"folder": args.reference, "files": len(reference), **level_summary(reference)}
     result["seconds"] = round(time.time() - began, 1)
-    print(json.dumps(result))
+    print(json.dumps(result, allow_nan=False))
     return result
 
 

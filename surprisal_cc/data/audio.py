@@ -28,7 +28,7 @@ import torch
 import torchaudio
 
 from ..arguments import is_number
-from .errors import BadAudioError, DataPreparationError, DataPreparationWarning, first_listed
+from .errors import MAX_LISTED, BadAudioError, DataPreparationError, DataPreparationWarning, first_listed
 from .manifest import list_files
 
 PathLike = Union[str, os.PathLike]
@@ -36,7 +36,6 @@ TARGET_SAMPLE_RATE = 16000
 MIN_DURATION_S = 0.025  # one 25 ms analysis frame: the shortest usable audio where no model's features are known
 MAX_PEAK = 2.0  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
 POOL_THRESHOLD = 64  # use a worker pool from this many files on
-MAX_LISTED = 20
 # RMS level (dBFS, of the mono mix) below which a file is quieter than any training speech by a margin:
 # train-clean-5 lies at -39.8 to -17.8 dBFS (median -25.7); 20 dB quieter, the shipped model's PER on
 # mfa-dev rises by 11 points (docs/results/MiniLibriSpeech/level_sensitivity.json)
@@ -283,6 +282,24 @@ def inspect_audio(path: PathLike) -> AudioInfo:
     return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples, peak, level)
 
 
+def level_summary(levels: Sequence[float]) -> Dict[str, Any]:
+    """The median and range (dBFS, to 0.1 dB) of files' RMS levels (:attr:`AudioInfo.rms_dbfs`), JSON-ready:
+    a silent file (every sample zero: -inf dBFS) is counted in ``silent_files``, not in the median and
+    range, so no -inf reaches them; they are None where no file has sound.
+
+    Example
+    -------
+    >>> level_summary([-20.04, -30.0, -25.0, -math.inf])
+    {'rms_dbfs_median': -25.0, 'rms_dbfs_range': [-30.0, -20.0], 'silent_files': 1}
+    >>> level_summary([-math.inf])
+    {'rms_dbfs_median': None, 'rms_dbfs_range': None, 'silent_files': 1}
+    """
+    heard = [float(level) for level in levels if level > -math.inf]
+    return {"rms_dbfs_median": round(float(np.median(heard)), 1) if heard else None,
+            "rms_dbfs_range": [round(min(heard), 1), round(max(heard), 1)] if heard else None,
+            "silent_files": len(levels) - len(heard)}
+
+
 def check_audio_file(path: str, min_samples: Optional[int] = None,
                      target_sr: int = TARGET_SAMPLE_RATE) -> Tuple[str, Optional[AudioInfo], Optional[str]]:
     """``(path, its AudioInfo, None)`` for usable audio, ``(path, None, what is wrong)`` otherwise;
@@ -428,7 +445,8 @@ def check_audio_files(
     if bad and not skip_bad_audio:
         raise DataPreparationError(
             f"{len(bad)} unusable audio file(s):" + _listing(bad) + "\nRe-download or repair "
-            "these files, or set skip_bad_audio to True (--skip_bad_audio=True) to leave them out (they will be listed)."
+            "these files, or set skip_bad_audio to True (--skip_bad_audio=True) to leave them out (the first "
+            f"{MAX_LISTED} will be listed)."
         )
     if bad:
         warnings.warn(

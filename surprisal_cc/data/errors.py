@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
+#: How many problem lines (files, utterances) an error or warning lists before counting the rest
+#: (:func:`first_listed`).
+MAX_LISTED = 20
+
 
 class DataPreparationError(ValueError):
     """A corpus, label or audio problem that stops data preparation.

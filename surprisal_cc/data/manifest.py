@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .errors import DataPreparationError
+from .errors import MAX_LISTED, DataPreparationError
 
 PathLike = Union[str, os.PathLike]
 LABELLED_COLUMNS = ["ID", "duration", "wav", "spk_id", "wrd", "phn"]
@@ -102,8 +102,8 @@ def write_manifest(path: PathLike, rows: Iterable[Mapping[str, Any]], columns: S
 
 
 #: Why a prepared split can be empty: the audio of every one of its utterances was unusable.
-ALL_AUDIO_LEFT_OUT = ("skip_bad_audio left out the audio of every one of its utterances (listed in the warning above): "
-                      "repair or replace those files")
+ALL_AUDIO_LEFT_OUT = (f"skip_bad_audio left out the audio of every one of its utterances (the first {MAX_LISTED} "
+                      "listed in the warning above): repair or replace those files")
 
 
 def refuse_empty_split(path: PathLike, split: str, rows: Sequence, why: str = ALL_AUDIO_LEFT_OUT) -> None:

@@ -213,13 +213,13 @@ def labels_digest(manifest: str) -> str:
     ...     labels_digest(f"{tmp}/a.csv") == labels_digest(f"{tmp}/b.csv")
     True
     """
-    import csv
     import hashlib
 
+    from .data.manifest import read_manifest
+
     digest = hashlib.sha256()
-    with open(manifest, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            digest.update(json.dumps([row.get(column) for column in LABEL_COLUMNS]).encode() + b"\n")
+    for row in read_manifest(manifest, required=("ID",), resolve_wav=False)[1]:
+        digest.update(json.dumps([row.get(column) for column in LABEL_COLUMNS]).encode() + b"\n")
     return digest.hexdigest()
 
 

@@ -726,7 +726,9 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
     record = Path(experiment_directory) / PRECISION_RECORD
     if (not test_only and hparams is not None and if_main_process() and not record.exists()
             and parse_yaml_tolerant(saved.read_bytes()).get("precision") == "auto"):
-        record.write_text(json.dumps({"precision": hparams["precision"]}) + "\n")  # read by resolve_precision
+        from .data.manifest import atomic_write_text
+
+        atomic_write_text(record, json.dumps({"precision": hparams["precision"]}) + "\n")  # read by resolve_precision
     if test_only and stored is not None:
         from .run_folder import evaluation_tag, test_only_hyperparams_name
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
+import soundfile as sf
 import torch
 
 from .arguments import make_output_folder
@@ -31,6 +32,9 @@ from .features import FeatureConfig, FilterbankFrontEnd
 class AlignedUtterance:
     """One utterance with its aligned segments (sample boundaries, end exclusive).
 
+    MFA's CSV export counts samples of the audio file as it is; a model at another sample rate
+    compares times, not sample indices (``sample_rate``).
+
     Arguments
     ---------
     utt_id : str
@@ -43,6 +47,8 @@ class AlignedUtterance:
         First sample of each segment.
     ends : list of int
         Sample after the last one of each segment.
+    sample_rate : int, optional
+        The rate of ``starts`` and ``ends``; None: the features' (see :meth:`frame_is_silence`).
 
     Example
     -------
@@ -51,6 +57,9 @@ class AlignedUtterance:
     >>> utt = AlignedUtterance("a", Path("a.flac"), ["sil", "AH", "sil"], [0, 640, 1280], [640, 1280, 1600])
     >>> utt.frame_is_silence(6, FeatureConfig()).tolist()  # window centres 200, 520, ..., 1800
     [True, True, False, False, True, True]
+    >>> AlignedUtterance("a", Path("a.flac"), ["sil", "AH", "sil"], [0, 1280, 2560], [1280, 2560, 3200],
+    ...                  sample_rate=32000).frame_is_silence(6, FeatureConfig()).tolist()  # the same times
+    [True, True, False, False, True, True]
     """
 
     utt_id: str
@@ -58,6 +67,7 @@ class AlignedUtterance:
     labels: List[str]
     starts: List[int]
     ends: List[int]
+    sample_rate: Optional[int] = None
 
     def frame_is_silence(self, num_frames: int, config: FeatureConfig) -> torch.Tensor:
         """Whether the segment containing each frame's window centre is silence.
@@ -69,7 +79,8 @@ class AlignedUtterance:
         num_frames : int
             Frames of the utterance.
         config : FeatureConfig
-            Frame shift, window and frame skip of the features.
+            Frame shift, window, frame skip and sample rate of the features; the segments'
+            samples are at ``sample_rate``, or at the features' rate where it is None.
 
         Returns
         -------
@@ -78,15 +89,20 @@ class AlignedUtterance:
         """
         centres = (torch.arange(num_frames) * config.frame_skip * config.shift_samples
                    + config.window_samples // 2)
+        rate = self.sample_rate or config.sample_rate
+        # centre / config.sample_rate >= start / rate, in whole numbers (exact at every rate)
+        centres, scale = centres * rate, config.sample_rate
         silent = torch.ones(num_frames, dtype=torch.bool)  # outside every segment: silence
         for label, start, end in zip(self.labels, self.starts, self.ends):
-            inside = (centres >= start) & (centres < end)
+            inside = (centres >= start * scale) & (centres < end * scale)
             silent[inside] = label.lower() in SILENCE_MARKS
         return silent
 
 
 def read_aligned_csv(path: Path, audio_root: Path) -> Iterator[AlignedUtterance]:
-    """Utterances of an MFA CSV export (``path``, ``phn``, ``phn_starts``, ``phn_ends`` columns).
+    """Utterances of an MFA CSV export (``path``, ``phn``, ``phn_starts``, ``phn_ends`` columns),
+    their samples at the rate of each audio file (read from its header; a file that is not there:
+    the features' rate).
 
     Arguments
     ---------
@@ -118,7 +134,12 @@ def read_aligned_csv(path: Path, audio_root: Path) -> Iterator[AlignedUtterance]
         if not (len(starts) == len(ends) <= len(labels)):
             raise ValueError(f"{path}: utterance {row.path}: {len(labels)} labels, "
                              f"{len(starts)} starts, {len(ends)} ends")
-        yield AlignedUtterance(row.utt_id, audio_root / row.path, labels[:len(starts)], starts, ends)
+        audio = audio_root / row.path
+        try:
+            rate = sf.info(str(audio)).samplerate if audio.is_file() else None
+        except RuntimeError:  # undecodable: reading the audio names the file later
+            rate = None
+        yield AlignedUtterance(row.utt_id, audio, labels[:len(starts)], starts, ends, rate)
 
 
 @torch.no_grad()

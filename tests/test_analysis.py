@@ -49,6 +49,22 @@ def test_the_audio_is_read_at_the_features_sample_rate(tmp_path):
     assert routing_example(apc, utt, tmp_path / "r.png", config=config).stat().st_size > 0
 
 
+def test_alignments_count_samples_of_the_audio_file_at_its_own_rate(tmp_path):
+    """MFA's samples of a 16 kHz file label 8 kHz features by time: silence for the first half second
+    is the 25 frames whose window centres (k * 20 ms + 12.5 ms) come before 0.5 s."""
+    import numpy as np
+    import soundfile as sf
+
+    config = FeatureConfig(sample_rate=8000, n_mels=40)
+    sf.write(tmp_path / "a.flac", np.random.default_rng(0).standard_normal(16000).astype("float32") * 0.1, 16000)
+    (tmp_path / "mfa.csv").write_text("path,phn,phn_starts,phn_ends\na.flac,\"['sil', 'AH']\",0 8000,8000 16000\n")
+    utt = next(read_aligned_csv(tmp_path / "mfa.csv", tmp_path))
+    assert utt.sample_rate == 16000
+    torch.manual_seed(0)
+    result = surprisal_by_class(APCModel(input_size=40, hidden_size=8), iter([utt]), config)
+    assert (result["frames_silence"], result["frames_speech"]) == (25, config.num_frames(8000) - 25)
+
+
 def _analyse(tmp_path, capsys, csv_text, *options):
     """``surprisal-cc analyse`` of a tiny APC model and alignments ``csv_text``: (exit status, stderr lines)."""
     from surprisal_cc.apc import save_apc

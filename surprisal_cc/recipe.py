@@ -37,6 +37,8 @@ def prepare_manifests(prepare: Callable[..., Dict[str, str]], hparams: Mapping) 
     """Run the corpus's ``prepare`` function with the hparams key ``prepare_options`` on the main
     process, then on every process (a repeat returns the manifests at once), and return
     ``{split: manifest path}``. Options that ``prepare`` does not take, or lacks, are a clear error first.
+    Where ``prepare`` takes ``sample_rate`` and the options leave it out, it is the features' rate
+    (``feature_config``), which words the warning about audio at other rates.
 
     Example
     -------
@@ -48,6 +50,12 @@ def prepare_manifests(prepare: Callable[..., Dict[str, str]], hparams: Mapping) 
     Traceback (most recent call last):
     ...
     surprisal_cc.errors.ConfigurationError: prepare_options: 'speaker' is not an argument of prepare_toy, which takes ['save_folder', 'speakers']
+    >>> def prepare_rated(save_folder: str, sample_rate: int = 16000):
+    ...     return {"train": f"{save_folder}/train.csv ({sample_rate} Hz)"}
+    >>> from surprisal_cc.features import FeatureConfig
+    >>> prepare_manifests(prepare_rated, {"prepare_options": {"save_folder": "out"},
+    ...                                   "feature_config": FeatureConfig(sample_rate=8000)})
+    {'train': 'out/train.csv (8000 Hz)'}
     >>> prepare_manifests(prepare_toy, {"prepare_options": {"speakers": 3}})
     Traceback (most recent call last):
     ...
@@ -65,6 +73,8 @@ def prepare_manifests(prepare: Callable[..., Dict[str, str]], hparams: Mapping) 
     if missing:
         raise ConfigurationError(f"prepare_options lacks {', '.join(map(repr, missing))}, which "
                                  f"{prepare.__name__} needs")
+    if "sample_rate" in (taken or ()) and "sample_rate" not in options and "feature_config" in hparams:
+        options["sample_rate"] = hparams["feature_config"].sample_rate
     run_on_main(prepare, kwargs=options)
     return prepare(**options)
 

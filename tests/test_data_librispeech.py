@@ -4,6 +4,7 @@ import io
 import os
 import shutil
 import tarfile
+import warnings
 
 import pytest
 
@@ -61,6 +62,20 @@ def test_prepare_mini_librispeech(corpus, tmp_path):
     # other options, the same save folder: their own manifests, the first preparation's left intact
     assert out2["valid"].parent != out["valid"].parent and out["valid"].parent.parent == (tmp_path / "s").resolve()
     assert {r["spk_id"] for r in read(out["valid"])} == {"14", "15"}
+
+
+def test_preparation_names_audio_at_another_rate_than_the_models(corpus, tmp_path):
+    """16 kHz audio for an 8 kHz model is named in one warning; the manifests are those of 16 kHz."""
+    with pytest.warns(DataPreparationWarning, match=r"(?s)file\(s\) are not 8000 Hz; resampled to 8000 Hz.*\(16000 Hz\)"):
+        at_8k = prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error", valid_speakers=2,
+                                         sample_rate=8000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataPreparationWarning)
+        assert prepare_mini_librispeech(corpus, tmp_path / "s", labels=MIXED, g2p="error",
+                                        valid_speakers=2) == at_8k
+        assert prepare_librispeech(corpus, tmp_path / "a", subsets=["train-clean-5"], valid_utterances=3)
+    with pytest.warns(DataPreparationWarning, match="not 8000 Hz"):
+        prepare_librispeech(corpus, tmp_path / "a8", subsets=["train-clean-5"], valid_utterances=3, sample_rate=8000)
 
 
 def test_test_labels_are_found_in_any_data_folder(corpus, tmp_path):

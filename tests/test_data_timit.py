@@ -39,6 +39,13 @@ def test_prepare_timit_splits_and_folding(timit, tmp_path):
     assert_prepare_reuses(timit_module, lambda: prepare_timit(timit, tmp_path / "save"), out)
 
 
+def test_prepare_timit_names_audio_at_another_rate_than_the_models(timit, tmp_path):
+    from surprisal_cc.data import DataPreparationWarning
+
+    with pytest.warns(DataPreparationWarning, match="are not 8000 Hz; resampled to 8000 Hz"):
+        prepare_timit(timit, tmp_path / "save", sample_rate=8000)
+
+
 def test_sa_folding_case():  # the SA template is only used for SA sentences, which are removed
     from surprisal_cc.data.phones import fold_timit
     phn, expected = TIMIT_PHN_CASES["sa"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .audio import MAX_LISTED, AudioInfo, check_audio_files
+from .audio import MAX_LISTED, TARGET_SAMPLE_RATE, AudioInfo, check_audio_files
 from .errors import DataPreparationError, DataPreparationWarning, first_listed
 from .lexicon import Lexicon
 from .manifest import (AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, refuse_empty_split,
@@ -353,6 +353,7 @@ def prepare_mini_librispeech(
     mfa_fallback: str = "error",
     checksums: Optional[Mapping[str, str]] = None,
     dev_subset: Optional[str] = None,
+    sample_rate: int = TARGET_SAMPLE_RATE,
 ) -> Dict[str, Path]:
     """Write ``train.csv``, ``valid.csv``, ``test.csv`` (and ``dev.csv``) manifests for Mini-LibriSpeech.
 
@@ -377,6 +378,8 @@ def prepare_mini_librispeech(
       a split's utterances raise either way.
     * ``data_folder``: a folder holding the subsets (directly or under ``LibriSpeech/``), or a list
       of such folders searched in order (e.g. train-clean-5 and dev-clean-2 staged apart).
+    * ``sample_rate``: the model's; files at another rate are named in a warning (they are resampled
+      when read). It changes no manifest.
     * Idempotent: a repeated call with the same options and unchanged inputs returns at once.
 
     Returns ``{split: manifest path}`` for the requested ``splits``.
@@ -403,7 +406,7 @@ def prepare_mini_librispeech(
     def build(save: Path) -> Dict[str, Path]:
         split_utts = _split_utterances(subset_dirs, split_subset, splits, valid_speakers, librispeech_root, seed)
         all_utts = [u for utts in split_utts.values() for u in utts]
-        infos = check_audio_files([u.wav for u in all_utts], skip_bad_audio=skip_bad_audio)
+        infos = check_audio_files([u.wav for u in all_utts], skip_bad_audio=skip_bad_audio, target_sr=sample_rate)
 
         lexicon = Lexicon(g2p=g2p) if uses_lexicon else None
         if lexicon is not None:
@@ -632,6 +635,7 @@ def prepare_librispeech(
     skip_bad_audio: bool = False,
     download: bool = False,
     extra_train_subsets: Sequence[str] = (),
+    sample_rate: int = TARGET_SAMPLE_RATE,
 ) -> Dict[str, Path]:
     """Audio-only manifests (``ID,duration,wav,spk_id``) for APC pretraining.
 
@@ -639,7 +643,8 @@ def prepare_librispeech(
     ``valid_utterances`` (or ``valid_fraction`` of all) utterances of ``subsets``, as whole speakers
     (``valid_by="speaker"``, speakers shuffled with ``seed`` and added until the target is reached)
     or as single utterances (``valid_by="utterance"``).  ``extra_train_subsets`` go to training
-    whole, so adding audio leaves the validation split of ``subsets`` as it was.  Idempotent like
+    whole, so adding audio leaves the validation split of ``subsets`` as it was.  ``sample_rate``
+    (the model's) words the warning about files at another rate.  Idempotent like
     :func:`prepare_mini_librispeech`.
     """
     if valid_by not in ("speaker", "utterance"):
@@ -682,7 +687,7 @@ def prepare_librispeech(
                                            "validation: hold out utterances instead (valid_by: utterance under "
                                            "prepare_options in the hparams)")
         utts += [u for d in extra_dirs.values() for u in scan_subset(d, with_transcripts=False)]
-        infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio)
+        infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio, target_sr=sample_rate)
         rows = _audio_rows(utts, infos)
         if not any(r["ID"] in valid_ids for r in rows):  # every held-out file was unusable (skip_bad_audio)
             raise DataPreparationError(f"{', '.join(subset_dirs)}: no usable audio left in the validation split "

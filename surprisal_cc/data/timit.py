@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from .audio import MAX_LISTED, check_audio_files
+from .audio import MAX_LISTED, TARGET_SAMPLE_RATE, check_audio_files
 from .errors import DataPreparationError, first_listed
 from .manifest import LABELLED_COLUMNS, cached_prepare, list_files, refuse_empty_split, write_manifest
 from .phones import fold_timit, refuse_empty_labels
@@ -160,12 +160,14 @@ def scan_timit(data_folder: PathLike) -> List[TimitUtterance]:
 
 
 def prepare_timit(
-    data_folder: PathLike, save_folder: PathLike, skip_bad_audio: bool = False
+    data_folder: PathLike, save_folder: PathLike, skip_bad_audio: bool = False,
+    sample_rate: int = TARGET_SAMPLE_RATE,
 ) -> Dict[str, Path]:
     """Write ``timit_train.csv``, ``timit_valid.csv`` (dev speakers), ``timit_test.csv`` (core test) for TIMIT.
 
     ``phn`` holds the folded 39-phone labels (``q`` removed, repeated ``sil`` merged), ``wrd`` the
-    upper-case words from ``.WRD`` (or ``.TXT``).  Idempotent: an unchanged repeat returns at once.
+    upper-case words from ``.WRD`` (or ``.TXT``).  ``sample_rate`` (the model's) words the warning
+    about files at another rate.  Idempotent: an unchanged repeat returns at once.
     """
     root = Path(data_folder)
     if not root.is_dir():
@@ -183,7 +185,7 @@ def prepare_timit(
         if empty:  # before any audio is decoded
             raise DataPreparationError(f"TIMIT data_folder {root}: no utterance of {', '.join(empty)}; point "
                                        "data_folder at a full TIMIT copy (TRAIN/ and TEST/ with their speaker folders)")
-        infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio)
+        infos = check_audio_files([u.wav for u in utts], skip_bad_audio=skip_bad_audio, target_sr=sample_rate)
         rows: Dict[str, List[dict]] = {"train": [], "valid": [], "test": []}
         problems = []
         for u in utts:

@@ -26,7 +26,7 @@ import io
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Union
+from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 import ruamel.yaml
 import yaml
@@ -382,13 +382,25 @@ RESUMABLE_KEYS = frozenset({
     "test_flops_fraction", "test_stochastic", "test_threads", "train_log", "use_feature_cache", "valid_search"})
 
 
-def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> List[str]:
+#: Where a value sits in an hparams file: its top-level key, then argument names and list positions.
+KeyPath = Tuple[Union[str, int], ...]
+
+#: hyperpyyaml's tags of a value taken from elsewhere in the file (resolved in a saved ``hyperparams.yaml``).
+REFERENCE_TAGS = ("!ref", "!copy")
+
+
+def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str, Any],
+                              references: Optional[FrozenSet[KeyPath]] = None) -> List[str]:
     """``"key: trained with X, requested Y"`` for each top-level setting (not in :data:`RESUMABLE_KEYS`)
     that both configurations hold and that differs (:func:`_same_setting`: numbers by value, however
     written; a file by its content where both names lead to one; mappings and lists, such as ``labels``,
     ``mfa_labels`` or ``prepare_options``, entry by entry, leaving out entries named in
-    :data:`RESUMABLE_KEYS`; the arguments of objects, ``!new:`` and the like, are not compared: the
-    settings they are built from are).
+    :data:`RESUMABLE_KEYS`). The arguments of objects (``!new:``, ``!apply:``, ``!name:``) are compared
+    where ``references`` (:func:`argument_references` of the requested configuration's hparams text)
+    tells the ones written out from references: each argument both objects hold, down to entries of its
+    mappings and lists, named by its key path (``"apc_model.hidden_size: trained with 512, requested
+    256"``); a reference is compared where it leads (its top-level key), an argument named in
+    :data:`RESUMABLE_KEYS` not at all. Without ``references`` they are not compared.
 
     Example
     -------
@@ -398,10 +410,79 @@ def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str,
     >>> changed_training_settings({"labels": {"train": "mfa", "test": "mfa"}},
     ...                           {"labels": "{train: lexicon, test: mfa}"})
     ["labels: trained with {'train': 'mfa', 'test': 'mfa'}, requested '{train: lexicon, test: mfa}'"]
+    >>> text = "epochs: 4\\nmodel: !new:torch.nn.GRU\\n  hidden_size: {}\\n  num_layers: !ref <epochs>\\n"
+    >>> trained, now = (parse_yaml_tolerant(text.format(size)) for size in (512, 256))
+    >>> changed_training_settings(trained, now, argument_references(text.format(256)))
+    ['model.hidden_size: trained with 512, requested 256']
     """
-    return [f"{key}: trained with {stored[key]!r}, requested {value!r}" for key, value in requested.items()
-            if key in stored and key not in RESUMABLE_KEYS and not key.startswith("__")
-            and not _same_setting(stored[key], value)]
+    changed = []
+    for key, value in requested.items():
+        if key not in stored or key in RESUMABLE_KEYS or str(key).startswith("__"):
+            continue
+        if references is not None and isinstance(stored[key], TaggedMapping) and isinstance(value, TaggedMapping):
+            changed += _changed_arguments(stored[key], value, (key,), references)
+        elif not _same_setting(stored[key], value):
+            changed.append(f"{key}: trained with {stored[key]!r}, requested {value!r}")
+    return changed
+
+
+def argument_references(text: str, overrides: Union[str, Mapping[str, Any], None] = None) -> FrozenSet[KeyPath]:
+    """The key paths of the values that hparams ``text`` (the whole configuration: :func:`expand_hparams`),
+    with ``overrides`` applied as hyperpyyaml applies them (mappings entry by entry), gives as references
+    (``!ref``, ``!copy``). A saved ``hyperparams.yaml`` holds them resolved, so only the text tells an
+    object's argument written out (``hidden_size: 512``) from one that repeats another setting
+    (``limit: !ref <number_of_epochs>``): :func:`changed_training_settings` compares the first kind.
+
+    Example
+    -------
+    >>> text = "lr: 0.1\\nopt: !name:torch.optim.Adam\\n  lr: !ref <lr>\\n  eps: 1.0e-8\\n  betas: [!ref <lr>, 0.9]\\n"
+    >>> sorted(argument_references(text)), sorted(argument_references(text, "opt: {lr: 0.5}"))
+    ([('opt', 'betas', 0), ('opt', 'lr')], [('opt', 'betas', 0)])
+    """
+    from hyperpyyaml.core import recursive_update
+
+    tree = _load(text)
+    overrides = _load(overrides) if isinstance(overrides, str) else overrides
+    if isinstance(tree, Mapping) and isinstance(overrides, Mapping):
+        recursive_update(tree, overrides)
+    found = set()
+
+    def walk(node: Any, path: KeyPath) -> None:
+        if getattr(getattr(node, "tag", None), "value", None) in REFERENCE_TAGS:
+            found.add(path)
+        elif isinstance(node, Mapping):
+            for key, value in node.items():
+                walk(value, path + (key,))
+        elif isinstance(node, (list, tuple)):
+            for i, value in enumerate(node):
+                walk(value, path + (i,))
+
+    walk(tree, ())
+    return frozenset(found)
+
+
+def _changed_arguments(stored: Any, requested: Any, path: KeyPath, references: FrozenSet[KeyPath]) -> List[str]:
+    """:func:`changed_training_settings`' lines for an object's arguments at ``path`` (or a value within
+    them): mappings entry by entry (the entries both hold, not named in :data:`RESUMABLE_KEYS`), lists of one
+    length element by element, anything else by :func:`_same_setting`; values at ``references`` left out.
+
+    Example
+    -------
+    >>> _changed_arguments({"size": 512, "steps": [2, 2], "limit": 4}, {"size": "512", "steps": [2, 3], "limit": 8},
+    ...                    ("model",), frozenset({("model", "limit")}))
+    ['model.steps.1: trained with 2, requested 3']
+    """
+    if path in references:
+        return []
+    if isinstance(stored, Mapping) and isinstance(requested, Mapping):
+        return [line for key in requested if key in stored and key not in RESUMABLE_KEYS
+                for line in _changed_arguments(stored[key], requested[key], path + (key,), references)]
+    if isinstance(stored, (list, tuple)) and isinstance(requested, (list, tuple)) and len(stored) == len(requested):
+        return [line for i, (old, new) in enumerate(zip(stored, requested))
+                for line in _changed_arguments(old, new, path + (i,), references)]
+    if _same_setting(stored, requested):
+        return []
+    return [f"{'.'.join(map(str, path))}: trained with {stored!r}, requested {requested!r}"]
 
 
 def _same_setting(stored: Any, requested: Any) -> bool:
@@ -411,8 +492,8 @@ def _same_setting(stored: Any, requested: Any) -> bool:
     named in :data:`RESUMABLE_KEYS` (``prepare_options``' ``data_folder``) left out, and a mapping the same
     as null where every entry is null, or as one value where every entry is that value (``labels: mfa``
     for every split); lists element-wise; a tagged mapping (an object's arguments, :class:`TaggedMapping`)
-    always the same; anything else as :func:`_as_number` reads it, or a file by its content where both
-    name one.
+    always the same (:func:`_changed_arguments` compares those); anything else as :func:`_as_number` reads
+    it, or a file by its content where both name one.
 
     Example
     -------

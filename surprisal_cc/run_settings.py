@@ -26,8 +26,9 @@ from .data.lexicon import G2P_CHOICES
 from .errors import ConfigurationError
 from .flops import module_macs, static_flop_rows
 from .frozen_features import PRETRAIN_OR_GIVE_APC, load_run_apc, run_apc_key
-from .hparams_files import (changed_training_settings, configured_paths, expand_hparams, load_hparams_file,
-                            load_yaml_tolerant, new_empty_folders_removed, parse_yaml_tolerant, ruamel_errors)
+from .hparams_files import (argument_references, changed_training_settings, configured_paths, expand_hparams,
+                            load_hparams_file, load_yaml_tolerant, new_empty_folders_removed, parse_yaml_tolerant,
+                            ruamel_errors)
 from .nnet import bias_shift_problem, runs_apc
 from .precision import TRAINING_PRECISIONS, auto_precision
 
@@ -702,22 +703,25 @@ def create_experiment_directory(experiment_directory: str, hparams_file: str, ov
     was and saves its own as ``hyperparams_test_only.yaml`` (``hyperparams_test_only_random_at_test.yaml``
     and so on where the loaded ``hparams`` change the test-time conditions: :func:`~surprisal_cc.run_folder.evaluation_tag`).
     Training resumed from the checkpoints in ``hparams["save_folder"]`` must keep the settings they
-    were trained with (:func:`changed_training_settings`); a :class:`ConfigurationError` otherwise,
-    and the stored ``hyperparams.yaml`` is kept."""
+    were trained with (:func:`changed_training_settings`, the arguments written out in the file's objects
+    included: :func:`argument_references`); a :class:`ConfigurationError` otherwise, and the stored
+    ``hyperparams.yaml`` is kept."""
     saved = Path(experiment_directory) / "hyperparams.yaml"
     stored = saved.read_bytes() if if_main_process() and saved.is_file() else None
     resumed = not test_only and stored is not None and hparams is not None and "save_folder" in hparams \
         and any(Path(hparams["save_folder"]).glob("CKPT+*"))
+    text = expand_hparams(hparams_file)
     with tempfile.TemporaryDirectory() as folder:
         expanded = Path(folder) / Path(hparams_file).name
-        expanded.write_text(expand_hparams(hparams_file), encoding="utf-8")
+        expanded.write_text(text, encoding="utf-8")
         sb.create_experiment_directory(experiment_directory=experiment_directory,
                                        hyperparams_to_save=str(expanded), overrides=overrides)
         if if_main_process() and saved.is_file():  # name the file the configuration came from
             saved.write_text(saved.read_text(encoding="utf-8").replace(
                 os.path.abspath(expanded), os.path.abspath(hparams_file), 1), encoding="utf-8")
     if resumed:
-        changed = changed_training_settings(parse_yaml_tolerant(stored), parse_yaml_tolerant(saved.read_bytes()))
+        changed = changed_training_settings(parse_yaml_tolerant(stored), parse_yaml_tolerant(saved.read_bytes()),
+                                            argument_references(text, overrides))
         if changed:
             saved.write_bytes(stored)  # the configuration of the checkpoints stays beside them
             raise ConfigurationError(f"{experiment_directory} holds checkpoints trained with other settings "

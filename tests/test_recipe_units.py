@@ -190,26 +190,104 @@ def test_resumed_training_keeps_the_labels_its_checkpoints_were_trained_with(tmp
                                           "TIMIT/conditional_ctc.yaml"])
 def test_a_recipes_saved_settings_compare_equal_when_only_resumable_ones_change(hparams_file):
     """The saved hyperparams.yaml of a run (as SpeechBrain writes it: references resolved, objects tagged) and
-    that of the same command with more epochs, another output folder, data folder, manifests folder and cache: no
-    changed setting, though prepare_options, the epoch counter and the checkpointer hold some of them; other labels
-    are one. (Files such as cpu_profile's relabelled_train are compared by content where both are there.)"""
+    that of the same command with more epochs, another output folder, data folder, manifests folder and cache, and
+    other test-time conditions: no changed setting, though prepare_options, the epoch counter, the checkpointer, the
+    encoder and the beam searcher hold some of them; other labels are one, and so is an argument written out in an
+    object (the APC's width), named by its key path. (Files such as cpu_profile's relabelled_train are compared by
+    content where both are there.)"""
     from hyperpyyaml import resolve_references
 
-    from surprisal_cc.hparams_files import changed_training_settings, expand_hparams, parse_yaml_tolerant
+    from surprisal_cc.hparams_files import (argument_references, changed_training_settings, expand_hparams,
+                                            parse_yaml_tolerant)
 
     text = expand_hparams(Path(__file__).resolve().parents[1] / "hparams" / hparams_file)
 
-    def saved(overrides):
+    def saved(overrides, text=text):
         return parse_yaml_tolerant(resolve_references(io.StringIO(text), {"data_folder": "data", **overrides}).getvalue())
 
+    def changed(first, overrides, text=text):
+        return changed_training_settings(first, saved(overrides, text),
+                                         argument_references(text, {"data_folder": "data", **overrides}))
+
     first = saved({})
-    resumed = saved({"number_of_epochs": 80, "output_folder": "elsewhere/run", "data_folder": "/moved/data",
-                     "prepared_folder": "/moved/manifests", "cache_folder": "/moved/cache", "num_workers": 3})
-    assert changed_training_settings(first, resumed) == []
+    assert changed(first, {"number_of_epochs": 80, "output_folder": "elsewhere/run", "data_folder": "/moved/data",
+                           "prepared_folder": "/moved/manifests", "cache_folder": "/moved/cache", "num_workers": 3,
+                           "controller_at_test": False, "test_stochastic": False, "beam_size": 4}) == []
     if "labels" in first:
-        other = saved({"labels": {"train": "lexicon", "valid": "lexicon", "test": "lexicon"}})
-        assert sorted(line.split(":")[0] for line in changed_training_settings(first, other)) == ["labels",
-                                                                                                 "prepare_options"]
+        other = {"labels": {"train": "lexicon", "valid": "lexicon", "test": "lexicon"}}
+        assert sorted(line.split(":")[0] for line in changed(first, other)) == ["labels", "prepare_options"]
+    assert "  hidden_size: 512\n" in text
+    assert changed(first, {}, text.replace("  hidden_size: 512\n", "  hidden_size: 256\n")) == [
+        "apc_model.hidden_size: trained with 512, requested 256"]
+
+
+def test_resumed_training_keeps_the_arguments_written_in_its_objects(tmp_path):
+    """A literal argument of a !new: object (the APC's width, the features' mel bands, a masking policy) changed in
+    the hparams file, or by an override of the object's entries, is refused by its key path; an argument that is a
+    reference follows its setting (the epoch counter's limit, the number of epochs), and an argument named like a
+    resumable setting, an argument only one side holds and the objects of resumable settings may change."""
+    def write(hidden_size=512, n_mels=80, time_masks="[2, 2]", beam_size=10, valid_beam=4, new_argument=""):
+        (tmp_path / "hparams.yaml").write_text(
+            f"seed: 1\nnumber_of_epochs: 2\noutput_folder: {tmp_path / 'run'}\nsave_folder: !ref <output_folder>/save\n"
+            "apc_epochs: 20\n"
+            f"feature_config: !new:surprisal_cc.features.FeatureConfig\n  n_mels: {n_mels}\n  frame_skip: 2\n"
+            "front_end: !new:surprisal_cc.features.FilterbankFrontEnd\n  config: !ref <feature_config>\n"
+            f"apc_model: !new:surprisal_cc.apc.APCModel\n  input_size: 80\n  hidden_size: {hidden_size}\n{new_argument}"
+            f"feature_masking: !new:surprisal_cc.augment.FeatureMasking\n  time_masks: {time_masks}\n"
+            "epoch_counter: !new:speechbrain.utils.epoch_loop.EpochCounter\n  limit: !ref <number_of_epochs>\n"
+            f"searcher: !new:speechbrain.decoders.ctc.CTCBeamSearcher\n  blank_index: 0\n  beam_size: {beam_size}\n"
+            f"valid_search: !name:surprisal_cc.decoding.beam_search\n  beam: {valid_beam}\n")
+
+    write()
+    run, save = tmp_path / "run", tmp_path / "run" / "save"
+    hparams = {"save_folder": str(save)}
+    run_settings.create_experiment_directory(str(run), str(tmp_path / "hparams.yaml"), "", hparams=hparams)
+    (save / "CKPT+2026-01-01+00-00-00+00").mkdir(parents=True)
+    trained = (run / "hyperparams.yaml").read_text()
+    for edit, overrides, what in (
+            ({"hidden_size": 256}, "", r"apc_model.hidden_size: trained with 512, requested 256"),
+            ({"n_mels": 40}, "", r"feature_config.n_mels: trained with 80, requested 40\)"),  # not again as front_end's
+            ({"time_masks": "[2, 3]"}, "", r"feature_masking.time_masks.1: trained with 2, requested 3"),
+            ({"time_masks": "[2]"}, "", r"feature_masking.time_masks: trained with \[2, 2\], requested \[2\]"),
+            ({}, "apc_model: {hidden_size: 1024}", r"apc_model.hidden_size: trained with 512, requested 1024")):
+        write(**edit)
+        with pytest.raises(ConfigurationError, match=rf"run holds checkpoints trained with other settings \({what}"
+                                                     r".*: give the settings it was trained with, or another "
+                                                     r"--output_folder"):
+            run_settings.create_experiment_directory(str(run), str(tmp_path / "hparams.yaml"), overrides,
+                                                     hparams=hparams)
+        assert (run / "hyperparams.yaml").read_text() == trained
+    for edit, overrides in (({}, "number_of_epochs: 4"), ({"beam_size": 20, "valid_beam": 8}, ""),
+                            ({"new_argument": "  num_layers: 2\n"}, ""), ({}, "")):
+        write(**edit)
+        run_settings.create_experiment_directory(str(run), str(tmp_path / "hparams.yaml"), overrides, hparams=hparams)
+    assert "limit: 2" in (run / "hyperparams.yaml").read_text()
+
+
+def test_the_published_runs_hold_the_arguments_the_hparams_files_write_out_today():
+    """Each published run folder (docs/results/**/hyperparams.yaml) against the hparams file it was made from: the
+    arguments its objects write out (sizes, mel bands, masking) are those of today's file, so a resumed published
+    run is not refused for them; and each published run compares equal with itself."""
+    from surprisal_cc.hparams_files import (TaggedMapping, argument_references, changed_training_settings,
+                                            expand_hparams, parse_yaml_tolerant)
+
+    repo = Path(__file__).resolve().parents[1]
+    published = sorted((repo / "docs" / "results").glob("**/hyperparams.yaml"))
+    assert published
+    today = {}
+    for saved in published:
+        made_from = re.search(r"^# (/.*/hparams/.*\.yaml)$", saved.read_text(), flags=re.M).group(1)
+        hparams_file = repo / "hparams" / Path(made_from).relative_to(Path(made_from).parents[1])
+        if hparams_file not in today:
+            text = expand_hparams(hparams_file)
+            today[hparams_file] = parse_yaml_tolerant(text), argument_references(text)
+        written_out, references = today[hparams_file]
+        stored = parse_yaml_tolerant(saved.read_bytes())
+        objects = [key for key, value in written_out.items() if isinstance(value, TaggedMapping)]
+        assert "apc_model" in objects and isinstance(stored["apc_model"], TaggedMapping)
+        assert changed_training_settings({key: stored[key] for key in objects if key in stored},
+                                         {key: written_out[key] for key in objects}, references) == [], saved
+        assert changed_training_settings(stored, stored, references) == [], saved
 
 
 def test_a_run_folder_loads_with_flow_style_overrides(tmp_path):

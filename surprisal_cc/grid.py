@@ -37,16 +37,17 @@ Grid file (plain YAML)::
 
 Each run's folder is ``<experiment_root>/grid/<group or folder_of>/<key-value+...>/seed<seed>`` (the varied
 keys, sorted), passed as ``--output_folder``. A run whose results files all exist is skipped (a
-"conflict" where its folder's ``hyperparams.yaml`` shows other settings or more epochs: another grid's
-run; one trained for fewer epochs than asked trains on, and a test-only run of its folder whose results
-then evaluate another checkpoint than the training chose, by the epoch each results file records, is
-evaluated again); any
-other run is launched again with the same command (SpeechBrain's checkpointer resumes it); runs
-that left a checkpoint go first, so an interrupted grid finishes what it started, and a test-only run
-goes as soon as the training run of its folder has finished. While a run
-trains, its folder holds a lock file with the grid process's PID: a second grid command on the
-same machine leaves that run alone ("elsewhere") and goes on with the others; a lock whose process
-has ended (a machine stopped mid-run) is taken over. A run
+"conflict" where its folder's ``hyperparams.yaml`` shows more epochs, or other training settings than the
+run's now, its hparams file as it is with the grid's settings: another grid's run, or one made before
+that file changed; folders, threads, test-time settings and the settings of an encoder, controller or
+APC pretraining that the run does not use may differ; one trained for fewer epochs than asked trains
+on, and a test-only run of its folder whose results then evaluate another checkpoint than the training
+chose, by the epoch each results file records, is evaluated again); any other run is launched again
+with the same command (SpeechBrain's checkpointer resumes it); runs that left a checkpoint go first, so
+an interrupted grid finishes what it started, and a test-only run goes as soon as the training run of
+its folder has finished. While a run trains, its folder holds a lock file with the grid process's PID:
+a second grid command on the same machine leaves that run alone ("elsewhere") and goes on with the
+others; a lock whose process has ended (a machine stopped mid-run) is taken over. A run
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
 earlier run's is dropped as a duplicate; two training runs of different configurations in one folder
 (``folder_of`` without a varied key that tells them apart) are an error. Test-only runs wait for the
@@ -83,6 +84,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .arguments import positive_int
+from .data.errors import first_listed
 from .errors import UsageError
 from .grid_spec import (DEBUG_REFUSED, GridError, Run, SavedTraining, check_input_files, expand, load_grid,
                         prepare_inputs)
@@ -182,6 +184,9 @@ def _wait_for_an_end(procs: Sequence[subprocess.Popen], timeout: float) -> None:
             os.close(fd)
 
 
+CHANGES_LISTED = 3  # the changed settings a conflict's line names, before it counts the rest
+
+
 def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Path]], log: IO[str]
             ) -> Tuple[Dict[str, Tuple[str, float]], List[Run], Set[str]]:
     """The status of the runs with nothing to do ("skipped": complete, published unless a dry run;
@@ -202,11 +207,11 @@ def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Pa
     for run in runs:
         complete, (changed, trains_on) = found[run.name]
         stale = run.stale() if complete else None
-        if changed:  # another grid's finished run in this folder: not a result of this one
+        if changed:  # another configuration's finished run in this folder: not a result of this one
             status[run.name] = ("conflict", 0.0)
             print(f"[conflict] {run.name}: {run.output_folder} holds a finished run made with other settings "
-                  f"({'; '.join(changed)}): move that folder away, or give this grid another experiment_root",
-                  file=log, flush=True)
+                  f"({'; '.join(first_listed(changed, CHANGES_LISTED, ' setting(s)'))}): move that folder away, "
+                  "or give this grid another experiment_root", file=log, flush=True)
         elif trains_on:  # the same run asked to train longer: it resumes from its last checkpoint
             pending.append(run)
         elif stale:  # its folder's training trained on since: the new checkpoint is evaluated

@@ -9,6 +9,7 @@ resumes and publishes these runs, are :mod:`surprisal_cc.grid`; a run's lock fil
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import io
 import itertools
@@ -21,17 +22,19 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import IO, Any, Collection, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import yaml
 
 from .arguments import is_number
-from .hparams_files import changed_training_settings, load_yaml_tolerant
-from .run_folder import evaluation_tag, read_history, results_file_name
+from .hparams_files import (KeyPath, TaggedMapping, argument_references, changed_training_settings, expand_hparams,
+                            load_yaml_tolerant, parse_yaml_tolerant)
+from .run_folder import BUILT_IN_CONTROLLERS, BUILT_IN_ENCODERS, evaluation_tag, read_history, results_file_name
 from .run_labels import POOLABLE_KEYS
 
 __all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "check_input_files",
-           "setting_problem", "refused_settings", "expand", "override_value", "results_files"]
+           "setting_problem", "refused_settings", "expand", "override_value", "results_files", "recipe_overrides",
+           "unused_setting", "compared_settings"]
 
 
 class GridError(ValueError):
@@ -85,6 +88,8 @@ class Run:
     overrides: Dict[str, Any]    # every override passed, output_folder excluded
     command: List[str]
     epochs: Optional[int] = None  # number_of_epochs of a training run (override or hparams default)
+    hparams: Optional[str] = None  # the hparams file of its recipe
+    hparams_overrides: str = ""   # what its recipe applies to that file: "key: value" lines (recipe_overrides)
 
     @property
     def test_only(self) -> bool:
@@ -108,11 +113,15 @@ class Run:
         """How the training run saved in this run's folder (its ``hyperparams.yaml``, which a test-only
         evaluation keeps) stands to this run (:class:`SavedTraining`):
 
-        * ``changes``: one line per setting it was trained with that this run's overrides change
-          (:func:`~surprisal_cc.hparams_files.changed_training_settings`: test-time settings may; files
-          are not compared by name, as a grid may move them: a results file records its APC by
-          fingerprint; two files that are both still there are compared by content), and one if it
-          was trained for more epochs than this run asks;
+        * ``changes``: one line per training setting of its ``hyperparams.yaml`` that differs from this
+          run's configuration now (:meth:`current_settings`: the hparams file as it is now, with this run's
+          overrides; the overrides alone where that is not known), as :func:`compared_settings` compares
+          them (settings a resumed run may change, such as folders, threads and test-time settings, may
+          differ, and those of parts of the recipe the run does not use; files are not compared by name,
+          as a grid may move them: a results file records its APC by fingerprint; two files that are
+          both still there are compared by content; the arguments of objects where the file writes them
+          out, as a resumed run compares them), and one if it was trained for more epochs than this run
+          asks;
         * ``trains_on``: with no such change, whether it was trained for fewer epochs than asked (it
           resumes and trains on).
 
@@ -123,11 +132,12 @@ class Run:
         if not saved.is_file():
             return SavedTraining([], False)
         stored = load_yaml_tolerant(saved)
-        if stored.get("precision") == "auto":  # what it resolved to, as the results file records it
-            stored["precision"] = self._recorded("precision") or "auto"
-        settings = {k: v for k, v in self.overrides.items()
-                    if k != "test_only" and (not _is_path(v) or _both_files(stored.get(k), v))}
-        changed = changed_training_settings(stored, settings)
+        current = self.current_settings()
+        references = self._object_references(current) if current else None
+        current = current or {k: v for k, v in self.overrides.items() if k != "test_only"}
+        if stored.get("precision") == "auto" and str(current.get("precision")).lower() != "auto":
+            stored["precision"] = self._recorded("precision") or "auto"  # what it resolved to, as its results record
+        changed = changed_training_settings(stored, compared_settings(stored, current), references)
         try:
             trained = None if self.epochs is None else int(stored["number_of_epochs"])
         except (KeyError, TypeError, ValueError):
@@ -139,6 +149,29 @@ class Run:
         validated = len(read_history(self.output_folder)) if trained is not None else 0
         return SavedTraining(changed, not changed and not self.test_only and trained is not None
                              and (trained < self.epochs or 0 < validated < self.epochs))
+
+    def current_settings(self) -> Dict[str, Any]:
+        """The configuration this run's recipe would save in its folder's ``hyperparams.yaml`` now: its
+        hparams file (root-level include written out) with :attr:`hparams_overrides` applied and references
+        resolved, nothing built, read as plain data (objects as the mappings of their arguments); {} without
+        an hparams file, or where file and overrides do not resolve (the recipe names the problem at launch)."""
+        if self.hparams is None:
+            return {}
+        from hyperpyyaml import resolve_references
+
+        try:
+            text = resolve_references(io.StringIO(expand_hparams(self.hparams)), self.hparams_overrides or None)
+        except Exception:  # noqa: BLE001 (any error of the file or the overrides: the launch names it)
+            return {}
+        return parse_yaml_tolerant(text.getvalue())
+
+    def _object_references(self, current: Mapping[str, Any]) -> FrozenSet[KeyPath]:
+        """Where this run's hparams file gives the arguments of its objects (``current``'s tagged settings) as
+        references (:func:`~surprisal_cc.hparams_files.argument_references`), with this run's overrides of
+        those objects: the same for each run of a grid that overrides none (worked out once)."""
+        objects = {key: value for key, value in self.overrides.items() if isinstance(current.get(key), TaggedMapping)}
+        return _argument_references(expand_hparams(self.hparams),
+                                    "\n".join(f"{key}: {override_value(value)}" for key, value in objects.items()))
 
     def evaluates_trained_checkpoint(self) -> Optional[bool]:
         """For a complete test-only run: whether its results evaluate the checkpoint its folder's
@@ -226,6 +259,90 @@ class Run:
             return done
         left_h = (self.epochs - len(history)) * statistics.median(seconds) / 3600
         return f"{done}, ~{left_h:.1f} h left"
+
+
+@functools.lru_cache(maxsize=16)
+def _argument_references(text: str, overrides: str) -> FrozenSet[KeyPath]:
+    """:func:`~surprisal_cc.hparams_files.argument_references` of hparams ``text`` with YAML ``overrides``,
+    kept for the next run of a grid with the same ones."""
+    return argument_references(text, overrides or None)
+
+
+def recipe_overrides(settings: Dict[str, Any], hparams_keys: Collection[str], output_folder: Path) -> str:
+    """The overrides a recipe run applies to its hparams file, as YAML lines, from the settings a grid
+    passes it as ``--key=value`` options: SpeechBrain takes its own options as run options, except those
+    that are also keys of the file (``hparams_keys``; ``precision``, ``max_grad_norm``, ...), which it
+    passes on as overrides too (:func:`~surprisal_cc.run_settings.run_option_overrides`), and
+    ``output_folder`` comes last.
+
+    Example
+    -------
+    >>> print(recipe_overrides({"lr": 0.1, "device": "cpu", "test_only": True, "precision": "fp32",
+    ...                         "data_folder": ["a", "b"]}, {"lr", "precision", "data_folder"}, Path("exp/run")))
+    lr: 0.1
+    precision: fp32
+    data_folder: [a, b]
+    output_folder: exp/run
+    """
+    lines = [f"{key}: {override_value(value)}" for key, value in settings.items()
+             if key not in SPEECHBRAIN_OPTIONS or key in hparams_keys]
+    return "\n".join([*lines, f"output_folder: {output_folder}"])
+
+
+def unused_setting(key: str, settings: Mapping[str, Any]) -> bool:
+    """Whether the setting ``key`` configures a part of the recipe that a run with ``settings`` does not
+    use: another built-in encoder's or controller's settings (``act_*``, ``pondernet_*``, ``learned_*``,
+    ``random_*``: :data:`~surprisal_cc.run_folder.BUILT_IN_ENCODERS`, ``BUILT_IN_CONTROLLERS``), or the APC
+    pretraining settings (``apc_*``) of a run that reads its APC from a file (``apc_path``).
+
+    Example
+    -------
+    >>> settings = {"encoder": "conditional", "controller": "surprisal", "apc_path": "apc.pt"}
+    >>> [unused_setting(k, settings) for k in ("act_max_steps", "learned_penalty", "apc_epochs", "apc_path", "lr")]
+    [True, True, True, False, False]
+    >>> unused_setting("learned_penalty", {"controller": "learned"}), unused_setting("apc_epochs", {"apc_path": None})
+    (False, False)
+    """
+    for names, own in ((BUILT_IN_ENCODERS, "encoder"), (BUILT_IN_CONTROLLERS, "controller")):
+        if any(key.startswith(f"{name}_") and name != settings.get(own) for name in names):
+            return True
+    return key.startswith("apc_") and key != "apc_path" and settings.get("apc_path") not in (None, "")
+
+
+def compared_settings(stored: Mapping[str, Any], current: Mapping[str, Any]) -> Dict[str, Any]:
+    """The settings of ``current`` (a run's configuration now) that a grid compares with ``stored`` (those
+    the finished run in its folder was made with), for
+    :func:`~surprisal_cc.hparams_files.changed_training_settings`, which compares the settings both hold,
+    leaving out those a resumed run may change (:data:`~surprisal_cc.hparams_files.RESUMABLE_KEYS`: folders,
+    threads, test-time settings, the number of epochs, ...). Left out besides: the settings of a part of the recipe this run
+    does not use (:func:`unused_setting`). Where ``current`` would differ only by what the grid does not
+    compare, it takes ``stored``'s value: a file named otherwise, unless both name a file that is there (a
+    grid may move files; the two are then compared by content), and a mapping's entry that only one of
+    them holds (an option added or dropped since, compared as a top-level key is: where both hold it).
+
+    Example
+    -------
+    >>> stored = {"lr": 0.001, "act_max_steps": 4, "apc_path": "old/apc.pt",
+    ...           "prepare_options": {"labels": "mfa", "mfa_labels": "old/labels.csv", "g2p": "spn"}}
+    >>> current = {"lr": 0.002, "act_max_steps": 8, "apc_path": "new/apc.pt", "encoder": "conditional",
+    ...            "prepare_options": {"labels": "lexicon", "mfa_labels": "new/labels.csv", "skip_bad_audio": False}}
+    >>> compared_settings(stored, current)["prepare_options"]
+    {'labels': 'lexicon', 'mfa_labels': 'old/labels.csv', 'g2p': 'spn'}
+    >>> {key: value for key, value in compared_settings(stored, current).items() if key != "prepare_options"}
+    {'lr': 0.002, 'apc_path': 'old/apc.pt', 'encoder': 'conditional'}
+    """
+    return {key: _as_compared(stored.get(key), value) for key, value in current.items()
+            if not unused_setting(str(key), current)}
+
+
+def _as_compared(stored: Any, value: Any) -> Any:
+    """``value`` with what :func:`compared_settings` does not compare with ``stored`` taken from ``stored``
+    (an object's arguments as they are)."""
+    if _is_path(value) and not _both_files(stored, value):
+        return stored
+    if isinstance(value, TaggedMapping) or not (isinstance(stored, Mapping) and isinstance(value, Mapping)):
+        return value
+    return {**stored, **{key: _as_compared(stored[key], entry) for key, entry in value.items() if key in stored}}
 
 
 def load_grid(path: str) -> GridSpec:
@@ -597,7 +714,8 @@ def expand(spec: GridSpec, extra: Sequence[str] = (), log: Optional[IO[str]] = N
             if epochs is not None and (not is_number(epochs, integer=True) or epochs < 1):
                 raise GridError(f"group {group['name']}: number_of_epochs must be a whole number of at least 1, "
                                 f"got {epochs!r}")
-            run = Run(group["name"], name, folder, overrides, command, int(epochs) if epochs is not None else None)
+            run = Run(group["name"], name, folder, overrides, command, int(epochs) if epochs is not None else None,
+                      spec.hparams, recipe_overrides(overrides, defaults, folder))
             if run.test_only:  # two evaluations into one results file: the second would be taken for the first
                 settings = tuple(item for item in effective if item[0] != "test_bias_shifts")
                 for path in run.results_files():

@@ -274,6 +274,93 @@ def test_a_labels_file_is_compared_by_content_where_both_files_are_there(grid_fi
     assert (status, conflict in out) == ((0, False) if same_content else (3, True))
 
 
+def test_a_finished_run_made_before_the_hparams_file_changed_is_a_conflict(grid_file: Path, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    """A setting that the grid file does not set, changed in the hparams file since a run finished, makes
+    that run another configuration's: a conflict, not a result, whose one line names the first settings
+    that changed and counts the rest (its test-only runs are conflicts too)."""
+    hparams = tmp_path / "hparams.yaml"
+    objects = ("masking: !new:surprisal_cc.augment.FeatureMasking\n  time_masks: [{}, 2]\n"
+               "counter: !new:speechbrain.utils.epoch_loop.EpochCounter\n  limit: !ref <number_of_epochs>\n")
+    hparams.write_text(FAKE_HPARAMS + "dropout: 0.5\nhidden_size: 256\nbatch_size: 32\n" + objects.format(2))
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    saved = ("controller: surprisal\nseed: 1\nnumber_of_epochs: 2\nlr: 0.001\ndropout: 0.5\nhidden_size: 256\n"
+             "batch_size: 32\nmasking: !new:surprisal_cc.augment.FeatureMasking\n  time_masks: [2, 2]\n"
+             "counter: !new:speechbrain.utils.epoch_loop.EpochCounter\n  limit: 2\n")
+    (folder / "hyperparams.yaml").write_text(saved)
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run"]) == 0  # the file as it was: its result
+    assert "skipped: 6" in capsys.readouterr().out
+    hparams.write_text(FAKE_HPARAMS + "dropout: 0.5\nhidden_size: 256\nbatch_size: 32\n" + objects.format(1))
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run"]) == 3  # an object's argument written out
+    assert "(masking.time_masks.0: trained with 2, requested 1)" in capsys.readouterr().out
+    (folder / "hyperparams.yaml").write_text(saved.replace("limit: 2", "limit: 5").replace("[2, 2]", "[1, 2]"))
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run"]) == 0  # a reference: compared where it leads
+    capsys.readouterr()
+    hparams.write_text(FAKE_HPARAMS.replace("lr: 0.001", "lr: 0.002") + "dropout: 0.1\nhidden_size: 512\n"
+                       "batch_size: 16\n" + objects.format(1))
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run"]) == 3
+    out = capsys.readouterr().out
+    assert (f"[conflict] controllers/controller-surprisal/seed1: {folder} holds a finished run made with other "
+            "settings (lr: trained with 0.001, requested 0.002; dropout: trained with 0.5, requested 0.1; hidden_size: "
+            "trained with 256, requested 512; ... and 1 more setting(s)): move that folder away, or give this grid "
+            "another experiment_root") in out
+    assert "[conflict] bias/controller-surprisal/seed1" in out and "conflict: 2, skipped: 4" in out
+    assert main(["grid", str(grid_file), "--no-report"]) == 3
+    assert len((folder / "calls.txt").read_text().splitlines()) == 2  # nothing was run in that folder
+
+
+def test_settings_that_do_not_change_a_finished_run_make_no_conflict(grid_file: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """Compared with its hparams file now, a finished run stays this grid's result where only what does not
+    change its training differs: folders and threads (the settings a resumed run may change), files named
+    otherwise that are not both there, precision auto, the settings of an encoder, a controller or an APC
+    pretraining the run does not use, and an option that the run's settings predate; a training setting
+    nested in a mapping is compared."""
+    hparams = tmp_path / "hparams.yaml"
+    now = FAKE_HPARAMS.replace("apc_path: null", "apc_path: apcs/new.pt") + (
+        "encoder: conditional\nact_max_steps: 8\napc_epochs: 8\nrandom_p_big: 0.3\nnum_workers: 0\ntest_threads: 1\n"
+        "cache_folder: !ref <experiment_root>/cache\nprecision: auto\n"
+        "prepare_options: {labels: mfa, skip_bad_audio: False, save_folder: !ref <experiment_root>/manifests}\n")
+    hparams.write_text(now)
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    (folder / "hyperparams.yaml").write_text(
+        "controller: surprisal\nseed: 1\nnumber_of_epochs: 2\nlr: 0.001\nencoder: conditional\nact_max_steps: 4\n"
+        "apc_path: moved/apc.pt\napc_epochs: 20\nrandom_p_big: 0.5\nnum_workers: 4\ntest_threads: 2\n"
+        "cache_folder: /elsewhere/cache\nprecision: auto\noutput_folder: /elsewhere/run\n"
+        "prepare_options: {labels: mfa, save_folder: /elsewhere/manifests}\n")
+    results = json.loads((folder / "results.json").read_text())
+    (folder / "results.json").write_text(json.dumps({**results, "precision": "bf16"}))  # what auto resolved to
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: 6" in out and "[conflict]" not in out
+    hparams.write_text(now.replace("{labels: mfa,", "{labels: lexicon,"))
+    assert main(["grid", str(grid_file), "--no-report", "--dry-run"]) == 3
+    assert "(prepare_options: trained with {'labels': 'mfa', 'save_folder': '/elsewhere/manifests'}, requested " \
+           "{'labels': 'lexicon', 'save_folder': '/elsewhere/manifests'})" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "hparams").glob("*/grid_*.yaml")),
+                         ids=lambda p: p.name)
+def test_a_runs_current_settings_are_what_its_recipe_saves(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a finished run is compared with, for the first run of each group of a shipped grid, is the
+    configuration its command saves: its hparams file resolved with the overrides the recipe parses."""
+    from hyperpyyaml import resolve_references
+
+    from surprisal_cc.hparams_files import expand_hparams, parse_yaml_tolerant
+    from surprisal_cc.run_settings import parse_arguments
+
+    monkeypatch.chdir(path.parents[2])
+    runs = grid_spec.expand(grid_spec.load_grid(str(path)), log=io.StringIO())
+    for run in {run.group: run for run in reversed(runs)}.values():
+        hparams_file, _, overrides = parse_arguments(run.command[2:])
+        saved = parse_yaml_tolerant(resolve_references(io.StringIO(expand_hparams(hparams_file)), overrides).getvalue())
+        assert run.current_settings() == saved, run.name
+
+
 @pytest.mark.parametrize("best_epoch, calls, summary", [(None, 4, "done: 2"), (2, 3, "done: 1, skipped: 1")])
 def test_a_finished_run_asked_for_more_epochs_trains_on(grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                          best_epoch: Optional[int], calls: int, summary: str) -> None:

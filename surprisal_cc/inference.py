@@ -454,7 +454,7 @@ class ConditionalASR:
         self.encoder.test_bias_shift = float(shift)
 
     def set_input_level(self, dbfs: Optional[float]) -> None:
-        """Scale each utterance (each part of a long file, on its own) to an RMS level of ``dbfs`` dB
+        """Scale each utterance (a long file decoded in parts as a whole, by one gain) to an RMS level of ``dbfs`` dB
         relative to full scale before its features, by at most 40 dB, e.g. -26 (LibriSpeech's speech);
         None (the default) reads audio as it is. The features are not level-normalised, so a model
         trained on LibriSpeech errs more on much quieter or louder recordings
@@ -669,21 +669,23 @@ class ConditionalASR:
             return self.forward_pass(wavs, wav_lens)
 
     @torch.no_grad()
-    def forward_pass(self, wavs: Tensor, wav_lens: Optional[Tensor] = None) -> ForwardResult:
+    def forward_pass(self, wavs: Tensor, wav_lens: Optional[Tensor] = None, gain: Optional[float] = None) -> ForwardResult:
         """:meth:`forward` on the caller's threads and random state: sampled routing draws from the
-        global RNG as it is (the caller seeds it, e.g. once per corpus with :meth:`seeded_routing`)."""
+        global RNG as it is (the caller seeds it, e.g. once per corpus with :meth:`seeded_routing`);
+        ``gain`` as :meth:`filterbanks` takes it."""
         wavs, samples = self.batch_inputs(wavs, wav_lens)
-        fbank, frames = self.filterbanks(wavs, samples)
+        fbank, frames = self.filterbanks(wavs, samples, gain=gain)
         with self._autocast():
             step = run_model(self.encoder, fbank, frames, apc=self.apc, use_apc_features=self.use_apc_features)
         surprisal = step.surprisal.float() if step.surprisal is not None else None
         return ForwardResult(output=step.output, fbank=fbank, frames=frames, surprisal=surprisal)
 
-    def filterbanks(self, wavs: Tensor, samples: Tensor) -> Tuple[Tensor, Tensor]:
+    def filterbanks(self, wavs: Tensor, samples: Tensor, gain: Optional[float] = None) -> Tuple[Tensor, Tensor]:
         """(fbank, frame counts) of a padded batch (``samples``: (B,) sample counts) on this model's
         device. The filterbanks are computed on the CPU in float32, as the recipes' feature cache
         computes them, after scaling each utterance to :attr:`input_level_dbfs` where it is set
-        (:meth:`set_input_level`); utterances shorter than one frame are a
+        (:meth:`set_input_level`), or by ``gain`` where it is given instead (the parts of a long file,
+        scaled by the gain of the whole file: :mod:`surprisal_cc.long_audio`); utterances shorter than one frame are a
         :class:`~surprisal_cc.data.errors.DataPreparationError` naming their places in the batch
         (:func:`~surprisal_cc.data.audio.refuse_short_waveforms`).
 
@@ -696,7 +698,9 @@ class ConditionalASR:
         """
         refuse_short_waveforms(samples, **self.feature_config.audio_limits)  # the one length check of a batch
         wavs = wavs.detach().to("cpu", torch.float32)
-        if self.input_level_dbfs is not None:
+        if gain is not None:
+            wavs = (wavs.double() * gain).to(torch.float32)
+        elif self.input_level_dbfs is not None:
             wavs = scaled_to_level(wavs, samples, self.input_level_dbfs)
         fbank, frames = self.front_end(wavs, samples)
         return fbank.to(self.device), frames.to(self.device)

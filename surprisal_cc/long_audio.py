@@ -12,7 +12,9 @@ with 8 s (the default).
 The join is the frame of the last two seconds of a part where the model itself is surest of a
 blank (its posteriors): the parts' phones are found by the beam search and aligned (phone times)
 separately, and a CTC path through a blank frame is split there without changing its phones.
-Memory is that of one part, whatever the file's length; the per-frame arrays of the result
+With an input level (``ConditionalASR.set_input_level``), every part is scaled by the gain that
+scales the whole file to it, as whole-file decoding scales the file: a part scaled on its own would
+raise a long pause's background noise to speech level. Memory is that of one part, whatever the file's length; the per-frame arrays of the result
 (surprisal, p_big, ...) are the only thing that grows, at a few bytes per 20 ms frame. The result's
 FLOPs per frame charge each kept frame once, as whole-file decoding does, so that they stay the
 model's figure; the context frames computed again at each part's edges (about ``2 * context_s /
@@ -88,9 +90,13 @@ class LongAudioModel(Protocol):
 
     def seeded_routing(self, seed: Optional[int] = None) -> ContextManager[None]: ...
 
-    def forward_pass(self, wavs: torch.Tensor, wav_lens: Optional[torch.Tensor] = None) -> ForwardResult: ...
+    input_level_dbfs: Optional[float]
 
-    def filterbanks(self, wavs: torch.Tensor, samples: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]: ...
+    def forward_pass(self, wavs: torch.Tensor, wav_lens: Optional[torch.Tensor] = None,
+                     gain: Optional[float] = None) -> ForwardResult: ...
+
+    def filterbanks(self, wavs: torch.Tensor, samples: torch.Tensor,
+                    gain: Optional[float] = None) -> Tuple[torch.Tensor, torch.Tensor]: ...
 
     def apc_surprisal(self, fbank: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor: ...
 
@@ -139,6 +145,26 @@ class _Reader:
         from .data.audio import read_resampled_span
 
         return read_resampled_span(self.file, start, stop, self.sample_rate)
+
+    def level_gain(self, dbfs: Optional[float]) -> Optional[float]:
+        """The gain that :func:`~surprisal_cc.data.audio.scaled_to_level` gives the whole file for an RMS
+        level of ``dbfs`` (None: no scaling), from its RMS, read part by part: every part of the file is
+        scaled by it, as whole-file decoding scales the file. A part scaled on its own would raise a
+        long pause's background noise to speech level, where the model finds phones."""
+        import torch
+
+        from .data.audio import scaled_to_level
+
+        if dbfs is None:
+            return None
+        energy, block = 0.0, int(round(max(CHUNK_S, 1.0) * self.sample_rate))
+        for start in range(0, self.total, block):
+            energy += float((self.read(start, min(self.total, start + block)).double() ** 2).sum())
+        rms = (energy / max(self.total, 1)) ** 0.5
+        if rms <= 0.0:
+            return 1.0
+        # a one-sample waveform of the file's RMS: the gain scaled_to_level gives any waveform of that RMS
+        return float(scaled_to_level(torch.tensor([[rms]], dtype=torch.float64), torch.tensor([1]), dbfs)[0, 0]) / rms
 
     def close(self) -> None:
         self.file.close()
@@ -217,11 +243,12 @@ def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, c
         chunk, context = _part_frames(asr, chunk_s, context_s)
         window = min(chunk, max(1, int(round(SEAM_WINDOW_S / asr.frame_shift_s))))
         blank = asr.beam_search.blank
+        gain = reader.level_gain(asr.input_level_dbfs)
         acc = _Accumulator()
         start = 0
         with asr.seeded_routing() if seeded else contextlib.nullcontext():
             while start < total_frames:
-                part = _decode_part(asr, reader, cfg, start, total_frames, chunk, context, window, blank)
+                part = _decode_part(asr, reader, cfg, start, total_frames, chunk, context, window, blank, gain)
                 acc.add(asr, part, start, keep_fbank)
                 start = part.stop
                 if progress is not None:
@@ -250,10 +277,10 @@ class _Part:
 
 
 def _decode_part(asr: LongAudioModel, reader: _Reader, cfg, start: int, total_frames: int, chunk: int, context: int,
-                 window: int, blank: int) -> _Part:
+                 window: int, blank: int, gain: Optional[float] = None) -> _Part:
     """Decode the part whose kept frames begin at ``start``, with ``context`` frames on each side; its
     end is the frame of the last ``window`` surest of a blank (the file's end for the last part);
-    ``cfg``: the model's feature config."""
+    ``cfg``: the model's feature config; ``gain``: the file's input-level gain (:meth:`_Reader.level_gain`)."""
     import torch
 
     from .threads import decoding_threads
@@ -264,7 +291,7 @@ def _decode_part(asr: LongAudioModel, reader: _Reader, cfg, start: int, total_fr
     wav = reader.read_frames(cfg, first, min(total_frames, stop + context))
     began = time.perf_counter()
     with decoding_threads(asr.threads):
-        forward = asr.forward_pass(wav[None], torch.tensor([wav.numel()]))
+        forward = asr.forward_pass(wav[None], torch.tensor([wav.numel()]), gain=gain)
         log_probs = forward.output.log_probs[0].float().cpu()
         if not last:  # join at the frame of the last seconds surest of a blank
             lo = stop - window - first
@@ -338,10 +365,11 @@ def long_surprisal(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S
         reader.refuse_short(path, cfg.min_samples)
         chunk, context = _part_frames(asr, chunk_s, context_s)
         total_frames = cfg.num_frames(reader.total)
+        gain = reader.level_gain(asr.input_level_dbfs)
         for start in range(0, total_frames, chunk):
             stop, first = min(total_frames, start + chunk), max(0, start - context)
             wav = reader.read_frames(cfg, first, stop)
-            fbank, frames = asr.filterbanks(wav[None], torch.tensor([wav.numel()]))
+            fbank, frames = asr.filterbanks(wav[None], torch.tensor([wav.numel()]), gain=gain)
             yield asr.apc_surprisal(fbank, frames)[0, start - first:stop - first].cpu()
     finally:
         reader.close()

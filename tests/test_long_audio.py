@@ -63,3 +63,27 @@ def test_part_seconds_are_checked_as_the_command_line_checks_them(seconds):
         long_audio.part_seconds(seconds)
     with pytest.raises(argparse.ArgumentTypeError, match=r"^must be 0 \(whole files\) or at least 1 second"):
         chunk_seconds(str(seconds) if seconds != "60" else "sixty")
+
+
+def test_an_input_level_scales_every_part_by_the_whole_files_gain(tmp_path):
+    """With an input level, a long file's parts are scaled as the whole file is (one gain): a quiet pause
+    keeps the features whole-file decoding gives it, not raised to speech level on its own."""
+    from surprisal_cc.inference import ConditionalASR
+
+    torch.manual_seed(0)
+    asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal")
+    asr.set_input_level(-26.0)
+    rng = np.random.default_rng(2)
+    loud, pause = rng.uniform(-0.1, 0.1, 16000 * 2), rng.uniform(-1e-3, 1e-3, 16000 * 3)  # pause 40 dB quieter
+    path = tmp_path / "pause.wav"
+    sf.write(path, np.concatenate([loud, pause]), 16000, subtype="FLOAT")
+    parts = long_audio.decode_long(asr, path, chunk_s=1.0, context_s=0.5, keep_fbank=True)
+    whole = asr.transcribe_file(path, long_chunk_s=0)
+    assert parts["fbank"].shape == whole.fbank.shape
+    torch.testing.assert_close(parts["fbank"], whole.fbank, rtol=1e-4, atol=1e-3)
+
+    gains = []
+    filterbanks = asr.filterbanks
+    asr.filterbanks = lambda wavs, samples, gain=None: gains.append(gain) or filterbanks(wavs, samples, gain=gain)
+    assert len(list(long_audio.long_surprisal(asr, path, chunk_s=1.0, context_s=0.5))) == 5
+    assert len(set(gains)) == 1 and gains[0] is not None and gains[0] > 1  # the whole file's gain, on every part

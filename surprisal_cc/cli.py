@@ -651,6 +651,27 @@ def mfa_labels_beside(data: str) -> Optional[Path]:
     return find_mfa_labels(path)
 
 
+def _interrupted_line(err, per_utterance: Optional[str], alignments: Optional[str]) -> str:
+    """What an interrupted ``evaluate`` scored (an :class:`~surprisal_cc.evaluation.EvaluationInterrupted`) and
+    where those utterances' results are (``-``: standard output), in one line.
+
+    Example
+    -------
+    >>> from surprisal_cc.evaluation import EvaluationInterrupted
+    >>> _interrupted_line(EvaluationInterrupted(8, 20, 25.0), "utts.jsonl", None).split("; ")[-1]
+    'their results are in utts.jsonl (--per-utterance)'
+    >>> _interrupted_line(EvaluationInterrupted(8, 20, 25.0), None, None).split("; ")[-1]
+    "pass --per-utterance FILE to keep each utterance's result as it is scored"
+    """
+    saved = [f"{'standard output' if path == '-' else path} ({option})"
+             for option, path in (("--per-utterance", per_utterance), ("--alignments", alignments)) if path]
+    if not err.done:
+        return str(err)
+    if not saved:
+        return f"{err}; pass --per-utterance FILE to keep each utterance's result as it is scored"
+    return f"{err}; their results are in {' and '.join(saved)}"
+
+
 def cmd_evaluate(args, unknown: List[str]) -> int:
     if args.per_utterance == "-" and args.alignments == "-":
         raise UsageError("--per-utterance - and --alignments - would both write to standard output: "
@@ -664,17 +685,24 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
     if beside is not None:  # scored against lexicon labels all the same: the choice stays the user's
         print(f"note: MFA labels for {Path(args.data).name} found at {beside}; pass --mfa-labels {beside} to score "
               "against them (now: lexicon)", file=sys.stderr, flush=True)
-    with contextlib.ExitStack() as stack:
-        write = None
-        if args.per_utterance:
-            # a run that fails before its first result leaves the file from an earlier run as it was
-            write = _json_lines_to(sys.stdout if args.per_utterance == "-" else args.per_utterance, stack)
-        result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad,
-                              batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
-                              progress=not args.json and sys.stderr.isatty(), any_pronunciation=args.any_pronunciation,
-                              flops_fraction=args.flops_fraction, per_utterance=write,
-                              alignments=sys.stdout if args.alignments == "-" else args.alignments,
-                              long_chunk_s=args.chunk_seconds)
+    from .evaluation import EvaluationInterrupted
+
+    try:
+        with contextlib.ExitStack() as stack:
+            write = None
+            if args.per_utterance:
+                # a run that fails before its first result leaves the file from an earlier run as it was
+                write = _json_lines_to(sys.stdout if args.per_utterance == "-" else args.per_utterance, stack)
+            result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad,
+                                  batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
+                                  progress=not args.json and sys.stderr.isatty(),
+                                  any_pronunciation=args.any_pronunciation,
+                                  flops_fraction=args.flops_fraction, per_utterance=write,
+                                  alignments=sys.stdout if args.alignments == "-" else args.alignments,
+                                  long_chunk_s=args.chunk_seconds)
+    except EvaluationInterrupted as err:
+        print(f"error: {_interrupted_line(err, args.per_utterance, args.alignments)}", file=sys.stderr, flush=True)
+        return 130
     # with the per-utterance lines or the alignments on standard output, the summary goes to stderr
     out = sys.stderr if "-" in (args.per_utterance, args.alignments) else sys.stdout
     if args.json:

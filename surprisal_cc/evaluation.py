@@ -50,7 +50,27 @@ from .nnet import Encoder, weights_fingerprint
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["EvaluatedModel", "evaluate_corpus"]
+__all__ = ["EvaluatedModel", "EvaluationInterrupted", "evaluate_corpus"]
+
+
+class EvaluationInterrupted(KeyboardInterrupt):
+    """An evaluation interrupted (Ctrl-C) after ``done`` of ``total`` utterances were scored; ``per`` is
+    their PER (None when none was). Their ``per_utterance`` results were reported as their batches
+    finished, and their alignments written (``alignments``); the corpus totals were not computed.
+
+    Example
+    -------
+    >>> print(EvaluationInterrupted(40, 496, 31.25))
+    interrupted after 40 of 496 utterances (PER 31.25 % over them); the corpus totals were not computed
+    >>> print(EvaluationInterrupted(0, 496, None))
+    interrupted before any of 496 utterances was scored
+    """
+
+    def __init__(self, done: int, total: int, per: Optional[float]):
+        self.done, self.total, self.per = done, total, per
+        super().__init__(f"interrupted after {done} of {total} utterances (PER {per:.2f} % over them); the corpus "
+                         "totals were not computed" if done else
+                         f"interrupted before any of {total} utterances was scored")
 
 
 @runtime_checkable
@@ -165,6 +185,9 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
         When some audio files are unusable and ``skip_bad`` is False.
     DataPreparationError
         When the corpus, its labels or its audio cannot be used.
+    EvaluationInterrupted
+        On a :class:`KeyboardInterrupt` (Ctrl-C) while decoding, once the alignments of the utterances
+        already scored are written; it says how many were, and their PER.
     """
     seed = _routing_seed(asr, seed)
     batch_size = check_batch_size(asr.config.get("batch_size", 8) if batch_size is None else batch_size)
@@ -178,11 +201,21 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
         if any_pronunciation else None
     warn_converted(infos, asr.feature_config.sample_rate, stacklevel=3, input_level=asr.input_level_dbfs)  # called here: its warning names our caller
     shift = asr.encoder.test_bias_shift
+    merge_sil = bool(asr.config.get("merge_sil", True))
+    tally = _Tally(errors=ErrorRate(merge_sil=merge_sil), closest=ErrorRate(merge_sil=merge_sil))
     try:  # a budget holds for this evaluation only: the model's bias shift is restored after
         budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \
             if flops_fraction is not None else None
-        tally = _decode_corpus(asr, items, batch_size, seed, graphs, per_utterance, progress, long_chunk_s)
+        _decode_corpus(asr, items, batch_size, seed, graphs, per_utterance, progress, long_chunk_s, tally)
         ran = _what_ran(asr, seed, batch_size)  # the bias shift decoded with, a budget's included
+    except KeyboardInterrupt as interrupt:  # what was scored is kept: the alignments written, the count said
+        if isinstance(interrupt, EvaluationInterrupted):
+            raise
+        done = len(tally.errors)
+        if alignments is not None and done:
+            tally.errors.write_alignments(alignments)
+        raise EvaluationInterrupted(done, len(items),
+                                    tally.errors.summarize()["error_rate"] if done else None) from None
     finally:
         asr.encoder.test_bias_shift = shift
     if alignments is not None:
@@ -256,13 +289,12 @@ class _Tally:
 
 def _decode_corpus(asr: EvaluatedModel, items: List[Item], batch_size: int, seed: Optional[int],
                    graphs: Optional[Dict[str, Any]], per_utterance: Optional[Callable[[Dict[str, Any]], None]],
-                   progress: bool, long_chunk_s: Optional[float] = None) -> _Tally:
-    """Decode and score ``items`` in batches of ``batch_size`` (long ones alone, in parts: :func:`_plan`),
-    routing seeded with ``seed``."""
+                   progress: bool, long_chunk_s: Optional[float], tally: _Tally) -> _Tally:
+    """Decode and score ``items`` into ``tally`` in batches of ``batch_size`` (long ones alone, in parts:
+    :func:`_plan`), routing seeded with ``seed``; an interruption leaves ``tally`` holding the batches
+    that finished."""
     from .long_audio import is_long, part_seconds
 
-    merge_sil = bool(asr.config.get("merge_sil", True))
-    tally = _Tally(errors=ErrorRate(merge_sil=merge_sil), closest=ErrorRate(merge_sil=merge_sil))
     chunk_s = part_seconds(long_chunk_s)
     plan = _plan(items, batch_size, lambda wav: is_long(wav, chunk_s))
     if progress:

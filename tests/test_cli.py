@@ -972,6 +972,31 @@ def test_evaluate_any_pronunciation_scores_what_skip_bad_kept(model, tmp_path, c
     assert [line for line in report["skipped"] if "1-2-0002" in line]
 
 
+def test_an_interrupted_evaluate_keeps_and_names_what_it_scored(model, tmp_path, monkeypatch, capsys):
+    """Ctrl-C during the second batch: exit status 130, the first batch's utterances in --per-utterance and
+    their alignments written, and one error line saying how many were scored and where they are."""
+    make_librispeech_fixture(tmp_path, {"dev": {"1-2": ["HELLO WORLD", "GOOD MORNING", "AND", "HELLO"]}})
+    batches = []
+    original = ConditionalASR.run_batch
+
+    def second_is_interrupted(self, wavs, samples):
+        batches.append(len(samples))
+        if len(batches) == 2:
+            raise KeyboardInterrupt
+        return original(self, wavs, samples)
+
+    monkeypatch.setattr(ConditionalASR, "run_batch", second_is_interrupted)
+    utts, alignments = tmp_path / "utts.jsonl", tmp_path / "alignments.txt"
+    assert main(["evaluate", str(tmp_path / "LibriSpeech" / "dev"), "--model", str(model), "--batch-size", "2",
+                 "--per-utterance", str(utts), "--alignments", str(alignments)]) == 130
+    (line,) = error_lines(capsys)
+    assert line.startswith("error: interrupted after 2 of 4 utterances (PER ")
+    assert line.endswith(f"their results are in {utts} (--per-utterance) and {alignments} (--alignments)")
+    assert [row["id"] for row in _json_lines(utts.read_text())] == ["1-2-0000", "1-2-0001"]
+    written = alignments.read_text()
+    assert "1-2-0001" in written and "1-2-0002" not in written
+
+
 def test_evaluate_per_utterance_on_stdout_stays_json_lines(tmp_path, capsys):
     """With --per-utterance -, standard output holds only the utterances' JSON Lines; the totals go to stderr."""
     timit_model = tmp_path / "timit_model"

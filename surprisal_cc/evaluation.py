@@ -262,16 +262,19 @@ def _usable_audio(asr: EvaluatedModel, data: PathLike, items: List[Item], skip_b
     total, bad = len(items) + len(label_problems), len(problems) + len(label_problems)
     what = "usable labels or audio" if problems and label_problems else "usable audio" if problems else "usable labels"
     mfa_hint = "; or leave out --mfa-labels to use lexicon labels" if mfa_labels and label_problems else ""
+    unlabelled = "; surprisal-cc transcribe (ConditionalASR.transcribe_file) decodes audio without labels" \
+        if label_problems and not problems and not mfa_hint else ""
+    none_usable = (f"the one utterance has no {what}" if total == 1 else f"none of the {total} utterances has {what}")
     refuse_bad_audio(first_listed(label_problems, MAX_LISTED, " without usable labels") + problems, total, skip_bad,
                      f"{bad} of {total} utterances have no {what}: pass --skip-bad (skip_bad=True) to score the others{mfa_hint}",
-                     f"none of the {total} utterances has {what}{mfa_hint}", bad=bad,
+                     f"{none_usable}{mfa_hint}{unlabelled}", bad=bad,
                      error=BadLabelsError if label_problems else BadAudioError)
     if problems:
         warnings.warn(f"skipping {len(problems)} unusable audio file(s):\n  " + "\n  ".join(problems),
                       DataPreparationWarning, stacklevel=3)
     items = [item for item in items if str(item[1]) in infos]
     if not items:
-        raise DataPreparationError(f"{data}: no usable utterance to score")
+        raise DataPreparationError(f"{data}: no usable utterance to score{unlabelled}")
     return items, infos, problems
 
 

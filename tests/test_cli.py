@@ -972,6 +972,20 @@ def test_evaluate_any_pronunciation_scores_what_skip_bad_kept(model, tmp_path, c
     assert [line for line in report["skipped"] if "1-2-0002" in line]
 
 
+def test_evaluate_of_audio_without_transcripts_points_to_transcribe(model, tmp_path, capsys):
+    """A folder of audio with no transcripts cannot be scored: the last line says transcribe decodes it."""
+    make_librispeech_fixture(tmp_path, {"dev": {"1-2": ["HELLO WORLD"]}})
+    (tmp_path / "LibriSpeech" / "dev" / "1" / "2" / "1-2.trans.txt").unlink()
+    subset = tmp_path / "LibriSpeech" / "dev"
+    for extra in ([], ["--skip-bad"]):
+        assert main(["evaluate", str(subset), "--model", str(model), *extra]) == 1
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert last.startswith("error: ") and last.endswith("surprisal-cc transcribe (ConditionalASR.transcribe_file) "
+                                                            "decodes audio without labels"), last
+    assert main(["evaluate", str(subset), "--model", str(model)]) == 1
+    assert error_lines(capsys)[-1].startswith("error: the one utterance has no usable labels; ")
+
+
 def test_an_interrupted_evaluate_keeps_and_names_what_it_scored(model, tmp_path, monkeypatch, capsys):
     """Ctrl-C during the second batch: exit status 130, the first batch's utterances in --per-utterance and
     their alignments written, and one error line saying how many were scored and where they are."""

@@ -322,3 +322,29 @@ def test_silent_files_are_counted_apart_from_the_level_statistics(tmp_path):
                        "silent_files": 1}
     assert json.loads(json.dumps(summary, allow_nan=False)) == summary
     assert level_summary(levels[:1]) == {"rms_dbfs_median": None, "rms_dbfs_range": None, "silent_files": 1}
+
+
+def test_a_clipped_file_is_named_in_one_warning_whatever_the_input_level(tmp_path):
+    """A sine driven 4x past full scale and cut there: about half its samples at full scale, named with
+    their share; the same sine unclipped, and one peak at full scale, are not."""
+    import warnings
+
+    import soundfile
+
+    from surprisal_cc.data import DataPreparationWarning
+    from surprisal_cc.data.audio import warn_converted
+
+    sine = np.sin(2 * np.pi * 220 * np.arange(16000) / 16000).astype(np.float32)
+    one_peak = 0.3 * sine
+    one_peak[100] = 1.0
+    for name, wav in (("clipped.wav", np.clip(4 * sine, -1, 1)), ("clean.wav", 0.5 * sine), ("peak.wav", one_peak)):
+        soundfile.write(tmp_path / name, wav, 16000, subtype="FLOAT")
+    infos, problems = check_audio_many(sorted(tmp_path.glob("*.wav")))
+    assert problems == [] and 0.8 < infos[str(tmp_path / "clipped.wav")].clipped_share < 0.9
+    for level in (None, -26.0):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_converted(infos, input_level=level)
+        messages = [str(w.message) for w in caught if issubclass(w.category, DataPreparationWarning)]
+        assert len(messages) == 1 and messages[0].startswith("1 file(s) are clipped, 1% or more of their samples")
+        assert f"{tmp_path / 'clipped.wav'} (84." in messages[0] and "clean" not in messages[0]

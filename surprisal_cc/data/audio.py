@@ -40,6 +40,10 @@ POOL_THRESHOLD = 64  # use a worker pool from this many files on
 # train-clean-5 lies at -39.8 to -17.8 dBFS (median -25.7); 20 dB quieter, the shipped model's PER on
 # mfa-dev rises by 11 points (docs/results/MiniLibriSpeech/level_sensitivity.json)
 QUIET_DBFS = -45.0
+# Share of samples at or above CLIP_LEVEL of full scale from which a file counts as clipped: in dev-clean-2
+# and a third of train-clean-5 (1,596 files) it is at most 0.07 %, and zero in all but 8 of them
+CLIP_LEVEL = 0.99
+CLIPPED_SHARE = 0.01
 MAX_LEVEL_GAIN_DB = 40.0  # the most scaled_to_level raises a waveform (-26 dBFS from -66)
 # torchaudio's resampling kernel holds (rate / gcd) x (target / gcd) taps: 70,560 for 44.1 kHz, 256 million
 # (gigabytes, minutes per second of audio) for 16001 Hz; above this many, a polyphase filter resamples
@@ -69,6 +73,7 @@ class AudioInfo:
     num_samples: int
     peak: float = 0.0  # largest sample magnitude; inf where a sample is NaN or infinite
     rms_dbfs: float = 0.0  # RMS level of the mono mix (the channel mean), dB relative to full scale
+    clipped_share: float = 0.0  # share of samples (every channel) at or above CLIP_LEVEL of full scale
 
 
 def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE, min_samples: Optional[int] = None) -> torch.Tensor:
@@ -270,16 +275,19 @@ def inspect_audio(path: PathLike) -> AudioInfo:
     """Decode the whole file (so truncated/corrupt data is caught) and describe it."""
     with sf.SoundFile(soundfile_name(path)) as f:
         sr, channels = f.samplerate, f.channels
-        num_samples, peak, energy = 0, 0.0, 0.0
+        num_samples, peak, energy, at_full_scale = 0, 0.0, 0.0, 0
         for block in f.blocks(blocksize=1 << 18, dtype="float32", always_2d=True):
             num_samples += block.shape[0]
             if block.size:
-                largest = float(np.abs(block).max())  # NaN where a sample is NaN
+                magnitude = np.abs(block)
+                largest = float(magnitude.max())  # NaN where a sample is NaN
                 peak = max(peak, largest if np.isfinite(largest) else np.inf)
                 energy += float(np.square(block.mean(axis=1), dtype=np.float64).sum())
+                at_full_scale += int(np.count_nonzero(magnitude >= CLIP_LEVEL))
     rms = math.sqrt(energy / num_samples) if num_samples and math.isfinite(energy) else 0.0
     level = 20 * math.log10(rms) if rms > 0 else -math.inf
-    return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples, peak, level)
+    clipped = at_full_scale / (num_samples * channels) if num_samples else 0.0
+    return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples, peak, level, clipped)
 
 
 def level_summary(levels: Sequence[float]) -> Dict[str, Any]:
@@ -492,7 +500,8 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE,
     more for files below the model's rate (upsampling cannot restore their missing band), and once
     for files quieter than :data:`QUIET_DBFS` (the features are not level-normalised), unless the
     model scales its input to ``input_level`` dBFS (``ConditionalASR.set_input_level``); digital
-    silence is not counted as quiet.
+    silence is not counted as quiet. Files with :data:`CLIPPED_SHARE` or more of their samples at
+    full scale (:data:`CLIP_LEVEL`) are named as clipped, whatever the input level.
 
     Corpus preparation, ``evaluate`` and ``transcribe`` all report converted files this way: one
     :class:`DataPreparationWarning` per kind, listing up to :data:`MAX_LISTED` files.
@@ -536,6 +545,13 @@ def warn_converted(infos: Dict[str, Any], sample_rate: int = TARGET_SAMPLE_RATE,
     if multichannel:
         warnings.warn(f"{len(multichannel)} file(s) have more than one channel; downmixed to mono (channel mean) "
                       "on load:" + _listing(multichannel), DataPreparationWarning, stacklevel=stacklevel)
+    clipped = [f"{path} ({info.clipped_share:.1%} of samples)" for path, info in infos.items()
+               if info.clipped_share >= CLIPPED_SHARE]
+    if clipped:
+        warnings.warn(f"{len(clipped)} file(s) are clipped, {CLIPPED_SHARE:.0%} or more of their samples at full scale "
+                      "(LibriSpeech training audio: under 0.1 %); clipping distorts the spectrum, so expect a higher "
+                      "error rate, which no input level undoes: record or convert them at a lower gain:"
+                      + _listing(clipped), DataPreparationWarning, stacklevel=stacklevel)
     quiet = [f"{path} ({info.rms_dbfs:.1f} dBFS)" for path, info in infos.items()
              if -math.inf < info.rms_dbfs < QUIET_DBFS]
     if quiet and input_level is None:

@@ -11,7 +11,9 @@ with 8 s (the default).
 
 The join is the frame of the last two seconds of a part where the model itself is surest of a
 blank (its posteriors): the parts' phones are found by the beam search and aligned (phone times)
-separately, and a CTC path through a blank frame is split there without changing its phones.
+separately, and a CTC path through a blank frame is split there without changing its phones. The
+last phone before a join continues over the next part's blank frames up to its first phone, within
+the phone's limit (:func:`surprisal_cc.timestamps.extend_segment`), as in whole-file decoding.
 With an input level (``ConditionalASR.set_input_level``), every part is scaled by the gain that
 scales the whole file to it, as whole-file decoding scales the file: a part scaled on its own would
 raise a long pause's background noise to speech level. Memory is that of one part, whatever the file's length; the per-frame arrays of the result
@@ -316,12 +318,15 @@ class _Accumulator:
 
     def add(self, asr: LongAudioModel, part: _Part, start: int, keep_fbank: bool) -> None:
         """Add the kept frames of ``part`` (whose kept frames begin at frame ``start`` of the file)."""
+        from .timestamps import extend_segment
+
         keep = part.keep
         self.seconds += part.seconds
         segments = asr.segments(part.log_probs[keep], part.ids, offset_frames=start)
-        if self.segments and segments:  # the blank frames before this part's first phone end the last one
-            phone, begin, _ = self.segments[-1]
-            self.segments[-1] = (phone, begin, segments[0][1])
+        if self.segments:  # the blank frames before this part's first phone continue the last one, within its limit
+            shift = asr.frame_shift_s
+            to_s = segments[0][1] if segments else part.stop * shift
+            self.segments[-1] = extend_segment(self.segments[-1], start * shift, to_s, shift)
         self.segments += segments
         self.phones += part.ids
         forward = part.forward

@@ -46,6 +46,8 @@ class Alignment:
     [[0, 4], [4, 6]]
     >>> ali.segments(from_start=False).tolist()  # the first label from its first emitting frame
     [[1, 4], [4, 6]]
+    >>> ali.emission_ends().tolist()                 # the frame after each label's last emitting frame
+    [3, 5]
     """
 
     labels: List[int]
@@ -79,6 +81,22 @@ class Alignment:
             starts[0] = 0
         ends = np.r_[starts[1:], len(self.frame_tokens)]
         return np.stack([starts, ends], axis=1).astype(int)
+
+    def emission_ends(self) -> np.ndarray:
+        """(len(labels),) the frame after each kept label's last emitting frame (a label's
+        emitting frames are consecutive; :meth:`segments` adds the blank frames after them).
+
+        Returns
+        -------
+        numpy.ndarray
+            (len(labels),) int array.
+        """
+        t = np.flatnonzero(self.frame_tokens >= 0)
+        tok = self.frame_tokens[t]
+        last_of = np.r_[tok[1:] != tok[:-1], True] if len(tok) else np.zeros(0, dtype=bool)
+        lasts = np.full(len(self.kept), -1)
+        lasts[tok[last_of]] = t[last_of] + 1
+        return lasts[np.flatnonzero(self.kept)].astype(int)
 
 
 def ctc_viterbi_graph(log_probs, tokens: Sequence[int], predecessors: Sequence[Sequence[int]],

@@ -316,9 +316,10 @@ def compared_settings(stored: Mapping[str, Any], current: Mapping[str, Any]) -> 
     leaving out those a resumed run may change (:data:`~surprisal_cc.hparams_files.RESUMABLE_KEYS`: folders,
     threads, test-time settings, the number of epochs, ...). Left out besides: the settings of a part of the recipe this run
     does not use (:func:`unused_setting`). Where ``current`` would differ only by what the grid does not
-    compare, it takes ``stored``'s value: a file named otherwise, unless both name a file that is there (a
-    grid may move files; the two are then compared by content), and a mapping's entry that only one of
-    them holds (an option added or dropped since, compared as a top-level key is: where both hold it).
+    compare, it takes ``stored``'s value: a file named otherwise where both name one, unless both files are
+    there (a grid may move files; the two are then compared by content; a file against null is compared),
+    and a mapping's entry that only one of them holds (an option added or dropped since, compared as a
+    top-level key is: where both hold it).
 
     Example
     -------
@@ -337,8 +338,9 @@ def compared_settings(stored: Mapping[str, Any], current: Mapping[str, Any]) -> 
 
 def _as_compared(stored: Any, value: Any) -> Any:
     """``value`` with what :func:`compared_settings` does not compare with ``stored`` taken from ``stored``
-    (an object's arguments as they are)."""
-    if _is_path(value) and not _both_files(stored, value):
+    (an object's arguments as they are): a file named otherwise where both name one (null against a file is
+    compared)."""
+    if _is_path(value) and _is_path(stored) and not _both_files(stored, value):
         return stored
     if isinstance(value, TaggedMapping) or not (isinstance(stored, Mapping) and isinstance(value, Mapping)):
         return value

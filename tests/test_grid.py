@@ -310,6 +310,31 @@ def test_a_finished_run_made_before_the_hparams_file_changed_is_a_conflict(grid_
     assert main(["grid", str(grid_file), "--no-report"]) == 3
     assert len((folder / "calls.txt").read_text().splitlines()) == 2  # nothing was run in that folder
 
+def test_a_file_named_where_the_finished_run_named_none_is_a_conflict(grid_file: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    """A file is left out of the comparison only where both sides name one (a grid may move files): a run that
+    pretrained its own APC (apc_path null) or read the corpus's own training labels (mfa_labels' train null) is not
+    the result of a configuration that names a file there, whichever way round."""
+    hparams = tmp_path / "hparams.yaml"
+    hparams.write_text(FAKE_HPARAMS.replace("apc_path: null", "apc_path: apcs/new.pt")
+                       + "mfa_labels: {train: labels/relabelled.csv, test: null}\n")
+    assert main(["grid", str(grid_file), "--no-report"]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    saved = ("controller: surprisal\nseed: 1\nnumber_of_epochs: 2\nlr: 0.001\napc_path: {}\n"
+             "mfa_labels: {{train: {}, test: null}}\n")
+    for apc, train, changed in (("moved/apc.pt", "moved/relabelled.csv", None),
+                                ("null", "moved/relabelled.csv", "apc_path: trained with None, requested 'apcs/new.pt'"),
+                                ("moved/apc.pt", "null", "mfa_labels: trained with {'train': None, 'test': None}, "
+                                                         "requested {'train': 'labels/relabelled.csv', 'test': None}")):
+        (folder / "hyperparams.yaml").write_text(saved.format(apc, train))
+        status = main(["grid", str(grid_file), "--no-report", "--dry-run"])
+        out = capsys.readouterr().out
+        assert (status, "[conflict]" in out) == ((0, False) if changed is None else (3, True)), out
+        assert changed is None or f"({changed})" in out
+    assert grid_spec.compared_settings({"apc_path": None}, {"apc_path": "apcs/new.pt"}) == {"apc_path": "apcs/new.pt"}
+
+
 
 def test_settings_that_do_not_change_a_finished_run_make_no_conflict(grid_file: Path, tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture) -> None:

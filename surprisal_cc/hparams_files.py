@@ -250,8 +250,9 @@ class TolerantLoader(yaml.SafeLoader):
 
 class TaggedMapping(dict):
     """A mapping that was tagged in YAML (an object's arguments: ``!new:``, ``!apply:``...), read as a
-    plain ``dict`` that remembers its ``tag``: :func:`changed_training_settings` compares the settings
-    such objects are built from, not the objects."""
+    plain ``dict`` that remembers its ``tag``: :func:`changed_training_settings` compares the arguments
+    written out in such objects (given :func:`argument_references`) and the settings they are built from,
+    not the objects' classes."""
 
     def __init__(self, items=(), tag: str = ""):
         super().__init__(items)

@@ -33,8 +33,9 @@ def auto_precision(device="cpu") -> str:
     """What ``precision: auto`` means on ``device``: the faster of bf16 autocast and fp32 there.
 
     On a CPU, bf16 needs native support (AVX-512-BF16 or AMX; emulated it is slower) and then is
-    measured, not assumed: a CPU of each kind has trained bf16 autocast 1.5x faster than fp32 (AMD
-    EPYC with AVX-512-BF16) and 2x slower (Intel Xeon with AMX) in ``benchmarks/bench_training.py``.
+    measured, not assumed: CPUs have trained bf16 autocast 1.5x faster than fp32 (AMD EPYC with
+    AVX-512-BF16), 2x slower (one Intel Xeon with AMX) and 1.1-1.5x faster (another) in
+    ``benchmarks/bench_training.py``.
     So ``auto`` times a small training step both ways (:func:`bf16_speedup`, once per process and
     thread count, about a second) and takes bf16 only if it is at least :data:`BF16_MIN_SPEEDUP`
     times faster. On CUDA fp32: these networks are small (GRUs of 256 units), the step is bound by

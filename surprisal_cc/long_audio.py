@@ -155,7 +155,7 @@ class _Reader:
         long pause's background noise to speech level, where the model finds phones."""
         import torch
 
-        from .data.audio import scaled_to_level
+        from .data.audio import level_gain
 
         if dbfs is None:
             return None
@@ -163,10 +163,7 @@ class _Reader:
         for start in range(0, self.total, block):
             energy += float((self.read(start, min(self.total, start + block)).double() ** 2).sum())
         rms = (energy / max(self.total, 1)) ** 0.5
-        if rms <= 0.0:
-            return 1.0
-        # a one-sample waveform of the file's RMS: the gain scaled_to_level gives any waveform of that RMS
-        return float(scaled_to_level(torch.tensor([[rms]], dtype=torch.float64), torch.tensor([1]), dbfs)[0, 0]) / rms
+        return float(level_gain(torch.tensor([rms], dtype=torch.float64), dbfs)[0])
 
     def close(self) -> None:
         self.file.close()

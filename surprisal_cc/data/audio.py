@@ -748,10 +748,21 @@ def scaled_to_level(wavs: torch.Tensor, samples: torch.Tensor, dbfs: float) -> t
     """
     real = torch.arange(wavs.shape[1])[None, :] < samples.to(wavs.device)[:, None]
     energy = (wavs.double() ** 2 * real).sum(dim=1) / samples.clamp(min=1).to(wavs.device)
-    rms = energy.sqrt()
+    return (wavs.double() * level_gain(energy.sqrt(), dbfs)[:, None]).to(wavs.dtype)
+
+
+def level_gain(rms: torch.Tensor, dbfs: float) -> torch.Tensor:
+    """The gains that bring signals of RMS ``rms`` (float64) to ``dbfs`` dB relative to full scale, as
+    :func:`scaled_to_level` applies them: at most :data:`MAX_LEVEL_GAIN_DB`, and 1 for a silent signal
+    (RMS under -100 dBFS).
+
+    Example
+    -------
+    >>> level_gain(torch.tensor([0.01, 1e-4, 0.0], dtype=torch.float64), -20.0).tolist()
+    [10.0, 100.0, 1.0]
+    """
     gain = ((10 ** (dbfs / 20)) / rms.clamp(min=1e-5)).clamp(max=10 ** (MAX_LEVEL_GAIN_DB / 20))
-    gain = torch.where(rms > 1e-5, gain, torch.ones_like(rms))
-    return (wavs.double() * gain[:, None]).to(wavs.dtype)
+    return torch.where(rms > 1e-5, gain, torch.ones_like(rms))
 
 
 def refuse_short_waveforms(samples: torch.Tensor, target_sr: int, min_samples: int) -> None:

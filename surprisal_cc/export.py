@@ -32,7 +32,7 @@ from .model_folder import check_weights_dtype, load_tensors, model_config, write
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["export_run", "average_float_state_dicts"]
+__all__ = ["export_run", "average_float_state_dicts", "portable_path"]
 
 
 def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
@@ -257,9 +257,12 @@ def _source(run: Path, metric: str, checkpoints: list, average: int,
     tested = results.get("epochs")
     other = epoch is not None and tested is not None and tested != epoch  # e.g. a run that trained on after its test
     test = {} if other else results
-    return {"run_dir": str(run.resolve()), "checkpoint": checkpoint.path.name, "epoch": epoch,
+    test = dict(test)
+    if isinstance(test.get("data"), dict):  # the manifests it was tested on
+        test["data"] = {split: portable_path(path) if path else path for split, path in test["data"].items()}
+    return {"run_dir": portable_path(run), "checkpoint": checkpoint.path.name, "epoch": epoch,
             "results_epoch": tested if other else None,
-            f"valid_{metric}": checkpoint.meta.get(metric), "apc": str(apc_file) if apc_file else None,
+            f"valid_{metric}": checkpoint.meta.get(metric), "apc": portable_path(apc_file) if apc_file else None,
             "averaged_checkpoints": [{"checkpoint": c.path.name, f"valid_{metric}": c.meta.get(metric)}
                                      for c in checkpoints] if average > 1 else None,
             "test": {k: test.get(k) for k in ("PER", "flops_per_frame", "p_big_mean", "big_fraction",
@@ -268,6 +271,26 @@ def _source(run: Path, metric: str, checkpoints: list, average: int,
             "epochs_trained": _epochs_trained(run) or results.get("epochs"), "commit": results.get("commit"),
             "error_rate_details": test.get("error_rate_details"),
             "calibration": results.get("calibration")}
+
+
+def portable_path(path: PathLike, start: Optional[PathLike] = None) -> str:
+    """How a model card names a file of the machine that built it without that machine's paths: relative
+    to the git working tree (repository or worktree) that holds it, else to ``start`` (the current
+    folder) where it lies below it, else by its name alone (its fingerprint says which file it was).
+
+    >>> portable_path("/nowhere/runs/seed1/apc.pt", start="/elsewhere")
+    'apc.pt'
+    >>> portable_path("results/run/seed1", start=".")
+    'results/run/seed1'
+    """
+    resolved = Path(os.path.abspath(path))
+    for folder in resolved.parents:
+        if (folder / ".git").exists():  # a clone's folder, or a worktree's file
+            return resolved.relative_to(folder).as_posix()
+    try:
+        return resolved.relative_to(Path(os.path.abspath(start or os.getcwd()))).as_posix()
+    except ValueError:
+        return resolved.name
 
 
 def _model_config(hparams: Dict[str, Any], encoder_kwargs: Dict[str, Any], uses_apc: bool,

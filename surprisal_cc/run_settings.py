@@ -299,9 +299,10 @@ PRECISION_RECORD = "precision.json"
 
 def resolve_precision(precision: str, run_opts, output_folder: Optional[str] = None) -> str:
     """The training precision: ``auto`` becomes :func:`~surprisal_cc.precision.auto_precision` of the
-    run's device, chosen once per run: a run resumed in ``output_folder`` takes what its start chose
-    (:data:`PRECISION_RECORD`, written by :func:`create_experiment_directory`) instead of measuring
-    again, so that the machine's load cannot split its epochs between bf16 and fp32.
+    run's device (a fixed rule), chosen once per run: a run resumed in ``output_folder`` takes what its
+    start chose (:data:`PRECISION_RECORD`, written by :func:`create_experiment_directory`; runs started
+    before ``auto`` became a fixed rule recorded a timed choice), so that its epochs never split between
+    bf16 and fp32.
 
     ``--precision`` on the command line (SpeechBrain's flag) wins over the YAML key.
     """
@@ -313,7 +314,7 @@ def resolve_precision(precision: str, run_opts, output_folder: Optional[str] = N
         return precision
     device = (run_opts.get("device") if run_opts is not None else None) or "cpu"
 
-    def chosen(on: str) -> str:  # under DDP the main process alone reads the record or measures
+    def chosen(on: str) -> str:  # under DDP the main process alone reads the record or applies the rule
         return (recorded_precision(output_folder, on) if output_folder else None) or auto_precision(on)
 
     return _agreed_by_every_rank(chosen, device)
@@ -330,17 +331,17 @@ def recorded_precision(output_folder: str, device: str = "cpu") -> Optional[str]
     if chosen not in TRAINING_PRECISIONS[:-1]:
         return None
     if chosen == "bf16" and torch.device(device).type == "cuda" and not torch.cuda.is_bf16_supported():
-        logger.warning("precision auto: %s records bf16, which %s does not run; measuring again", record, device)
+        logger.warning("precision auto: %s records bf16, which %s does not run; choosing again", record, device)
         return None
     logger.info("precision auto: %s, as chosen when this run started (%s)", chosen, record)
     return chosen
 
 
 def _agreed_by_every_rank(choose: Callable[[str], str], device: str) -> str:
-    """``choose(device)`` as the main process makes it, for every DDP rank: on a CPU, ``auto`` times
-    bf16 against fp32 (:func:`~surprisal_cc.precision.auto_precision`), and ranks timed side by side
-    could choose differently. Only the main process measures; the others take its choice (a no-op
-    outside DDP and on CUDA, where the rule is fixed and nothing is measured)."""
+    """``choose(device)`` as the main process makes it, for every DDP rank: ranks on machines of other
+    kinds (or one resuming from a record the others cannot read) could choose differently. Only the main
+    process chooses; the others take its choice (a no-op outside DDP and on CUDA, where the rule is fp32).
+    """
     from speechbrain.utils.distributed import is_distributed_initialized
 
     if not is_distributed_initialized() or torch.device(device).type == "cuda":

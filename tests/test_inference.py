@@ -65,6 +65,7 @@ def test_export_writes_a_safe_model_folder_with_a_card(exported, trained_run):
     results = json.loads((trained_run / "results.json").read_text())
     assert config["format_version"] == 1 and config["encoder"]["controller"] == "surprisal"
     assert config["source"]["apc_fingerprint"] == results["apc"]  # the APC the run trained with
+    assert not absolute_paths(config), "a model card names the building machine's paths"
     assert config["labels"][0] == "<blank>" and len(config["labels"]) == 42 and config["beam_size"] == 10
     state = torch.load(exported / "encoder.pt", weights_only=True)  # plain tensors, no pickled code
     assert float(state["controller.weight"]) == pytest.approx(results["calibration"]["weight"], rel=1e-6)
@@ -823,3 +824,24 @@ def test_level_sensitivity_tool_scores_a_corpus_at_each_gain(tmp_path, monkeypat
     assert list(result["per_by_gain_db"]) == ["+0", "-20", "+40"] and result["utterances"] == 2
     assert all(per >= 0 for per in result["per_by_gain_db"].values())
     assert result["reference"]["files"] == 2 and result["reference"]["rms_dbfs_median"] == result["rms_dbfs_median"]
+
+
+def absolute_paths(value) -> list:
+    """Every string in a JSON value that is an absolute path (a model card must name none).
+
+    >>> absolute_paths({"a": ["/x/y", "rel/z"], "b": {"c": "C:/w"}, "d": 1})
+    ['/x/y']
+    """
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in absolute_paths(v)]
+    if isinstance(value, list):
+        return [p for v in value for p in absolute_paths(v)]
+    return [value] if isinstance(value, str) and os.path.isabs(value) else []
+
+
+def test_the_shipped_model_card_names_no_machine_paths():
+    """Its provenance is repository-relative paths, commits and fingerprints."""
+    config = json.loads((REPO / "surprisal_cc" / "pretrained" / "model.json").read_text())
+    assert not absolute_paths(config)
+    assert config["source"]["run_dir"].startswith("results/") and config["source"]["commit"]
+

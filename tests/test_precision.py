@@ -17,31 +17,39 @@ def test_an_explicit_precision_is_taken_as_it_is():
     assert resolve_precision("bf16", RunOptions()) == "bf16"
 
 
-@pytest.mark.parametrize("native, speedup, expected", [(False, None, "fp32"), (True, 1.5, "bf16"),
-                                                       (True, 1.05, "fp32"), (True, 0.5, "fp32")])
-def test_auto_precision_takes_bf16_only_where_it_measured_faster(monkeypatch, native, speedup, expected):
-    """A CPU with native bf16 may still train slower in bf16 autocast (2x on one Xeon with AMX): ``auto``
-    measures; without native bf16 it does not even measure."""
+@pytest.mark.parametrize("native, expected", [(False, "fp32"), (True, "bf16")])
+def test_auto_precision_is_a_fixed_rule_of_native_bf16(monkeypatch, native, expected):
+    """``auto`` follows the CPU's instruction sets, never a timing: the same command trains with the same
+    arithmetic whatever the machine's load (nothing is timed: a timer that ran would fail this test)."""
+    import time
+
     from surprisal_cc import precision
 
-    def measured(threads):
-        assert speedup is not None, "measured on a CPU without native bf16"
-        return speedup
+    def no_timing():
+        raise AssertionError("precision auto timed something")
 
     monkeypatch.setattr(precision, "native_bf16", lambda device="cpu": native)
-    monkeypatch.setattr(precision, "_cached_speedup", measured)
+    monkeypatch.setattr(time, "perf_counter", no_timing)
     assert resolve_precision("auto", RunOptions()) == expected
 
 
-def _rank_resolves_auto(rank: int, store: str, speedups, chosen: str) -> None:
-    """One DDP rank (gloo) whose own measurement says ``speedups[rank]``; writes what it resolved."""
+def test_hparams_files_train_in_fp32_unless_asked():
+    """fp32 is every recipe's default (APC pretraining, TIMIT and the paper's schedule read common/apc.yaml)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "hparams"
+    for path in [root / "common" / "apc.yaml", root / "MiniLibriSpeech" / "cpu_profile.yaml"]:
+        assert "\nprecision: fp32 " in "\n" + path.read_text(), path
+
+
+def _rank_resolves_auto(rank: int, store: str, natives, chosen: str) -> None:
+    """One DDP rank (gloo) whose own CPU has native bf16 or not (``natives[rank]``); writes what it resolved."""
     import torch.distributed as dist
 
     from surprisal_cc import precision
 
-    precision.native_bf16 = lambda device="cpu": True
-    precision._cached_speedup = lambda threads: speedups[rank]
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=len(speedups))
+    precision.native_bf16 = lambda device="cpu": natives[rank]
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=len(natives))
     try:
         resolved = resolve_precision("auto", RunOptions())
     finally:
@@ -50,24 +58,14 @@ def _rank_resolves_auto(rank: int, store: str, speedups, chosen: str) -> None:
         out.write(resolved)
 
 
-@pytest.mark.parametrize("speedups, expected", [((1.5, 0.5), "bf16"), ((0.5, 1.5), "fp32")])
-def test_ddp_ranks_take_the_main_processs_precision(tmp_path, speedups, expected):
-    """Ranks timed side by side may measure bf16 differently; every rank trains in the main process's choice."""
+@pytest.mark.parametrize("natives, expected", [((True, False), "bf16"), ((False, True), "fp32")])
+def test_ddp_ranks_take_the_main_processs_precision(tmp_path, natives, expected):
+    """Ranks on machines of other kinds may differ in native bf16; every rank trains in the main process's choice."""
     import torch.multiprocessing as mp
 
     chosen = tmp_path / "chosen"
-    mp.spawn(_rank_resolves_auto, args=(str(tmp_path / "store"), speedups, str(chosen)), nprocs=len(speedups))
-    assert [(tmp_path / f"chosen.{rank}").read_text() for rank in range(len(speedups))] == [expected] * len(speedups)
-
-
-def test_measuring_bf16_leaves_the_random_numbers_alone():
-    from surprisal_cc.precision import measure_bf16_speedup
-
-    torch.manual_seed(5)
-    expected = torch.rand(3)
-    torch.manual_seed(5)
-    assert measure_bf16_speedup(batch=2, frames=3, repeats=1) > 0
-    assert torch.equal(torch.rand(3), expected)
+    mp.spawn(_rank_resolves_auto, args=(str(tmp_path / "store"), natives, str(chosen)), nprocs=len(natives))
+    assert [(tmp_path / f"chosen.{rank}").read_text() for rank in range(len(natives))] == [expected] * len(natives)
 
 
 def test_auto_precision_is_fp32_on_cuda():
@@ -165,8 +163,8 @@ def test_native_bf16_asks_for_the_instruction_sets_not_onednns_avx512_check(monk
 
 
 def test_a_resumed_run_keeps_the_precision_auto_chose_when_it_started(tmp_path, monkeypatch):
-    """``auto`` is measured once per run: create_experiment_directory records the choice and a run resumed
-    in that folder takes it without measuring (the load could otherwise switch it to fp32 mid-training)."""
+    """``auto`` is chosen once per run: create_experiment_directory records the choice and a run resumed
+    in that folder takes it (a run started when ``auto`` was timed, or on another machine kind, keeps it)."""
     from surprisal_cc import precision
     from surprisal_cc.run_settings import PRECISION_RECORD, create_experiment_directory
 
@@ -176,18 +174,13 @@ def test_a_resumed_run_keeps_the_precision_auto_chose_when_it_started(tmp_path, 
     create_experiment_directory(str(run), str(yaml_file), hparams={"precision": "bf16"})
     assert (run / PRECISION_RECORD).is_file()
 
-    def measured(threads):
-        raise AssertionError("measured again for a run that recorded its choice")
-
-    monkeypatch.setattr(precision, "native_bf16", lambda device="cpu": True)
-    monkeypatch.setattr(precision, "_cached_speedup", measured)
+    monkeypatch.setattr(precision, "native_bf16", lambda device="cpu": False)  # the rule would say fp32
     assert resolve_precision("auto", RunOptions(), str(run)) == "bf16"
     create_experiment_directory(str(run), str(yaml_file), hparams={"precision": "fp32"})  # resumed: kept
     assert resolve_precision("auto", RunOptions(), str(run)) == "bf16"
     assert resolve_precision("fp32", RunOptions(), str(run)) == "fp32"  # an explicit key is taken as it is
 
-    (run / PRECISION_RECORD).write_text("{not json")  # unreadable: measured as for a new run
-    monkeypatch.setattr(precision, "_cached_speedup", lambda threads: 0.5)
+    (run / PRECISION_RECORD).write_text("{not json")  # unreadable: the rule, as for a new run
     assert resolve_precision("auto", RunOptions(), str(run)) == "fp32"
 
 
@@ -212,8 +205,7 @@ def test_apc_pretraining_reads_its_precision_record_from_its_own_folder(tmp_path
     folder = tmp_path / "apc"
     folder.mkdir()
     (folder / PRECISION_RECORD).write_text('{"precision": "bf16"}\n')
-    monkeypatch.setattr(precision, "native_bf16", lambda device="cpu": True)
-    monkeypatch.setattr(precision, "_cached_speedup", lambda threads: 0.5)  # measuring would say fp32
-    overrides = f"data_folder: {tmp_path}\nexperiment_root: {tmp_path}\napc_output_folder: {folder}"
+    monkeypatch.setattr(precision, "native_bf16", lambda device="cpu": False)  # the rule would say fp32
+    overrides = f"data_folder: {tmp_path}\nexperiment_root: {tmp_path}\napc_output_folder: {folder}\nprecision: auto"
     hparams = load_hparams(str(REPO / "hparams" / "LibriSpeech" / "apc.yaml"), overrides, run_opts={"device": "cpu"})
     assert hparams["precision"] == "bf16"

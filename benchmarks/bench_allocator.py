@@ -1,6 +1,6 @@
 """Training step time with glibc's default ``malloc`` vs with freed memory kept for reuse.
 
-The recipes call :func:`surprisal_cc.allocator.reuse_freed_memory` (hparams key ``malloc_reuse``),
+The recipes call :func:`surprisal_cc.training.allocator.reuse_freed_memory` (hparams key ``malloc_reuse``),
 which turns off glibc's ``mmap`` for large blocks and its trimming, so that a step reuses the
 pages of the previous step instead of having the kernel map and zero them anew. The setting is
 per process, so each configuration runs in its own fresh subprocess: ours (fp32, length-bucketed

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from benchmarks.common import (BenchResult, SummaryRow, check_size, interleaved_times, median, print_result,
                                set_threads, size_of, size_parser, spread)
-from surprisal_cc.decoding import (
+from surprisal_cc.decoding.search import (
     CTCBeamSearch,
     _SpeechBrainDecoder,
     available_backends,

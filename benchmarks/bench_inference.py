@@ -95,9 +95,9 @@ def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, p_big:
 
 
 def encoder_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
-    from surprisal_cc.apc import APCModel, FrozenAPC
-    from surprisal_cc.controllers import ConstantController
-    from surprisal_cc.flops import module_macs
+    from surprisal_cc.model.apc import APCModel, FrozenAPC
+    from surprisal_cc.model.controllers import ConstantController
+    from surprisal_cc.model.flops import module_macs
 
     g = torch.Generator().manual_seed(seed)
     lengths = synthetic_lengths(cfg["batch"], cfg["t_min"], cfg["t_max"], g)
@@ -202,7 +202,7 @@ def encoder_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
 
 def _staged(asr, wav, samples, stage_times: Dict[str, List[float]]) -> None:
     """The steps of ``ConditionalASR._run``, each timed: filterbank, APC, encoder, beam search."""
-    from surprisal_cc.forward import CachedInputs, run_model
+    from surprisal_cc.model.forward import CachedInputs, run_model
 
     clock = time.perf_counter
     with torch.no_grad():
@@ -229,7 +229,7 @@ def _sampled_model(seed: int, p_big: float):
     """The untrained model of the transcribe parts: APC features, random controller, sampled routing
     (p_big of the frames on the big network), on the threads the caller sets."""
     from surprisal_cc.inference import ConditionalASR
-    from surprisal_cc.labels import phone_set
+    from surprisal_cc.training.labels import phone_set
 
     torch.manual_seed(seed)
     asr = ConditionalASR.untrained(phone_set("librispeech"), controller="random", input_features="apc",
@@ -299,7 +299,7 @@ def _spinning_process() -> subprocess.Popen:
 
 
 def threads_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
-    from surprisal_cc.threads import decoding_threads
+    from surprisal_cc.runtime import decoding_threads
 
     asr = _sampled_model(seed, p_big)
     wav, samples, duration = _utterance(cfg, seed)

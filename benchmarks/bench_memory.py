@@ -2,7 +2,7 @@
 
 Each configuration runs in its own fresh Python subprocess, all started at once (tracemalloc
 does not see torch's allocations), as the recipes train: freed memory kept for reuse
-(``surprisal_cc.allocator.reuse_freed_memory``, the recipes' ``malloc_reuse: True``), set before
+(``surprisal_cc.training.allocator.reuse_freed_memory``, the recipes' ``malloc_reuse: True``), set before
 the model is built. The worker reads its resident memory once its modules are imported, builds
 the model, optimiser and two synthetic batches (batch 32), runs one warm-up step (which creates
 Adam's state and the allocator's pools, one-off costs), resets the kernel's peak-RSS mark to the
@@ -75,11 +75,11 @@ def worker(config: str, batch: int, t_min: int, t_max: int, seed: int, threads: 
     import torch
 
     from benchmarks.bench_training import build_model, configs, make_batches, training_step
-    from surprisal_cc.allocator import reuse_freed_memory
+    from surprisal_cc.training.allocator import reuse_freed_memory
 
     reuse = reuse_freed_memory()  # as the recipes do, before the model is built
     torch.set_num_threads(threads)
-    for module in ("surprisal_cc.apc", "surprisal_cc.architectures", "surprisal_cc.features"):  # build_model's imports
+    for module in ("surprisal_cc.model.apc", "surprisal_cc.model.architectures", "surprisal_cc.model.features"):  # build_model's imports
         importlib.import_module(module)
     gc.collect()
     rss_imports = _proc_status_kib("VmRSS")

@@ -48,7 +48,7 @@ TOLERANCE = 1e-4  # max abs difference of outputs and input gradients, reversal 
 
 
 def run(size: str = "full", seed: int = 0, threads: Optional[int] = None, device: str = "cpu") -> BenchResult:
-    from surprisal_cc.nnet import BiGRU
+    from surprisal_cc.model.nnet import BiGRU
 
     cfg = SIZES[check_size(size)]
     device = str(resolve_device(device))

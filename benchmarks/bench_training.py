@@ -14,7 +14,7 @@ per-frame networks, BiGRU post-net.
   (no packing).
 * ours: APC features and surprisal read from the feature cache (tensors in memory: neither
   filterbank nor APC run), routed small/big networks (gather/scatter), BiGRUs as two
-  unidirectional GRUs with per-sequence reversal (``surprisal_cc.nnet.BiGRU``). In fp32, and
+  unidirectional GRUs with per-sequence reversal (``surprisal_cc.model.nnet.BiGRU``). In fp32, and
   in bf16 under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (forward and loss; the row is
   skipped where the CPU has no native bf16). The goal compares ours in the best precision
   (what ``precision: auto`` picks: bf16 where native and measured faster, else fp32) with the
@@ -121,7 +121,7 @@ HEADLINE = (OURS, OURS_BF16, OURS_BUCKETED, AUTHORS, AUTHORS_BF16)  # timed ``st
 def best_precision(device: str = "cpu") -> str:
     """The recipes' ``precision: auto`` on ``device`` (bf16 on a CPU with native bf16, else fp32), and never bf16
     where the device has no native bf16."""
-    from surprisal_cc.precision import auto_precision
+    from surprisal_cc.runtime import auto_precision
 
     return "bf16" if bf16_supported(device) and auto_precision(device) == "bf16" else "fp32"
 
@@ -217,8 +217,8 @@ class StepModel(NamedTuple):
 
 def build_model(config: StepConfig, seed: int = 0, device: str = "cpu") -> StepModel:
     """Encoder (and front end + APC when recomputed) and Adam, identically initialised for every configuration."""
-    from surprisal_cc.apc import APCModel
-    from surprisal_cc.features import FilterbankFrontEnd
+    from surprisal_cc.model.apc import APCModel
+    from surprisal_cc.model.features import FilterbankFrontEnd
 
     torch.manual_seed(seed)
     encoder = paper_encoder(P_BIG, NUM_OUTPUTS, execution=config.execution)

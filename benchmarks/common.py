@@ -22,8 +22,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import torch
 from torch import Tensor, nn
 
-from surprisal_cc.arguments import positive_int
-from surprisal_cc.inference import resolve_device  # a ValueError for a missing CUDA device
+from surprisal_cc.checks import positive_int
+from surprisal_cc.inference.asr import resolve_device  # a ValueError for a missing CUDA device
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = ("full", "quick", "smoke")
@@ -334,7 +334,7 @@ def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
 
 
 class _TorchBiGRU(nn.Module):
-    """``nn.GRU(batch_first=True, bidirectional=True)`` then dropout; drop-in for :class:`surprisal_cc.nnet.BiGRU`.
+    """``nn.GRU(batch_first=True, bidirectional=True)`` then dropout; drop-in for :class:`surprisal_cc.model.nnet.BiGRU`.
 
     Same call and parameters; :meth:`load_from` copies a BiGRU's weights so outputs can be compared.
     """
@@ -388,9 +388,9 @@ def paper_encoder(p_big: float, num_outputs: int, input_size: int = 512, **optio
     """The paper's conditional encoder (Sec. 4.2) that sends each frame to the big network with
     probability ``p_big``, any value in [0, 1] (a ``ConstantController``; the random controller of
     the recipes refuses 0 and 1). ``options``: ``ConditionalEncoder`` settings, e.g. ``execution``."""
-    from surprisal_cc.architectures import build_encoder
-    from surprisal_cc.controllers import ConstantController
-    from surprisal_cc.encoders import ConditionalEncoder
+    from surprisal_cc.model.architectures import build_encoder
+    from surprisal_cc.model.controllers import ConstantController
+    from surprisal_cc.model.encoders import ConditionalEncoder
 
     parts = build_encoder("conditional", input_size, num_outputs, controller="big_only")
     return ConditionalEncoder(controller=ConstantController(p_big), pre_net=parts.pre_net, small_net=parts.small_net,
@@ -400,7 +400,7 @@ def paper_encoder(p_big: float, num_outputs: int, input_size: int = 512, **optio
 def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
     """Replace the pre-net and post-net BiGRUs of a paper-architecture ConditionalEncoder by
     PyTorch's bidirectional ``nn.GRU``: ``kind`` "unpacked" (the authors' code) or "packed"."""
-    from surprisal_cc.nnet import BiGRU
+    from surprisal_cc.model.nnet import BiGRU
 
     cls = TORCH_BIGRUS[kind]
 
@@ -415,10 +415,10 @@ def use_torch_bigrus(encoder: nn.Module, kind: str) -> nn.Module:
 
 
 def bf16_supported(device: str = "cpu") -> bool:
-    """Whether ``device`` computes in bf16 natively (:func:`surprisal_cc.precision.native_bf16`): an x86
+    """Whether ``device`` computes in bf16 natively (:func:`surprisal_cc.runtime.native_bf16`): an x86
     CPU with the AVX-512-BF16 or AMX instruction sets (asked of the CPU), another CPU where oneDNN says
     so, a CUDA GPU of the Ampere generation or newer."""
-    from surprisal_cc.precision import native_bf16
+    from surprisal_cc.runtime import native_bf16
 
     return native_bf16(device)
 
@@ -487,7 +487,7 @@ def timed_training_steps(reuse_memory: bool, batch: int, t_min: int, t_max: int,
     import resource
 
     from benchmarks.bench_training import StepConfig, build_model, make_batches, training_step
-    from surprisal_cc.allocator import reuse_freed_memory
+    from surprisal_cc.training.allocator import reuse_freed_memory
 
     applied = reuse_freed_memory() if reuse_memory else False
     torch.set_num_threads(threads)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from surprisal_cc.arguments import positive_int
+from surprisal_cc.checks import positive_int
 
 WORKER = """
 import json, sys, time

@@ -55,7 +55,7 @@ from benchmarks.common import (
     set_threads,
     summary_cells,
 )
-from surprisal_cc.arguments import check_writable
+from surprisal_cc.checks import check_writable
 
 
 def _runners() -> Dict[str, Callable[..., BenchResult]]:

@@ -8,3 +8,7 @@ is ``cli``. Every module, and the layer it belongs to: docs/design.md, section M
 """
 
 __version__ = "0.1.0"
+
+from surprisal_cc.aliases import install as _install_aliases
+
+_install_aliases()  # old dotted paths of published hyperparams files (surprisal_cc.aliases)

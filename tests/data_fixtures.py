@@ -178,7 +178,7 @@ def mini_corpus(tmp_path_factory):
     return root
 
 
-def counting_recipe(function: str, module: str = "surprisal_cc.ctc",
+def counting_recipe(function: str, module: str = "surprisal_cc.model.ctc",
                     recipe: str = "recipes/MiniLibriSpeech/train.py") -> str:
     """Python source (for ``python -c``) that runs ``recipe`` with ``module.function`` wrapped to
     count its calls, and prints ``<function> calls: N`` at exit."""
@@ -198,7 +198,7 @@ runpy.run_path("{recipe}", run_name="__main__")
 
 def run_fbank_big_only_epoch(root: Path, experiment: str, counted: str, **overrides):
     """One epoch of the real Mini-LibriSpeech recipe on the ``mini_corpus`` fixture's corpus (raw
-    filterbanks, big-only, so no APC is needed; batches of 4, seed 3), with ``surprisal_cc.ctc.<counted>``'s
+    filterbanks, big-only, so no APC is needed; batches of 4, seed 3), with ``surprisal_cc.model.ctc.<counted>``'s
     calls counted. Returns (the run's printed output, its results.json)."""
     import json
     import os

@@ -1,4 +1,4 @@
-"""Tests for the ACT and PonderNet adaptive-depth encoders (surprisal_cc/adaptive.py)."""
+"""Tests for the ACT and PonderNet adaptive-depth encoders (surprisal_cc/model/adaptive.py)."""
 from __future__ import annotations
 
 import doctest
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import surprisal_cc.adaptive as adaptive
-from surprisal_cc.adaptive import (
+import surprisal_cc.model.adaptive as adaptive
+from surprisal_cc.model.adaptive import (
     ACTEncoder,
     PonderNetEncoder,
     StepBlock,
@@ -20,8 +20,8 @@ from surprisal_cc.adaptive import (
     kl_to_prior,
     truncated_geometric,
 )
-from surprisal_cc.architectures import build_encoder
-from surprisal_cc.flops import module_macs
+from surprisal_cc.model.architectures import build_encoder
+from surprisal_cc.model.flops import module_macs
 
 SMALL = dict(input_size=6, num_outputs=5, hidden_size=4, step_hidden=16, dropout=0.0)  # D = 8
 

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.realign and surprisal_cc.label_eval: CTC alignment with optional silence, corpus
+"""Tests for surprisal_cc.alignment.realign and surprisal_cc.alignment.label_eval: CTC alignment with optional silence, corpus
 relabelling, and the new labels scored against MFA's."""
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from data_fixtures import (
 )
 from surprisal_cc.data import load_mfa_labels, prepare_mini_librispeech
 from surprisal_cc.data.mfa import read_mfa_csv, write_alignment_csv
-from surprisal_cc.label_eval import lexicon_vs_mfa_per, read_boundary_silences, silence_precision_recall
-from surprisal_cc.realign import (
+from surprisal_cc.alignment.label_eval import lexicon_vs_mfa_per, read_boundary_silences, silence_precision_recall
+from surprisal_cc.alignment.realign import (
     RealignedUtterance,
     align_words,
     realign_corpus,
@@ -27,8 +27,8 @@ from surprisal_cc.realign import (
     silence_statistics,
 )
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.labels import label_encoder_for, phone_set
-from surprisal_cc.viterbi import AlignmentError, ctc_viterbi_graph, ctc_viterbi_optional
+from surprisal_cc.training.labels import label_encoder_for, phone_set
+from surprisal_cc.decoding.viterbi import AlignmentError, ctc_viterbi_graph, ctc_viterbi_optional
 
 BLANK, SIL = 0, 1
 
@@ -302,7 +302,7 @@ def test_segments_cover_the_utterance():
 
 def test_phone_times_start_at_the_first_phone_not_at_the_audio():
     """A hypothesis that does not begin with sil: its first phone starts where it is emitted, not at 0 s."""
-    from surprisal_cc.timestamps import phone_frames, phone_segments
+    from surprisal_cc.decoding.timestamps import phone_frames, phone_segments
 
     lp = np.log(np.full((6, 4), 0.01))  # ids: 0 blank, 1 sil, 2 and 3 phones
     for t, k in enumerate([0, 0, 2, 2, 0, 3]):
@@ -429,7 +429,7 @@ def test_mfa_export_silences_match_its_phone_labels():
 @pytest.mark.integration
 def test_realign_script_on_a_run_folder(tmp_path, monkeypatch):
     """A run folder with a (tiny, untrained) checkpoint: the script realigns it and the CSV prepares data."""
-    from surprisal_cc.run_settings import create_experiment_directory, load_hparams
+    from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams
 
     shared = require_dev_clean_2()
     make_mini_librispeech_subset(shared / "LibriSpeech" / "dev-clean-2", tmp_path / "corpus", train_speakers=3,
@@ -497,7 +497,7 @@ def test_realign_script_with_the_shipped_model(tmp_path, monkeypatch):
 
 def test_silent_frames_follow_the_recording_level():
     """The same utterance 20 dB louder (log-mel + log(100)) or with a noise floor has the same pauses."""
-    from surprisal_cc.realign import silent_frames
+    from surprisal_cc.alignment.realign import silent_frames
 
     rng = np.random.default_rng(0)
     speech = rng.normal(2.0, 0.5, size=(40, 8))
@@ -511,7 +511,8 @@ def test_silent_frames_follow_the_recording_level():
 def test_doctests():
     import doctest
 
-    from surprisal_cc import label_eval, realign
+    from surprisal_cc.alignment import label_eval
+    from surprisal_cc.alignment import realign
 
     assert doctest.testmod(realign).failed == 0 and doctest.testmod(label_eval).failed == 0
 
@@ -529,9 +530,9 @@ def test_realigning_with_a_model_without_sil_is_a_configuration_error(monkeypatc
 @pytest.mark.parametrize("controller,sampled", [("random", True), ("surprisal", False)])
 def test_a_run_routed_by_chance_is_realigned_with_drawn_routing(tmp_path, controller, sampled):
     """Thresholding p_big = 0.5 would send every frame to the small network: such a run stays sampled."""
-    from surprisal_cc.nnet import unwrap
-    from surprisal_cc.realign import load_run
-    from surprisal_cc.run_settings import create_experiment_directory, load_hparams
+    from surprisal_cc.model.nnet import unwrap
+    from surprisal_cc.alignment.realign import load_run
+    from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams
 
     run = tmp_path / "run"
     hparams_file = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
@@ -550,7 +551,7 @@ def test_an_utterance_without_frames_is_named_not_a_traceback():
     from speechbrain.dataio.encoder import CTCTextEncoder
 
     from surprisal_cc.data.errors import DataPreparationError
-    from surprisal_cc.realign import realign_utterance
+    from surprisal_cc.alignment.realign import realign_utterance
 
     enc = CTCTextEncoder()
     enc.insert_blank(index=0)

@@ -1,4 +1,4 @@
-"""surprisal_cc.allocator.reuse_freed_memory: glibc keeps freed memory, so a second step faults in no new pages."""
+"""surprisal_cc.training.allocator.reuse_freed_memory: glibc keeps freed memory, so a second step faults in no new pages."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from surprisal_cc import allocator, run_settings
+from surprisal_cc.training import allocator
+from surprisal_cc.training import run_settings
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -17,7 +18,7 @@ GLIBC = platform.libc_ver()[0] == "glibc"
 PROBE = """
 import json, resource, sys
 import torch
-from surprisal_cc.allocator import reuse_freed_memory
+from surprisal_cc.training.allocator import reuse_freed_memory
 applied = reuse_freed_memory() if sys.argv[1] == "reuse" else None
 faults = []
 for mib in (64, 60, 56):  # above glibc's largest mmap threshold (32 MiB)

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from data_fixtures import require_dev_clean_2
-from surprisal_cc.analysis import AlignedUtterance, read_aligned_csv, routing_example, surprisal_by_class
-from surprisal_cc.apc import APCModel
-from surprisal_cc.controllers import SurprisalController
-from surprisal_cc.features import FeatureConfig
+from surprisal_cc.experiments.analysis import AlignedUtterance, read_aligned_csv, routing_example, surprisal_by_class
+from surprisal_cc.model.apc import APCModel
+from surprisal_cc.model.controllers import SurprisalController
+from surprisal_cc.model.features import FeatureConfig
 
 
 def test_frame_labels_follow_window_centres():
@@ -67,8 +67,8 @@ def test_alignments_count_samples_of_the_audio_file_at_its_own_rate(tmp_path):
 
 def _analyse(tmp_path, capsys, csv_text, *options):
     """``surprisal-cc analyse`` of a tiny APC model and alignments ``csv_text``: (exit status, stderr lines)."""
-    from surprisal_cc.apc import save_apc
-    from surprisal_cc.cli import main
+    from surprisal_cc.model.apc import save_apc
+    from surprisal_cc.cli.commands import main
 
     torch.manual_seed(0)
     save_apc(APCModel(hidden_size=8), tmp_path / "apc.pt")
@@ -105,7 +105,7 @@ def test_analyse_names_bad_inputs_and_outputs_before_the_pass_over_the_corpus(tm
 
 
 def test_load_apc_of_a_file_that_is_not_a_torch_file(tmp_path):
-    from surprisal_cc.apc import load_apc
+    from surprisal_cc.model.apc import load_apc
 
     (tmp_path / "apc.pt").write_text("x")
     with pytest.raises(ValueError, match=r"apc\.pt: cannot be loaded as a torch file \(UnpicklingError\); give an APC"):

@@ -1,11 +1,11 @@
-"""Tests for surprisal_cc.apc: size, causality, padding invariance, surprisal, frozen wrapper, export."""
+"""Tests for surprisal_cc.model.apc: size, causality, padding invariance, surprisal, frozen wrapper, export."""
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
 
-from surprisal_cc.apc import AffineScale, APCModel, FrozenAPC, load_apc, save_apc
+from surprisal_cc.model.apc import AffineScale, APCModel, FrozenAPC, load_apc, save_apc
 from numerics import assert_close_up_to_summation_order
 
 SMALL = dict(input_size=6, hidden_size=16)

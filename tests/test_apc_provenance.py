@@ -1,4 +1,4 @@
-"""Recording the APC of results files written before it was recorded (surprisal_cc.apc_provenance,
+"""Recording the APC of results files written before it was recorded (surprisal_cc.experiments.apc_provenance,
 ``surprisal-cc backfill-apc``), from the APC file a git repository held at the run's commit."""
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from surprisal_cc.apc import APCModel, save_apc
-from surprisal_cc.apc_provenance import fill_apc_fingerprints, fingerprint_at_commit
-from surprisal_cc.cli import main
-from surprisal_cc.nnet import weights_fingerprint
-from surprisal_cc.report import write_report
+from surprisal_cc.model.apc import APCModel, save_apc
+from surprisal_cc.experiments.apc_provenance import fill_apc_fingerprints, fingerprint_at_commit
+from surprisal_cc.cli.commands import main
+from surprisal_cc.model.nnet import weights_fingerprint
+from surprisal_cc.experiments.report import write_report
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

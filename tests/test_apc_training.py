@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.apc_training: an existing export or checkpoints are reused only under the same settings."""
+"""Tests for surprisal_cc.training.apc_training: an existing export or checkpoints are reused only under the same settings."""
 from __future__ import annotations
 
 import functools
@@ -11,9 +11,9 @@ from speechbrain.utils.checkpoints import Checkpointer
 from speechbrain.utils.epoch_loop import EpochCounter
 from speechbrain.utils.train_logger import FileTrainLogger
 
-from surprisal_cc.apc import APCModel, load_apc, save_apc
-from surprisal_cc.apc_training import SETTINGS_FILE, data_digest, pretrain_apc
-from surprisal_cc.augment import SpeedPerturbation
+from surprisal_cc.model.apc import APCModel, load_apc, save_apc
+from surprisal_cc.training.apc_training import SETTINGS_FILE, data_digest, pretrain_apc
+from surprisal_cc.training.augment import SpeedPerturbation
 from surprisal_cc.errors import ConfigurationError
 
 

@@ -1,5 +1,5 @@
-"""Tests for surprisal_cc.architectures: the model files, build_encoder and its settings, the names that
-select them, and build_encoder's old name surprisal_cc.encoders.build_encoder (saved run folders use it)."""
+"""Tests for surprisal_cc.model.architectures: the model files, build_encoder and its settings, the names that
+select them (old dotted names: test_aliases.py)."""
 from __future__ import annotations
 
 import re
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from surprisal_cc.architectures import MODELS_DIR, architectures, build_encoder, encoder_names, model_file
-from surprisal_cc.controllers import LearnedController
-from surprisal_cc.hparams_files import load_hparams_file
+from surprisal_cc.model.architectures import MODELS_DIR, architectures, build_encoder, encoder_names, model_file
+from surprisal_cc.model.controllers import LearnedController
+from surprisal_cc.config import load_hparams_file
 
 D, H, V = 8, 4, 5  # input size, GRU hidden size, CTC outputs
 T = 10
@@ -71,16 +71,5 @@ def test_model_files_of_another_folder(tmp_path):
     with pytest.raises(ValueError, match=r"no architecture 'big' for encoder 'tiny'.*\['small'\]"):
         model_file("tiny", "big", tmp_path)
     assert encoder_names(tmp_path / "missing") == []
-    assert MODELS_DIR == Path(__file__).parents[1] / "surprisal_cc" / "models"
-
-
-def test_the_old_name_of_build_encoder_still_builds(tmp_path):
-    """Saved run folders' hyperparams.yaml build their encoder with ``!apply:surprisal_cc.encoders.build_encoder``."""
-    from surprisal_cc import encoders
-
-    assert encoders.build_encoder is build_encoder
-    old = tmp_path / "hyperparams.yaml"
-    old.write_text("encoder_module: !apply:surprisal_cc.encoders.build_encoder\n    name: act\n"
-                   f"    input_size: {D}\n    num_outputs: {V}\n    hidden_size: {H}\n")
-    assert type(load_hparams_file(old)["encoder_module"]).__name__ == "ACTEncoder"
+    assert MODELS_DIR == Path(__file__).parents[1] / "surprisal_cc" / "model" / "graphs"
 

@@ -1,4 +1,4 @@
-"""What each check of a setting counts as a number (:func:`surprisal_cc.arguments.is_number` and the checks
+"""What each check of a setting counts as a number (:func:`surprisal_cc.checks.is_number` and the checks
 built on it): one table, so that a change of what any of them accepts shows here."""
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from surprisal_cc import grid_spec, model_folder
-from surprisal_cc.arguments import check_batch_size, check_chunk_seconds, check_routing_seed, is_number
-from surprisal_cc.calibration import check_calibration_target
+from surprisal_cc.experiments import grid_spec
+from surprisal_cc.model import model_folder
+from surprisal_cc.checks import check_batch_size, check_chunk_seconds, check_routing_seed, is_number
+from surprisal_cc.model.calibration import check_calibration_target
 from surprisal_cc.data.audio import refuse_short_waveforms, short_audio_problem
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.features import FeatureConfig
-from surprisal_cc.run_settings import check_debug_options, check_flops_budget, check_settings, check_test_budget
-from surprisal_cc.schedulers import lr_scheduler
-from surprisal_cc.threads import check_threads
+from surprisal_cc.model.features import FeatureConfig
+from surprisal_cc.training.run_settings import check_debug_options, check_flops_budget, check_settings, check_test_budget
+from surprisal_cc.training.schedulers import lr_scheduler
+from surprisal_cc.runtime import check_threads
 
 NUMBER = frozenset({"int", "float", "np.int64", "np.float32", "np.float64"})
 WHOLE = frozenset({"int", "np.int64"})
@@ -56,7 +57,7 @@ def _model():
 
 @functools.lru_cache(maxsize=None)
 def _encoder():
-    from surprisal_cc.architectures import build_encoder
+    from surprisal_cc.model.architectures import build_encoder
     return build_encoder("conditional", input_size=80, num_outputs=3, controller="big_only")
 
 

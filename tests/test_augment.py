@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from surprisal_cc.augment import FeatureMasking, SpeedPerturbation, change_speed
+from surprisal_cc.training.augment import FeatureMasking, SpeedPerturbation, change_speed
 
 
 @pytest.mark.parametrize("channels", [80, 512])

@@ -95,7 +95,7 @@ def test_output_file_has_rows_and_machine(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_bench_passes_threads_and_output(tmp_path, monkeypatch, capsys):
-    from surprisal_cc.cli import main as cli_main
+    from surprisal_cc.cli.commands import main as cli_main
 
     monkeypatch.setenv("SURPRISAL_CC_DATA", str(tmp_path / "nowhere"))  # dataprep: a quick skip
     monkeypatch.chdir(Path(__file__).resolve().parents[1])  # bench runs the checkout it is started in
@@ -109,7 +109,7 @@ def test_unwritable_output_fails_before_the_run(tmp_path, monkeypatch, capsys):
     """An ``--output`` in a folder that does not exist is one error line before any benchmark runs (from
     run_all and from ``surprisal-cc bench``); a file that fails after the run comes after the printed report."""
     from benchmarks import run_all
-    from surprisal_cc.cli import main as cli_main
+    from surprisal_cc.cli.commands import main as cli_main
 
     monkeypatch.setenv("SURPRISAL_CC_DATA", str(tmp_path / "nowhere"))  # dataprep: a quick skip
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
@@ -220,7 +220,7 @@ def test_training_benchmark_configs():
     """The baseline is the authors' step: filterbank + APC from the waveform, masked, unpacked nn.GRU."""
     from benchmarks import bench_training as bt
     from benchmarks.common import PackedBiGRU, UnpackedBiGRU
-    from surprisal_cc.features import FeatureConfig
+    from surprisal_cc.model.features import FeatureConfig
 
     specs = bt.configs()
     assert specs[bt.AUTHORS] == bt.StepConfig(features="recompute", execution="masked", rnn="unpacked")
@@ -333,7 +333,7 @@ def test_step_products_count_every_multiply_of_the_step():
     (the features) needs none; the small network, which no frame was routed to, counts nothing."""
     from benchmarks import bench_training as bt
     from benchmarks.common import paper_encoder
-    from surprisal_cc.flops import weight_only_macs
+    from surprisal_cc.model.flops import weight_only_macs
 
     torch.manual_seed(0)
     encoder = paper_encoder(1.0, bt.NUM_OUTPUTS)

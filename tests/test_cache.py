@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.cache: cache key, incremental/resumable build, stored values."""
+"""Tests for surprisal_cc.training.cache: cache key, incremental/resumable build, stored values."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -6,9 +6,9 @@ from typing import Dict, List
 import pytest
 import torch
 
-from surprisal_cc.apc import APCModel
-from surprisal_cc.cache import FeatureCache, cache_key
-from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd
+from surprisal_cc.model.apc import APCModel
+from surprisal_cc.training.cache import FeatureCache, cache_key
+from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
 from numerics import assert_close_up_to_summation_order
 
 
@@ -194,8 +194,8 @@ def test_fill_cache_adds_training_utterances_at_each_speed(tmp_path):
     import soundfile as sf
     import speechbrain as sb
 
-    from surprisal_cc.augment import SpeedPerturbation
-    from surprisal_cc.frozen_features import cached_features, fill_cache
+    from surprisal_cc.training.augment import SpeedPerturbation
+    from surprisal_cc.training.frozen_features import cached_features, fill_cache
 
     manifests = {}
     for split, utts in {"train": ["t1", "t2"], "valid": ["v1"]}.items():
@@ -231,7 +231,7 @@ def test_two_processes_writing_one_entry_do_not_collide(tmp_path, monkeypatch):
     save and its rename. Each writer's temporary file is its own, so both renames succeed."""
     import os
 
-    import surprisal_cc.cache as cache_module
+    import surprisal_cc.training.cache as cache_module
 
     apc, audio = small_apc(0), FakeAudio(AUDIO_LENGTHS)
     first, other = FeatureCache(tmp_path, apc), FeatureCache(tmp_path, apc)
@@ -258,7 +258,7 @@ def test_one_id_naming_two_audio_files_is_refused_before_any_feature_is_computed
     score test on train's features, and an id twice in one split is ambiguous; both are one line naming
     the manifests, before any audio is read."""
     from surprisal_cc.data.errors import DataPreparationError
-    from surprisal_cc.frozen_features import fill_cache
+    from surprisal_cc.training.frozen_features import fill_cache
 
     def manifest(name: str, rows: List[tuple]) -> str:
         path = tmp_path / f"{name}.csv"

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.calibration: the surprisal controller fitted to p_big statistics (Eq. 4), to a
+"""Tests for surprisal_cc.model.calibration: the surprisal controller fitted to p_big statistics (Eq. 4), to a
 FLOPs budget, and the test-time bias shift that meets one."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from surprisal_cc.calibration import (
+from surprisal_cc.model.calibration import (
     AUTHORS_ERROR_SCALE,
     bias_shift_for_big_fraction,
     budget_big_fraction,
@@ -17,7 +17,7 @@ from surprisal_cc.calibration import (
     solve_bias_shift,
     target_mean_for_budget,
 )
-from surprisal_cc.controllers import SurprisalController
+from surprisal_cc.model.controllers import SurprisalController
 
 SMALL_ONLY, BIG_ONLY = 5_703_288, 7_540_344  # paper Table 1, MACs per frame
 
@@ -164,13 +164,13 @@ def test_unreachable_variance_is_warned_and_fitted_as_close_as_it_can(caplog):
     close to the mean with nearly the largest variance p_big can have there."""
     _ = torch.manual_seed(0)
     batches = [4 * torch.rand(2000) for _ in range(2)]
-    with caplog.at_level("WARNING", logger="surprisal_cc.controllers"):
+    with caplog.at_level("WARNING", logger="surprisal_cc.model.controllers"):
         out = calibrate_surprisal_controller(SurprisalController(), batches, target_mean=0.9, target_var=0.1)
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warned) == 1 and "controller_target_var 0.1 cannot be met with target mean 0.9" in warned[0]
     assert abs(out["mean_p_big"] - 0.9) < 0.01 and out["var_p_big"] > 0.08  # near the largest, 0.9 x 0.1
     caplog.clear()
-    with caplog.at_level("WARNING", logger="surprisal_cc.controllers"):
+    with caplog.at_level("WARNING", logger="surprisal_cc.model.controllers"):
         calibrate_surprisal_controller(SurprisalController(), batches, target_mean=0.9, target_var=0.02)
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
@@ -246,7 +246,7 @@ def test_solve_bias_shift_solves_on_every_batch_together(stochastic):
 
 def test_flops_budget_names_the_controller_it_cannot_shift():
     """A FLOPs budget needs the surprisal controller; any other gets an error naming the one it has."""
-    from surprisal_cc.architectures import build_encoder
+    from surprisal_cc.model.architectures import build_encoder
 
     surprisal_encoder = build_encoder("conditional", input_size=8, num_outputs=5, controller="surprisal", hidden_size=8)
     assert 0.0 < budget_big_fraction(surprisal_encoder, apc_macs=100, fraction=0.9) < 1.0
@@ -273,7 +273,7 @@ def test_flops_budget_names_the_controller_it_cannot_shift():
 def test_calibration_subsample_is_uniform_over_the_whole_pass():
     """Beyond max_frames the kept frames are a uniform sample of the pass: early minibatches are
     kept as often as late ones (memory stays bounded by compacting every 2 x max_frames)."""
-    from surprisal_cc.calibration import _UniformSample
+    from surprisal_cc.model.calibration import _UniformSample
 
     sample = _UniformSample(1000, torch.Generator().manual_seed(0))
     for i in range(10):  # 10,000 frames in 10 minibatches: the first five are 0, the last five 1

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from surprisal_cc.checkpoints import PARTIAL_PREFIX, REPLACED_PREFIX, Checkpointer
+from surprisal_cc.training.checkpoints import PARTIAL_PREFIX, REPLACED_PREFIX, Checkpointer
 
 # A process that saves one complete checkpoint, then dies (os._exit, no clean-up) while writing the
 # second one: after the model's file, before the counter's.
@@ -20,7 +20,7 @@ DIES_WHILE_SAVING = textwrap.dedent("""
     import torch
     from torch import nn
     from speechbrain.utils.checkpoints import mark_as_loader, mark_as_saver, register_checkpoint_hooks
-    from surprisal_cc.checkpoints import Checkpointer
+    from surprisal_cc.training.checkpoints import Checkpointer
 
     @register_checkpoint_hooks
     class Counter:
@@ -124,7 +124,7 @@ def test_recovery_passes_over_a_checkpoint_cut_short_by_a_checkpointer_without_t
     with torch.no_grad():
         model.weight.zero_()
     reader = Checkpointer(tmp_path, recoverables={"model": model, "other": other})
-    with caplog.at_level("WARNING", logger="surprisal_cc.checkpoints"):
+    with caplog.at_level("WARNING", logger="surprisal_cc.training.checkpoints"):
         found = reader.recover_if_possible()
     assert found.meta["step"] == 1 and torch.equal(model.weight, expected)
     assert any(newest.path.name in r.getMessage() and "'other'" in r.getMessage() for r in caplog.records)
@@ -145,7 +145,7 @@ def test_a_custom_named_checkpoint_moved_aside_by_a_save_cut_short_is_put_back(t
 def test_a_run_resumes_only_on_the_labels_it_started_with(tmp_path):
     """Labels rewritten in place (same manifest path) are refused on resume; moved audio, a new run in
     the folder and a resumed run without a record are not."""
-    from surprisal_cc.brain import TRAINING_LABELS_RECORD, check_training_labels
+    from surprisal_cc.training.brain import TRAINING_LABELS_RECORD, check_training_labels
     from surprisal_cc.errors import ConfigurationError
 
     train, valid = tmp_path / "train.csv", tmp_path / "valid.csv"

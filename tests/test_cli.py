@@ -24,10 +24,10 @@ import yaml
 from data_fixtures import (REPO, make_bad_audio_fixture, make_librispeech_fixture, make_timit_fixture,
                            require_dev_clean_2, tone, write_mfa_csv)
 from numerics import assert_same_routing_up_to_summation_order
-from surprisal_cc import cli
-from surprisal_cc.cli import main
+from surprisal_cc.cli import commands as cli
+from surprisal_cc.cli.commands import main
 from surprisal_cc.data.phones import LIBRISPEECH_PHONES, TIMIT_PHONES_39
-from surprisal_cc.hparams_files import expand_hparams
+from surprisal_cc.config import expand_hparams
 from surprisal_cc.inference import ConditionalASR
 
 TIMIT_HPARAMS = REPO / "hparams" / "TIMIT" / "conditional_ctc.yaml"
@@ -61,9 +61,9 @@ def real_flac() -> Path:
 # ---------------------------------------------------------------------------------------------- flops
 def test_help_of_every_command_is_printed_without_importing_torch() -> None:
     """``surprisal-cc COMMAND --help`` answers at once: no command imports torch for its options."""
-    from surprisal_cc.cli import COMMANDS
+    from surprisal_cc.cli.commands import COMMANDS
 
-    script = ("import contextlib, io, sys\nfrom surprisal_cc.cli import main\n"
+    script = ("import contextlib, io, sys\nfrom surprisal_cc.cli.commands import main\n"
               "for command in sys.argv[1:]:\n"
               "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
               "        main([command, '--help'])\n"
@@ -360,7 +360,7 @@ def test_transcribe_checks_the_plot_folder_before_decoding_and_prints_before_plo
     assert error_lines(capsys) == ["error: --plot needs a PNG file or a folder to write the routing plots to"]
     # a plot that fails all the same comes after its file's result, which stays printed
     monkeypatch.undo()
-    monkeypatch.setattr("surprisal_cc.plots.plot_routing", lambda *args, **kwargs: (_ for _ in ()).throw(
+    monkeypatch.setattr("surprisal_cc.experiments.plots.plot_routing", lambda *args, **kwargs: (_ for _ in ()).throw(
         OSError("No space left on device")))
     assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--plot",
                  str(tmp_path / "routing.png")]) == 1
@@ -427,7 +427,7 @@ def test_missing_model_and_other_format_version(model, real_flac, tmp_path, monk
     assert main(["transcribe", str(real_flac), "--model", str(tmp_path / "nowhere")]) == 1
     (line,) = error_lines(capsys)
     assert str(tmp_path / "nowhere") in line and "surprisal-cc export" in line
-    monkeypatch.setattr("surprisal_cc.inference.default_model_dir", lambda: tmp_path / "pretrained")
+    monkeypatch.setattr("surprisal_cc.inference.asr.default_model_dir", lambda: tmp_path / "pretrained")
     assert main(["transcribe", str(real_flac)]) == 1
     assert str(tmp_path / "pretrained") in error_lines(capsys)[0]
     old = tmp_path / "old"
@@ -525,7 +525,7 @@ def test_transcribe_skipping_every_input_says_none_is_usable_before_solving_a_bu
 
 
 def test_decoding_help_gives_the_long_audio_and_thread_defaults_the_code_uses(model, tmp_path, monkeypatch, capsys):
-    from surprisal_cc.threads import DEFAULT_DECODING_THREADS
+    from surprisal_cc.runtime import DEFAULT_DECODING_THREADS
 
     monkeypatch.setattr(cli, "CHUNK_S", 45.0)
     monkeypatch.setattr(cli, "CONTEXT_S", 2.5)
@@ -542,7 +542,7 @@ def test_decoding_help_gives_the_long_audio_and_thread_defaults_the_code_uses(mo
 
 @pytest.mark.integration
 def test_transcribe_json_lines_with_phone_times_and_ctm(model, real_flac, tmp_path, capsys):
-    from surprisal_cc.timestamps import phone_limit_s
+    from surprisal_cc.decoding.timestamps import phone_limit_s
 
     bad = tmp_path / "take: 2.flac"  # ": " in a path is kept whole in its record
     bad.write_bytes(b"")
@@ -1200,7 +1200,7 @@ def test_evaluate_and_flops_fraction_read_long_files_in_parts(model, tmp_path, m
     context is cut to 0.5 s here, so that 5 s of audio is long for 1 s parts.)"""
     import functools
 
-    from surprisal_cc import long_audio
+    from surprisal_cc.inference import long_audio
 
     ran = []
     decode_long, long_surprisal = long_audio.decode_long, long_audio.long_surprisal
@@ -1260,7 +1260,7 @@ def test_analyse_refuses_a_textgrid_folder_in_one_line(tmp_path, capsys):
 def test_transcribe_text_says_when_no_phone_was_recognised():
     from types import SimpleNamespace
 
-    from surprisal_cc.cli import _format_transcription
+    from surprisal_cc.cli.commands import _format_transcription
 
     result = SimpleNamespace(p_big=None, steps=None, path="quiet.wav", text="", duration_s=0.05, num_frames=5,
                              flops_per_frame=7.5e6, rtf=0.01)

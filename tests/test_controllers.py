@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.controllers: decisions, the controllers, the registry, the learned controller."""
+"""Tests for surprisal_cc.model.controllers: decisions, the controllers, the registry, the learned controller."""
 from __future__ import annotations
 
 import copy
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from surprisal_cc.controllers import (
+from surprisal_cc.model.controllers import (
     CONTROLLERS,
     ConstantController,
     LearnedController,
@@ -15,9 +15,9 @@ from surprisal_cc.controllers import (
     build_controller,
     sample_decisions,
 )
-from surprisal_cc.encoders import ConditionalEncoder, masked_mixture, route_frames
-from surprisal_cc.nnet import FrameNet
-from surprisal_cc.nnet import lengths_to_mask
+from surprisal_cc.model.encoders import ConditionalEncoder, masked_mixture, route_frames
+from surprisal_cc.model.nnet import FrameNet
+from surprisal_cc.model.nnet import lengths_to_mask
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_the_documented_lists_of_controllers_name_every_registered_one():
     import re
     from pathlib import Path
 
-    import surprisal_cc.controllers as module
+    import surprisal_cc.model.controllers as module
 
     table = re.findall(r"^(\w+) {2,}", module.__doc__.split("=====\n", 2)[2], flags=re.M)
     assert set(table) == set(CONTROLLERS)

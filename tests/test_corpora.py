@@ -6,7 +6,7 @@ import re
 import pytest
 
 from data_fixtures import make_librispeech_fixture
-from surprisal_cc.corpora import corpus_items
+from surprisal_cc.inference.corpora import corpus_items
 from surprisal_cc.data.errors import DataPreparationError
 from surprisal_cc.data.librispeech import scan_subset
 from surprisal_cc.data.phones import LIBRISPEECH_PHONES
@@ -73,7 +73,7 @@ def test_scoring_against_any_pronunciation_is_refused_from_the_labels_alone(tmp_
     """A TIMIT folder, or a manifest without words, is refused from what corpus_items gives: no audio is
     read (the manifest's audio files do not even exist)."""
     from data_fixtures import make_timit_fixture
-    from surprisal_cc.corpora import check_pronunciation_words
+    from surprisal_cc.inference.corpora import check_pronunciation_words
     from surprisal_cc.errors import ConfigurationError
 
     manifest = tmp_path / "test.csv"

@@ -9,7 +9,7 @@ import torch
 
 from data_fixtures import mini_corpus, run_fbank_big_only_epoch, write_label_manifest  # noqa: F401  (a fixture)
 from test_ctc_optional import value_and_grad
-from surprisal_cc.ctc import chain_predecessors, ctc_loss_graph, graph_tensor, pronunciation_graph, pronunciation_targets
+from surprisal_cc.model.ctc import chain_predecessors, ctc_loss_graph, graph_tensor, pronunciation_graph, pronunciation_targets
 
 SIL = "sil"
 
@@ -160,9 +160,9 @@ def test_pronunciation_targets_skip_rows_with_one_pronunciation_per_word():
 
 
 def test_dataio_prep_gives_training_targets_a_graph(tmp_path):
-    from surprisal_cc.datasets import dataio_prep
+    from surprisal_cc.training.datasets import dataio_prep
     from surprisal_cc.errors import ConfigurationError
-    from surprisal_cc.labels import label_encoder_for, phone_set
+    from surprisal_cc.training.labels import label_encoder_for, phone_set
 
     manifest = write_label_manifest(tmp_path / "m.csv", {"u1": ("A CAT", "sil EY K AE T sil"),
                                                           "u2": ("CAT", "sil K AE T sil")})

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from data_fixtures import mini_corpus, run_fbank_big_only_epoch, write_label_manifest  # noqa: F401  (a fixture)
-from surprisal_cc.ctc import ctc_loss_optional, optional_silence_labels, optional_silence_targets
+from surprisal_cc.model.ctc import ctc_loss_optional, optional_silence_labels, optional_silence_targets
 
 
 def random_case(seed, B=3, T=20, V=6, S=6, repeats=True):
@@ -128,7 +128,7 @@ def test_argument_errors():
 def test_doctests():
     import doctest
 
-    import surprisal_cc.ctc as ctc
+    import surprisal_cc.model.ctc as ctc
 
     assert doctest.testmod(ctc).failed == 0
 
@@ -158,8 +158,8 @@ def test_optional_silence_targets_from_the_lexicon():
 
 
 def test_dataio_prep_gives_training_targets_an_optional_mask(tmp_path):
-    from surprisal_cc.datasets import dataio_prep
-    from surprisal_cc.labels import label_encoder_for, phone_set
+    from surprisal_cc.training.datasets import dataio_prep
+    from surprisal_cc.training.labels import label_encoder_for, phone_set
 
     manifest = write_label_manifest(tmp_path / "m.csv", {"u1": ("THE CAT", "sil DH AH K AE T sil")})
     encoder = label_encoder_for(phone_set("librispeech"))

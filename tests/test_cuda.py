@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from benchmarks.common import full_fp32
-from surprisal_cc.apc import APCModel
-from surprisal_cc.architectures import build_encoder
-from surprisal_cc.cache import FeatureCache
-from surprisal_cc.encoders import ConditionalEncoder
-from surprisal_cc.nnet import lengths_to_mask
+from surprisal_cc.model.apc import APCModel
+from surprisal_cc.model.architectures import build_encoder
+from surprisal_cc.training.cache import FeatureCache
+from surprisal_cc.model.encoders import ConditionalEncoder
+from surprisal_cc.model.nnet import lengths_to_mask
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

@@ -10,7 +10,7 @@ from surprisal_cc.data import DataPreparationError, DataPreparationWarning
 from surprisal_cc.data.audio import (as_waveforms, check_audio_files, check_audio_many, inspect_audio,
                                      iter_audio_paths, read_audio, refuse_bad_audio)
 from surprisal_cc.data.errors import BadAudioError, BadLabelsError
-from surprisal_cc.long_audio import is_long
+from surprisal_cc.inference.long_audio import is_long
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +193,7 @@ def test_a_file_shorter_than_the_models_one_frame_is_refused_naming_it(tmp_path)
     """A 50 ms window: 37.5 ms passes the 25 ms check made where no model is known, and is refused, in one
     line naming the file, its duration and the model's minimum, where the model's minimum is given."""
     from surprisal_cc.data.audio import check_audio, check_audio_each
-    from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd
+    from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
 
     config = FeatureConfig(frame_length_ms=50.0)
     least = config.min_samples

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from surprisal_cc.corpora import corpus_items, pronunciation_references
+from surprisal_cc.inference.corpora import corpus_items, pronunciation_references
 from surprisal_cc.data.errors import BadAudioError, BadLabelsError, DataPreparationError
 from surprisal_cc.data.kaldi import KaldiUtterance, is_kaldi_data_folder, read_kaldi_data_folder, read_wav_scp
 from surprisal_cc.data.phones import LIBRISPEECH_PHONES

@@ -94,8 +94,8 @@ def test_csv_reader(tmp_path):
 def test_utterance_ids_keep_every_dot_but_the_extension(tmp_path):
     """The id is the file name without its extension, as scan_subset and the TextGrid readers make it,
     by every reader of the export."""
-    from surprisal_cc.analysis import read_aligned_csv
-    from surprisal_cc.label_eval import read_boundary_silences
+    from surprisal_cc.experiments.analysis import read_aligned_csv
+    from surprisal_cc.alignment.label_eval import read_boundary_silences
 
     assert utterance_id("dev-clean-2/84/121123/84-121123-0000.flac") == "84-121123-0000"
     assert utterance_id("spk/u1.v2.flac") == "u1.v2"
@@ -171,7 +171,7 @@ def test_textgrids_map_to_the_test_labels_convention(tmp_path):
     raw tiers, reads back as its phonemes_39 column, with the same word-boundary silences. The one
     exception is the export's own: in 6 utterances its phonemes_39 drops the final silence that its
     raw phone tier has (other utterances with as short a final silence keep it)."""
-    from surprisal_cc.label_eval import read_boundary_silences
+    from surprisal_cc.alignment.label_eval import read_boundary_silences
 
     csv_path = require_dev_clean_2() / "phone_labels" / "dev-clean-2_mfa.csv"
     expected = write_textgrids_from_mfa_csv(csv_path, tmp_path / "tg")

@@ -62,7 +62,7 @@ def test_unknown_timit_phone_names_file(timit, tmp_path):
 @pytest.mark.parametrize("content", ["", "0 100 q\n"])
 def test_a_phn_file_without_phones_is_refused_naming_it(timit, tmp_path, content):
     """An empty reference would count every recognised phone as an insertion: prepare and evaluate refuse it."""
-    from surprisal_cc.corpora import _timit_items
+    from surprisal_cc.inference.corpora import _timit_items
 
     (timit / "TRAIN" / "DR1" / "FCJF0" / "SI1027.PHN").write_text(content)
     with pytest.raises(DataPreparationError, match=r"SI1027.PHN \(utterance fcjf0_si1027\) has no phone labels; "
@@ -109,7 +109,7 @@ def test_a_copy_without_the_standard_speakers_names_the_empty_split(timit, tmp_p
 def test_evaluate_leaves_out_a_timit_file_without_labels_only_when_asked(timit):
     """A TIMIT file without its ``.PHN`` is one named problem: an error listing it (and saying to pass
     --skip-bad), or, given a problems list (``--skip-bad``), an utterance left out of the scored ones."""
-    from surprisal_cc.corpora import corpus_items
+    from surprisal_cc.inference.corpora import corpus_items
     from surprisal_cc.data.phones import TIMIT_PHONES_39
     from surprisal_cc.inference import ConditionalASR
 

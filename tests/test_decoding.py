@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.decoding: every backend vs a brute-force CTC decoder."""
+"""Tests for surprisal_cc.decoding.search: every backend vs a brute-force CTC decoder."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from surprisal_cc.decoding import (
+from surprisal_cc.decoding.search import (
     CTCBeamSearch,
     available_backends,
     ctc_greedy_decode,
@@ -214,7 +214,7 @@ def test_a_beam_size_or_blank_set_after_decoding_is_the_one_decoded_with(backend
 def test_relative_lengths_of_equal_length_utterances_are_refused():
     """SpeechBrain's relative lengths of a batch of equal-length utterances are all 1.0: read as frame
     counts they would decode one frame each; absolute counts as floats still pass."""
-    from surprisal_cc.decoding import ctc_greedy_decode
+    from surprisal_cc.decoding.search import ctc_greedy_decode
 
     lp = torch.log_softmax(torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(0)), -1)
     with pytest.raises(ValueError, match="relative lengths"):

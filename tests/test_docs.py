@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from data_fixtures import REPO
-from surprisal_cc.controllers import CONTROLLERS
+from surprisal_cc.model.controllers import CONTROLLERS
 
 GUIDES = ["docs/extending.md"]
 
@@ -24,7 +24,7 @@ def test_python_blocks_are_found():
 
 @pytest.mark.parametrize("guide", GUIDES)
 def test_guide_code_runs(guide, monkeypatch):
-    monkeypatch.setattr("surprisal_cc.controllers.CONTROLLERS", dict(CONTROLLERS))  # the guide registers one
+    monkeypatch.setattr("surprisal_cc.model.controllers.CONTROLLERS", dict(CONTROLLERS))  # the guide registers one
     blocks = python_blocks((REPO / guide).read_text(encoding="utf-8"))
     assert blocks, f"{guide} has no python block"
     namespace: dict = {"__name__": "guide"}

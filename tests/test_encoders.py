@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.encoders: routing, gather windows, BiGRU, MAC accounting, the contract of every encoder
+"""Tests for surprisal_cc.model.encoders: routing, gather windows, BiGRU, MAC accounting, the contract of every encoder
 (the model files and build_encoder: tests/test_architectures.py)."""
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from surprisal_cc.architectures import build_encoder, encoder_names
-from surprisal_cc.controllers import ConstantController, Controller, LearnedController, SurprisalController
-from surprisal_cc.forward import CachedInputs, run_model
-from surprisal_cc.encoders import (
+from surprisal_cc.model.architectures import build_encoder, encoder_names
+from surprisal_cc.model.controllers import ConstantController, Controller, LearnedController, SurprisalController
+from surprisal_cc.model.forward import CachedInputs, run_model
+from surprisal_cc.model.encoders import (
     ConditionalEncoder,
     gather_frames,
     masked_mixture,
     route_frames,
 )
-from surprisal_cc.flops import module_macs
-from surprisal_cc.nnet import BiGRU, Conv1dPreNet, FrameNet, PostNet, lengths_to_mask, reverse_padded
+from surprisal_cc.model.flops import module_macs
+from surprisal_cc.model.nnet import BiGRU, Conv1dPreNet, FrameNet, PostNet, lengths_to_mask, reverse_padded
 
 from numerics import ROUTING_FLIPS
 
@@ -275,7 +275,7 @@ def test_model3_frame_net_equals_conv1d_prenet():
 
 
 def test_conv1d_pre_net_kernel_size_must_be_odd():
-    from surprisal_cc.nnet import Conv1dPreNet
+    from surprisal_cc.model.nnet import Conv1dPreNet
 
     with pytest.raises(ValueError, match="kernel_size must be a positive odd number"):
         Conv1dPreNet(D, 6, kernel_size=4)

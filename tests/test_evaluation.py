@@ -15,10 +15,10 @@ import pytest
 import soundfile as sf
 import torch
 
-from surprisal_cc import long_audio
-from surprisal_cc.evaluation import evaluate_corpus
+from surprisal_cc.inference import long_audio
+from surprisal_cc.inference.evaluation import evaluate_corpus
 from surprisal_cc.inference import ConditionalASR
-from surprisal_cc.labels import phone_set
+from surprisal_cc.training.labels import phone_set
 
 CONTEXT_S = 0.5
 
@@ -143,8 +143,8 @@ def test_the_model_protocols_name_members_of_conditional_asr(big_only):
     import inspect
     import typing
 
-    from surprisal_cc.evaluation import EvaluatedModel
-    from surprisal_cc.forward import DecodedBatch, ForwardResult
+    from surprisal_cc.inference.evaluation import EvaluatedModel
+    from surprisal_cc.model.forward import DecodedBatch, ForwardResult
 
     assert isinstance(big_only, EvaluatedModel) and isinstance(big_only, long_audio.LongAudioModel)
     assert not isinstance(object(), long_audio.LongAudioModel)
@@ -155,13 +155,14 @@ def test_the_model_protocols_name_members_of_conditional_asr(big_only):
         assert list(inspect.signature(getattr(EvaluatedModel, name)).parameters) == \
             list(inspect.signature(getattr(ConditionalASR, name)).parameters), name
     # the same named tuples: evaluation imports DecodedBatch; long_audio imports ForwardResult for type checkers
-    # only (it loads no torch), so its source is read: the TYPE_CHECKING block takes it from surprisal_cc.forward
+    # only (it loads no torch), so its source is read: the TYPE_CHECKING block takes it from surprisal_cc.model.forward
     assert typing.get_type_hints(EvaluatedModel.run_batch)["return"] is DecodedBatch
     assert long_audio.LongAudioModel.forward_pass.__annotations__["return"] == "ForwardResult"
     tree = ast.parse(Path(long_audio.__file__).read_text(encoding="utf-8"))
     checked = [node for block in tree.body if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
                for node in block.body if isinstance(node, ast.ImportFrom)]
-    assert any((node.level, node.module, [alias.name for alias in node.names]) == (1, "forward", ["ForwardResult"])
+    assert any((node.level, node.module, [alias.name for alias in node.names]) ==
+               (0, "surprisal_cc.model.forward", ["ForwardResult"])
                for node in checked)
     for name, result in (("forward_pass", ForwardResult), ("run_batch", DecodedBatch)):
         assert typing.get_type_hints(getattr(ConditionalASR, name))["return"] is result, name

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.features: frame counts, frame skipping, padding invariance, Kaldi fbank."""
+"""Tests for surprisal_cc.model.features: frame counts, frame skipping, padding invariance, Kaldi fbank."""
 from __future__ import annotations
 
 import re
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torchaudio.compliance import kaldi
 
-from surprisal_cc.features import FeatureConfig, FilterbankFrontEnd
-from surprisal_cc.nnet import lengths_to_mask
+from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
+from surprisal_cc.model.nnet import lengths_to_mask
 from numerics import assert_close_up_to_summation_order
 
 # sample counts around the window (400) and hop (160) boundaries

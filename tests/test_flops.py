@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.flops: MAC formulas, the paper's Table 1 / Appendix A numbers, and a
+"""Tests for surprisal_cc.model.flops: MAC formulas, the paper's Table 1 / Appendix A numbers, and a
 cross-check against torch.utils.flop_counter on the real modules.
 
 Conventions compared: ``FlopCounterMode`` counts 2 FLOPs per multiply-accumulate of matrix
@@ -16,12 +16,12 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from surprisal_cc.adaptive import ACTEncoder, HaltingUnit, PonderNetEncoder, StepBlock
-from surprisal_cc.apc import APCModel
-from surprisal_cc.controllers import LearnedController, SurprisalController
-from surprisal_cc.architectures import build_encoder
-from surprisal_cc.nnet import BiGRU, Conv1dPreNet, FrameNet, PostNet
-from surprisal_cc.flops import MacMeter, format_flop_table, module_macs, uniform_frame_macs, weight_only_macs
+from surprisal_cc.model.adaptive import ACTEncoder, HaltingUnit, PonderNetEncoder, StepBlock
+from surprisal_cc.model.apc import APCModel
+from surprisal_cc.model.controllers import LearnedController, SurprisalController
+from surprisal_cc.model.architectures import build_encoder
+from surprisal_cc.model.nnet import BiGRU, Conv1dPreNet, FrameNet, PostNet
+from surprisal_cc.model.flops import MacMeter, format_flop_table, module_macs, uniform_frame_macs, weight_only_macs
 
 
 def linear(i, o):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.frozen_features import obtain_apc, run_apc_file
+from surprisal_cc.training.frozen_features import obtain_apc, run_apc_file
 
 TODO = "do this"
 
@@ -98,13 +98,13 @@ def test_a_missing_file_is_one_line_naming_the_key_where_it_looked_and_what_to_d
 
 
 def _encoder(controller: str = "surprisal", input_size: int = 512):
-    from surprisal_cc.architectures import build_encoder
+    from surprisal_cc.model.architectures import build_encoder
 
     return build_encoder("conditional", input_size=input_size, num_outputs=42, controller=controller)
 
 
 def test_obtain_apc_loads_apc_path_and_needs_none_for_filterbanks(tmp_path):
-    from surprisal_cc.apc import APCModel, save_apc
+    from surprisal_cc.model.apc import APCModel, save_apc
 
     hparams = {"input_features": "apc", "encoder_module": _encoder(), "apc_path": str(tmp_path / "apc.pt")}
     with pytest.raises(ConfigurationError, match=f"^apc_path {tmp_path / 'apc.pt'} does not exist: pretrain one"):
@@ -123,7 +123,7 @@ def _apc_hparams(**keys):
     import torch
     from speechbrain.utils.epoch_loop import EpochCounter
 
-    from surprisal_cc.apc import APCModel
+    from surprisal_cc.model.apc import APCModel
 
     return {"input_features": "apc", "encoder_module": _encoder(), "prepare_options": {}, "apc_path": None,
             "output_folder": "exp/run", "apc_export_path": "exp/apc/apc.pt", "apc_output_folder": "exp/apc",
@@ -133,7 +133,7 @@ def _apc_hparams(**keys):
 
 
 def _refuse_pretraining(monkeypatch):
-    from surprisal_cc import frozen_features
+    from surprisal_cc.training import frozen_features
 
     def pretrain(*args, **kwargs):
         raise AssertionError("pretrained an APC model")
@@ -142,8 +142,8 @@ def _refuse_pretraining(monkeypatch):
 
 
 def test_a_test_only_run_loads_the_export_of_its_pretraining(tmp_path, monkeypatch):
-    from surprisal_cc import run_settings
-    from surprisal_cc.apc import APCModel, save_apc
+    from surprisal_cc.training import run_settings
+    from surprisal_cc.model.apc import APCModel, save_apc
 
     _refuse_pretraining(monkeypatch)
     monkeypatch.chdir(tmp_path)
@@ -167,7 +167,7 @@ class _Loaded(Exception):
 def _realign_until_the_apc_is_loaded(tmp_path, hparams, monkeypatch):
     import types
 
-    from surprisal_cc import realign
+    from surprisal_cc.alignment import realign
 
     class Modules(dict):
         def __setitem__(self, key, value):
@@ -182,8 +182,8 @@ def _realign_until_the_apc_is_loaded(tmp_path, hparams, monkeypatch):
 
 def test_realignment_loads_the_export_found_where_the_recipe_ran(tmp_path, tmp_path_factory, monkeypatch):
     """Read from another working directory, a run's relative export is the one where the recipe ran."""
-    from surprisal_cc.apc import APCModel, save_apc
-    from surprisal_cc.apc_training import pretraining_settings
+    from surprisal_cc.model.apc import APCModel, save_apc
+    from surprisal_cc.training.apc_training import pretraining_settings
 
     _refuse_pretraining(monkeypatch)
     (tmp_path / "exp" / "run").mkdir(parents=True)
@@ -214,7 +214,7 @@ def test_realignment_loads_the_export_found_where_the_recipe_ran(tmp_path, tmp_p
 
 
 def test_realignment_loads_the_apc_the_run_trained_with_and_pretrains_none(tmp_path, monkeypatch):
-    from surprisal_cc import realign
+    from surprisal_cc.alignment import realign
 
     hparams = {"input_features": "apc", "encoder_module": _encoder(), "prepare_options": {}, "apc_path": None,
                "apc_export_path": str(tmp_path / "apc" / "apc.pt")}
@@ -235,12 +235,12 @@ def test_training_reads_audio_at_the_features_sample_rate(tmp_path):
     import numpy as np
     import soundfile as sf
 
-    from surprisal_cc.cache import FeatureCache
+    from surprisal_cc.training.cache import FeatureCache
     from surprisal_cc.data.errors import BadAudioError
-    from surprisal_cc.datasets import dataio_prep
-    from surprisal_cc.features import FeatureConfig
-    from surprisal_cc.frozen_features import fill_cache
-    from surprisal_cc.labels import label_encoder_for, phone_set
+    from surprisal_cc.training.datasets import dataio_prep
+    from surprisal_cc.model.features import FeatureConfig
+    from surprisal_cc.training.frozen_features import fill_cache
+    from surprisal_cc.training.labels import label_encoder_for, phone_set
 
     config = FeatureConfig(sample_rate=8000, n_mels=40)
     manifest = tmp_path / "test.csv"

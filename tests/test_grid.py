@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.grid (with its grid files, surprisal_cc.grid_spec, and run locks, surprisal_cc.run_locks) and
+"""Tests for surprisal_cc.experiments.grid (with its grid files, surprisal_cc.experiments.grid_spec, and run locks, surprisal_cc.experiments.run_locks) and
 ``surprisal-cc grid`` with a fake recipe script (no training)."""
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from surprisal_cc import grid, grid_spec, run_folder, run_locks
-from surprisal_cc.cli import main
+from surprisal_cc.experiments import grid
+from surprisal_cc.experiments import grid_spec
+from surprisal_cc.training import run_folder
+from surprisal_cc.experiments import run_locks
+from surprisal_cc.cli.commands import main
 
 FAKE_RECIPE = '''
 import json, sys
@@ -280,14 +283,14 @@ def test_a_finished_run_made_before_the_hparams_file_changed_is_a_conflict(grid_
     that run another configuration's: a conflict, not a result, whose one line names the first settings
     that changed and counts the rest (its test-only runs are conflicts too)."""
     hparams = tmp_path / "hparams.yaml"
-    objects = ("masking: !new:surprisal_cc.augment.FeatureMasking\n  time_masks: [{}, 2]\n"
+    objects = ("masking: !new:surprisal_cc.training.augment.FeatureMasking\n  time_masks: [{}, 2]\n"
                "counter: !new:speechbrain.utils.epoch_loop.EpochCounter\n  limit: !ref <number_of_epochs>\n")
     hparams.write_text(FAKE_HPARAMS + "dropout: 0.5\nhidden_size: 256\nbatch_size: 32\n" + objects.format(2))
     assert main(["grid", str(grid_file), "--no-report"]) == 0
     capsys.readouterr()
     folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
     saved = ("controller: surprisal\nseed: 1\nnumber_of_epochs: 2\nlr: 0.001\ndropout: 0.5\nhidden_size: 256\n"
-             "batch_size: 32\nmasking: !new:surprisal_cc.augment.FeatureMasking\n  time_masks: [2, 2]\n"
+             "batch_size: 32\nmasking: !new:surprisal_cc.training.augment.FeatureMasking\n  time_masks: [2, 2]\n"
              "counter: !new:speechbrain.utils.epoch_loop.EpochCounter\n  limit: 2\n")
     (folder / "hyperparams.yaml").write_text(saved)
     assert main(["grid", str(grid_file), "--no-report", "--dry-run"]) == 0  # the file as it was: its result
@@ -375,8 +378,8 @@ def test_a_runs_current_settings_are_what_its_recipe_saves(path: Path, monkeypat
     configuration its command saves: its hparams file resolved with the overrides the recipe parses."""
     from hyperpyyaml import resolve_references
 
-    from surprisal_cc.hparams_files import expand_hparams, parse_yaml_tolerant
-    from surprisal_cc.run_settings import parse_arguments
+    from surprisal_cc.config import expand_hparams, parse_yaml_tolerant
+    from surprisal_cc.training.run_settings import parse_arguments
 
     monkeypatch.chdir(path.parents[2])
     runs = grid_spec.expand(grid_spec.load_grid(str(path)), log=io.StringIO())
@@ -719,8 +722,8 @@ def test_the_grid_refuses_a_setting_where_the_recipe_would(tmp_path: Path, key: 
     it (SpeechBrain's options; --precision=auto an override), the rest built as overrides of the hparams
     file, which hyperpyyaml refuses for a key the file lacks (a mapping is merged into the key's as it is)."""
     from surprisal_cc.errors import ConfigurationError
-    from surprisal_cc.hparams_files import load_hparams_file, load_yaml_tolerant
-    from surprisal_cc.run_settings import parse_arguments
+    from surprisal_cc.config import load_hparams_file, load_yaml_tolerant
+    from surprisal_cc.training.run_settings import parse_arguments
 
     hparams = tmp_path / "hparams.yaml"
     hparams.write_text("lr: 0.1\nfind_unused_parameters: False\nmodel: {width: 2}\n")
@@ -856,8 +859,8 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 def test_shipped_grid_files_set_only_keys_their_recipe_reads(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each command of a shipped grid, parsed as the recipe parses it, overrides only keys of its hparams
     file (a misspelt key fails here, not hours into a grid)."""
-    import speechbrain as sb
-    from surprisal_cc.hparams_files import load_yaml_tolerant
+    from surprisal_cc.config import load_yaml_tolerant
+    from surprisal_cc.training.run_settings import parse_arguments
 
     monkeypatch.chdir(REPOSITORY)
     spec = grid_spec.load_grid(str(path))
@@ -868,7 +871,7 @@ def test_shipped_grid_files_set_only_keys_their_recipe_reads(path: Path, monkeyp
     for step in spec.prepare:  # each prepare step runs a script of the repository
         assert step.command[0] == "python" and Path(step.command[1]).is_file(), step.command
     for run in runs:
-        _, _, overrides = sb.parse_arguments(run.command[2:])
+        _, _, overrides = parse_arguments(run.command[2:])  # as the recipe does (--precision=auto included)
         assert set(yaml.safe_load(overrides)) <= keys, (run.name, set(yaml.safe_load(overrides)) - keys)
 
 

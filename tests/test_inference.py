@@ -25,13 +25,13 @@ from data_fixtures import REPO, mini_corpus, require_dev_clean_2  # noqa: F401  
 from numerics import (assert_same_errors_up_to_summation_order, assert_same_phones_up_to_summation_order,
                       assert_same_routing_up_to_summation_order,
                       error_rate_tolerance)
-from surprisal_cc.apc import APCModel, save_apc
-from surprisal_cc.cli import main
+from surprisal_cc.model.apc import APCModel, save_apc
+from surprisal_cc.cli.commands import main
 from surprisal_cc.data import DataPreparationWarning
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.features import FeatureConfig
-from surprisal_cc.inference import BadAudioError, ConditionalASR, ModelFormatError, default_model_dir
-from surprisal_cc.nnet import weights_fingerprint
+from surprisal_cc.model.features import FeatureConfig
+from surprisal_cc.inference.asr import BadAudioError, ConditionalASR, ModelFormatError, default_model_dir
+from surprisal_cc.model.nnet import weights_fingerprint
 
 RECIPE = REPO / "recipes" / "MiniLibriSpeech" / "train.py"
 HPARAMS = REPO / "hparams" / "MiniLibriSpeech" / "conditional_ctc.yaml"
@@ -139,7 +139,7 @@ def test_lexicon_labels_follow_the_training_g2p_policy(exported, mini_corpus):  
 def test_evaluate_against_any_pronunciation(exported, mini_corpus, tmp_path, capsys):  # noqa: F811
     """Scored against the closest pronunciation of each word, every utterance parses (MFA's and the
     lexicon's labels are their words' phones) and no utterance has more edits than against its labels."""
-    from surprisal_cc.corpora import pronunciation_references
+    from surprisal_cc.inference.corpora import pronunciation_references
     from surprisal_cc.errors import ConfigurationError
 
     subset = mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2"
@@ -252,7 +252,7 @@ def test_cuda_matches_cpu(exported, mini_corpus):  # noqa: F811
 
 def test_default_model_folder_is_the_packaged_pretrained_folder(monkeypatch, tmp_path):
     assert default_model_dir() == REPO / "surprisal_cc" / "pretrained"
-    monkeypatch.setattr("surprisal_cc.inference.default_model_dir", lambda: tmp_path / "pretrained")
+    monkeypatch.setattr("surprisal_cc.inference.asr.default_model_dir", lambda: tmp_path / "pretrained")
     with pytest.raises(ModelFormatError, match="surprisal-cc export RUN_DIR"):
         ConditionalASR.from_pretrained()
 
@@ -260,7 +260,7 @@ def test_default_model_folder_is_the_packaged_pretrained_folder(monkeypatch, tmp
 def test_card_counts_the_epochs_trained_from_the_history(tmp_path):
     """results.json's ``epochs`` is the evaluated (best) checkpoint's counter; the card's "trained"
     count is the history's last epoch."""
-    from surprisal_cc.export import _epochs_trained
+    from surprisal_cc.training.export import _epochs_trained
 
     assert _epochs_trained(tmp_path) is None
     (tmp_path / "history.jsonl").write_text("".join(json.dumps({"epoch": e, "PER": 40.0 - e}) + "\n" for e in (1, 2, 3)))
@@ -270,7 +270,7 @@ def test_card_counts_the_epochs_trained_from_the_history(tmp_path):
 # ---------------------------------------------------------------------------------------------- Python API
 @pytest.fixture(scope="module")
 def untrained():
-    from surprisal_cc.labels import phone_set
+    from surprisal_cc.training.labels import phone_set
 
     torch.manual_seed(0)
     return ConditionalASR.untrained(phone_set("librispeech"), controller="surprisal", input_features="apc")
@@ -376,7 +376,7 @@ def test_encode_batch_gives_the_log_probabilities_that_transcribe_batch_decodes(
     """SpeechBrain's encode_batch: the same forward pass as transcribe_batch, before the beam search."""
     g = torch.Generator().manual_seed(2)
     wavs = (0.1 * torch.randn(2, 16000, generator=g)).clamp(-1, 1)
-    from surprisal_cc.threads import decoding_threads
+    from surprisal_cc.runtime import decoding_threads
 
     log_probs = untrained.encode_batch(wavs, torch.tensor([1.0, 0.5]))
     with decoding_threads(untrained.threads):  # the same threads: one code path, one batch, the same sums
@@ -411,7 +411,7 @@ def test_from_hparams_reads_speechbrain_run_options_as_speechbrain_does(untraine
 def test_a_cuda_device_number_the_machine_lacks_is_one_clear_error(monkeypatch):
     """``cuda:1`` on a one-GPU machine is refused when the model is made, not by a CUDA error later."""
     from surprisal_cc.errors import ConfigurationError
-    from surprisal_cc.inference import resolve_device
+    from surprisal_cc.inference.asr import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -425,7 +425,7 @@ def test_a_cuda_device_number_the_machine_lacks_is_one_clear_error(monkeypatch):
 def test_a_device_other_than_cpu_and_cuda_is_one_clear_error(untrained, device):
     """Refused when the model is made or moved, not by a late error of the device's backend."""
     from surprisal_cc.errors import ConfigurationError
-    from surprisal_cc.inference import resolve_device
+    from surprisal_cc.inference.asr import resolve_device
 
     message = f"device {device}: only cpu and cuda[:N] are supported; use cpu"
     with pytest.raises(ConfigurationError, match=re.escape(message)):
@@ -455,7 +455,7 @@ def test_load_audio_batches_as_speechbrain_pads_and_decodes_as_transcribe_file(u
     import soundfile
     from speechbrain.utils.data_utils import batch_pad_right
 
-    from surprisal_cc.inference import BadAudioError
+    from surprisal_cc.inference.asr import BadAudioError
 
     g = torch.Generator().manual_seed(3)
     long, short = (0.1 * torch.randn(16000, generator=g)).clamp(-1, 1), (0.1 * torch.randn(4000, generator=g))
@@ -542,7 +542,7 @@ def test_the_surprisal_of_a_long_file_is_computed_in_parts(tmp_path, monkeypatch
 
     import soundfile as sf
 
-    from surprisal_cc import long_audio
+    from surprisal_cc.inference import long_audio
 
     torch.manual_seed(0)
     asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal")
@@ -579,7 +579,7 @@ def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
 
     from speechbrain.utils.edit_distance import wer_details_for_batch
 
-    from surprisal_cc.timestamps import phone_limit_s
+    from surprisal_cc.decoding.timestamps import phone_limit_s
 
     shared = require_dev_clean_2()
     assert (default_model_dir() / "model.json").is_file(), "the shipped model is part of the repository"
@@ -604,7 +604,7 @@ def test_long_audio_in_parts_matches_whole_file_decoding(tmp_path):
 
 
 def test_a_routing_seed_is_a_whole_number_for_sampled_routing():
-    from surprisal_cc.labels import phone_set
+    from surprisal_cc.training.labels import phone_set
 
     asr = ConditionalASR.untrained(phone_set("librispeech"), controller="surprisal", input_features="apc")
     with pytest.raises(ConfigurationError, match="deterministic routing draws nothing"):
@@ -623,7 +623,7 @@ def test_a_routing_seed_is_a_whole_number_for_sampled_routing():
 def test_routing_defaults_to_what_the_controller_can_do():
     """Deterministic by default; a random controller (only a draw routes) is always sampled; a model
     that draws nothing (learned, big-only, ACT) refuses sampled routing."""
-    from surprisal_cc.labels import phone_set
+    from surprisal_cc.training.labels import phone_set
 
     labels = phone_set("librispeech")
     assert ConditionalASR.untrained(labels, controller="surprisal", input_features="apc").routing == "deterministic"
@@ -658,7 +658,7 @@ def test_conversion_warnings_name_the_callers_line(tmp_path):
 
 def test_a_new_controller_routed_by_chance_refuses_deterministic_routing(monkeypatch):
     """docs/extending.md: a controller with routes_by_chance = True (and no p_big attribute) is always sampled."""
-    from surprisal_cc.controllers import CONTROLLERS, Controller
+    from surprisal_cc.model.controllers import CONTROLLERS, Controller
 
     class CoinController(Controller):
         name, routes_by_chance = "coin", True
@@ -695,7 +695,7 @@ def test_forward_and_run_batch_results_read_by_name_and_unpack_as_before():
     """``forward``/``forward_pass`` return a ``ForwardResult`` and ``run_batch`` a ``DecodedBatch``: fields by
     name, and the tuples they were before (``out, fbank, frames, surprisal``; ``out, hyps, fbank, frames,
     surprisal, seconds``)."""
-    from surprisal_cc.inference import DecodedBatch, ForwardResult
+    from surprisal_cc.inference.asr import DecodedBatch, ForwardResult
 
     asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal")
     wavs = 0.1 * torch.randn(2, 16000, generator=torch.Generator().manual_seed(1))
@@ -720,7 +720,8 @@ def test_evaluate_takes_the_arguments_of_evaluate_corpus_and_passes_each_on(monk
     import inspect
     import itertools
 
-    from surprisal_cc import evaluation, inference
+    from surprisal_cc.inference import evaluation
+    from surprisal_cc.inference import asr as inference
 
     method, function = inspect.signature(ConditionalASR.evaluate), inspect.signature(evaluation.evaluate_corpus)
     ours, theirs = list(method.parameters.values())[1:], list(function.parameters.values())[1:]  # self, asr
@@ -760,7 +761,7 @@ def test_audio_too_short_for_the_models_window_is_refused_in_one_line_naming_the
     import soundfile as sf
 
     from surprisal_cc.data.errors import DataPreparationError
-    from surprisal_cc.long_audio import decode_long, long_surprisal
+    from surprisal_cc.inference.long_audio import decode_long, long_surprisal
 
     torch.manual_seed(0)
     asr = _with_window(ConditionalASR.untrained(["AH", "B", "sil"], controller="surprisal"), 50.0)

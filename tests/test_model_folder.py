@@ -9,10 +9,10 @@ import re
 import pytest
 import torch
 
-from surprisal_cc import model_folder
-from surprisal_cc.apc import APCModel, apc_config
-from surprisal_cc.architectures import build_encoder
-from surprisal_cc.model_folder import FORMAT_VERSION, ModelFormatError, load_model_folder, write_model_folder
+from surprisal_cc.model import model_folder
+from surprisal_cc.model.apc import APCModel, apc_config
+from surprisal_cc.model.architectures import build_encoder
+from surprisal_cc.model.model_folder import FORMAT_VERSION, ModelFormatError, load_model_folder, write_model_folder
 
 ENCODER = {"name": "conditional", "input_size": 6, "num_outputs": 4, "controller": "big_only", "hidden_size": 8}
 
@@ -164,7 +164,7 @@ def test_an_inconsistent_model_json_is_refused_naming_the_field(tmp_path, fields
 
 
 def test_a_beam_backend_this_environment_lacks_is_refused_at_load_naming_the_file(tmp_path, monkeypatch):
-    from surprisal_cc import decoding
+    from surprisal_cc.decoding import search as decoding
 
     folder = _edited(write_model_folder(tmp_path / "model", _config(1), _state(1), None), beam_backend="torchaudio")
     monkeypatch.setattr(decoding, "_torchaudio_available", lambda: False)
@@ -177,9 +177,9 @@ def test_a_beam_backend_this_environment_lacks_is_refused_at_load_naming_the_fil
 def test_an_export_records_the_runs_blank_penalty_and_a_folder_without_one_loads(tmp_path):
     from types import SimpleNamespace
 
-    from surprisal_cc.decoding import CTCBeamSearch
-    from surprisal_cc.export import _model_config
-    from surprisal_cc.features import FeatureConfig
+    from surprisal_cc.decoding.search import CTCBeamSearch
+    from surprisal_cc.training.export import _model_config
+    from surprisal_cc.model.features import FeatureConfig
 
     hparams = {"label_encoder": SimpleNamespace(ind2lab={0: "<blank>", 1: "AH", 2: "B", 3: "sil"}),
                "feature_config": FeatureConfig(n_mels=6), "input_features": "fbank",
@@ -232,7 +232,7 @@ def test_weights_that_do_not_fit_are_refused_saying_what_does_not_fit(tmp_path):
 def test_the_card_says_how_a_model_is_routed(tmp_path, monkeypatch, controller, options, drawn):
     """A model whose test-time controller routes by chance (a new one too) is always sampled; others are
     deterministic unless asked."""
-    from surprisal_cc.controllers import CONTROLLERS, ConstantController
+    from surprisal_cc.model.controllers import CONTROLLERS, ConstantController
 
     class CoinController(ConstantController):  # routed by chance, registered from outside the package
         name = "coin"
@@ -258,8 +258,8 @@ def _apc_model(tmp_path, seed: int, dtype: str = "fp16"):
 
 def test_the_folder_records_the_fingerprint_of_its_apc_file_as_stored(tmp_path):
     """fp32: the model's own APC; fp16: its rounded copy, a fingerprint of its own, the same on every export."""
-    from surprisal_cc.apc import load_apc
-    from surprisal_cc.nnet import weights_fingerprint
+    from surprisal_cc.model.apc import load_apc
+    from surprisal_cc.model.nnet import weights_fingerprint
 
     asr, fp32 = _apc_model(tmp_path, 1, "fp32")
     recorded = json.loads((fp32 / "model.json").read_text())["apc_file_fingerprint"]
@@ -304,7 +304,7 @@ def test_a_folder_without_the_apc_file_fingerprint_loads_as_before(tmp_path):
 
 
 def test_the_shipped_model_is_checked_against_its_apc_file():
-    from surprisal_cc.nnet import weights_fingerprint
+    from surprisal_cc.model.nnet import weights_fingerprint
 
     config, _, apc = load_model_folder(model_folder.default_model_dir())
     assert config["apc_file_fingerprint"] == weights_fingerprint(apc)
@@ -316,7 +316,7 @@ def test_an_export_gives_the_runs_test_results_only_to_the_checkpoint_they_teste
     model card then names no test PER and says which epoch the results were."""
     from types import SimpleNamespace
 
-    from surprisal_cc.export import _source
+    from surprisal_cc.training.export import _source
 
     ckpt = tmp_path / "CKPT+28"
     ckpt.mkdir()

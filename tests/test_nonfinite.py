@@ -6,7 +6,7 @@ import pytest
 import speechbrain as sb
 import torch
 
-from surprisal_cc.brain import FiniteLossBrain, TrainingDivergedError
+from surprisal_cc.training.brain import FiniteLossBrain, TrainingDivergedError
 
 
 class RegressionBrain(FiniteLossBrain):

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.plots: every figure is written as a small PNG."""
+"""Tests for surprisal_cc.experiments.plots: every figure is written as a small PNG."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from surprisal_cc import plots, run_folder
+from surprisal_cc.experiments import plots
+from surprisal_cc.training import run_folder
 from test_report import fake_results_tree
 
 PNG = b"\x89PNG"

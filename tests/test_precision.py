@@ -5,10 +5,10 @@ import pytest
 import torch
 from speechbrain.utils.run_opts import RunOptions
 
-from surprisal_cc.architectures import build_encoder, encoder_names
-from surprisal_cc.controllers import CONTROLLERS, Controller
+from surprisal_cc.model.architectures import build_encoder, encoder_names
+from surprisal_cc.model.controllers import CONTROLLERS, Controller
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.run_settings import resolve_precision
+from surprisal_cc.training.run_settings import resolve_precision
 
 
 def test_an_explicit_precision_is_taken_as_it_is():
@@ -23,7 +23,7 @@ def test_auto_precision_is_a_fixed_rule_of_native_bf16(monkeypatch, native, expe
     arithmetic whatever the machine's load (nothing is timed: a timer that ran would fail this test)."""
     import time
 
-    from surprisal_cc import precision
+    from surprisal_cc import runtime as precision
 
     def no_timing():
         raise AssertionError("precision auto timed something")
@@ -46,7 +46,7 @@ def _rank_resolves_auto(rank: int, store: str, natives, chosen: str) -> None:
     """One DDP rank (gloo) whose own CPU has native bf16 or not (``natives[rank]``); writes what it resolved."""
     import torch.distributed as dist
 
-    from surprisal_cc import precision
+    from surprisal_cc import runtime as precision
 
     precision.native_bf16 = lambda device="cpu": natives[rank]
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=len(natives))
@@ -136,7 +136,7 @@ def test_adaptive_encoders_run_under_bf16_autocast(name, training):
 def test_precision_auto_on_the_command_line_is_the_yaml_key():
     """SpeechBrain's --precision flag takes fp32/fp16/bf16 only; auto (either spelling) becomes the
     override precision: auto, and the other values stay SpeechBrain's run option."""
-    from surprisal_cc.run_settings import parse_arguments
+    from surprisal_cc.training.run_settings import parse_arguments
 
     for argv in (["run.yaml", "--precision=auto"], ["run.yaml", "--precision", "AUTO", "--lr=0.1"]):
         _, run_opts, overrides = parse_arguments(argv)
@@ -151,7 +151,7 @@ def test_precision_auto_on_the_command_line_is_the_yaml_key():
 @pytest.mark.parametrize("avx512_bf16, amx, expected", [(False, False, False), (True, False, True), (False, True, True)])
 def test_native_bf16_asks_for_the_instruction_sets_not_onednns_avx512_check(monkeypatch, avx512_bf16, amx, expected):
     """oneDNN calls bf16 supported on any AVX-512 CPU (emulated there, slowly): only AVX-512-BF16 or AMX count."""
-    from surprisal_cc import precision
+    from surprisal_cc import runtime as precision
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
@@ -165,8 +165,8 @@ def test_native_bf16_asks_for_the_instruction_sets_not_onednns_avx512_check(monk
 def test_a_resumed_run_keeps_the_precision_auto_chose_when_it_started(tmp_path, monkeypatch):
     """``auto`` is chosen once per run: create_experiment_directory records the choice and a run resumed
     in that folder takes it (a run started when ``auto`` was timed, or on another machine kind, keeps it)."""
-    from surprisal_cc import precision
-    from surprisal_cc.run_settings import PRECISION_RECORD, create_experiment_directory
+    from surprisal_cc import runtime as precision
+    from surprisal_cc.training.run_settings import PRECISION_RECORD, create_experiment_directory
 
     yaml_file = tmp_path / "run.yaml"
     yaml_file.write_text("precision: auto\nlr: 0.1\n")
@@ -186,7 +186,7 @@ def test_a_resumed_run_keeps_the_precision_auto_chose_when_it_started(tmp_path, 
 
 @pytest.mark.parametrize("yaml_precision, test_only", [("fp32", False), ("auto", True)])
 def test_only_a_training_run_with_precision_auto_records_its_choice(tmp_path, yaml_precision, test_only):
-    from surprisal_cc.run_settings import PRECISION_RECORD, create_experiment_directory
+    from surprisal_cc.training.run_settings import PRECISION_RECORD, create_experiment_directory
 
     yaml_file = tmp_path / "run.yaml"
     yaml_file.write_text(f"precision: {yaml_precision}\n")
@@ -197,8 +197,8 @@ def test_only_a_training_run_with_precision_auto_records_its_choice(tmp_path, ya
 
 def test_apc_pretraining_reads_its_precision_record_from_its_own_folder(tmp_path, monkeypatch):
     """APC pretraining's run folder is apc_output_folder (it has no output_folder)."""
-    from surprisal_cc import precision
-    from surprisal_cc.run_settings import PRECISION_RECORD, load_hparams
+    from surprisal_cc import runtime as precision
+    from surprisal_cc.training.run_settings import PRECISION_RECORD, load_hparams
 
     from data_fixtures import REPO
 

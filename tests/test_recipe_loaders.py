@@ -1,4 +1,4 @@
-"""The training batches that surprisal_cc.datasets's loader options give a SpeechBrain Brain: ``sorting``."""
+"""The training batches that surprisal_cc.training.datasets's loader options give a SpeechBrain Brain: ``sorting``."""
 from __future__ import annotations
 
 import csv
@@ -7,9 +7,9 @@ import pytest
 import speechbrain as sb
 import torch
 
-from surprisal_cc.datasets import dataio_prep, training_loader_options
+from surprisal_cc.training.datasets import dataio_prep, training_loader_options
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.labels import label_encoder_for, phone_set
+from surprisal_cc.training.labels import label_encoder_for, phone_set
 
 DURATIONS = [3.0, 1.0, 4.0, 1.5, 5.0, 9.0, 2.0, 6.0, 2.5, 7.0]
 

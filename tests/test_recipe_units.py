@@ -1,5 +1,5 @@
 """SentencePiece units of ``target_unit: sentencepiece``: trained once per training manifest, and two
-runs preparing them at the same moment never mix their files (surprisal_cc.labels.train_units)."""
+runs preparing them at the same moment never mix their files (surprisal_cc.training.labels.train_units)."""
 from __future__ import annotations
 
 import io
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from surprisal_cc import labels, run_settings
+from surprisal_cc.training import labels
+from surprisal_cc.training import run_settings
 from surprisal_cc.errors import ConfigurationError
 
 
@@ -76,9 +77,9 @@ def test_test_only_needs_a_checkpoint_of_a_validated_epoch(tmp_path):
 
 
 def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
-    from surprisal_cc.apc import APCModel, save_apc
-    from surprisal_cc.architectures import build_encoder
-    from surprisal_cc.frozen_features import PRETRAIN_OR_GIVE_APC
+    from surprisal_cc.model.apc import APCModel, save_apc
+    from surprisal_cc.model.architectures import build_encoder
+    from surprisal_cc.training.frozen_features import PRETRAIN_OR_GIVE_APC
 
     encoder = build_encoder("conditional", input_size=512, num_outputs=42, controller="surprisal")
     hparams = {"input_features": "apc", "encoder_module": encoder, "apc_export_path": str(tmp_path / "apc" / "apc.pt")}
@@ -104,9 +105,9 @@ def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
 def test_a_training_flops_budget_is_checked_before_any_data_is_read():
     """``flops_budget`` lies strictly between small-only and big-only (the APC's MACs included), for a
     controller that calibrates on surprisal: one line naming the key otherwise, not a late traceback."""
-    from surprisal_cc.apc import APCModel
-    from surprisal_cc.architectures import build_encoder
-    from surprisal_cc.flops import module_macs, static_flop_rows
+    from surprisal_cc.model.apc import APCModel
+    from surprisal_cc.model.architectures import build_encoder
+    from surprisal_cc.model.flops import module_macs, static_flop_rows
 
     apc = APCModel()
     encoder = build_encoder("conditional", input_size=512, num_outputs=42, controller="surprisal")
@@ -181,7 +182,7 @@ def test_resumed_training_keeps_the_labels_its_checkpoints_were_trained_with(tmp
         with pytest.raises(ConfigurationError, match=rf"run holds checkpoints trained with other settings \({what}: "
                                                      rf"trained with .*; prepare_options: trained with "):
             run_settings.create_experiment_directory(str(run), str(hparams_file), changed, hparams=hparams)
-    from surprisal_cc.hparams_files import load_yaml_tolerant
+    from surprisal_cc.config import load_yaml_tolerant
 
     assert load_yaml_tolerant(run / "hyperparams.yaml")["labels"] == {"train": "mfa", "valid": "mfa", "test": "mfa"}
 
@@ -197,7 +198,7 @@ def test_a_recipes_saved_settings_compare_equal_when_only_resumable_ones_change(
     content where both are there.)"""
     from hyperpyyaml import resolve_references
 
-    from surprisal_cc.hparams_files import (argument_references, changed_training_settings, expand_hparams,
+    from surprisal_cc.config import (argument_references, changed_training_settings, expand_hparams,
                                             parse_yaml_tolerant)
 
     text = expand_hparams(Path(__file__).resolve().parents[1] / "hparams" / hparams_file)
@@ -230,13 +231,13 @@ def test_resumed_training_keeps_the_arguments_written_in_its_objects(tmp_path):
         (tmp_path / "hparams.yaml").write_text(
             f"seed: 1\nnumber_of_epochs: 2\noutput_folder: {tmp_path / 'run'}\nsave_folder: !ref <output_folder>/save\n"
             "apc_epochs: 20\n"
-            f"feature_config: !new:surprisal_cc.features.FeatureConfig\n  n_mels: {n_mels}\n  frame_skip: 2\n"
-            "front_end: !new:surprisal_cc.features.FilterbankFrontEnd\n  config: !ref <feature_config>\n"
-            f"apc_model: !new:surprisal_cc.apc.APCModel\n  input_size: 80\n  hidden_size: {hidden_size}\n{new_argument}"
-            f"feature_masking: !new:surprisal_cc.augment.FeatureMasking\n  time_masks: {time_masks}\n"
+            f"feature_config: !new:surprisal_cc.model.features.FeatureConfig\n  n_mels: {n_mels}\n  frame_skip: 2\n"
+            "front_end: !new:surprisal_cc.model.features.FilterbankFrontEnd\n  config: !ref <feature_config>\n"
+            f"apc_model: !new:surprisal_cc.model.apc.APCModel\n  input_size: 80\n  hidden_size: {hidden_size}\n{new_argument}"
+            f"feature_masking: !new:surprisal_cc.training.augment.FeatureMasking\n  time_masks: {time_masks}\n"
             "epoch_counter: !new:speechbrain.utils.epoch_loop.EpochCounter\n  limit: !ref <number_of_epochs>\n"
             f"searcher: !new:speechbrain.decoders.ctc.CTCBeamSearcher\n  blank_index: 0\n  beam_size: {beam_size}\n"
-            f"valid_search: !name:surprisal_cc.decoding.beam_search\n  beam: {valid_beam}\n")
+            f"valid_search: !name:surprisal_cc.decoding.search.beam_search\n  beam: {valid_beam}\n")
 
     write()
     run, save = tmp_path / "run", tmp_path / "run" / "save"
@@ -268,7 +269,7 @@ def test_the_published_runs_hold_the_arguments_the_hparams_files_write_out_today
     """Each published run folder (docs/results/**/hyperparams.yaml) against the hparams file it was made from: the
     arguments its objects write out (sizes, mel bands, masking) are those of today's file, so a resumed published
     run is not refused for them; and each published run compares equal with itself."""
-    from surprisal_cc.hparams_files import (TaggedMapping, argument_references, changed_training_settings,
+    from surprisal_cc.config import (TaggedMapping, argument_references, changed_training_settings,
                                             expand_hparams, parse_yaml_tolerant)
 
     repo = Path(__file__).resolve().parents[1]
@@ -329,28 +330,11 @@ def test_one_file_by_two_names_is_no_changed_setting(tmp_path, monkeypatch):
         "apc_path: trained with 'apc.pt', requested 'other.pt'"]
 
 
-def test_saved_run_folders_apply_the_names_at_their_old_place():
-    """Run folders saved before the labels and input widths moved apply them as surprisal_cc.recipe.<name>
-    (e.g. docs/results/**/hyperparams.yaml); those names must keep loading, to the same objects."""
-    from hyperpyyaml import load_hyperpyyaml
-
-    from surprisal_cc.labels import label_encoder_for, phone_set
-    from surprisal_cc.nnet import input_size_for
-
-    saved = load_hyperpyyaml("""
-phone_set: &phones !apply:surprisal_cc.recipe.phone_set [librispeech]
-label_encoder: !apply:surprisal_cc.recipe.label_encoder_for [*phones]
-input_size: !apply:surprisal_cc.recipe.input_size_for [apc]
-""")
-    assert saved["phone_set"] == phone_set("librispeech") and saved["input_size"] == input_size_for("apc")
-    assert len(saved["label_encoder"]) == len(label_encoder_for(phone_set("librispeech")))
-
-
 def test_a_manifest_without_utterances_is_refused_before_training(tmp_path):
     """A header-only manifest (one written by hand, say) would fail only after training, when its empty split
     is evaluated: the datasets refuse it when they are made, naming the split and the file."""
     from surprisal_cc.data.errors import DataPreparationError
-    from surprisal_cc.datasets import dataio_prep
+    from surprisal_cc.training.datasets import dataio_prep
 
     (tmp_path / "train.csv").write_text("ID,duration,wav,spk_id,wrd,phn\nu1,1.0,u1.flac,s,A,AH\n")
     (tmp_path / "test.csv").write_text("ID,duration,wav,spk_id,wrd,phn\n")

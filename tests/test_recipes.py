@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (a fixture)
-from surprisal_cc.apc import load_apc
-from surprisal_cc.grid_spec import file_sha256
-from surprisal_cc.hparams_files import parse_yaml_tolerant
-from surprisal_cc.nnet import weights_fingerprint
-from surprisal_cc.run_labels import config_of, model_name
+from surprisal_cc.model.apc import load_apc
+from surprisal_cc.experiments.grid_spec import file_sha256
+from surprisal_cc.config import parse_yaml_tolerant
+from surprisal_cc.model.nnet import weights_fingerprint
+from surprisal_cc.experiments.run_labels import config_of, model_name
 
 pytestmark = pytest.mark.integration
 
@@ -389,7 +389,7 @@ def test_resume_after_kill_gives_the_same_result(pretrained, tmp_path):
 @pytest.mark.parametrize("hparams_file", [MLS_HPARAMS, REPO / "hparams" / "TIMIT" / "conditional_ctc.yaml"])
 def test_recipes_checkpoint_within_an_epoch_by_default(hparams_file, tmp_path):
     """An epoch cut off by the end of a job resumes from its last intra-epoch checkpoint."""
-    from surprisal_cc.run_settings import load_hparams
+    from surprisal_cc.training.run_settings import load_hparams
 
     hparams = load_hparams(str(hparams_file), f"data_folder: x\nexperiment_root: {tmp_path}")
     assert 0 < hparams["ckpt_interval_minutes"] <= 30
@@ -411,7 +411,7 @@ def test_recipe_leaves_its_process_group(tmp_path, fails):
     import torch.distributed as dist
 
     from surprisal_cc.errors import ConfigurationError
-    from surprisal_cc.recipe import close_process_group, recipe_errors
+    from surprisal_cc.training.recipe import close_process_group, recipe_errors
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     with pytest.raises(SystemExit) if fails else contextlib.nullcontext():
@@ -431,7 +431,7 @@ def test_recipe_frees_its_ddp_wrappers_before_closing_the_group(tmp_path):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from surprisal_cc.recipe import recipe_errors
+    from surprisal_cc.training.recipe import recipe_errors
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     gc.disable()  # only an explicit collection can free the cycle

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.schedulers: the learning-rate schedules chosen with ``lr_schedule``."""
+"""Tests for surprisal_cc.training.schedulers: the learning-rate schedules chosen with ``lr_schedule``."""
 from __future__ import annotations
 
 import pytest
@@ -7,8 +7,8 @@ from speechbrain.nnet.schedulers import NewBobScheduler
 from speechbrain.utils.checkpoints import Checkpointer
 
 from data_fixtures import REPO
-from surprisal_cc.run_settings import load_hparams
-from surprisal_cc.schedulers import HoldDecayScheduler, anneal, lr_scheduler
+from surprisal_cc.training.run_settings import load_hparams
+from surprisal_cc.training.schedulers import HoldDecayScheduler, anneal, lr_scheduler
 
 
 def test_hold_decay_holds_then_reaches_the_final_rate_at_the_last_epoch():
@@ -71,11 +71,11 @@ def test_a_checkpoint_of_another_schedule_is_warned_about(tmp_path, caplog):
     rate may rise again); the recovery says so, and a checkpoint of the same schedule is quiet."""
     import logging
 
-    from surprisal_cc.schedulers import lr_scheduler
+    from surprisal_cc.training.schedulers import lr_scheduler
 
     saved = lr_scheduler("hold_decay", initial_value=1e-3, number_of_epochs=30)
     saved._save(tmp_path / "scheduler.ckpt")
-    with caplog.at_level(logging.WARNING, logger="surprisal_cc.schedulers"):
+    with caplog.at_level(logging.WARNING, logger="surprisal_cc.training.schedulers"):
         lr_scheduler("hold_decay", initial_value=1e-3, number_of_epochs=30)._recover(tmp_path / "scheduler.ckpt")
         assert not caplog.records
         lr_scheduler("hold_decay", initial_value=1e-3, number_of_epochs=40)._recover(tmp_path / "scheduler.ckpt")

@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.timestamps: phone times from CTC Viterbi, phone ends limited across pauses."""
+"""Tests for surprisal_cc.decoding.timestamps: phone times from CTC Viterbi, phone ends limited across pauses."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from surprisal_cc import long_audio
-from surprisal_cc.timestamps import (MAX_PHONE_S, MAX_SPOKEN_NOISE_S, SILENCE_LABELS, extend_segment, format_ctm,
+from surprisal_cc.inference import long_audio
+from surprisal_cc.decoding.timestamps import (MAX_PHONE_S, MAX_SPOKEN_NOISE_S, SILENCE_LABELS, extend_segment, format_ctm,
                                      phone_frames, phone_segments)
 
 LABELS = ["<blank>", "sil", "AH", "B", "spn"]

@@ -18,10 +18,10 @@ pytestmark = pytest.mark.integration
 
 # what the wheel is built from: a copy, so that it cannot reach anything else of the checkout
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "surprisal_cc")
-EXPERIMENT_TOOLS = ("surprisal_cc.grid", "surprisal_cc.grid_spec", "surprisal_cc.run_locks", "surprisal_cc.report",
-                    "surprisal_cc.plots", "surprisal_cc.analysis", "surprisal_cc.brain")
+EXPERIMENT_TOOLS = ("surprisal_cc.experiments.grid", "surprisal_cc.experiments.grid_spec", "surprisal_cc.experiments.run_locks", "surprisal_cc.experiments.report",
+                    "surprisal_cc.experiments.plots", "surprisal_cc.experiments.analysis", "surprisal_cc.training.brain")
 # transcribe, then list the package's modules that ran (the console script's body plus that list)
-LIST_MODULES = ("import json, sys\nfrom surprisal_cc.cli import main\nstatus = main(sys.argv[1:])\n"
+LIST_MODULES = ("import json, sys\nfrom surprisal_cc.cli.commands import main\nstatus = main(sys.argv[1:])\n"
                 "print(json.dumps(sorted(m for m in sys.modules if m.startswith('surprisal_cc'))), file=sys.stderr)\n"
                 "sys.exit(status)")
 
@@ -86,6 +86,6 @@ def test_the_installed_wheel_transcribes_from_another_folder(site, tmp_path):
     own = json.loads(proc.stdout)
     assert own["model"] == str(model) and own["phones"] == phones
     loaded = json.loads(proc.stderr.strip().splitlines()[-1])
-    assert "surprisal_cc.inference" in loaded and not set(EXPERIMENT_TOOLS) & set(loaded), loaded
+    assert "surprisal_cc.inference.asr" in loaded and not set(EXPERIMENT_TOOLS) & set(loaded), loaded
     print(f"wheel transcribed {flac.name} with {default['model']} and {model}: {len(phones)} phones; "
           f"{len(loaded)} surprisal_cc modules loaded: {' '.join(loaded)}")

@@ -22,13 +22,13 @@ from typing import Dict, List
 
 import torch
 
-from surprisal_cc.brain import ConditionalCTCBrain
+from surprisal_cc.training.brain import ConditionalCTCBrain
 from surprisal_cc.data import prepare_mini_librispeech
-from surprisal_cc.datasets import dataio_prep
-from surprisal_cc.frozen_features import feature_cache, obtain_apc
-from surprisal_cc.nnet import unwrap
-from surprisal_cc.recipe import prepare_labels, prepare_manifests, recipe_errors
-from surprisal_cc.run_settings import create_experiment_directory, load_hparams, parse_arguments
+from surprisal_cc.training.datasets import dataio_prep
+from surprisal_cc.training.frozen_features import feature_cache, obtain_apc
+from surprisal_cc.model.nnet import unwrap
+from surprisal_cc.training.recipe import prepare_labels, prepare_manifests, recipe_errors
+from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams, parse_arguments
 
 
 def parse_setting(text: str) -> Dict[str, object]:

@@ -24,7 +24,7 @@ import soundfile
 import torch
 from speechbrain.utils.edit_distance import wer_details_for_batch
 
-from surprisal_cc.corpora import corpus_items
+from surprisal_cc.inference.corpora import corpus_items
 from surprisal_cc.data.audio import inspect_audio, level_summary
 from surprisal_cc.data.manifest import list_files
 from surprisal_cc.inference import ConditionalASR

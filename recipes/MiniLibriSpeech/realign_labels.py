@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Relabel training data with a trained CTC model: lexicon phones + the pauses the model hears.
 
-Every utterance is aligned with an optional ``sil`` at each word boundary (surprisal_cc.realign),
+Every utterance is aligned with an optional ``sil`` at each word boundary (surprisal_cc.alignment.realign),
 either with the best checkpoint of a finished run (the splits of its data) or with an exported
 model such as the shipped ``surprisal_cc/pretrained/`` (the LibriSpeech-format folders given with
 ``--corpus``; fp32 and deterministic routing, so no aligner has to be trained and every machine gets
@@ -18,7 +18,7 @@ the same labels). The labels are written in the MFA export format, which the dat
 
 A model trained on lexicon labels (``sil`` only at the two ends) hears no pause between words;
 ``--pauses`` adds a ``sil`` where the audio itself is silent for at least ``--min_pause_frames``
-frames at a word boundary (surprisal_cc.realign.insert_pauses). ``--all_pronunciations`` lets
+frames at a word boundary (surprisal_cc.alignment.realign.insert_pauses). ``--all_pronunciations`` lets
 the alignment pick each word's pronunciation among all of CMUdict's (e.g. "and" as AE N D or
 AH N D), as MFA does, instead of always the first. ``--split test`` realigns
 dev-clean-2 instead and scores the inserted ``sil`` against its MFA labels.
@@ -38,7 +38,7 @@ import yaml
 from surprisal_cc.data import DataPreparationError, Lexicon, load_mfa_labels, load_mfa_word_phones
 from surprisal_cc.data.librispeech import locate_subsets
 from surprisal_cc.data.mfa import read_word_phones, write_alignment_csv
-from surprisal_cc.label_eval import (
+from surprisal_cc.alignment.label_eval import (
     find_mfa_reference,
     label_error_rate,
     pronunciation_agreement,
@@ -46,7 +46,7 @@ from surprisal_cc.label_eval import (
     silence_precision_recall,
 )
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.realign import realign_corpus, realign_run, silence_statistics
+from surprisal_cc.alignment.realign import realign_corpus, realign_run, silence_statistics
 
 
 def main(argv=None) -> dict:

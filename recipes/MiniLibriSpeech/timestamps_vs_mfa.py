@@ -9,7 +9,7 @@ JSON: the median, mean and 90th percentile of the start differences, the share o
 50 ms, the signed median (model minus MFA: positive where the model's phones start late) and the
 share of starts after MFA's; the median, mean, 90th and 99th percentile and largest end difference,
 the share of ends within 50 ms and the signed median, as the phones are timed (``ends``, with
-:data:`surprisal_cc.timestamps.MAX_PHONE_S`) and as each phone lasting until the next starts
+:data:`surprisal_cc.decoding.timestamps.MAX_PHONE_S`) and as each phone lasting until the next starts
 (``ends_without_limit``); what the limit moved (``limit``: the share of the recognised phones, not
 silence, whose end it moved, by how much, and how many correctly recognised phones it left ending
 before MFA's end); and the durations of MFA's phones (``mfa_durations_ms``: phones, spoken noise
@@ -34,7 +34,7 @@ from surprisal_cc.data.mfa import (SILENCE_MARKS, TEXTGRID_HINT, parse_textgrid,
                                    textgrids_by_utterance)
 from surprisal_cc.data.phones import SPOKEN_NOISE, strip_stress
 from surprisal_cc.inference import ConditionalASR
-from surprisal_cc.timestamps import MAX_PHONE_S, MAX_SPOKEN_NOISE_S, SILENCE_LABELS
+from surprisal_cc.decoding.timestamps import MAX_PHONE_S, MAX_SPOKEN_NOISE_S, SILENCE_LABELS
 
 
 def merge_silences(segments):

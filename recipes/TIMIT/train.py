@@ -17,12 +17,12 @@ import sys
 
 import speechbrain as sb
 
-from surprisal_cc.brain import ConditionalCTCBrain
+from surprisal_cc.training.brain import ConditionalCTCBrain
 from surprisal_cc.data import prepare_timit
-from surprisal_cc.datasets import dataio_prep, training_loader_options
-from surprisal_cc.frozen_features import feature_cache, obtain_apc
-from surprisal_cc.recipe import debug_manifests, prepare_labels, prepare_manifests, recipe_errors
-from surprisal_cc.run_settings import create_experiment_directory, load_hparams, parse_arguments
+from surprisal_cc.training.datasets import dataio_prep, training_loader_options
+from surprisal_cc.training.frozen_features import feature_cache, obtain_apc
+from surprisal_cc.training.recipe import debug_manifests, prepare_labels, prepare_manifests, recipe_errors
+from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams, parse_arguments
 
 
 def main(argv):

@@ -7,7 +7,7 @@
 import importlib
 from typing import Any
 
-from .errors import DataPreparationError, DataPreparationWarning
+from surprisal_cc.data.errors import DataPreparationError, DataPreparationWarning
 
 # Where each public name lives; a corpus module is imported when one of its names is first used,
 # so that code needing only the errors (the inference runtime) does not load every corpus reader.

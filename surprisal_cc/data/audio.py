@@ -27,9 +27,9 @@ import soundfile as sf
 import torch
 import torchaudio
 
-from ..arguments import is_number
-from .errors import MAX_LISTED, BadAudioError, DataPreparationError, DataPreparationWarning, first_listed
-from .manifest import list_files
+from surprisal_cc.checks import is_number
+from surprisal_cc.data.errors import MAX_LISTED, BadAudioError, DataPreparationError, DataPreparationWarning, first_listed
+from surprisal_cc.data.manifest import list_files
 
 PathLike = Union[str, os.PathLike]
 TARGET_SAMPLE_RATE = 16000

@@ -24,9 +24,9 @@ import os
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
-from .audio import MAX_LISTED
-from .errors import BadAudioError, BadLabelsError, DataPreparationError, collect_or_raise_label_problems, first_listed
-from .manifest import read_text
+from surprisal_cc.data.audio import MAX_LISTED
+from surprisal_cc.data.errors import BadAudioError, BadLabelsError, DataPreparationError, collect_or_raise_label_problems, first_listed
+from surprisal_cc.data.manifest import read_text
 
 PathLike = Union[str, os.PathLike]
 

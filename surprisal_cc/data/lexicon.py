@@ -29,8 +29,8 @@ import warnings
 from collections import Counter
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from .errors import DataPreparationError, DataPreparationWarning
-from .phones import ARPABET_39, LIBRISPEECH_PHONES, SILENCE, SPOKEN_NOISE, strip_stress
+from surprisal_cc.data.errors import DataPreparationError, DataPreparationWarning
+from surprisal_cc.data.phones import ARPABET_39, LIBRISPEECH_PHONES, SILENCE, SPOKEN_NOISE, strip_stress
 
 G2P_CHOICES = ("flite", "spn", "error")
 # flite's US English phone set is CMU's plus the reduced vowel "ax"; "pau" is silence (dropped).

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .audio import MAX_LISTED, TARGET_SAMPLE_RATE, AudioInfo, check_audio_files
-from .errors import DataPreparationError, DataPreparationWarning, first_listed
-from .lexicon import Lexicon
-from .manifest import (AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, refuse_empty_split,
+from surprisal_cc.data.audio import MAX_LISTED, TARGET_SAMPLE_RATE, AudioInfo, check_audio_files
+from surprisal_cc.data.errors import DataPreparationError, DataPreparationWarning, first_listed
+from surprisal_cc.data.lexicon import Lexicon
+from surprisal_cc.data.manifest import (AUDIO_COLUMNS, LABELLED_COLUMNS, cached_prepare, list_files, read_text, refuse_empty_split,
                        write_manifest)
-from .mfa import find_mfa_labels, load_mfa_labels, textgrid_files
-from .phones import LIBRISPEECH_PHONES, validate_phones
+from surprisal_cc.data.mfa import find_mfa_labels, load_mfa_labels, textgrid_files
+from surprisal_cc.data.phones import LIBRISPEECH_PHONES, validate_phones
 
 PathLike = Union[str, os.PathLike]
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .errors import MAX_LISTED, DataPreparationError
+from surprisal_cc.data.errors import MAX_LISTED, DataPreparationError
 
 PathLike = Union[str, os.PathLike]
 LABELLED_COLUMNS = ["ID", "duration", "wav", "spk_id", "wrd", "phn"]

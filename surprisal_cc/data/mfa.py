@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import DataPreparationError
-from .manifest import atomic_write_text, list_files, read_text
-from .phones import LIBRISPEECH_PHONES, SILENCE, SPOKEN_NOISE, merge_repeated, strip_stress
-from .phones import refuse_empty_labels, validate_phones
+from surprisal_cc.data.errors import DataPreparationError
+from surprisal_cc.data.manifest import atomic_write_text, list_files, read_text
+from surprisal_cc.data.phones import LIBRISPEECH_PHONES, SILENCE, SPOKEN_NOISE, merge_repeated, strip_stress
+from surprisal_cc.data.phones import refuse_empty_labels, validate_phones
 
 PathLike = Union[str, os.PathLike]
 Interval = Tuple[float, float, str]
@@ -206,7 +206,7 @@ def write_alignment_csv(path: PathLike, utterances: Iterable, samples_per_frame:
     path : str or path
         The CSV file to write.
     utterances : iterable
-        Realigned utterances (:class:`surprisal_cc.realign.RealignedUtterance`: ``id``, ``wav``,
+        Realigned utterances (:class:`surprisal_cc.alignment.realign.RealignedUtterance`: ``id``, ``wav``,
         ``words``, ``word_lengths``, ``phones``, ``silences`` and ``segments`` in model frames).
     samples_per_frame : int
         Audio samples per model frame (320: 20 ms frames at 16 kHz).
@@ -515,7 +515,7 @@ def boundary_silences(is_word: Sequence[bool], labels: Sequence[str]) -> Tuple[i
 def textgrid_boundary_silences(tiers: Mapping[str, List[Interval]], words: str = "words",
                                phones: str = "phones") -> Tuple[int, set]:
     """:func:`boundary_silences` of an MFA TextGrid, as
-    :func:`surprisal_cc.label_eval.read_boundary_silences` reads them from the CSV export.
+    :func:`surprisal_cc.alignment.label_eval.read_boundary_silences` reads them from the CSV export.
 
     Example
     -------

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from .errors import DataPreparationError
+from surprisal_cc.data.errors import DataPreparationError
 
 ARPABET_39: List[str] = sorted(
     "AA AE AH AO AW AY B CH D DH EH ER EY F G HH IH IY JH K L M N NG OW OY P R S SH T TH "

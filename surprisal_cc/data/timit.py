@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from .audio import MAX_LISTED, TARGET_SAMPLE_RATE, check_audio_files
-from .errors import DataPreparationError, first_listed
-from .manifest import LABELLED_COLUMNS, cached_prepare, list_files, refuse_empty_split, write_manifest
-from .phones import fold_timit, refuse_empty_labels
+from surprisal_cc.data.audio import MAX_LISTED, TARGET_SAMPLE_RATE, check_audio_files
+from surprisal_cc.data.errors import DataPreparationError, first_listed
+from surprisal_cc.data.manifest import LABELLED_COLUMNS, cached_prepare, list_files, refuse_empty_split, write_manifest
+from surprisal_cc.data.phones import fold_timit, refuse_empty_labels
 
 PathLike = Union[str, os.PathLike]
 

@@ -1,0 +1,14 @@
+"""The ``surprisal-cc`` command line (``commands``): using a model (transcribe, evaluate, export, flops)
+and running experiments (grid, report, curves, analyse).
+
+May import: everything; nothing imports it.
+"""
+from surprisal_cc.cli.commands import main
+
+__all__ = ["main"]
+
+
+def __getattr__(name: str):
+    from surprisal_cc.aliases import old_module_attribute
+
+    return old_module_attribute(__name__, name)  # the old module surprisal_cc.cli's names

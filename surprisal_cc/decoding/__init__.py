@@ -1,0 +1,11 @@
+"""From per-frame log-probabilities to phones: CTC beam ``search``, ``viterbi`` forced alignment,
+phone ``timestamps``, and the error-rate ``metrics`` (corpus-level edit distance).
+
+May import: the shared modules (errors, checks, config, runtime) and ``data``.
+"""
+
+
+def __getattr__(name: str):
+    from surprisal_cc.aliases import old_module_attribute
+
+    return old_module_attribute(__name__, name)  # the old module surprisal_cc.decoding's names

@@ -1,0 +1,24 @@
+"""Using a trained model: :class:`ConditionalASR` (``asr``), ``long_audio`` decoded in parts, the
+``corpora`` that ``evaluate`` reads and its ``evaluation``, and the ``threads`` inference runs on.
+
+May import: the shared modules, ``data``, ``model`` and ``decoding`` (never training or experiment tools).
+
+>>> from surprisal_cc.inference import ConditionalASR
+>>> ConditionalASR.__name__
+'ConditionalASR'
+"""
+import importlib
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ConditionalASR":  # imported when first used: long_audio and evaluation do not need it loaded
+        value = importlib.import_module(f"{__name__}.asr").ConditionalASR
+        globals()[name] = value
+        return value
+    from surprisal_cc.aliases import old_module_attribute
+
+    return old_module_attribute(__name__, name)  # the old module surprisal_cc.inference's names
+
+
+__all__ = ["ConditionalASR"]

@@ -11,6 +11,7 @@ prints ``identical`` for every row::
 
     python tests/recipe_equivalence.py 4d279b0            # about 15 min on 2 cores
     python tests/recipe_equivalence.py 4d279b0 --only act pondernet
+    python tests/recipe_equivalence.py 340e016 --extra=--precision=fp32   # fp32 on both sides
 
 Exit status 1 when a run differs (the differing keys are printed) or fails.
 """
@@ -86,8 +87,8 @@ def recipe_env(tree: Path) -> Dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 
 
-def run_recipes(tree: Path, root: Path, names: List[str]) -> Dict[str, Dict[str, Any]]:
-    """Run the named recipes with the code of ``tree``; results below ``root``."""
+def run_recipes(tree: Path, root: Path, names: List[str], extra: List[str] = ()) -> Dict[str, Dict[str, Any]]:
+    """Run the named recipes with the code of ``tree`` and the arguments ``extra`` too; results below ``root``."""
     env = recipe_env(tree)
     exp, timit_exp = root / "exp", root / "timit_exp"
     apc = exp / "apc" / "apc.pt"
@@ -98,7 +99,7 @@ def run_recipes(tree: Path, root: Path, names: List[str]) -> Dict[str, Dict[str,
         data = root.parent / ("timit" if name == "timit" else "corpus")
         base = timit_exp if name == "timit" else exp
         args = [a.replace("APC", str(apc)).replace("EXP", str(base)) for a in args]
-        command = [sys.executable, recipe, hparams, f"--data_folder={data}", f"--experiment_root={base}", *args]
+        command = [sys.executable, recipe, hparams, f"--data_folder={data}", f"--experiment_root={base}", *args, *extra]
         proc = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             found[name] = {"error": proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]}
@@ -117,6 +118,8 @@ def main(argv=None) -> int:
     parser.add_argument("base", help="git revision to compare the working tree with")
     parser.add_argument("--only", nargs="+", choices=sorted(RUNS), default=sorted(RUNS))
     parser.add_argument("--folder", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--extra", action="append", default=[], metavar="ARG",
+                        help="a recipe argument for every run on both sides, e.g. --extra=--precision=fp32 (repeatable)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.folder or Path(tmp)
@@ -130,8 +133,8 @@ def main(argv=None) -> int:
         subprocess.run(["git", "worktree", "add", "--detach", "-f", str(base_tree), args.base], cwd=REPO, check=True,
                        capture_output=True)
         try:
-            before = run_recipes(base_tree, folder / "runs_base", args.only)
-            after = run_recipes(REPO, folder / "runs_working_tree", args.only)
+            before = run_recipes(base_tree, folder / "runs_base", args.only, args.extra)
+            after = run_recipes(REPO, folder / "runs_working_tree", args.only, args.extra)
             reloaded = decode_base_checkpoint(folder / "runs_base", folder / "corpus")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=REPO, capture_output=True)

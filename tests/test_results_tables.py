@@ -14,16 +14,28 @@ from data_fixtures import REPO
 
 RESULTS = REPO / "docs/results/MiniLibriSpeech"
 
-# README.md's Table 2: row label -> the run folders (one per seed) of each PER column, in column order
-README_ROWS: Dict[str, Tuple[str, ...]] = {
-    "big-only": ("apc_tc30/converged_apc_tc30/controller-big_only", "apc_tc5/converged/controller-big_only"),
-    "surprisal": ("apc_tc30/converged_apc_tc30/controller-surprisal", "apc_tc5/converged/controller-surprisal"),
-    "random (p_big 0.5)": ("", "apc_tc5/converged/controller-random"),
-    "small-only": ("", "apc_tc5/converged_others/controller-small_only apc_tc5/converged_small_only/controller-small_only"),
-    "learned (straight-through, λ = 1e-3 per utterance)": ("", "apc_tc5/converged_learned/controller-learned"),
-    "ACT (up to 8 steps of a 512→256→512 block; 5.12 steps)": ("", "apc_tc5/converged_adaptive/encoder-act"),
+# README.md's Table 2, on the shipped APC: row label -> the run folders (one per seed) of its PER column; a row
+# whose runs have no results files yet says "–"
+README_ROWS: Dict[str, str] = {
+    "big-only": "apc_tc30/converged_apc_tc30/controller-big_only",
+    "surprisal": "apc_tc30/converged_apc_tc30/controller-surprisal",
+    "random (p_big 0.5)": "apc_tc30/converged_apc_tc30_rows/controller-random",
+    "small-only": "apc_tc30/converged_apc_tc30_rows/controller-small_only",
+    "learned (straight-through, λ = 1e-3 per utterance)": "apc_tc30/converged_apc_tc30_learned/controller-learned",
+    "ACT (up to 8 steps of a 512→256→512 block)": "apc_tc30/converged_apc_tc30_adaptive/encoder-act",
+    "PonderNet (the same block; truncated inference)": "apc_tc30/converged_apc_tc30_adaptive/encoder-pondernet",
+}
+
+# RESULTS.md's "Table 2 with the earlier APC": row label -> the run folders of its PER column
+EARLIER_APC_ROWS: Dict[str, str] = {
+    "big-only": "apc_tc5/converged/controller-big_only",
+    "surprisal": "apc_tc5/converged/controller-surprisal",
+    "random (p_big 0.5)": "apc_tc5/converged/controller-random",
+    "small-only": "apc_tc5/converged_others/controller-small_only apc_tc5/converged_small_only/controller-small_only",
+    "learned (straight-through, λ = 1e-3 per utterance)": "apc_tc5/converged_learned/controller-learned",
+    "ACT (up to 8 steps of a 512→256→512 block; 5.12 steps)": "apc_tc5/converged_adaptive/encoder-act",
     "PonderNet (the same block; expected-state training, truncated inference; 5.35 steps)":
-        ("", "apc_tc5/converged_adaptive/encoder-pondernet"),
+        "apc_tc5/converged_adaptive/encoder-pondernet",
 }
 
 # recipes/MiniLibriSpeech/README.md: row label -> the run folders of its test-PER column
@@ -54,19 +66,31 @@ def test_per_cells_are_read():
     assert CELL.search("29.31 %").groups() == ("29.31", None, None)
 
 
-def table_rows(path: Path) -> Dict[str, List[str]]:
-    """The cells of each Markdown table row of ``path``, by the row's first cell."""
+def table_rows(path: Path, section: str = "") -> Dict[str, List[str]]:
+    """The cells of each Markdown table row of ``path`` (of its first table after the heading ``section``,
+    where given), by the row's first cell."""
     rows = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if section:
+        lines = lines[lines.index(section) + 1:]
+        start = next(i for i, line in enumerate(lines) if line.startswith("| "))
+        end = next((i for i, line in enumerate(lines[start:], start) if not line.startswith("|")), len(lines))
+        lines = lines[start:end]
+    for line in lines:
         if line.startswith("| ") and not line.startswith("|---"):
             cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
             rows[cells[0]] = cells[1:]
     return rows
 
 
+def results_files(folders: str) -> List[Path]:
+    """The ``results.json`` of every seed of the run folders (space-separated) under docs/results/MiniLibriSpeech."""
+    return [path for folder in folders.split() for path in sorted((RESULTS / folder).glob("seed*/results.json"))]
+
+
 def published_pers(folders: str) -> List[float]:
     """Test PER of every seed of the run folders (space-separated) under docs/results/MiniLibriSpeech."""
-    files = [path for folder in folders.split() for path in sorted((RESULTS / folder).glob("seed*/results.json"))]
+    files = results_files(folders)
     assert files, f"no results.json under {folders}"
     return [json.loads(path.read_text())["PER"] for path in files]
 
@@ -86,11 +110,18 @@ def check_cell(cell: str, folders: str) -> None:
 def test_readme_table_says_what_the_results_files_hold(label):
     rows = table_rows(REPO / "README.md")
     assert label in rows, f"README.md has no row {label!r}"
-    for cell, folders in zip(rows[label], README_ROWS[label]):
-        if folders:
-            check_cell(cell, folders)
-        else:
-            assert cell == "–", f"README.md {label!r}: {cell!r} has no results files here"
+    cell = rows[label][0]
+    if results_files(README_ROWS[label]):
+        check_cell(cell, README_ROWS[label])
+    else:
+        assert cell == "–", f"README.md {label!r}: {cell!r} has no results files here"
+
+
+@pytest.mark.parametrize("label", EARLIER_APC_ROWS)
+def test_the_earlier_apcs_table_says_what_the_results_files_hold(label):
+    rows = table_rows(RESULTS / "RESULTS.md", "### Table 2 with the earlier APC")
+    assert label in rows, f"RESULTS.md's table of the earlier APC has no row {label!r}"
+    check_cell(rows[label][0], EARLIER_APC_ROWS[label])
 
 
 @pytest.mark.parametrize("label", RECIPE_ROWS)

@@ -92,6 +92,17 @@ def test_a_new_key_holding_a_reference_moves_before_the_included_key_that_refers
     assert load_hparams_file(tmp_path / "run.yaml")["source"] == {"train": "/data/train.csv"}
 
 
+def test_a_new_plain_key_stays_after_the_included_keys_even_where_one_refers_to_it(tmp_path):
+    """Only a value that is itself a reference needs to stand above its referrers (expand_hparams)."""
+    from surprisal_cc.config import expand_hparams, load_hparams_file
+
+    (tmp_path / "base.yaml").write_text("size: !ref <width>\nepochs: 5\n")
+    (tmp_path / "run.yaml").write_text("--- !include:base.yaml\nwidth: 4\n")
+    assert [line.split(":")[0] for line in expand_hparams(tmp_path / "run.yaml").splitlines()] == \
+        ["size", "epochs", "width"]
+    assert load_hparams_file(tmp_path / "run.yaml")["size"] == 4
+
+
 @pytest.mark.parametrize("text,resolves", [
     ("a: !ref <b>\nb: !ref <c>/x\nc: d\n", False),           # a whole value, to a later reference
     ("a: !ref <m[x]>\nm: {x: !ref <c>}\nc: 3\n", False),      # a whole value, into a later mapping's reference

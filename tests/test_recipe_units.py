@@ -198,8 +198,8 @@ def test_a_recipes_saved_settings_compare_equal_when_only_resumable_ones_change(
     content where both are there.)"""
     from hyperpyyaml import resolve_references
 
-    from surprisal_cc.config import (argument_references, changed_training_settings, expand_hparams,
-                                            parse_yaml_tolerant)
+    from surprisal_cc.config import expand_hparams, parse_yaml_tolerant
+    from surprisal_cc.training.changed_settings import argument_references, changed_training_settings
 
     text = expand_hparams(Path(__file__).resolve().parents[1] / "hparams" / hparams_file)
 
@@ -269,8 +269,8 @@ def test_the_published_runs_hold_the_arguments_the_hparams_files_write_out_today
     """Each published run folder (docs/results/**/hyperparams.yaml) against the hparams file it was made from: the
     arguments its objects write out (sizes, mel bands, masking) are those of today's file, so a resumed published
     run is not refused for them; and each published run compares equal with itself."""
-    from surprisal_cc.config import (TaggedMapping, argument_references, changed_training_settings,
-                                            expand_hparams, parse_yaml_tolerant)
+    from surprisal_cc.config import TaggedMapping, expand_hparams, parse_yaml_tolerant
+    from surprisal_cc.training.changed_settings import argument_references, changed_training_settings
 
     repo = Path(__file__).resolve().parents[1]
     published = sorted((repo / "docs" / "results").glob("**/hyperparams.yaml"))

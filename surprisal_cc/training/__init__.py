@@ -1,6 +1,7 @@
 """Training a model with SpeechBrain: the ``brain`` of the ASR recipes and ``apc_training``, the
 ``datasets`` and their ``augment``-ation, the frozen-APC feature ``cache`` (``frozen_features``),
-``schedulers``, ``checkpoints``, the recipes' shared steps (``recipe``, ``run_settings``, ``labels``),
+``schedulers``, ``checkpoints``, the recipes' shared steps (``recipe``, ``run_settings``, ``labels``), the
+settings a resumed run or a grid may not change (``changed_settings``),
 what a run folder holds (``run_folder``), ``export`` of a finished run as a model folder, and the
 memory ``allocator``.
 

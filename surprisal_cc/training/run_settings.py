@@ -26,9 +26,9 @@ from surprisal_cc.data.lexicon import G2P_CHOICES
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.model.flops import module_macs, static_flop_rows
 from surprisal_cc.training.frozen_features import PRETRAIN_OR_GIVE_APC, load_run_apc, run_apc_key
-from surprisal_cc.config import (argument_references, changed_training_settings, configured_paths, expand_hparams,
-                            load_hparams_file, load_yaml_tolerant, new_empty_folders_removed, parse_yaml_tolerant,
-                            ruamel_errors)
+from surprisal_cc.config import (configured_paths, expand_hparams, load_hparams_file, load_yaml_tolerant,
+                                 new_empty_folders_removed, parse_yaml_tolerant, resolved_hparams, ruamel_errors)
+from surprisal_cc.training.changed_settings import argument_references, changed_training_settings
 from surprisal_cc.model.nnet import bias_shift_problem, runs_apc
 from surprisal_cc.runtime import TRAINING_PRECISIONS, auto_precision
 
@@ -168,13 +168,11 @@ def debug_folder_overrides(hparams_file: Union[str, os.PathLike], overrides: str
     import io
 
     import ruamel.yaml
-    from hyperpyyaml import resolve_references
 
     if not Path(hparams_file).is_file():
         return overrides  # load_hparams names the missing file
     try:
-        resolved = parse_yaml_tolerant(resolve_references(io.StringIO(expand_hparams(hparams_file)),
-                                                          overrides or None).getvalue())
+        resolved = parse_yaml_tolerant(resolved_hparams(hparams_file, overrides))
         yaml = ruamel.yaml.YAML()
         yaml.width = 1 << 16  # one line a setting, as given
         yaml.representer.add_representer(  # null as written, not an empty value

@@ -183,7 +183,7 @@ def cmd_backfill_apc(args, unknown: List[str]) -> int:
 
 
 def cmd_curves(args, unknown: List[str]) -> int:
-    from surprisal_cc.experiments.report import format_learning_curves
+    from surprisal_cc.experiments.learning_curves import format_learning_curves
     from surprisal_cc.training.run_folder import read_history
 
     given = []  # (folder, label, history) of each run, in order

@@ -1,4 +1,5 @@
-"""Training a model with SpeechBrain: the ``brain`` of the ASR recipes and ``apc_training``, the
+"""Training a model with SpeechBrain: the ``brain`` of the ASR recipes and ``apc_training`` (their
+``base_brain``; the ``label_record`` of a run), the
 ``datasets`` and their ``augment``-ation, the frozen-APC feature ``cache`` (``frozen_features``),
 ``schedulers``, ``checkpoints``, the recipes' shared steps (``recipe``, ``run_settings``, ``labels``), the
 settings a resumed run or a grid may not change (``changed_settings``),

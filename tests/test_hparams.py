@@ -51,7 +51,7 @@ def test_a_value_the_encoder_refuses_is_one_line_naming_the_file_once_and_the_re
     """The model file's and the encoder's wrapping of the error is left out: the hparams file, then the
     innermost reason with the key it names."""
     from surprisal_cc.model.controllers import CONTROLLERS
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     hparams_file, run_opts, overrides = parse_arguments([MLS_HPARAMS, "--controller=bogus", "--device=cpu"])
     with pytest.raises(ConfigurationError) as err:
@@ -125,7 +125,7 @@ def test_a_rejected_configuration_leaves_no_folder_of_its_own(tmp_path, existing
     """The checkpointers create their save/ folders while the file is built, before the settings are
     checked: a run refused there (parsed and loaded as the recipes do) takes back the folders it made,
     and leaves those that were there before as they were."""
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     exp = tmp_path / "exp"
     if existing is not None:
@@ -141,7 +141,7 @@ def test_a_rejected_configuration_leaves_no_folder_of_its_own(tmp_path, existing
 def test_a_speechbrain_option_named_like_a_key_of_the_file_is_checked_and_recorded(tmp_path):
     """``--max_grad_norm`` is SpeechBrain's option, which its Brain prefers to the file's key: the value
     given becomes the file's too, so the settings checks see it and the saved hyperparams show it."""
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     common = [MLS_HPARAMS, f"--experiment_root={tmp_path}", f"--output_folder={tmp_path / 'run'}", "--device=cpu"]
     hparams_file, run_opts, overrides = parse_arguments([*common, "--max_grad_norm=-1"])
@@ -155,7 +155,7 @@ def test_a_speechbrain_option_named_like_a_key_of_the_file_is_checked_and_record
 def test_test_only_on_an_untrained_run_leaves_no_folder(tmp_path):
     """``--test_only`` needs a trained run: refused while the file loads, before the recipe writes its
     experiment folder, and the save/ folder the checkpointer made is taken back."""
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     hparams_file, run_opts, overrides = parse_arguments([MLS_HPARAMS, f"--experiment_root={tmp_path / 'exp'}",
                                                          f"--output_folder={tmp_path / 'exp' / 'run'}",
@@ -170,7 +170,7 @@ def test_test_only_on_an_untrained_run_leaves_no_folder(tmp_path):
 def test_recipe_help_ends_with_where_the_hparams_keys_are_and_precision_auto(argv, capsys):
     """SpeechBrain's --help lists its own options only (and --precision without auto): the last line says
     that the hparams keys are options too, where they are listed, and that auto is taken."""
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     with pytest.raises(SystemExit) as stop:
         parse_arguments(argv)
@@ -182,7 +182,7 @@ def test_recipe_help_ends_with_where_the_hparams_keys_are_and_precision_auto(arg
 
 
 def test_a_command_line_error_is_not_followed_by_the_help_line(capsys):
-    from surprisal_cc.training.run_settings import HELP_EPILOG, parse_arguments
+    from surprisal_cc.training.command_line import HELP_EPILOG, parse_arguments
 
     with pytest.raises(SystemExit) as stop:
         parse_arguments([MLS_HPARAMS, "--precision=fp64"])

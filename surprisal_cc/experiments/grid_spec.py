@@ -272,7 +272,7 @@ def recipe_overrides(settings: Dict[str, Any], hparams_keys: Collection[str], ou
     """The overrides a recipe run applies to its hparams file, as YAML lines, from the settings a grid
     passes it as ``--key=value`` options: SpeechBrain takes its own options as run options, except those
     that are also keys of the file (``hparams_keys``; ``precision``, ``max_grad_norm``, ...), which it
-    passes on as overrides too (:func:`~surprisal_cc.training.run_settings.run_option_overrides`), and
+    passes on as overrides too (:func:`~surprisal_cc.training.command_line.run_option_overrides`), and
     ``output_folder`` comes last.
 
     Example
@@ -552,7 +552,7 @@ def check_input_files(runs: Sequence["Run"], steps: Sequence[PrepareStep], grid_
 
 
 # The options of SpeechBrain's command line (speechbrain.utils.run_opts.RunOptions), which a recipe parses
-# (surprisal_cc.training.run_settings.parse_arguments) before it passes the other --key=value options to its hparams
+# (surprisal_cc.training.command_line.parse_arguments) before it passes the other --key=value options to its hparams
 # file as overrides: a grid key that names one is a run option. The flags take no value.
 SPEECHBRAIN_FLAGS = frozenset({
     "auto_mix_prec", "bfloat16_mix_prec", "compile", "compile_using_dynamic_shape_tracing", "compile_using_fullgraph",

@@ -1,4 +1,4 @@
-"""Hparams files that start from another one: a root-level ``!include``.
+"""Hparams files: the one way the package reads them.
 
 The corpus files share most of their settings, so each starts from a common file::
 
@@ -7,31 +7,40 @@ The corpus files share most of their settings, so each starts from a common file
     num_outputs: 40
 
 reads as "that file, with these top-level keys replaced (or added)". hyperpyyaml resolves
-``!include:`` only below the root, so :func:`expand_hparams` writes the whole configuration out
-as one file first; ``--key=value`` overrides then apply to it as usual (and must name one of its
-keys). The package has two readers of hparams files, both through it: :func:`load_hparams_file`
-builds one (hyperpyyaml: the recipes' hparams, the model files), :func:`load_yaml_tolerant` reads one
-(or a saved run's ``hyperparams.yaml``) as plain data without building anything, and
-:func:`changed_training_settings` tells which settings of a saved run a new command would change.
-Building one may create folders (a checkpointer's ``save/``): :func:`new_empty_folders_removed` takes
-back those that a rejected configuration leaves empty (:func:`configured_paths` names the candidates).
+``!include:`` only below the root, so :func:`expand_hparams` writes the whole configuration out as one
+file first (the rule of its order is in its docstring); everything else goes through that text:
+
+* :func:`load_hparams_file` builds it (hyperpyyaml's ``load_hyperpyyaml``, ``overrides`` applied): the
+  recipes' hparams and the model files;
+* :func:`resolved_hparams` is the same configuration with the overrides applied and the references resolved,
+  nothing built (hyperpyyaml's ``resolve_references``): what a run saves as ``hyperparams.yaml``;
+* :func:`load_yaml_tolerant` and :func:`parse_yaml_tolerant` read such text as plain data, tags and all,
+  without running anything (with PyYAML, the parser hyperpyyaml builds with, so numbers read as a build
+  reads them; :class:`TaggedMapping` remembers an object's tag).
+
+ruamel.yaml (hyperpyyaml's reader of tags and references) is used only for the text: the include, and
+:func:`yaml_tree`. Building one may create folders (a checkpointer's ``save/``):
+:func:`new_empty_folders_removed` takes back those that a rejected configuration leaves empty
+(:func:`configured_paths` names the candidates). What a resumed run or a grid compares of two
+configurations is :mod:`surprisal_cc.training.changed_settings`'s.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
-import filecmp
 import functools
 import io
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Set, Union
 
 import ruamel.yaml
 import yaml
 
 INCLUDE = "!include:"
+#: hyperpyyaml's tags of a value taken from elsewhere in the file
+REFERENCE_TAGS = ("!ref", "!copy")
 PathLike = Union[str, Path]
 
 
@@ -47,21 +56,64 @@ def included_file(path: PathLike) -> Path | None:
 def _root_tag(text: str) -> str | None:
     """The tag of the root node of YAML ``text`` (e.g. ``!include:base.yaml``), or None (kept for the
     next call with the same text: each load of an hparams file reads it several times)."""
-    tag = getattr(getattr(_load(text), "tag", None), "value", None)
+    return tag_of(yaml_tree(text))
+
+
+def yaml_tree(text: str) -> Any:
+    """YAML ``text`` as hyperpyyaml reads it before it resolves anything: ruamel.yaml's round-trip tree,
+    whose nodes keep their tags (:func:`tag_of`) and comments.
+
+    Example
+    -------
+    >>> tree = yaml_tree("lr: 0.1  # rate\\nmodel: !new:torch.nn.Linear [2, !ref <lr>]\\n")
+    >>> tag_of(tree["model"]), tag_of(tree["model"][1]), tag_of(tree["lr"])
+    ('!new:torch.nn.Linear', '!ref', None)
+    """
+    return ruamel.yaml.YAML().load(text)
+
+
+def tag_of(node: Any) -> str | None:
+    """The tag of a node of :func:`yaml_tree` (``!ref``, ``!new:...``), or None for an untagged one."""
+    tag = getattr(getattr(node, "tag", None), "value", None)
     return tag if isinstance(tag, str) else None
+
+
+def referenced_keys(node: Any) -> Set[str]:
+    """The top-level keys that the references (``!ref``, ``!copy``) in a node of :func:`yaml_tree` name, at
+    any depth: ``!ref <prepared_folder>/train.csv`` and ``!ref <labels[train]>`` name ``prepared_folder`` and
+    ``labels``, as hyperpyyaml reads a reference (each ``<...>``: a key, then ``[entry]`` or ``.attribute``).
+
+    Example
+    -------
+    >>> tree = yaml_tree("a:\\n  x: !ref <root>/<sub[train]>\\n  y: [!copy <model.size>, 3]\\n  z: <plain text>\\n")
+    >>> sorted(referenced_keys(tree))
+    ['model', 'root', 'sub']
+    """
+    found: Set[str] = set()
+    if tag_of(node) in REFERENCE_TAGS and isinstance(getattr(node, "value", None), str):
+        found.update(re.split(r"[.\[]", name, maxsplit=1)[0] for name in re.findall(r"<([^>]*)>", node.value))
+    if isinstance(node, Mapping):
+        for value in node.values():
+            found |= referenced_keys(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= referenced_keys(value)
+    return found
 
 
 def expand_hparams(path: PathLike, _depth: int = 0) -> str:
     """The text of an hparams file with its root-level ``!include`` written out (recursively).
 
-    The included file comes first, in its own order (so objects are built, and random numbers
-    drawn, in the same order); each top-level key of ``path`` replaces the included value at its
-    place, and new keys follow, except that a new key whose value holds a reference moves just
-    before the first key that refers to it: hyperpyyaml cannot resolve a reference that is a whole
-    value (``!ref <file>``, or ``!ref <source[train]>`` into a mapping) to a value further down that is
-    itself a ``!ref`` (or ``!copy``). References inside text (``!ref <file>/save``), and references to a
-    later mapping, list or object that holds references, resolve wherever they stand. A file without
-    a root-level include is returned as it is.
+    The order is that of hyperpyyaml's overrides, with one exception. The included file comes first,
+    in its own order (so objects are built, and random numbers drawn, in the same order), each
+    top-level key that ``path`` sets holding its new value at its place; the keys that ``path`` adds
+    follow in its order, except that an added key that holds a reference and that a key above it refers
+    to (``!ref`` or ``!copy``: :func:`referenced_keys`) moves to just before the first such key.
+    hyperpyyaml resolves references top-down in one pass: a reference that is a whole value (``!ref
+    <file>``, or ``!ref <source[train]>`` into a mapping) to a value further down that is itself a
+    reference does not resolve (a plain value resolves wherever it stands), and an added key is the
+    only kind the included file cannot have placed above its referrers. A file without a root-level
+    include is returned as it is.
 
     Arguments
     ---------
@@ -77,10 +129,13 @@ def expand_hparams(path: PathLike, _depth: int = 0) -> str:
     -------
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as folder:
-    ...     _ = (Path(folder) / "base.yaml").write_text("lr: 0.1\\nepochs: 5\\n")
-    ...     _ = (Path(folder) / "corpus.yaml").write_text("--- !include:base.yaml\\nepochs: 9\\nname: x\\n")
+    ...     _ = (Path(folder) / "base.yaml").write_text("lr: 0.1\\nsource: {train: null}\\nepochs: 5\\n")
+    ...     _ = (Path(folder) / "corpus.yaml").write_text("--- !include:base.yaml\\nepochs: 9\\nname: x\\n"
+    ...                                                   "source: {train: !ref <file>}\\nfile: !ref <name>.csv\\n")
     ...     print(expand_hparams(Path(folder) / "corpus.yaml"), end="")
     lr: 0.1
+    file: !ref <name>.csv
+    source: {train: !ref <file>}
     epochs: 9
     name: x
     """
@@ -98,42 +153,24 @@ def expand_hparams(path: PathLike, _depth: int = 0) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _merged(base_text: str, text: str) -> str:
-    """``base_text`` with each top-level key of ``text`` replacing or added (:func:`expand_hparams`; kept for
-    the next call with the same texts)."""
-    base = _load(base_text)
+    """``base_text`` with each top-level key of ``text`` replacing or added, in :func:`expand_hparams`' order
+    (kept for the next call with the same texts)."""
+    merged = yaml_tree(base_text)
     added = []
-    for key, value in _load(text).items():
-        if key not in base:
+    for key, value in yaml_tree(text).items():
+        if key not in merged:
             added.append(key)
-        base[key] = value
+        merged[key] = value
     for key in added:
-        if "!ref" in _dump({key: base[key]}):  # a plain value resolves wherever it stands
-            _move_before_first_referrer(base, key)
+        if not referenced_keys(merged[key]):
+            continue  # a value without references resolves wherever it stands
+        keys = list(merged)
+        referrer = next((other for other in keys[:keys.index(key)] if key in referenced_keys(merged[other])), None)
+        if referrer is not None:
+            merged.insert(keys.index(referrer), key, merged.pop(key))
     out = io.StringIO()
-    ruamel.yaml.YAML().dump(base, out)
+    ruamel.yaml.YAML().dump(merged, out)
     return out.getvalue()
-
-
-def _move_before_first_referrer(mapping, key: str) -> None:
-    """Move ``key`` of the ruamel ``mapping`` just before the first key whose value refers to it."""
-    keys = list(mapping)
-    position = keys.index(key)
-    pattern = re.compile(r"<" + re.escape(str(key)) + r"(?:[.\[>])")
-    for index, other in enumerate(keys[:position]):
-        if pattern.search(_dump({other: mapping[other]})):
-            value = mapping.pop(key)
-            mapping.insert(index, key, value)
-            return
-
-
-def _dump(data) -> str:
-    out = io.StringIO()
-    ruamel.yaml.YAML().dump(data, out)
-    return out.getvalue()
-
-
-def _load(text: str):
-    return ruamel.yaml.YAML().load(text)
 
 
 def load_hparams_file(path: PathLike, overrides: Union[str, Dict[str, Any]] = "") -> Dict[str, Any]:
@@ -157,6 +194,28 @@ def load_hparams_file(path: PathLike, overrides: Union[str, Dict[str, Any]] = ""
     return load_hyperpyyaml(io.StringIO(expand_hparams(path)), overrides)
 
 
+def resolved_hparams(path: PathLike, overrides: Union[str, Mapping[str, Any], None] = None) -> str:
+    """The whole configuration of an hparams file (:func:`expand_hparams`) with ``overrides`` (YAML text or a
+    mapping, left as given) applied and every reference resolved, nothing built: hyperpyyaml's
+    ``resolve_references``, the text a run saves as its ``hyperparams.yaml``. Overrides need not name keys
+    of the file here (building it, :func:`load_hparams_file`, refuses those that do not).
+
+    Example
+    -------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "run.yaml").write_text("root: exp\\nsave: !ref <root>/save\\nmodel: !new:torch.nn.ReLU\\n")
+    ...     print(resolved_hparams(Path(folder) / "run.yaml", {"root": "out"}), end="")
+    root: out
+    save: out/save
+    model: !new:torch.nn.ReLU
+    """
+    from hyperpyyaml import resolve_references
+
+    overrides = copy.deepcopy(overrides) if isinstance(overrides, Mapping) else overrides
+    return resolve_references(io.StringIO(expand_hparams(path)), overrides or None).getvalue()
+
+
 def configured_paths(path: PathLike, overrides: Union[str, Mapping[str, Any]] = "") -> List[Path]:
     """Every text value of an hparams file (at any depth, ``overrides`` applied and references resolved,
     nothing built) as a path: the folders that building the file creates (a checkpointer's
@@ -174,11 +233,8 @@ def configured_paths(path: PathLike, overrides: Union[str, Mapping[str, Any]] = 
     >>> [str(p) for p in paths]
     ['out', 'out/save', 'out/save']
     """
-    from hyperpyyaml import resolve_references
-
-    overrides = copy.deepcopy(overrides) if isinstance(overrides, Mapping) else overrides
     try:
-        text = resolve_references(io.StringIO(expand_hparams(path)), overrides or None).getvalue()
+        text = resolved_hparams(path, overrides)
     except Exception:  # noqa: BLE001 (any error of the file or the overrides: loading it names the error)
         return []
     texts: List[str] = []
@@ -250,9 +306,10 @@ class TolerantLoader(yaml.SafeLoader):
 
 class TaggedMapping(dict):
     """A mapping that was tagged in YAML (an object's arguments: ``!new:``, ``!apply:``...), read as a
-    plain ``dict`` that remembers its ``tag``: :func:`changed_training_settings` compares the arguments
-    written out in such objects (given :func:`argument_references`) and the settings they are built from,
-    not the objects' classes."""
+    plain ``dict`` that remembers its ``tag``:
+    :func:`~surprisal_cc.training.changed_settings.changed_training_settings` compares the arguments written
+    out in such objects (given :func:`~surprisal_cc.training.changed_settings.argument_references`) and the
+    settings they are built from, not the objects' classes."""
 
     def __init__(self, items=(), tag: str = ""):
         super().__init__(items)
@@ -370,194 +427,3 @@ def inert_overrides(hparams_file: PathLike) -> Dict[str, str]:
 def ruamel_errors():
     """The exception class of ruamel.yaml's parse errors."""
     return ruamel.yaml.YAMLError
-
-
-# Settings a resumed training run may change: where files are, how long it trains, and how it is
-# validated and tested. Any other plain setting (a number, a name, a list of them) that differs from
-# the one its checkpoints were trained with is refused: the run would mix two configurations.
-RESUMABLE_KEYS = frozenset({
-    "apc_export_path", "apc_output_folder", "beam_size", "cache_batch_size", "cache_folder", "checkpoints_to_keep",
-    "ckpt_interval_minutes", "controller_at_test", "data_folder", "dev_subset", "download", "error_details_file",
-    "experiment_root", "find_unused_parameters", "malloc_reuse", "num_workers", "number_of_epochs", "output_folder",
-    "prepared_folder", "results_file", "save_folder", "selection_metric", "test_bias_shifts", "test_budget_split",
-    "test_flops_fraction", "test_stochastic", "test_threads", "train_log", "use_feature_cache", "valid_search"})
-
-
-#: Where a value sits in an hparams file: its top-level key, then argument names and list positions.
-KeyPath = Tuple[Union[str, int], ...]
-
-#: hyperpyyaml's tags of a value taken from elsewhere in the file (resolved in a saved ``hyperparams.yaml``).
-REFERENCE_TAGS = ("!ref", "!copy")
-
-
-def changed_training_settings(stored: Mapping[str, Any], requested: Mapping[str, Any],
-                              references: Optional[FrozenSet[KeyPath]] = None) -> List[str]:
-    """``"key: trained with X, requested Y"`` for each top-level setting (not in :data:`RESUMABLE_KEYS`)
-    that both configurations hold and that differs (:func:`_same_setting`: numbers by value, however
-    written; a file by its content where both names lead to one; mappings and lists, such as ``labels``,
-    ``mfa_labels`` or ``prepare_options``, entry by entry, leaving out entries named in
-    :data:`RESUMABLE_KEYS`). The arguments of objects (``!new:``, ``!apply:``, ``!name:``) are compared
-    where ``references`` (:func:`argument_references` of the requested configuration's hparams text)
-    tells the ones written out from references: each argument both objects hold, down to entries of its
-    mappings and lists, named by its key path (``"apc_model.hidden_size: trained with 512, requested
-    256"``); a reference is compared where it leads (its top-level key), an argument named in
-    :data:`RESUMABLE_KEYS` not at all. Without ``references`` they are not compared.
-
-    Example
-    -------
-    >>> changed_training_settings({"lr": 0.001, "number_of_epochs": 30, "seed": 1, "learned_penalty": "1e-05"},
-    ...                           {"lr": 0.002, "number_of_epochs": 40, "seed": 1, "learned_penalty": 1e-05})
-    ['lr: trained with 0.001, requested 0.002']
-    >>> changed_training_settings({"labels": {"train": "mfa", "test": "mfa"}},
-    ...                           {"labels": "{train: lexicon, test: mfa}"})
-    ["labels: trained with {'train': 'mfa', 'test': 'mfa'}, requested '{train: lexicon, test: mfa}'"]
-    >>> text = "epochs: 4\\nmodel: !new:torch.nn.GRU\\n  hidden_size: {}\\n  num_layers: !ref <epochs>\\n"
-    >>> trained, now = (parse_yaml_tolerant(text.format(size)) for size in (512, 256))
-    >>> changed_training_settings(trained, now, argument_references(text.format(256)))
-    ['model.hidden_size: trained with 512, requested 256']
-    """
-    changed = []
-    for key, value in requested.items():
-        if key not in stored or key in RESUMABLE_KEYS or str(key).startswith("__"):
-            continue
-        if references is not None and isinstance(stored[key], TaggedMapping) and isinstance(value, TaggedMapping):
-            changed += _changed_arguments(stored[key], value, (key,), references)
-        elif not _same_setting(stored[key], value):
-            changed.append(f"{key}: trained with {stored[key]!r}, requested {value!r}")
-    return changed
-
-
-def argument_references(text: str, overrides: Union[str, Mapping[str, Any], None] = None) -> FrozenSet[KeyPath]:
-    """The key paths of the values that hparams ``text`` (the whole configuration: :func:`expand_hparams`),
-    with ``overrides`` applied as hyperpyyaml applies them (mappings entry by entry), gives as references
-    (``!ref``, ``!copy``). A saved ``hyperparams.yaml`` holds them resolved, so only the text tells an
-    object's argument written out (``hidden_size: 512``) from one that repeats another setting
-    (``limit: !ref <number_of_epochs>``): :func:`changed_training_settings` compares the first kind.
-
-    Example
-    -------
-    >>> text = "lr: 0.1\\nopt: !name:torch.optim.Adam\\n  lr: !ref <lr>\\n  eps: 1.0e-8\\n  betas: [!ref <lr>, 0.9]\\n"
-    >>> sorted(argument_references(text)), sorted(argument_references(text, "opt: {lr: 0.5}"))
-    ([('opt', 'betas', 0), ('opt', 'lr')], [('opt', 'betas', 0)])
-    """
-    from hyperpyyaml.core import recursive_update
-
-    tree = _load(text)
-    overrides = _load(overrides) if isinstance(overrides, str) else overrides
-    if isinstance(tree, Mapping) and isinstance(overrides, Mapping):
-        recursive_update(tree, overrides)
-    found = set()
-
-    def walk(node: Any, path: KeyPath) -> None:
-        if getattr(getattr(node, "tag", None), "value", None) in REFERENCE_TAGS:
-            found.add(path)
-        elif isinstance(node, Mapping):
-            for key, value in node.items():
-                walk(value, path + (key,))
-        elif isinstance(node, (list, tuple)):
-            for i, value in enumerate(node):
-                walk(value, path + (i,))
-
-    walk(tree, ())
-    return frozenset(found)
-
-
-def _changed_arguments(stored: Any, requested: Any, path: KeyPath, references: FrozenSet[KeyPath]) -> List[str]:
-    """:func:`changed_training_settings`' lines for an object's arguments at ``path`` (or a value within
-    them): mappings entry by entry (the entries both hold, not named in :data:`RESUMABLE_KEYS`), lists of one
-    length element by element, anything else by :func:`_same_setting`; values at ``references`` left out.
-
-    Example
-    -------
-    >>> _changed_arguments({"size": 512, "steps": [2, 2], "limit": 4}, {"size": "512", "steps": [2, 3], "limit": 8},
-    ...                    ("model",), frozenset({("model", "limit")}))
-    ['model.steps.1: trained with 2, requested 3']
-    """
-    if path in references:
-        return []
-    if isinstance(stored, Mapping) and isinstance(requested, Mapping):
-        return [line for key in requested if key in stored and key not in RESUMABLE_KEYS
-                for line in _changed_arguments(stored[key], requested[key], path + (key,), references)]
-    if isinstance(stored, (list, tuple)) and isinstance(requested, (list, tuple)) and len(stored) == len(requested):
-        return [line for i, (old, new) in enumerate(zip(stored, requested))
-                for line in _changed_arguments(old, new, path + (i,), references)]
-    if _same_setting(stored, requested):
-        return []
-    return [f"{'.'.join(map(str, path))}: trained with {stored!r}, requested {requested!r}"]
-
-
-def _same_setting(stored: Any, requested: Any) -> bool:
-    """Whether a setting a run was trained with and one requested are the same, as
-    :func:`changed_training_settings` compares them: YAML text of a mapping or list (``--labels="{train:
-    mfa}"``) as what it reads as; mappings entry by entry, an entry missing on one side as null, entries
-    named in :data:`RESUMABLE_KEYS` (``prepare_options``' ``data_folder``) left out, and a mapping the same
-    as null where every entry is null, or as one value where every entry is that value (``labels: mfa``
-    for every split); lists element-wise; a tagged mapping (an object's arguments, :class:`TaggedMapping`)
-    always the same (:func:`_changed_arguments` compares those); anything else as :func:`_as_number` reads
-    it, or a file by its content where both name one.
-
-    Example
-    -------
-    >>> _same_setting({"train": "a.csv", "test": None, "data_folder": "x"}, {"train": "a.csv", "data_folder": "y"})
-    True
-    >>> _same_setting([{"lr": 1}], [{"lr": "1.0"}]), _same_setting({"train": "mfa"}, {"train": "lexicon"})
-    (True, False)
-    >>> _same_setting({"train": "mfa", "test": "mfa"}, "mfa"), _same_setting({"train": None}, None)
-    (True, True)
-    """
-    if isinstance(stored, TaggedMapping) or isinstance(requested, TaggedMapping):
-        return True
-    if isinstance(stored, str) != isinstance(requested, str) and isinstance(stored, (str, Mapping, list, tuple)) \
-            and isinstance(requested, (str, Mapping, list, tuple)):
-        stored, requested = (_yaml_value(v) if isinstance(v, str) else v for v in (stored, requested))
-    if isinstance(stored, Mapping) != isinstance(requested, Mapping):  # one value for every entry, or null for none
-        mapping, value = (stored, requested) if isinstance(stored, Mapping) else (requested, stored)
-        if not isinstance(value, (list, tuple)) and (mapping or value is None):
-            return all(_same_setting(entry, value) for key, entry in mapping.items() if key not in RESUMABLE_KEYS)
-    if isinstance(stored, Mapping) and isinstance(requested, Mapping):
-        return all(_same_setting(stored.get(key), requested.get(key)) for key in {*stored, *requested}
-                   if key not in RESUMABLE_KEYS)
-    if isinstance(stored, (list, tuple)) and isinstance(requested, (list, tuple)):
-        return len(stored) == len(requested) and all(map(_same_setting, stored, requested))
-    if isinstance(stored, (Mapping, list, tuple)) or isinstance(requested, (Mapping, list, tuple)):
-        return stored == requested
-    return _as_number(stored) == _as_number(requested) or _same_file(stored, requested)
-
-
-def _yaml_value(text: str) -> Any:
-    """``text`` as YAML reads it (tags as plain data, :class:`TolerantLoader`), or the text itself where it is
-    not YAML."""
-    try:
-        return yaml.load(text, Loader=TolerantLoader)
-    except yaml.YAMLError:
-        return text
-
-
-def _same_file(a: Any, b: Any) -> bool:
-    """Whether ``a`` and ``b`` name one file by two names (relative and absolute, another working directory):
-    both files, with the same content."""
-    return isinstance(a, str) and isinstance(b, str) and Path(a).is_file() and Path(b).is_file() \
-        and filecmp.cmp(a, b, shallow=False)
-
-
-def _as_number(value: Any) -> Any:
-    """A setting as compared: numbers (and numbers written as text, as YAML 1.1 reads ``1e-05``) as
-    floats, lists and tuples element-wise, anything else as it is.
-
-    Example
-    -------
-    >>> _as_number("1e-05") == _as_number(1e-05), _as_number((0.9, 1)) == _as_number([0.9, 1.0])
-    (True, True)
-    """
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    if isinstance(value, (list, tuple)):
-        return [_as_number(v) for v in value]
-    return value

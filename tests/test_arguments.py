@@ -17,7 +17,8 @@ from surprisal_cc.model.calibration import check_calibration_target
 from surprisal_cc.data.audio import refuse_short_waveforms, short_audio_problem
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.model.features import FeatureConfig
-from surprisal_cc.training.run_settings import check_debug_options, check_flops_budget, check_settings, check_test_budget
+from surprisal_cc.training.run_checks import check_flops_budget, check_settings, check_test_budget
+from surprisal_cc.training.command_line import check_debug_options
 from surprisal_cc.training.schedulers import lr_scheduler
 from surprisal_cc.runtime import check_threads
 

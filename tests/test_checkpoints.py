@@ -145,7 +145,7 @@ def test_a_custom_named_checkpoint_moved_aside_by_a_save_cut_short_is_put_back(t
 def test_a_run_resumes_only_on_the_labels_it_started_with(tmp_path):
     """Labels rewritten in place (same manifest path) are refused on resume; moved audio, a new run in
     the folder and a resumed run without a record are not."""
-    from surprisal_cc.training.brain import TRAINING_LABELS_RECORD, check_training_labels
+    from surprisal_cc.training.label_record import TRAINING_LABELS_RECORD, check_training_labels
     from surprisal_cc.errors import ConfigurationError
 
     train, valid = tmp_path / "train.csv", tmp_path / "valid.csv"

@@ -7,8 +7,9 @@ import torch
 
 from data_fixtures import make_bad_audio_fixture, tone
 from surprisal_cc.data import DataPreparationError, DataPreparationWarning
-from surprisal_cc.data.audio import (as_waveforms, check_audio_files, check_audio_many, inspect_audio,
-                                     iter_audio_paths, read_audio, refuse_bad_audio)
+from surprisal_cc.data.audio import (check_audio_files, check_audio_many, inspect_audio, iter_audio_paths, read_audio,
+                                     refuse_bad_audio)
+from surprisal_cc.data.waveforms import as_waveforms
 from surprisal_cc.data.errors import BadAudioError, BadLabelsError
 from surprisal_cc.inference.long_audio import is_long
 
@@ -240,7 +241,8 @@ def test_the_models_minimum_counts_the_samples_a_file_resamples_to(tmp_path):
 
 
 def test_a_batch_with_waveforms_shorter_than_the_models_one_frame_names_them():
-    from surprisal_cc.data.audio import batch_waveforms, refuse_short_waveforms
+    from surprisal_cc.data.audio import refuse_short_waveforms
+    from surprisal_cc.data.waveforms import batch_waveforms
 
     wavs, samples = batch_waveforms([torch.zeros(800), torch.zeros(400)])  # no length check here
     assert samples.tolist() == [800, 400]
@@ -258,7 +260,8 @@ def test_a_batch_with_waveforms_shorter_than_the_models_one_frame_names_them():
 def test_a_resampled_batch_counts_the_samples_resampling_makes(count):
     """A waveform at 44.1 kHz counts the samples resampling it alone makes (as of a file of it: ceil, not
     round), in a padded batch too: 2203 samples are 800 at 16 kHz, one frame of a 50 ms window."""
-    from surprisal_cc.data.audio import batch_waveforms, resample, resampled_length
+    from surprisal_cc.data.audio import resample, resampled_length
+    from surprisal_cc.data.waveforms import batch_waveforms
 
     made = resample(torch.zeros(count), 44100, 16000).numel()
     assert made == resampled_length(count, 44100, 16000)
@@ -298,7 +301,7 @@ def test_a_file_far_quieter_than_the_training_speech_is_named_in_one_warning(tmp
 
 
 def test_scaling_to_a_level_raises_by_at_most_40_db():
-    from surprisal_cc.data.audio import MAX_LEVEL_GAIN_DB, scaled_to_level
+    from surprisal_cc.data.waveforms import MAX_LEVEL_GAIN_DB, scaled_to_level
 
     wavs = torch.tensor([[0.1, -0.1], [1e-4, -1e-4]])  # -20 dBFS and -80 dBFS
     out = scaled_to_level(wavs, torch.tensor([2, 2]), -26.0)

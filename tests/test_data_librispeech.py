@@ -13,8 +13,9 @@ from surprisal_cc.data import (
     DataPreparationError, DataPreparationWarning, LIBRISPEECH_PHONES, prepare_librispeech,
     prepare_mini_librispeech,
 )
-from surprisal_cc.data import librispeech
-from surprisal_cc.data.librispeech import safe_extract, select_valid_speakers, verify_checksum
+from surprisal_cc.data import download, librispeech
+from surprisal_cc.data.librispeech import select_valid_speakers
+from surprisal_cc.data.download import safe_extract, verify_checksum
 
 TRAIN_SPEAKERS = {"11": "F", "12": "M", "13": "F", "14": "M", "15": "F", "16": "M"}
 DEV_LABELS = {"21-5-0000": "sil DH AH K AE T sil", "21-5-0001": "sil sil AH D sil", "22-6-0000": "sil S T AA P sil"}
@@ -325,7 +326,7 @@ def test_checksum_and_download(corpus, tmp_path, monkeypatch):
     sha = hashlib.sha256(archive.read_bytes()).hexdigest()
     verify_checksum(archive, f"sha256:{sha}")
 
-    monkeypatch.setattr(librispeech.urllib.request, "urlretrieve",
+    monkeypatch.setattr(download.urllib.request, "urlretrieve",
                         lambda url, dest: dest.write_bytes(archive.read_bytes()))
     target = tmp_path / "downloaded"
     with pytest.raises(DataPreparationError, match="checksum mismatch"):  # built-in official MD5

@@ -11,7 +11,7 @@ import pytest
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.config import load_hparams_file, parse_yaml_tolerant
 from surprisal_cc.training.recipe import debug_manifests, debug_utterances, recipe_errors
-from surprisal_cc.training.run_settings import check_debug_options, debug_folder_overrides, parse_arguments
+from surprisal_cc.training.command_line import check_debug_options, debug_folder_overrides, parse_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 MLS = REPO / "hparams" / "MiniLibriSpeech"

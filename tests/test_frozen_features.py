@@ -142,7 +142,7 @@ def _refuse_pretraining(monkeypatch):
 
 
 def test_a_test_only_run_loads_the_export_of_its_pretraining(tmp_path, monkeypatch):
-    from surprisal_cc.training import run_settings
+    from surprisal_cc.training import run_checks
     from surprisal_cc.model.apc import APCModel, save_apc
 
     _refuse_pretraining(monkeypatch)
@@ -150,14 +150,14 @@ def test_a_test_only_run_loads_the_export_of_its_pretraining(tmp_path, monkeypat
     hparams = _apc_hparams()
     with pytest.raises(ConfigurationError, match="^apc_export_path exp/apc/apc.pt does not exist in the working "
                                                  "directory .*: --test_only needs the APC the run trained with"):
-        run_settings.check_apc_path(hparams, {"test_only": True})
+        run_checks.check_apc_path(hparams, {"test_only": True})
     (tmp_path / "exp" / "apc").mkdir(parents=True)
     save_apc(APCModel(hidden_size=8), tmp_path / "exp" / "apc" / "apc.pt")
-    assert run_settings.check_apc_path(hparams, {"test_only": True}).hidden_size == 8
-    assert run_settings.check_apc_path(hparams, {}) is None  # training: pretrain_apc_on finds the export itself
+    assert run_checks.check_apc_path(hparams, {"test_only": True}).hidden_size == 8
+    assert run_checks.check_apc_path(hparams, {}) is None  # training: pretrain_apc_on finds the export itself
     with pytest.raises(ConfigurationError, match="^apc_export_path exp/apc/apc.pt: its features are 8-wide, and the "
                                                  "encoder's input_size is 512"):
-        run_settings.check_apc_path({**hparams, "input_size": 512}, {"test_only": True})
+        run_checks.check_apc_path({**hparams, "input_size": 512}, {"test_only": True})
 
 
 class _Loaded(Exception):

@@ -379,7 +379,7 @@ def test_a_runs_current_settings_are_what_its_recipe_saves(path: Path, monkeypat
     from hyperpyyaml import resolve_references
 
     from surprisal_cc.config import expand_hparams, parse_yaml_tolerant
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     monkeypatch.chdir(path.parents[2])
     runs = grid_spec.expand(grid_spec.load_grid(str(path)), log=io.StringIO())
@@ -723,7 +723,7 @@ def test_the_grid_refuses_a_setting_where_the_recipe_would(tmp_path: Path, key: 
     file, which hyperpyyaml refuses for a key the file lacks (a mapping is merged into the key's as it is)."""
     from surprisal_cc.errors import ConfigurationError
     from surprisal_cc.config import load_hparams_file, load_yaml_tolerant
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     hparams = tmp_path / "hparams.yaml"
     hparams.write_text("lr: 0.1\nfind_unused_parameters: False\nmodel: {width: 2}\n")
@@ -860,7 +860,7 @@ def test_shipped_grid_files_set_only_keys_their_recipe_reads(path: Path, monkeyp
     """Each command of a shipped grid, parsed as the recipe parses it, overrides only keys of its hparams
     file (a misspelt key fails here, not hours into a grid)."""
     from surprisal_cc.config import load_yaml_tolerant
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     monkeypatch.chdir(REPOSITORY)
     spec = grid_spec.load_grid(str(path))

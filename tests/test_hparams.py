@@ -51,7 +51,7 @@ def test_a_value_the_encoder_refuses_is_one_line_naming_the_file_once_and_the_re
     """The model file's and the encoder's wrapping of the error is left out: the hparams file, then the
     innermost reason with the key it names."""
     from surprisal_cc.model.controllers import CONTROLLERS
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     hparams_file, run_opts, overrides = parse_arguments([MLS_HPARAMS, "--controller=bogus", "--device=cpu"])
     with pytest.raises(ConfigurationError) as err:
@@ -92,6 +92,17 @@ def test_a_new_key_holding_a_reference_moves_before_the_included_key_that_refers
     assert load_hparams_file(tmp_path / "run.yaml")["source"] == {"train": "/data/train.csv"}
 
 
+def test_a_new_plain_key_stays_after_the_included_keys_even_where_one_refers_to_it(tmp_path):
+    """Only a value that is itself a reference needs to stand above its referrers (expand_hparams)."""
+    from surprisal_cc.config import expand_hparams, load_hparams_file
+
+    (tmp_path / "base.yaml").write_text("size: !ref <width>\nepochs: 5\n")
+    (tmp_path / "run.yaml").write_text("--- !include:base.yaml\nwidth: 4\n")
+    assert [line.split(":")[0] for line in expand_hparams(tmp_path / "run.yaml").splitlines()] == \
+        ["size", "epochs", "width"]
+    assert load_hparams_file(tmp_path / "run.yaml")["size"] == 4
+
+
 @pytest.mark.parametrize("text,resolves", [
     ("a: !ref <b>\nb: !ref <c>/x\nc: d\n", False),           # a whole value, to a later reference
     ("a: !ref <m[x]>\nm: {x: !ref <c>}\nc: 3\n", False),      # a whole value, into a later mapping's reference
@@ -114,7 +125,7 @@ def test_a_rejected_configuration_leaves_no_folder_of_its_own(tmp_path, existing
     """The checkpointers create their save/ folders while the file is built, before the settings are
     checked: a run refused there (parsed and loaded as the recipes do) takes back the folders it made,
     and leaves those that were there before as they were."""
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     exp = tmp_path / "exp"
     if existing is not None:
@@ -130,7 +141,7 @@ def test_a_rejected_configuration_leaves_no_folder_of_its_own(tmp_path, existing
 def test_a_speechbrain_option_named_like_a_key_of_the_file_is_checked_and_recorded(tmp_path):
     """``--max_grad_norm`` is SpeechBrain's option, which its Brain prefers to the file's key: the value
     given becomes the file's too, so the settings checks see it and the saved hyperparams show it."""
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     common = [MLS_HPARAMS, f"--experiment_root={tmp_path}", f"--output_folder={tmp_path / 'run'}", "--device=cpu"]
     hparams_file, run_opts, overrides = parse_arguments([*common, "--max_grad_norm=-1"])
@@ -144,7 +155,7 @@ def test_a_speechbrain_option_named_like_a_key_of_the_file_is_checked_and_record
 def test_test_only_on_an_untrained_run_leaves_no_folder(tmp_path):
     """``--test_only`` needs a trained run: refused while the file loads, before the recipe writes its
     experiment folder, and the save/ folder the checkpointer made is taken back."""
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     hparams_file, run_opts, overrides = parse_arguments([MLS_HPARAMS, f"--experiment_root={tmp_path / 'exp'}",
                                                          f"--output_folder={tmp_path / 'exp' / 'run'}",
@@ -159,7 +170,7 @@ def test_test_only_on_an_untrained_run_leaves_no_folder(tmp_path):
 def test_recipe_help_ends_with_where_the_hparams_keys_are_and_precision_auto(argv, capsys):
     """SpeechBrain's --help lists its own options only (and --precision without auto): the last line says
     that the hparams keys are options too, where they are listed, and that auto is taken."""
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     with pytest.raises(SystemExit) as stop:
         parse_arguments(argv)
@@ -171,7 +182,7 @@ def test_recipe_help_ends_with_where_the_hparams_keys_are_and_precision_auto(arg
 
 
 def test_a_command_line_error_is_not_followed_by_the_help_line(capsys):
-    from surprisal_cc.training.run_settings import HELP_EPILOG, parse_arguments
+    from surprisal_cc.training.command_line import HELP_EPILOG, parse_arguments
 
     with pytest.raises(SystemExit) as stop:
         parse_arguments([MLS_HPARAMS, "--precision=fp64"])

@@ -1,15 +1,34 @@
-"""Tests for surprisal_cc.decoding.metrics and label_eval.label_error_rate: corpus-level rates checked against jiwer."""
+"""Tests for surprisal_cc.decoding.metrics and label_eval.label_error_rate: corpus-level rates checked against jiwer
+(word error rates through :func:`word_error_rate`, the tests' own helper)."""
 
 from __future__ import annotations
 
 import random
+from typing import Sequence
 
 import jiwer
 import pytest
 
 from surprisal_cc.model.ctc import chain_predecessors, pronunciation_graph
 from surprisal_cc.alignment.label_eval import label_error_rate
-from surprisal_cc.decoding.metrics import ErrorRate, closest_path, word_error_rate
+from surprisal_cc.decoding.metrics import ErrorRate, closest_path
+
+
+def word_error_rate(
+    refs: Sequence[Sequence[str] | str], hyps: Sequence[Sequence[str] | str]
+) -> float:
+    """Corpus-level WER in percent through :class:`ErrorRate`; strings are split on whitespace.
+
+    >>> word_error_rate(["the cat sat", "hi"], ["the cat sat down", "hi"])
+    25.0
+    """
+    if len(refs) != len(hyps):
+        raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
+    split = lambda xs: [x.split() if isinstance(x, str) else list(x) for x in xs]  # noqa: E731
+    er = ErrorRate()
+    er.append([str(i) for i in range(len(refs))], split(hyps), split(refs))
+    return float(er.summarize()["error_rate"])
+
 
 PHONES = ["aa", "ae", "b", "d", "iy", "k", "s", "t", "sil"]
 

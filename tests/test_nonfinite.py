@@ -6,7 +6,8 @@ import pytest
 import speechbrain as sb
 import torch
 
-from surprisal_cc.training.brain import FiniteLossBrain, TrainingDivergedError
+from surprisal_cc.errors import TrainingDivergedError
+from surprisal_cc.training.base_brain import FiniteLossBrain
 
 
 class RegressionBrain(FiniteLossBrain):

@@ -8,7 +8,7 @@ from speechbrain.utils.run_opts import RunOptions
 from surprisal_cc.model.architectures import build_encoder, encoder_names
 from surprisal_cc.model.controllers import CONTROLLERS, Controller
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.training.run_settings import resolve_precision
+from surprisal_cc.training.precision import resolve_precision
 
 
 def test_an_explicit_precision_is_taken_as_it_is():
@@ -136,7 +136,7 @@ def test_adaptive_encoders_run_under_bf16_autocast(name, training):
 def test_precision_auto_on_the_command_line_is_the_yaml_key():
     """SpeechBrain's --precision flag takes fp32/fp16/bf16 only; auto (either spelling) becomes the
     override precision: auto, and the other values stay SpeechBrain's run option."""
-    from surprisal_cc.training.run_settings import parse_arguments
+    from surprisal_cc.training.command_line import parse_arguments
 
     for argv in (["run.yaml", "--precision=auto"], ["run.yaml", "--precision", "AUTO", "--lr=0.1"]):
         _, run_opts, overrides = parse_arguments(argv)
@@ -166,7 +166,8 @@ def test_a_resumed_run_keeps_the_precision_auto_chose_when_it_started(tmp_path, 
     """``auto`` is chosen once per run: create_experiment_directory records the choice and a run resumed
     in that folder takes it (a run started when ``auto`` was timed, or on another machine kind, keeps it)."""
     from surprisal_cc import runtime as precision
-    from surprisal_cc.training.run_settings import PRECISION_RECORD, create_experiment_directory
+    from surprisal_cc.training.run_settings import create_experiment_directory
+    from surprisal_cc.training.precision import PRECISION_RECORD
 
     yaml_file = tmp_path / "run.yaml"
     yaml_file.write_text("precision: auto\nlr: 0.1\n")
@@ -186,7 +187,8 @@ def test_a_resumed_run_keeps_the_precision_auto_chose_when_it_started(tmp_path, 
 
 @pytest.mark.parametrize("yaml_precision, test_only", [("fp32", False), ("auto", True)])
 def test_only_a_training_run_with_precision_auto_records_its_choice(tmp_path, yaml_precision, test_only):
-    from surprisal_cc.training.run_settings import PRECISION_RECORD, create_experiment_directory
+    from surprisal_cc.training.run_settings import create_experiment_directory
+    from surprisal_cc.training.precision import PRECISION_RECORD
 
     yaml_file = tmp_path / "run.yaml"
     yaml_file.write_text(f"precision: {yaml_precision}\n")
@@ -198,7 +200,8 @@ def test_only_a_training_run_with_precision_auto_records_its_choice(tmp_path, ya
 def test_apc_pretraining_reads_its_precision_record_from_its_own_folder(tmp_path, monkeypatch):
     """APC pretraining's run folder is apc_output_folder (it has no output_folder)."""
     from surprisal_cc import runtime as precision
-    from surprisal_cc.training.run_settings import PRECISION_RECORD, load_hparams
+    from surprisal_cc.training.run_settings import load_hparams
+    from surprisal_cc.training.precision import PRECISION_RECORD
 
     from data_fixtures import REPO
 

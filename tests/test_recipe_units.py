@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from surprisal_cc.training import labels
-from surprisal_cc.training import run_settings
+from surprisal_cc.training import changed_settings, run_checks, run_settings
 from surprisal_cc.errors import ConfigurationError
 
 
@@ -70,10 +70,10 @@ def test_test_only_needs_a_checkpoint_of_a_validated_epoch(tmp_path):
     hparams, test_only = {"checkpointer": checkpointer, "selection_metric": "PER"}, {"test_only": True}
     checkpointer.save_checkpoint(meta={"brain_intra_epoch_ckpt": True}, end_of_epoch=False)
     with pytest.raises(ConfigurationError, match="no checkpoint of a validated epoch \\(PER\\)"):
-        run_settings.check_test_only(hparams, test_only)
-    run_settings.check_test_only(hparams, {})  # training: nothing to check
+        run_checks.check_test_only(hparams, test_only)
+    run_checks.check_test_only(hparams, {})  # training: nothing to check
     checkpointer.save_checkpoint(meta={"PER": 30.5})
-    run_settings.check_test_only(hparams, test_only)
+    run_checks.check_test_only(hparams, test_only)
 
 
 def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
@@ -85,21 +85,21 @@ def test_the_apc_a_run_needs_is_checked_before_any_data_is_read(tmp_path):
     hparams = {"input_features": "apc", "encoder_module": encoder, "apc_export_path": str(tmp_path / "apc" / "apc.pt")}
     for path, message in ((tmp_path / "nope.pt", "does not exist"), (tmp_path, "is a folder")):
         with pytest.raises(ConfigurationError, match=f"apc_path {path} {message}"):
-            run_settings.check_apc_path({**hparams, "apc_path": str(path)}, {})
+            run_checks.check_apc_path({**hparams, "apc_path": str(path)}, {})
     (tmp_path / "notes.pt").write_text("not a model")
     with pytest.raises(ConfigurationError) as info:  # one line, the file named once, then what to do
-        run_settings.check_apc_path({**hparams, "apc_path": str(tmp_path / "notes.pt")}, {})
+        run_checks.check_apc_path({**hparams, "apc_path": str(tmp_path / "notes.pt")}, {})
     assert str(info.value) == (f"apc_path {tmp_path / 'notes.pt'}: cannot be loaded as a torch file "
                                f"(UnpicklingError): {PRETRAIN_OR_GIVE_APC}")
     test_only = "--test_only needs the APC the run trained with: give --apc_path=FILE"
     for apc_path in (None, str(tmp_path / "nope.pt")):  # --test_only never pretrains: no pretraining advice
         with pytest.raises(ConfigurationError, match=f"does not exist.*: {re.escape(test_only)}"):
-            run_settings.check_apc_path({**hparams, "apc_path": apc_path}, {"test_only": True})
-    run_settings.check_apc_path({**hparams, "apc_path": None}, {})  # training pretrains one
+            run_checks.check_apc_path({**hparams, "apc_path": apc_path}, {"test_only": True})
+    run_checks.check_apc_path({**hparams, "apc_path": None}, {})  # training pretrains one
     save_apc(APCModel(), tmp_path / "good.pt")
-    run_settings.check_apc_path({**hparams, "apc_path": str(tmp_path / "good.pt")}, {"test_only": True})
+    run_checks.check_apc_path({**hparams, "apc_path": str(tmp_path / "good.pt")}, {"test_only": True})
     fbank_only = build_encoder("conditional", input_size=80, num_outputs=42, controller="random")
-    run_settings.check_apc_path({"input_features": "fbank", "encoder_module": fbank_only, "apc_path": "/nope.pt"}, {})
+    run_checks.check_apc_path({"input_features": "fbank", "encoder_module": fbank_only, "apc_path": "/nope.pt"}, {})
 
 
 def test_a_training_flops_budget_is_checked_before_any_data_is_read():
@@ -113,16 +113,16 @@ def test_a_training_flops_budget_is_checked_before_any_data_is_read():
     encoder = build_encoder("conditional", input_size=512, num_outputs=42, controller="surprisal")
     rows = static_flop_rows(encoder, module_macs(apc))
     middle = (rows["small-only"] + rows["big-only"]) / 2
-    run_settings.check_flops_budget({"flops_budget": middle, "encoder_module": encoder}, apc)
-    run_settings.check_flops_budget({"flops_budget": None, "encoder_module": encoder}, apc)
+    run_checks.check_flops_budget({"flops_budget": middle, "encoder_module": encoder}, apc)
+    run_checks.check_flops_budget({"flops_budget": None, "encoder_module": encoder}, apc)
     for budget in (rows["small-only"], rows["big-only"], 2 * rows["big-only"]):
         with pytest.raises(ConfigurationError, match=r"flops_budget .* is not between this model's small-only"):
-            run_settings.check_flops_budget({"flops_budget": budget, "encoder_module": encoder}, apc)
+            run_checks.check_flops_budget({"flops_budget": budget, "encoder_module": encoder}, apc)
     with pytest.raises(ConfigurationError, match="flops_budget must be MACs per frame"):
-        run_settings.check_flops_budget({"flops_budget": "6.4M", "encoder_module": encoder}, apc)
+        run_checks.check_flops_budget({"flops_budget": "6.4M", "encoder_module": encoder}, apc)
     learned = build_encoder("conditional", input_size=512, num_outputs=42, controller="learned")
     with pytest.raises(ConfigurationError, match="this model's controller is 'learned'"):
-        run_settings.check_flops_budget({"flops_budget": middle, "encoder_module": learned}, apc)
+        run_checks.check_flops_budget({"flops_budget": middle, "encoder_module": learned}, apc)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
@@ -198,8 +198,8 @@ def test_a_recipes_saved_settings_compare_equal_when_only_resumable_ones_change(
     content where both are there.)"""
     from hyperpyyaml import resolve_references
 
-    from surprisal_cc.config import (argument_references, changed_training_settings, expand_hparams,
-                                            parse_yaml_tolerant)
+    from surprisal_cc.config import expand_hparams, parse_yaml_tolerant
+    from surprisal_cc.training.changed_settings import argument_references, changed_training_settings
 
     text = expand_hparams(Path(__file__).resolve().parents[1] / "hparams" / hparams_file)
 
@@ -269,8 +269,8 @@ def test_the_published_runs_hold_the_arguments_the_hparams_files_write_out_today
     """Each published run folder (docs/results/**/hyperparams.yaml) against the hparams file it was made from: the
     arguments its objects write out (sizes, mel bands, masking) are those of today's file, so a resumed published
     run is not refused for them; and each published run compares equal with itself."""
-    from surprisal_cc.config import (TaggedMapping, argument_references, changed_training_settings,
-                                            expand_hparams, parse_yaml_tolerant)
+    from surprisal_cc.config import TaggedMapping, expand_hparams, parse_yaml_tolerant
+    from surprisal_cc.training.changed_settings import argument_references, changed_training_settings
 
     repo = Path(__file__).resolve().parents[1]
     published = sorted((repo / "docs" / "results").glob("**/hyperparams.yaml"))
@@ -324,9 +324,9 @@ def test_one_file_by_two_names_is_no_changed_setting(tmp_path, monkeypatch):
     apc = tmp_path / "apc.pt"
     apc.write_bytes(b"weights")
     monkeypatch.chdir(tmp_path)
-    assert run_settings.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": str(apc)}) == []
+    assert changed_settings.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": str(apc)}) == []
     (tmp_path / "other.pt").write_bytes(b"other weights")
-    assert run_settings.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": "other.pt"}) == [
+    assert changed_settings.changed_training_settings({"apc_path": "apc.pt"}, {"apc_path": "other.pt"}) == [
         "apc_path: trained with 'apc.pt', requested 'other.pt'"]
 
 

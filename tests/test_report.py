@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import pytest
 
 from surprisal_cc.experiments import aggregation
-from surprisal_cc.experiments import report
+from surprisal_cc.experiments import learning_curves, report, tables
 from surprisal_cc.training import run_folder
 from surprisal_cc.experiments import run_labels
 from surprisal_cc.cli.commands import main as cli_main
@@ -177,8 +177,8 @@ def test_every_table_markdown_and_csv(tree: Path, tmp_path: Path) -> None:
 
 def test_table_builders_accept_raw_rows(tree: Path) -> None:
     rows = run_folder.collect_results(tree)
-    for build in (report.table_controllers, report.table_ablation, report.table_stochastic,
-                  report.table_lambda, report.table_bias_sweep):
+    for build in (tables.table_controllers, tables.table_ablation, tables.table_stochastic,
+                  tables.table_lambda, tables.table_bias_sweep):
         table = build(rows)
         assert table.rows and table.markdown().count("\n") == len(table.rows) + 2
 
@@ -215,9 +215,9 @@ def test_sample_std_of_three_seeds_and_n_in_every_table(tmp_path: Path) -> None:
 
 def test_single_seed_rows_have_no_plus_minus(tree: Path, tmp_path: Path) -> None:
     rows = run_folder.collect_results(tree)
-    tables = [build(rows) for build in (report.table_controllers, report.table_ablation, report.table_stochastic,
-                                        report.table_lambda, report.table_bias_sweep, report.table_summary)]
-    for table in tables:
+    built = [build(rows) for build in (tables.table_controllers, tables.table_ablation, tables.table_stochastic,
+                                        tables.table_lambda, tables.table_bias_sweep, tables.table_summary)]
+    for table in built:
         lines = table.markdown().splitlines()
         header = [cell.strip() for cell in lines[0].strip("|").split("|")]
         assert "n (seeds)" in header, table.name  # n printed for every aggregated row
@@ -226,9 +226,9 @@ def test_single_seed_rows_have_no_plus_minus(tree: Path, tmp_path: Path) -> None
             cells = [cell.strip().strip("*") for cell in line.strip("|").split("|")]
             assert cells[col] == str(row["n_seeds"])
             assert ("±" in line) == (row["n_seeds"] > 1), line
-    act = next(r for r in tables[0].rows if r["encoder"] == "act")
-    assert act["n_seeds"] == 1 and "| 26.50% |" in tables[0].markdown().replace("**", "")
-    table = report.table_summary(rows)
+    act = next(r for r in built[0].rows if r["encoder"] == "act")
+    assert act["n_seeds"] == 1 and "| 26.50% |" in built[0].markdown().replace("**", "")
+    table = tables.table_summary(rows)
     table.write_csv(tmp_path / "summary.csv")
     single = next(r for r in _csv_rows(tmp_path / "summary.csv") if r["model"].startswith("ACT"))
     assert single["n_seeds"] == "1" and single["PER_std"] == ""
@@ -267,7 +267,7 @@ def test_learned_estimator_is_part_of_the_configuration(tmp_path: Path) -> None:
 def test_paired_table_pairs_seeds_within_one_configuration():
     """Only runs trained alike are paired (an fp32 big-only run is not the bf16 surprisal run's reference),
     and only over the seeds both have."""
-    from surprisal_cc.experiments.report import table_paired
+    from surprisal_cc.experiments.tables import table_paired
 
     rows = [{"controller": "surprisal", "seed": s, "PER": p, "flops_per_frame": 6.9e6, "precision": "bf16"}
             for s, p in ((1, 33.0), (2, 34.0), (3, 35.0))]
@@ -292,7 +292,7 @@ def test_each_learned_variant_is_paired_with_the_references():
                 {"penalty": 0.001, "learned_estimator": "routed"})
     rows += [{"controller": "learned", "seed": s, "PER": 30.0 + i + s / 10, "flops_per_frame": 6.8e6, **v}
              for i, v in enumerate(variants) for s in (1, 2, 3)]
-    paired = [r for r in report.table_paired(rows).rows if r["model"].startswith("Learned")]
+    paired = [r for r in tables.table_paired(rows).rows if r["model"].startswith("Learned")]
     assert len(paired) == 6 and len({r["model"] for r in paired}) == 6  # 3 variants x (big-only, surprisal)
     against_big = sorted(round(r["delta_PER"], 6) for r in paired if r["model"].endswith("Big network only"))
     assert against_big == [1.0, 2.0, 3.0]
@@ -307,23 +307,23 @@ def test_test_time_budget_rows_only_where_they_are_compared():
     rows += [{**base, "seed": s, "PER": 29.3 + s / 10, "flops_per_frame": 6.79e6, "test_flops_fraction": 0.9,
               "test_budget_split": split} for s in (1, 2) for split in ("valid", "test")]
     rows += [{"controller": "big_only", "seed": s, "PER": 29.0, "flops_per_frame": 7.54e6} for s in (1, 2)]
-    names = [r["model"] for r in report.table_controllers(rows).rows]
+    names = [r["model"] for r in tables.table_controllers(rows).rows]
     assert names == ["Surprisal-based controller", "Surprisal-based controller [test budget 0.9x big-only]",
                      "Surprisal-based controller [test budget 0.9x big-only, solved on the test audio]",
                      "Big network only"]
-    paired = {r["model"]: r for r in report.table_paired(rows).rows}
+    paired = {r["model"]: r for r in tables.table_paired(rows).rows}
     assert paired["Surprisal-based controller (test budget 0.9x big-only, solved on the test audio) − Big network "
                   "only"]["delta_PER"] == pytest.approx(0.45)
     assert paired["Surprisal-based controller − Big network only"]["delta_PER"] == pytest.approx(0.15)
     assert len(paired) == 3
-    for table in (report.table_bias_sweep(rows), report.table_ablation(rows)):
+    for table in (tables.table_bias_sweep(rows), tables.table_ablation(rows)):
         assert not any("budget" in str(r.get("model", "")) or r.get("test_flops_fraction") for r in table.rows)
 
 
 def test_precision_table_pairs_bf16_with_fp32_runs_of_the_same_configuration():
     """bf16 runs are paired with fp32 runs that differ in nothing else, over their common seeds; a
     configuration trained in one precision only has no row."""
-    from surprisal_cc.experiments.report import table_precision
+    from surprisal_cc.experiments.tables import table_precision
 
     rows = [{"controller": "surprisal", "seed": s, "PER": p, "flops_per_frame": 6.9e6, "precision": precision,
              "number_of_epochs": 30} for precision, pers in (("fp32", (29.2, 29.6, 29.0)), ("bf16", (29.5, 29.4)))
@@ -355,7 +355,7 @@ def test_training_targets_set_runs_apart(tmp_path: Path) -> None:
         f.write("optional_silence: True\n")
     names = sorted(run_labels.model_name(run_labels.config_of(r)) for r in run_folder.collect_results(tmp_path))
     assert names == ["Big network only", "Big network only [every pronunciation]", "Big network only [optional sil]"]
-    table = report.table_controllers(run_folder.collect_results(tmp_path))
+    table = tables.table_controllers(run_folder.collect_results(tmp_path))
     assert len(table.rows) == 3
 
 
@@ -365,7 +365,7 @@ def test_bias_sweep_lists_every_controller_with_a_shift(tmp_path: Path) -> None:
     write_run(tmp_path, "sweep/surprisal", 1, 25.0, bias_shifts=(0.0, 1.0))
     write_run(tmp_path, "sweep/learned", 1, 27.0, controller="learned", bias_shifts=(-1.0, 0.0))
     write_run(tmp_path, "sweep/random", 1, 28.0, controller="random")
-    table = report.table_bias_sweep(run_folder.collect_results(tmp_path))
+    table = tables.table_bias_sweep(run_folder.collect_results(tmp_path))
     assert [(r["controller"], r["test_bias_shift"]) for r in table.rows] == [
         ("surprisal", 0.0), ("surprisal", 1.0), ("learned", -1.0), ("learned", 0.0)]
     assert table.markdown().splitlines()[4].split("|")[1].strip().strip("*").startswith("Learned controller")
@@ -376,7 +376,7 @@ def test_bias_sweep_keeps_each_model_together(tmp_path: Path) -> None:
         write_run(tmp_path, f"sweep/{precision}", 1, per, precision=precision, bias_shifts=(0.0, -1.0, 1.0))
     write_run(tmp_path, "sweep/big_only", 1, 29.0, controller="big_only", precision="fp32")
     rows = run_folder.collect_results(tmp_path)
-    table = report.table_bias_sweep(rows)
+    table = tables.table_bias_sweep(rows)
     assert [(r.get("precision"), r["test_bias_shift"]) for r in table.rows] == [
         (None, -1.0), (None, 0.0), (None, 1.0), ("fp32", -1.0), ("fp32", 0.0), ("fp32", 1.0)]
     assert [line.split("|")[1].strip().strip("*") for line in table.markdown().splitlines()[2:]] == [""] * 3 + ["fp32 training"] * 3
@@ -406,7 +406,7 @@ def test_converged_table_keeps_one_profile_with_short_labels_and_paired_differen
     rows += runs({1: 33.0}, controller="big_only", flops_per_frame=7.54e6, number_of_epochs=14)
     rows += runs({1: 29.3}, controller="surprisal", flops_per_frame=6.93e6, precision="bf16")
     rows += runs({1: 29.0}, controller="surprisal", flops_per_frame=7.2e6, test_bias_shift=1.0)
-    table = report.table_converged(rows, "Mini")
+    table = tables.table_converged(rows, "Mini")
     assert [r["model"] for r in table.rows] == ["big-only", "surprisal", "PonderNet", "learned (authors' λ sum)",
                                                 "learned", "ACT"]
     assert table.title.endswith("(30 epochs)")
@@ -418,7 +418,7 @@ def test_converged_table_keeps_one_profile_with_short_labels_and_paired_differen
     assert "(n = 2)" in pondernet and "29.80% ± 0.14%" in pondernet
     surprisal = next(line for line in md.splitlines() if line.startswith("| surprisal") or line.startswith("| **surprisal"))
     assert surprisal.count("–") >= 2  # no difference with itself, no steps
-    assert report.table_converged([r for r in rows if r.get("controller") != "big_only"], "Mini").rows == []
+    assert tables.table_converged([r for r in rows if r.get("controller") != "big_only"], "Mini").rows == []
 
 
 def test_development_split_per_beside_the_test_per():
@@ -429,7 +429,7 @@ def test_development_split_per_beside_the_test_per():
             for c, f, runs in [("big_only", 7.5e6, ((1, 29.0, 30.0), (2, 29.4, 30.4))),
                                ("surprisal", 6.9e6, ((1, 29.2, 30.1), (2, 29.6, None)))]
             for s, per, dev in runs]
-    table = report.table_converged(rows)
+    table = tables.table_converged(rows)
     header = table.markdown().splitlines()[0]
     assert "| PER | mfa-dev PER |" in header
     by_model = {r["model"]: r for r in table.rows}
@@ -437,8 +437,8 @@ def test_development_split_per_beside_the_test_per():
     assert by_model["big-only"]["dev_PER_std"] == pytest.approx(0.2828, abs=1e-3)
     assert by_model["surprisal"]["dev_PER"] == pytest.approx(30.1) and by_model["surprisal"]["dev_PER_std"] is None
     assert "30.10% (n = 1)" in table.markdown() and "30.20% ± 0.28%" in table.markdown()  # its own n
-    assert "30.10% (n = 1)" in report.table_controllers(rows).markdown()
-    without = report.table_converged([{k: v for k, v in r.items() if k != "dev"} for r in rows])
+    assert "30.10% (n = 1)" in tables.table_controllers(rows).markdown()
+    without = tables.table_converged([{k: v for k, v in r.items() if k != "dev"} for r in rows])
     assert "mfa-dev" not in without.markdown()
 
 
@@ -447,7 +447,7 @@ def test_controllers_table_lists_a_new_controller_and_encoder():
     rows = [{"controller": c, "encoder": e, "seed": 1, "PER": per, "flops_per_frame": 6e6}
             for c, e, per in (("energy", "conditional", 21.0), ("surprisal", "conditional", 20.0),
                               ("surprisal", "framewise", 30.0), ("surprisal", "act", 20.5))]
-    table = report.table_controllers(rows)
+    table = tables.table_controllers(rows)
     assert [(r["controller"], r["encoder"]) for r in table.rows] == [
         ("surprisal", "conditional"), ("energy", "conditional"), (None, "act"), ("surprisal", "framewise")]
 
@@ -504,9 +504,9 @@ def test_runs_with_other_apc_weights_are_not_pooled():
     assert sorted((r["model"], r["n_seeds"], round(r["PER"], 2)) for r in agg) == [
         ("Big network only", 3, 29.0), ("Big network only [APC new01234]", 2, 26.8), ("Big network only [APC old]", 2, 29.3),
         ("Surprisal-based controller [APC new01234]", 2, 26.9), ("Surprisal-based controller [APC old]", 2, 29.4)]
-    table = report.table_converged(rows)
+    table = tables.table_converged(rows)
     assert {r["apc"] for r in table.rows} == {None}  # the reference: the big-only row with the most seeds
-    paired = report.table_paired([r for r in rows if r.get("apc")])
+    paired = tables.table_paired([r for r in rows if r.get("apc")])
     assert sorted(round(r["delta_PER"], 2) for r in paired.rows) == [0.1, 0.1]
     assert report.format_markdown(rows).endswith("\nAPC new01234: weights fingerprint new0123456789\n"
                                                  "APC old: weights fingerprint old\n")
@@ -528,7 +528,7 @@ def test_pooling_over_the_apc_joins_its_seeds_and_names_both_fingerprints(tmp_pa
         ("Big network only [APC a1a1a1a1+b2b2b2b2]", 3, 27.0),
         ("Surprisal-based controller [APC a1a1a1a1+b2b2b2b2]", 3, 27.3),
         ("Surprisal-based controller [fbank features, APC b2b2b2b2]", 1, 28.0)]
-    paired = report.table_paired(pooled)
+    paired = tables.table_paired(pooled)
     assert [(r["n_seeds"], round(r["delta_PER"], 2)) for r in paired.rows] == [(3, 0.3)]
     assert report.format_markdown(pooled).endswith("APC a1a1a1a1: weights fingerprint a1a1a1a1a1a1, loaded from apc.pt\n"
                                                    "APC b2b2b2b2: weights fingerprint b2b2b2b2b2b2, loaded from "
@@ -574,10 +574,10 @@ def test_converged_reference_ties_go_to_the_profile_with_more_configurations():
             for apc, controllers in (("aaa", ("big_only", "surprisal")), ("bbb", ("big_only", "surprisal", "random")))
             for c in controllers for s in (1, 2, 3)]
     for ordered in (rows, rows[::-1]):
-        assert {r["apc"] for r in report.table_converged(ordered).rows} == {"bbb"}
+        assert {r["apc"] for r in tables.table_converged(ordered).rows} == {"bbb"}
     tied = [r for r in rows if r["controller"] != "random"]  # equal in every respect: sorted order decides
-    assert {r["apc"] for r in report.table_converged(tied).rows} == {"aaa"}
-    assert {r["apc"] for r in report.table_converged(tied[::-1]).rows} == {"aaa"}
+    assert {r["apc"] for r in tables.table_converged(tied).rows} == {"aaa"}
+    assert {r["apc"] for r in tables.table_converged(tied[::-1]).rows} == {"aaa"}
 
 
 def test_a_new_controller_is_told_apart_by_its_own_settings_even_with_a_display_name(monkeypatch):
@@ -606,15 +606,15 @@ def test_adaptive_seeds_recorded_with_different_controller_settings_are_one_row(
              "mean_steps": 5.0} for s, c in ((1, "surprisal"), (2, "random"), (3, "surprisal"))]
     agg = aggregation.aggregate(rows)
     assert [(r["model"], r["n_seeds"]) for r in agg] == [("ACT", 3)]
-    assert [r["model"] for r in report.table_controllers(rows).rows] == ["ACT"]
+    assert [r["model"] for r in tables.table_controllers(rows).rows] == ["ACT"]
 
 
 def test_curves_show_an_error_rate_as_a_percentage_and_other_keys_as_numbers(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "history.jsonl").write_text(json.dumps({"epoch": 1, "lr": 1e-3, "PER": 40.5, "valid_loss": 435.06}) + "\n")
-    assert "40.50 %" in report.format_learning_curves({"a": run}, key="PER")
-    text = report.format_learning_curves({"a": run}, key="valid_loss")
+    assert "40.50 %" in learning_curves.format_learning_curves({"a": run}, key="PER")
+    text = learning_curves.format_learning_curves({"a": run}, key="valid_loss")
     assert "| 435.1 |" in text and "%" not in text.split("\n", 2)[2]
 
 
@@ -623,7 +623,7 @@ def test_lambda_table_tells_the_penalty_forms_apart(tmp_path: Path):
     form, ``penalty_utterances`` null) and one averaged over utterances, are two rows that say which is which."""
     rows = [{"controller": "learned", "seed": 1, "PER": per, "flops_per_frame": 6.8e6, "penalty": 0.001,
              "penalty_utterances": utterances} for per, utterances in ((31.0, None), (30.3, 32))]
-    table = report.table_lambda(rows)
+    table = tables.table_lambda(rows)
     assert [(r["penalty_utterances"], r["PER"]) for r in table.rows] in ([(None, 31.0), (32, 30.3)],
                                                                          [(32, 30.3), (None, 31.0)])
     lines = {line.split("|")[2].strip(" *"): line for line in table.markdown().splitlines()[2:] if line.startswith("|")}

@@ -14,7 +14,8 @@ import speechbrain as sb
 from surprisal_cc.data import prepare_librispeech
 from surprisal_cc.training.frozen_features import pretrain_apc_on
 from surprisal_cc.training.recipe import debug_manifests, prepare_manifests, recipe_errors
-from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams, parse_arguments
+from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams
+from surprisal_cc.training.command_line import parse_arguments
 
 
 def main(argv):

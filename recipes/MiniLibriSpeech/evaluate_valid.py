@@ -28,7 +28,8 @@ from surprisal_cc.training.datasets import dataio_prep
 from surprisal_cc.training.frozen_features import feature_cache, obtain_apc
 from surprisal_cc.model.nnet import unwrap
 from surprisal_cc.training.recipe import prepare_labels, prepare_manifests, recipe_errors
-from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams, parse_arguments
+from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams
+from surprisal_cc.training.command_line import parse_arguments
 
 
 def parse_setting(text: str) -> Dict[str, object]:

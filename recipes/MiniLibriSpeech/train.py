@@ -21,7 +21,8 @@ from surprisal_cc.data.librispeech import DEV_SPLIT
 from surprisal_cc.training.datasets import dataio_prep, training_loader_options
 from surprisal_cc.training.frozen_features import feature_cache, obtain_apc
 from surprisal_cc.training.recipe import debug_manifests, prepare_labels, prepare_manifests, recipe_errors
-from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams, parse_arguments
+from surprisal_cc.training.run_settings import create_experiment_directory, load_hparams
+from surprisal_cc.training.command_line import parse_arguments
 
 
 def main(argv):

@@ -185,8 +185,9 @@ def silence_precision_recall(hyp: Mapping[str, Tuple[int, Set[int]]], ref: Mappi
 def label_error_rate(hyp: Mapping[str, Sequence[str]], ref: Mapping[str, Sequence[str]], merge_sil: bool = True,
                      ignore_sil: bool = False) -> Dict[str, float]:
     """Corpus PER of label sequences ``hyp`` against ``ref`` over the utterances both have:
-    ``(S + D + I) / N`` in percent, the edit counts summed over utterances (SpeechBrain's edit
-    distance), so it can exceed 100 with many insertions.
+    ``(S + D + I) / N`` in percent, the edit counts summed over utterances
+    (:class:`~surprisal_cc.decoding.metrics.ErrorRate`, as the recipes score), so it can exceed 100 with
+    many insertions.
 
     Arguments
     ---------
@@ -215,22 +216,21 @@ def label_error_rate(hyp: Mapping[str, Sequence[str]], ref: Mapping[str, Sequenc
     ...                  merge_sil=False)["per"]
     50.0
     """
-    from speechbrain.utils.edit_distance import wer_details_for_batch, wer_summary
-
-    from surprisal_cc.data.phones import SILENCE, merge_repeated
+    from surprisal_cc.data.phones import SILENCE
+    from surprisal_cc.decoding.metrics import ErrorRate
 
     def prepared(labels: Sequence[str]) -> list:
-        if ignore_sil:
-            return [label for label in labels if label != SILENCE]
-        return merge_repeated(labels) if merge_sil else list(labels)
+        return [label for label in labels if label != SILENCE] if ignore_sil else list(labels)
 
     ids = sorted(set(hyp) & set(ref))
     if not ids:
         raise ValueError(f"no utterance has both labels to score ({len(hyp)} hypotheses, {len(ref)} references)")
-    summary = wer_summary(wer_details_for_batch(ids, [prepared(ref[u]) for u in ids], [prepared(hyp[u]) for u in ids]))
-    return {"per": float(summary["WER"]), "substitutions": summary["substitutions"],
+    rate = ErrorRate(merge_sil=merge_sil and not ignore_sil, sil_token=SILENCE)
+    rate.append(ids, [prepared(hyp[u]) for u in ids], [prepared(ref[u]) for u in ids])
+    summary = rate.summarize()
+    return {"per": summary["error_rate"], "substitutions": summary["substitutions"],
             "deletions": summary["deletions"], "insertions": summary["insertions"],
-            "ref_phones": summary["num_scored_tokens"], "utterances": len(ids)}
+            "ref_phones": summary["num_ref_tokens"], "utterances": len(ids)}
 
 
 def lexicon_vs_mfa_per(

@@ -69,7 +69,8 @@ def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
     from surprisal_cc.errors import ConfigurationError
     from surprisal_cc.model.flops import expected_macs_at_mean_p_big, module_macs, static_flop_rows
     from surprisal_cc.model.nnet import runs_apc
-    from surprisal_cc.training.run_settings import check_flops_budget, load_inert_hparams
+    from surprisal_cc.training.run_settings import load_inert_hparams
+    from surprisal_cc.training.run_checks import check_flops_budget
 
     given = dict(_split_override(o) for o in overrides)
     hparams = load_inert_hparams(hparams_file, "\n".join(f"{key}: {value}" for key, value in given.items()))
@@ -183,7 +184,7 @@ def cmd_backfill_apc(args, unknown: List[str]) -> int:
 
 
 def cmd_curves(args, unknown: List[str]) -> int:
-    from surprisal_cc.experiments.report import format_learning_curves
+    from surprisal_cc.experiments.learning_curves import format_learning_curves
     from surprisal_cc.training.run_folder import read_history
 
     given = []  # (folder, label, history) of each run, in order

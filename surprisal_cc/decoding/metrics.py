@@ -26,7 +26,7 @@ from speechbrain.utils.metric_stats import ErrorRateStats
 
 from surprisal_cc.data.phones import merge_repeated
 
-__all__ = ["ErrorRate", "word_error_rate", "closest_path"]
+__all__ = ["ErrorRate", "closest_path"]
 
 
 class ErrorRate:
@@ -105,22 +105,6 @@ class ErrorRate:
 
     def __len__(self) -> int:
         return len(self._stats.scores)
-
-
-def word_error_rate(
-    refs: Sequence[Sequence[str] | str], hyps: Sequence[Sequence[str] | str]
-) -> float:
-    """Corpus-level WER in percent; strings are split on whitespace.
-
-    >>> word_error_rate(["the cat sat", "hi"], ["the cat sat down", "hi"])
-    25.0
-    """
-    if len(refs) != len(hyps):
-        raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
-    split = lambda xs: [x.split() if isinstance(x, str) else list(x) for x in xs]  # noqa: E731
-    er = ErrorRate()
-    er.append([str(i) for i in range(len(refs))], split(hyps), split(refs))
-    return float(er.summarize()["error_rate"])
 
 
 def closest_path(hyp: Sequence[str], tokens: Sequence[str],

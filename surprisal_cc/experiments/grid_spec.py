@@ -27,8 +27,8 @@ from typing import IO, Any, Collection, Dict, FrozenSet, List, Mapping, NamedTup
 import yaml
 
 from surprisal_cc.checks import is_number
-from surprisal_cc.config import (KeyPath, TaggedMapping, argument_references, changed_training_settings, expand_hparams,
-                            load_yaml_tolerant, parse_yaml_tolerant)
+from surprisal_cc.config import TaggedMapping, expand_hparams, load_yaml_tolerant, parse_yaml_tolerant
+from surprisal_cc.training.changed_settings import KeyPath, argument_references, changed_training_settings
 from surprisal_cc.training.run_folder import BUILT_IN_CONTROLLERS, BUILT_IN_ENCODERS, evaluation_tag, read_history, results_file_name
 from surprisal_cc.experiments.run_labels import POOLABLE_KEYS
 
@@ -167,7 +167,7 @@ class Run:
 
     def _object_references(self, current: Mapping[str, Any]) -> FrozenSet[KeyPath]:
         """Where this run's hparams file gives the arguments of its objects (``current``'s tagged settings) as
-        references (:func:`~surprisal_cc.config.argument_references`), with this run's overrides of
+        references (:func:`~surprisal_cc.training.changed_settings.argument_references`), with this run's overrides of
         those objects: the same for each run of a grid that overrides none (worked out once)."""
         objects = {key: value for key, value in self.overrides.items() if isinstance(current.get(key), TaggedMapping)}
         return _argument_references(expand_hparams(self.hparams),
@@ -263,7 +263,7 @@ class Run:
 
 @functools.lru_cache(maxsize=16)
 def _argument_references(text: str, overrides: str) -> FrozenSet[KeyPath]:
-    """:func:`~surprisal_cc.config.argument_references` of hparams ``text`` with YAML ``overrides``,
+    """:func:`~surprisal_cc.training.changed_settings.argument_references` of hparams ``text`` with YAML ``overrides``,
     kept for the next run of a grid with the same ones."""
     return argument_references(text, overrides or None)
 
@@ -272,7 +272,7 @@ def recipe_overrides(settings: Dict[str, Any], hparams_keys: Collection[str], ou
     """The overrides a recipe run applies to its hparams file, as YAML lines, from the settings a grid
     passes it as ``--key=value`` options: SpeechBrain takes its own options as run options, except those
     that are also keys of the file (``hparams_keys``; ``precision``, ``max_grad_norm``, ...), which it
-    passes on as overrides too (:func:`~surprisal_cc.training.run_settings.run_option_overrides`), and
+    passes on as overrides too (:func:`~surprisal_cc.training.command_line.run_option_overrides`), and
     ``output_folder`` comes last.
 
     Example
@@ -312,8 +312,8 @@ def unused_setting(key: str, settings: Mapping[str, Any]) -> bool:
 def compared_settings(stored: Mapping[str, Any], current: Mapping[str, Any]) -> Dict[str, Any]:
     """The settings of ``current`` (a run's configuration now) that a grid compares with ``stored`` (those
     the finished run in its folder was made with), for
-    :func:`~surprisal_cc.config.changed_training_settings`, which compares the settings both hold,
-    leaving out those a resumed run may change (:data:`~surprisal_cc.config.RESUMABLE_KEYS`: folders,
+    :func:`~surprisal_cc.training.changed_settings.changed_training_settings`, which compares the settings both hold,
+    leaving out those a resumed run may change (:data:`~surprisal_cc.training.changed_settings.RESUMABLE_KEYS`: folders,
     threads, test-time settings, the number of epochs, ...). Left out besides: the settings of a part of the recipe this run
     does not use (:func:`unused_setting`). Where ``current`` would differ only by what the grid does not
     compare, it takes ``stored``'s value: a file named otherwise where both name one, unless both files are
@@ -552,7 +552,7 @@ def check_input_files(runs: Sequence["Run"], steps: Sequence[PrepareStep], grid_
 
 
 # The options of SpeechBrain's command line (speechbrain.utils.run_opts.RunOptions), which a recipe parses
-# (surprisal_cc.training.run_settings.parse_arguments) before it passes the other --key=value options to its hparams
+# (surprisal_cc.training.command_line.parse_arguments) before it passes the other --key=value options to its hparams
 # file as overrides: a grid key that names one is a run option. The flags take no value.
 SPEECHBRAIN_FLAGS = frozenset({
     "auto_mix_prec", "bfloat16_mix_prec", "compile", "compile_using_dynamic_shape_tracing", "compile_using_fullgraph",

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 
 from surprisal_cc.experiments.aggregation import (aggregate, common_notes, ensure_aggregated, pareto_front, pool_configurations, select_rows,  # noqa: E402
                           setup_groups, setup_of, without_notes)
-from surprisal_cc.experiments.report import table_bias_sweep, table_controllers, table_converged, table_lambda  # noqa: E402
+from surprisal_cc.experiments.tables import table_bias_sweep, table_controllers, table_converged, table_lambda  # noqa: E402
 from surprisal_cc.training.run_folder import Row, collect_results, read_history  # noqa: E402
 from surprisal_cc.experiments.run_labels import CONTROLLER_NAMES, run_label  # noqa: E402
 
@@ -185,7 +185,7 @@ def plot_validation_curves(run_dirs: Sequence[PathLike], path: PathLike, key: st
 def plot_bias_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] = None) -> Path:
     """Test PER against the controller bias shift (Appendix B, Fig. 3); big-only PER for reference.
 
-    Draws the rows of :func:`~surprisal_cc.experiments.report.table_bias_sweep`. ``rows``, ``path``,
+    Draws the rows of :func:`~surprisal_cc.experiments.tables.table_bias_sweep`. ``rows``, ``path``,
     ``dataset`` and the return value: see the module docstring.
 
     Example
@@ -222,7 +222,7 @@ def plot_bias_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] 
 def plot_lambda_sweep(rows: Sequence[Row], path: PathLike, dataset: Optional[str] = None) -> Path:
     """Test PER (and FLOPs, right axis) of the learned controller against lambda (Appendix D, Fig. 4).
 
-    Draws the rows of :func:`~surprisal_cc.experiments.report.table_lambda` that have a penalty. ``rows``,
+    Draws the rows of :func:`~surprisal_cc.experiments.tables.table_lambda` that have a penalty. ``rows``,
     ``path``, ``dataset`` and the return value: see the module docstring.
 
     Example
@@ -346,7 +346,7 @@ def make_all_plots(results_root: PathLike, out_dir: PathLike, pool: Sequence[str
     """Every figure the results under ``results_root`` allow.
 
     Per dataset, ``<dataset>_<figure>.png``: PER vs FLOPs of the Table 2 rows and of every row of the
-    reference training profile (``converged_per_vs_flops``, :func:`~surprisal_cc.experiments.report.table_converged`), validation curves,
+    reference training profile (``converged_per_vs_flops``, :func:`~surprisal_cc.experiments.tables.table_converged`), validation curves,
     bias and lambda sweeps (each where there are results for it); also one figure per
     ``routing*.npz`` file found there (arrays fbank, surprisal[, use_big, sil_mask]).
 

@@ -33,8 +33,9 @@ from surprisal_cc.checks import check_batch_size, check_routing_seed, is_number,
 from surprisal_cc.model.apc import APCModel, FrozenAPC
 from surprisal_cc.model.architectures import build_encoder
 from surprisal_cc.model.calibration import budget_big_fraction, solve_budget
-from surprisal_cc.data.audio import (AudioInfo, batch_waveforms, check_audio_each, refuse_bad_audio, refuse_short_waveforms,
-                         scaled_to_level, split_checked, warn_converted)
+from surprisal_cc.data.audio import (AudioInfo, check_audio_each, refuse_bad_audio, refuse_short_waveforms,
+                                     split_checked, warn_converted)
+from surprisal_cc.data.waveforms import batch_waveforms, scaled_to_level
 from surprisal_cc.data.errors import BadAudioError
 from surprisal_cc.decoding.search import CTCBeamSearch
 from surprisal_cc.inference.evaluation import evaluate_corpus
@@ -825,7 +826,7 @@ class ConditionalASR:
                      sample_rate: Optional[int] = None) -> Tuple[Tensor, Tensor]:
         """(B, S) float waveforms at the model's sample rate and (B,) sample counts, from the arguments of
         :meth:`transcribe_batch`; a list of 1-D waveforms (what :meth:`load_audio` returns) is padded here
-        (:func:`~surprisal_cc.data.audio.batch_waveforms` at the model's rate). Their length is checked where
+        (:func:`~surprisal_cc.data.waveforms.batch_waveforms` at the model's rate). Their length is checked where
         the filterbanks are computed (:meth:`filterbanks`).
 
         Example

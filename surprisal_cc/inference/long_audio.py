@@ -149,13 +149,13 @@ class _Reader:
         return read_resampled_span(self.file, start, stop, self.sample_rate)
 
     def level_gain(self, dbfs: Optional[float]) -> Optional[float]:
-        """The gain that :func:`~surprisal_cc.data.audio.scaled_to_level` gives the whole file for an RMS
+        """The gain that :func:`~surprisal_cc.data.waveforms.scaled_to_level` gives the whole file for an RMS
         level of ``dbfs`` (None: no scaling), from its RMS, read part by part: every part of the file is
         scaled by it, as whole-file decoding scales the file. A part scaled on its own would raise a
         long pause's background noise to speech level, where the model finds phones."""
         import torch
 
-        from surprisal_cc.data.audio import level_gain
+        from surprisal_cc.data.waveforms import level_gain
 
         if dbfs is None:
             return None

@@ -20,7 +20,7 @@ from speechbrain.utils.distributed import if_main_process
 
 from surprisal_cc.model.apc import APCModel, apc_config, save_apc
 from surprisal_cc.training.augment import activate_in_training
-from surprisal_cc.training.brain import FiniteLossBrain
+from surprisal_cc.training.base_brain import FiniteLossBrain
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.model.nnet import absolute_lengths, lengths_to_mask, unwrap
 

@@ -1,4 +1,5 @@
-"""SpeechBrain ``Brain`` shared by the TIMIT and Mini-LibriSpeech recipes.
+"""SpeechBrain ``Brain`` shared by the TIMIT and Mini-LibriSpeech recipes (its base, shared with APC
+pretraining: :mod:`surprisal_cc.training.base_brain`).
 
 :class:`ConditionalCTCBrain` trains any :class:`~surprisal_cc.model.nnet.Encoder` with CTC on
 frozen APC features (or raw filterbanks), calibrates a surprisal controller before training,
@@ -8,255 +9,35 @@ results file: error rates, MACs per frame counted from what ran, routing statist
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import logging
-import random
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 
-import numpy as np
 import speechbrain as sb
 import torch
-from speechbrain.utils.distributed import if_main_process, is_distributed_initialized, main_process_only
-from speechbrain.utils.run_opts import RunOptions
+from speechbrain.utils.distributed import if_main_process, main_process_only
 from torch import Tensor
 
 from surprisal_cc.model.apc import APCModel, FrozenAPC
 from surprisal_cc.training.augment import activate_in_training
+from surprisal_cc.training.base_brain import FiniteLossBrain, RNGState
 from surprisal_cc.model.calibration import budget_big_fraction, calibrate_surprisal_controller, solve_budget, target_mean_for_budget
 from surprisal_cc.model.ctc import utterance_mean_ctc_loss
 from surprisal_cc.data.manifest import atomic_write_text
-from surprisal_cc.errors import ConfigurationError, TrainingDivergedError
+from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.model.flops import MacMeter, RoutingStats, count_batch, module_macs, static_flop_rows
 from surprisal_cc.model.forward import CachedInputs, ForwardStep, run_model
 from surprisal_cc.decoding.metrics import closest_path
 from surprisal_cc.model.nnet import absolute_lengths, lengths_to_mask, unwrap, weights_fingerprint
+from surprisal_cc.training.label_record import check_training_labels
 from surprisal_cc.training.run_folder import evaluation_tag, results_file_name, train_labels_name, train_targets_name
 from surprisal_cc.training.schedulers import anneal
 from surprisal_cc.runtime import DEFAULT_DECODING_THREADS, decoding_threads
 
 logger = logging.getLogger(__name__)
-
-
-@sb.utils.checkpoints.register_checkpoint_hooks
-class RNGState:
-    """Checkpointed random state (torch CPU, CUDA when present, Python, NumPy).
-
-    SpeechBrain's ``SaveableGenerator`` checkpoints torch generators only and restores them when
-    the checkpoint is loaded; this recoverable also covers Python's and NumPy's generators and
-    restores a mid-epoch state at the first training batch, as explained below.
-
-    Stochastic routing and dropout draw from these generators, so restoring them makes a run
-    resumed after an interruption continue exactly as the uninterrupted run would have. Creating a
-    DataLoader iterator draws from the torch generator; a run resumed mid-epoch creates one more
-    iterator than the uninterrupted run, so a mid-epoch state is applied at the first training batch
-    (:meth:`apply_pending`, called by the Brain) rather than when the checkpoint is loaded.
-    """
-
-    def __init__(self):
-        self.pending = None
-
-    @sb.utils.checkpoints.mark_as_saver
-    def save(self, path):
-        version, words, gauss = random.getstate()
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
-        state = {"torch": torch.get_rng_state(), "python": [version, torch.tensor(words), gauss],
-                 "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]}
-        if torch.cuda.is_available():
-            state["cuda"] = torch.cuda.get_rng_state_all()
-        torch.save(state, path)
-
-    @sb.utils.checkpoints.mark_as_loader
-    def load(self, path, end_of_epoch=False):
-        state = torch.load(path, weights_only=True)
-        if end_of_epoch:
-            self.apply(state)
-        else:
-            self.pending = state
-
-    def apply_pending(self) -> None:
-        if self.pending is not None:
-            self.apply(self.pending)
-            self.pending = None
-
-    @staticmethod
-    def apply(state) -> None:
-        torch.set_rng_state(state["torch"])
-        version, words, gauss = state["python"]
-        random.setstate((version, tuple(words.tolist()), gauss))
-        kind, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def with_run_option(run_opts, **options):
-    """``run_opts`` (SpeechBrain's RunOptions, a dict or None) with ``options`` set as if given on
-    the command line; every other option keeps its standing (an hparams value still wins over a
-    run option that was not given).
-
-    Example
-    -------
-    >>> opts = with_run_option({"device": "cpu"}, skip_nonfinite_grads=True)
-    >>> opts.skip_nonfinite_grads, sorted(opts.overridden_args)
-    (True, ['device', 'skip_nonfinite_grads'])
-    """
-    if run_opts is None or isinstance(run_opts, dict):
-        run_opts = RunOptions.from_dictionary(dict(run_opts or {}))
-    return dataclasses.replace(run_opts, **options, overridden_args={*run_opts.overridden_args, *options})
-
-
-class FiniteLossBrain(sb.Brain):
-    """A Brain that never updates the model from a batch whose loss is not finite.
-
-    SpeechBrain's own ``fit_batch`` back-propagates a NaN/inf loss and steps the optimiser until
-    ``nonfinite_patience`` runs out, and one such step makes every parameter NaN. This Brain turns
-    on SpeechBrain's ``skip_nonfinite_grads`` (non-finite gradients are dropped before the step, so
-    the batch leaves the weights as they were; under DDP the all-reduced gradients are non-finite on
-    every rank alike) and overrides the ``check_loss_isfinite`` hook: the utterance ids of such a
-    batch are logged, and when more than ``nonfinite_patience`` batches of one epoch had a
-    non-finite loss (on any process) the run stops with :class:`TrainingDivergedError`, which names
-    the utterances and what to do. Checkpoints already written stay as they are, so the same
-    command resumes from the last one once the cause is fixed. With gradient accumulation, the
-    other batches accumulated into the same step are dropped with it.
-
-    Two more guards every recipe Brain shares: evaluating needs a checkpoint of a validated epoch
-    (:meth:`on_evaluate_start`; SpeechBrain would evaluate the untrained model), and a checkpoint
-    written by a model of another shape is one line (:meth:`_checkpoint_of_this_model`, around a
-    subclass's checkpoint loading).
-    """
-
-    def on_evaluate_start(self, max_key=None, min_key=None):
-        """Evaluating the checkpoint chosen by ``max_key``/``min_key`` needs one: without it
-        SpeechBrain would evaluate the untrained model (a :class:`ConfigurationError` instead)."""
-        key = max_key or min_key
-        if self.checkpointer is not None and key and \
-                self.checkpointer.find_checkpoint(max_key=max_key, min_key=min_key) is None:
-            raise ConfigurationError(f"{self.checkpointer.checkpoints_dir} holds no checkpoint of a validated epoch "
-                                     f"({key}) to evaluate: train at least one epoch (number_of_epochs >= 1), or "
-                                     "point --output_folder at a trained run")
-        super().on_evaluate_start(max_key=max_key, min_key=min_key)
-
-    @contextlib.contextmanager
-    def _checkpoint_of_this_model(self):
-        """A checkpoint written by a model of another shape (another architecture or size on the
-        command line) is one :class:`ConfigurationError` line, not torch's list of keys."""
-        try:
-            yield
-        except RuntimeError as err:
-            if not any(s in str(err) for s in ("size mismatch", "Missing key", "Unexpected key")):
-                raise
-            raise ConfigurationError(
-                f"the checkpoint in {self.checkpointer.checkpoints_dir} was written by a model of another shape "
-                f"({' '.join(str(err).split())[:300]}): give the settings it was trained with, use another "
-                "--output_folder, or delete that folder") from None
-
-    def __init__(self, modules=None, opt_class=None, hparams=None, run_opts=None, checkpointer=None):
-        super().__init__(modules=modules, opt_class=opt_class, hparams=hparams,
-                         run_opts=with_run_option(run_opts, skip_nonfinite_grads=True), checkpointer=checkpointer)
-        self.batch_ids: List[str] = []
-        self.nonfinite_ids: List[str] = []
-
-    def on_fit_batch_start(self, batch, should_step):
-        self.batch_ids = [str(i) for i in getattr(batch, "id", [])]
-
-    def check_loss_isfinite(self, loss: Tensor) -> None:
-        finite = torch.isfinite(loss.detach()).all().float().reshape(1)
-        if is_distributed_initialized():
-            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
-        if not bool(finite.item()):
-            self.record_nonfinite_batch(float(loss.detach()))
-
-    def record_nonfinite_batch(self, loss: float) -> None:
-        """Count and log a batch with a non-finite loss; past the patience, stop with the utterance ids."""
-        self.nonfinite_count += 1  # SpeechBrain resets it at the start of every epoch
-        self.nonfinite_ids = (self.nonfinite_ids if self.nonfinite_count > 1 else []) + self.batch_ids
-        logger.warning("non-finite training loss (%s) on batch %d, no update from it; utterances: %s",
-                       loss, self.step, ", ".join(self.batch_ids) or "(no ids)")
-        if self.nonfinite_count <= self.nonfinite_patience:
-            return
-        epoch = getattr(getattr(self.hparams, "epoch_counter", None), "current", "?")
-        lr = getattr(self.hparams, "lr", None)
-        saved = self.checkpointer.checkpoints_dir if self.checkpointer is not None else None
-        shown = self.nonfinite_ids[-16:]
-        raise TrainingDivergedError(
-            f"{self.nonfinite_count} training batches of epoch {epoch} had a non-finite loss (more than "
-            f"nonfinite_patience={self.nonfinite_patience}); none of them updated the model. Utterances of those "
-            f"batches{' (last 16)' if len(self.nonfinite_ids) > 16 else ''}: {', '.join(map(str, shown))}. "
-            f"If the same utterances keep appearing, check their audio and labels; if they differ, training "
-            f"diverged: lower the learning rate{f' (lr: {lr})' if lr is not None else ''} or max_grad_norm. "
-            f"--nonfinite_patience=N allows more skipped batches per epoch. "
-            + (f"Checkpoints in {saved} are untouched; re-running the same command resumes from the last one."
-               if saved else "")
-        )
-
-
-#: A run folder's record of the labels it trains and selects checkpoints on (:func:`check_training_labels`).
-TRAINING_LABELS_RECORD = "training_labels.json"
-LABEL_COLUMNS = ("ID", "phn", "wrd")
-
-
-def labels_digest(manifest: str) -> str:
-    """sha256 of a manifest's utterance ids and labels (:data:`LABEL_COLUMNS`; not the audio paths, which
-    may move), row by row in file order.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     _ = Path(tmp, "a.csv").write_text("ID,duration,wav,phn\\nu1,1.0,/x/u1.flac,AH B\\n")
-    ...     _ = Path(tmp, "b.csv").write_text("ID,duration,wav,phn\\nu1,1.0,/moved/u1.flac,AH B\\n")
-    ...     labels_digest(f"{tmp}/a.csv") == labels_digest(f"{tmp}/b.csv")
-    True
-    """
-    import hashlib
-
-    from surprisal_cc.data.manifest import read_manifest
-
-    digest = hashlib.sha256()
-    for row in read_manifest(manifest, required=("ID",), resolve_wav=False)[1]:
-        digest.update(json.dumps([row.get(column) for column in LABEL_COLUMNS]).encode() + b"\n")
-    return digest.hexdigest()
-
-
-def check_training_labels(output_folder: str, manifests: Dict[str, str], resumed: bool) -> None:
-    """Refuse to resume a run whose training or validation labels changed since it started (a label
-    file rewritten in place, e.g. the training split relabelled into the same path): its checkpoints
-    were trained on the others. A run starting afresh records its labels' digests in ``output_folder``
-    (:data:`TRAINING_LABELS_RECORD`; main process); a resumed run without a record gets one.
-
-    Example
-    -------
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     _ = Path(tmp, "train.csv").write_text("ID,phn\\nu1,AH B\\n")
-    ...     check_training_labels(tmp, {"train": f"{tmp}/train.csv"}, resumed=False)
-    ...     _ = Path(tmp, "train.csv").write_text("ID,phn\\nu1,AH D\\n")
-    ...     check_training_labels(tmp, {"train": f"{tmp}/train.csv"}, resumed=True)
-    Traceback (most recent call last):
-    ...
-    surprisal_cc.errors.ConfigurationError: ... holds checkpoints trained on other train labels than .../train.csv holds now: ...
-    """
-    digests = {split: labels_digest(manifests[split]) for split in ("train", "valid") if manifests.get(split)}
-    record = Path(output_folder) / TRAINING_LABELS_RECORD
-    stored: Dict[str, str] = {}
-    if resumed and record.is_file():
-        try:
-            stored = json.loads(record.read_text())
-        except ValueError:
-            stored = {}
-    changed = [split for split, digest in digests.items() if stored.get(split) not in (None, digest)]
-    if changed:
-        raise ConfigurationError(
-            f"{output_folder} holds checkpoints trained on other {' and '.join(changed)} labels than "
-            f"{', '.join(manifests[split] for split in changed)} holds now: restore the labels it was trained "
-            "with, or give another --output_folder (or --experiment_root) for a new run")
-    if if_main_process() and (not resumed or not stored):
-        atomic_write_text(record, json.dumps(digests, indent=2) + "\n")
 
 
 class ConditionalCTCBrain(FiniteLossBrain):

@@ -11,7 +11,6 @@ surprisal_cc.errors.ConfigurationError: no/such/run: no such run folder
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import warnings
@@ -26,7 +25,7 @@ from surprisal_cc.model.architectures import build_encoder
 from surprisal_cc.data.errors import DataPreparationWarning
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.training.frozen_features import run_apc_file
-from surprisal_cc.config import TolerantLoader, expand_hparams, ruamel_errors
+from surprisal_cc.config import TolerantLoader, resolved_hparams, ruamel_errors
 from surprisal_cc.model.nnet import FINGERPRINT_DIGITS, runs_apc, weights_fingerprint
 from surprisal_cc.model.model_folder import check_weights_dtype, load_tensors, model_config, write_model_folder
 
@@ -38,10 +37,9 @@ __all__ = ["export_run", "average_float_state_dicts", "portable_path"]
 def _resolved_plain_yaml(hparams_file: Path, overrides: str) -> Dict[str, Any]:
     """Top-level mapping of an hparams file with ``!ref`` resolved and no tag run (tagged nodes as plain data)."""
     import yaml
-    from hyperpyyaml import resolve_references
 
     try:
-        text = resolve_references(io.StringIO(expand_hparams(hparams_file)), overrides).getvalue()
+        text = resolved_hparams(hparams_file, overrides)
         data = yaml.load(text, Loader=TolerantLoader)
     except (ValueError, KeyError, yaml.YAMLError, ruamel_errors()) as err:
         raise ConfigurationError(f"{hparams_file}: {type(err).__name__}: {' '.join(str(err).split())}") from None

@@ -24,7 +24,7 @@ from speechbrain.utils.distributed import run_on_main
 from surprisal_cc.errors import ConfigurationError, TrainingDivergedError, os_error_line
 from surprisal_cc.training.labels import SentencePieceLabels, train_units
 from surprisal_cc.model.nnet import keyword_names
-from surprisal_cc.training.run_settings import check_manifest_phones, check_num_outputs
+from surprisal_cc.training.run_checks import check_manifest_phones, check_num_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def debug_manifests(hparams: Mapping, manifests: Mapping[str, str], run_opts: Ma
     """The manifests a run reads: with ``--debug``, each split's cut to its first N utterances
     (:func:`debug_utterances`), written (on the main process) as ``<split>.csv`` in
     ``<hparams[folder_key]>/debug_manifests/``, the debug run's own folder
-    (:func:`~surprisal_cc.training.run_settings.debug_folder_overrides`), so that the feature cache, APC
+    (:func:`~surprisal_cc.training.command_line.debug_folder_overrides`), so that the feature cache, APC
     pretraining, calibration and datasets built from them touch those utterances only; the prepared
     manifests are left as they are. Without ``--debug``, ``manifests`` as they are. APC pretraining
     passes ``apc_output_folder`` and ``apc_batch_size``.

@@ -351,7 +351,8 @@ def test_transcribe_refuses_audio_too_short_for_the_models_window_and_skips_it_w
 def test_transcribe_checks_the_plot_folder_before_decoding_and_prints_before_plotting(model, tmp_path, monkeypatch, capsys):
     sf.write(tmp_path / "a.flac", np.zeros(1600, dtype=np.float32), 16000)
     decoded = []
-    monkeypatch.setattr(ConditionalASR, "transcribe_checked_file", lambda self, path, **kwargs: decoded.append(path))
+    monkeypatch.setattr("surprisal_cc.inference.asr.transcribe_checked_file",
+                        lambda asr, path, **kwargs: decoded.append(path))
     plot = tmp_path / "a.flac" / "routing.png"
     assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--plot", str(plot)]) == 1
     (line,) = error_lines(capsys)
@@ -683,15 +684,17 @@ def test_transcribe_long_file_in_parts_with_progress_and_blank_penalty(model, re
 @pytest.mark.integration
 def test_transcribe_keeps_finished_results_when_interrupted(model, real_flac, monkeypatch, capsys):
     calls = []
-    original = ConditionalASR.transcribe_checked_file
+    from surprisal_cc.inference import asr
 
-    def second_is_interrupted(self, path, **kwargs):
+    original = asr.transcribe_checked_file
+
+    def second_is_interrupted(model, path, **kwargs):
         calls.append(path)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return original(self, path, **kwargs)
+        return original(model, path, **kwargs)
 
-    monkeypatch.setattr(ConditionalASR, "transcribe_checked_file", second_is_interrupted)
+    monkeypatch.setattr(asr, "transcribe_checked_file", second_is_interrupted)
     assert main(["transcribe", str(real_flac), str(real_flac), "--model", str(model), "--json"]) == 130
     captured = capsys.readouterr()
     (done,) = _json_lines(captured.out)
@@ -996,15 +999,17 @@ def test_an_interrupted_evaluate_keeps_and_names_what_it_scored(model, tmp_path,
     their alignments written, and one error line saying how many were scored and where they are."""
     make_librispeech_fixture(tmp_path, {"dev": {"1-2": ["HELLO WORLD", "GOOD MORNING", "AND", "HELLO"]}})
     batches = []
-    original = ConditionalASR.run_batch
+    from surprisal_cc.inference import passes
 
-    def second_is_interrupted(self, wavs, samples):
+    original = passes.decode_batch
+
+    def second_is_interrupted(asr, wavs, samples):
         batches.append(len(samples))
         if len(batches) == 2:
             raise KeyboardInterrupt
-        return original(self, wavs, samples)
+        return original(asr, wavs, samples)
 
-    monkeypatch.setattr(ConditionalASR, "run_batch", second_is_interrupted)
+    monkeypatch.setattr(passes, "decode_batch", second_is_interrupted)
     utts, alignments = tmp_path / "utts.jsonl", tmp_path / "alignments.txt"
     assert main(["evaluate", str(tmp_path / "LibriSpeech" / "dev"), "--model", str(model), "--batch-size", "2",
                  "--per-utterance", str(utts), "--alignments", str(alignments)]) == 130
@@ -1050,7 +1055,7 @@ def test_evaluate_refuses_an_alignments_file_it_cannot_write_before_decoding(tmp
     ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)
     make_timit_fixture(tmp_path / "timit")
     decoded = []
-    monkeypatch.setattr(ConditionalASR, "run_batch", lambda self, *args: decoded.append(args))
+    monkeypatch.setattr("surprisal_cc.inference.passes.decode_batch", lambda asr, *args: decoded.append(args))
     under_a_file = tmp_path / "timit_model" / "model.json" / "alignments.txt"
     assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model),
                  "--alignments", str(under_a_file)]) == 1

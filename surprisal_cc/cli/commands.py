@@ -285,6 +285,7 @@ def cmd_export(args, unknown: List[str]) -> int:
 
 def _load_model(args):
     from surprisal_cc.inference.asr import ConditionalASR
+    from surprisal_cc.inference.budget import budget_big_fraction
 
     if args.deterministic and (args.sampled or args.seed is not None):
         raise UsageError("--deterministic and --sampled/--seed choose different routings: give one")
@@ -292,8 +293,8 @@ def _load_model(args):
         raise UsageError("--bias-shift and --flops-fraction both set the controller's bias: give one")
     routing = "sampled" if args.sampled or args.seed is not None else "deterministic" if args.deterministic else None
     threads = {} if args.threads is None else {"threads": args.threads}  # default: DEFAULT_DECODING_THREADS
-    asr = ConditionalASR.from_pretrained(args.model, device=args.device, precision=args.precision, routing=routing,
-                                         seed=args.seed, **threads)
+    asr = ConditionalASR.from_hparams(Path(args.model) if args.model else None, device=args.device,  # a folder
+                                      precision=args.precision, routing=routing, seed=args.seed, **threads)
     if args.blank_penalty is not None:
         asr.beam_search.blank_penalty = args.blank_penalty
     if args.input_level is not None:
@@ -301,7 +302,7 @@ def _load_model(args):
     if args.bias_shift is not None:
         asr.set_bias_shift(args.bias_shift)
     if args.flops_fraction is not None:
-        asr.budget_big_fraction(args.flops_fraction)  # a budget this model cannot meet fails before any audio is read
+        budget_big_fraction(asr, args.flops_fraction)  # a budget this model cannot meet fails before any audio is read
     return asr
 
 
@@ -452,6 +453,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     """``transcribe``, with ``stdin_audio`` the file standard input was written to (given as ``-``)."""
     from surprisal_cc.data.audio import warn_converted
     from surprisal_cc.data.errors import DataPreparationError
+    from surprisal_cc.inference.asr import transcribe_checked_file
+    from surprisal_cc.inference.budget import meet_flops_budget
     from surprisal_cc.inference.long_audio import PROGRESS_AFTER_S
 
     fmt = _transcribe_format(args)
@@ -469,8 +472,7 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     if not usable:  # every input left out by --skip-bad (without it, _gather_audio has refused them)
         raise DataPreparationError(f"none of the given files is usable audio ({len(skipped)} left out, listed "
                                    "above)")
-    budget = (asr.meet_flops_budget([path for path, _ in usable], args.flops_fraction,
-                                    long_chunk_s=args.chunk_seconds)
+    budget = (meet_flops_budget(asr, [path for path, _ in usable], args.flops_fraction, long_chunk_s=args.chunk_seconds)
               if args.flops_fraction is not None else None)
     names = output_names([(Path("stdin") if _as_given(path, stdin_audio) == "-" else path, utt)
                           for path, utt in usable])  # standard input is "stdin", not its temporary folder's
@@ -484,8 +486,8 @@ def _transcribe(args, stdin_audio: Optional[Path] = None) -> int:
     unsaved_plots = 0
     for i, (path, utt) in enumerate(usable):
         long = infos[str(path)].duration > PROGRESS_AFTER_S
-        result = asr.transcribe_checked_file(path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
-                                             progress=_long_progress(_as_given(path, stdin_audio)) if long else None)
+        result = transcribe_checked_file(asr, path, long_chunk_s=args.chunk_seconds, keep_fbank=bool(args.plot),
+                                         progress=_long_progress(_as_given(path, stdin_audio)) if long else None)
         result.path = _as_given(path, stdin_audio)
         _emit_result(result, fmt, utt, names[i], run)
         if args.plot and not _save_routing_plot(result, plots[i], title=utt or path.name):
@@ -523,11 +525,12 @@ def _check_plot(args, asr) -> None:
 
 def _gather_audio(given: Sequence[str], stdin_audio: Optional[Path], skip_bad: bool, asr):
     """The audio files of ``transcribe``'s inputs (``-``: ``stdin_audio``), each checked for the model
-    ``asr`` before any decoding (its ``check_files``: audio too short for one of its frames is unusable):
+    ``asr`` before any decoding (:func:`~surprisal_cc.data.audio.check_audio_each` at its limits: audio too short
+    for one of its frames is unusable):
     ``(items, skipped, infos)``, with ``items`` every ``(path, utterance or None)`` found, ``skipped`` a
     :func:`_skipped_record` per unusable input (each warned about) and ``infos`` the :class:`AudioInfo` of
     each usable file by its path. Unusable inputs without ``skip_bad`` are an error."""
-    from surprisal_cc.data.audio import AudioInfo, refuse_bad_audio
+    from surprisal_cc.data.audio import AudioInfo, check_audio_each, refuse_bad_audio
 
     skipped: List[Dict[str, str]] = []  # every unusable input, found before any decoding
     found = [(name, [(stdin_audio, None)] if name == "-" else audio_inputs(name, skipped)) for name in given]
@@ -539,7 +542,8 @@ def _gather_audio(given: Sequence[str], stdin_audio: Optional[Path], skip_bad: b
         warnings.warn(f"no audio files in {', '.join(empty)}")
     total = len(items) + len(skipped)
     infos: Dict[str, AudioInfo] = {}
-    for (path, utt), (_, info, problem) in zip(items, asr.check_files([path for path, _ in items])):
+    for (path, utt), (_, info, problem) in zip(items, check_audio_each([path for path, _ in items],
+                                                                       **asr.feature_config.audio_limits)):
         if info is not None:
             infos[str(path)] = info
         elif stdin_audio is not None and path == stdin_audio:  # named as the user gave it
@@ -685,7 +689,7 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
     if beside is not None:  # scored against lexicon labels all the same: the choice stays the user's
         print(f"note: MFA labels for {Path(args.data).name} found at {beside}; pass --mfa-labels {beside} to score "
               "against them (now: lexicon)", file=sys.stderr, flush=True)
-    from surprisal_cc.inference.evaluation import EvaluationInterrupted
+    from surprisal_cc.inference.evaluation import EvaluationInterrupted, evaluate_corpus
 
     try:
         with contextlib.ExitStack() as stack:
@@ -693,13 +697,13 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
             if args.per_utterance:
                 # a run that fails before its first result leaves the file from an earlier run as it was
                 write = _json_lines_to(sys.stdout if args.per_utterance == "-" else args.per_utterance, stack)
-            result = asr.evaluate(args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad,
-                                  batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
-                                  progress=not args.json and sys.stderr.isatty(),
-                                  any_pronunciation=args.any_pronunciation,
-                                  flops_fraction=args.flops_fraction, per_utterance=write,
-                                  alignments=sys.stdout if args.alignments == "-" else args.alignments,
-                                  long_chunk_s=args.chunk_seconds)
+            result = evaluate_corpus(asr, args.data, mfa_labels=args.mfa_labels, skip_bad=args.skip_bad,
+                                     batch_size=args.batch_size, g2p=args.g2p, timit_split=args.timit_split,
+                                     progress=not args.json and sys.stderr.isatty(),
+                                     any_pronunciation=args.any_pronunciation,
+                                     flops_fraction=args.flops_fraction, per_utterance=write,
+                                     alignments=sys.stdout if args.alignments == "-" else args.alignments,
+                                     long_chunk_s=args.chunk_seconds)
     except EvaluationInterrupted as err:
         print(f"error: {_interrupted_line(err, args.per_utterance, args.alignments)}", file=sys.stderr, flush=True)
         return 130

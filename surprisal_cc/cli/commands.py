@@ -1,4 +1,4 @@
-"""Command-line interface: ``surprisal-cc analyse|flops|grid|report|backfill-apc|curves|bench|export|transcribe|evaluate``.
+"""Command-line interface: ``surprisal-cc analyse|flops|grid|report|curves|bench|export|transcribe|evaluate``.
 
     surprisal-cc analyse --apc APC.pt --mfa MFA.csv --audio-root DIR [--plot OUT.png] [--json OUT.json]
     surprisal-cc flops hparams/TIMIT/conditional_ctc.yaml [--key=value ...] [--json]
@@ -6,7 +6,6 @@
         [--no-report] [--key=value ...]
     surprisal-cc report results/MiniLibriSpeech [more results files or folders] [--json] [--csv FILE] [--pool KEY]
     surprisal-cc report results/MiniLibriSpeech/grid --out docs/results/MiniLibriSpeech   # every table + plot
-    surprisal-cc backfill-apc docs/results/MiniLibriSpeech [--dry-run]   # APC fingerprints of older results files
     surprisal-cc curves RUN_DIR[=LABEL] ... [--key PER] [--plot OUT.png]   # runs in progress too
     surprisal-cc bench [--json] [--quick] [--only training,rnn] [--device cuda] [--threads 1] [--output FILE.json]
     surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N]
@@ -163,22 +162,6 @@ def cmd_report(args, unknown: List[str]) -> int:
             print(f"wrote {path}")
         return 0
     print(json.dumps(rows, indent=2, default=str) if args.json else format_markdown(rows))
-    return 0
-
-
-def cmd_backfill_apc(args, unknown: List[str]) -> int:
-    from surprisal_cc.experiments.apc_provenance import fill_apc_fingerprints
-
-    missing = [p for p in args.folders if not Path(p).is_dir()]
-    if missing:
-        raise FileNotFoundError(f"no such folder: {', '.join(missing)}")
-    found = fill_apc_fingerprints(args.folders, repository=args.repository, write=not args.dry_run)
-    for item in (f for f in found if f.status in ("filled", "unknown")):
-        what = f"{item.fingerprint} from {item.source}" if item.status == "filled" else f"left as it is: {item.reason}"
-        print(f"{item.results}: {what}")
-    counts = {status: sum(f.status == status for f in found) for status in ("filled", "recorded", "no_apc", "unknown")}
-    print(f"{counts['filled']} {'to fill' if args.dry_run else 'filled'}, {counts['recorded']} already recorded, "
-          f"{counts['no_apc']} without an APC, {counts['unknown']} unknown")
     return 0
 
 
@@ -741,7 +724,7 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
 # main
 # ----------------------------------------------------------------------------------------------
 COMMANDS = {"analyse": cmd_analyse, "flops": cmd_flops, "grid": cmd_grid, "report": cmd_report, "bench": cmd_bench, "export": cmd_export,
-            "curves": cmd_curves, "backfill-apc": cmd_backfill_apc,
+            "curves": cmd_curves,
             "transcribe": cmd_transcribe, "evaluate": cmd_evaluate}
 # commands that take --key=value overrides besides their own options
 TAKE_OVERRIDES = ("flops", "grid")
@@ -760,7 +743,6 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     _add_grid_parser(subparsers, command)
     _add_analyse_parser(subparsers)
     _add_report_parser(subparsers)
-    _add_backfill_apc_parser(subparsers)
     _add_curves_parser(subparsers)
     _add_bench_parser(subparsers)
     _add_export_parser(subparsers)
@@ -823,19 +805,6 @@ def _add_report_parser(subparsers) -> None:
                    help="configuration keys that no longer tell rows apart, of apc, precision, train_labels, "
                         "train_targets, dataset (e.g. apc: seeds trained with an APC file and with its fp16 copy "
                         "form one row, labelled with both fingerprints)")
-
-
-def _add_backfill_apc_parser(subparsers) -> None:
-    p = subparsers.add_parser("backfill-apc", help="record the APC fingerprint in results files written before it "
-                                                   "was recorded, from the APC file git held at the run's commit",
-                              description="Results files written before the APC's fingerprint was recorded stand on "
-                                          "rows of their own in reports. Where a run's apc_path was a file tracked "
-                                          "by git at the commit the run recorded, this records that file's "
-                                          "fingerprint (keys apc and apc_source); every other file is left as it is "
-                                          "(surprisal_cc.experiments.apc_provenance).")
-    p.add_argument("folders", nargs="+", help="results folders, searched recursively for results*.json")
-    p.add_argument("--repository", default=".", help="the git checkout the runs ran from (default: .)")
-    p.add_argument("--dry-run", action="store_true", help="print what would be filled; write nothing")
 
 
 def _add_curves_parser(subparsers) -> None:

@@ -22,9 +22,9 @@ from surprisal_cc.errors import UsageError, os_error_line
 #: the command families, as ``surprisal-cc --help`` groups them
 FAMILIES = (("using a model", model_commands), ("experiments", experiment_commands))
 COMMANDS = {**model_commands.COMMANDS, **experiment_commands.COMMANDS}
-DESCRIPTION = """Conditional-computation phone recognition with APC surprisal: use a trained model, or run
-experiments. A configuration or data error ends a command with one line "error: ..." per problem on stderr
-and exit status 1 (2 for a command-line usage error); results already printed stay printed."""
+DESCRIPTION = """Conditional-computation phone recognition with APC surprisal: use a trained model, or run experiments.
+A configuration or data error ends a command with one line "error: ..." per problem on stderr and exit
+status 1 (2 for a command-line usage error); results already printed stay printed."""
 # commands that take --key=value overrides besides their own options
 TAKE_OVERRIDES = ("flops", "grid")
 

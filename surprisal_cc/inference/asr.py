@@ -38,8 +38,7 @@ from surprisal_cc.data.audio import batch_waveforms, check_audio_each, split_che
 from surprisal_cc.data.errors import BadAudioError
 from surprisal_cc.decoding.search import CTCBeamSearch
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.inference import passes
-from surprisal_cc.inference import long_audio
+from surprisal_cc.inference import long_audio, passes
 from surprisal_cc.inference.passes import resolve_inference_precision
 from surprisal_cc.inference.transcription import Transcription
 from surprisal_cc.model.apc import APCModel, FrozenAPC
@@ -298,7 +297,8 @@ class ConditionalASR:
 
     def save(self, folder: PathLike, dtype: str = "fp32") -> Path:
         """Write this model as a model folder (:meth:`from_hparams` loads it back, its bias shift
-        (:meth:`set_bias_shift`, :func:`~surprisal_cc.inference.budget.meet_flops_budget`), beam size and blank penalty included).
+        (:meth:`set_bias_shift`, :func:`~surprisal_cc.inference.budget.meet_flops_budget`), beam size and blank
+        penalty included).
 
         Arguments
         ---------

@@ -88,7 +88,7 @@ BENCH_THREADS ?= 1
 BENCH_OUTPUT ?=
 BENCH_ARGS ?=
 bench: $(STAMP)
-	$(PY) -m surprisal_cc.cli bench --threads=$(BENCH_THREADS) $(if $(BENCH_OUTPUT),--output=$(BENCH_OUTPUT)) $(BENCH_ARGS)
+	$(PY) -m benchmarks.run_all --threads=$(BENCH_THREADS) $(if $(BENCH_OUTPUT),--output=$(BENCH_OUTPUT)) $(BENCH_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,2 +1,2 @@
-"""Benchmark suite of surprisal_cc: ``surprisal-cc bench [--quick] [--json]``, or from the repository root
+"""Benchmark suite of surprisal_cc: from the repository root (or ``make bench``)
 ``python -m benchmarks.run_all [--quick|--smoke] [--json]`` (one benchmark: ``python -m benchmarks.bench_rnn``)."""

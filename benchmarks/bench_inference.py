@@ -201,7 +201,8 @@ def encoder_part(res: BenchResult, cfg: Dict, seed: int, p_big: float) -> None:
 
 
 def _staged(asr, wav, samples, stage_times: Dict[str, List[float]]) -> None:
-    """The steps of ``ConditionalASR._run``, each timed: filterbank, APC, encoder, beam search."""
+    """The steps of ``surprisal_cc.inference.passes.decode_batch``, each timed: filterbank, APC, encoder, beam search."""
+    from surprisal_cc.inference.passes import autocast
     from surprisal_cc.model.forward import CachedInputs, run_model
 
     clock = time.perf_counter
@@ -210,7 +211,7 @@ def _staged(asr, wav, samples, stage_times: Dict[str, List[float]]) -> None:
         fbank, frames = asr.front_end(wav, samples)
         t1 = clock()
         cached = None
-        with asr._autocast():
+        with autocast(asr):
             if asr.uses_apc:  # timed apart, then handed to the shared forward pass as its APC outputs
                 apc_out = asr.apc(fbank, frames)
                 cached = CachedInputs(fbank, apc_out.features, apc_out.surprisal.float())

@@ -1,10 +1,9 @@
 """Run the whole benchmark suite and print one combined table plus per-benchmark details.
 
-    surprisal-cc bench [--quick] [--json] [--only training,rnn] [--threads N] [--output FILE.json] [--device cuda]
     python -m benchmarks.run_all [--quick|--smoke] [--json] [--only training,rnn] [--threads N] [--output FILE.json]
         [--device cuda] [--targets]
 
-``python -m`` from the repository root; ``surprisal-cc bench`` runs it there from any folder.
+``python -m`` from the repository root (``make bench`` runs it so).
 
 Every figure is a ratio against a baseline measured in the same run (the memory, allocator and
 layout benchmarks use fresh subprocesses). torch runs on ``--threads`` threads (default 1, never
@@ -175,7 +174,7 @@ def run_benchmarks(as_json: bool = False, quick: bool = False, size: Optional[st
                    only: Optional[Sequence[str]] = None, threads: int = DEFAULT_THREADS, device: str = "cpu",
                    output: Optional[os.PathLike] = None) -> int:
     """Run the suite and print Markdown (or JSON), then write the JSON report to ``output`` when given; the entry
-    point of ``surprisal-cc bench``. An ``output`` that cannot be written raises :class:`OSError` before any
+    point of ``make bench``. An ``output`` that cannot be written raises :class:`OSError` before any
     benchmark runs; one that fails after the run (a full disk) is reported on stderr after the report was
     printed, and returns 1."""
     size = size or ("quick" if quick else "full")

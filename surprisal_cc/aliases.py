@@ -30,7 +30,6 @@ MOVED = {
     "allocator": "training.allocator",
     "analysis": "experiments.analysis",
     "apc": "model.apc",
-    "apc_provenance": "experiments.apc_provenance",
     "apc_training": "training.apc_training",
     "architectures": "model.architectures",
     "arguments": "checks",

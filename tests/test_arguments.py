@@ -56,6 +56,11 @@ def _model():
     return ConditionalASR.untrained(["AH", "sil"], controller="surprisal")
 
 
+def _budget_big_fraction(asr, fraction):
+    from surprisal_cc.inference.budget import budget_big_fraction
+    return budget_big_fraction(asr, fraction)
+
+
 @functools.lru_cache(maxsize=None)
 def _encoder():
     from surprisal_cc.model.architectures import build_encoder
@@ -104,7 +109,7 @@ SITES = [
     # inference: a loaded model's bias shift and FLOPs budget
     Site("ConditionalASR.set_bias_shift", refusal(lambda v: _model().set_bias_shift(v), ConfigurationError,
                                                   "bias shift must be"), 1, 0.5, NUMBER),
-    Site("ConditionalASR.budget_big_fraction", refusal(lambda v: _model().budget_big_fraction(v), ConfigurationError,
+    Site("budget.budget_big_fraction", refusal(lambda v: _budget_big_fraction(_model(), v), ConfigurationError,
                                                        "FLOPs fraction must be"), 1, 0.9, NUMBER),
     # calibration
     Site("check_calibration_target", refusal(check_calibration_target, ValueError, "controller_target_mean must be"),
@@ -185,7 +190,7 @@ def test_messages_name_the_setting_and_the_value() -> None:
     with pytest.raises(ConfigurationError, match=r"^bias shift must be a finite number, got '1.5'$"):
         _model().set_bias_shift("1.5")
     with pytest.raises(ConfigurationError, match=r"^FLOPs fraction must be a finite number, got True$"):
-        _model().budget_big_fraction(True)
+        _budget_big_fraction(_model(), True)
     with pytest.raises(ValueError, match=r"^min_samples must be a whole number of at least 1 "
                                          r"\(FeatureConfig.min_samples\), got 400.0$"):
         refuse_short_waveforms(torch.tensor([800]), 16000, 400.0)

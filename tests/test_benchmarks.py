@@ -94,27 +94,26 @@ def test_output_file_has_rows_and_machine(tmp_path, monkeypatch, capsys):
     assert bench_decoding.OURS in methods and bench_decoding.BASELINE in methods
 
 
-def test_cli_bench_passes_threads_and_output(tmp_path, monkeypatch, capsys):
-    from surprisal_cc.cli.commands import main as cli_main
+def test_run_all_passes_threads_and_output(tmp_path, monkeypatch, capsys):
+    from benchmarks import run_all
 
     monkeypatch.setenv("SURPRISAL_CC_DATA", str(tmp_path / "nowhere"))  # dataprep: a quick skip
     monkeypatch.chdir(Path(__file__).resolve().parents[1])  # bench runs the checkout it is started in
     out = tmp_path / "bench.json"
-    assert cli_main(["bench", "--only", "dataprep", "--threads", "2", "--output", str(out)]) == 0
+    assert run_all.main(["--only", "dataprep", "--threads", "2", "--output", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["machine"]["threads"] == 2 and report["benchmarks"]["dataprep"]["params"]["threads"] == 2
 
 
 def test_unwritable_output_fails_before_the_run(tmp_path, monkeypatch, capsys):
     """An ``--output`` in a folder that does not exist is one error line before any benchmark runs (from
-    run_all and from ``surprisal-cc bench``); a file that fails after the run comes after the printed report."""
+    run_all); a file that fails after the run comes after the printed report."""
     from benchmarks import run_all
-    from surprisal_cc.cli.commands import main as cli_main
 
     monkeypatch.setenv("SURPRISAL_CC_DATA", str(tmp_path / "nowhere"))  # dataprep: a quick skip
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     out = tmp_path / "missing" / "bench.json"
-    for run in (run_all.main, lambda argv: cli_main(["bench", *argv])):
+    for run in (run_all.main,):
         assert run(["--only", "dataprep", "--output", str(out)]) == 1
         captured = capsys.readouterr()
         assert captured.out == "" and "[bench]" not in captured.err

@@ -25,6 +25,7 @@ from data_fixtures import (REPO, make_bad_audio_fixture, make_librispeech_fixtur
                            require_dev_clean_2, tone, write_mfa_csv)
 from numerics import assert_same_routing_up_to_summation_order
 from surprisal_cc.cli import commands as cli
+from surprisal_cc.cli import model_commands
 from surprisal_cc.cli.commands import main
 from surprisal_cc.data.phones import LIBRISPEECH_PHONES, TIMIT_PHONES_39
 from surprisal_cc.config import expand_hparams
@@ -162,7 +163,7 @@ def test_file_system_errors_name_the_path_and_what_is_wrong(tmp_path, monkeypatc
                                    "choose another output path"]
 
 
-# ---------------------------------------------------------------------------------------------- report, bench
+# ---------------------------------------------------------------------------------------------- report, help
 def test_report(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nowhere")]) == 1
     assert "nowhere" in error_lines(capsys)[0]
@@ -229,36 +230,27 @@ def test_curves_of_a_metric_no_run_has_and_of_a_plot_name_without_suffix(tmp_pat
                                    "that line"]
 
 
-def test_bench(monkeypatch, tmp_path, capsys):
-    """bench runs ``python -m benchmarks.run_all`` in the checkout it is started in, passing its options on
-    (recorded here, not run: a real run is test_benchmarks.py's; run_all's own errors are checked in-process)."""
-    from benchmarks import run_all
+def test_help_lists_the_commands_by_family_and_bench_is_no_command(capsys):
+    """``surprisal-cc --help`` lists the commands using a model and those of experiments apart; the benchmarks
+    are not a command (``python -m benchmarks.run_all``, ``make bench``)."""
+    from surprisal_cc.cli import experiment_commands, model_commands
 
-    calls = []
-
-    def record(command, cwd):
-        calls.append((list(command), Path(cwd)))
-        return 3
-
-    monkeypatch.setattr(cli, "_run_forwarding_output", record)
-    monkeypatch.chdir(REPO)
-    assert main(["bench", "--only", "dataprep", "--quick", "--json"]) == 3  # the benchmarks' exit status
-    [(command, cwd)] = calls
-    assert command[:3] == [sys.executable, "-m", "benchmarks.run_all"] and cwd == REPO
-    assert {"--only=dataprep", "--quick", "--json"} <= set(command[3:])
-    assert not any(arg.startswith("--device") for arg in command)  # cpu: run_all's default
-    assert main(["bench", "--only", "", "--device", "cuda:1"]) == 3
-    assert {"--only=", "--device=cuda:1"} <= set(calls[-1][0][3:])  # run_all refuses an empty --only itself
-    assert run_all.main(["--smoke", "--only", "bogus"]) == 1
-    assert "unknown benchmarks" in error_lines(capsys)[0]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    using, experiments = text.index("\nusing a model:\n"), text.index("\nexperiments:\n")
+    assert using < experiments
+    for name in model_commands.COMMANDS:
+        assert using < text.index(f"\n  {name} ") < experiments, name
+    for name in experiment_commands.COMMANDS:
+        assert text.index(f"\n  {name} ") > experiments, name
+    assert set(cli.COMMANDS) == {*model_commands.COMMANDS, *experiment_commands.COMMANDS}
+    assert "bench" not in cli.COMMANDS and "backfill-apc" not in cli.COMMANDS
     with pytest.raises(SystemExit) as exit_info:
-        main(["bench", "--bogus"])
-    assert exit_info.value.code == 2
-    assert error_lines(capsys)[0] == "error: unrecognized arguments: --bogus (see surprisal-cc bench --help)"
-    monkeypatch.chdir(tmp_path)  # outside a source checkout
-    assert main(["bench", "--only", "dataprep"]) == 1
-    assert "benchmarks/ folder of a source checkout" in error_lines(capsys)[0]
-    assert len(calls) == 2
+        main(["bench"])
+    assert exit_info.value.code == 2 and "invalid choice: 'bench'" in error_lines(capsys)[0]
+    bench = (REPO / "Makefile").read_text().split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    assert "-m benchmarks.run_all --threads=$(BENCH_THREADS)" in bench
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -351,7 +343,8 @@ def test_transcribe_refuses_audio_too_short_for_the_models_window_and_skips_it_w
 def test_transcribe_checks_the_plot_folder_before_decoding_and_prints_before_plotting(model, tmp_path, monkeypatch, capsys):
     sf.write(tmp_path / "a.flac", np.zeros(1600, dtype=np.float32), 16000)
     decoded = []
-    monkeypatch.setattr(ConditionalASR, "transcribe_checked_file", lambda self, path, **kwargs: decoded.append(path))
+    monkeypatch.setattr("surprisal_cc.inference.asr.transcribe_checked_file",
+                        lambda asr, path, **kwargs: decoded.append(path))
     plot = tmp_path / "a.flac" / "routing.png"
     assert main(["transcribe", str(tmp_path / "a.flac"), "--model", str(model), "--plot", str(plot)]) == 1
     (line,) = error_lines(capsys)
@@ -527,8 +520,8 @@ def test_transcribe_skipping_every_input_says_none_is_usable_before_solving_a_bu
 def test_decoding_help_gives_the_long_audio_and_thread_defaults_the_code_uses(model, tmp_path, monkeypatch, capsys):
     from surprisal_cc.runtime import DEFAULT_DECODING_THREADS
 
-    monkeypatch.setattr(cli, "CHUNK_S", 45.0)
-    monkeypatch.setattr(cli, "CONTEXT_S", 2.5)
+    monkeypatch.setattr(model_commands, "CHUNK_S", 45.0)
+    monkeypatch.setattr(model_commands, "CONTEXT_S", 2.5)
     for command, what in (("transcribe", "files"), ("evaluate", "utterances")):
         with pytest.raises(SystemExit):
             main([command, "--help"])
@@ -683,15 +676,17 @@ def test_transcribe_long_file_in_parts_with_progress_and_blank_penalty(model, re
 @pytest.mark.integration
 def test_transcribe_keeps_finished_results_when_interrupted(model, real_flac, monkeypatch, capsys):
     calls = []
-    original = ConditionalASR.transcribe_checked_file
+    from surprisal_cc.inference import asr
 
-    def second_is_interrupted(self, path, **kwargs):
+    original = asr.transcribe_checked_file
+
+    def second_is_interrupted(model, path, **kwargs):
         calls.append(path)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return original(self, path, **kwargs)
+        return original(model, path, **kwargs)
 
-    monkeypatch.setattr(ConditionalASR, "transcribe_checked_file", second_is_interrupted)
+    monkeypatch.setattr(asr, "transcribe_checked_file", second_is_interrupted)
     assert main(["transcribe", str(real_flac), str(real_flac), "--model", str(model), "--json"]) == 130
     captured = capsys.readouterr()
     (done,) = _json_lines(captured.out)
@@ -996,15 +991,17 @@ def test_an_interrupted_evaluate_keeps_and_names_what_it_scored(model, tmp_path,
     their alignments written, and one error line saying how many were scored and where they are."""
     make_librispeech_fixture(tmp_path, {"dev": {"1-2": ["HELLO WORLD", "GOOD MORNING", "AND", "HELLO"]}})
     batches = []
-    original = ConditionalASR.run_batch
+    from surprisal_cc.inference import passes
 
-    def second_is_interrupted(self, wavs, samples):
+    original = passes.decode_batch
+
+    def second_is_interrupted(asr, wavs, samples):
         batches.append(len(samples))
         if len(batches) == 2:
             raise KeyboardInterrupt
-        return original(self, wavs, samples)
+        return original(asr, wavs, samples)
 
-    monkeypatch.setattr(ConditionalASR, "run_batch", second_is_interrupted)
+    monkeypatch.setattr(passes, "decode_batch", second_is_interrupted)
     utts, alignments = tmp_path / "utts.jsonl", tmp_path / "alignments.txt"
     assert main(["evaluate", str(tmp_path / "LibriSpeech" / "dev"), "--model", str(model), "--batch-size", "2",
                  "--per-utterance", str(utts), "--alignments", str(alignments)]) == 130
@@ -1050,7 +1047,7 @@ def test_evaluate_refuses_an_alignments_file_it_cannot_write_before_decoding(tmp
     ConditionalASR.untrained(TIMIT_PHONES_39, controller="random").save(timit_model)
     make_timit_fixture(tmp_path / "timit")
     decoded = []
-    monkeypatch.setattr(ConditionalASR, "run_batch", lambda self, *args: decoded.append(args))
+    monkeypatch.setattr("surprisal_cc.inference.passes.decode_batch", lambda asr, *args: decoded.append(args))
     under_a_file = tmp_path / "timit_model" / "model.json" / "alignments.txt"
     assert main(["evaluate", str(tmp_path / "timit"), "--model", str(timit_model),
                  "--alignments", str(under_a_file)]) == 1
@@ -1260,7 +1257,7 @@ def test_analyse_refuses_a_textgrid_folder_in_one_line(tmp_path, capsys):
 def test_transcribe_text_says_when_no_phone_was_recognised():
     from types import SimpleNamespace
 
-    from surprisal_cc.cli.commands import _format_transcription
+    from surprisal_cc.cli.model_commands import _format_transcription
 
     result = SimpleNamespace(p_big=None, steps=None, path="quiet.wav", text="", duration_s=0.05, num_frames=5,
                              flops_per_frame=7.5e6, rtf=0.01)

@@ -46,19 +46,21 @@ def corpus(tmp_path) -> Path:
 def ran(monkeypatch, big_only) -> Dict[str, List]:
     """What ran: the files decoded in parts (``long``) and the size of each batch (``batches``)."""
     calls: Dict[str, List] = {"long": [], "batches": []}
-    decode_long, run_batch = long_audio.decode_long, big_only.run_batch
+    from surprisal_cc.inference import passes
+
+    decode_long, decode_batch = long_audio.decode_long, passes.decode_batch
 
     def spy_long(asr, path, **kwargs):
         calls["long"].append(Path(path).name)
         return decode_long(asr, path, context_s=CONTEXT_S, **kwargs)
 
-    def spy_batch(wavs, samples):
+    def spy_batch(asr, wavs, samples):
         calls["batches"].append(int(wavs.shape[0]))
-        return run_batch(wavs, samples)
+        return decode_batch(asr, wavs, samples)
 
     monkeypatch.setattr(long_audio, "is_long", functools.partial(long_audio.is_long, context_s=CONTEXT_S))
     monkeypatch.setattr(long_audio, "decode_long", spy_long)
-    monkeypatch.setattr(big_only, "run_batch", spy_batch)
+    monkeypatch.setattr(passes, "decode_batch", spy_batch)
     return calls
 
 
@@ -137,38 +139,35 @@ def test_a_flops_budget_holds_for_its_evaluation_only(corpus, tmp_path):
 
 
 def test_the_model_protocols_name_members_of_conditional_asr(big_only):
-    """``evaluate_corpus`` and the long-audio functions type their model with protocols (inference imports both
-    modules): ``ConditionalASR`` has every member they name, its methods with the same parameters."""
-    import ast
+    """``evaluate_corpus``, the long-audio, budget and batch functions type their model with one protocol
+    (``ConditionalASR`` imports their modules): ``ConditionalASR`` has every member it names, its methods with
+    the same parameters, and the protocol's module loads no torch (the command line's help reads long_audio)."""
     import inspect
-    import typing
+    import subprocess
+    import sys
 
-    from surprisal_cc.inference.evaluation import EvaluatedModel
-    from surprisal_cc.model.forward import DecodedBatch, ForwardResult
+    from surprisal_cc.inference import budget, evaluation, passes
+    from surprisal_cc.inference.protocol import LoadedModel
 
-    assert isinstance(big_only, EvaluatedModel) and isinstance(big_only, long_audio.LongAudioModel)
-    assert not isinstance(object(), long_audio.LongAudioModel)
-    methods = [name for protocol in (long_audio.LongAudioModel, EvaluatedModel)
-               for name, member in vars(protocol).items() if inspect.isfunction(member) and not name.startswith("_")]
-    assert "forward_pass" in methods and "run_batch" in methods
+    assert isinstance(big_only, LoadedModel) and not isinstance(object(), LoadedModel)
+    members = [name for klass in LoadedModel.__mro__ if klass.__module__ == LoadedModel.__module__
+               for name in (*klass.__annotations__, *vars(klass)) if not name.startswith("_")]
+    assert "encoder" in members and "feature_config" in members
+    for name in members:
+        assert hasattr(big_only, name), name
+    methods = [name for name, member in vars(LoadedModel).items() if inspect.isfunction(member) and not name.startswith("_")]
+    assert methods == ["transcribe_batch", "set_bias_shift"]
     for name in methods:
-        assert list(inspect.signature(getattr(EvaluatedModel, name)).parameters) == \
+        assert list(inspect.signature(getattr(LoadedModel, name)).parameters) == \
             list(inspect.signature(getattr(ConditionalASR, name)).parameters), name
-    # the same named tuples: evaluation imports DecodedBatch; long_audio imports ForwardResult for type checkers
-    # only (it loads no torch), so its source is read: the TYPE_CHECKING block takes it from surprisal_cc.model.forward
-    assert typing.get_type_hints(EvaluatedModel.run_batch)["return"] is DecodedBatch
-    assert long_audio.LongAudioModel.forward_pass.__annotations__["return"] == "ForwardResult"
-    tree = ast.parse(Path(long_audio.__file__).read_text(encoding="utf-8"))
-    checked = [node for block in tree.body if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
-               for node in block.body if isinstance(node, ast.ImportFrom)]
-    assert any((node.level, node.module, [alias.name for alias in node.names]) ==
-               (0, "surprisal_cc.model.forward", ["ForwardResult"])
-               for node in checked)
-    for name, result in (("forward_pass", ForwardResult), ("run_batch", DecodedBatch)):
-        assert typing.get_type_hints(getattr(ConditionalASR, name))["return"] is result, name
+    for module in (evaluation, long_audio, budget, passes):
+        assert "LoadedModel" in vars(module), module.__name__
+    code = "import sys, surprisal_cc.inference.long_audio; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False"]
 
 
-def test_audio_too_short_for_the_models_window_is_listed_up_front_and_skipped_with_skip_bad(tmp_path):
+def test_audio_too_short_for_the_models_window_is_listed_up_front_and_skipped_with_skip_bad(tmp_path, monkeypatch):
     """A 50 ms window: a 37.5 ms utterance (which the 25 ms check made where no model is known passes) is
     named in one line before any decoding, and skip_bad scores the others; min_samples gives one frame."""
     from surprisal_cc.data.errors import BadAudioError
@@ -187,8 +186,11 @@ def test_audio_too_short_for_the_models_window_is_listed_up_front_and_skipped_wi
     line = (f"{tmp_path / 'short.wav'}: too short (37.5 ms; the model's shortest usable audio is 50 ms, 800 samples "
             "at 16000 Hz: one frame)")
     decoded = []
-    run_batch = asr.run_batch
-    asr.run_batch = lambda wavs, samples: decoded.append(samples.tolist()) or run_batch(wavs, samples)
+    from surprisal_cc.inference import passes
+
+    decode_batch = passes.decode_batch
+    monkeypatch.setattr(passes, "decode_batch", lambda model, wavs, samples: decoded.append(samples.tolist())
+                        or decode_batch(model, wavs, samples))
     with pytest.raises(BadAudioError) as err:
         evaluate_corpus(asr, tmp_path / "utts.csv")
     assert line in str(err.value).splitlines() and "--skip-bad" in str(err.value) and not decoded

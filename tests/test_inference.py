@@ -30,7 +30,12 @@ from surprisal_cc.cli.commands import main
 from surprisal_cc.data import DataPreparationWarning
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.model.features import FeatureConfig
-from surprisal_cc.inference.asr import BadAudioError, ConditionalASR, ModelFormatError, default_model_dir
+from surprisal_cc.data.audio import check_audio_each
+from surprisal_cc.data.waveforms import batch_waveforms
+from surprisal_cc.inference import passes
+from surprisal_cc.inference.asr import BadAudioError, ConditionalASR, ModelFormatError, default_model_dir, transcribe_checked_file
+from surprisal_cc.inference.budget import budget_big_fraction, frame_surprisal, meet_flops_budget
+from surprisal_cc.inference.evaluation import evaluate_corpus
 from surprisal_cc.model.nnet import weights_fingerprint
 
 RECIPE = REPO / "recipes" / "MiniLibriSpeech" / "train.py"
@@ -121,7 +126,7 @@ def test_evaluate_reproduces_the_recipe_test_decoding(exported, trained_run, min
     assert report["p_big_mean"] == pytest.approx(results["p_big_mean"], abs=1e-4)
     assert report["rtf"] > 0 and report["skipped"] == []
     # the recipe's own test manifest gives the same
-    from_manifest = asr.evaluate(Path(results["data"]["test"]))
+    from_manifest = evaluate_corpus(asr, Path(results["data"]["test"]))
     assert_same_errors_up_to_summation_order(from_manifest, details)
     assert from_manifest["per"] == pytest.approx(results["PER"], abs=error_rate_tolerance(details["num_ref_tokens"]))
 
@@ -130,7 +135,7 @@ def test_evaluate_reproduces_the_recipe_test_decoding(exported, trained_run, min
 def test_lexicon_labels_follow_the_training_g2p_policy(exported, mini_corpus):  # noqa: F811
     subset = mini_corpus / "corpus" / "LibriSpeech" / "dev-clean-2"
     with pytest.warns(UserWarning, match="OOV"):  # words CMUdict lacks become spn (the run's g2p: spn)
-        report = ConditionalASR.from_pretrained(exported).evaluate(subset)
+        report = evaluate_corpus(ConditionalASR.from_pretrained(exported), subset)
     assert report["labels"].startswith("lexicon") and "g2p=spn" in report["labels"]
     assert report["num_utterances"] == 6 and report["per"] > 0
 
@@ -148,7 +153,7 @@ def test_evaluate_against_any_pronunciation(exported, mini_corpus, tmp_path, cap
     for labels in (str(mfa), None):
         with warnings.catch_warnings():  # lexicon labels: the words CMUdict lacks are announced (spn)
             warnings.simplefilter("ignore", DataPreparationWarning)
-            report = asr.evaluate(subset, mfa_labels=labels, any_pronunciation=True)
+            report = evaluate_corpus(asr, subset, mfa_labels=labels, any_pronunciation=True)
         free = report["any_pronunciation"]
         assert free["fixed"] == 0
         edits = report["substitutions"] + report["deletions"] + report["insertions"]
@@ -323,13 +328,13 @@ def test_batch_inputs_a_user_may_give(untrained):
     with pytest.raises(TypeError, match="takes the path of an audio file"):
         untrained.transcribe_file(wavs[0])
     with pytest.raises(ValueError, match="got none"):
-        untrained.meet_flops_budget([], 0.9)
+        meet_flops_budget(untrained, [], 0.9)
     assert untrained.transcribe_batch(wavs.clone().requires_grad_())[0].num_frames == 49
     # each waveform of a list is scaled on its own: int16 beside float, (1, S) as torchaudio.load gives it
     int16 = (wavs[0] * 32767).round().to(torch.int16)
-    mixed = untrained.batch_inputs([int16, wavs[1, :8000]])[0]
-    torch.testing.assert_close(mixed, untrained.batch_inputs([wavs[0], wavs[1, :8000]])[0], atol=1e-4, rtol=0)
-    assert torch.equal(untrained.batch_inputs([wavs[:1], wavs[1, :8000]])[1], torch.tensor([16000, 8000]))
+    mixed = batch_waveforms([int16, wavs[1, :8000]])[0]
+    torch.testing.assert_close(mixed, batch_waveforms([wavs[0], wavs[1, :8000]])[0], atol=1e-4, rtol=0)
+    assert torch.equal(batch_waveforms([wavs[:1], wavs[1, :8000]])[1], torch.tensor([16000, 8000]))
     with pytest.raises(ValueError, match=r"shapes \[\(2, 16000\)\]: give each as 1-D"):
         untrained.transcribe_batch([wavs])
     with pytest.raises(ValueError, match="not files: transcribe a file with transcribe_file"):
@@ -386,15 +391,47 @@ def test_encode_batch_gives_the_log_probabilities_that_transcribe_batch_decodes(
     torch.testing.assert_close(log_probs, result.output.log_probs.float(), rtol=0, atol=0)
     hyps = untrained.beam_search(log_probs, frames)
     results = untrained.transcribe_batch(wavs, torch.tensor([1.0, 0.5]), timestamps=False)
-    assert [untrained.phones_of(h) for h in hyps] == [r.phones for r in results]
+    assert [passes.phones_of(untrained, h) for h in hyps] == [r.phones for r in results]
 
 
-def test_from_hparams_is_from_pretrained(untrained, tmp_path):
+def test_from_hparams_loads_from_savedir_as_speechbrain_does(untrained, tmp_path):
+    """A local source loads where it is; with ``savedir`` its files are linked there (SpeechBrain's default
+    strategy; copied with ``local_strategy=COPY``) and loaded from there; the other keywords go to the
+    constructor; ``from_pretrained`` is the same method."""
+    from speechbrain.utils.fetching import LocalStrategy
+
     folder = untrained.save(tmp_path / "model")
-    loaded = ConditionalASR.from_hparams(source=str(folder), savedir=str(tmp_path / "unused"),
+    assert ConditionalASR.from_hparams(folder).source == folder
+    loaded = ConditionalASR.from_hparams(source=str(folder), savedir=str(tmp_path / "saved"),
                                          run_opts={"device": "cpu"})
-    assert loaded.source == folder and loaded.routing == "deterministic" and loaded.threads == 1
+    saved = tmp_path / "saved"
+    assert loaded.source == saved and loaded.routing == "deterministic" and loaded.threads == 1
+    assert sorted(p.name for p in saved.iterdir()) == ["README.md", "apc.pt", "encoder.pt", "model.json"]
+    assert all((saved / p.name).resolve() == (folder / p.name).resolve() for p in folder.iterdir())
+    copied = ConditionalASR.from_hparams(folder, savedir=tmp_path / "copy", local_strategy=LocalStrategy.COPY)
+    assert not any(p.is_symlink() for p in (tmp_path / "copy").iterdir())
+    assert copied.config == loaded.config and copied.source == tmp_path / "copy"
     assert ConditionalASR.from_pretrained(folder, routing="sampled", seed=4).seed == 4
+    assert ConditionalASR.from_pretrained is ConditionalASR.from_hparams or \
+        ConditionalASR.from_pretrained.__func__ is ConditionalASR.from_hparams.__func__
+    with pytest.raises(ModelFormatError, match="no model folder there"):  # a missing folder: not fetched
+        ConditionalASR.from_hparams(tmp_path / "missing", savedir=tmp_path / "saved2")
+
+
+def test_conditional_asr_is_shaped_like_speechbrains_encoder_asr():
+    """SpeechBrain's EncoderASR entry points, and at most 15 methods in all: long files, phone times, a
+    FLOPs budget and corpus evaluation are functions beside the class."""
+    import inspect
+
+    members = [name for name, value in vars(ConditionalASR).items()
+               if inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod, property))]
+    assert len(members) <= 15, members
+    for name in ("from_hparams", "transcribe_file", "load_audio", "transcribe_batch", "encode_batch", "forward", "to"):
+        assert name in members, name
+    assert [name for name in members if name.startswith("_") and name != "__init__"] == ["_read_audio"]
+    assert list(inspect.signature(ConditionalASR.from_hparams).parameters) == ["source", "savedir", "run_opts", "kwargs"]
+    assert list(inspect.signature(ConditionalASR.transcribe_batch).parameters)[:3] == ["self", "wavs", "wav_lens"]
+    assert list(inspect.signature(ConditionalASR.encode_batch).parameters)[:3] == ["self", "wavs", "wav_lens"]
 
 
 def test_from_hparams_reads_speechbrain_run_options_as_speechbrain_does(untrained, tmp_path):
@@ -513,20 +550,20 @@ def test_a_flops_budget_is_solved_on_the_frames_of_the_audio_given(tmp_path):
     for i, (path, seconds) in enumerate(zip(paths, (1.0, 0.5, 0.75))):
         signal = 0.1 * torch.randn(int(16000 * seconds), generator=torch.Generator().manual_seed(i))
         sf.write(path, signal.numpy(), 16000)
-    budget = asr.meet_flops_budget(paths, 0.9, batch_size=2)
+    budget = meet_flops_budget(asr, paths, 0.9, batch_size=2)
     assert list(budget) == ["fraction", "big_fraction", "bias_shift", "frames"]
-    assert budget["fraction"] == 0.9 and budget["big_fraction"] == asr.budget_big_fraction(0.9)
+    assert budget["fraction"] == 0.9 and budget["big_fraction"] == budget_big_fraction(asr, 0.9)
     big = budget["big_fraction"]
     assert budget["bias_shift"] == pytest.approx(math.log(big / (1 - big)), abs=1e-3)
     assert asr.encoder.test_bias_shift == budget["bias_shift"]
     frames = sum(asr.transcribe_batch(sf.read(path, dtype="float32")[0])[0].num_frames for path in paths)
-    assert budget["frames"] == frames == asr.meet_flops_budget(paths, 0.9, batch_size=1)["frames"]
+    assert budget["frames"] == frames == meet_flops_budget(asr, paths, 0.9, batch_size=1)["frames"]
     with pytest.raises(ConfigurationError, match="FLOPs fraction 0.1"):
-        asr.meet_flops_budget([tmp_path / "missing.wav"], 0.1)
+        meet_flops_budget(asr, [tmp_path / "missing.wav"], 0.1)
     with pytest.raises(BadAudioError, match="missing.wav: file does not exist"):
-        asr.meet_flops_budget([paths[0], tmp_path / "missing.wav"], 0.9)
+        meet_flops_budget(asr, [paths[0], tmp_path / "missing.wav"], 0.9)
     with pytest.raises(ConfigurationError, match="batch_size must be a whole number"):
-        asr.meet_flops_budget(paths, 0.9, batch_size=0)
+        meet_flops_budget(asr, paths, 0.9, batch_size=0)
     # the budget's shift is saved with the model and loaded back; a shift set back to 0 replaces it
     loaded = ConditionalASR.from_pretrained(asr.save(tmp_path / "model"))
     assert loaded.encoder.test_bias_shift == budget["bias_shift"]
@@ -550,8 +587,8 @@ def test_the_surprisal_of_a_long_file_is_computed_in_parts(tmp_path, monkeypatch
     for i, (path, seconds) in enumerate(zip(paths, (0.5, 3.0))):
         signal = 0.1 * torch.randn(int(16000 * seconds), generator=torch.Generator().manual_seed(i))
         sf.write(path, signal.numpy(), 16000)
-    fbank, frames = asr.filterbanks(asr.load_audio(paths[1])[None], torch.tensor([48000]))
-    whole = asr.apc_surprisal(fbank, frames)[0]
+    fbank, frames = passes.filterbanks(asr, asr.load_audio(paths[1])[None], torch.tensor([48000]))
+    whole = passes.apc_surprisal(asr, fbank, frames)[0]
     reaching = list(long_audio.long_surprisal(asr, paths[1], chunk_s=1.0, context_s=3.0))
     assert [part.numel() for part in reaching] == [50, 50, 49] and whole.numel() == 149
     torch.testing.assert_close(torch.cat(reaching), whole, rtol=1e-5, atol=1e-5)
@@ -564,9 +601,9 @@ def test_the_surprisal_of_a_long_file_is_computed_in_parts(tmp_path, monkeypatch
                         in_parts(asr, path, chunk_s, context_s=0.5))
     asr.encoder.controller.set_parameters(weight=0.0, bias=0.0)  # p_big = sigmoid(shift) on every frame
     asr.set_routing("sampled", seed=0)
-    parts = asr.meet_flops_budget(paths, 0.9, long_chunk_s=1.0)
+    parts = meet_flops_budget(asr, paths, 0.9, long_chunk_s=1.0)
     assert calls == ["long.wav"]
-    whole_budget = asr.meet_flops_budget(paths, 0.9, long_chunk_s=0)
+    whole_budget = meet_flops_budget(asr, paths, 0.9, long_chunk_s=0)
     assert calls == ["long.wav"] and parts["frames"] == whole_budget["frames"] == 24 + 149
     assert parts["bias_shift"] == pytest.approx(whole_budget["bias_shift"], abs=1e-6)
 
@@ -623,12 +660,13 @@ def test_a_routing_seed_is_a_whole_number_for_sampled_routing():
 def test_routing_defaults_to_what_the_controller_can_do():
     """Deterministic by default; a random controller (only a draw routes) is always sampled; a model
     that draws nothing (learned, big-only, ACT) refuses sampled routing."""
+    from surprisal_cc.model.nnet import routes_by_chance
     from surprisal_cc.training.labels import phone_set
 
     labels = phone_set("librispeech")
     assert ConditionalASR.untrained(labels, controller="surprisal", input_features="apc").routing == "deterministic"
     chance = ConditionalASR.untrained(labels, controller="random")
-    assert chance.routing == "sampled" and chance.routes_by_chance and chance.can_sample
+    assert chance.routing == "sampled" and routes_by_chance(chance.encoder) and chance.encoder.routing_draws()
     with pytest.raises(ConfigurationError, match="routes by chance .*'random' controller.* one network on every frame"):
         chance.set_routing("deterministic")
     torch.manual_seed(0)
@@ -636,7 +674,7 @@ def test_routing_defaults_to_what_the_controller_can_do():
     assert 0.3 < out.big_fraction < 0.7  # not every frame on one network
     for controller in ("learned", "big_only"):
         fixed = ConditionalASR.untrained(labels, controller=controller)
-        assert fixed.routing == "deterministic" and not fixed.can_sample
+        assert fixed.routing == "deterministic" and not fixed.encoder.routing_draws()
         with pytest.raises(ConfigurationError, match=f"draws nothing .*{controller} controller"):
             fixed.set_routing("sampled")
 
@@ -678,7 +716,7 @@ def test_a_new_controller_routed_by_chance_refuses_deterministic_routing(monkeyp
 
 def test_forward_is_seeded_like_encode_batch_and_forward_pass_is_not():
     """``forward`` draws sampled routing from the model's seed on every call (as ``encode_batch``) and leaves
-    the global RNG as it was; ``forward_pass`` draws from the global RNG, for callers that seed once."""
+    the global RNG as it was; ``passes.forward_pass`` draws from the global RNG, for callers that seed once."""
     asr = ConditionalASR.untrained(["AH", "B", "sil"], controller="random")
     asr.set_routing("sampled", seed=5)
     wavs = 0.1 * torch.randn(2, 16000, generator=torch.Generator().manual_seed(1))
@@ -687,12 +725,12 @@ def test_forward_is_seeded_like_encode_batch_and_forward_pass_is_not():
     first, second = (asr.forward(wavs).output.stats["use_big"] for _ in range(2))
     assert torch.equal(first, second) and torch.equal(torch.random.get_rng_state(), state)
     assert torch.equal(asr.encode_batch(wavs), asr.forward(wavs).output.log_probs.float())
-    drawn = [asr.forward_pass(wavs).output.stats["use_big"] for _ in range(2)]
+    drawn = [passes.forward_pass(asr, wavs).output.stats["use_big"] for _ in range(2)]
     assert not torch.equal(drawn[0], drawn[1])  # 2 x 49 frames drawn at p = 0.5 twice: never the same
 
 
-def test_forward_and_run_batch_results_read_by_name_and_unpack_as_before():
-    """``forward``/``forward_pass`` return a ``ForwardResult`` and ``run_batch`` a ``DecodedBatch``: fields by
+def test_forward_and_decode_batch_results_read_by_name_and_unpack_as_before():
+    """``forward``/``passes.forward_pass`` return a ``ForwardResult`` and ``passes.decode_batch`` a ``DecodedBatch``: fields by
     name, and the tuples they were before (``out, fbank, frames, surprisal``; ``out, hyps, fbank, frames,
     surprisal, seconds``)."""
     from surprisal_cc.inference.asr import DecodedBatch, ForwardResult
@@ -701,44 +739,17 @@ def test_forward_and_run_batch_results_read_by_name_and_unpack_as_before():
     wavs = 0.1 * torch.randn(2, 16000, generator=torch.Generator().manual_seed(1))
     samples = torch.tensor([16000, 8000])
     result = asr.forward(wavs, samples)
-    assert isinstance(result, ForwardResult) and isinstance(asr.forward_pass(wavs, samples), ForwardResult)
+    assert isinstance(result, ForwardResult) and isinstance(passes.forward_pass(asr, wavs, samples), ForwardResult)
     assert result.output.log_probs.shape == (2, 49, 4) and result.frames.tolist() == [49, 24]
     assert result.surprisal.shape == (2, 49) and result.fbank.shape == (2, 49, 80)
     _, _, frames, _ = result
     assert frames.tolist() == [49, 24]
-    with asr.seeded_routing():
-        batch = asr.run_batch(wavs, samples)
+    with passes.seeded_routing(asr):
+        batch = passes.decode_batch(asr, wavs, samples)
     assert isinstance(batch, DecodedBatch) and batch.frames.tolist() == [49, 24] and batch.seconds > 0
     assert len(batch.hyps) == 2 and batch.output.log_probs.shape == (2, 49, 4) and batch.fbank.shape == (2, 49, 80)
     _, hyps, _, _, _, seconds = batch
     assert len(hyps) == 2 and seconds > 0
-
-
-def test_evaluate_takes_the_arguments_of_evaluate_corpus_and_passes_each_on(monkeypatch):
-    """``ConditionalASR.evaluate`` spells out the parameters of ``evaluation.evaluate_corpus`` (for readers and
-    IDEs): the same names, order, kinds, defaults and annotations but the model, each passed on as given."""
-    import inspect
-    import itertools
-
-    from surprisal_cc.inference import evaluation
-    from surprisal_cc.inference import asr as inference
-
-    method, function = inspect.signature(ConditionalASR.evaluate), inspect.signature(evaluation.evaluate_corpus)
-    ours, theirs = list(method.parameters.values())[1:], list(function.parameters.values())[1:]  # self, asr
-    differences = [f"evaluate has {a}, evaluate_corpus has {b}"
-                   for a, b in itertools.zip_longest(ours, theirs, fillvalue="nothing") if a != b]
-    if method.return_annotation != function.return_annotation:
-        differences.append(f"evaluate returns {method.return_annotation}, "
-                           f"evaluate_corpus returns {function.return_annotation}")
-    assert not differences, ("ConditionalASR.evaluate and evaluation.evaluate_corpus must take the same "
-                             "parameters; change both:\n  " + "\n  ".join(differences))
-    calls = []
-    monkeypatch.setattr(inference, "evaluate_corpus", lambda *args, **kwargs: calls.append(
-        function.bind(*args, **kwargs).arguments) or {})
-    asr = ConditionalASR.untrained(["AH", "sil"], controller="big_only")
-    given = {parameter.name: object() for parameter in ours}
-    assert asr.evaluate(**given) == {}
-    assert calls == [{"asr": asr, **given}]
 
 
 def test_a_saved_model_decodes_with_its_beam_size_and_blank_penalty(tmp_path):
@@ -775,11 +786,11 @@ def test_audio_too_short_for_the_models_window_is_refused_in_one_line_naming_the
     for path, ms in ((short, "37.5"), (short_44k, "49.89")):
         line = (f"{path}: too short ({ms} ms; the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: "
                 "one frame)")
-        assert asr.check_files([path]) == [(str(path), None, line.split(": ", 1)[1])]
+        assert check_audio_each([path], **asr.feature_config.audio_limits) == [(str(path), None, line.split(": ", 1)[1])]
         calls = {"transcribe_file": lambda: asr.transcribe_file(path),
-                 "transcribe_checked_file": lambda: asr.transcribe_checked_file(path),
-                 "load_audio": lambda: asr.load_audio(path), "read_file": lambda: asr.read_file(path),
-                 "frame_surprisal": lambda: list(asr.frame_surprisal([enough, path])),
+                 "transcribe_checked_file": lambda: transcribe_checked_file(asr, path),
+                 "load_audio": lambda: asr.load_audio(path), "read_audio": lambda: asr.feature_config.read_audio(path),
+                 "frame_surprisal": lambda: list(frame_surprisal(asr, [enough, path])),
                  "decode_long": lambda: decode_long(asr, path, chunk_s=1.0, context_s=0.5),
                  "long_surprisal": lambda: list(long_surprisal(asr, path, chunk_s=1.0, context_s=0.5))}
         for name, call in calls.items():
@@ -787,20 +798,20 @@ def test_audio_too_short_for_the_models_window_is_refused_in_one_line_naming_the
                 call()
             assert str(err.value) == line, name
         with pytest.raises(BadAudioError) as err:
-            asr.meet_flops_budget([enough, path], 0.9)
+            meet_flops_budget(asr, [enough, path], 0.9)
         assert line in str(err.value).splitlines()
     batch_line = (r"^waveform\(s\) 1 of the batch \(600 samples at 16000 Hz\) are shorter than the model's shortest "
                   r"usable audio, 50 ms \(800 samples at 16000 Hz: one frame\)$")
     with pytest.raises(DataPreparationError, match=batch_line):
         asr.transcribe_batch([torch.zeros(least), torch.zeros(600)])
     with pytest.raises(DataPreparationError, match=batch_line):  # the same rule where filterbanks are asked for
-        asr.filterbanks(torch.zeros(2, least), torch.tensor([least, 600]))
+        passes.filterbanks(asr, torch.zeros(2, least), torch.tensor([least, 600]))
     assert asr.transcribe_file(enough).num_frames == 1
     assert asr.transcribe_batch([asr.load_audio(enough)])[0].num_frames == 1
     # 2203 samples at 44.1 kHz resample to 800: one frame whether read from a file or given as a waveform
     barely = 0.1 * np.random.default_rng(3).uniform(-1, 1, 2203).astype(np.float32)
     sf.write(tmp_path / "barely_44k.wav", barely, 44100, subtype="FLOAT")
-    assert asr.read_file(tmp_path / "barely_44k.wav").numel() == 800
+    assert asr.feature_config.read_audio(tmp_path / "barely_44k.wav").numel() == 800
     assert asr.transcribe_batch(torch.from_numpy(barely), sample_rate=44100)[0].num_frames == 1
     assert decode_long(asr, enough, chunk_s=1.0, context_s=0.5)["num_frames"] == 1
     assert [part.numel() for part in long_surprisal(asr, enough, chunk_s=1.0, context_s=0.5)] == [1]

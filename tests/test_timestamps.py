@@ -106,19 +106,9 @@ def test_a_segment_continued_over_a_part_join_as_whole_file_alignment_counts_it(
     assert extend_segment(("AH", 1.0, 1.2), 1.2, 3.0, SHIFT, max_phone_s=None) == ("AH", 1.0, 3.0)
 
 
-class _PartModel:
-    """What long_audio's accumulator asks of a model, with phone times from :func:`phone_segments`."""
-
-    frame_shift_s = SHIFT
-
-    def segments(self, log_probs, ids, offset_frames=0):
-        return phone_segments(log_probs, ids, LABELS, 0, SHIFT, offset_frames)
-
-    def frame_results(self, out, b, n, surprisal):
-        return dict.fromkeys(("surprisal", "p_big", "use_big", "steps"))
-
-    def frame_macs(self, out, b, frames):
-        return {}
+def _part_model() -> SimpleNamespace:
+    """What long_audio's accumulator reads of a model (its phone times come from :func:`phone_segments`)."""
+    return SimpleNamespace(labels=LABELS, beam_search=SimpleNamespace(blank=0), frame_shift_s=SHIFT)
 
 
 @pytest.mark.parametrize("cuts", [[10], [30], [10, 30], [10, 20, 30, 45]])
@@ -128,10 +118,11 @@ def test_long_file_parts_join_with_the_whole_files_phone_ends(cuts):
     frames = [1, 2] + [0] * 40 + [3, 3] + [0] * 4 + [2] + [0] * 10
     ids = [1, 2, 3, 2]
     lp = torch.from_numpy(peaky(frames)).float()
-    acc, model = long_audio._Accumulator(), _PartModel()
+    acc, model = long_audio._Accumulator(), _part_model()
     for start, stop in zip([0] + cuts, cuts + [len(frames)]):
         part_ids = [int(k) for t, k in enumerate(frames[start:stop]) if k and (t == 0 or frames[start + t - 1] != k)]
-        forward = SimpleNamespace(frames=torch.tensor([stop - start]), output=None, surprisal=None, fbank=None)
+        forward = SimpleNamespace(frames=torch.tensor([stop - start]), output=SimpleNamespace(stats={}, frame_macs={}),
+                                  surprisal=None, fbank=None)
         acc.add(model, long_audio._Part(forward, lp[start:stop], slice(0, stop - start), part_ids, stop, 0.0), start,
                 keep_fbank=False)
     whole = segments(frames, ids)

@@ -555,6 +555,7 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     from surprisal_cc.data.errors import first_listed
     from surprisal_cc.data.librispeech import scan_subset
     from surprisal_cc.inference.asr import ConditionalASR
+    from surprisal_cc.inference.passes import forward_pass, seeded_routing
 
     asr = ConditionalASR.from_pretrained(model, device=device, precision="fp32")
     if "sil" not in asr.labels:
@@ -585,11 +586,11 @@ def realign_corpus(model, corpus, *, device: str = "cpu", batch_size: int = 8, l
     for first in range(0, len(utts), batch_size):
         batch = utts[first:first + batch_size]
         start = time.perf_counter()
-        audio = [asr.read_file(u.wav) for u in batch]
+        audio = [asr.feature_config.read_audio(u.wav) for u in batch]
         samples = torch.tensor([len(a) for a in audio])
         wavs = torch.nn.utils.rnn.pad_sequence(audio, batch_first=True)
-        with asr.seeded_routing():  # drawn routing: the same draws for a batch on every run
-            forward = asr.forward_pass(wavs, samples)
+        with seeded_routing(asr):  # drawn routing: the same draws for a batch on every run
+            forward = forward_pass(asr, wavs, samples)
         out, fbank = forward.output, forward.fbank
         log_probs = out.log_probs.float().cpu().numpy()
         info["forward_s"] += time.perf_counter() - start

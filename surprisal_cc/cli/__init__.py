@@ -1,5 +1,6 @@
-"""The ``surprisal-cc`` command line (``commands``): using a model (transcribe, evaluate, export, flops)
-and running experiments (grid, report, curves, analyse).
+"""The ``surprisal-cc`` command line: its parser and dispatch (``commands``, ``main``), the commands using a model
+(``model_commands``: transcribe, evaluate, export, flops) and those of experiments (``experiment_commands``:
+grid, report, curves, analyse).
 
 May import: everything; nothing imports it.
 """

@@ -1,5 +1,7 @@
-"""Using a trained model: :class:`ConditionalASR` (``asr``), ``long_audio`` decoded in parts, the
-``corpora`` that ``evaluate`` reads and its ``evaluation``, and the ``threads`` inference runs on.
+"""Using a trained model: :class:`ConditionalASR` (``asr``), shaped like SpeechBrain's ``EncoderASR``, and
+the functions beside it that take the model (typed by ``protocol.LoadedModel``): one batch's steps
+(``passes``), its result (``transcription``), ``long_audio`` decoded in parts, a FLOPs ``budget``, and
+the ``corpora`` that ``evaluate`` reads and its ``evaluation``.
 
 May import: the shared modules, ``data``, ``model`` and ``decoding`` (never training or experiment tools).
 

@@ -1,4 +1,4 @@
-"""The labelled corpora ``evaluate`` scores (:meth:`surprisal_cc.inference.asr.ConditionalASR.evaluate`),
+"""The labelled corpora ``evaluate`` scores (:func:`surprisal_cc.inference.evaluation.evaluate_corpus`),
 each read as (utterance id, audio path, reference phones): a LibriSpeech-format folder of one subset
 (CMUdict labels by the model's training label policy, or MFA labels), a TIMIT folder, a Kaldi data folder
 (``wav.scp`` and ``text``, labelled by the lexicon) or a manifest CSV. A folder holding several
@@ -50,7 +50,7 @@ def corpus_items(data: PathLike, asr: Any, mfa_labels: Optional[PathLike] = None
     ---------
     data : str or path
         A LibriSpeech-format folder of one subset, a TIMIT folder, a Kaldi data folder or a manifest CSV
-        (see :meth:`~surprisal_cc.inference.asr.ConditionalASR.evaluate`).
+        (see :func:`~surprisal_cc.inference.evaluation.evaluate_corpus`).
     asr : ~surprisal_cc.inference.asr.ConditionalASR
         The model: its label set and its training label policy.
     mfa_labels : str or path, optional

@@ -1,6 +1,6 @@
 """Score a model on a labelled corpus: corpus-level PER with S/D/I, FLOPs per frame counted from what
-ran, routing statistics and the real-time factor (``surprisal-cc evaluate``,
-:meth:`surprisal_cc.inference.asr.ConditionalASR.evaluate`).
+ran, routing statistics and the real-time factor (``surprisal-cc evaluate``): :func:`evaluate_corpus` of a
+:class:`~surprisal_cc.inference.asr.ConditionalASR`.
 
 The labels are prepared as training prepared them (:mod:`surprisal_cc.inference.corpora`), decoding is the
 model's (the recipes' beam search) and scoring is the recipes' (:class:`surprisal_cc.decoding.metrics.ErrorRate`,
@@ -31,26 +31,25 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TextIO, Tuple, Union, runtime_checkable
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Union
 
 import torch
 
-from surprisal_cc.model.apc import FrozenAPC
 from surprisal_cc.checks import check_batch_size, check_routing_seed, check_writable
 from surprisal_cc.inference.corpora import Item, check_pronunciation_words, corpus_items, pronunciation_references, training_g2p
-from surprisal_cc.data.audio import MAX_LISTED, AudioInfo, refuse_bad_audio, split_checked, warn_converted
+from surprisal_cc.data.audio import MAX_LISTED, check_audio_each, refuse_bad_audio, split_checked, warn_converted
 from surprisal_cc.data.errors import BadAudioError, BadLabelsError, DataPreparationError, DataPreparationWarning, first_listed
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.model.flops import MacMeter, RoutingStats, count_batch
-from surprisal_cc.model.forward import DecodedBatch
-from surprisal_cc.inference.long_audio import LongAudioModel
+from surprisal_cc.inference import passes
+from surprisal_cc.inference.budget import meet_flops_budget
+from surprisal_cc.inference.protocol import LoadedModel
 from surprisal_cc.decoding.metrics import ErrorRate, closest_path
-from surprisal_cc.model.nnet import Encoder, weights_fingerprint
+from surprisal_cc.model.nnet import weights_fingerprint
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["EvaluatedModel", "EvaluationInterrupted", "evaluate_corpus"]
+__all__ = ["EvaluationInterrupted", "evaluate_corpus"]
 
 
 class EvaluationInterrupted(KeyboardInterrupt):
@@ -73,34 +72,7 @@ class EvaluationInterrupted(KeyboardInterrupt):
                          f"interrupted before any of {total} utterances was scored")
 
 
-@runtime_checkable
-class EvaluatedModel(LongAudioModel, Protocol):
-    """What :func:`evaluate_corpus` uses of the model it scores, a :class:`~surprisal_cc.inference.asr.ConditionalASR`
-    (which imports this module, hence a protocol): what decoding a long utterance in parts uses
-    (:class:`~surprisal_cc.inference.long_audio.LongAudioModel`) and the members below (``labels`` and ``config`` are read by
-    :func:`~surprisal_cc.inference.corpora.corpus_items` too)."""
-
-    config: Dict[str, Any]
-    labels: List[str]
-    encoder: Encoder  # a FLOPs budget sets its test_bias_shift, restored after the evaluation
-    apc: Optional[FrozenAPC]
-    apc_macs: int
-    uses_apc: bool
-    source: Optional[Path]
-    device: torch.device
-    precision: str
-
-    def run_batch(self, wavs: torch.Tensor, samples: torch.Tensor) -> DecodedBatch: ...
-
-    def check_files(self, paths: Sequence[PathLike]) -> List[Tuple[str, Optional[AudioInfo], Optional[str]]]: ...
-
-    def read_file(self, path: PathLike) -> torch.Tensor: ...
-
-    def meet_flops_budget(self, audio: Sequence[PathLike], fraction: float, batch_size: int = 8,
-                          long_chunk_s: Optional[float] = None) -> Dict[str, Any]: ...
-
-
-def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
+def evaluate_corpus(asr: LoadedModel, data: PathLike, mfa_labels: Optional[PathLike] = None, skip_bad: bool = False,
                     batch_size: Optional[int] = None, seed: Optional[int] = None, g2p: Optional[str] = None,
                     timit_split: Optional[str] = None, progress: bool = False,
                     any_pronunciation: bool = False, flops_fraction: Optional[float] = None,
@@ -111,7 +83,7 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
 
     Arguments
     ---------
-    asr : EvaluatedModel
+    asr : LoadedModel
         The model, a :class:`surprisal_cc.inference.asr.ConditionalASR`, with its routing, bias shift and threads.
     data : str or path
         A LibriSpeech-format folder of one subset (``speaker/chapter/*.flac`` + ``*.trans.txt``; a folder
@@ -147,7 +119,7 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
         choice of pronunciations. LibriSpeech folders and manifests with a ``wrd`` column.
     flops_fraction : float, optional
         Decode at the bias shift that spends this fraction of the big-only MACs per frame over
-        the corpus's audio (:meth:`~surprisal_cc.inference.asr.ConditionalASR.meet_flops_budget`; its surprisal, not its labels).
+        the corpus's audio (:func:`~surprisal_cc.inference.budget.meet_flops_budget`; its surprisal, not its labels).
     per_utterance : callable, optional
         Called with each utterance's result as its batch finishes: ``id``, ``reference``,
         ``hypothesis`` (phones, as scored), ``substitutions``, ``deletions``, ``insertions``,
@@ -177,7 +149,7 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
         ``any_pronunciation``: ``per``, ``substitutions``, ``deletions``, ``insertions``,
         ``num_ref_tokens`` against those references and ``fixed`` (utterances whose labels
         are not their words' phones, scored against their labels as they are); with
-        ``flops_fraction``, ``budget`` (:meth:`~surprisal_cc.inference.asr.ConditionalASR.meet_flops_budget`).
+        ``flops_fraction``, ``budget`` (:func:`~surprisal_cc.inference.budget.meet_flops_budget`).
 
     Raises
     ------
@@ -204,7 +176,7 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     merge_sil = bool(asr.config.get("merge_sil", True))
     tally = _Tally(errors=ErrorRate(merge_sil=merge_sil), closest=ErrorRate(merge_sil=merge_sil))
     try:  # a budget holds for this evaluation only: the model's bias shift is restored after
-        budget = asr.meet_flops_budget([wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \
+        budget = meet_flops_budget(asr, [wav for _, wav, _ in items], flops_fraction, batch_size, long_chunk_s) \
             if flops_fraction is not None else None
         _decode_corpus(asr, items, batch_size, seed, graphs, per_utterance, progress, long_chunk_s, tally)
         ran = _what_ran(asr, seed, batch_size)  # the bias shift decoded with, a budget's included
@@ -229,7 +201,7 @@ def evaluate_corpus(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     return result
 
 
-def _routing_seed(asr: EvaluatedModel, seed: Optional[int]) -> Optional[int]:
+def _routing_seed(asr: LoadedModel, seed: Optional[int]) -> Optional[int]:
     """The routing seed of this evaluation: ``seed``, else the model's (:class:`ConfigurationError` for
     a seed with deterministic routing)."""
     if seed is not None and asr.routing != "sampled":
@@ -238,7 +210,7 @@ def _routing_seed(asr: EvaluatedModel, seed: Optional[int]) -> Optional[int]:
     return asr.seed if seed is None else check_routing_seed(seed)
 
 
-def _labelled_items(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[PathLike], g2p: Optional[str],
+def _labelled_items(asr: LoadedModel, data: PathLike, mfa_labels: Optional[PathLike], g2p: Optional[str],
                     timit_split: Optional[str], skip_bad: bool) -> Tuple[List[Item], str, Dict[str, List[str]], List[str]]:
     """The corpus's ``(id, wav, reference phones)``, where its labels came from, each utterance's words
     and the utterances left out for want of labels (``skip_bad``: with a warning)."""
@@ -252,13 +224,13 @@ def _labelled_items(asr: EvaluatedModel, data: PathLike, mfa_labels: Optional[Pa
     return items, label_source, words, label_problems
 
 
-def _usable_audio(asr: EvaluatedModel, data: PathLike, items: List[Item], skip_bad: bool,
+def _usable_audio(asr: LoadedModel, data: PathLike, items: List[Item], skip_bad: bool,
                   label_problems: Sequence[str], mfa_labels: bool) -> Tuple[List[Item], Dict[str, Any], List[str]]:
-    """The items whose audio is usable for ``asr`` (its ``check_files``: audio too short for one of its
-    frames is not), its audio infos and the unusable files (``skip_bad``: with a warning; otherwise
+    """The items whose audio is usable for ``asr`` (:func:`~surprisal_cc.data.audio.check_audio_each` at its
+    limits: audio too short for one of its frames is not), its audio infos and the unusable files (``skip_bad``: with a warning; otherwise
     :class:`BadAudioError` listing them after ``label_problems``, the utterances already left out for want
     of labels, so that every problem is named at once)."""
-    infos, problems = split_checked(asr.check_files([wav for _, wav, _ in items]))
+    infos, problems = split_checked(check_audio_each([wav for _, wav, _ in items], **asr.feature_config.audio_limits))
     total, bad = len(items) + len(label_problems), len(problems) + len(label_problems)
     what = "usable labels or audio" if problems and label_problems else "usable audio" if problems else "usable labels"
     mfa_hint = "; or leave out --mfa-labels to use lexicon labels" if mfa_labels and label_problems else ""
@@ -290,7 +262,7 @@ class _Tally:
     audio_s: float = 0.0
 
 
-def _decode_corpus(asr: EvaluatedModel, items: List[Item], batch_size: int, seed: Optional[int],
+def _decode_corpus(asr: LoadedModel, items: List[Item], batch_size: int, seed: Optional[int],
                    graphs: Optional[Dict[str, Any]], per_utterance: Optional[Callable[[Dict[str, Any]], None]],
                    progress: bool, long_chunk_s: Optional[float], tally: _Tally) -> _Tally:
     """Decode and score ``items`` into ``tally`` in batches of ``batch_size`` (long ones alone, in parts:
@@ -304,7 +276,7 @@ def _decode_corpus(asr: EvaluatedModel, items: List[Item], batch_size: int, seed
         from tqdm import tqdm
 
         plan = tqdm(plan, desc="evaluate", unit="batch")
-    with asr.seeded_routing(seed):
+    with passes.seeded_routing(asr, seed):
         for in_parts, chunk in plan:
             if in_parts:
                 _decode_long(asr, chunk[0], chunk_s, tally, graphs, per_utterance)
@@ -335,26 +307,26 @@ def _plan(items: List[Item], batch_size: int, in_parts: Callable[[Any], bool]) -
     return plan
 
 
-def _decode_batch(asr: EvaluatedModel, chunk: List[Item], tally: _Tally, graphs: Optional[Dict[str, Any]],
+def _decode_batch(asr: LoadedModel, chunk: List[Item], tally: _Tally, graphs: Optional[Dict[str, Any]],
                   per_utterance: Optional[Callable[[Dict[str, Any]], None]]) -> None:
     """Decode one batch of items, add its edits, MACs, routing and time to ``tally`` and report its utterances."""
-    signals = [asr.read_file(wav) for _, wav, _ in chunk]
+    signals = [asr.feature_config.read_audio(wav) for _, wav, _ in chunk]
     samples = torch.tensor([s.numel() for s in signals])
     wavs = torch.nn.utils.rnn.pad_sequence(signals, batch_first=True)
-    batch = asr.run_batch(wavs, samples)
+    batch = passes.decode_batch(asr, wavs, samples)
     out = batch.output
     tally.seconds += batch.seconds
     tally.audio_s += float(samples.sum()) / asr.feature_config.sample_rate
-    rows = _add_edits(tally, chunk, [asr.phones_of(h) for h in batch.hyps], graphs)
+    rows = _add_edits(tally, chunk, [passes.phones_of(asr, h) for h in batch.hyps], graphs)
     if per_utterance is not None:
         for b, (row, n) in enumerate(zip(rows, batch.frames.tolist())):
-            per_frame = asr.frame_results(out, b, n, batch.surprisal)
-            comps = asr.flops_components(asr.frame_macs(out, b, slice(0, n)), n)
+            per_frame = passes.frame_results(out, b, n, batch.surprisal)
+            comps = passes.flops_components(asr, passes.frame_macs(out, b, slice(0, n)), n)
             per_utterance(_utterance_report(row, n, comps, per_frame))
     count_batch(tally.meter, tally.routing, out, asr.apc_macs if asr.uses_apc else None)
 
 
-def _decode_long(asr: EvaluatedModel, item: Item, chunk_s: float, tally: _Tally, graphs: Optional[Dict[str, Any]],
+def _decode_long(asr: LoadedModel, item: Item, chunk_s: float, tally: _Tally, graphs: Optional[Dict[str, Any]],
                  per_utterance: Optional[Callable[[Dict[str, Any]], None]]) -> None:
     """Decode one long item alone, in parts of ``chunk_s`` seconds (:func:`~surprisal_cc.inference.long_audio.decode_long`),
     and add it to ``tally`` and report it as :func:`_decode_batch` does a batch."""
@@ -409,7 +381,7 @@ def _scores(tally: _Tally, items: List[Item], graphs: Optional[Dict[str, Any]]) 
     return result
 
 
-def _what_ran(asr: EvaluatedModel, seed: Optional[int], batch_size: int) -> Dict[str, Any]:
+def _what_ran(asr: LoadedModel, seed: Optional[int], batch_size: int) -> Dict[str, Any]:
     """The model and the settings it decoded with, as :func:`evaluate_corpus` reports them."""
     return {"model": str(asr.source) if asr.source else None, "device": str(asr.device),
             "precision": asr.precision, "threads": asr.threads or torch.get_num_threads(),

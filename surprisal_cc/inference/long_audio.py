@@ -51,18 +51,16 @@ import os
 import time
 import contextlib
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol,
-                    Sequence, Tuple, Union, runtime_checkable)
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+from surprisal_cc.inference.protocol import LoadedModel
 
 # annotations only: importing this module loads neither torch nor feature or decoding code (the command
 # line's help reads its constants)
 if TYPE_CHECKING:
     import torch
 
-    from surprisal_cc.decoding.search import CTCBeamSearch
-    from surprisal_cc.model.features import FeatureConfig
     from surprisal_cc.model.forward import ForwardResult
-    from surprisal_cc.model.nnet import EncoderOutput
 
 CHUNK_S = 60.0  # seconds of kept frames per part
 CONTEXT_S = 8.0  # seconds of audio on each side of a part
@@ -71,48 +69,7 @@ PROGRESS_AFTER_S = 60.0  # files longer than this report progress
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "LongAudioModel", "part_seconds", "is_long", "decode_long",
-           "long_surprisal"]
-
-
-@runtime_checkable
-class LongAudioModel(Protocol):
-    """What :func:`decode_long` and :func:`long_surprisal` use of the model they are given: a
-    :class:`~surprisal_cc.inference.asr.ConditionalASR`, which imports this module (hence a protocol, not an import).
-    """
-
-    feature_config: FeatureConfig
-    beam_search: CTCBeamSearch
-    threads: Optional[int]
-    routing: str
-    seed: Optional[int]
-
-    @property
-    def frame_shift_s(self) -> float: ...
-
-    def seeded_routing(self, seed: Optional[int] = None) -> ContextManager[None]: ...
-
-    input_level_dbfs: Optional[float]
-
-    def forward_pass(self, wavs: torch.Tensor, wav_lens: Optional[torch.Tensor] = None,
-                     gain: Optional[float] = None) -> ForwardResult: ...
-
-    def filterbanks(self, wavs: torch.Tensor, samples: torch.Tensor,
-                    gain: Optional[float] = None) -> Tuple[torch.Tensor, torch.Tensor]: ...
-
-    def apc_surprisal(self, fbank: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor: ...
-
-    def phones_of(self, ids: Sequence[int]) -> List[str]: ...
-
-    def segments(self, log_probs: torch.Tensor, ids: Sequence[int],
-                 offset_frames: int = 0) -> List[Tuple[str, float, float]]: ...
-
-    def frame_results(self, out: EncoderOutput, b: int, n: int,
-                      surprisal: Optional[torch.Tensor]) -> Dict[str, Any]: ...
-
-    def frame_macs(self, out: EncoderOutput, b: int, frames: slice) -> Dict[str, float]: ...
-
-    def flops_components(self, macs: Dict[str, float], frames: int) -> Dict[str, float]: ...
+__all__ = ["CHUNK_S", "CONTEXT_S", "PROGRESS_AFTER_S", "part_seconds", "is_long", "decode_long", "long_surprisal"]
 
 
 class _Reader:
@@ -201,14 +158,14 @@ def is_long(path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT
     return info.frames > (chunk_s + 2 * context_s) * info.samplerate
 
 
-def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S,
+def decode_long(asr: LoadedModel, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S,
                 progress: Optional[Callable[[float, float], None]] = None, keep_fbank: bool = False,
                 seeded: bool = True) -> Dict:
     """Decode a file of any length part by part (see the module's description).
 
     Arguments
     ---------
-    asr : LongAudioModel
+    asr : LoadedModel
         The model, a :class:`~surprisal_cc.inference.asr.ConditionalASR`.
     path : str or path
         The audio file.
@@ -221,7 +178,7 @@ def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, c
     keep_fbank : bool
         Also return the filterbank frames (``fbank``; 320 bytes per frame).
     seeded : bool
-        Seed sampled routing with the model's seed (:meth:`ConditionalASR.seeded_routing`); False:
+        Seed sampled routing with the model's seed (:func:`~surprisal_cc.inference.passes.seeded_routing`); False:
         draw from the RNG as the caller left it (``evaluate``, which seeds the whole corpus once).
 
     Returns
@@ -232,6 +189,8 @@ def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, c
         MACs per frame over the whole file and the real-time factor of all parts.
     """
     import torch
+
+    from surprisal_cc.inference import passes
 
     cfg = asr.feature_config
     rate = cfg.sample_rate
@@ -245,7 +204,7 @@ def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, c
         gain = reader.level_gain(asr.input_level_dbfs)
         acc = _Accumulator()
         start = 0
-        with asr.seeded_routing() if seeded else contextlib.nullcontext():
+        with passes.seeded_routing(asr) if seeded else contextlib.nullcontext():
             while start < total_frames:
                 part = _decode_part(asr, reader, cfg, start, total_frames, chunk, context, window, blank, gain)
                 acc.add(asr, part, start, keep_fbank)
@@ -254,9 +213,9 @@ def decode_long(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S, c
                     progress(min(start * asr.frame_shift_s, reader.total / rate), reader.total / rate)
     finally:
         reader.close()
-    comps = asr.flops_components(acc.macs, total_frames)
+    comps = passes.flops_components(asr, acc.macs, total_frames)
     joined = {name: torch.cat(parts) if parts else None for name, parts in acc.pieces.items()}
-    return dict(phones=asr.phones_of(acc.phones), num_frames=total_frames, duration_s=reader.total / rate,
+    return dict(phones=passes.phones_of(asr, acc.phones), num_frames=total_frames, duration_s=reader.total / rate,
                 flops_per_frame=sum(comps.values()), flops_components=comps,
                 rtf=acc.seconds / max(reader.total / rate, 1e-9), path=str(path), segments=acc.segments,
                 frame_shift_s=asr.frame_shift_s, routing=asr.routing, seed=asr.seed, **joined)
@@ -275,13 +234,14 @@ class _Part:
     seconds: float
 
 
-def _decode_part(asr: LongAudioModel, reader: _Reader, cfg, start: int, total_frames: int, chunk: int, context: int,
+def _decode_part(asr: LoadedModel, reader: _Reader, cfg, start: int, total_frames: int, chunk: int, context: int,
                  window: int, blank: int, gain: Optional[float] = None) -> _Part:
     """Decode the part whose kept frames begin at ``start``, with ``context`` frames on each side; its
     end is the frame of the last ``window`` surest of a blank (the file's end for the last part);
     ``cfg``: the model's feature config; ``gain``: the file's input-level gain (:meth:`_Reader.level_gain`)."""
     import torch
 
+    from surprisal_cc.inference import passes
     from surprisal_cc.runtime import decoding_threads
 
     last = total_frames - start <= chunk + context
@@ -290,7 +250,7 @@ def _decode_part(asr: LongAudioModel, reader: _Reader, cfg, start: int, total_fr
     wav = reader.read_frames(cfg, first, min(total_frames, stop + context))
     began = time.perf_counter()
     with decoding_threads(asr.threads):
-        forward = asr.forward_pass(wav[None], torch.tensor([wav.numel()]), gain=gain)
+        forward = passes.forward_pass(asr, wav[None], torch.tensor([wav.numel()]), gain=gain)
         log_probs = forward.output.log_probs[0].float().cpu()
         if not last:  # join at the frame of the last seconds surest of a blank
             lo = stop - window - first
@@ -313,13 +273,14 @@ class _Accumulator:
     segments: list = field(default_factory=list)
     seconds: float = 0.0
 
-    def add(self, asr: LongAudioModel, part: _Part, start: int, keep_fbank: bool) -> None:
+    def add(self, asr: LoadedModel, part: _Part, start: int, keep_fbank: bool) -> None:
         """Add the kept frames of ``part`` (whose kept frames begin at frame ``start`` of the file)."""
         from surprisal_cc.decoding.timestamps import extend_segment
+        from surprisal_cc.inference import passes
 
         keep = part.keep
         self.seconds += part.seconds
-        segments = asr.segments(part.log_probs[keep], part.ids, offset_frames=start)
+        segments = passes.segments(asr, part.log_probs[keep], part.ids, offset_frames=start)
         if self.segments:  # the blank frames before this part's first phone continue the last one, within its limit
             shift = asr.frame_shift_s
             to_s = segments[0][1] if segments else part.stop * shift
@@ -327,8 +288,8 @@ class _Accumulator:
         self.segments += segments
         self.phones += part.ids
         forward = part.forward
-        per_frame = asr.frame_results(forward.output, 0, int(forward.frames[0]), forward.surprisal)
-        for name, total in asr.frame_macs(forward.output, 0, keep).items():  # the kept frames' only
+        per_frame = passes.frame_results(forward.output, 0, int(forward.frames[0]), forward.surprisal)
+        for name, total in passes.frame_macs(forward.output, 0, keep).items():  # the kept frames' only
             self.macs[name] = self.macs.get(name, 0.0) + total
         for name in ("surprisal", "p_big", "use_big", "steps"):
             if per_frame[name] is not None:
@@ -337,13 +298,13 @@ class _Accumulator:
             self.pieces["fbank"].append(forward.fbank[0, keep].cpu())
 
 
-def _part_frames(asr: LongAudioModel, chunk_s: float, context_s: float) -> Tuple[int, int]:
+def _part_frames(asr: LoadedModel, chunk_s: float, context_s: float) -> Tuple[int, int]:
     """Frames kept per part (at least 1) and frames of context (at least 0) for these seconds."""
     per_s = 1.0 / asr.frame_shift_s
     return max(1, int(round(chunk_s * per_s))), max(0, int(round(context_s * per_s)))
 
 
-def long_surprisal(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S,
+def long_surprisal(asr: LoadedModel, path: PathLike, chunk_s: float = CHUNK_S,
                    context_s: float = CONTEXT_S) -> Iterator[torch.Tensor]:
     """The APC surprisal of a file's frames, ``chunk_s`` seconds of frames at a time (1-D tensors,
     in order), each part computed after ``context_s`` seconds of the audio before it.
@@ -361,6 +322,8 @@ def long_surprisal(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S
     """
     import torch
 
+    from surprisal_cc.inference import passes
+
     cfg = asr.feature_config
     reader = _Reader(path, cfg.sample_rate)
     try:
@@ -371,7 +334,7 @@ def long_surprisal(asr: LongAudioModel, path: PathLike, chunk_s: float = CHUNK_S
         for start in range(0, total_frames, chunk):
             stop, first = min(total_frames, start + chunk), max(0, start - context)
             wav = reader.read_frames(cfg, first, stop)
-            fbank, frames = asr.filterbanks(wav[None], torch.tensor([wav.numel()]), gain=gain)
-            yield asr.apc_surprisal(fbank, frames)[0, start - first:stop - first].cpu()
+            fbank, frames = passes.filterbanks(asr, wav[None], torch.tensor([wav.numel()]), gain=gain)
+            yield passes.apc_surprisal(asr, fbank, frames)[0, start - first:stop - first].cpu()
     finally:
         reader.close()

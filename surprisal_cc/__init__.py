@@ -1,10 +1,11 @@
 """surprisal_cc: surprisal-triggered conditional computation for CTC speech recognition.
 
-The model: ``features`` (filterbanks), ``apc`` (features and per-frame surprisal), ``controllers``
-(small/big decisions), ``encoders`` (the conditional encoder, really routed), ``adaptive`` (ACT and
-PonderNet), ``nnet`` (the encoder interface and shared layers), ``flops`` (MACs counted from what ran).
-Training is ``brain`` and the recipes' steps; using a trained model is ``inference``; the command line
-is ``cli``. Every module, and the layer it belongs to: docs/design.md, section Modules.
+One subpackage per job, each layer importing only those below it: ``data`` (corpora, audio), ``decoding``
+(beam search, alignment, PER), ``model`` (APC and its surprisal, controllers, routed and adaptive encoders,
+FLOPs from what ran), ``training`` (the SpeechBrain Brain and the recipes' steps), ``inference``
+(``ConditionalASR``), ``alignment`` (relabelling), ``experiments`` (grids, reports), ``cli``
+(``surprisal-cc``); shared: ``errors``, ``checks``, ``config``, ``runtime``, ``aliases``. Every module and
+its layer: docs/design.md, section Modules.
 """
 
 __version__ = "0.1.0"

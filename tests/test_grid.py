@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.experiments.grid (with its grid files, surprisal_cc.experiments.grid_spec, and run locks, surprisal_cc.experiments.run_locks) and
+"""Tests for surprisal_cc.experiments.grid (with its grid files, surprisal_cc.experiments.grid_spec and grid_settings, and run locks, surprisal_cc.experiments.run_locks) and
 ``surprisal-cc grid`` with a fake recipe script (no training)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from surprisal_cc.experiments import grid
-from surprisal_cc.experiments import grid_spec
+from surprisal_cc.experiments import grid_settings, grid_spec
 from surprisal_cc.training import run_folder
 from surprisal_cc.experiments import run_locks
 from surprisal_cc.cli.commands import main
@@ -733,7 +733,7 @@ def test_the_grid_refuses_a_setting_where_the_recipe_would(tmp_path: Path, key: 
         recipe_takes = True
     except (SystemExit, KeyError, ConfigurationError):  # SpeechBrain's parser, hyperpyyaml, parse_arguments
         recipe_takes = False
-    assert (grid_spec.setting_problem(key, value, set(load_yaml_tolerant(hparams))) is None) == recipe_takes
+    assert (grid_settings.setting_problem(key, value, set(load_yaml_tolerant(hparams))) is None) == recipe_takes
 
 
 def test_an_abbreviation_of_a_speechbrain_option_is_refused() -> None:
@@ -742,19 +742,19 @@ def test_an_abbreviation_of_a_speechbrain_option_is_refused() -> None:
     import speechbrain as sb
 
     assert sb.parse_arguments(["h.yaml", "--dev=cpu"])[1]["device"] == "cpu"
-    assert grid_spec.setting_problem("dev", "cpu", {"dev"}) == (
+    assert grid_settings.setting_problem("dev", "cpu", {"dev"}) == (
         "dev: SpeechBrain's command line takes --dev for its option --device: write the option's full name")
-    assert "its options --compile_mode or --compile_module_keys" in grid_spec.setting_problem("compile_mo", "x", set())
+    assert "its options --compile_mode or --compile_module_keys" in grid_settings.setting_problem("compile_mo", "x", set())
 
 
 def test_the_grid_knows_speechbrains_options() -> None:
-    """:data:`grid_spec.SPEECHBRAIN_OPTIONS` are the options of SpeechBrain's command line, and its flags those
+    """:data:`grid_settings.SPEECHBRAIN_OPTIONS` are the options of SpeechBrain's command line, and its flags those
     that take no value (passed bare)."""
     from speechbrain.utils.run_opts import RunOptions
 
     actions = [a for a in RunOptions._create_parser()._actions if a.option_strings and a.dest != "help"]
-    assert {a.dest for a in actions} == grid_spec.SPEECHBRAIN_OPTIONS
-    assert {a.dest for a in actions if a.nargs == 0} == grid_spec.SPEECHBRAIN_FLAGS
+    assert {a.dest for a in actions} == grid_settings.SPEECHBRAIN_OPTIONS
+    assert {a.dest for a in actions if a.nargs == 0} == grid_settings.SPEECHBRAIN_FLAGS
     assert grid_spec.cli_option("data_parallel_backend", True) == "--data_parallel_backend"
 
 

@@ -8,7 +8,7 @@ file's: a finished run in a run's folder made with another value is a conflict, 
 not name ``seed``, ``output_folder`` or a key that a group varies (those name the runs' folders).
 Every key a grid sets (its ``overrides``, a group's ``set`` and ``vary``, a ``--key=value``) must be
 one its recipe takes: a top-level key of the hparams file or one of SpeechBrain's options, such as
-``device`` or ``test_only`` (:func:`setting_problem`); a misspelt key is one line naming the grid file,
+``device`` or ``test_only`` (:func:`~surprisal_cc.experiments.grid_settings.setting_problem`); a misspelt key is one line naming the grid file,
 the group and the key (and the closest key there is), before anything is prepared or launched.
 
 Grid file (plain YAML)::
@@ -84,11 +84,11 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from surprisal_cc.checks import positive_int
-from surprisal_cc.data.errors import first_listed
 from surprisal_cc.errors import UsageError
-from surprisal_cc.experiments.grid_spec import (DEBUG_REFUSED, GridError, Run, SavedTraining, check_input_files, expand, load_grid,
+from surprisal_cc.experiments import grid_plan
+from surprisal_cc.experiments.grid_plan import publish_run
+from surprisal_cc.experiments.grid_spec import (DEBUG_REFUSED, GridError, Run, check_input_files, expand, load_grid,
                         prepare_inputs)
-from surprisal_cc.training.run_folder import test_only_hyperparams_name
 from surprisal_cc.experiments.run_locks import acquire_run_lock, lock_holder, release_run_lock
 
 __all__ = ["execute", "publish_run", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
@@ -107,26 +107,6 @@ def _env(jobs: int, threads: Optional[int] = None) -> Dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
 
 
-PUBLISHED_FILES = ("results*.json", "history.jsonl", "calibration.json", "hyperparams.yaml")
-
-def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
-    """Copy a finished run's small result files (never checkpoints) to the same relative folder
-    under ``destination``, so that they can be committed the moment the run ends."""
-    import shutil
-
-    target = run.published_folder(grid_root, destination)
-    target.mkdir(parents=True, exist_ok=True)
-    copied = []
-    # a test-only run publishes its own files only: the training run of its folder publishes the rest
-    patterns = ([p.name for p in run.results_files()] + [test_only_hyperparams_name(run.evaluation_tag)]
-                if run.test_only else PUBLISHED_FILES)
-    for pattern in patterns:
-        for path in sorted(run.output_folder.glob(pattern)):
-            shutil.copy2(path, target / path.name)
-            copied.append(target / path.name)
-    return copied
-
-
 def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: float = 0.5,
             log: Optional[IO[str]] = None, publish: Optional[Tuple[Path, Path]] = None,
             threads: Optional[int] = None, on_published: Optional[Callable[[], Any]] = None
@@ -140,8 +120,8 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     there already is not run again ("published": finished on a machine whose ``grid_root`` is gone;
     a test-only run of its folder is "blocked", as it needs the checkpoint that stayed there)."""
     log = log or sys.stdout
-    status, pending, waiting = _triage(runs, dry_run, publish, log)
-    trainers = _trainers(runs)
+    status, pending, waiting = grid_plan.triage(runs, dry_run, publish, log)
+    trainers = grid_plan.trainers(runs)
     if dry_run:
         return _print_dry_run(runs, pending, status, waiting, jobs, threads, log)
     running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
@@ -184,62 +164,6 @@ def _wait_for_an_end(procs: Sequence[subprocess.Popen], timeout: float) -> None:
             os.close(fd)
 
 
-CHANGES_LISTED = 3  # the changed settings a conflict's line names, before it counts the rest
-
-
-def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Path]], log: IO[str]
-            ) -> Tuple[Dict[str, Tuple[str, float]], List[Run], Set[str]]:
-    """The status of the runs with nothing to do ("skipped": complete, published unless a dry run;
-    "published": its results are at the destination; "conflict": its folder holds a finished run
-    with other settings, or more epochs, named in ``log``), and the other runs in the order to start
-    them (a finished run asked for more epochs than it was trained for among them: it trains on, and
-    the finished test-only runs of its folder wait for it; a test-only run whose results evaluate
-    another checkpoint than its folder's training chose, :meth:`Run.stale`, is evaluated again), and the
-    names of the finished test-only runs among them that wait for their training to train on."""
-    status: Dict[str, Tuple[str, float]] = {}
-    pending = []
-    waiting = set()  # finished test-only runs that wait for their training to train on
-    found = {}  # name -> (complete, SavedTraining)
-    for run in runs:
-        complete = run.complete()
-        found[run.name] = (complete, run.changed_settings() if complete else SavedTraining([], False))
-    training_on = {run.output_folder for run in runs if not run.test_only and found[run.name][1].trains_on}
-    for run in runs:
-        complete, (changed, trains_on) = found[run.name]
-        stale = run.stale() if complete else None
-        if changed:  # another configuration's finished run in this folder: not a result of this one
-            status[run.name] = ("conflict", 0.0)
-            print(f"[conflict] {run.name}: {run.output_folder} holds a finished run made with other settings "
-                  f"({'; '.join(first_listed(changed, CHANGES_LISTED, ' setting(s)'))}): move that folder away, "
-                  "or give this grid another experiment_root", file=log, flush=True)
-        elif trains_on:  # the same run asked to train longer: it resumes from its last checkpoint
-            pending.append(run)
-        elif stale:  # its folder's training trained on since: the new checkpoint is evaluated
-            print(f"[stale] {run.name}: {stale}: evaluated again", file=log, flush=True)
-            pending.append(run)
-        elif complete and run.test_only and run.output_folder in training_on:
-            pending.append(run)  # waits for its training to train on, then is evaluated again if stale
-            waiting.add(run.name)
-        elif complete:
-            status[run.name] = ("skipped", 0.0)
-            if publish is not None and not dry_run:
-                publish_run(run, *publish)
-        elif publish is not None and run.published(*publish):
-            status[run.name] = ("published", 0.0)
-        else:
-            pending.append(run)
-    # a test-only run goes once its folder is trained (its dependencies below), ahead of training runs;
-    # interrupted runs resume before new ones start (stable: the grid's order otherwise)
-    pending.sort(key=lambda run: (not run.test_only, not run.started()))
-    return status, pending, waiting
-
-
-def _trainers(runs: Sequence[Run]) -> Dict[str, List[str]]:
-    """For each test-only run, the runs of the same grid that train its folder (it waits for them)."""
-    return {run.name: [r.name for r in runs if not r.test_only and r.output_folder == run.output_folder]
-            for run in runs if run.test_only}
-
-
 def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str, Tuple[str, float]],
                    waiting: Set[str], jobs: int, threads: Optional[int], log: IO[str]) -> Dict[str, Tuple[str, float]]:
     """Print every run's command (``# done:`` before those with nothing to do, ``# waits:`` before a
@@ -253,32 +177,17 @@ def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str
     # a run that another grid process trains now is shown as such ("elsewhere")
     planned = {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name)
                            else "waits" if r.name in waiting else "dry-run", 0.0) for r in pending}, **status}
-    trainers = _trainers(runs)
+    trainers = grid_plan.trainers(runs)
     for run in pending:  # the test-only runs that a launch would block, as _start_ready would
         deps = [(d, planned[d][0]) for d in trainers.get(run.name, []) if d in planned]
         if any(state == "elsewhere" for _, state in deps):  # the grid process that trains it evaluates it too
             planned[run.name] = ("elsewhere", 0.0)
             continue
-        reason = _blocked_reason(run, deps)
+        reason = grid_plan.blocked_reason(run, deps)
         if reason is not None and run.name not in waiting:
             planned[run.name] = ("blocked", 0.0)
             print(f"[blocked] {run.name}: {reason}", file=log, flush=True)
     return planned
-
-
-def _blocked_reason(run: Run, deps: Sequence[Tuple[str, str]]) -> Optional[str]:
-    """Why a pending test-only run cannot be evaluated given its training runs' ``(name, status)``, or None."""
-    if not run.test_only:
-        return None
-    if not deps and not run.started():  # its training run is not in this selection
-        return f"no checkpoint in {run.output_folder / 'save'} to evaluate (train its run first, or select it too)"
-    for name, state in deps:
-        if state == "published":
-            return (f"its training {name} is published, and its checkpoint is not in "
-                    f"{run.output_folder / 'save'}")
-        if state in ("failed", "blocked", "elsewhere", "conflict"):
-            return f"its training {name} is {state}"
-    return None
 
 
 def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
@@ -295,7 +204,7 @@ def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Po
             status[run.name] = ("skipped", 0.0)
             if publish is not None:
                 publish_run(run, *publish)
-        elif (reason := _blocked_reason(run, list(zip(trainers.get(run.name, []), deps)))) is not None:
+        elif (reason := grid_plan.blocked_reason(run, list(zip(trainers.get(run.name, []), deps)))) is not None:
             pending.remove(run)
             status[run.name] = ("blocked", 0.0)
             if "is failed" not in reason:  # a failed training was reported when it failed

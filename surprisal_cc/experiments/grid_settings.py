@@ -6,10 +6,7 @@ key is one line naming where it is set (:mod:`surprisal_cc.experiments.grid_spec
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional
-
-if TYPE_CHECKING:
-    from surprisal_cc.experiments.grid_spec import GridSpec
+from typing import Any, Collection, Dict, List, Optional
 
 __all__ = ["SPEECHBRAIN_FLAGS", "SPEECHBRAIN_OPTIONS", "PASSED_KEYS", "setting_problem", "refused_settings"]
 
@@ -70,7 +67,7 @@ def setting_problem(key: str, value: Any, hparams_keys: Collection[str], hparams
 PASSED_KEYS = ("experiment_root", "seed", "output_folder")
 
 
-def refused_settings(spec: "GridSpec", extra_settings: Dict[str, Any], hparams_keys: Collection[str]) -> List[str]:
+def refused_settings(spec: Any, extra_settings: Dict[str, Any], hparams_keys: Collection[str]) -> List[str]:
     """One line for each setting of the grid that its recipe would refuse at launch (:func:`setting_problem`),
     naming where it is set: ``overrides``, ``group 'NAME' set`` or ``vary``, or ``command line``
     (``extra_settings``); and one for each key the grid passes to every run (:data:`PASSED_KEYS`) that the
@@ -78,6 +75,7 @@ def refused_settings(spec: "GridSpec", extra_settings: Dict[str, Any], hparams_k
 
     Example
     -------
+    >>> from surprisal_cc.experiments.grid_spec import GridSpec
     >>> spec = GridSpec("r.py", "h.yaml", "exp", {"lr": 0.1}, [{"name": "g", "vary": {"contoller": ["random"]}}])
     >>> refused_settings(spec, {"device": "cpu"}, {"lr", "controller", "seed", "experiment_root", "output_folder"})
     ["group 'g' vary: contoller is not a key of h.yaml nor a SpeechBrain option (did you mean controller?)"]

@@ -45,9 +45,10 @@ on, and a test-only run of its folder whose results then evaluate another checkp
 chose, by the epoch each results file records, is evaluated again); any other run is launched again
 with the same command (SpeechBrain's checkpointer resumes it); runs that left a checkpoint go first, so
 an interrupted grid finishes what it started, and a test-only run goes as soon as the training run of
-its folder has finished. While a run trains, its folder holds a lock file with the grid process's PID:
-a second grid command on the same machine leaves that run alone ("elsewhere") and goes on with the
-others; a lock whose process has ended (a machine stopped mid-run) is taken over. A run
+its folder has finished. While a run trains, its folder holds a lock file naming the grid process (its PID and host):
+a second grid command, on this machine or another one of a shared file system, leaves that run alone
+("elsewhere") and goes on with the others; a lock whose process has ended on this machine (a machine
+stopped mid-run) is taken over, one held on another host never is. A run
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
 earlier run's is dropped as a duplicate; two training runs of different configurations in one folder
 (``folder_of`` without a varied key that tells them apart) are an error. Test-only runs wait for the
@@ -89,7 +90,7 @@ from surprisal_cc.experiments import grid_plan
 from surprisal_cc.experiments.grid_plan import publish_run
 from surprisal_cc.experiments.grid_spec import (DEBUG_REFUSED, GridError, Run, check_input_files, expand, load_grid,
                         prepare_inputs)
-from surprisal_cc.experiments.run_locks import acquire_run_lock, lock_holder, release_run_lock
+from surprisal_cc.experiments.run_locks import acquire_run_lock, holder_host, lock_holder, release_run_lock
 
 __all__ = ["execute", "publish_run", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
 
@@ -229,7 +230,8 @@ def _try_start(run: Run, running: Dict[str, Tuple[Run, subprocess.Popen, IO[str]
     holder = acquire_run_lock(run.output_folder, run.lock_name)
     if holder is not None:
         status[run.name] = ("elsewhere", 0.0)
-        print(f"[elsewhere] {run.name}: another grid process (PID {holder.split()[0]}) is running it",
+        print(f"[elsewhere] {run.name}: another grid process (PID {holder.split()[0]} on {holder_host(holder)}) "
+              "is running it",
               file=log, flush=True)
         return
     handle = open(run.output_folder / "grid.log", "a", encoding="utf-8")

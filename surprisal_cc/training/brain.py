@@ -37,6 +37,7 @@ from surprisal_cc.decoding.metrics import closest_path
 from surprisal_cc.model.nnet import absolute_lengths, lengths_to_mask, unwrap, weights_fingerprint
 from surprisal_cc.training.run_folder import evaluation_tag, results_file_name, train_labels_name, train_targets_name
 from surprisal_cc.training.schedulers import anneal
+from surprisal_cc.training.preemption import CheckpointOnSignal, install_checkpoint_signals
 from surprisal_cc.runtime import DEFAULT_DECODING_THREADS, decoding_threads
 
 logger = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ def with_run_option(run_opts, **options):
     return dataclasses.replace(run_opts, **options, overridden_args={*run_opts.overridden_args, *options})
 
 
-class FiniteLossBrain(sb.Brain):
+class FiniteLossBrain(CheckpointOnSignal, sb.Brain):
     """A Brain that never updates the model from a batch whose loss is not finite.
 
     SpeechBrain's own ``fit_batch`` back-propagates a NaN/inf loss and steps the optimiser until
@@ -158,6 +159,7 @@ class FiniteLossBrain(sb.Brain):
     def __init__(self, modules=None, opt_class=None, hparams=None, run_opts=None, checkpointer=None):
         super().__init__(modules=modules, opt_class=opt_class, hparams=hparams,
                          run_opts=with_run_option(run_opts, skip_nonfinite_grads=True), checkpointer=checkpointer)
+        install_checkpoint_signals()  # under Slurm: checkpoint and stop on its warning signal (training.preemption)
         self.batch_ids: List[str] = []
         self.nonfinite_ids: List[str] = []
 

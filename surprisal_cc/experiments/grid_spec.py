@@ -69,6 +69,7 @@ class GridSpec:
     report_pool: List[str] = field(default_factory=list)  # configuration keys the reports pool over
     prepare: List[PrepareStep] = field(default_factory=list)
     path: Optional[str] = None  # the grid file it was read from (its errors name it)
+    slurm: Dict[str, Any] = field(default_factory=dict)  # cluster settings of --launcher slurm (experiments.slurm)
 
 
 class SavedTraining(NamedTuple):
@@ -376,10 +377,12 @@ def load_grid(path: str) -> GridSpec:
                     overrides=dict(data.get("overrides") or {}), groups=list(data["groups"]),
                     seeds=list(data.get("seeds", [1])), publish=data.get("publish"),
                     report_pool=list(data.get("report_pool") or []),
-                    prepare=_prepare_steps(path, data.get("prepare") or []), path=path)
+                    prepare=_prepare_steps(path, data.get("prepare") or []), path=path,
+                    slurm=dict(data.get("slurm") or {}))
 
 
-GRID_KEYS = {"recipe", "hparams", "groups", "overrides", "seeds", "publish", "prepare", "experiment_root", "report_pool"}
+GRID_KEYS = {"recipe", "hparams", "groups", "overrides", "seeds", "publish", "prepare", "experiment_root", "report_pool",
+             "slurm"}
 GROUP_KEYS = {"name", "vary", "set", "folder_of"}
 
 
@@ -409,6 +412,8 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
                 fail(f"{key} of group {group.get('name')!r} must be a mapping of keys to values")
     if not isinstance(data.get("overrides") or {}, dict):
         fail("overrides must be a mapping of keys to values")
+    if not isinstance(data.get("slurm") or {}, dict):
+        fail("slurm must be a mapping of cluster settings (partition, gpus, cpus, mem_gb, time, ...)")
     seeds = data.get("seeds", [1])
     if not isinstance(seeds, list) or not seeds or not all(is_number(s, integer=True) and s >= 0 for s in seeds):
         fail(f"seeds must be a non-empty list of whole numbers of at least 0, e.g. [1, 2, 3]; got {seeds!r}")

@@ -448,7 +448,7 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
             missing_steps = [step for step in spec.prepare if not step.creates.exists()]
     if settings is not None:
         report = None if args.no_report else [sys.executable, "-m", "surprisal_cc.cli", "grid", args.grid, "--report"]
-        status = submit_grid(runs, settings, missing_steps, args.grid, Path(spec.experiment_root), report,
+        status = submit_grid(runs, settings, missing_steps, Path(spec.experiment_root), report,
                              dry_run=args.dry_run, publish=publish)
         print(format_summary(runs, status))
         if not args.dry_run:

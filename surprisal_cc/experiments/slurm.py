@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -293,7 +294,7 @@ def queue_states() -> Optional[Dict[str, str]]:
 
 
 def _executor_folder(run: Run) -> Path:
-    return run.output_folder / "slurm"
+    return run.output_folder.absolute() / "slurm"
 
 
 def _submitit_command(folder: Path) -> str:
@@ -319,6 +320,10 @@ class _Submitter:
                 import submitit  # noqa: F401
             except ImportError:
                 raise GridError(SUBMITIT_MISSING) from None
+            missing = [name for name in ("sbatch", "srun", "squeue") if shutil.which(name) is None]
+            if missing:
+                raise GridError(f"--launcher slurm: {', '.join(missing)} not found here: submit from a node of the "
+                                "cluster (--dry-run prints the sbatch scripts anywhere)")
 
     def submit(self, folder: Path, function: Any, title: str, dependency: Optional[str], **resources: Any
                ) -> Tuple[str, str]:
@@ -337,8 +342,8 @@ class _Submitter:
         return str(job.job_id), str(job.paths.stdout)
 
 
-def submit_grid(runs: Sequence[Run], settings: SlurmSettings, steps: Sequence[PrepareStep], grid_file: str,
-                experiment_root: Path, report_command: Optional[List[str]], dry_run: bool = False,
+def submit_grid(runs: Sequence[Run], settings: SlurmSettings, steps: Sequence[PrepareStep], experiment_root: Path,
+                report_command: Optional[List[str]], dry_run: bool = False,
                 publish: Optional[Tuple[Path, Path]] = None, log: Optional[IO[str]] = None
                 ) -> Dict[str, Tuple[str, float]]:
     """Submit every pending run of ``runs`` (:func:`~surprisal_cc.experiments.grid_plan.triage`) as a Slurm job;
@@ -356,7 +361,7 @@ def submit_grid(runs: Sequence[Run], settings: SlurmSettings, steps: Sequence[Pr
     prepare_dependency = None
     to_submit = [r for r in pending if not r.test_only] + [r for r in pending if r.test_only]
     if steps and to_submit:
-        job, _ = submitter.submit(experiment_root / "slurm", PrepareJob(steps, cwd), "prepare", None)
+        job, _ = submitter.submit(experiment_root.absolute() / "slurm", PrepareJob(steps, cwd), "prepare", None)
         prepare_dependency = f"afterok:{job}"
         if not dry_run:
             print(f"[submitted] prepare ({', '.join(str(s.creates) for s in steps)}): job {job}", file=log, flush=True)
@@ -394,7 +399,7 @@ def submit_grid(runs: Sequence[Run], settings: SlurmSettings, steps: Sequence[Pr
             print(f"[submitted] {run.name}: job {job}{f' after {dependency}' if dependency else ''}, log {job_log}",
                   file=log, flush=True)
     if report_command is not None and jobs:
-        job, job_log = submitter.submit(experiment_root / "slurm", CommandJob(report_command, cwd), "report",
+        job, job_log = submitter.submit(experiment_root.absolute() / "slurm", CommandJob(report_command, cwd), "report",
                                         "afterany:" + ":".join(jobs.values()), gpus=0, cpus=1)
         if not dry_run:
             print(f"[submitted] report: job {job} when every run job has ended ({shlex.join(report_command)}), "

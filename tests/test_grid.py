@@ -1,4 +1,4 @@
-"""Tests for surprisal_cc.experiments.grid (with its grid files, surprisal_cc.experiments.grid_spec, and run locks, surprisal_cc.experiments.run_locks) and
+"""Tests for surprisal_cc.experiments.grid (with its grid files, surprisal_cc.experiments.grid_spec and grid_settings, and run locks, surprisal_cc.experiments.run_locks) and
 ``surprisal-cc grid`` with a fake recipe script (no training)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from surprisal_cc.experiments import grid
-from surprisal_cc.experiments import grid_spec
+from surprisal_cc.experiments import grid_settings, grid_spec
 from surprisal_cc.training import run_folder
 from surprisal_cc.experiments import run_locks
 from surprisal_cc.cli.commands import main
@@ -733,7 +733,7 @@ def test_the_grid_refuses_a_setting_where_the_recipe_would(tmp_path: Path, key: 
         recipe_takes = True
     except (SystemExit, KeyError, ConfigurationError):  # SpeechBrain's parser, hyperpyyaml, parse_arguments
         recipe_takes = False
-    assert (grid_spec.setting_problem(key, value, set(load_yaml_tolerant(hparams))) is None) == recipe_takes
+    assert (grid_settings.setting_problem(key, value, set(load_yaml_tolerant(hparams))) is None) == recipe_takes
 
 
 def test_an_abbreviation_of_a_speechbrain_option_is_refused() -> None:
@@ -742,19 +742,19 @@ def test_an_abbreviation_of_a_speechbrain_option_is_refused() -> None:
     import speechbrain as sb
 
     assert sb.parse_arguments(["h.yaml", "--dev=cpu"])[1]["device"] == "cpu"
-    assert grid_spec.setting_problem("dev", "cpu", {"dev"}) == (
+    assert grid_settings.setting_problem("dev", "cpu", {"dev"}) == (
         "dev: SpeechBrain's command line takes --dev for its option --device: write the option's full name")
-    assert "its options --compile_mode or --compile_module_keys" in grid_spec.setting_problem("compile_mo", "x", set())
+    assert "its options --compile_mode or --compile_module_keys" in grid_settings.setting_problem("compile_mo", "x", set())
 
 
 def test_the_grid_knows_speechbrains_options() -> None:
-    """:data:`grid_spec.SPEECHBRAIN_OPTIONS` are the options of SpeechBrain's command line, and its flags those
+    """:data:`grid_settings.SPEECHBRAIN_OPTIONS` are the options of SpeechBrain's command line, and its flags those
     that take no value (passed bare)."""
     from speechbrain.utils.run_opts import RunOptions
 
     actions = [a for a in RunOptions._create_parser()._actions if a.option_strings and a.dest != "help"]
-    assert {a.dest for a in actions} == grid_spec.SPEECHBRAIN_OPTIONS
-    assert {a.dest for a in actions if a.nargs == 0} == grid_spec.SPEECHBRAIN_FLAGS
+    assert {a.dest for a in actions} == grid_settings.SPEECHBRAIN_OPTIONS
+    assert {a.dest for a in actions if a.nargs == 0} == grid_settings.SPEECHBRAIN_FLAGS
     assert grid_spec.cli_option("data_parallel_backend", True) == "--data_parallel_backend"
 
 
@@ -1055,3 +1055,63 @@ def test_the_grid_notices_at_once_that_a_run_has_ended(pidfd: bool, monkeypatch:
     finally:
         slow.kill()
         slow.wait()
+
+
+def test_a_lock_held_on_another_host_is_never_taken_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a shared file system two hosts (faked names) never both hold one run: a lock names its host, and a
+    lock of another host is live whatever its PID is here; on its own host, a lock whose process has ended
+    is taken over. A requeued Slurm job takes over the lock its earlier start left (same job, fewer restarts)."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a PID that runs nowhere now
+    host = {"name": "node-a"}
+    monkeypatch.setattr(run_locks, "this_host", lambda: host["name"])
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert run_locks.acquire_run_lock(tmp_path) is None
+    assert (tmp_path / "grid.lock").read_text().split()[2] == "node-a"
+    left = f"{ended.pid} 123 node-a"
+    (tmp_path / "grid.lock").write_text(left)  # node-a's process ended without releasing it
+    host["name"] = "node-b"
+    assert run_locks.acquire_run_lock(tmp_path) == left and run_locks.lock_holder(tmp_path) == left
+    assert (tmp_path / "grid.lock").read_text() == left  # not taken over
+    host["name"] = "node-a"
+    assert run_locks.lock_holder(tmp_path) is None and run_locks.acquire_run_lock(tmp_path) is None
+    run_locks.release_run_lock(tmp_path)
+
+    (tmp_path / "grid.lock").write_text(f"{ended.pid} 123 node-a job 7 0")  # a Slurm job's run on node-a
+    host["name"] = "node-b"
+    monkeypatch.setenv("SLURM_JOB_ID", "8")
+    assert run_locks.acquire_run_lock(tmp_path) is not None  # another job's
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert run_locks.acquire_run_lock(tmp_path) is None  # this job's earlier start, requeued since
+    assert (tmp_path / "grid.lock").read_text().split()[2:] == ["node-b", "job", "7", "1"]
+
+
+def test_two_hosts_taking_one_lock_at_once_never_both_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two grid processes on two hosts (faked: threads that name different hosts) that take one run's lock
+    at the same moment: exactly one of them holds it, the other sees it as held on the first host."""
+    import threading
+
+    identity = run_locks._process_identity
+    started = threading.Event()
+
+    def slow_identity(pid):  # node-a is slow to name itself; node-b looks meanwhile
+        if threading.current_thread().name == "node-a":
+            started.set()
+            time.sleep(0.3)
+        return identity(pid)
+
+    monkeypatch.setattr(run_locks, "_process_identity", slow_identity)
+    monkeypatch.setattr(run_locks, "this_host", lambda: "node-a" if threading.current_thread().name == "node-a"
+                        else "node-b")
+    taken = {}
+    first = threading.Thread(target=lambda: taken.update(a=run_locks.acquire_run_lock(tmp_path)), name="node-a")
+    first.start()
+    started.wait(5)
+    taken["b"] = run_locks.acquire_run_lock(tmp_path)
+    first.join(5)
+    assert sorted(map(str, taken.values())).count("None") == 1
+    holder = (tmp_path / "grid.lock").read_text()
+    loser = taken["a"] if taken["b"] is None else taken["b"]
+    assert loser == holder and run_locks.holder_host(holder) in ("node-a", "node-b")
+    assert [p.name for p in tmp_path.iterdir()] == ["grid.lock"]

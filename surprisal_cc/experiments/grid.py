@@ -1,14 +1,24 @@
 """Experiment grids: expand a grid YAML into recipe runs, run them (resumably, N at a time), report.
 
-    surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N] [--threads N]
+    surprisal-cc grid hparams/MiniLibriSpeech/grid_cpu.yaml [--dry-run] [--jobs N] [--threads N] [--gpus 0,1]
         [--only SUBSTRING] [--no-report] [--key=value ...]
+    surprisal-cc grid FILE --launcher slurm [--partition P] [--gpus-per-run N] [--cpus-per-run N] [--mem-per-run GB]
+        [--time HH:MM:SS] [--account A] [--qos Q] [--sbatch=--KEY=VALUE ...] [--dry-run] [...]
+    surprisal-cc grid FILE --status | --report
+
+``--launcher local`` (the default) runs the runs as processes of this command, ``--jobs`` at a time (with
+``--gpus``, one on each listed GPU: ``CUDA_VISIBLE_DEVICES``). ``--launcher slurm`` submits each pending run as
+a Slurm job and returns (:mod:`surprisal_cc.experiments.slurm`: the same plan, as job dependencies; a last job
+writes the report; the cluster settings also from the grid file's ``slurm:`` section; ``--dry-run`` prints
+each job's sbatch script). ``--status`` prints each run's state from its folder and the Slurm queue
+(:mod:`surprisal_cc.experiments.grid_status`); ``--report`` only writes the report.
 
 Extra ``--key=value`` options are settings of every run (e.g. ``--device=cuda:0``), replacing the grid
 file's: a finished run in a run's folder made with another value is a conflict, not a result. They may
 not name ``seed``, ``output_folder`` or a key that a group varies (those name the runs' folders).
 Every key a grid sets (its ``overrides``, a group's ``set`` and ``vary``, a ``--key=value``) must be
 one its recipe takes: a top-level key of the hparams file or one of SpeechBrain's options, such as
-``device`` or ``test_only`` (:func:`setting_problem`); a misspelt key is one line naming the grid file,
+``device`` or ``test_only`` (:func:`~surprisal_cc.experiments.grid_settings.setting_problem`); a misspelt key is one line naming the grid file,
 the group and the key (and the closest key there is), before anything is prepared or launched.
 
 Grid file (plain YAML)::
@@ -26,6 +36,7 @@ Grid file (plain YAML)::
       - creates: results/labels.csv               # skipped when this file exists
         command: [python, make_labels.py, results/labels.csv]   # "python": this interpreter
         sha256: 88e42f6c...                       # optional: the digest the file must have
+    slurm: {partition: gpu, gpus: 1, cpus: 4, time: "4:00:00"}   # optional: settings of --launcher slurm
     groups:
       - name: controllers
         vary: {controller: [surprisal, random]}   # cartesian product (x seeds)
@@ -45,9 +56,10 @@ on, and a test-only run of its folder whose results then evaluate another checkp
 chose, by the epoch each results file records, is evaluated again); any other run is launched again
 with the same command (SpeechBrain's checkpointer resumes it); runs that left a checkpoint go first, so
 an interrupted grid finishes what it started, and a test-only run goes as soon as the training run of
-its folder has finished. While a run trains, its folder holds a lock file with the grid process's PID:
-a second grid command on the same machine leaves that run alone ("elsewhere") and goes on with the
-others; a lock whose process has ended (a machine stopped mid-run) is taken over. A run
+its folder has finished. While a run trains, its folder holds a lock file naming the grid process (its PID and host):
+a second grid command, on this machine or another one of a shared file system, leaves that run alone
+("elsewhere") and goes on with the others; a lock whose process has ended on this machine (a machine
+stopped mid-run) is taken over, one held on another host never is. A run
 whose effective configuration (hparams defaults + overrides, on the keys the grid sets) equals an
 earlier run's is dropped as a duplicate; two training runs of different configurations in one folder
 (``folder_of`` without a varied key that tells them apart) are an error. Test-only runs wait for the
@@ -84,12 +96,14 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from surprisal_cc.checks import positive_int
-from surprisal_cc.data.errors import first_listed
 from surprisal_cc.errors import UsageError
-from surprisal_cc.experiments.grid_spec import (DEBUG_REFUSED, GridError, Run, SavedTraining, check_input_files, expand, load_grid,
+from surprisal_cc.experiments import grid_plan
+from surprisal_cc.experiments.grid_plan import publish_run
+from surprisal_cc.experiments.grid_status import print_status
+from surprisal_cc.experiments.slurm import SETTING_OPTIONS, check_gpu_device, queue_states, slurm_settings, submit_grid
+from surprisal_cc.experiments.grid_spec import (DEBUG_REFUSED, GridError, GridSpec, PrepareStep, Run, check_input_files, expand, load_grid,
                         prepare_inputs)
-from surprisal_cc.training.run_folder import test_only_hyperparams_name
-from surprisal_cc.experiments.run_locks import acquire_run_lock, lock_holder, release_run_lock
+from surprisal_cc.experiments.run_locks import acquire_run_lock, holder_host, lock_holder, release_run_lock
 
 __all__ = ["execute", "publish_run", "format_summary", "add_arguments", "run_grid", "write_grid_report"]
 
@@ -107,30 +121,10 @@ def _env(jobs: int, threads: Optional[int] = None) -> Dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
 
 
-PUBLISHED_FILES = ("results*.json", "history.jsonl", "calibration.json", "hyperparams.yaml")
-
-def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
-    """Copy a finished run's small result files (never checkpoints) to the same relative folder
-    under ``destination``, so that they can be committed the moment the run ends."""
-    import shutil
-
-    target = run.published_folder(grid_root, destination)
-    target.mkdir(parents=True, exist_ok=True)
-    copied = []
-    # a test-only run publishes its own files only: the training run of its folder publishes the rest
-    patterns = ([p.name for p in run.results_files()] + [test_only_hyperparams_name(run.evaluation_tag)]
-                if run.test_only else PUBLISHED_FILES)
-    for pattern in patterns:
-        for path in sorted(run.output_folder.glob(pattern)):
-            shutil.copy2(path, target / path.name)
-            copied.append(target / path.name)
-    return copied
-
-
 def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: float = 0.5,
             log: Optional[IO[str]] = None, publish: Optional[Tuple[Path, Path]] = None,
-            threads: Optional[int] = None, on_published: Optional[Callable[[], Any]] = None
-            ) -> Dict[str, Tuple[str, float]]:
+            threads: Optional[int] = None, on_published: Optional[Callable[[], Any]] = None,
+            gpus: Optional[Sequence[str]] = None) -> Dict[str, Tuple[str, float]]:
     """Run what is not complete, ``jobs`` at a time (``threads`` torch threads each; default: the
     cores divided among the jobs); returns name -> (status, seconds), status one of done / skipped /
     published / failed / blocked / conflict / elsewhere / dry-run / waits ("conflict": its folder holds a
@@ -138,17 +132,22 @@ def execute(runs: Sequence[Run], jobs: int = 1, dry_run: bool = False, poll_s: f
     run's lock file (:attr:`Run.lock_name`), i.e. is running it now; a dry run says so too). With ``publish = (grid_root, destination)``, each run's
     result files are copied there when it is done (or found complete), and a run whose results are
     there already is not run again ("published": finished on a machine whose ``grid_root`` is gone;
-    a test-only run of its folder is "blocked", as it needs the checkpoint that stayed there)."""
+    a test-only run of its folder is "blocked", as it needs the checkpoint that stayed there). With ``gpus``
+    (CUDA device ids, e.g. ``["0", "1"]``), as many runs go at once as there are ids, each with its own
+    device (``CUDA_VISIBLE_DEVICES`` set to a free one; an id listed twice takes two runs)."""
     log = log or sys.stdout
-    status, pending, waiting = _triage(runs, dry_run, publish, log)
-    trainers = _trainers(runs)
+    if gpus:
+        jobs = len(gpus)
+    status, pending, waiting = grid_plan.triage(runs, dry_run, publish, log)
+    trainers = grid_plan.trainers(runs)
     if dry_run:
         return _print_dry_run(runs, pending, status, waiting, jobs, threads, log)
     running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]] = {}
     env = _env(jobs, threads)
+    devices: Dict[str, str] = {}  # run name -> its GPU, while it runs
     while pending or running:
-        _start_ready(pending, running, status, trainers, jobs, env, publish, log)
-        _reap_finished(running, status, publish, on_published, log)
+        _start_ready(pending, running, status, trainers, jobs, env, publish, log, gpus, devices)
+        _reap_finished(running, status, publish, on_published, log, devices)
         if running:
             _wait_for_an_end([proc for _, proc, _, _ in running.values()], poll_s)
     return status
@@ -184,62 +183,6 @@ def _wait_for_an_end(procs: Sequence[subprocess.Popen], timeout: float) -> None:
             os.close(fd)
 
 
-CHANGES_LISTED = 3  # the changed settings a conflict's line names, before it counts the rest
-
-
-def _triage(runs: Sequence[Run], dry_run: bool, publish: Optional[Tuple[Path, Path]], log: IO[str]
-            ) -> Tuple[Dict[str, Tuple[str, float]], List[Run], Set[str]]:
-    """The status of the runs with nothing to do ("skipped": complete, published unless a dry run;
-    "published": its results are at the destination; "conflict": its folder holds a finished run
-    with other settings, or more epochs, named in ``log``), and the other runs in the order to start
-    them (a finished run asked for more epochs than it was trained for among them: it trains on, and
-    the finished test-only runs of its folder wait for it; a test-only run whose results evaluate
-    another checkpoint than its folder's training chose, :meth:`Run.stale`, is evaluated again), and the
-    names of the finished test-only runs among them that wait for their training to train on."""
-    status: Dict[str, Tuple[str, float]] = {}
-    pending = []
-    waiting = set()  # finished test-only runs that wait for their training to train on
-    found = {}  # name -> (complete, SavedTraining)
-    for run in runs:
-        complete = run.complete()
-        found[run.name] = (complete, run.changed_settings() if complete else SavedTraining([], False))
-    training_on = {run.output_folder for run in runs if not run.test_only and found[run.name][1].trains_on}
-    for run in runs:
-        complete, (changed, trains_on) = found[run.name]
-        stale = run.stale() if complete else None
-        if changed:  # another configuration's finished run in this folder: not a result of this one
-            status[run.name] = ("conflict", 0.0)
-            print(f"[conflict] {run.name}: {run.output_folder} holds a finished run made with other settings "
-                  f"({'; '.join(first_listed(changed, CHANGES_LISTED, ' setting(s)'))}): move that folder away, "
-                  "or give this grid another experiment_root", file=log, flush=True)
-        elif trains_on:  # the same run asked to train longer: it resumes from its last checkpoint
-            pending.append(run)
-        elif stale:  # its folder's training trained on since: the new checkpoint is evaluated
-            print(f"[stale] {run.name}: {stale}: evaluated again", file=log, flush=True)
-            pending.append(run)
-        elif complete and run.test_only and run.output_folder in training_on:
-            pending.append(run)  # waits for its training to train on, then is evaluated again if stale
-            waiting.add(run.name)
-        elif complete:
-            status[run.name] = ("skipped", 0.0)
-            if publish is not None and not dry_run:
-                publish_run(run, *publish)
-        elif publish is not None and run.published(*publish):
-            status[run.name] = ("published", 0.0)
-        else:
-            pending.append(run)
-    # a test-only run goes once its folder is trained (its dependencies below), ahead of training runs;
-    # interrupted runs resume before new ones start (stable: the grid's order otherwise)
-    pending.sort(key=lambda run: (not run.test_only, not run.started()))
-    return status, pending, waiting
-
-
-def _trainers(runs: Sequence[Run]) -> Dict[str, List[str]]:
-    """For each test-only run, the runs of the same grid that train its folder (it waits for them)."""
-    return {run.name: [r.name for r in runs if not r.test_only and r.output_folder == run.output_folder]
-            for run in runs if run.test_only}
-
-
 def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str, Tuple[str, float]],
                    waiting: Set[str], jobs: int, threads: Optional[int], log: IO[str]) -> Dict[str, Tuple[str, float]]:
     """Print every run's command (``# done:`` before those with nothing to do, ``# waits:`` before a
@@ -253,37 +196,23 @@ def _print_dry_run(runs: Sequence[Run], pending: Sequence[Run], status: Dict[str
     # a run that another grid process trains now is shown as such ("elsewhere")
     planned = {**{r.name: ("elsewhere" if lock_holder(r.output_folder, r.lock_name)
                            else "waits" if r.name in waiting else "dry-run", 0.0) for r in pending}, **status}
-    trainers = _trainers(runs)
+    trainers = grid_plan.trainers(runs)
     for run in pending:  # the test-only runs that a launch would block, as _start_ready would
         deps = [(d, planned[d][0]) for d in trainers.get(run.name, []) if d in planned]
         if any(state == "elsewhere" for _, state in deps):  # the grid process that trains it evaluates it too
             planned[run.name] = ("elsewhere", 0.0)
             continue
-        reason = _blocked_reason(run, deps)
+        reason = grid_plan.blocked_reason(run, deps)
         if reason is not None and run.name not in waiting:
             planned[run.name] = ("blocked", 0.0)
             print(f"[blocked] {run.name}: {reason}", file=log, flush=True)
     return planned
 
 
-def _blocked_reason(run: Run, deps: Sequence[Tuple[str, str]]) -> Optional[str]:
-    """Why a pending test-only run cannot be evaluated given its training runs' ``(name, status)``, or None."""
-    if not run.test_only:
-        return None
-    if not deps and not run.started():  # its training run is not in this selection
-        return f"no checkpoint in {run.output_folder / 'save'} to evaluate (train its run first, or select it too)"
-    for name, state in deps:
-        if state == "published":
-            return (f"its training {name} is published, and its checkpoint is not in "
-                    f"{run.output_folder / 'save'}")
-        if state in ("failed", "blocked", "elsewhere", "conflict"):
-            return f"its training {name} is {state}"
-    return None
-
-
 def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
                  status: Dict[str, Tuple[str, float]], trainers: Dict[str, List[str]], jobs: int,
-                 env: Dict[str, str], publish: Optional[Tuple[Path, Path]], log: IO[str]) -> None:
+                 env: Dict[str, str], publish: Optional[Tuple[Path, Path]], log: IO[str],
+                 gpus: Optional[Sequence[str]] = None, devices: Optional[Dict[str, str]] = None) -> None:
     """One pass over the pending runs: block those that cannot run, start those whose dependencies are
     done while fewer than ``jobs`` run (in place). A complete test-only run that waited for its training
     to go on is skipped once the training has ended if its results still evaluate the checkpoint
@@ -295,14 +224,16 @@ def _start_ready(pending: List[Run], running: Dict[str, Tuple[Run, subprocess.Po
             status[run.name] = ("skipped", 0.0)
             if publish is not None:
                 publish_run(run, *publish)
-        elif (reason := _blocked_reason(run, list(zip(trainers.get(run.name, []), deps)))) is not None:
+        elif (reason := grid_plan.blocked_reason(run, list(zip(trainers.get(run.name, []), deps)))) is not None:
             pending.remove(run)
             status[run.name] = ("blocked", 0.0)
             if "is failed" not in reason:  # a failed training was reported when it failed
                 print(f"[blocked] {run.name}: {reason}", file=log, flush=True)
         elif len(running) < jobs and all(s in ("done", "skipped") for s in deps):
             pending.remove(run)
-            _try_start(run, running, status, env, log)
+            _try_start(run, running, status, _gpu_env(env, gpus, devices, run.name), log)
+            if devices is not None and run.name not in running:  # not started ("elsewhere"): its GPU is free
+                devices.pop(run.name, None)
 
 
 def _still_current(run: Run, trained_now: bool) -> bool:
@@ -310,6 +241,23 @@ def _still_current(run: Run, trained_now: bool) -> bool:
     where the files do not record it, unless its training ran in this grid command (``trained_now``)."""
     current = run.evaluates_trained_checkpoint()
     return current if current is not None else not trained_now
+
+
+def _gpu_env(env: Dict[str, str], gpus: Optional[Sequence[str]], devices: Optional[Dict[str, str]],
+             name: str) -> Dict[str, str]:
+    """``env`` with ``CUDA_VISIBLE_DEVICES`` set to a GPU of ``gpus`` that no running run has (``devices``:
+    run name -> GPU, which records it for ``name``); ``env`` itself without ``gpus``.
+
+    >>> devices = {"a": "0"}
+    >>> _gpu_env({}, ["0", "1"], devices, "b"), devices
+    ({'CUDA_VISIBLE_DEVICES': '1'}, {'a': '0', 'b': '1'})
+    """
+    if not gpus or devices is None:
+        return env
+    used = list(devices.values())
+    free = next(g for g in gpus if used.count(g) < list(gpus).count(g))  # jobs = len(gpus): one is free
+    devices[name] = free
+    return {**env, "CUDA_VISIBLE_DEVICES": free}
 
 
 def _try_start(run: Run, running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
@@ -320,7 +268,8 @@ def _try_start(run: Run, running: Dict[str, Tuple[Run, subprocess.Popen, IO[str]
     holder = acquire_run_lock(run.output_folder, run.lock_name)
     if holder is not None:
         status[run.name] = ("elsewhere", 0.0)
-        print(f"[elsewhere] {run.name}: another grid process (PID {holder.split()[0]}) is running it",
+        print(f"[elsewhere] {run.name}: another grid process (PID {holder.split()[0]} on {holder_host(holder)}) "
+              "is running it",
               file=log, flush=True)
         return
     handle = open(run.output_folder / "grid.log", "a", encoding="utf-8")
@@ -333,7 +282,8 @@ def _try_start(run: Run, running: Dict[str, Tuple[Run, subprocess.Popen, IO[str]
 
 def _reap_finished(running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], float]],
                    status: Dict[str, Tuple[str, float]], publish: Optional[Tuple[Path, Path]],
-                   on_published: Optional[Callable[[], Any]], log: IO[str]) -> None:
+                   on_published: Optional[Callable[[], Any]], log: IO[str],
+                   devices: Optional[Dict[str, str]] = None) -> None:
     """Record the runs whose process has ended ("done" if complete, else "failed"), release their
     locks and publish the done ones (in place)."""
     for name, (run, proc, handle, start) in list(running.items()):
@@ -342,6 +292,8 @@ def _reap_finished(running: Dict[str, Tuple[Run, subprocess.Popen, IO[str], floa
         handle.close()
         release_run_lock(run.output_folder, run.lock_name)
         del running[name]
+        if devices is not None:
+            devices.pop(name, None)
         ok = proc.returncode == 0 and run.complete()
         status[name] = ("done" if ok else "failed", time.time() - start)
         if ok and publish is not None:
@@ -410,6 +362,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only runs whose name (group/key-value+.../seedN) contains this (repeatable); "
                              "a leading or trailing '/' ends a name part: /bias/ is group bias only, /seed1/ not seed10")
     parser.add_argument("--no-report", action="store_true", help="skip tables and figures at the end")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                        help="local: runs as processes of this command (default); slurm: each pending run submitted "
+                             "as a Slurm job (submitit), the report as a last job")
+    parser.add_argument("--gpus", default=None, metavar="IDS",
+                        help="local launcher: CUDA devices, e.g. 0,1,2,3: one run at a time on each (an id listed "
+                             "twice takes two runs), as CUDA_VISIBLE_DEVICES; 'visible' takes CUDA_VISIBLE_DEVICES'")
+    parser.add_argument("--status", action="store_true",
+                        help="print each run's state (pending, running, finished, failed, with the log of a failed "
+                             "one) from its folder and the Slurm queue; start nothing")
+    parser.add_argument("--report", action="store_true", help="only write the report of what has finished")
+    cluster = parser.add_argument_group("Slurm (--launcher slurm; they replace the grid file's slurm: section)")
+    cluster.add_argument("--partition", default=None)
+    cluster.add_argument("--gpus-per-run", dest="slurm_gpus", type=int, default=None, metavar="N")
+    cluster.add_argument("--cpus-per-run", dest="slurm_cpus", type=positive_int, default=None, metavar="N",
+                         help="also the run's torch threads")
+    cluster.add_argument("--mem-per-run", dest="slurm_mem_gb", type=float, default=None, metavar="GB")
+    cluster.add_argument("--time", default=None, help="time limit of one start of a run's job (HH:MM:SS, D-HH:MM:SS "
+                                                     "or minutes); a job that reaches it checkpoints and is requeued")
+    cluster.add_argument("--account", default=None)
+    cluster.add_argument("--qos", default=None)
+    cluster.add_argument("--sbatch", action="append", default=[], metavar="--KEY=VALUE",
+                         help="another sbatch option (repeatable), written --sbatch=--constraint=a100")
+    cluster.add_argument("--signal-delay", dest="slurm_signal_delay_s", type=int, default=None, metavar="S",
+                         help="seconds between Slurm's warning signal and the time limit (default 180)")
+    cluster.add_argument("--max-requeues", dest="slurm_max_requeues", type=int, default=None, metavar="N")
 
 
 def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
@@ -418,7 +395,8 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     Arguments
     ---------
     args : argparse.Namespace
-        The parsed options (``grid``, ``dry_run``, ``jobs``, ``only``, ``no_report``).
+        The parsed options (``grid``, ``dry_run``, ``jobs``, ``only``, ``no_report``, ``launcher``, ``gpus``,
+        ``status``, ``report`` and the Slurm settings).
     overrides : sequence of str
         ``--key=value`` options appended to every run's command; anything else raises :class:`UsageError`.
 
@@ -435,6 +413,13 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
     if bad:
         raise UsageError(f"unrecognized arguments: {' '.join(bad)} (extra overrides must look like --key=value)")
     spec = load_grid(args.grid)
+    launcher = getattr(args, "launcher", "local")
+    gpus = _gpu_ids(getattr(args, "gpus", None))
+    settings = slurm_settings(spec.slurm, {name: getattr(args, "slurm_" + name, getattr(args, name, None))
+                                           for name in SETTING_OPTIONS}, args.grid) if launcher == "slurm" else None
+    if gpus and launcher == "slurm":
+        raise UsageError("--gpus gives local runs their devices; a Slurm job gets --gpus-per-run GPUs of its own")
+    overrides = check_gpu_device(overrides, len(gpus) if gpus else settings.gpus if settings else 0)
     every = expand(spec, overrides)
     unmatched = [s for s in args.only or [] if not any(selects(s, r.name) for r in every)]
     if unmatched:  # each --only names some run: a misspelt one would leave its runs out unnoticed
@@ -442,26 +427,67 @@ def run_grid(args: argparse.Namespace, overrides: Sequence[str] = ()) -> int:
                         "(group/key-value+.../seedN; --dry-run without --only lists them)")
     runs = [r for r in every if not args.only or any(selects(s, r.name) for s in args.only)]
     publish = (Path(spec.experiment_root) / "grid", Path(spec.publish)) if spec.publish else None
+    if getattr(args, "status", False):
+        return print_status(runs, queue_states())
+    report_published = (functools.partial(write_grid_report, publish[1], publish[1] / "report", spec.report_pool)
+                        if publish is not None and not args.no_report else None)
+    if getattr(args, "report", False):
+        return _write_reports(spec, report_published)
     to_run = [r for r in runs if not r.complete() and not (publish is not None and r.published(*publish))]
+    missing_steps: List[PrepareStep] = []
     if to_run:
         missing = check_input_files(to_run, spec.prepare, args.grid)
         if missing and not args.dry_run:
             raise GridError("; ".join(missing))
         for line in missing:  # a dry run lists them before its commands
             print(f"# missing: {line}")
-        prepare_inputs(spec.prepare, dry_run=args.dry_run)
-    report_published = (functools.partial(write_grid_report, publish[1], publish[1] / "report", spec.report_pool)
-                        if publish is not None and not args.no_report else None)
+        if settings is None:
+            prepare_inputs(spec.prepare, dry_run=args.dry_run)
+        else:  # the files there are checked here; those missing are made by a job before the runs
+            prepare_inputs([step for step in spec.prepare if step.creates.exists()])
+            missing_steps = [step for step in spec.prepare if not step.creates.exists()]
+    if settings is not None:
+        report = None if args.no_report else [sys.executable, "-m", "surprisal_cc.cli", "grid", args.grid, "--report"]
+        status = submit_grid(runs, settings, missing_steps, Path(spec.experiment_root), report,
+                             dry_run=args.dry_run, publish=publish)
+        print(format_summary(runs, status))
+        if not args.dry_run:
+            print(f"follow them: surprisal-cc grid {args.grid} --status")
+        return exit_status(status, dry_run=args.dry_run)
     status = execute(runs, jobs=max(1, args.jobs), dry_run=args.dry_run, publish=publish,
-                     threads=args.threads, on_published=report_published)
+                     threads=args.threads, on_published=report_published, gpus=gpus)
     print(format_summary(runs, status))
     if not args.dry_run and not args.no_report:
-        out = Path(spec.experiment_root) / "report"
-        figures = write_grid_report(Path(spec.experiment_root) / "grid", out, spec.report_pool)
-        print(f"report: {out / 'report.md'} ({len(figures)} figures)")
-        if report_published is not None:
-            report_published()
+        _write_reports(spec, report_published)
     return exit_status(status, dry_run=args.dry_run)
+
+
+def _write_reports(spec: GridSpec, report_published: Optional[Callable[[], Any]]) -> int:
+    """The report of a grid's runs (and of its published runs); 0."""
+    out = Path(spec.experiment_root) / "report"
+    figures = write_grid_report(Path(spec.experiment_root) / "grid", out, spec.report_pool)
+    print(f"report: {out / 'report.md'} ({len(figures)} figures)")
+    if report_published is not None:
+        report_published()
+    return 0
+
+
+def _gpu_ids(text: Optional[str]) -> Optional[List[str]]:
+    """The device ids of ``--gpus``: a comma-separated list, or ``visible`` for ``CUDA_VISIBLE_DEVICES``'.
+
+    >>> _gpu_ids("0,1, 3"), _gpu_ids(None)
+    (['0', '1', '3'], None)
+    """
+    if text is None:
+        return None
+    if text.strip() == "visible":
+        text = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        if not text.strip():
+            raise UsageError("--gpus visible: CUDA_VISIBLE_DEVICES is not set")
+    ids = [part.strip() for part in text.split(",")]
+    if not all(ids):
+        raise UsageError(f"--gpus {text}: give device ids separated by commas, e.g. --gpus 0,1")
+    return ids
 
 
 def exit_status(status: Dict[str, Tuple[str, float]], dry_run: bool = False) -> int:
@@ -480,7 +506,7 @@ def exit_status(status: Dict[str, Tuple[str, float]], dry_run: bool = False) -> 
     (1, 3)
     """
     states = {state for state, _ in status.values()}
-    not_here = {"blocked", "conflict"} | (set() if dry_run else {"elsewhere"})
+    not_here = {"blocked", "conflict"} | (set() if dry_run else {"elsewhere"})  # submitted, queued: on their way
     return 1 if "failed" in states else 3 if states & not_here else 0
 
 

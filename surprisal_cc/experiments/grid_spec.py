@@ -1,14 +1,13 @@
 """Grid files: a grid YAML read and checked (:func:`load_grid`), expanded into its recipe runs
 (:func:`expand`, one :class:`Run` each: its command, folder and results files, and how the training saved
 in its folder stands to it), the settings of those runs checked against what their recipe takes
-(:func:`refused_settings`), and the inputs every run needs made before the first launch (:func:`prepare_inputs`,
+(:func:`~surprisal_cc.experiments.grid_settings.refused_settings`), and the inputs every run needs made before the first launch (:func:`prepare_inputs`,
 :func:`check_input_files`). The grid file format and the ``surprisal-cc grid`` command, which launches,
 resumes and publishes these runs, are :mod:`surprisal_cc.experiments.grid`; a run's lock file is
 :mod:`surprisal_cc.experiments.run_locks`.
 """
 from __future__ import annotations
 
-import difflib
 import functools
 import hashlib
 import io
@@ -30,10 +29,11 @@ from surprisal_cc.checks import is_number
 from surprisal_cc.config import TaggedMapping, expand_hparams, load_yaml_tolerant, parse_yaml_tolerant
 from surprisal_cc.training.changed_settings import KeyPath, argument_references, changed_training_settings
 from surprisal_cc.training.run_folder import BUILT_IN_CONTROLLERS, BUILT_IN_ENCODERS, evaluation_tag, read_history, results_file_name
+from surprisal_cc.experiments.grid_settings import PASSED_KEYS, SPEECHBRAIN_FLAGS, SPEECHBRAIN_OPTIONS, refused_settings
 from surprisal_cc.experiments.run_labels import POOLABLE_KEYS
 
 __all__ = ["Run", "GridSpec", "GridError", "PrepareStep", "load_grid", "prepare_inputs", "check_input_files",
-           "setting_problem", "refused_settings", "expand", "override_value", "results_files", "recipe_overrides",
+           "expand", "override_value", "results_files", "recipe_overrides",
            "unused_setting", "compared_settings"]
 
 
@@ -69,6 +69,7 @@ class GridSpec:
     report_pool: List[str] = field(default_factory=list)  # configuration keys the reports pool over
     prepare: List[PrepareStep] = field(default_factory=list)
     path: Optional[str] = None  # the grid file it was read from (its errors name it)
+    slurm: Dict[str, Any] = field(default_factory=dict)  # cluster settings of --launcher slurm (experiments.slurm)
 
 
 class SavedTraining(NamedTuple):
@@ -376,10 +377,12 @@ def load_grid(path: str) -> GridSpec:
                     overrides=dict(data.get("overrides") or {}), groups=list(data["groups"]),
                     seeds=list(data.get("seeds", [1])), publish=data.get("publish"),
                     report_pool=list(data.get("report_pool") or []),
-                    prepare=_prepare_steps(path, data.get("prepare") or []), path=path)
+                    prepare=_prepare_steps(path, data.get("prepare") or []), path=path,
+                    slurm=dict(data.get("slurm") or {}))
 
 
-GRID_KEYS = {"recipe", "hparams", "groups", "overrides", "seeds", "publish", "prepare", "experiment_root", "report_pool"}
+GRID_KEYS = {"recipe", "hparams", "groups", "overrides", "seeds", "publish", "prepare", "experiment_root", "report_pool",
+             "slurm"}
 GROUP_KEYS = {"name", "vary", "set", "folder_of"}
 
 
@@ -409,6 +412,8 @@ def _check_shape(path: str, data: Dict[str, Any]) -> None:
                 fail(f"{key} of group {group.get('name')!r} must be a mapping of keys to values")
     if not isinstance(data.get("overrides") or {}, dict):
         fail("overrides must be a mapping of keys to values")
+    if not isinstance(data.get("slurm") or {}, dict):
+        fail("slurm must be a mapping of cluster settings (partition, gpus, cpus, mem_gb, time, ...)")
     seeds = data.get("seeds", [1])
     if not isinstance(seeds, list) or not seeds or not all(is_number(s, integer=True) and s >= 0 for s in seeds):
         fail(f"seeds must be a non-empty list of whole numbers of at least 0, e.g. [1, 2, 3]; got {seeds!r}")
@@ -549,91 +554,6 @@ def check_input_files(runs: Sequence["Run"], steps: Sequence[PrepareStep], grid_
                 missing[(key, value)] = missing.get((key, value), 0) + 1
     return [f"{key} {value} ({grid_file}, {count} run{'s' if count > 1 else ''}): no such file; make it first "
             f"({INPUT_FILE_MAKERS[key]}) or add a prepare step that creates it" for (key, value), count in missing.items()]
-
-
-# The options of SpeechBrain's command line (speechbrain.utils.run_opts.RunOptions), which a recipe parses
-# (surprisal_cc.training.command_line.parse_arguments) before it passes the other --key=value options to its hparams
-# file as overrides: a grid key that names one is a run option. The flags take no value.
-SPEECHBRAIN_FLAGS = frozenset({
-    "auto_mix_prec", "bfloat16_mix_prec", "compile", "compile_using_dynamic_shape_tracing", "compile_using_fullgraph",
-    "data_parallel_backend", "debug", "debug_persistently", "find_unused_parameters", "jit", "noprogressbar",
-    "profile_training", "remove_vector_weight_decay", "skip_nonfinite_grads", "test_only", "tqdm_colored_bar"})
-SPEECHBRAIN_OPTIONS = SPEECHBRAIN_FLAGS | {
-    "ckpt_interval_minutes", "ckpt_interval_steps", "compile_mode", "compile_module_keys", "debug_batches",
-    "debug_epochs", "device", "distributed_backend", "eval_precision", "grad_accumulation_factor", "jit_module_keys",
-    "log_config", "max_grad_norm", "nonfinite_patience", "optimizer_step_limit", "precision", "profile_steps",
-    "profile_warmup"}
-
-
-def setting_problem(key: str, value: Any, hparams_keys: Collection[str], hparams_file: str = "the hparams file"
-                    ) -> Optional[str]:
-    """Why a recipe run would refuse the setting ``key: value`` at launch, or None where it takes it.
-
-    A run takes one of SpeechBrain's options (:data:`SPEECHBRAIN_OPTIONS`) or a top-level key of its hparams
-    file (``hparams_keys``; hyperpyyaml refuses an override of any other key, and applies a mapping value
-    to the key's mapping as it is). A key that begins an option's name is taken for that option (an
-    abbreviation, to SpeechBrain's parser), even where the file has it; ``precision: auto`` is an override
-    of the file's ``precision`` (SpeechBrain's option takes fp32, fp16 or bf16).
-
-    Example
-    -------
-    >>> keys = {"lr", "controller", "seed"}
-    >>> [setting_problem(k, v, keys) for k, v in (("lr", 0.1), ("device", "cuda:0"), ("test_only", True))]
-    [None, None, None]
-    >>> setting_problem("contoller", "random", keys, "h.yaml")
-    'contoller is not a key of h.yaml nor a SpeechBrain option (did you mean controller?)'
-    >>> setting_problem("dev", "cpu", keys)
-    "dev: SpeechBrain's command line takes --dev for its option --device: write the option's full name"
-    >>> setting_problem("precision", "auto", keys, "h.yaml")
-    'precision: auto is an override of the key precision, which h.yaml lacks'
-    """
-    key = str(key)
-    if key == "precision" and str(value).lower() == "auto":
-        return None if key in hparams_keys else f"precision: auto is an override of the key precision, which " \
-                                                f"{hparams_file} lacks"
-    if key in SPEECHBRAIN_OPTIONS:
-        return None
-    taken_for = sorted(option for option in SPEECHBRAIN_OPTIONS if option.startswith(key))
-    if taken_for:
-        return (f"{key}: SpeechBrain's command line takes --{key} for its option{'s' if len(taken_for) > 1 else ''} "
-                f"{' or '.join('--' + o for o in taken_for)}: write the option's full name")
-    if key in hparams_keys:
-        return None
-    close = difflib.get_close_matches(key, sorted(set(hparams_keys) | SPEECHBRAIN_OPTIONS), n=1)
-    return (f"{key} is not a key of {hparams_file} nor a SpeechBrain option"
-            + (f" (did you mean {close[0]}?)" if close else ""))
-
-
-# keys the grid passes to every run: its hparams file must have them
-PASSED_KEYS = ("experiment_root", "seed", "output_folder")
-
-
-def refused_settings(spec: GridSpec, extra_settings: Dict[str, Any], hparams_keys: Collection[str]) -> List[str]:
-    """One line for each setting of the grid that its recipe would refuse at launch (:func:`setting_problem`),
-    naming where it is set: ``overrides``, ``group 'NAME' set`` or ``vary``, or ``command line``
-    (``extra_settings``); and one for each key the grid passes to every run (:data:`PASSED_KEYS`) that the
-    hparams file lacks.
-
-    Example
-    -------
-    >>> spec = GridSpec("r.py", "h.yaml", "exp", {"lr": 0.1}, [{"name": "g", "vary": {"contoller": ["random"]}}])
-    >>> refused_settings(spec, {"device": "cpu"}, {"lr", "controller", "seed", "experiment_root", "output_folder"})
-    ["group 'g' vary: contoller is not a key of h.yaml nor a SpeechBrain option (did you mean controller?)"]
-    """
-    places = [("overrides", spec.overrides, False)]
-    places += [(f"group {group['name']!r} {part}", group.get(part) or {}, part == "vary")
-               for group in spec.groups for part in ("set", "vary")]
-    places.append(("command line", extra_settings, False))
-    lines = []
-    for where, settings, varied in places:
-        for key, value in settings.items():
-            values = value if varied and isinstance(value, (list, tuple)) else [value]
-            problem = next(filter(None, (setting_problem(key, v, hparams_keys, spec.hparams) for v in values)), None)
-            if problem:
-                lines.append(f"{where}: {problem}")
-    lines += [f"{key} is not a key of {spec.hparams}, and the grid passes it to every run"
-              for key in PASSED_KEYS if key not in hparams_keys]
-    return lines
 
 
 def cli_option(key: str, value: Any) -> str:

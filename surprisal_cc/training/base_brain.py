@@ -20,6 +20,8 @@ from speechbrain.utils.run_opts import RunOptions
 from torch import Tensor
 
 from surprisal_cc.errors import ConfigurationError, TrainingDivergedError
+from surprisal_cc.training.preemption import CheckpointOnSignal, install_checkpoint_signals
+
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +94,7 @@ def with_run_option(run_opts, **options):
     return dataclasses.replace(run_opts, **options, overridden_args={*run_opts.overridden_args, *options})
 
 
-class FiniteLossBrain(sb.Brain):
+class FiniteLossBrain(CheckpointOnSignal, sb.Brain):
     """A Brain that never updates the model from a batch whose loss is not finite.
 
     SpeechBrain's own ``fit_batch`` back-propagates a NaN/inf loss and steps the optimiser until
@@ -140,6 +142,7 @@ class FiniteLossBrain(sb.Brain):
     def __init__(self, modules=None, opt_class=None, hparams=None, run_opts=None, checkpointer=None):
         super().__init__(modules=modules, opt_class=opt_class, hparams=hparams,
                          run_opts=with_run_option(run_opts, skip_nonfinite_grads=True), checkpointer=checkpointer)
+        install_checkpoint_signals()  # under Slurm: checkpoint and stop on its warning signal (training.preemption)
         self.batch_ids: List[str] = []
         self.nonfinite_ids: List[str] = []
 

@@ -277,7 +277,7 @@ def test_the_published_runs_hold_the_arguments_the_hparams_files_write_out_today
     assert published
     today = {}
     for saved in published:
-        made_from = re.search(r"^# (/.*/hparams/.*\.yaml)$", saved.read_text(), flags=re.M).group(1)
+        made_from = re.search(r"^# ((?:/.*/)?hparams/.*\.yaml)$", saved.read_text(), flags=re.M).group(1)
         hparams_file = repo / "hparams" / Path(made_from).relative_to(Path(made_from).parents[1])
         if hparams_file not in today:
             text = expand_hparams(hparams_file)

@@ -21,7 +21,10 @@ PUBLISHED_FILES = ("results*.json", "history.jsonl", "calibration.json", "hyperp
 
 def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
     """Copy a finished run's small result files (never checkpoints) to the same relative folder
-    under ``destination``, so that they can be committed the moment the run ends."""
+    under ``destination``, so that they can be committed the moment the run ends; paths below the
+    current folder (the repository the grid runs in) are written relative to it (:func:`portable_text`),
+    so that no copy names the machine's folders."""
+    import os
     import shutil
 
     target = run.published_folder(grid_root, destination)
@@ -33,8 +36,23 @@ def publish_run(run: Run, grid_root: Path, destination: Path) -> List[Path]:
     for pattern in patterns:
         for path in sorted(run.output_folder.glob(pattern)):
             shutil.copy2(path, target / path.name)
+            if path.suffix in (".json", ".jsonl", ".yaml"):
+                text = path.read_text(encoding="utf-8")
+                (target / path.name).write_text(portable_text(text, os.getcwd()), encoding="utf-8")
             copied.append(target / path.name)
     return copied
+
+
+def portable_text(text: str, root: str) -> str:
+    """``text`` with the absolute folder ``root`` (and its subfolders) written relative to it.
+
+    >>> portable_text('"data": "/work/repo/results/x/dev.csv", "other": "/elsewhere/y"', "/work/repo")
+    '"data": "results/x/dev.csv", "other": "/elsewhere/y"'
+    >>> portable_text("# /work/repo/hparams/a.yaml", "/work/repo/")
+    '# hparams/a.yaml'
+    """
+    prefix = root.rstrip("/") + "/"
+    return text.replace(prefix, "") if prefix != "/" else text
 
 
 CHANGES_LISTED = 3  # the changed settings a conflict's line names, before it counts the rest

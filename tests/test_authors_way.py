@@ -78,3 +78,23 @@ def test_authors_per_cuts_before_merging_silence(authors_way):
     hyp = ["sil", "sil", "AH", "B", "K"]  # cut to 4: sil sil AH B -> sil AH B
     assert authors_way.authors_utterance_wer(ref, hyp) == 0.0
     assert authors_way.authors_utterance_wer(["AH"], []) == 1.0
+
+
+def test_the_markdown_table_has_a_column_per_routing(authors_way):
+    seeds = [{"seed": s, "flops_per_frame": 6.4e6 + s, "real_frames_only": 7.0e6, "real_fraction": 0.37, "batches": 35}
+             for s in (0, 1)]
+    entry = {"model": "surprisal_cc/pretrained", "dropped_by_authors_collate": ["u9"],
+             "flops_table": {"small-only": 5.70e6, "big-only": 7.54e6},
+             "a_real_frames": {"flops_per_frame": 7.07e6, "big_fraction": 0.74},
+             "b_authors_way": {"flops_per_frame": 6.4e6, "shuffle_seed": 0, "real_fraction": 0.37, "by_seed": seeds,
+                               "seeds_mean": 6.4e6, "seeds_min": 6.4e6, "seeds_max": 6.4e6 + 1,
+                               "real_frames_only_batch_weighted": 7.0e6, "paper": 6.43e6,
+                               "padded_routing": {"one_real_padded_batch": {"utterances": 32, "max_abs_p_big_diff": 0.0,
+                                                                            "decision_flips": 0}}},
+             "c_per": {"corpus_level": 27.2, "authors_way": 27.5, "per_utterance_mean_uncut": 27.6,
+                       "corpus_level_cut": 27.1},
+             "seconds": {"total": 600.0}}
+    text = authors_way.markdown({"deterministic": entry, "sampled, seed 1": entry}, "python x.py")
+    assert "| | deterministic | sampled, seed 1 |" in text
+    assert "| (a) FLOPs per frame, real frames (evaluate) | 7.07M | 7.07M |" in text
+    assert "| PER, the authors' way | 27.50 % | 27.50 % |" in text and "u9" in text and "10 min" in text

@@ -46,19 +46,20 @@ dev-clean-2 is the test set: this only reports, it chooses nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from speechbrain.utils.edit_distance import count_ops, op_table
 
 from surprisal_cc.data.phones import merge_repeated
-from surprisal_cc.inference import ConditionalASR
+from surprisal_cc.inference import ConditionalASR, passes
 from surprisal_cc.inference.corpora import corpus_items
 from surprisal_cc.inference.evaluation import evaluate_corpus
 from surprisal_cc.model.flops import static_flop_rows
@@ -200,26 +201,28 @@ def shuffled_batches(num_items: int, seed: int, batch_size: int = AUTHORS_BATCH)
 
 
 # ------------------------------------------------------------------ the model's part
-class RecordingModel:
-    """A :class:`~surprisal_cc.inference.asr.ConditionalASR` for :func:`evaluate_corpus`: everything is the
-    model's; each batch it decodes is also recorded, per utterance and in decoding order: its sample
-    and frame counts, the per-frame ``use_big`` the encoder reports (what ran) and the raw hypothesis."""
+@contextlib.contextmanager
+def recording_batches(records: List[Dict[str, Any]]) -> Iterator[None]:
+    """While open, each batch that :func:`evaluate_corpus` decodes (through
+    :func:`surprisal_cc.inference.passes.decode_batch`, which it calls by module attribute) is also recorded,
+    per utterance and in decoding order: its sample and frame counts, the per-frame ``use_big`` the encoder
+    reports (what ran) and the raw hypothesis. Nothing of the decoding changes."""
+    original = passes.decode_batch
 
-    def __init__(self, asr: ConditionalASR):
-        self._asr = asr
-        self.records: List[Dict[str, Any]] = []
-
-    def __getattr__(self, name: str):
-        return getattr(self._asr, name)
-
-    def run_batch(self, wavs: torch.Tensor, samples: torch.Tensor):
-        batch = self._asr.run_batch(wavs, samples)
+    def decode_and_record(asr, wavs: torch.Tensor, samples: torch.Tensor):
+        batch = original(asr, wavs, samples)
         stats = batch.output.stats
         for b, (n, s) in enumerate(zip(batch.frames.tolist(), samples.tolist())):
-            self.records.append({"samples": int(s), "frames": int(n),
-                                 "use_big": stats["use_big"][b, :n].cpu().numpy().astype(bool),
-                                 "hypothesis": self._asr.phones_of(batch.hyps[b])})
+            records.append({"samples": int(s), "frames": int(n),
+                            "use_big": stats["use_big"][b, :n].cpu().numpy().astype(bool),
+                            "hypothesis": passes.phones_of(asr, batch.hyps[b])})
         return batch
+
+    passes.decode_batch = decode_and_record
+    try:
+        yield
+    finally:
+        passes.decode_batch = original
 
 
 @torch.no_grad()
@@ -238,7 +241,7 @@ def padded_p_big(asr: ConditionalASR, signals: Sequence[torch.Tensor], pad_to: i
         for i, signal in enumerate(chunk):
             wavs[i, :signal.numel()] = signal
         samples = torch.full((len(chunk),), pad_to, dtype=torch.long)
-        fbank, frames = asr.filterbanks(wavs, samples)
+        fbank, frames = passes.filterbanks(asr, wavs, samples)
         apc_out = asr.apc(fbank, frames)
         features = apc_out.features if asr.use_apc_features else fbank
         p_big = controller.probability(features, apc_out.surprisal, bias_shift=asr.encoder.test_bias_shift)
@@ -314,11 +317,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     started = time.perf_counter()
     asr = ConditionalASR.from_pretrained(args.model, routing="sampled" if args.sampled else "deterministic",
                                          seed=args.seed if args.sampled else None)
-    recorder = RecordingModel(asr)
+    records: List[Dict[str, Any]] = []
     reports: List[Dict[str, Any]] = []
-    scores = evaluate_corpus(recorder, args.data, mfa_labels=args.mfa_labels, batch_size=args.batch_size,
-                             progress=args.progress, per_utterance=reports.append)
-    records = recorder.records
+    with recording_batches(records):
+        scores = evaluate_corpus(asr, args.data, mfa_labels=args.mfa_labels, batch_size=args.batch_size,
+                                 progress=args.progress, per_utterance=reports.append)
     items = {u: (wav, ref) for u, wav, ref in corpus_items(args.data, asr, mfa_labels=args.mfa_labels)[0]}
     if len(records) != len(reports):
         raise SystemExit(f"{len(records)} utterances recorded, {len(reports)} reported: a long utterance was decoded "
@@ -333,7 +336,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     rows = static_flop_rows(asr.encoder, asr.apc_macs)
     keep = [i for i, r in enumerate(records) if r["samples"] < AUTHORS_MAX_SAMPLES]
     dropped = [records[i]["id"] for i in range(len(records)) if i not in set(keep)]
-    signals = {i: asr.read_file(items[records[i]["id"]][0]) for i in keep}
+    signals = {i: asr.feature_config.read_audio(items[records[i]["id"]][0]) for i in keep}
     pad_to = max(records[i]["samples"] for i in keep)
     padded, padded_s, from_cache = _cached_padded_p_big(asr, records, keep, signals, pad_to, args)
     num_frames = asr.feature_config.num_frames

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 import soundfile as sf
@@ -22,9 +22,6 @@ from surprisal_cc.checks import check_chunk_seconds
 from surprisal_cc.data.errors import BadAudioError
 from surprisal_cc.decoding.timestamps import extend_segment
 from surprisal_cc.deploy.audio import SpanReader, short_problem, soundfile_name
-
-if TYPE_CHECKING:
-    from surprisal_cc.deploy.runtime import OnnxASR, OnnxTranscription
 
 PathLike = Union[str, os.PathLike]
 
@@ -47,11 +44,11 @@ def is_long(path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT
     return info.frames > (chunk_s + 2 * context_s) * info.samplerate
 
 
-def decode_long(asr: "OnnxASR", path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S,
-                progress: Optional[Callable[[float, float], None]] = None) -> "OnnxTranscription":
-    """Decode a file of any length part by part (see :mod:`surprisal_cc.inference.long_audio`)."""
-    from surprisal_cc.deploy.runtime import OnnxTranscription
-
+def decode_long(asr: Any, path: PathLike, chunk_s: float = CHUNK_S, context_s: float = CONTEXT_S,
+                progress: Optional[Callable[[float, float], None]] = None) -> Dict[str, Any]:
+    """Decode a file of any length part by part with ``asr``, an :class:`~surprisal_cc.deploy.runtime.OnnxASR`
+    (see :mod:`surprisal_cc.inference.long_audio`): the fields of its
+    :class:`~surprisal_cc.deploy.runtime.OnnxTranscription`."""
     cfg = asr.features
     rate = cfg.sample_rate
     reader = SpanReader(path, rate)
@@ -65,8 +62,7 @@ def decode_long(asr: "OnnxASR", path: PathLike, chunk_s: float = CHUNK_S, contex
         window = min(chunk, max(1, int(round(SEAM_WINDOW_S / asr.frame_shift_s))))
         hop = cfg.shift_samples * cfg.frame_skip
         gain = _file_gain(asr, reader)
-        if asr.routing == "sampled":
-            asr._rng = np.random.default_rng(asr.seed)
+        asr.start_draws()
         macs: Dict[str, float] = {}
         pieces: Dict[str, List[np.ndarray]] = {"surprisal": [], "p_big": [], "use_big": [], "steps": []}
         phones: List[int] = []
@@ -107,14 +103,13 @@ def decode_long(asr: "OnnxASR", path: PathLike, chunk_s: float = CHUNK_S, contex
     comps = asr.flops_components(macs, total_frames)
     joined = {name: np.concatenate(parts) if parts else None for name, parts in pieces.items()}
     duration = reader.total / rate
-    return OnnxTranscription(phones=[asr.labels[i] for i in phones], num_frames=total_frames, duration_s=duration,
-                             flops_per_frame=sum(comps.values()), flops_components=comps,
-                             rtf=seconds / max(duration, 1e-9), path=str(path), segments=segments,
-                             frame_shift_s=asr.frame_shift_s, routing=asr.routing if asr.routing_info else None,
-                             seed=asr.seed, **joined)
+    return dict(phones=[asr.labels[i] for i in phones], num_frames=total_frames, duration_s=duration,
+                flops_per_frame=sum(comps.values()), flops_components=comps, rtf=seconds / max(duration, 1e-9),
+                path=str(path), segments=segments, frame_shift_s=asr.frame_shift_s,
+                routing=asr.routing if asr.routing_info else None, seed=asr.seed, **joined)
 
 
-def _file_gain(asr: "OnnxASR", reader: SpanReader) -> Optional[float]:
+def _file_gain(asr: Any, reader: SpanReader) -> Optional[float]:
     """The input-level gain of the whole file (its RMS read part by part), as every part is scaled."""
     if asr.input_level_dbfs is None:
         return None

@@ -251,6 +251,11 @@ class OnnxASR:
             seed = int.from_bytes(os.urandom(4), "little") % 2 ** 31
         self.routing, self.seed = routing, seed
 
+    def start_draws(self) -> None:
+        """Sampled routing: draw from a generator seeded with :attr:`seed` (each file starts afresh, so that its
+        routing does not depend on the files before it)."""
+        self._rng = np.random.default_rng(self.seed) if self.routing == "sampled" else None
+
     def set_bias_shift(self, shift: float) -> None:
         """Add ``shift`` to the controller's logit (a trained surprisal or learned controller, or random)."""
         info = self.routing_info
@@ -426,8 +431,7 @@ class OnnxASR:
                             keep_log_probs: bool = False) -> OnnxTranscription:
         """One mono float32 waveform at the model's rate."""
         wav = np.asarray(wav, dtype=np.float32)
-        if self.routing == "sampled":
-            self._rng = np.random.default_rng(self.seed)
+        self.start_draws()
         gain = self.level_gain(float(np.sqrt(np.mean(wav.astype(np.float64) ** 2)))) if wav.size else None
         began = time.perf_counter()
         out = self.forward(wav, gain)
@@ -457,6 +461,6 @@ class OnnxASR:
             raise BadAudioError([f"{path}: {problem}"], 1)
         chunk_s = part_seconds(long_chunk_s)
         if is_long(path, chunk_s):
-            return decode_long(self, path, chunk_s=chunk_s, progress=progress)
+            return OnnxTranscription(**decode_long(self, path, chunk_s=chunk_s, progress=progress))
         wav = read_audio(path, self.features.sample_rate, self.features.min_samples)
         return self.transcribe_waveform(wav, path=str(path), keep_log_probs=keep_log_probs)

@@ -304,13 +304,14 @@ class OnnxASR:
         x = features
         if "pre_net" in self.graphs:
             x = self.graphs["pre_net"](x=features[None], lengths=lengths)[0][0]
-            frame_macs["pre_net"] = ones * self.macs["pre_net"]
+        frame_macs["pre_net"] = ones * self.macs["pre_net"]  # 0 without a pre-net, as PyTorch charges it
         if self.routing_info is not None:
             y = self._route(x, features, surprisal, out)
         else:
             y = self._ponder(x, out)
         out.log_probs = self.graphs["post_net"](x=y[None], lengths=lengths)[0][0]
         frame_macs["post_net"] = ones * self.macs["post_net"]
+        out.frame_macs = {name: frame_macs[name] for name in self.macs if name in frame_macs}  # PyTorch's order
         return out
 
     def _route(self, x: np.ndarray, features: np.ndarray, surprisal: Optional[np.ndarray],

@@ -21,8 +21,8 @@ Example
 >>> from surprisal_cc.model.model_folder import model_config, write_model_folder
 >>> encoder = {"name": "conditional", "input_size": 80, "num_outputs": 4, "controller": "big_only"}
 >>> with tempfile.TemporaryDirectory() as tmp:
-...     folder = write_model_folder(Path(tmp) / "m", model_config(encoder, "fbank", ["<blank>", "AH", "B", "sil"]),
-...                                 build_encoder(**encoder).state_dict(), None)
+...     config = model_config(encoder, "fbank", ["<blank>", "AH", "B", "sil"], weights_dtype="fp32")
+...     folder = write_model_folder(Path(tmp) / "m", config, build_encoder(**encoder).state_dict(), None)
 ...     _ = export_onnx(folder)
 ...     sorted(p.name for p in (folder / "onnx").iterdir())
 ['big_net.onnx', 'post_net.onnx', 'pre_net.onnx', 'small_net.onnx']

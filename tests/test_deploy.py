@@ -256,3 +256,16 @@ def test_dev_clean_2_through_onnx_is_pytorch():
     assert result["same_phones_fraction"] >= 0.999
     assert result["flops_per_frame"]["onnx"] == pytest.approx(result["flops_per_frame"]["pytorch"], rel=1e-9)
     assert abs(result["per"]["onnx"] - result["per"]["pytorch"]) <= 0.01
+
+
+def test_the_command_lines_namespace_is_taken_and_torch_only_options_refused(shipped, audio, capsys):
+    """What ``cmd_transcribe`` hands over for ``--backend onnx``: the ``transcribe`` parser's namespace."""
+    from surprisal_cc.cli.commands import build_parser
+    from surprisal_cc.deploy.command import transcribe_args
+    from surprisal_cc.errors import UsageError
+
+    args = build_parser("transcribe").parse_args(["transcribe", str(audio), "--model", str(shipped), "--json"])
+    assert transcribe_args(args) == 0 and json.loads(capsys.readouterr().out)["backend"] == "onnx"
+    args = build_parser("transcribe").parse_args(["transcribe", str(audio), "--model", str(shipped), "--plot", "a.png"])
+    with pytest.raises(UsageError, match="--plot is an option of the PyTorch runtime"):
+        transcribe_args(args)

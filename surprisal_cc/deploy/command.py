@@ -119,6 +119,32 @@ def gather(asr: OnnxASR, given: Sequence[str], skip_bad: bool) -> List[Tuple[Pat
     return usable
 
 
+#: ``surprisal-cc transcribe`` options of the PyTorch runtime only: (attribute, its value when not given, option)
+TORCH_ONLY = (("plot", None, "--plot"), ("flops_fraction", None, "--flops-fraction"), ("device", "cpu", "--device"))
+
+
+def transcribe_args(args: argparse.Namespace) -> int:
+    """``transcribe`` with ``args``, the namespace of :func:`build_parser` or of ``surprisal-cc transcribe``'s own
+    parser (what ``cmd_transcribe`` hands over for ``--backend onnx``; options it lacks take their defaults);
+    errors are raised, for the command line to print. Returns the exit status."""
+    from surprisal_cc.errors import UsageError
+
+    defaults = vars(build_parser().parse_args(["-"]))
+    args = argparse.Namespace(**{**defaults, **vars(args)})
+    for name, default, option in TORCH_ONLY:
+        if getattr(args, name, default) not in (default, False):
+            raise UsageError(f"{option} is an option of the PyTorch runtime: leave it out with --backend onnx")
+    if getattr(args, "precision", "auto") == "bf16":
+        raise UsageError("--precision bf16 is an option of the PyTorch runtime: the ONNX graphs run in fp32")
+    if "-" in args.audio:
+        raise UsageError("- (standard input) is read by the PyTorch runtime only: give audio files with --backend onnx")
+    if args.json and args.format not in ("text", "json"):
+        raise UsageError(f"--json and --format {args.format} choose different outputs: give one")
+    if args.threads is None:
+        args.threads = 1
+    return run(args)
+
+
 def run(args: argparse.Namespace) -> int:
     fmt = "json" if args.json else args.format
     asr = load(args)
@@ -158,7 +184,7 @@ def transcribe_main(argv: Optional[List[str]] = None) -> int:
         warnings.simplefilter("default")
         warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
         try:
-            return run(args)
+            return transcribe_args(args)
         except BrokenPipeError:
             return 141
         except UsageError as err:

@@ -27,7 +27,7 @@ from surprisal_cc.inference.asr import ConditionalASR
 from surprisal_cc.model.features import FilterbankFrontEnd
 from surprisal_cc.model.model_folder import default_model_dir
 
-LOG_PROB_TOLERANCE = 1e-3  # largest per-frame log-probability difference allowed (measured: 1e-4 on dev-clean-2)
+LOG_PROB_TOLERANCE = 1e-3  # largest per-frame log-probability difference allowed (dev-clean-2: 5.7e-4 at most, median 3.8e-5)
 LABELS = ["AH", "B", "S", "sil"]
 
 

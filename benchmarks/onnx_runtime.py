@@ -36,11 +36,13 @@ import numpy as np
 import soundfile as sf
 
 REPO = Path(__file__).resolve().parents[1]
-# runs a module as ``python -m`` would and prints its peak resident memory (KiB) on stderr's last line
-MEASURED = ("import resource, runpy, sys\nmodule = sys.argv[1]\nsys.argv = [module, *sys.argv[2:]]\n"
+# runs a module as ``python -m`` would and prints its peak resident memory (KiB) on stderr's last line: the
+# high-water mark of its own address space (VmHWM; getrusage's maxrss would carry the parent's over exec)
+MEASURED = ("import runpy, sys\nmodule = sys.argv[1]\nsys.argv = [module, *sys.argv[2:]]\n"
             "try:\n    runpy.run_module(module, run_name='__main__', alter_sys=True)\nexcept SystemExit as end:\n"
             "    status = end.code\nelse:\n    status = 0\n"
-            "print('maxrss_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+            "peak = [line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')][0]\n"
+            "print('maxrss_kib', peak, file=sys.stderr)\n"
             "sys.exit(status)")
 
 

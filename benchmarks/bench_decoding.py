@@ -29,9 +29,9 @@ from torch import Tensor
 
 from benchmarks.common import (BenchResult, SummaryRow, check_size, interleaved_times, median, print_result,
                                set_threads, size_of, size_parser, spread)
+from surprisal_cc.decoding.backends import SpeechBrainDecoder
 from surprisal_cc.decoding.search import (
     CTCBeamSearch,
-    _SpeechBrainDecoder,
     available_backends,
     ctc_greedy_decode,
     ctc_log_likelihood,
@@ -75,7 +75,7 @@ def methods(lp: Tensor, lens: Tensor, beam: int, exact_speechbrain: bool = False
     if exact_speechbrain and "speechbrain" in available_backends():
         dec = CTCBeamSearch(blank=0, beam_size=beam, backend="speechbrain_prefix")
         out["speechbrain_prefix (per utt)"] = lambda d=dec: d(lp, lens)
-    reference = _SpeechBrainDecoder(V, 0, beam, speechbrain_defaults=True)
+    reference = SpeechBrainDecoder(V, 0, beam, speechbrain_defaults=True)
     out[BASELINE] = lambda: reference(lp, [T] * n_utts)
     return out
 

@@ -3,8 +3,8 @@
 * no import circle between modules;
 * no private name (``_name``) imported from, or read off, another module;
 * each subpackage imports only its own modules and those of the layers below it (:data:`LAYERS`): the
-  shared modules, ``data``, ``decoding``, ``model``, then ``training`` and ``inference`` (side by side:
-  neither imports the other), ``alignment``, ``experiments``, and ``cli`` at the top;
+  shared modules, ``data``, ``decoding``, ``model``, then ``training``, ``inference`` and ``deploy`` (side by
+  side: none imports another), ``alignment``, ``experiments``, and ``cli`` at the top;
 * the inference runtime loads no experiment tool and no training module when it is imported.
 
 A new subpackage or top-level module has to be placed in :data:`LAYERS`.
@@ -27,7 +27,7 @@ PACKAGE = "surprisal_cc"
 #: the layer of each subpackage (and of the shared top-level modules, by module name): a module imports
 #: only modules of its own subpackage or of a lower layer, and never its peers of the same layer
 LAYERS = {"": 0, "errors": 0, "checks": 0, "config": 0, "runtime": 0, "aliases": 0,
-          "data": 1, "decoding": 2, "model": 3, "training": 4, "inference": 4, "alignment": 5,
+          "data": 1, "decoding": 2, "model": 3, "training": 4, "inference": 4, "deploy": 4, "alignment": 5,
           "experiments": 6, "cli": 7}
 SHARED = {name for name, rank in LAYERS.items() if rank == 0}
 TOOLS = {"experiments"}

@@ -164,10 +164,10 @@ def test_an_inconsistent_model_json_is_refused_naming_the_field(tmp_path, fields
 
 
 def test_a_beam_backend_this_environment_lacks_is_refused_at_load_naming_the_file(tmp_path, monkeypatch):
-    from surprisal_cc.decoding import search as decoding
+    from surprisal_cc.decoding import backends
 
     folder = _edited(write_model_folder(tmp_path / "model", _config(1), _state(1), None), beam_backend="torchaudio")
-    monkeypatch.setattr(decoding, "_torchaudio_available", lambda: False)
+    monkeypatch.setattr(backends, "torchaudio_available", lambda: False)
     with pytest.raises(ModelFormatError, match="^" + re.escape(
             f"{folder / 'model.json'}: beam_backend 'torchaudio' cannot run here (torchaudio ctc_decoder "
             "(flashlight-text) is not available): install it, or set beam_backend to \"native\"")):

@@ -61,3 +61,38 @@ def test_the_direct_pins_are_the_locked_versions():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     missing = {_name(r) for r in project["dependencies"]} - set(direct)
     assert not missing, f"pyproject.toml dependencies without a pin in requirements.txt: {sorted(missing)}"
+
+
+TORCH_STACK = {"torch", "torchaudio", "speechbrain"}
+
+
+def _closure(requirements) -> set:
+    """The distributions ``requirements`` pull in, through the installed distributions' metadata (their
+    own extras left out)."""
+    from packaging.requirements import Requirement
+
+    seen, todo = set(), [Requirement(r) for r in requirements]
+    while todo:
+        requirement = todo.pop()
+        name = _name(requirement.name)
+        if name in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        try:
+            todo.extend(Requirement(r) for r in metadata.requires(requirement.name) or [])
+        except metadata.PackageNotFoundError:
+            pass
+    return seen
+
+
+def test_the_onnx_install_pulls_no_torch():
+    """``pip install surprisal_cc[onnx]`` (the base dependencies and the onnx extra) installs no torch,
+    torchaudio or SpeechBrain; the torch extra has them, and make venv (requirements.lock) everything."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    light = _closure([*project["dependencies"], *extras["onnx"]])
+    assert "onnxruntime" in light and not light & TORCH_STACK, sorted(light & TORCH_STACK)
+    assert TORCH_STACK <= {_name(r) for r in extras["torch"]}
+    locked = _pins(REPO / "requirements.lock")
+    everything = {_name(r) for r in [*project["dependencies"], *extras["torch"], *extras["onnx"]]}
+    assert everything <= set(locked), sorted(everything - set(locked))

@@ -63,9 +63,10 @@ def site(tmp_path_factory) -> Path:
 
 def test_the_wheel_carries_the_model_graphs_and_the_shipped_model(site):
     package = site / "surprisal_cc"
-    assert sorted(p.relative_to(package / "models").as_posix() for p in (package / "models").rglob("*.yaml")) == \
-        sorted(p.relative_to(REPO / "surprisal_cc" / "models").as_posix()
-               for p in (REPO / "surprisal_cc" / "models").rglob("*.yaml"))
+    graphs = REPO / "surprisal_cc" / "model" / "graphs"
+    assert sorted(p.relative_to(package / "model" / "graphs").as_posix()
+                  for p in (package / "model" / "graphs").rglob("*.yaml")) == \
+        sorted(p.relative_to(graphs).as_posix() for p in graphs.rglob("*.yaml")) != []
     for name in ("model.json", "encoder.pt", "apc.pt", "README.md"):
         assert (package / "pretrained" / name).read_bytes() == (REPO / "surprisal_cc" / "pretrained" / name).read_bytes()
 
@@ -89,3 +90,17 @@ def test_the_installed_wheel_transcribes_from_another_folder(site, tmp_path):
     assert "surprisal_cc.inference.asr" in loaded and not set(EXPERIMENT_TOOLS) & set(loaded), loaded
     print(f"wheel transcribed {flac.name} with {default['model']} and {model}: {len(phones)} phones; "
           f"{len(loaded)} surprisal_cc modules loaded: {' '.join(loaded)}")
+
+
+def test_the_wheel_needs_torch_only_with_its_torch_extra(site):
+    """The wheel's metadata: torch, torchaudio and SpeechBrain under the ``torch`` extra, onnxruntime under
+    ``onnx``, neither in the base requirements (``pip install surprisal_cc[onnx]`` installs no torch)."""
+    from email.parser import Parser
+
+    info = next(site.glob("surprisal_cc-*.dist-info"))
+    requires = Parser().parsestr((info / "METADATA").read_text(encoding="utf-8")).get_all("Requires-Dist")
+    base = [r for r in requires if "extra ==" not in r]
+    assert not [r for r in base if r.split()[0].split(">")[0].split("=")[0].lower() in ("torch", "torchaudio",
+                                                                                         "speechbrain")]
+    assert any(r.startswith("torch") and 'extra == "torch"' in r for r in requires)
+    assert any(r.startswith("onnxruntime") and 'extra == "onnx"' in r for r in requires)

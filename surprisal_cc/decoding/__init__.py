@@ -1,5 +1,6 @@
-"""From per-frame log-probabilities to phones: CTC beam ``search``, ``viterbi`` forced alignment,
-phone ``timestamps``, and the error-rate ``metrics`` (corpus-level edit distance).
+"""From per-frame log-probabilities to phones: CTC beam ``search`` (numpy; the third-party searchers it can
+run instead in ``backends``, which import torch), ``viterbi`` forced alignment, phone ``timestamps``, and the
+error-rate ``metrics`` (corpus-level edit distance).
 
 May import: the shared modules (errors, checks, config, runtime) and ``data``.
 """

@@ -1,9 +1,13 @@
 """CTC decoding: greedy and prefix beam search (no language model).
 
 Everything here takes ``log_probs`` of shape ``[B, T, V]`` (log-softmax outputs
-of a CTC model, any device) and integer frame counts ``lengths`` of shape
-``[B]`` (a tensor or a sequence of int; where optional, None means all ``T``
-frames); frames at or beyond an utterance's length are never read. Decoders
+of a CTC model: a numpy array, or a torch tensor on any device) and integer frame
+counts ``lengths`` of shape ``[B]`` (an array, a tensor or a sequence of int; where
+optional, None means all ``T`` frames); frames at or beyond an utterance's length
+are never read. The greedy and the native beam search run on numpy alone: this
+module imports no torch (the ONNX runtime decodes with it); the third-party
+backends (:mod:`surprisal_cc.decoding.backends`) and :func:`ctc_log_likelihood`
+import it when called. Decoders
 return one label-id sequence per utterance (a list of lists of int), blanks
 removed and repeats collapsed by the CTC rules.
 
@@ -24,9 +28,14 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from typing import TYPE_CHECKING, Any, Union
+
 import numpy as np
-import torch
-from torch import Tensor
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+Array = Union["Tensor", np.ndarray]
 
 __all__ = [
     "ctc_greedy_decode",
@@ -47,21 +56,37 @@ BACKEND_NAMES = ("auto", *BACKENDS, "speechbrain_prefix")
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-def _as_lengths(log_probs: Tensor, lengths: Tensor | Sequence[int] | None) -> list[int]:
+def as_array(values: Any) -> np.ndarray:
+    """A numpy array of a numpy array, a sequence, or a torch tensor on any device (bf16/fp16 as float32).
+
+    Example
+    -------
+    >>> as_array([[1, 2]]).shape
+    (1, 2)
+    """
+    if hasattr(values, "detach"):  # a torch tensor, without importing torch
+        values = values.detach().cpu()
+        if values.is_floating_point() and values.dtype.itemsize < 4:
+            values = values.float()
+        values = values.numpy()
+    return np.asarray(values)
+
+
+def _as_lengths(log_probs: Array, lengths: Array | Sequence[int] | None) -> list[int]:
     """Checked integer frame counts, one per utterance (all ``T`` when ``lengths`` is None)."""
     B, T = int(log_probs.shape[0]), int(log_probs.shape[1])
     if lengths is None:
         return [T] * B
-    lens = torch.as_tensor(lengths).detach().cpu()
-    if lens.is_floating_point():
+    lens = as_array(lengths).reshape(-1)
+    if np.issubdtype(lens.dtype, np.floating):
         # SpeechBrain's relative lengths of equal-length utterances are all 1.0: not one frame each
-        if torch.any(lens != lens.round()) or (T > 1 and len(lens) and bool(torch.all(lens <= 1.0))):
+        if np.any(lens != np.round(lens)) or (T > 1 and len(lens) and bool(np.all(lens <= 1.0))):
             raise ValueError(
                 "lengths must be integer frame counts (got fractional values, or floats all <= 1 that read "
                 "as SpeechBrain relative lengths; convert those with (rel * T).round())"
             )
-        lens = lens.round()
-    out = [int(x) for x in lens.long().tolist()]
+        lens = np.round(lens)
+    out = [int(x) for x in lens.astype(np.int64).tolist()]
     if len(out) != B:
         raise ValueError(f"lengths has {len(out)} entries for a batch of {B}")
     if any(x < 0 or x > T for x in out):
@@ -81,7 +106,7 @@ def _collapse(path: Sequence[int], blank: int) -> list[int]:
 
 
 def ctc_greedy_decode(
-    log_probs: Tensor, lengths: Tensor | Sequence[int] | None = None, blank: int = 0
+    log_probs: Array, lengths: Array | Sequence[int] | None = None, blank: int = 0
 ) -> list[list[int]]:
     """Best-path decoding: per-frame argmax, collapse repeats, drop blanks.
 
@@ -101,16 +126,16 @@ def ctc_greedy_decode(
     ([[1, 1, 2]], [[1, 1]])
     """
     lens = _as_lengths(log_probs, lengths)
-    best = log_probs.detach().argmax(dim=-1).cpu().tolist()
+    best = as_array(log_probs).argmax(axis=-1).tolist()
     return [_collapse(best[b][: lens[b]], blank) for b in range(len(lens))]
 
 
 def ctc_log_likelihood(
-    log_probs: Tensor,
-    lengths: Tensor | Sequence[int] | None,
+    log_probs: Array,
+    lengths: Array | Sequence[int] | None,
     labels: Sequence[Sequence[int]],
     blank: int = 0,
-) -> Tensor:
+) -> "Tensor":
     """Exact ``log p(labels | x)`` under CTC for each utterance (float64, ``[B]``).
 
     ``log_probs`` and ``lengths``: see the module docstring.
@@ -136,8 +161,10 @@ def ctc_log_likelihood(
     >>> [round(v, 4) for v in ll.tolist()]  # log(3/4): paths 1-, -1, 11; [1, 1] needs 3 frames
     [-0.2877, -inf]
     """
+    import torch
+
     lens = _as_lengths(log_probs, lengths)
-    lp = log_probs.detach().cpu().double().transpose(0, 1)  # [T, B, V]
+    lp = torch.as_tensor(as_array(log_probs)).double().transpose(0, 1)  # [T, B, V]
     flat = [int(x) for seq in labels for x in seq]
     targets = torch.tensor(flat if flat else [0], dtype=torch.long)
     tgt_lens = torch.tensor([len(s) for s in labels], dtype=torch.long)
@@ -459,28 +486,8 @@ def prefix_beam_search_native(
 
 
 # --------------------------------------------------------------------------
-# wrappers around third-party decoders
+# backends
 # --------------------------------------------------------------------------
-def _torchaudio_available() -> bool:
-    """Whether torchaudio's flashlight ``ctc_decoder`` imports and builds."""
-    try:
-        from torchaudio.models.decoder import ctc_decoder  # noqa: F401
-
-        ctc_decoder(lexicon=None, tokens=["a", "b"], blank_token="a", sil_token="b")
-    except Exception:  # ImportError, missing flashlight-text, ...
-        return False
-    return True
-
-
-def _speechbrain_available() -> bool:
-    """Whether SpeechBrain's CTC beam searchers import."""
-    try:
-        from speechbrain.decoders.ctc import CTCBeamSearcher  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
 def missing_backend(backend: str) -> str | None:
     """What ``backend`` (one of :data:`BACKEND_NAMES`) needs and this environment lacks, in words; None
     where it runs here.
@@ -490,11 +497,20 @@ def missing_backend(backend: str) -> str | None:
     >>> missing_backend("native") is None
     True
     """
-    if backend == "torchaudio" and not _torchaudio_available():
+    if backend == "torchaudio" and not _runs("torchaudio_available"):
         return "torchaudio ctc_decoder (flashlight-text) is not available"
-    if backend.startswith("speechbrain") and not _speechbrain_available():
+    if backend.startswith("speechbrain") and not _runs("speechbrain_available"):
         return "speechbrain is not available"
     return None
+
+
+def _runs(check: str) -> bool:
+    """``surprisal_cc.decoding.backends.<check>()``; False where torch itself is missing."""
+    try:
+        from surprisal_cc.decoding import backends
+    except ImportError:
+        return False
+    return getattr(backends, check)()
 
 
 def available_backends() -> list[str]:
@@ -511,129 +527,12 @@ def available_backends() -> list[str]:
     'native'
     """
     out = ["native"]
-    if _torchaudio_available():
+    if _runs("torchaudio_available"):
         out.append("torchaudio")
-    if _speechbrain_available():
+    if _runs("speechbrain_available"):
         out.append("speechbrain")
     return out
 
-
-def _label_chars(n: int) -> list[str]:
-    """``n`` distinct single non-whitespace characters (CJK block), one per label."""
-    return [chr(0x4E00 + i) for i in range(n)]
-
-
-class _TorchaudioDecoder:
-    """flashlight lexicon-free CTC decoder via ``torchaudio.models.decoder``.
-
-    Token list: one name per label plus an extra, never-emitted silence token
-    at index ``V``. Flashlight starts every hypothesis on the silence token, so
-    a *real* label used as ``sil_token`` would make a first-frame emission of
-    that label look like a repeat (and would receive ``sil_score``). The extra
-    token sits outside the emission matrix (flashlight only iterates over the
-    ``V`` emitted columns), so it only appears as the start/end marker, which
-    is filtered out when reading back token ids. ``log_add=True`` makes merged
-    hypotheses sum probabilities (prefix-beam semantics) rather than take the
-    max; ``beam_threshold`` is effectively disabled. Note that flashlight's beam
-    holds (prefix, ends-in-blank) states, not prefixes; the two endings of a
-    prefix are summed only at the end.
-    """
-
-    def __init__(self, V: int, blank: int, beam_size: int) -> None:
-        from torchaudio.models.decoder import ctc_decoder
-
-        self.V, self.blank = V, blank
-        tokens = [f"<{i}>" for i in range(V)] + ["<sil-unused>"]
-        self.sil = V
-        self.decoder = ctc_decoder(
-            lexicon=None,
-            tokens=tokens,
-            lm=None,
-            nbest=1,
-            beam_size=beam_size,
-            beam_size_token=V,
-            beam_threshold=1e30,
-            log_add=True,
-            blank_token=tokens[blank],
-            sil_token=tokens[V],
-            sil_score=0.0,
-        )
-
-    def __call__(self, lp: Tensor, lens: list[int]) -> list[list[int]]:
-        """Label ids per utterance of CPU log posteriors ``[B, T, V]``."""
-        emissions = lp.to(torch.float32).contiguous()
-        hyps = self.decoder(emissions, torch.tensor(lens, dtype=torch.int32))
-        out: list[list[int]] = []
-        for h, L in zip(hyps, lens):
-            if L == 0 or not h:
-                out.append([])
-                continue
-            toks = [int(x) for x in h[0].tokens.tolist()]
-            out.append([x for x in toks if x != self.sil and x != self.blank])
-        return out
-
-
-class _SpeechBrainDecoder:
-    """``speechbrain.decoders.ctc.CTCBeamSearcher`` (or the prefix variant).
-
-    SpeechBrain joins token strings into text, so each label is mapped to a
-    distinct single character with no space token and no SentencePiece marker;
-    the whole hypothesis is then one "word" whose characters map back to label
-    ids exactly. By default its pruning heuristics (``beam_prune_logp``,
-    ``token_prune_min_logp``) are disabled so that it is a plain beam search;
-    ``speechbrain_defaults=True`` keeps SpeechBrain's defaults (faster, not
-    exact). Utterances are decoded one by one with exact integer lengths.
-    """
-
-    def __init__(
-        self,
-        V: int,
-        blank: int,
-        beam_size: int,
-        prefix: bool = False,
-        speechbrain_defaults: bool = False,
-    ) -> None:
-        import logging
-
-        from speechbrain.decoders.ctc import CTCBeamSearcher, CTCPrefixBeamSearcher
-
-        self.chars = _label_chars(V)
-        self.char_to_id = {c: i for i, c in enumerate(self.chars)}
-        kwargs: dict[str, object] = dict(
-            blank_index=blank,
-            vocab_list=self.chars,
-            space_token=" ",
-            beam_size=beam_size,
-            topk=1,
-        )
-        if not speechbrain_defaults:
-            kwargs.update(
-                beam_prune_logp=_NEG_INF,
-                token_prune_min_logp=_NEG_INF,
-                blank_skip_threshold=1.0,
-                prune_history=False,
-            )
-        cls = CTCPrefixBeamSearcher if prefix else CTCBeamSearcher
-        sb_logger = logging.getLogger("speechbrain.decoders.ctc")
-        level = sb_logger.level
-        sb_logger.setLevel(logging.ERROR)  # "space_token not found" is expected
-        try:
-            self.searcher = cls(**kwargs)
-        finally:
-            sb_logger.setLevel(level)
-
-    def __call__(self, lp: Tensor, lens: list[int]) -> list[list[int]]:
-        """Label ids per utterance of CPU log posteriors ``[B, T, V]``, one utterance at a time."""
-        arr = lp.to(torch.float32).numpy()
-        out: list[list[int]] = []
-        for b, L in enumerate(lens):
-            if L == 0:
-                out.append([])
-                continue
-            hyps = self.searcher.decode_log_probs(arr[b, :L], L)
-            text = hyps[0].text if hyps else ""
-            out.append([self.char_to_id[c] for c in text if c in self.char_to_id])
-        return out
 
 
 # --------------------------------------------------------------------------
@@ -693,31 +592,38 @@ class CTCBeamSearch:
         self.beam_size = int(beam_size)
         self.backend = backend
         self.blank_penalty = float(blank_penalty)
-        self._impl: dict[tuple[int, str, int, int], Callable[[Tensor, list[int]], list[list[int]]]] = {}
+        self._impl: dict[tuple[int, str, int, int], Callable[[np.ndarray, list[int]], list[list[int]]]] = {}
 
-    def _get_impl(self, V: int) -> Callable[[Tensor, list[int]], list[list[int]]]:
+    def _get_impl(self, V: int) -> Callable[[np.ndarray, list[int]], list[list[int]]]:
         """The decoder of the backend for ``V`` labels, built once per ``V`` and per backend, blank and beam
         size (all set on the instance, and changed by assignment)."""
         key = (V, self.backend, self.blank, self.beam_size)
         impl = self._impl.get(key)
         if impl is None:
-            if self.backend == "torchaudio":
-                impl = _TorchaudioDecoder(V, self.blank, self.beam_size)
-            elif self.backend == "speechbrain":
-                impl = _SpeechBrainDecoder(V, self.blank, self.beam_size)
-            elif self.backend == "speechbrain_prefix":
-                impl = _SpeechBrainDecoder(V, self.blank, self.beam_size, prefix=True)
-            else:
+            if self.backend == "native":
                 blank, K = self.blank, self.beam_size
 
-                def impl(lp: Tensor, lens: list[int]) -> list[list[int]]:
-                    return prefix_beam_search_native(lp.numpy(), lens, blank, K)
-
+                def impl(lp: np.ndarray, lens: list[int]) -> list[list[int]]:
+                    return prefix_beam_search_native(lp, lens, blank, K)
+            else:
+                impl = self._third_party(V)
             self._impl[key] = impl
         return impl
 
+    def _third_party(self, V: int) -> Callable[[np.ndarray, list[int]], list[list[int]]]:
+        """The decoder of a third-party backend (:mod:`surprisal_cc.decoding.backends`, which imports torch)."""
+        import torch
+
+        from surprisal_cc.decoding.backends import SpeechBrainDecoder, TorchaudioDecoder
+
+        if self.backend == "torchaudio":
+            decoder = TorchaudioDecoder(V, self.blank, self.beam_size)
+        else:
+            decoder = SpeechBrainDecoder(V, self.blank, self.beam_size, prefix=self.backend == "speechbrain_prefix")
+        return lambda lp, lens: decoder(torch.from_numpy(lp), lens)
+
     def __call__(
-        self, log_probs: Tensor, lengths: Tensor | Sequence[int] | None = None
+        self, log_probs: Array, lengths: Array | Sequence[int] | None = None
     ) -> list[list[int]]:
         """Decode a batch.
 
@@ -726,13 +632,13 @@ class CTCBeamSearch:
         if log_probs.ndim != 3:
             raise ValueError(f"log_probs must be [B, T, V], got {tuple(log_probs.shape)}")
         lens = _as_lengths(log_probs, lengths)
-        lp = log_probs.detach().to("cpu")
-        if lp.dtype not in (torch.float32, torch.float64):
-            lp = lp.float()
+        lp = as_array(log_probs)
+        if lp.dtype not in (np.float32, np.float64):
+            lp = lp.astype(np.float32)
         if self.blank_penalty:
-            lp = lp.clone()
+            lp = lp.copy()
             lp[..., self.blank] -= self.blank_penalty
-        return self._get_impl(int(lp.shape[-1]))(lp, lens)
+        return self._get_impl(int(lp.shape[-1]))(np.ascontiguousarray(lp), lens)
 
     def __repr__(self) -> str:
         return (

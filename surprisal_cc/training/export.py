@@ -15,7 +15,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -94,7 +94,8 @@ def average_float_state_dicts(state_dicts: Iterable[Dict[str, Tensor]]) -> Dict[
 
 
 def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
-               apc_path: Optional[PathLike] = None, average: int = 1) -> Path:
+               apc_path: Optional[PathLike] = None, average: int = 1,
+               onnx_step: Optional[Callable[[Path], Any]] = None) -> Path:
     """Turn the best checkpoint (min validation PER) of a finished recipe run, or the average of
     its best ``average`` checkpoints, into a model folder.
 
@@ -120,6 +121,10 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     average : int
         1: the best checkpoint; N > 1: the weights averaged over the N best checkpoints
         (:func:`average_float_state_dicts`; the run must have kept N, ``checkpoints_to_keep``).
+    onnx_step : callable, optional
+        Called with the written model folder: ``surprisal_cc.deploy.export.write_onnx_graphs`` writes its
+        ONNX graphs beside its files (``surprisal-cc export RUN_DIR OUT_DIR --onnx``; this layer does not
+        import the deploy one, so the command line passes it).
 
     Returns
     -------
@@ -153,7 +158,10 @@ def export_run(run_dir: PathLike, out_dir: PathLike, dtype: str = "fp32",
     config = _model_config(hparams, encoder_kwargs, uses_apc, dtype)
     config["source"] = _source(run, metric, checkpoints, average, apc_file, results)
     config["source"]["apc_fingerprint"] = digest[:FINGERPRINT_DIGITS] if digest is not None else None
-    return write_model_folder(out, config, encoder.state_dict(), blob)
+    folder = write_model_folder(out, config, encoder.state_dict(), blob)
+    if onnx_step is not None:
+        onnx_step(folder)
+    return folder
 
 
 def _check_export_arguments(run: Path, dtype: str, average: int) -> None:

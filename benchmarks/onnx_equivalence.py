@@ -8,7 +8,7 @@ Per utterance, the file goes through :class:`~surprisal_cc.deploy.runtime.OnnxAS
 :class:`~surprisal_cc.inference.asr.ConditionalASR`: the largest difference of their per-frame
 log-probabilities, whether every frame was routed alike (steps per frame for ACT / PonderNet), whether the
 phones are the same, and the FLOPs per frame each counted from what ran. PyTorch decodes in batches of 32
-with ``ConditionalASR.run_batch``, as ``surprisal-cc evaluate DATA --mfa-labels CSV --json`` does; both PERs
+with :func:`surprisal_cc.inference.passes.decode_batch`, as ``surprisal-cc evaluate DATA --mfa-labels CSV --json`` does; both PERs
 score the phones against the same references with ``evaluate``'s corpus-level scorer
 (:class:`~surprisal_cc.decoding.metrics.ErrorRate`, ``sil`` merged as the model says). One thread each;
 ``--shards N`` splits the corpus over N processes.
@@ -30,6 +30,7 @@ import torch
 from surprisal_cc.decoding.metrics import ErrorRate
 from surprisal_cc.deploy.export import export_onnx
 from surprisal_cc.deploy.runtime import OnnxASR
+from surprisal_cc.inference import passes
 from surprisal_cc.inference.asr import ConditionalASR
 from surprisal_cc.inference.corpora import corpus_items
 from surprisal_cc.model.model_folder import default_model_dir
@@ -53,9 +54,9 @@ def compare_rows(model: Path, data: str, mfa_labels: Optional[str], limit: Optio
     started = time.perf_counter()
     for first in range(0, len(items), batch_size):
         chunk = items[first:first + batch_size]
-        signals = [pt.read_file(wav) for _, wav, _ in chunk]
+        signals = [pt.feature_config.read_audio(wav) for _, wav, _ in chunk]
         samples = torch.tensor([s.numel() for s in signals])
-        batch = pt.run_batch(torch.nn.utils.rnn.pad_sequence(signals, batch_first=True), samples)
+        batch = passes.decode_batch(pt, torch.nn.utils.rnn.pad_sequence(signals, batch_first=True), samples)
         out = batch.output
         for b, (utt, wav, reference) in enumerate(chunk):
             n = int(batch.frames[b])
@@ -65,8 +66,8 @@ def compare_rows(model: Path, data: str, mfa_labels: Optional[str], limit: Optio
                 alike = int((out.stats["use_big"][b, :n].numpy() == a.use_big).sum())
             else:
                 alike = int((out.stats["steps"][b, :n].numpy() == a.steps).sum())
-            flops = sum(pt.flops_components(pt.frame_macs(out, b, slice(0, n)), n).values())
-            rows.append({"id": utt, "frames": n, "reference": list(reference), "pytorch": pt.phones_of(batch.hyps[b]),
+            flops = sum(passes.flops_components(pt, passes.frame_macs(out, b, slice(0, n)), n).values())
+            rows.append({"id": utt, "frames": n, "reference": list(reference), "pytorch": passes.phones_of(pt, batch.hyps[b]),
                          "onnx": a.phones, "max_abs_log_prob_diff": float(np.abs(lp - a.log_probs).max()),
                          "frames_routed_alike": alike, "flops_pytorch": flops, "flops_onnx": a.flops_per_frame,
                          "audio_s": a.duration_s})

@@ -46,7 +46,7 @@ def assert_same(asr: ConditionalASR, onnx: OnnxASR, wav_path: Path) -> None:
     times and FLOPs per frame (each counted from what ran)."""
     a = onnx.transcribe_file(wav_path, keep_log_probs=True)
     b = asr.transcribe_file(wav_path)
-    log_probs = asr.forward(asr.read_file(wav_path)[None]).output.log_probs[0].numpy()
+    log_probs = asr.forward(asr.load_audio(wav_path)[None]).output.log_probs[0].numpy()
     assert a.num_frames == b.num_frames == log_probs.shape[0]
     assert np.abs(a.log_probs - log_probs).max() < LOG_PROB_TOLERANCE
     if b.use_big is not None:

@@ -1,10 +1,11 @@
 """``surprisal-cc`` commands using a model: ``transcribe`` audio files, ``evaluate`` a labelled corpus,
-``export`` a finished recipe run as a model folder, and count a model's ``flops`` from its hparams file.
+``export`` a finished recipe run as a model folder (with ONNX graphs: ``--onnx``), and count a model's
+``flops`` from its hparams file (:mod:`~surprisal_cc.cli.flops_command`).
 
-    surprisal-cc transcribe AUDIO... [--model DIR] [--json | --format ctm] [--plot OUT.png] [--threads N]
+    surprisal-cc transcribe AUDIO... [--model DIR] [--json | --format ctm] [--plot OUT.png] [--threads N] [--backend onnx]
     surprisal-cc evaluate DATA [--model DIR] [--mfa-labels CSV|DIR] [--any-pronunciation] [--skip-bad] [--json]
         [--per-utterance FILE] [--sampled [--seed N]] [--threads N]
-    surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N]
+    surprisal-cc export RUN_DIR OUT_DIR [--dtype fp16] [--apc APC.pt] [--average N] [--onnx]
     surprisal-cc flops hparams/TIMIT/conditional_ctc.yaml [--key=value ...] [--json]
 
 Without --model, transcribe and evaluate use the shipped model (surprisal_cc/pretrained); they route
@@ -25,6 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from surprisal_cc.checks import (check_outputs_apart, check_writable, chunk_seconds, finite_float, make_output_folder,
                                  positive_int, routing_seed)
+from surprisal_cc.cli import flops_command
 from surprisal_cc.errors import UsageError
 from surprisal_cc.inference.long_audio import CHUNK_S, CONTEXT_S
 from surprisal_cc.runtime import DEFAULT_DECODING_THREADS
@@ -38,73 +40,22 @@ HELP = {
 }
 
 
-def flops_table(hparams_file: str, overrides: Sequence[str] = ()) -> dict:
-    """Static MACs per frame of every component of the model an hparams file describes.
-
-    Builds the modules only: no data is read, ``!PLACEHOLDER`` values (e.g. TIMIT's
-    ``data_folder``) need no override, and no checkpoint folder is created. APC is counted when
-    the model needs it. A surprisal model also gets its expected cost at the mean p_big its
-    calibration aims at: ``flops_budget``'s where one is set, else ``controller_target_mean``.
-    """
-    from surprisal_cc.model.apc import APCModel
-    from surprisal_cc.model.calibration import check_calibration_target, target_mean_for_budget
-    from surprisal_cc.errors import ConfigurationError
-    from surprisal_cc.model.flops import expected_macs_at_mean_p_big, module_macs, static_flop_rows
-    from surprisal_cc.model.nnet import runs_apc
-    from surprisal_cc.training.run_settings import check_flops_budget, load_inert_hparams
-
-    given = dict(_split_override(o) for o in overrides)
-    hparams = load_inert_hparams(hparams_file, "\n".join(f"{key}: {value}" for key, value in given.items()))
-    if not isinstance(hparams, dict):
-        raise ConfigurationError(f"{hparams_file}: not an hparams file (a YAML mapping of settings)")
-    if "encoder_module" not in hparams:  # e.g. APC pretraining: the APC model is the whole model
-        if "apc_model" not in hparams:
-            raise ConfigurationError(f"{hparams_file} describes no model (neither encoder_module nor apc_model)")
-        return {"hparams": hparams_file, "overrides": list(overrides),
-                "macs_per_frame": {"apc": module_macs(hparams["apc_model"])}}
-    encoder = hparams["encoder_module"]
-    apc = (hparams.get("apc_model") or APCModel()) if runs_apc(hparams["input_features"], encoder) else None
-    apc_macs = module_macs(apc) if apc is not None else 0
-    rows = static_flop_rows(encoder, apc_macs)
-    mean = hparams.get("controller_target_mean")
-    budget = hparams.get("flops_budget")
-    calibrated = getattr(getattr(encoder, "controller", None), "calibrates_on_surprisal", False)
-    if budget is not None:  # the calibration aims at the budget's mean p_big, not controller_target_mean
-        check_flops_budget(hparams, apc)
-        mean = target_mean_for_budget(budget, rows["small-only"], rows["big-only"])
-        rows[f"expected at flops_budget={budget:.4g} (mean p_big={mean:.3f})"] = expected_macs_at_mean_p_big(rows, mean)
-    elif "small-only" in rows and calibrated and mean is not None:  # its mean p_big is the calibration's target
-        try:
-            check_calibration_target(mean)
-        except ValueError as err:
-            raise ConfigurationError(str(err)) from None
-        rows[f"expected at mean p_big={mean:g}"] = expected_macs_at_mean_p_big(rows, mean)
-    return {"hparams": hparams_file, "overrides": list(overrides), "macs_per_frame": rows}
-
-
-def _split_override(option: str):
-    if not option.startswith("--") or "=" not in option:
-        raise UsageError(f"override {option!r} must look like --key=value")
-    key, value = option[2:].split("=", 1)
-    return key, value
-
-
-def cmd_flops(args, unknown: List[str]) -> int:
-    from surprisal_cc.model.flops import format_flop_table
-
-    table = flops_table(args.hparams, unknown)
-    print(json.dumps(table, indent=2) if args.json else format_flop_table(table["macs_per_frame"]))
-    return 0
-
-
-
 # ----------------------------------------------------------------------------------------------
 # export, transcribe, evaluate
 # ----------------------------------------------------------------------------------------------
 def cmd_export(args, unknown: List[str]) -> int:
+    if args.onnx and (Path(args.run_dir) / "model.json").is_file():  # a model folder: its graphs only
+        from surprisal_cc.deploy.export import export_onnx
+
+        print(f"exported the ONNX graphs of {args.run_dir} to {export_onnx(args.run_dir, args.out_dir)}: onnx.json, onnx/")
+        return 0
     from surprisal_cc.training.export import export_run
 
-    out = export_run(args.run_dir, args.out_dir, dtype=args.dtype, apc_path=args.apc, average=args.average)
+    step = None
+    if args.onnx:
+        from surprisal_cc.deploy.export import write_onnx_graphs as step
+    out = export_run(args.run_dir, args.out_dir, dtype=args.dtype, apc_path=args.apc, average=args.average,
+                     onnx_step=step)
     config = json.loads((out / "model.json").read_text(encoding="utf-8"))
     size = sum(f.stat().st_size for f in out.iterdir() if f.suffix == ".pt")
     files = ", ".join(sorted(f.name for f in out.iterdir()))
@@ -255,6 +206,10 @@ def read_standard_input(folder: Path, stream=None) -> Path:
 def cmd_transcribe(args, unknown: List[str]) -> int:
     import tempfile
 
+    if args.backend == "onnx":  # the torch-free runtime (surprisal_cc.deploy)
+        from surprisal_cc.deploy.command import transcribe_args
+
+        return transcribe_args(args)
     if args.audio.count("-") > 1:
         raise UsageError("- (standard input) can be given once")
     if "-" not in args.audio:
@@ -575,7 +530,8 @@ def cmd_evaluate(args, unknown: List[str]) -> int:
 
 
 
-COMMANDS = {"transcribe": cmd_transcribe, "evaluate": cmd_evaluate, "export": cmd_export, "flops": cmd_flops}
+COMMANDS = {"transcribe": cmd_transcribe, "evaluate": cmd_evaluate, "export": cmd_export,
+            "flops": flops_command.cmd_flops}
 
 
 def add_parsers(subparsers, command: Optional[str] = None) -> None:
@@ -584,13 +540,7 @@ def add_parsers(subparsers, command: Optional[str] = None) -> None:
     _add_transcribe_parser(subparsers)
     _add_evaluate_parser(subparsers)
     _add_export_parser(subparsers)
-    _add_flops_parser(subparsers)
-
-
-def _add_flops_parser(subparsers) -> None:
-    p = subparsers.add_parser("flops", help=HELP["flops"])
-    p.add_argument("hparams")
-    p.add_argument("--json", action="store_true")
+    flops_command.add_parser(subparsers, HELP["flops"])
 
 
 def _add_export_parser(subparsers) -> None:
@@ -604,6 +554,8 @@ def _add_export_parser(subparsers) -> None:
                                  "ran, then here)")
     p.add_argument("--average", type=positive_int, default=1, metavar="N",
                    help="average the weights of the N best checkpoints (default 1: the best one)")
+    p.add_argument("--onnx", action="store_true", help="also write ONNX graphs (onnx.json, onnx/) for transcribe "
+                                                       "--backend onnx; RUN_DIR may be a model folder then")
 
 
 def _add_transcribe_parser(subparsers) -> None:
@@ -619,6 +571,9 @@ def _add_transcribe_parser(subparsers) -> None:
                    help="text (default); json: one JSON object per file (JSON Lines) as it finishes, "
                         "with each phone's start and end; ctm: one line per phone (file channel start "
                         "duration phone)")
+    p.add_argument("--backend", choices=["torch", "onnx"], default="torch",
+                   help="torch (default), or onnx: the model folder's ONNX graphs (export --onnx) in onnxruntime")
+    p.add_argument("--decoder", choices=["beam", "greedy"], default="beam", help="with --backend onnx: CTC decoding")
     _add_decoding_options(p, chunk_help=f"files longer than S + {2 * CONTEXT_S:g} s are decoded in parts of S seconds "
                                         f"with {CONTEXT_S:g} s of context on each side, in bounded memory (default "
                                         f"{CHUNK_S:g}; 0: every file whole)",

@@ -22,7 +22,7 @@ builds an LM-state trie node per candidate, even with no LM.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -34,7 +34,7 @@ from surprisal_cc.decoding.search import (
     CTCBeamSearch,
     available_backends,
     ctc_greedy_decode,
-    ctc_log_likelihood,
+    as_array,
 )
 
 GOAL = 1.0  # SpeechBrain CTCBeamSearcher (defaults) / native, ms per utterance, one call per utterance
@@ -47,6 +47,56 @@ SIZES = {  # frames, labels, utterances, beam, timed repeats, warm-up rounds, po
 }
 
 
+
+def ctc_log_likelihood(
+    log_probs,
+    lengths: Optional[Sequence[int]],
+    labels: Sequence[Sequence[int]],
+    blank: int = 0,
+) -> "Tensor":
+    """Exact ``log p(labels | x)`` under CTC for each utterance (float64, ``[B]``): what a decoder's output
+    scores, to compare decoders (this benchmark and tests/test_decoding.py).
+
+    ``log_probs``: (B, T, V) log-probabilities (array or tensor); ``lengths``: frames per utterance.
+
+    Arguments
+    ---------
+    labels : sequence of sequence of int
+        Label ids per utterance (no blank).
+    blank : int
+        Blank label id.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[B]`` float64 log-likelihoods; ``-inf`` where the label sequence cannot be aligned in
+        the given frames.
+
+    Example
+    -------
+    >>> import torch
+    >>> lp = torch.full((2, 2, 2), 0.5).log()  # two frames, blank and one label
+    >>> ll = ctc_log_likelihood(lp, [2, 2], [[1], [1, 1]])
+    >>> [round(v, 4) for v in ll.tolist()]  # log(3/4): paths 1-, -1, 11; [1, 1] needs 3 frames
+    [-0.2877, -inf]
+    """
+    import torch
+
+    lens = [int(n) for n in lengths] if lengths is not None else [log_probs.shape[1]] * log_probs.shape[0]
+    lp = torch.as_tensor(as_array(log_probs)).double().transpose(0, 1)  # [T, B, V]
+    flat = [int(x) for seq in labels for x in seq]
+    targets = torch.tensor(flat if flat else [0], dtype=torch.long)
+    tgt_lens = torch.tensor([len(s) for s in labels], dtype=torch.long)
+    nll = torch.nn.functional.ctc_loss(
+        lp,
+        targets if flat else targets[:0],
+        torch.tensor(lens, dtype=torch.long),
+        tgt_lens,
+        blank=blank,
+        reduction="none",
+        zero_infinity=False,
+    )
+    return -nll
 def make_posteriors(kind: str, n_utts: int, T: int, V: int, seed: int) -> Tensor:
     """Synthetic CTC log posteriors ``[n_utts, T, V]`` (blank = 0)."""
     g = torch.Generator().manual_seed(seed)

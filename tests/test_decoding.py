@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.bench_decoding import ctc_log_likelihood
 from surprisal_cc.decoding.search import (
     CTCBeamSearch,
     available_backends,
     ctc_greedy_decode,
-    ctc_log_likelihood,
 )
 
 # speechbrain_prefix is very slow in pure Python; test it on the tiny cases only

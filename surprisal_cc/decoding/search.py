@@ -6,8 +6,7 @@ counts ``lengths`` of shape ``[B]`` (an array, a tensor or a sequence of int; wh
 optional, None means all ``T`` frames); frames at or beyond an utterance's length
 are never read. The greedy and the native beam search run on numpy alone: this
 module imports no torch (the ONNX runtime decodes with it); the third-party
-backends (:mod:`surprisal_cc.decoding.backends`) and :func:`ctc_log_likelihood`
-import it when called. Decoders
+backends (:mod:`surprisal_cc.decoding.backends`) import it when called. Decoders
 return one label-id sequence per utterance (a list of lists of int), blanks
 removed and repeats collapsed by the CTC rules.
 
@@ -39,7 +38,6 @@ Array = Union["Tensor", np.ndarray]
 
 __all__ = [
     "ctc_greedy_decode",
-    "ctc_log_likelihood",
     "CTCBeamSearch",
     "available_backends",
     "missing_backend",
@@ -128,56 +126,6 @@ def ctc_greedy_decode(
     lens = _as_lengths(log_probs, lengths)
     best = as_array(log_probs).argmax(axis=-1).tolist()
     return [_collapse(best[b][: lens[b]], blank) for b in range(len(lens))]
-
-
-def ctc_log_likelihood(
-    log_probs: Array,
-    lengths: Array | Sequence[int] | None,
-    labels: Sequence[Sequence[int]],
-    blank: int = 0,
-) -> "Tensor":
-    """Exact ``log p(labels | x)`` under CTC for each utterance (float64, ``[B]``).
-
-    ``log_probs`` and ``lengths``: see the module docstring.
-
-    Arguments
-    ---------
-    labels : sequence of sequence of int
-        Label ids per utterance (no blank).
-    blank : int
-        Blank label id.
-
-    Returns
-    -------
-    torch.Tensor
-        ``[B]`` float64 log-likelihoods; ``-inf`` where the label sequence cannot be aligned in
-        the given frames.
-
-    Example
-    -------
-    >>> import torch
-    >>> lp = torch.full((2, 2, 2), 0.5).log()  # two frames, blank and one label
-    >>> ll = ctc_log_likelihood(lp, [2, 2], [[1], [1, 1]])
-    >>> [round(v, 4) for v in ll.tolist()]  # log(3/4): paths 1-, -1, 11; [1, 1] needs 3 frames
-    [-0.2877, -inf]
-    """
-    import torch
-
-    lens = _as_lengths(log_probs, lengths)
-    lp = torch.as_tensor(as_array(log_probs)).double().transpose(0, 1)  # [T, B, V]
-    flat = [int(x) for seq in labels for x in seq]
-    targets = torch.tensor(flat if flat else [0], dtype=torch.long)
-    tgt_lens = torch.tensor([len(s) for s in labels], dtype=torch.long)
-    nll = torch.nn.functional.ctc_loss(
-        lp,
-        targets if flat else targets[:0],
-        torch.tensor(lens, dtype=torch.long),
-        tgt_lens,
-        blank=blank,
-        reduction="none",
-        zero_infinity=False,
-    )
-    return -nll
 
 
 # --------------------------------------------------------------------------

@@ -416,17 +416,6 @@ class ConditionalASR:
             self.apc.to(device)
         return self
 
-
-    def to(self, device: Union[str, torch.device]) -> "ConditionalASR":
-        """Move the model to ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``); returns the model."""
-        device = resolve_device(device)
-        precision = resolve_inference_precision(self.requested_precision, device)
-        self.device, self.precision = device, precision
-        self.encoder.to(device)
-        if self.apc is not None:
-            self.apc.to(device)
-        return self
-
     # ------------------------------------------------------------------ audio
     def transcribe_file(self, path: PathLike, long_chunk_s: Optional[float] = None,
                         progress: Optional[Callable[[float, float], None]] = None) -> Transcription:

@@ -1257,7 +1257,7 @@ def test_analyse_refuses_a_textgrid_folder_in_one_line(tmp_path, capsys):
 def test_transcribe_text_says_when_no_phone_was_recognised():
     from types import SimpleNamespace
 
-    from surprisal_cc.cli.model_commands import _format_transcription
+    from surprisal_cc.decoding.transcription import format_text as _format_transcription
 
     result = SimpleNamespace(p_big=None, steps=None, path="quiet.wav", text="", duration_s=0.05, num_frames=5,
                              flops_per_frame=7.5e6, rtf=0.01)

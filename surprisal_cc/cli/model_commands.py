@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from surprisal_cc.checks import (check_outputs_apart, check_writable, chunk_seconds, finite_float, make_output_folder,
                                  positive_int, routing_seed)
 from surprisal_cc.cli import flops_command
+from surprisal_cc.decoding.transcription import format_text
 from surprisal_cc.errors import UsageError
 from surprisal_cc.inference.long_audio import CHUNK_S, CONTEXT_S
 from surprisal_cc.runtime import DEFAULT_DECODING_THREADS
@@ -371,7 +372,7 @@ def _emit_result(result, fmt: str, utterance: Optional[str], name: str, run: Dic
         if result.phones:  # a file without phones has no CTM record (an empty line is none)
             _emit(result.to_ctm(name))
     else:
-        _emit(_format_transcription(result, utterance))
+        _emit(format_text(result, utterance))
 
 
 def _save_routing_plot(result, path: Path, title: str) -> bool:
@@ -387,20 +388,6 @@ def _save_routing_plot(result, path: Path, title: str) -> bool:
         print(f"error: {path}: routing plot not saved ({reason})", file=sys.stderr, flush=True)
         return False
     return True
-
-
-def _format_transcription(result, utterance: Optional[str] = None) -> str:
-    routing = ""
-    if result.p_big is not None:
-        routing = (f", p_big {float(result.p_big.mean()):.3f} (big network on {100 * result.big_fraction:.1f} % "
-                   f"of frames, {result.routing} routing{'' if result.seed is None else f' seed {result.seed}'})")
-    elif result.steps is not None:
-        routing = f", {float(result.steps.mean()):.2f} steps per frame"
-    header = f"{utterance} ({result.path})" if utterance else result.path
-    text = result.text or "(no phones recognised)"  # silence, or audio too short to hold a phone
-    frames = f"{result.num_frames} frame{'' if result.num_frames == 1 else 's'}"
-    return (f"{header}\n  {text}\n  {result.duration_s:.2f} s, {frames}, "
-            f"{result.flops_per_frame / 1e6:.2f}M FLOPs per frame{routing}, RTF {result.rtf:.3f}")
 
 
 def _macs(value: float) -> str:

@@ -16,7 +16,7 @@ no SpeechBrain and no module that does (``tests/test_deploy.py``).
 import importlib
 from typing import Any
 
-_WHERE = {"OnnxASR": "runtime", "OnnxTranscription": "runtime", "export_onnx": "export",
+_WHERE = {"OnnxASR": "runtime", "export_onnx": "export",
           "write_onnx_graphs": "export", "transcribe_main": "command", "BundleError": "bundle"}
 
 

@@ -25,7 +25,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from surprisal_cc.data.errors import BadAudioError
 from surprisal_cc.deploy.audio import AudioFacts
 from surprisal_cc.deploy.parts import PROGRESS_AFTER_S
-from surprisal_cc.deploy.runtime import DECODERS, OnnxASR, OnnxTranscription
+from surprisal_cc.decoding.transcription import format_text
+from surprisal_cc.deploy.runtime import DECODERS, OnnxASR
 
 AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".aif")  # as surprisal_cc.data.audio
 
@@ -59,20 +60,6 @@ def audio_files(given: str) -> List[Path]:
     if path.is_dir():
         return sorted(p for p in path.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file())
     return [path]
-
-
-def format_text(result: OnnxTranscription) -> str:
-    """The text lines ``surprisal-cc transcribe`` prints for one file."""
-    routing = ""
-    if result.p_big is not None:
-        routing = (f", p_big {float(result.p_big.mean()):.3f} (big network on {100 * result.big_fraction:.1f} % "
-                   f"of frames, {result.routing} routing{'' if result.seed is None else f' seed {result.seed}'})")
-    elif result.steps is not None:
-        routing = f", {float(result.steps.mean()):.2f} steps per frame"
-    text = result.text or "(no phones recognised)"
-    frames = f"{result.num_frames} frame{'' if result.num_frames == 1 else 's'}"
-    return (f"{result.path}\n  {text}\n  {result.duration_s:.2f} s, {frames}, "
-            f"{result.flops_per_frame / 1e6:.2f}M FLOPs per frame{routing}, RTF {result.rtf:.3f}")
 
 
 def _emit(line: str) -> None:

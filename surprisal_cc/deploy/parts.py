@@ -48,7 +48,7 @@ def decode_long(asr: Any, path: PathLike, chunk_s: float = CHUNK_S, context_s: f
                 progress: Optional[Callable[[float, float], None]] = None) -> Dict[str, Any]:
     """Decode a file of any length part by part with ``asr``, an :class:`~surprisal_cc.deploy.runtime.OnnxASR`
     (see :mod:`surprisal_cc.inference.long_audio`): the fields of its
-    :class:`~surprisal_cc.deploy.runtime.OnnxTranscription`."""
+    :class:`~surprisal_cc.decoding.transcription.Transcription`."""
     cfg = asr.features
     rate = cfg.sample_rate
     reader = SpanReader(path, rate)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -37,7 +37,8 @@ import numpy as np
 
 from surprisal_cc.data.errors import BadAudioError
 from surprisal_cc.decoding.search import CTCBeamSearch, ctc_greedy_decode
-from surprisal_cc.decoding.timestamps import format_ctm, phone_segments
+from surprisal_cc.decoding.timestamps import phone_segments
+from surprisal_cc.decoding.transcription import Transcription
 from surprisal_cc.deploy.audio import check_audio_file, read_audio
 from surprisal_cc.deploy.bundle import BundleError, read_bundle
 from surprisal_cc.deploy.frontend import FeatureSettings, fbank_numpy
@@ -52,59 +53,6 @@ MAX_LEVEL_GAIN_DB = 40.0  # as surprisal_cc.data.audio
 def default_model_dir() -> Path:
     """The shipped model folder, ``surprisal_cc/pretrained`` (found without loading the model code)."""
     return Path(__file__).resolve().parents[1] / "pretrained"
-
-
-@dataclass
-class OnnxTranscription:
-    """One file through :class:`OnnxASR`: the fields of :class:`~surprisal_cc.inference.asr.Transcription`
-    (per-frame arrays as numpy arrays), ``text``, ``big_fraction``, :meth:`to_dict` and :meth:`to_ctm` as there."""
-
-    phones: List[str]
-    num_frames: int
-    duration_s: float
-    flops_per_frame: float
-    flops_components: Dict[str, float]
-    rtf: float
-    surprisal: Optional[np.ndarray] = field(default=None, repr=False)
-    p_big: Optional[np.ndarray] = field(default=None, repr=False)
-    use_big: Optional[np.ndarray] = field(default=None, repr=False)
-    steps: Optional[np.ndarray] = field(default=None, repr=False)
-    fbank: Optional[np.ndarray] = field(default=None, repr=False)
-    path: Optional[str] = None
-    segments: Optional[List[Tuple[str, float, float]]] = field(default=None, repr=False)
-    frame_shift_s: float = 0.02
-    routing: Optional[str] = None
-    seed: Optional[int] = None
-    log_probs: Optional[np.ndarray] = field(default=None, repr=False)  # (T, V), kept where asked for
-
-    @property
-    def text(self) -> str:
-        return " ".join(self.phones)
-
-    def __str__(self) -> str:
-        return self.text
-
-    @property
-    def big_fraction(self) -> Optional[float]:
-        return None if self.use_big is None else float(np.mean(self.use_big, dtype=np.float64))
-
-    def to_ctm(self, name: Optional[str] = None) -> str:
-        if self.segments is None:
-            raise ValueError("this transcription has no phone times (segments)")
-        return format_ctm(name or (Path(self.path).stem if self.path else "utterance"), self.segments)
-
-    def to_dict(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"path": self.path, "text": self.text, "phones": self.phones,
-                               "segments": None if self.segments is None else
-                               [{"phone": p, "start": s, "end": e} for p, s, e in self.segments],
-                               "num_frames": self.num_frames, "frame_shift_s": self.frame_shift_s,
-                               "duration_s": self.duration_s, "flops_per_frame": self.flops_per_frame,
-                               "flops_components": self.flops_components, "rtf": self.rtf,
-                               "big_fraction": self.big_fraction, "routing": self.routing, "seed": self.seed}
-        for name in ("surprisal", "p_big", "use_big", "steps"):
-            value = getattr(self, name)
-            out[name] = None if value is None else value.tolist()
-        return out
 
 
 @dataclass
@@ -429,7 +377,7 @@ class OnnxASR:
         return [check_audio_file(p, self.features.sample_rate, self.features.min_samples) for p in paths]
 
     def transcribe_waveform(self, wav: np.ndarray, path: Optional[str] = None, timestamps: bool = True,
-                            keep_log_probs: bool = False) -> OnnxTranscription:
+                            keep_log_probs: bool = False) -> Transcription:
         """One mono float32 waveform at the model's rate."""
         wav = np.asarray(wav, dtype=np.float32)
         self.start_draws()
@@ -441,7 +389,7 @@ class OnnxASR:
         n = out.log_probs.shape[0]
         comps = self.flops_components({k: float(v.sum()) for k, v in out.frame_macs.items()}, n)
         duration = wav.size / self.features.sample_rate
-        return OnnxTranscription(
+        return Transcription(
             phones=[self.labels[i] for i in ids], num_frames=n, duration_s=duration,
             flops_per_frame=sum(comps.values()), flops_components=comps, rtf=seconds / max(duration, 1e-9),
             surprisal=out.surprisal, p_big=out.p_big, use_big=out.use_big, steps=out.steps, fbank=out.fbank,
@@ -451,7 +399,7 @@ class OnnxASR:
 
     def transcribe_file(self, path: PathLike, long_chunk_s: Optional[float] = None,
                         progress: Optional[Callable[[float, float], None]] = None,
-                        keep_log_probs: bool = False) -> OnnxTranscription:
+                        keep_log_probs: bool = False) -> Transcription:
         """One audio file (resampled to the model's rate, downmixed to mono); files longer than
         ``long_chunk_s`` (default 60 s; 0: whole) plus twice the context are decoded in parts.
         A :class:`~surprisal_cc.data.errors.BadAudioError` of one line for an unusable file."""
@@ -462,6 +410,6 @@ class OnnxASR:
             raise BadAudioError([f"{path}: {problem}"], 1)
         chunk_s = part_seconds(long_chunk_s)
         if is_long(path, chunk_s):
-            return OnnxTranscription(**decode_long(self, path, chunk_s=chunk_s, progress=progress))
+            return Transcription(**decode_long(self, path, chunk_s=chunk_s, progress=progress))
         wav = read_audio(path, self.features.sample_rate, self.features.min_samples)
         return self.transcribe_waveform(wav, path=str(path), keep_log_probs=keep_log_probs)

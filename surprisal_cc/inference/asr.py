@@ -41,7 +41,7 @@ from surprisal_cc.decoding.search import CTCBeamSearch
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.inference import long_audio, passes
 from surprisal_cc.inference.passes import resolve_inference_precision
-from surprisal_cc.inference.transcription import Transcription
+from surprisal_cc.decoding.transcription import Transcription
 from surprisal_cc.model.apc import APCModel, FrozenAPC
 from surprisal_cc.model.architectures import build_encoder
 from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd

@@ -1,6 +1,7 @@
 """The result of transcribing one utterance: :class:`Transcription` (phones with their times, and per frame
-what the model computed), as :meth:`~surprisal_cc.inference.asr.ConditionalASR.transcribe_file` and
-``transcribe_batch`` return it, with its text, JSON and CTM forms.
+what the model computed), as both runtimes return it (:class:`~surprisal_cc.inference.asr.ConditionalASR`,
+per-frame arrays as tensors; :class:`~surprisal_cc.deploy.runtime.OnnxASR`, as numpy arrays), with its JSON
+and CTM forms and the lines ``surprisal-cc transcribe`` prints (:func:`format_text`). Imports no torch.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 if TYPE_CHECKING:  # annotations only
     from torch import Tensor
 
-__all__ = ["Transcription"]
+__all__ = ["Transcription", "format_text"]
 
 
 @dataclass
@@ -58,6 +59,8 @@ class Transcription:
         ``"deterministic"`` (``p_big > 0.5``) or ``"sampled"``.
     seed : int, optional
         The seed of sampled routing.
+    log_probs : array, optional
+        (T, V) per-frame log-probabilities, where the caller asked to keep them.
 
     Example
     -------
@@ -90,6 +93,7 @@ class Transcription:
     frame_shift_s: float = 0.02
     routing: Optional[str] = None
     seed: Optional[int] = None
+    log_probs: Optional[Any] = field(default=None, repr=False)
 
     @property
     def text(self) -> str:
@@ -102,7 +106,13 @@ class Transcription:
     @property
     def big_fraction(self) -> Optional[float]:
         """Fraction of frames that ran the big network (None without a small/big choice)."""
-        return None if self.use_big is None else float(self.use_big.double().mean())
+        if self.use_big is None:
+            return None
+        if hasattr(self.use_big, "double"):  # a tensor
+            return float(self.use_big.double().mean())
+        import numpy as np
+
+        return float(np.mean(self.use_big, dtype=np.float64))
 
     def to_ctm(self, name: Optional[str] = None) -> str:
         """The phones with their times as CTM lines (:func:`~surprisal_cc.decoding.timestamps.format_ctm`);
@@ -127,3 +137,27 @@ class Transcription:
             value = getattr(self, name)
             out[name] = None if value is None else value.tolist()
         return out
+
+
+def format_text(result: Transcription, utterance: Optional[str] = None) -> str:
+    """The lines ``surprisal-cc transcribe`` prints for one file (``utterance``: its id in a Kaldi data
+    folder): the file, its phones, and what ran.
+
+    >>> t = Transcription(["sil"], num_frames=1, duration_s=0.02, flops_per_frame=2e6, flops_components={},
+    ...                   rtf=0.5, path="a.wav")
+    >>> print(format_text(t))
+    a.wav
+      sil
+      0.02 s, 1 frame, 2.00M FLOPs per frame, RTF 0.500
+    """
+    routing = ""
+    if result.p_big is not None:
+        routing = (f", p_big {float(result.p_big.mean()):.3f} (big network on {100 * result.big_fraction:.1f} % "
+                   f"of frames, {result.routing} routing{'' if result.seed is None else f' seed {result.seed}'})")
+    elif result.steps is not None:
+        routing = f", {float(result.steps.mean()):.2f} steps per frame"
+    header = f"{utterance} ({result.path})" if utterance else result.path
+    text = result.text or "(no phones recognised)"  # silence, or audio too short to hold a phone
+    frames = f"{result.num_frames} frame{'' if result.num_frames == 1 else 's'}"
+    return (f"{header}\n  {text}\n  {result.duration_s:.2f} s, {frames}, "
+            f"{result.flops_per_frame / 1e6:.2f}M FLOPs per frame{routing}, RTF {result.rtf:.3f}")

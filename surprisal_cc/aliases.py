@@ -79,6 +79,7 @@ MOVED = {
 #: old dotted names that lived in another module than their own (re-exported there): name -> where it is now
 MOVED_NAMES = {
     "surprisal_cc.encoders.build_encoder": "surprisal_cc.model.architectures.build_encoder",
+    "surprisal_cc.features.FeatureConfig": "surprisal_cc.model.feature_config.FeatureConfig",
     "surprisal_cc.recipe.phone_set": "surprisal_cc.training.labels.phone_set",
     "surprisal_cc.recipe.label_encoder_for": "surprisal_cc.training.labels.label_encoder_for",
     "surprisal_cc.recipe.input_size_for": "surprisal_cc.model.nnet.input_size_for",

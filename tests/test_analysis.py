@@ -8,7 +8,7 @@ from data_fixtures import require_dev_clean_2
 from surprisal_cc.experiments.analysis import AlignedUtterance, read_aligned_csv, routing_example, surprisal_by_class
 from surprisal_cc.model.apc import APCModel
 from surprisal_cc.model.controllers import SurprisalController
-from surprisal_cc.model.features import FeatureConfig
+from surprisal_cc.model.feature_config import FeatureConfig
 
 
 def test_frame_labels_follow_window_centres():

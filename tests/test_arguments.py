@@ -16,7 +16,7 @@ from surprisal_cc.checks import check_batch_size, check_chunk_seconds, check_rou
 from surprisal_cc.model.calibration import check_calibration_target
 from surprisal_cc.data.audio import refuse_short_waveforms, short_audio_problem
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.model.features import FeatureConfig
+from surprisal_cc.model.feature_config import FeatureConfig
 from surprisal_cc.training.run_checks import check_flops_budget, check_settings, check_test_budget
 from surprisal_cc.training.command_line import check_debug_options
 from surprisal_cc.training.schedulers import lr_scheduler

@@ -219,7 +219,7 @@ def test_training_benchmark_configs():
     """The baseline is the authors' step: filterbank + APC from the waveform, masked, unpacked nn.GRU."""
     from benchmarks import bench_training as bt
     from benchmarks.common import PackedBiGRU, UnpackedBiGRU
-    from surprisal_cc.model.features import FeatureConfig
+    from surprisal_cc.model.feature_config import FeatureConfig
 
     specs = bt.configs()
     assert specs[bt.AUTHORS] == bt.StepConfig(features="recompute", execution="masked", rnn="unpacked")

@@ -8,7 +8,8 @@ import torch
 
 from surprisal_cc.model.apc import APCModel
 from surprisal_cc.training.cache import FeatureCache, cache_key
-from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
+from surprisal_cc.model.feature_config import FeatureConfig
+from surprisal_cc.model.features import FilterbankFrontEnd
 from numerics import assert_close_up_to_summation_order
 
 

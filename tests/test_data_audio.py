@@ -194,7 +194,8 @@ def test_a_file_shorter_than_the_models_one_frame_is_refused_naming_it(tmp_path)
     """A 50 ms window: 37.5 ms passes the 25 ms check made where no model is known, and is refused, in one
     line naming the file, its duration and the model's minimum, where the model's minimum is given."""
     from surprisal_cc.data.audio import check_audio, check_audio_each
-    from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
+    from surprisal_cc.model.feature_config import FeatureConfig
+    from surprisal_cc.model.features import FilterbankFrontEnd
 
     config = FeatureConfig(frame_length_ms=50.0)
     least = config.min_samples

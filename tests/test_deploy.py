@@ -21,7 +21,8 @@ from surprisal_cc.data.errors import BadAudioError
 from surprisal_cc.deploy.audio import resample
 from surprisal_cc.deploy.bundle import BundleError
 from surprisal_cc.deploy.export import export_onnx
-from surprisal_cc.deploy.frontend import FeatureSettings, fbank_numpy
+from surprisal_cc.deploy.frontend import fbank_numpy
+from surprisal_cc.model.feature_config import FeatureConfig
 from surprisal_cc.deploy.runtime import OnnxASR, context_rows
 from surprisal_cc.inference.asr import ConditionalASR
 from surprisal_cc.model.features import FilterbankFrontEnd
@@ -62,7 +63,7 @@ def assert_same(asr: ConditionalASR, onnx: OnnxASR, wav_path: Path) -> None:
 def test_the_numpy_front_end_is_torchaudios_kaldi_fbank():
     front_end = FilterbankFrontEnd()
     for wav in (speech_like(1.3), tone(0.5).astype(np.float32), np.zeros(400, np.float32), np.zeros(399, np.float32)):
-        ours = fbank_numpy(wav, FeatureSettings())
+        ours = fbank_numpy(wav, FeatureConfig())
         theirs = front_end.single(torch.from_numpy(wav)).numpy()
         assert ours.shape == theirs.shape
         if ours.size:

@@ -7,7 +7,8 @@ import pytest
 import torch
 from torchaudio.compliance import kaldi
 
-from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
+from surprisal_cc.model.feature_config import FeatureConfig
+from surprisal_cc.model.features import FilterbankFrontEnd
 from surprisal_cc.model.nnet import lengths_to_mask
 from numerics import assert_close_up_to_summation_order
 
@@ -185,3 +186,18 @@ def test_num_frames_matches_kaldi_where_window_and_shift_are_no_whole_samples(ov
 def test_window_and_shift_are_truncated_as_kaldi_truncates_them():
     cfg = FeatureConfig(sample_rate=11025, frame_length_ms=30, frame_shift_ms=12.5)
     assert (cfg.window_samples, cfg.shift_samples, cfg.min_samples) == (330, 137, 330)
+
+
+def test_the_feature_definition_is_torchaudios_and_loads_no_torch():
+    """FeatureConfig checks windows against torchaudio's list without importing it (the ONNX runtime uses it)."""
+    import subprocess
+    import sys
+
+    from torchaudio.compliance import kaldi
+
+    from surprisal_cc.model.feature_config import KALDI_WINDOWS
+
+    assert list(KALDI_WINDOWS) == list(kaldi.WINDOWS)
+    code = "import sys, surprisal_cc.model.feature_config; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["False"]
+

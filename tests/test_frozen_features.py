@@ -238,7 +238,7 @@ def test_training_reads_audio_at_the_features_sample_rate(tmp_path):
     from surprisal_cc.training.cache import FeatureCache
     from surprisal_cc.data.errors import BadAudioError
     from surprisal_cc.training.datasets import dataio_prep
-    from surprisal_cc.model.features import FeatureConfig
+    from surprisal_cc.model.feature_config import FeatureConfig
     from surprisal_cc.training.frozen_features import fill_cache
     from surprisal_cc.training.labels import label_encoder_for, phone_set
 

@@ -29,7 +29,7 @@ from surprisal_cc.model.apc import APCModel, save_apc
 from surprisal_cc.cli.commands import main
 from surprisal_cc.data import DataPreparationWarning
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.model.features import FeatureConfig
+from surprisal_cc.model.feature_config import FeatureConfig
 from surprisal_cc.data.audio import check_audio_each
 from surprisal_cc.data.waveforms import batch_waveforms
 from surprisal_cc.inference import passes

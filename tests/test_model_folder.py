@@ -179,7 +179,7 @@ def test_an_export_records_the_runs_blank_penalty_and_a_folder_without_one_loads
 
     from surprisal_cc.decoding.search import CTCBeamSearch
     from surprisal_cc.training.export import _model_config
-    from surprisal_cc.model.features import FeatureConfig
+    from surprisal_cc.model.feature_config import FeatureConfig
 
     hparams = {"label_encoder": SimpleNamespace(ind2lab={0: "<blank>", 1: "AH", 2: "B", 3: "sil"}),
                "feature_config": FeatureConfig(n_mels=6), "input_features": "fbank",

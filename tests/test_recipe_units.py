@@ -231,7 +231,7 @@ def test_resumed_training_keeps_the_arguments_written_in_its_objects(tmp_path):
         (tmp_path / "hparams.yaml").write_text(
             f"seed: 1\nnumber_of_epochs: 2\noutput_folder: {tmp_path / 'run'}\nsave_folder: !ref <output_folder>/save\n"
             "apc_epochs: 20\n"
-            f"feature_config: !new:surprisal_cc.model.features.FeatureConfig\n  n_mels: {n_mels}\n  frame_skip: 2\n"
+            f"feature_config: !new:surprisal_cc.model.feature_config.FeatureConfig\n  n_mels: {n_mels}\n  frame_skip: 2\n"
             "front_end: !new:surprisal_cc.model.features.FilterbankFrontEnd\n  config: !ref <feature_config>\n"
             f"apc_model: !new:surprisal_cc.model.apc.APCModel\n  input_size: 80\n  hidden_size: {hidden_size}\n{new_argument}"
             f"feature_masking: !new:surprisal_cc.training.augment.FeatureMasking\n  time_masks: {time_masks}\n"

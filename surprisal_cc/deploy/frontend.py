@@ -11,72 +11,36 @@ speech (``tests/test_deploy.py``), far below what changes a phone.
 Example
 -------
 >>> import numpy as np
->>> feats = fbank_numpy(np.zeros(16000, dtype=np.float32), FeatureSettings())
+>>> feats = fbank_numpy(np.zeros(16000, dtype=np.float32), FeatureConfig())
 >>> feats.shape, float(feats.max()) == float(np.log(np.finfo(np.float32).eps))
 ((49, 80), True)
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
-WINDOWS = ("hamming", "hanning", "povey", "rectangular", "blackman")
+from surprisal_cc.model.feature_config import FeatureConfig
+
 _EPS = np.float32(np.finfo(np.float32).eps)
 
 
-@dataclass(frozen=True)
-class FeatureSettings:
-    """The fields of ``model.json``'s ``features`` (those of :class:`~surprisal_cc.model.features.FeatureConfig`,
-    whose checks ran when the model folder was written), without torch."""
+def numpy_feature_config(features: Mapping[str, Any]) -> FeatureConfig:
+    """The :class:`~surprisal_cc.model.feature_config.FeatureConfig` of ``model.json``'s ``features``, checked
+    as everywhere, and refused (a ValueError) where this front end cannot compute it: with dither, which
+    draws random numbers.
 
-    sample_rate: int = 16000
-    n_mels: int = 80
-    frame_length_ms: float = 25.0
-    frame_shift_ms: float = 10.0
-    window_type: str = "hamming"
-    dither: float = 0.0
-    frame_skip: int = 2
-
-    @classmethod
-    def from_config(cls, features: Mapping[str, Any]) -> "FeatureSettings":
-        """From ``model.json``'s ``features``; a ValueError for a setting this front end cannot compute
-        (dither, which draws random numbers, or an unknown window)."""
-        settings = cls(**dict(features))
-        if settings.dither:
-            raise ValueError(f"features.dither {settings.dither}: the numpy front end computes features without dither")
-        if settings.window_type not in WINDOWS:
-            raise ValueError(f"features.window_type {settings.window_type!r} is not one of {', '.join(WINDOWS)}")
-        return settings
-
-    @property
-    def window_samples(self) -> int:
-        """As :attr:`FeatureConfig.window_samples` (the same float product, truncated)."""
-        return int(float(self.sample_rate) * self.frame_length_ms * 0.001)
-
-    @property
-    def shift_samples(self) -> int:
-        return int(float(self.sample_rate) * self.frame_shift_ms * 0.001)
-
-    @property
-    def min_samples(self) -> int:
-        """The fewest samples that give one model frame (one window)."""
-        return self.window_samples
-
-    @property
-    def frame_shift_s(self) -> float:
-        """Seconds between the model's frames."""
-        return self.frame_shift_ms * self.frame_skip / 1000.0
-
-    def num_frames(self, num_samples: int) -> int:
-        """Output frames of ``num_samples`` samples, as :meth:`FeatureConfig.num_frames`."""
-        if num_samples < self.window_samples:
-            return 0
-        full = 1 + (num_samples - self.window_samples) // self.shift_samples
-        return -(-full // self.frame_skip)
-
+    >>> numpy_feature_config({"dither": 1.0})
+    Traceback (most recent call last):
+        ...
+    ValueError: features.dither 1.0: the numpy front end computes features without dither
+    """
+    config = FeatureConfig(**dict(features))
+    if config.dither:
+        raise ValueError(f"features.dither {config.dither}: the numpy front end computes features without dither")
+    return config
 
 def _window(kind: str, size: int) -> np.ndarray:
     """torch's symmetric window of ``size`` samples, in float32."""
@@ -113,7 +77,7 @@ def mel_banks(n_mels: int, padded: int, sample_rate: float, low: float = 20.0, h
     return np.pad(bins.astype(np.float32), ((0, 0), (0, 1)))
 
 
-def fbank_numpy(waveform: np.ndarray, settings: FeatureSettings) -> np.ndarray:
+def fbank_numpy(waveform: np.ndarray, settings: FeatureConfig) -> np.ndarray:
     """(T, n_mels) float32 log-mel frames of one mono waveform (S,) in [-1, 1]; T is 0 when it is shorter
     than one window."""
     wav = np.asarray(waveform, dtype=np.float32).reshape(-1)

@@ -41,7 +41,7 @@ from surprisal_cc.decoding.timestamps import phone_segments
 from surprisal_cc.decoding.transcription import Transcription
 from surprisal_cc.deploy.audio import check_audio_file, read_audio
 from surprisal_cc.deploy.bundle import BundleError, read_bundle
-from surprisal_cc.deploy.frontend import FeatureSettings, fbank_numpy
+from surprisal_cc.deploy.frontend import fbank_numpy, numpy_feature_config
 from surprisal_cc.errors import ConfigurationError
 
 PathLike = Union[str, os.PathLike]
@@ -142,7 +142,7 @@ class OnnxASR:
         self.threads, self.decoder = threads, decoder
         config = self.config
         try:
-            self.features = FeatureSettings.from_config(config["features"])
+            self.features = numpy_feature_config(config["features"])
             self.labels: List[str] = list(config["labels"])
         except (KeyError, TypeError, ValueError) as err:
             raise BundleError(f"{self.source / 'model.json'}: {err}") from None

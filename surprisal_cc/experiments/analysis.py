@@ -25,7 +25,8 @@ from surprisal_cc.training.cache import FeatureCache
 from surprisal_cc.errors import ConfigurationError
 from surprisal_cc.model.controllers import SurprisalController
 from surprisal_cc.data.mfa import SILENCE_MARKS, read_mfa_export
-from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
+from surprisal_cc.model.feature_config import FeatureConfig
+from surprisal_cc.model.features import FilterbankFrontEnd
 
 
 @dataclass
@@ -53,7 +54,7 @@ class AlignedUtterance:
     Example
     -------
     >>> from pathlib import Path
-    >>> from surprisal_cc.model.features import FeatureConfig
+    >>> from surprisal_cc.model.feature_config import FeatureConfig
     >>> utt = AlignedUtterance("a", Path("a.flac"), ["sil", "AH", "sil"], [0, 640, 1280], [640, 1280, 1600])
     >>> utt.frame_is_silence(6, FeatureConfig()).tolist()  # window centres 200, 520, ..., 1800
     [True, True, False, False, True, True]

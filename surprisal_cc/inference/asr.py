@@ -44,7 +44,8 @@ from surprisal_cc.inference.passes import resolve_inference_precision
 from surprisal_cc.decoding.transcription import Transcription
 from surprisal_cc.model.apc import APCModel, FrozenAPC
 from surprisal_cc.model.architectures import build_encoder
-from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
+from surprisal_cc.model.feature_config import FeatureConfig
+from surprisal_cc.model.features import FilterbankFrontEnd
 from surprisal_cc.model.flops import module_macs
 from surprisal_cc.model.forward import DecodedBatch, ForwardResult
 from surprisal_cc.model.model_folder import (APC_FILE, CARD_FILE, ENCODER_FILE, FORMAT_VERSION, MODEL_FILE,

@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # annotations only
 
     from surprisal_cc.decoding.search import CTCBeamSearch
     from surprisal_cc.model.apc import FrozenAPC
-    from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
+    from surprisal_cc.model.feature_config import FeatureConfig
+    from surprisal_cc.model.features import FilterbankFrontEnd
     from surprisal_cc.model.nnet import Encoder
 
 __all__ = ["LoadedModel"]

@@ -44,7 +44,7 @@ from surprisal_cc.checks import is_number
 from surprisal_cc.model.architectures import build_encoder
 from surprisal_cc.model.controllers import build_controller
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.model.features import FeatureConfig
+from surprisal_cc.model.feature_config import FeatureConfig
 from surprisal_cc.model.nnet import FINGERPRINT_DIGITS, INPUT_FEATURES, Encoder, runs_apc, weights_fingerprint
 
 FORMAT_VERSION = 1
@@ -215,7 +215,7 @@ def _check_config(config: Dict[str, Any], config_path: Path, encoder: Encoder, a
     """Refuse a ``model.json`` whose fields contradict each other, the encoder or the APC model, with
     a :class:`ModelFormatError` that names ``config_path``, the field and what is wrong:
 
-    * ``features``: an object of :class:`~surprisal_cc.model.features.FeatureConfig`'s fields, no other key, with
+    * ``features``: an object of :class:`~surprisal_cc.model.feature_config.FeatureConfig`'s fields, no other key, with
       values it accepts (``features.frame_skip`` 0 is refused here, not at the first decoding);
     * ``labels``: a list of strings, one per encoder output (``encoder.num_outputs``, the blank included);
     * ``blank_index`` (default 0): an index of ``labels``;
@@ -373,7 +373,7 @@ def model_config(encoder: Mapping[str, Any], input_features: str, labels: Sequen
     labels : sequence of str
         One label per encoder output, the blank included.
     features : mapping, optional
-        :class:`~surprisal_cc.model.features.FeatureConfig`'s fields; default: its defaults.
+        :class:`~surprisal_cc.model.feature_config.FeatureConfig`'s fields; default: its defaults.
     uses_apc : bool, optional
         Whether the model runs the APC model; left out when not given (a folder is written with it).
     blank_index, beam_size, beam_backend, blank_penalty, merge_sil

@@ -30,7 +30,8 @@ import torch
 from torch import Tensor
 
 from surprisal_cc.model.apc import APCModel
-from surprisal_cc.model.features import FeatureConfig, FilterbankFrontEnd
+from surprisal_cc.model.feature_config import FeatureConfig
+from surprisal_cc.model.features import FilterbankFrontEnd
 
 logger = logging.getLogger(__name__)
 CACHE_FORMAT_VERSION = 1
@@ -56,7 +57,7 @@ def cache_key(apc: Optional[APCModel], feature_config: FeatureConfig, dtype: tor
     Example
     -------
     >>> import torch
-    >>> from surprisal_cc.model.features import FeatureConfig
+    >>> from surprisal_cc.model.feature_config import FeatureConfig
     >>> key = cache_key(None, FeatureConfig(), torch.float32)
     >>> len(key), key == cache_key(None, FeatureConfig(), torch.float16)
     (16, False)

@@ -16,7 +16,7 @@ from speechbrain.dataio.encoder import CTCTextEncoder
 from surprisal_cc.training.augment import SpeedPerturbation
 from surprisal_cc.training.cache import FeatureCache
 from surprisal_cc.errors import ConfigurationError
-from surprisal_cc.model.features import FeatureConfig
+from surprisal_cc.model.feature_config import FeatureConfig
 from surprisal_cc.training.frozen_features import cache_items, cached_features
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def _load_splits(manifests: Mapping[str, str], sorting: str) -> Dict[str, Dynami
 
 def _features(cache: Optional[FeatureCache], perturbation: Optional[SpeedPerturbation], feature_config=None):
     """The dynamic item of the features: the cached ones, or without a cache the audio (``sig``) at
-    ``feature_config``'s sample rate (:meth:`~surprisal_cc.model.features.FeatureConfig.read_audio`; None: the
+    ``feature_config``'s sample rate (:meth:`~surprisal_cc.model.feature_config.FeatureConfig.read_audio`; None: the
     defaults), at the speed ``perturbation`` draws."""
     if cache is not None:
         return cached_features(cache, perturbation)

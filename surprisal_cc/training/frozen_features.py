@@ -248,7 +248,7 @@ def _check_one_audio_per_id(rows: Mapping[str, List[Dict[str, str]]], manifests:
 def fill_cache(cache: FeatureCache, manifests: Mapping[str, str], batch_size: int,
                speed_perturbation: Optional[SpeedPerturbation] = None) -> None:
     """Compute missing cache entries for every utterance of the manifests, longest first, the audio read at
-    the cache's sample rate (:meth:`~surprisal_cc.model.features.FeatureConfig.read_audio`); with a
+    the cache's sample rate (:meth:`~surprisal_cc.model.feature_config.FeatureConfig.read_audio`); with a
     ``speed_perturbation``, also the training split at each of its speeds."""
     from surprisal_cc.data.manifest import read_manifest
 

@@ -48,7 +48,7 @@ def prepare_manifests(prepare: Callable[..., Dict[str, str]], hparams: Mapping) 
     surprisal_cc.errors.ConfigurationError: prepare_options: 'speaker' is not an argument of prepare_toy, which takes ['save_folder', 'speakers']
     >>> def prepare_rated(save_folder: str, sample_rate: int = 16000):
     ...     return {"train": f"{save_folder}/train.csv ({sample_rate} Hz)"}
-    >>> from surprisal_cc.model.features import FeatureConfig
+    >>> from surprisal_cc.model.feature_config import FeatureConfig
     >>> prepare_manifests(prepare_rated, {"prepare_options": {"save_folder": "out"},
     ...                                   "feature_config": FeatureConfig(sample_rate=8000)})
     {'train': 'out/train.csv (8000 Hz)'}

@@ -97,7 +97,7 @@ def check_apc_fits(apc: APCModel, hparams: Mapping) -> None:
 
     Example
     -------
-    >>> from surprisal_cc.model.features import FeatureConfig
+    >>> from surprisal_cc.model.feature_config import FeatureConfig
     >>> check_apc_fits(APCModel(hidden_size=256), {"apc_path": "small.pt", "feature_config": FeatureConfig(),
     ...                                            "input_features": "apc", "input_size": 512})
     Traceback (most recent call last):

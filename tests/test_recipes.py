@@ -19,7 +19,7 @@ import torch
 
 from data_fixtures import REPO, make_timit_fixture, mini_corpus  # noqa: F401  (a fixture)
 from surprisal_cc.model.apc import load_apc
-from surprisal_cc.experiments.grid_spec import file_sha256
+from surprisal_cc.data.manifest import file_sha256
 from surprisal_cc.config import parse_yaml_tolerant
 from surprisal_cc.model.nnet import weights_fingerprint
 from surprisal_cc.experiments.run_labels import config_of, model_name

@@ -176,6 +176,21 @@ def manifest_wav(manifest: Path, wav: str) -> str:
     return str(path if not beside.exists() and path.exists() else beside)
 
 
+def file_sha256(path: PathLike) -> str:
+    """The SHA-256 digest of a file's bytes, in hexadecimal (read in 1 MiB blocks).
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     file_sha256(f.name)[:12]
+    'e3b0c44298fc'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def input_fingerprint(files: Iterable[PathLike]) -> str:
     """SHA-256 over (path, size, mtime) of every file: cheap, changes when any input changes."""
     h = hashlib.sha256()

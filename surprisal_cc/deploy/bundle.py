@@ -31,10 +31,11 @@ not a model folder (no model.json); export one with ONNX graphs: surprisal-cc ex
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Dict, Tuple
+
+from surprisal_cc.data.manifest import file_sha256
 
 #: Version of ``onnx.json``; the runtime reads this version only.
 BUNDLE_VERSION = 1
@@ -50,18 +51,9 @@ class BundleError(ValueError):
     """A model folder whose ONNX graphs are missing, damaged or of another model: one line, what to do."""
 
 
-def sha256_of(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def model_fingerprints(folder: Path) -> Dict[str, str]:
     """``{file name: SHA-256}`` of the model folder's files of :data:`MODEL_FILES` that exist."""
-    return {name: sha256_of(folder / name) for name in MODEL_FILES if (folder / name).is_file()}
+    return {name: file_sha256(folder / name) for name in MODEL_FILES if (folder / name).is_file()}
 
 
 def read_bundle(folder: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:

@@ -9,7 +9,6 @@ resumes and publishes these runs, are :mod:`surprisal_cc.experiments.grid`; a ru
 from __future__ import annotations
 
 import functools
-import hashlib
 import io
 import itertools
 import json
@@ -27,6 +26,7 @@ import yaml
 
 from surprisal_cc.checks import is_number
 from surprisal_cc.config import TaggedMapping, expand_hparams, load_yaml_tolerant, parse_yaml_tolerant
+from surprisal_cc.data.manifest import file_sha256
 from surprisal_cc.training.changed_settings import KeyPath, argument_references, changed_training_settings
 from surprisal_cc.training.run_folder import BUILT_IN_CONTROLLERS, BUILT_IN_ENCODERS, evaluation_tag, read_history, results_file_name
 from surprisal_cc.experiments.grid_settings import PASSED_KEYS, SPEECHBRAIN_FLAGS, SPEECHBRAIN_OPTIONS, refused_settings
@@ -457,15 +457,6 @@ def _prepare_steps(path: str, entries: Any) -> List[PrepareStep]:
         steps.append(PrepareStep(Path(str(entry["creates"])), [str(a) for a in entry["command"]],
                                  str(entry["sha256"]).lower() if entry.get("sha256") else None))
     return steps
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 digest of a file, in hexadecimal."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _is_path(value: Any) -> bool:

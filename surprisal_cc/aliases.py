@@ -87,7 +87,9 @@ MOVED_NAMES = {
 
 
 def old_attribute(old_module: str, name: str) -> Any:
-    """``name`` as the old module ``old_module`` (``surprisal_cc.<old>``) had it."""
+    """``name`` as the old module ``old_module`` (``surprisal_cc.<old>``) had it: the stand-ins' lookup, and
+    the ``__getattr__`` of a package where an old flat module of its name was (``surprisal_cc.decoding``:
+    old dotted paths such as ``surprisal_cc.decoding.CTCBeamSearch``)."""
     moved = MOVED_NAMES.get(f"{old_module}.{name}")
     if moved is not None:
         module, _, attribute = moved.rpartition(".")
@@ -99,12 +101,6 @@ def old_attribute(old_module: str, name: str) -> Any:
         return getattr(importlib.import_module("surprisal_cc." + new), name)
     except AttributeError:
         raise AttributeError(f"module {old_module!r} has no attribute {name!r}") from None
-
-
-def old_module_attribute(package: str, name: str) -> Any:
-    """A package's ``__getattr__`` where an old flat module of that name was (``surprisal_cc.decoding`` is a
-    package now): old dotted paths such as ``surprisal_cc.decoding.CTCBeamSearch``."""
-    return old_attribute(package, name)
 
 
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

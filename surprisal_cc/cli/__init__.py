@@ -10,6 +10,6 @@ __all__ = ["main"]
 
 
 def __getattr__(name: str):
-    from surprisal_cc.aliases import old_module_attribute
+    from surprisal_cc.aliases import old_attribute
 
-    return old_module_attribute(__name__, name)  # the old module surprisal_cc.cli's names
+    return old_attribute(__name__, name)  # the old module surprisal_cc.cli's names

@@ -8,6 +8,6 @@ May import: the shared modules (errors, checks, config, runtime) and ``data``.
 
 
 def __getattr__(name: str):
-    from surprisal_cc.aliases import old_module_attribute
+    from surprisal_cc.aliases import old_attribute
 
-    return old_module_attribute(__name__, name)  # the old module surprisal_cc.decoding's names
+    return old_attribute(__name__, name)  # the old module surprisal_cc.decoding's names

@@ -18,9 +18,9 @@ def __getattr__(name: str) -> Any:
         value = importlib.import_module(f"{__name__}.asr").ConditionalASR
         globals()[name] = value
         return value
-    from surprisal_cc.aliases import old_module_attribute
+    from surprisal_cc.aliases import old_attribute
 
-    return old_module_attribute(__name__, name)  # the old module surprisal_cc.inference's names
+    return old_attribute(__name__, name)  # the old module surprisal_cc.inference's names
 
 
 __all__ = ["ConditionalASR"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -59,3 +61,24 @@ def test_a_bias_sweep_draws_a_line_per_controller(tmp_path: Path, monkeypatch: p
             for s in (-1.0, 0.0, 1.0)] + [{"controller": "big_only", "seed": 1, "PER": 19.0}]
     plots.plot_bias_sweep(rows, tmp_path / "sweep.png")
     assert sorted(drawn) == [("random controller", [-1.0, 0.0, 1.0]), ("surprisal-based controller", [-1.0, 0.0, 1.0])]
+
+
+def test_the_profile_plot_draws_surprisal_operating_points_as_a_line(tmp_path: Path, monkeypatch) -> None:
+    """The reference profile's PER-FLOPs figure: every configuration a point, and the surprisal model's
+    operating points (trained point, bias shifts) one line in order of FLOPs."""
+    lines = []
+    real_plot = plots.plt.Axes.plot
+    monkeypatch.setattr(plots.plt.Axes, "plot", lambda ax, x, y, *a, **k: lines.append((list(x), list(y), k.get("label")))
+                        or real_plot(ax, x, y, *a, **k))
+    rows = [{"controller": c, "seed": 1, "PER": per, "flops_per_frame": f, "test_bias_shift": b, "number_of_epochs": 30}
+            for c, per, f, b in (("big_only", 29.0, 7.5e6, None), ("surprisal", 29.5, 6.9e6, None),
+                                 ("surprisal", 30.5, 6.4e6, -1.0), ("surprisal", 29.2, 7.2e6, 1.0),
+                                 ("random", 30.0, 6.6e6, None))]
+    with tempfile.TemporaryDirectory() as folder:
+        for i, row in enumerate(rows):
+            (Path(folder) / f"r{i}").mkdir()
+            (Path(folder) / f"r{i}" / "results.json").write_text(json.dumps(row))
+        names = [p.name for p in plots.make_all_plots(folder, tmp_path)]
+    assert "converged_per_vs_flops.png" in names
+    sweep = [line for line in lines if line[2] == "surprisal at its bias shifts and test budgets"]
+    assert sweep == [([6.4, 6.9, 7.2], [30.5, 29.5, 29.2], "surprisal at its bias shifts and test budgets")]

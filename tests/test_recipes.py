@@ -23,6 +23,7 @@ from surprisal_cc.data.manifest import file_sha256
 from surprisal_cc.config import parse_yaml_tolerant
 from surprisal_cc.model.nnet import weights_fingerprint
 from surprisal_cc.experiments.run_labels import config_of, model_name
+from surprisal_cc.experiments.tables import short_label
 
 pytestmark = pytest.mark.integration
 
@@ -163,6 +164,34 @@ def test_surprisal_only_at_test_time(pretrained, tmp_path):
     assert res["controller"] == "surprisal" and res["controller_at_train"] is False and res["controller_at_test"]
     assert res["calibration"]["mean_p_big"] == pytest.approx(0.65, abs=1e-3)
     assert abs(res["p_big_mean"] - 0.5) > 1e-3  # surprisal's p_big at test, not the training's constant 0.5
+
+
+def test_random_trained_run_decoded_with_surprisal(pretrained):
+    """Table 4's cross "surprisal in training ✗, at test ✓" without another training run:
+    ``--test_only --test_controller=surprisal`` decodes a run trained with random routing with a surprisal
+    controller calibrated as training calibrates it, here at random's FLOPs (a test budget), in files of
+    its own; the run's own results stay. Misuse fails in one line before any feature is computed."""
+    apc = pretrained / "exp" / "apc" / "apc.pt"
+    folder = pretrained / "exp" / "random_for_swap" / "seed3"
+    args = [MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc, output_folder=folder), "--controller=random"]
+    ok(run(args))
+    trained = (folder / "results.json").read_text()
+    ok(run([*args, "--test_only", "--test_controller=surprisal", "--test_flops_fraction=0.878"]))
+    assert (folder / "results.json").read_text() == trained
+    res = json.loads((folder / "results_test_only_surprisal_at_test_budget0.878.json").read_text())
+    assert res["controller"] == "surprisal" and res["trained_controller"] == "random"
+    assert res["controller_at_train"] is False and res["test_flops_fraction"] == 0.878
+    assert res["calibration"]["mean_p_big"] == pytest.approx(0.65, abs=1e-3)  # calibrated like a training run
+    assert res["budget_solution"]["bias_shift"] < 0 and res["p_big_var"] > 0  # routed by surprisal, not a constant
+    assert res["flops_per_frame"] == pytest.approx(APC + PRE + POST42 + 2 + SMALL + res["big_fraction"] * (BIG - SMALL),
+                                                   rel=1e-9)
+    assert "random in training" in short_label(res)
+    surprisal_run = [MLS_RECIPE, MLS_HPARAMS, *common_args(pretrained, apc_path=apc)]  # the surprisal-trained run
+    for command, expected in (([*args, "--test_controller=surprisal"], "give --test_only"),
+                              ([*surprisal_run, "--test_controller=surprisal", "--test_only"],
+                               "only a run trained with random routing")):
+        proc = run(command)
+        assert proc.returncode != 0 and expected in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_fbank_ablation_skips_apc(pretrained):

@@ -630,3 +630,36 @@ def test_lambda_table_tells_the_penalty_forms_apart(tmp_path: Path):
     assert "31.00%" in lines["summed over a batch's frames"] and "30.30%" in lines["mean over utterances × 32"]
     table.write_csv(tmp_path / "lambda.csv")
     assert sorted(row["penalty_utterances"] for row in _csv_rows(tmp_path / "lambda.csv")) == ["", "32"]
+
+
+def test_matched_flops_interpolates_each_seed_along_its_own_sweep():
+    """Surprisal's PER at another configuration's FLOPs, seed by seed on that seed's operating points
+    (never extrapolated; a seed outside its sweep is named, not counted), and the paired interval."""
+    def runs(per_by_seed, flops_by_seed, **config):
+        base = {"number_of_epochs": 30, "precision": "fp32", "dataset": "Mini"}
+        return [{**base, **config, "seed": s, "PER": p, "flops_per_frame": flops_by_seed[s]}
+                for s, p in per_by_seed.items()]
+
+    rows = runs({1: 29.2, 2: 29.4, 3: 29.3}, {1: 7.54e6, 2: 7.54e6, 3: 7.54e6}, controller="big_only")
+    rows += runs({1: 29.6, 2: 29.4, 3: 29.5}, {1: 6.9e6, 2: 6.9e6, 3: 6.9e6}, controller="surprisal")
+    rows += runs({1: 30.6, 2: 30.2, 3: 30.4}, {1: 6.4e6, 2: 6.4e6, 3: 6.4e6}, controller="surprisal",
+                 test_bias_shift=-1.0)
+    rows += runs({1: 30.0, 2: 29.9, 3: 30.1}, {1: 6.62e6, 2: 6.62e6, 3: 6.62e6}, controller="surprisal",
+                 test_flops_fraction=0.878, test_budget_split="valid")
+    # random at 6.60M on seeds 1-2 and 6.30M on seed 3 (outside that seed's sweep, 6.40M-6.90M)
+    rows += runs({1: 30.3, 2: 30.0, 3: 30.9}, {1: 6.60e6, 2: 6.60e6, 3: 6.30e6}, controller="random")
+    table = tables.table_matched_flops(rows, "Mini")
+    by_model = {r["model"]: r for r in table.rows}
+    assert set(by_model) == {"big-only − surprisal at its FLOPs", "random − surprisal at its FLOPs"}
+    random = by_model["random − surprisal at its FLOPs"]
+    # seed 1: between 6.40M (30.6) and 6.62M (30.0): 30.6 - 0.6 * 0.2 / 0.22 = 30.0545; seed 2: 30.2 - 0.3 * 0.2 / 0.22
+    expected = [30.3 - (30.6 - 0.6 * 0.2 / 0.22), 30.0 - (30.2 - 0.3 * 0.2 / 0.22)]
+    assert random["n_seeds"] == 2 and random["seeds_outside"] == [3]
+    assert random["delta_PER"] == pytest.approx(sum(expected) / 2)
+    assert by_model["big-only − surprisal at its FLOPs"]["delta_PER"] is None  # 7.54M: beyond the sweep
+    assert "outside surprisal's sweep (6.40M–6.90M)" in table.markdown()
+    # the sweep is the surprisal model's own operating points, in order of FLOPs
+    assert [r.get("test_bias_shift") or r.get("test_flops_fraction") for r in tables.surprisal_sweep(rows, "Mini")] \
+        == [-1.0, 0.878, None]
+    assert aggregation.interpolate_per([(1.0, 10.0), (1.0, 12.0), (2.0, 20.0)], 1.0) == 11.0  # repeated FLOPs averaged
+    assert "matched_flops" in [t.name for t in report.report_tables(rows)["Mini"]]

@@ -58,12 +58,12 @@ def main(argv):
     asr_brain = ConditionalCTCBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
                                     run_opts=run_opts, checkpointer=hparams["checkpointer"], apc=apc,
                                     manifests=manifests)
+    # The surprisal controller's two parameters fitted to its target p_big statistics (Eq. 4), then frozen.
+    asr_brain.calibrate_controller(datasets["train"])
+
     if hparams["test_flops_fraction"] is not None:  # the test-time bias that meets a FLOPs budget
         asr_brain.set_test_flops_budget(hparams["test_flops_fraction"], datasets[hparams["test_budget_split"]],
                                         split=hparams["test_budget_split"])
-
-    # The surprisal controller's two parameters fitted to its target p_big statistics (Eq. 4), then frozen.
-    asr_brain.calibrate_controller(datasets["train"])
 
     # CTC training; checkpoints kept by the dev error rate (selection_metric: PER, or TER with sentencepiece).
     asr_brain.fit(hparams["epoch_counter"], datasets["train"], datasets["valid"],

@@ -22,7 +22,7 @@ from surprisal_cc.training.run_folder import BUILT_IN_CONTROLLERS, BUILT_IN_ENCO
 from surprisal_cc.experiments.run_labels import CONFIG_KEYS, POOLABLE_KEYS, config_of, model_name, setup_notes
 
 __all__ = ["CONTROLLER_ORDER", "SORT_ORDER", "BASE_SELECTION", "mean_std", "aggregate", "ensure_aggregated",
-           "pool_configurations", "pareto_front", "paired_difference", "select_rows", "sort_rows", "setup_of",
+           "pool_configurations", "pareto_front", "paired_difference", "interpolate_per", "matched_flops_difference", "select_rows", "sort_rows", "setup_of",
            "setup_groups", "common_notes", "without_notes"]
 
 
@@ -58,7 +58,7 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
     """One row per configuration (runs that differ only by seed), sorted by ``by`` (SORT_ORDER).
 
     Keys: the ``by`` keys, ``model``, ``n_seeds``, ``seeds``, ``PER``/``PER_std`` (mean and sample
-    std, ddof=1, over seeds; std None for one seed), ``PER_by_seed`` (seed -> PER), ``flops_per_frame`` (mean MACs), ``flops_M``, ``p_big_mean``, ``big_fraction``,
+    std, ddof=1, over seeds; std None for one seed), ``PER_by_seed`` (seed -> PER), ``flops_by_seed``, ``flops_per_frame`` (mean MACs), ``flops_M``, ``p_big_mean``, ``big_fraction``,
     ``mean_steps``, ``test_loss``/``test_loss_std``, ``train_loss``/``train_loss_std``, ``epochs``,
     ``run_dirs``. A seed found twice in one configuration counts once (the newest file).
 
@@ -100,6 +100,8 @@ def aggregate(rows: Sequence[Row], by: Sequence[str] = CONFIG_KEYS) -> List[Row]
         agg["PER_by_seed"] = {seed: per for seed, per in ((s, _metric(r)) for s, r in by_seed.items())
                               if per is not None}
         agg["PER"], agg["PER_std"] = mean_std(agg["PER_by_seed"].values())
+        agg["flops_by_seed"] = {seed: as_float(r.get("flops_per_frame")) for seed, r in by_seed.items()
+                                if r.get("flops_per_frame") is not None}
         for name in ("test_loss", "train_loss"):
             agg[name], agg[f"{name}_std"] = mean_std(r.get(name) for r in runs)
         # the development split decoded with the test set (results.json "dev": mfa-dev)
@@ -299,7 +301,16 @@ def paired_difference(a: Row, b: Row) -> Optional[Row]:
     seeds = sorted(set(pa) & set(pb), key=str)
     if not seeds:
         return None
-    mean, std = mean_std(pa[seed] - pb[seed] for seed in seeds)
+    fa, fb = a.get("flops_per_frame"), b.get("flops_per_frame")
+    return {**_seed_statistics({seed: pa[seed] - pb[seed] for seed in seeds}),
+            "flops_change": fa / fb - 1 if fa is not None and fb else None}
+
+
+def _seed_statistics(deltas: Dict[Any, float]) -> Row:
+    """Mean, sample std, 95 % t half-width and verdict of per-seed PER differences (see
+    :func:`paired_difference`)."""
+    seeds = sorted(deltas, key=str)
+    mean, std = mean_std(deltas[seed] for seed in seeds)
     ci95 = None
     if std is not None:
         from scipy.stats import t
@@ -311,9 +322,65 @@ def paired_difference(a: Row, b: Row) -> Optional[Row]:
         verdict = "within noise"
     else:
         verdict = "lower PER" if mean < 0 else "higher PER"
-    fa, fb = a.get("flops_per_frame"), b.get("flops_per_frame")
     return {"delta_PER": mean, "delta_PER_std": std, "ci95": ci95, "n_seeds": len(seeds), "seeds": seeds,
-            "flops_change": fa / fb - 1 if fa is not None and fb else None, "verdict": verdict}
+            "verdict": verdict}
+
+
+def interpolate_per(points: Sequence[Tuple[float, float]], flops: float) -> Optional[float]:
+    """PER at ``flops`` on the piecewise-linear curve through ``points`` ((FLOPs, PER) of one seed's
+    operating points); None outside the points' FLOPs range (no extrapolation). Points at the same
+    FLOPs are averaged.
+
+    Example
+    -------
+    >>> interpolate_per([(6.0e6, 30.0), (7.0e6, 28.0)], 6.5e6)
+    29.0
+    >>> interpolate_per([(6.0e6, 30.0), (7.0e6, 28.0)], 7.5e6) is None
+    True
+    """
+    merged: Dict[float, List[float]] = {}
+    for x, y in points:
+        merged.setdefault(float(x), []).append(float(y))
+    curve = sorted((x, sum(ys) / len(ys)) for x, ys in merged.items())
+    if not curve or not curve[0][0] <= flops <= curve[-1][0]:
+        return None
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if x0 <= flops <= x1:
+            return y0 + (y1 - y0) * (flops - x0) / (x1 - x0)
+    return curve[0][1]  # a single point, at exactly these FLOPs
+
+
+def matched_flops_difference(a: Row, sweep: Sequence[Row]) -> Optional[Row]:
+    """PER of ``a`` minus the PER of a reference model at ``a``'s FLOPs, paired by seed: for each seed of
+    ``a``, the reference's PER is interpolated linearly along that seed's operating points in ``sweep``
+    (aggregated rows of one trained configuration decoded at several bias shifts or FLOPs budgets),
+    never extrapolated. Seeds whose FLOPs lie outside their sweep are left out (``seeds_outside``).
+
+    Returns None where no seed can be matched, else :func:`paired_difference`'s keys (``flops_change``
+    is 0: the FLOPs are matched) plus ``seeds_outside``.
+
+    Example
+    -------
+    >>> act = {"PER_by_seed": {1: 30.0, 2: 30.4}, "flops_by_seed": {1: 6.5e6, 2: 6.6e6}}
+    >>> sweep = [{"PER_by_seed": {1: 31.0, 2: 31.2}, "flops_by_seed": {1: 6.0e6, 2: 6.0e6}},
+    ...          {"PER_by_seed": {1: 29.0, 2: 29.2}, "flops_by_seed": {1: 7.0e6, 2: 7.0e6}}]
+    >>> d = matched_flops_difference(act, sweep)
+    >>> round(d["delta_PER"], 2), d["n_seeds"], d["seeds_outside"]
+    (0.2, 2, [])
+    """
+    deltas, outside = {}, []
+    for seed, per in (a.get("PER_by_seed") or {}).items():
+        flops = (a.get("flops_by_seed") or {}).get(seed)
+        points = [(r["flops_by_seed"][seed], r["PER_by_seed"][seed]) for r in sweep
+                  if seed in (r.get("PER_by_seed") or {}) and seed in (r.get("flops_by_seed") or {})]
+        reference = interpolate_per(points, flops) if flops is not None else None
+        if reference is None:
+            outside.append(seed)
+        else:
+            deltas[seed] = per - reference
+    if not deltas:
+        return None
+    return {**_seed_statistics(deltas), "flops_change": 0.0, "seeds_outside": sorted(outside, key=str)}
 
 
 def setup_of(row: Row, swept: str) -> Tuple[Tuple[str, ...], Any]:

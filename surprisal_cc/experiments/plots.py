@@ -26,7 +26,8 @@ import numpy as np  # noqa: E402
 
 from surprisal_cc.experiments.aggregation import (aggregate, common_notes, ensure_aggregated, pareto_front, pool_configurations, select_rows,  # noqa: E402
                           setup_groups, setup_of, without_notes)
-from surprisal_cc.experiments.tables import table_bias_sweep, table_controllers, table_converged, table_lambda  # noqa: E402
+from surprisal_cc.experiments.tables import (surprisal_sweep, table_bias_sweep, table_controllers,  # noqa: E402
+                                             table_converged, table_lambda)
 from surprisal_cc.training.run_folder import Row, collect_results, read_history  # noqa: E402
 from surprisal_cc.experiments.run_labels import CONTROLLER_NAMES, run_label  # noqa: E402
 
@@ -60,7 +61,8 @@ def _errorbar(ax: "plt.Axes", rows: Sequence[Row], x: str, label: Optional[str] 
     return drawn.lines[0].get_color()
 
 
-def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PER vs FLOPs") -> Path:
+def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PER vs FLOPs",
+                      sweep: Sequence[Row] = (), sweep_label: str = "surprisal, its operating points") -> Path:
     """Test PER against FLOPs per frame, one point per configuration, with the Pareto front.
 
     Error bars are the std over seeds; the Pareto front is a dashed step line. Rows without PER
@@ -70,6 +72,9 @@ def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PE
     ---------
     title : str
         Figure title.
+    sweep : sequence of dict
+        One model's operating points (bias shifts, test budgets; aggregated rows), drawn as a line
+        through their mean PER, in order of FLOPs, labelled ``sweep_label``.
 
     Example
     -------
@@ -97,6 +102,10 @@ def plot_per_vs_flops(rows: Sequence[Row], path: PathLike, title: str = "Test PE
         ax.errorbar(row["flops_M"], row["PER"], yerr=row["PER_std"] or 0.0, marker="o" if i in front else "s",
                     color="C3" if i in front else "C0", capsize=3, ls="none", label=label)
         ax.annotate(str(i + 1), (row["flops_M"], row["PER"]), fontsize=7, xytext=(4, 2), textcoords="offset points")
+    line = sorted((r["flops_M"], r["PER"]) for r in ensure_aggregated(sweep)
+                  if r.get("flops_M") is not None and r.get("PER") is not None)
+    if len(line) > 1:
+        ax.plot([p[0] for p in line], [p[1] for p in line], marker=".", color="C2", lw=1, label=sweep_label)
     if front:
         pts = sorted((agg[i]["flops_M"], agg[i]["PER"]) for i in front)
         ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", ls="--", color="C3", label="Pareto front")
@@ -384,9 +393,11 @@ def make_all_plots(results_root: PathLike, out_dir: PathLike, pool: Sequence[str
         paths.append(plot_per_vs_flops(table_controllers(mine, dataset).rows, out / f"{stem}per_vs_flops.png",
                                        title=f"{dataset} test PER vs FLOPs"))
         converged = table_converged(mine, dataset)
-        if converged.rows:  # one profile: short labels; its title names the epochs
+        if converged.rows:  # one profile: short labels; its title names the epochs; surprisal's sweep as a line
             paths.append(plot_per_vs_flops(converged.rows, out / f"{stem}converged_per_vs_flops.png",
-                                           title=f"{dataset}: {converged.title[0].lower()}{converged.title[1:]}"))
+                                           title=f"{dataset}: {converged.title[0].lower()}{converged.title[1:]}",
+                                           sweep=surprisal_sweep(mine, dataset),
+                                           sweep_label="surprisal at its bias shifts and test budgets"))
         curve_labels = _curve_labels(select_rows(mine, dataset, controller=None, input_features=None,
                                                  controller_at_train=None, controller_at_test=None))
         if curve_labels:

@@ -18,8 +18,8 @@ from typing import Dict, List, Sequence, Set, Union
 
 from surprisal_cc.experiments.aggregation import aggregate, ensure_aggregated, pool_configurations
 from surprisal_cc.experiments.tables import (Table, table_ablation, table_bias_sweep, table_controllers, table_converged,
-                                             table_lambda, table_paired, table_precision, table_stochastic,
-                                             table_summary)
+                                             table_lambda, table_matched_flops, table_paired, table_precision,
+                                             table_stochastic, table_summary)
 from surprisal_cc.training.run_folder import PathLike, Row, collect_results
 
 __all__ = ["format_markdown", "write_csv", "report_tables", "write_report", "apc_legend"]
@@ -83,20 +83,20 @@ def report_tables(rows: Sequence[Row]) -> Dict[str, List[Table]]:
     Returns
     -------
     dict
-        Dataset -> its tables (controllers, paired claims, bf16 against fp32, ablations, stochastic, lambda, bias sweep).
+        Dataset -> its tables (controllers, paired claims, at matched FLOPs, bf16 against fp32, ablations, stochastic, lambda, bias sweep).
 
     Example
     -------
     >>> rows = [{"dataset": "Mini", "controller": "surprisal", "seed": 1, "PER": 20.0},
     ...         {"dataset": "Mini", "controller": "big_only", "seed": 1, "PER": 19.0}]
     >>> {dataset: [t.name for t in tables] for dataset, tables in report_tables(rows).items()}
-    {'Mini': ['controllers', 'converged', 'paired', 'ablation', 'stochastic', 'bias_sweep']}
+    {'Mini': ['controllers', 'converged', 'paired', 'matched_flops', 'ablation', 'stochastic', 'bias_sweep']}
     """
     agg = ensure_aggregated(rows)
     out = {}
     for dataset in sorted({str(r.get("dataset", "")) for r in agg}):
         tables = [table_controllers(agg, dataset), table_converged(agg, dataset), table_paired(agg, dataset),
-                  table_precision(agg, dataset), table_ablation(agg, dataset)]
+                  table_matched_flops(agg, dataset), table_precision(agg, dataset), table_ablation(agg, dataset)]
         tables += [table_ablation(agg, dataset, arch) for arch in
                    sorted({r["architecture"] for r in agg if r.get("dataset") == dataset} - {"paper"})]
         tables += [table_stochastic(agg, dataset), table_lambda(agg, dataset), table_bias_sweep(agg, dataset)]

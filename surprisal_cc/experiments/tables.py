@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from surprisal_cc.experiments.aggregation import (CONTROLLER_ORDER, SORT_ORDER, common_notes, ensure_aggregated,
-                                                  paired_difference, pareto_front, select_rows, setup_of, sort_rows,
+                                                  matched_flops_difference, paired_difference, pareto_front, select_rows, setup_of, sort_rows,
                                                   without_notes)
 from surprisal_cc.training.run_folder import PathLike, Row
 from surprisal_cc.experiments.run_labels import CONFIG_KEYS, CONTROLLER_NAMES, budget_name, config_of, model_name, setup_notes
 
 DEFAULT_PENALTY = 0.001
 
-__all__ = ["Table", "table_summary", "table_controllers", "table_converged", "short_label", "table_paired",
+__all__ = ["Table", "table_summary", "table_controllers", "table_converged", "short_label", "reference_profile_rows", "surprisal_sweep", "table_paired", "table_matched_flops",
            "table_precision", "table_ablation", "table_stochastic", "table_lambda", "table_bias_sweep"]
 
 
@@ -317,36 +317,120 @@ def table_converged(rows: Sequence[Row], dataset: Optional[str] = None) -> Table
     | **surprisal** | **29.43% ± 0.21%** | **6.90M** | **–** | **–** | **3** | **–** | **+0.13 ± 0.12 (n = 3)** |
     | **ACT** | **30.10% ± 0.26%** | **6.50M** | **–** | **–** | **3** | **+0.67 ± 0.15 (n = 3)** | **+0.80 ± 0.17 (n = 3)** |
     """
-    agg = ensure_aggregated(rows)
-    mine = [r for r in agg if dataset is None or r.get("dataset") == dataset]
-    references = select_rows(mine, None, controller="big_only")
-    if not references:
+    mine = reference_profile_rows(rows, dataset)
+    if not mine:
         return Table("converged", "Converged profile", [], [])
-    def profile_of(row: Row) -> Dict[str, Any]:
-        return {key: row.get(key) for key in PROFILE_KEYS}
-
-    def in_profile(row: Row, profile: Dict[str, Any]) -> bool:
-        return all(row.get(k) == v for k, v in profile.items())
-
-    def configurations(row: Row) -> int:
-        return sum(in_profile(r, profile_of(row)) for r in mine)
-
-    # most epochs, then most seeds, then the profile the most configurations were trained in; a tie
-    # left after that goes to the first profile in sorted order, so the input's order never decides
-    best = max(sorted(references, key=lambda r: repr(sorted(profile_of(r).items()))),
-               key=lambda r: (r.get("number_of_epochs") or r.get("epochs") or 0, r["n_seeds"], configurations(r)))
-    profile = profile_of(best)
-    picked = [r for r in mine if in_profile(r, profile) and not r.get("test_bias_shift")]
+    picked = [r for r in mine if not r.get("test_bias_shift")]
     base = select_rows(picked, None)
     reference = {c: next((r for r in base if r["controller"] == c), None) for c in ("surprisal", "big_only")}
     table_rows = [{**r, "model": short_label(r)} for r in
                   sorted(picked, key=lambda r: (-(r.get("flops_per_frame") or 0.0), short_label(r)))]
-    epochs = profile["number_of_epochs"] or best.get("epochs")
+    epochs = _profile_epochs(mine)
     title = "Every configuration of the reference training profile" + (f" ({epochs} epochs)" if epochs else "")
     return Table("converged", title, table_rows,
                  with_dev([COL_MODEL, COL_PER, ("FLOPs per frame", COL_FLOPS[1]), COL_STEPS, COL_BIG, COL_SEEDS,
                            ("ΔPER vs surprisal", _paired_cell(reference["surprisal"])),
                            ("ΔPER vs big-only", _paired_cell(reference["big_only"]))], table_rows))
+
+
+def reference_profile_rows(rows: Sequence[Row], dataset: Optional[str] = None) -> List[Row]:
+    """The aggregated rows of the reference training profile (``PROFILE_KEYS``): that of the big-only model
+    with the most epochs, then the most seeds, then the profile the most configurations were trained in;
+    a tie left after that goes to the first profile in sorted order, so the input's order never decides.
+    Empty without a big-only row."""
+    mine = [r for r in ensure_aggregated(rows) if dataset is None or r.get("dataset") == dataset]
+
+    def profile_of(row: Row) -> Dict[str, Any]:
+        return {key: row.get(key) for key in PROFILE_KEYS}
+
+    def configurations(row: Row) -> int:
+        return sum(profile_of(r) == profile_of(row) for r in mine)
+
+    references = select_rows(mine, None, controller="big_only")
+    if not references:
+        return []
+    best = max(sorted(references, key=lambda r: repr(sorted(profile_of(r).items()))),
+               key=lambda r: (r.get("number_of_epochs") or r.get("epochs") or 0, r["n_seeds"], configurations(r)))
+    return [r for r in mine if profile_of(r) == profile_of(best)]
+
+
+def _profile_epochs(profile_rows: Sequence[Row]) -> Optional[int]:
+    """The epochs of a profile's rows (``number_of_epochs``, else the most ``epochs`` a row reached)."""
+    first = profile_rows[0]
+    return first.get("number_of_epochs") or max((r.get("epochs") or 0 for r in profile_rows), default=None) or None
+
+
+# the test-time settings that move one trained model along its FLOPs axis
+OPERATING_POINT_KEYS = ("test_bias_shift", "test_flops_fraction", "test_budget_split")
+
+
+def surprisal_sweep(rows: Sequence[Row], dataset: Optional[str] = None) -> List[Row]:
+    """The operating points of the surprisal model of the reference training profile
+    (:func:`reference_profile_rows`): its trained point, bias shifts and test budgets (the rows that
+    differ from it only by ``OPERATING_POINT_KEYS``), in order of FLOPs; empty without one."""
+    mine = reference_profile_rows(rows, dataset)
+    trained = [r for r in select_rows(mine, None, controller="surprisal")
+               if not any(r.get(k) is not None and r.get(k) != 0.0 for k in OPERATING_POINT_KEYS)]
+    if not trained:
+        return []
+
+    def model_of(row: Row) -> Dict[str, Any]:
+        return {k: v for k, v in config_of(row).items() if k not in OPERATING_POINT_KEYS}
+
+    return sorted((r for r in mine if model_of(r) == model_of(trained[0])),
+                  key=lambda r: r.get("flops_per_frame") or 0.0)
+
+
+def table_matched_flops(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:
+    """Every configuration of the reference training profile against the surprisal model at the same
+    FLOPs, paired by seed: the surprisal runs' PER at the row's FLOPs, interpolated along each seed's
+    operating points (its trained point, bias shifts and test budgets; never extrapolated;
+    :func:`~surprisal_cc.experiments.aggregation.matched_flops_difference`). A row outside the sweep's
+    FLOPs says so. Table ``matched_flops``; ΔPER is the row's PER minus surprisal's, in points.
+
+    Example
+    -------
+    >>> rows = [{"controller": c, "encoder": e, "seed": s, "PER": per, "flops_per_frame": f, "test_bias_shift": b,
+    ...          "number_of_epochs": 30} for c, e, b, f, pers in
+    ...         [("surprisal", "conditional", -1.0, 6.4e6, (30.5, 30.3)), ("surprisal", "conditional", 0.0, 6.9e6,
+    ...          (29.5, 29.4)), ("big_only", "conditional", 0.0, 7.5e6, (29.3, 29.2)),
+    ...          ("surprisal", "act", 0.0, 6.6e6, (30.0, 30.2))] for s, per in zip((1, 2), pers)]
+    >>> print(table_matched_flops(rows).markdown(), end="")
+    | Comparison | ΔPER (points) | 95 % CI | n (seeds) | FLOPs | Verdict |
+    |---|---|---|---|---|---|
+    | big-only − surprisal at its FLOPs | outside surprisal's sweep (6.40M–6.90M) | – | 0 | 7.50M | – |
+    | ACT − surprisal at its FLOPs | +0.08 ± 0.25 | [-2.21, +2.37] | 2 | 6.60M | within noise |
+    """
+    mine = reference_profile_rows(rows, dataset)
+    sweep = surprisal_sweep(mine)
+    title = "At matched FLOPs: each configuration minus the surprisal model along its sweep, paired by seed"
+    if not sweep:
+        return Table("matched_flops", title, [], [])
+    span = [f for r in sweep for f in (r.get("flops_by_seed") or {}).values()]
+    table_rows = []
+    for row in sorted((r for r in mine if r not in sweep), key=lambda r: (-(r.get("flops_per_frame") or 0.0),
+                                                                          short_label(r))):
+        diff = matched_flops_difference(row, sweep)
+        name = f"{short_label(row)} − surprisal at its FLOPs"
+        if diff is None:
+            outside = f"outside surprisal's sweep ({min(span) / 1e6:.2f}M–{max(span) / 1e6:.2f}M)" if span else "no sweep"
+            diff = {"delta_PER": None, "delta_PER_std": None, "ci95": None, "n_seeds": 0, "verdict": "–",
+                    "seeds_outside": sorted(row.get("PER_by_seed") or {}, key=str), "note": outside}
+        table_rows.append({"model": name, "flops_per_frame": row.get("flops_per_frame"), **diff})
+    return Table("matched_flops", title, table_rows,
+                 [("Comparison", lambda r: r["model"]), *_matched_columns()],
+                 csv_keys=("model", "delta_PER", "delta_PER_std", "ci95", "n_seeds", "flops_per_frame", "verdict",
+                           "seeds_outside"))
+
+
+def _matched_columns() -> List[Column]:
+    """The columns of table ``matched_flops`` after its first: :func:`_paired_columns` with the row's
+    FLOPs in place of the FLOPs change (the FLOPs are matched), and the reason where none was matched."""
+    paired = dict(_paired_columns("ΔPER (points)"))
+    return [("ΔPER (points)", lambda r: r["note"] if r["delta_PER"] is None else paired["ΔPER (points)"](r)),
+            ("95 % CI", paired["95 % CI"]), ("n (seeds)", paired["n (seeds)"]),
+            ("FLOPs", lambda r: _fmt(None if r["flops_per_frame"] is None else r["flops_per_frame"] / 1e6, ".2f", "M")),
+            ("Verdict", paired["Verdict"])]
 
 
 def table_paired(rows: Sequence[Row], dataset: Optional[str] = None) -> Table:

@@ -25,6 +25,7 @@ from surprisal_cc.model.apc import APCModel, FrozenAPC
 from surprisal_cc.training.augment import activate_in_training
 from surprisal_cc.training.base_brain import FiniteLossBrain, RNGState
 from surprisal_cc.model.calibration import budget_big_fraction, calibrate_surprisal_controller, solve_budget, target_mean_for_budget
+from surprisal_cc.model.controllers import build_controller
 from surprisal_cc.model.ctc import utterance_mean_ctc_loss
 from surprisal_cc.data.manifest import atomic_write_text
 from surprisal_cc.errors import ConfigurationError
@@ -78,6 +79,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
         # set as the run goes: the controller's calibration, the test-time FLOPs budget, the evaluated
         # split and the development split's results, the training's wall-clock and whether it resumed
         self.calibration: Optional[Dict] = None
+        # --test_only with test_controller: (the trained controller, the one that routes at test)
+        self.controller_swap: Optional[tuple] = None
         self.test_budget: Optional[Dict] = None
         self.eval_split = "test"
         self.split_results: Dict[str, Dict] = {}
@@ -290,10 +293,11 @@ class ConditionalCTCBrain(FiniteLossBrain):
             "test_loss": test_loss,
             **self.split_results,  # "dev": the same evaluation on the development split
             "encoder": self.hparams.encoder,
-            "controller": self.hparams.controller,
+            "controller": self.controller_swap[1].name if self.controller_swap else self.hparams.controller,
+            "trained_controller": self.hparams.controller if self.controller_swap else None,
             "architecture": self.hparams.architecture,
             "input_features": self.hparams.input_features,
-            "controller_at_train": self.hparams.controller_at_train,
+            "controller_at_train": False if self.controller_swap else self.hparams.controller_at_train,
             "controller_at_test": self.hparams.controller_at_test,
             "train_stochastic": self.hparams.train_stochastic,
             "test_stochastic": self.hparams.test_stochastic,
@@ -351,6 +355,8 @@ class ConditionalCTCBrain(FiniteLossBrain):
         other controllers, with ``--test_only``, or when a checkpoint exists: the calibrated
         controller is part of it. Writes ``calibration.json``; returns the calibration or None.
         """
+        if getattr(self.hparams, "test_controller", None):
+            return self.install_test_controller(train_set)
         controller = getattr(unwrap(self.modules.encoder), "controller", None)
         if not getattr(controller, "calibrates_on_surprisal", False) or self.test_only:
             return None
@@ -369,6 +375,53 @@ class ConditionalCTCBrain(FiniteLossBrain):
             atomic_write_text(Path(self.hparams.output_folder, "calibration.json"),
                               json.dumps(self.calibration, indent=2))
         return self.calibration
+
+    def install_test_controller(self, train_set) -> Optional[Dict[str, float]]:
+        """``--test_only`` with ``test_controller``: decode a model trained with random routing
+        (``controller: random``, p_big 0.5) with another controller, the paper's Table 4 cross "surprisal
+        in training ✗, at test ✓". The new controller has nothing trained: a surprisal controller is
+        calibrated on ``train_set`` exactly as a training run calibrates it (target mean and variance of
+        p_big, or ``flops_budget``; the seed), before any test budget is solved with it. Its results
+        record ``controller`` = the new one and ``controller_at_train`` False, like a model trained
+        with ``controller_at_train: False``; ``trained_controller`` names the checkpoint's.
+        A ConfigurationError line names what does not fit."""
+        name = self.hparams.test_controller
+        encoder = unwrap(self.modules.encoder)
+        trained = getattr(encoder, "controller", None)
+        problem = None
+        if not self.test_only:
+            problem = "it decodes a trained run: give --test_only (a training run trains its own controller)"
+        elif trained is None:
+            problem = f"this encoder ({type(encoder).__name__}) routes with no controller"
+        elif not (trained.routes_by_chance and float(trained.p_big) == 0.5):
+            problem = (f"the checkpoint's controller is {trained.name!r}; only a model trained with random routing "
+                       "(controller random, random_p_big 0.5) can be decoded with another controller")
+        elif not (self.hparams.controller_at_train and self.hparams.controller_at_test):
+            problem = "leave controller_at_train and controller_at_test True (test_controller replaces the controller)"
+        if problem is None:
+            try:
+                test = build_controller(name)
+            except ValueError as err:
+                problem = str(err)
+        if problem is None and any(True for _ in test.parameters()):
+            problem = f"the {name!r} controller has trained parameters, which a random-routing run never trained"
+        if problem is not None:
+            raise ConfigurationError(f"test_controller {name}: {problem}")
+        calibration = None
+        if test.calibrates_on_surprisal:
+            target_mean = self.hparams.controller_target_mean
+            budget = getattr(self.hparams, "flops_budget", None)
+            if budget:
+                table = self.encoder_flop_rows()
+                target_mean = target_mean_for_budget(budget, table["small-only"], table["big-only"])
+            calibration = calibrate_surprisal_controller(
+                test, self.frame_surprisal(train_set), target_mean, self.hparams.controller_target_var,
+                method=self.hparams.calibration_method, seed=self.hparams.seed)
+        test.to(self.device)
+        self.controller_swap = (trained, test)
+        encoder.controller = test  # also while a test budget is checked; the checkpoint loads with `trained`
+        self.calibration = calibration
+        return calibration
 
     def on_fit_start(self):
         # a checkpoint present before recovery means this process resumes an interrupted run
@@ -423,8 +476,13 @@ class ConditionalCTCBrain(FiniteLossBrain):
             return super().evaluate(*args, **kwargs)
 
     def on_evaluate_start(self, max_key=None, min_key=None):
+        encoder = unwrap(self.modules.encoder)
+        if self.controller_swap is not None:  # the checkpoint holds the trained controller's state
+            encoder.controller = self.controller_swap[0]
         with self._checkpoint_of_this_model():
             super().on_evaluate_start(max_key=max_key, min_key=min_key)
+        if self.controller_swap is not None:
+            encoder.controller = self.controller_swap[1]
         budget = self.test_budget
         if budget is not None:
             budget.setdefault("shift_before", unwrap(self.modules.encoder).test_bias_shift)

@@ -153,7 +153,16 @@ def check_flops_budget(hparams: Mapping, apc: Optional[nn.Module]) -> None:
 
 def check_test_only(hparams: Mapping, run_opts: Mapping) -> None:
     """``--test_only`` needs a trained run: its ``checkpointer`` must find a checkpoint of a validated
-    epoch (one that records ``selection_metric``), not only a checkpoint taken within an epoch."""
+    epoch (one that records ``selection_metric``), not only a checkpoint taken within an epoch.
+    ``test_controller`` decodes a trained run, so it needs ``--test_only`` and a run trained with
+    random routing."""
+    swapped = hparams.get("test_controller")
+    if swapped and not run_opts.get("test_only"):
+        raise ConfigurationError(f"test_controller {swapped}: it decodes a trained run with another controller; give "
+                                 "--test_only (a training run trains its own controller), or set test_controller null")
+    if swapped and hparams.get("controller") != "random":
+        raise ConfigurationError(f"test_controller {swapped}: only a run trained with random routing (controller "
+                                 f"random) can be decoded with another controller; this one is {hparams.get('controller')!r}")
     if not run_opts.get("test_only"):
         return
     metric = hparams.get("selection_metric", "PER")

@@ -265,7 +265,8 @@ TEST_ONLY_HYPERPARAMS = "hyperparams_test_only.yaml"
 def evaluation_tag(config: Mapping[str, Any]) -> str:
     """What tells a ``--test_only`` evaluation's files apart when the test-time conditions of ``config``
     (hparams, or ``--key=value`` overrides as strings, read as hyperpyyaml reads them) are not the
-    defaults: a random p = 0.5 controller instead of the trained one (Table 4), deterministic
+    defaults: another controller than the trained one (``test_controller``; or a random p = 0.5 one,
+    ``controller_at_test`` False: Table 4), deterministic
     routing (Appendix C), a test-time FLOPs budget (``test_flops_fraction``).
 
     Example
@@ -278,13 +279,17 @@ def evaluation_tag(config: Mapping[str, Any]) -> str:
     ('_budget0.9', '')
     >>> evaluation_tag({"test_flops_fraction": 0.9, "test_budget_split": "test"})
     '_budget0.9_on_test'
+    >>> evaluation_tag({"test_controller": "surprisal", "test_flops_fraction": "0.87"})
+    '_surprisal_at_test_budget0.87'
     """
     def read(key: str, default: Any) -> Any:
         value = config.get(key, default)
         return yaml.safe_load(value) if isinstance(value, str) else value
 
     budget, split = read("test_flops_fraction", None), read("test_budget_split", "valid")
-    return "".join(tag for key, tag in EVALUATION_TAGS if not read(key, True)) + \
+    swapped = read("test_controller", None)
+    return (f"_{swapped}_at_test" if swapped else "") + \
+        "".join(tag for key, tag in EVALUATION_TAGS if not read(key, True)) + \
         (f"_budget{float(budget):g}" + ("" if split == "valid" else f"_on_{split}") if budget is not None else "")
 
 

@@ -19,23 +19,20 @@ import multiprocessing
 import numbers
 import os
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import soundfile as sf
 import torch
 import torchaudio
 
-from surprisal_cc.checks import is_number
 from surprisal_cc.data.errors import MAX_LISTED, BadAudioError, DataPreparationError, DataPreparationWarning, first_listed
+from surprisal_cc.data.audio_files import (CLIP_LEVEL, MAX_PEAK, MIN_DURATION_S, TARGET_SAMPLE_RATE, AudioInfo,  # noqa: F401
+                                           PathLike, check_audio_file, checked_min_samples, inspect_audio,
+                                           milliseconds, resampled_length, short_audio_problem, soundfile_name)
 from surprisal_cc.data.manifest import list_files
 
-PathLike = Union[str, os.PathLike]
-TARGET_SAMPLE_RATE = 16000
-MIN_DURATION_S = 0.025  # one 25 ms analysis frame: the shortest usable audio where no model's features are known
-MAX_PEAK = 2.0  # a little over 1 is clipping or resampling overshoot; int16 scale is thousands
 POOL_THRESHOLD = 64  # use a worker pool from this many files on
 # RMS level (dBFS, of the mono mix) below which a file is quieter than any training speech by a margin:
 # train-clean-5 lies at -39.8 to -17.8 dBFS (median -25.7); 20 dB quieter, the shipped model's PER on
@@ -43,37 +40,12 @@ POOL_THRESHOLD = 64  # use a worker pool from this many files on
 QUIET_DBFS = -45.0
 # Share of samples at or above CLIP_LEVEL of full scale from which a file counts as clipped: in dev-clean-2
 # and a third of train-clean-5 (1,596 files) it is at most 0.07 %, and zero in all but 8 of them
-CLIP_LEVEL = 0.99
 CLIPPED_SHARE = 0.01
 # torchaudio's resampling kernel holds (rate / gcd) x (target / gcd) taps: 70,560 for 44.1 kHz, 256 million
 # (gigabytes, minutes per second of audio) for 16001 Hz; above this many, a polyphase filter resamples
 MAX_RESAMPLE_KERNEL = 1 << 20
 # what libsndfile decodes
 AUDIO_SUFFIXES = (".flac", ".wav", ".sph", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
-
-
-def soundfile_name(path: PathLike) -> Union[str, bytes]:
-    r"""``path`` as soundfile should be given it: the file system's own bytes on POSIX, so that a name
-    that is not valid in the locale's encoding (Latin-1 bytes on a UTF-8 system, which Python holds
-    as surrogate escapes) still opens; soundfile would encode a ``str`` strictly and fail.
-
-    >>> soundfile_name("a/caf\udce9.flac") == b"a/caf\xe9.flac" if os.name == "posix" else True
-    True
-    """
-    return str(path) if os.name == "nt" else os.fsencode(path)
-
-
-@dataclass(frozen=True)
-class AudioInfo:
-    """What decoding a file told us."""
-
-    duration: float
-    sample_rate: int
-    channels: int
-    num_samples: int
-    peak: float = 0.0  # largest sample magnitude; inf where a sample is NaN or infinite
-    rms_dbfs: float = 0.0  # RMS level of the mono mix (the channel mean), dB relative to full scale
-    clipped_share: float = 0.0  # share of samples (every channel) at or above CLIP_LEVEL of full scale
 
 
 def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE, min_samples: Optional[int] = None) -> torch.Tensor:
@@ -103,42 +75,6 @@ def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE, min_samples:
     if sr != target_sr:
         wav = resample(wav, sr, target_sr)
     return wav
-
-
-def _ms(num_samples: int, rate: int) -> str:
-    return f"{num_samples * 1000 / rate:.4g} ms"
-
-
-def _check_min_samples(min_samples: Any) -> int:
-    if not is_number(min_samples, integer=True) or min_samples < 1:
-        raise ValueError(f"min_samples must be a whole number of at least 1 (FeatureConfig.min_samples), "
-                         f"got {min_samples!r}")
-    return int(min_samples)
-
-
-def short_audio_problem(num_samples: int, rate: int, min_samples: Optional[int] = None,
-                        target_sr: int = TARGET_SAMPLE_RATE) -> Optional[str]:
-    """Why ``num_samples`` samples at ``rate`` Hz are too short to use, or None: fewer than
-    ``min_samples`` once resampled to ``target_sr`` (a model's ``FeatureConfig.min_samples`` at its
-    sample rate: one frame), or where ``min_samples`` is None, shorter than :data:`MIN_DURATION_S`.
-
-    Example
-    -------
-    >>> short_audio_problem(399, 16000), short_audio_problem(400, 16000)
-    ('too short (399 samples < one 25 ms frame)', None)
-    >>> short_audio_problem(441, 44100, min_samples=480)
-    "too short (10 ms; the model's shortest usable audio is 30 ms, 480 samples at 16000 Hz: one frame)"
-    >>> short_audio_problem(1323, 44100, min_samples=480) is None
-    True
-    """
-    if min_samples is None:
-        if num_samples / rate < MIN_DURATION_S:
-            return f"too short ({num_samples} samples < one {MIN_DURATION_S * 1000:.0f} ms frame)"
-        return None
-    if resampled_length(num_samples, rate, target_sr) < _check_min_samples(min_samples):
-        return (f"too short ({_ms(num_samples, rate)}; the model's shortest usable audio is "
-                f"{_ms(min_samples, target_sr)}, {min_samples} samples at {target_sr} Hz: one frame)")
-    return None
 
 
 def refuse_short_audio(path: PathLike, num_samples: int, rate: int, min_samples: Optional[int] = None,
@@ -178,18 +114,6 @@ def read_audio_span(sound_file: sf.SoundFile, start: int = 0, stop: Optional[int
     sound_file.seek(start)
     data = sound_file.read(-1 if stop is None else max(0, stop - start), dtype="float32", always_2d=True)
     return torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))
-
-
-def resampled_length(num_samples: int, rate: int, target_sr: int) -> int:
-    """Samples that :func:`resample` makes of ``num_samples`` at ``rate`` Hz: ``ceil(num_samples x
-    target_sr / rate)``, computed exactly.
-
-    Example
-    -------
-    >>> resampled_length(44101, 44100, 16000), resampled_length(3, 8000, 16000)
-    (16001, 6)
-    """
-    return -(-int(num_samples) * int(target_sr) // int(rate))
 
 
 def read_resampled_span(sound_file: sf.SoundFile, start: int, stop: int,
@@ -271,25 +195,6 @@ def resample(wav: torch.Tensor, rate: int, target_sr: int) -> torch.Tensor:
     return torch.from_numpy(out.astype(np.float32)).to(wav.device)
 
 
-def inspect_audio(path: PathLike) -> AudioInfo:
-    """Decode the whole file (so truncated/corrupt data is caught) and describe it."""
-    with sf.SoundFile(soundfile_name(path)) as f:
-        sr, channels = f.samplerate, f.channels
-        num_samples, peak, energy, at_full_scale = 0, 0.0, 0.0, 0
-        for block in f.blocks(blocksize=1 << 18, dtype="float32", always_2d=True):
-            num_samples += block.shape[0]
-            if block.size:
-                magnitude = np.abs(block)
-                largest = float(magnitude.max())  # NaN where a sample is NaN
-                peak = max(peak, largest if np.isfinite(largest) else np.inf)
-                energy += float(np.square(block.mean(axis=1), dtype=np.float64).sum())
-                at_full_scale += int(np.count_nonzero(magnitude >= CLIP_LEVEL))
-    rms = math.sqrt(energy / num_samples) if num_samples and math.isfinite(energy) else 0.0
-    level = 20 * math.log10(rms) if rms > 0 else -math.inf
-    clipped = at_full_scale / (num_samples * channels) if num_samples else 0.0
-    return AudioInfo(num_samples / sr if sr else 0.0, sr, channels, num_samples, peak, level, clipped)
-
-
 def level_summary(levels: Sequence[float]) -> Dict[str, Any]:
     """The median and range (dBFS, to 0.1 dB) of files' RMS levels (:attr:`AudioInfo.rms_dbfs`), JSON-ready:
     a silent file (every sample zero: -inf dBFS) is counted in ``silent_files``, not in the median and
@@ -306,40 +211,6 @@ def level_summary(levels: Sequence[float]) -> Dict[str, Any]:
     return {"rms_dbfs_median": round(float(np.median(heard)), 1) if heard else None,
             "rms_dbfs_range": [round(min(heard), 1), round(max(heard), 1)] if heard else None,
             "silent_files": len(levels) - len(heard)}
-
-
-def check_audio_file(path: str, min_samples: Optional[int] = None,
-                     target_sr: int = TARGET_SAMPLE_RATE) -> Tuple[str, Optional[AudioInfo], Optional[str]]:
-    """``(path, its AudioInfo, None)`` for usable audio, ``(path, None, what is wrong)`` otherwise;
-    too short is fewer than ``min_samples`` at ``target_sr`` (a model's ``FeatureConfig.min_samples``
-    at its rate), or where it is None shorter than :data:`MIN_DURATION_S` (:func:`short_audio_problem`).
-
-    Example
-    -------
-    >>> check_audio_file("missing.flac")
-    ('missing.flac', None, 'file does not exist')
-    """
-    if not os.path.isfile(path):
-        return path, None, ("a folder, not an audio file" if os.path.isdir(path) else
-                            "broken link (its target does not exist)" if os.path.islink(path) else
-                            "file does not exist")
-    if os.path.getsize(path) == 0:
-        return path, None, "empty file (0 bytes)"
-    try:
-        info = inspect_audio(path)
-    except Exception as exc:  # soundfile raises several types for corrupt data
-        return path, None, f"cannot be decoded ({type(exc).__name__}: {exc})"
-    if info.num_samples == 0:
-        return path, None, "contains 0 samples"
-    short = short_audio_problem(info.num_samples, info.sample_rate, min_samples, target_sr)
-    if short is not None:
-        return path, None, short
-    if not np.isfinite(info.peak):
-        return path, None, "contains NaN or infinite samples"
-    if info.peak > MAX_PEAK:
-        return path, None, (f"samples reach {info.peak:g}, far outside [-1, 1] (float audio stored int16-scaled?): "
-                            "rescale it to [-1, 1]")
-    return path, info, None
 
 
 def _listing(items: Sequence[str], limit: int = MAX_LISTED) -> str:
@@ -598,7 +469,7 @@ def refuse_short_waveforms(samples: torch.Tensor, target_sr: int, min_samples: i
     -------
     >>> refuse_short_waveforms(torch.tensor([480, 800]), 16000, 480)
     """
-    min_samples = _check_min_samples(min_samples)
+    min_samples = checked_min_samples(min_samples)
     counts = torch.as_tensor(samples).tolist()
     short = [i for i, n in enumerate(counts) if n < min_samples]
     if short:
@@ -606,5 +477,5 @@ def refuse_short_waveforms(samples: torch.Tensor, target_sr: int, min_samples: i
         lengths = ", ".join(str(counts[i]) for i in short[:10]) + (" ..." if len(short) > 10 else "")
         raise DataPreparationError(
             f"waveform(s) {listed} of the batch ({lengths} samples at {target_sr} Hz) are shorter than the model's "
-            f"shortest usable audio, {_ms(min_samples, target_sr)} ({min_samples} samples at {target_sr} Hz: one "
+            f"shortest usable audio, {milliseconds(min_samples, target_sr)} ({min_samples} samples at {target_sr} Hz: one "
             "frame)")

@@ -1,5 +1,6 @@
-"""Audio for the ONNX runtime, in numpy and soundfile (no torch): decoding, the checks and messages of
-:mod:`surprisal_cc.data.audio` (one ``path: problem`` line per unusable file), mono downmix and resampling
+"""Audio for the ONNX runtime, in numpy and soundfile (no torch): decoding (files are checked by
+:func:`surprisal_cc.data.audio_files.check_audio_file`, as for training: one ``path: problem`` line per
+unusable file, with :data:`MAX_RESAMPLE_KERNEL` for this reader's resampler), mono downmix and resampling
 with torchaudio's windowed-sinc kernel (``sinc_interp_hann``, 6 zero crossings, roll-off 0.99), whole files
 or spans of them (long files, part by part).
 
@@ -8,94 +9,21 @@ Example
 >>> import tempfile, soundfile as sf
 >>> with tempfile.TemporaryDirectory() as tmp:
 ...     sf.write(f"{tmp}/a.wav", np.zeros(44100), 44100)
-...     read_audio(f"{tmp}/a.wav", 16000, 400).shape, check_audio_file(f"{tmp}/missing.wav", 16000, 400)[2]
-((16000,), 'file does not exist')
+...     read_audio(f"{tmp}/a.wav", 16000, 400).shape
+(16000,)
 """
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import numpy as np
 import soundfile as sf
 
+from surprisal_cc.data.audio_files import PathLike, resampled_length, short_audio_problem, soundfile_name
 from surprisal_cc.data.errors import BadAudioError
 
-PathLike = Union[str, os.PathLike]
-MAX_PEAK = 2.0  # as surprisal_cc.data.audio: int16-scaled float audio reaches thousands
 MAX_RESAMPLE_KERNEL = 1 << 20  # taps of the resampling kernel (rate / gcd x target / gcd) this reader builds
-
-
-@dataclass(frozen=True)
-class AudioFacts:
-    """What decoding a file told us: its duration, rate, channels and samples."""
-
-    duration: float
-    sample_rate: int
-    channels: int
-    num_samples: int
-
-
-def soundfile_name(path: PathLike):
-    """``path`` as soundfile takes it (the file system's bytes on POSIX)."""
-    return str(path) if os.name == "nt" else os.fsencode(path)
-
-
-def resampled_length(num_samples: int, rate: int, target_sr: int) -> int:
-    """``ceil(num_samples x target_sr / rate)``, exactly."""
-    return -(-int(num_samples) * int(target_sr) // int(rate))
-
-
-def _ms(num_samples: int, rate: int) -> str:
-    return f"{num_samples * 1000 / rate:.4g} ms"
-
-
-def short_problem(num_samples: int, rate: int, min_samples: int, target_sr: int) -> Optional[str]:
-    """Why audio is too short for one frame of the model, in :func:`surprisal_cc.data.audio.short_audio_problem`'s words."""
-    if resampled_length(num_samples, rate, target_sr) < min_samples:
-        return (f"too short ({_ms(num_samples, rate)}; the model's shortest usable audio is "
-                f"{_ms(min_samples, target_sr)}, {min_samples} samples at {target_sr} Hz: one frame)")
-    return None
-
-
-def check_audio_file(path: PathLike, target_sr: int, min_samples: int) -> Tuple[str, Optional[AudioFacts], Optional[str]]:
-    """``(path, AudioFacts, None)`` for usable audio, ``(path, None, what is wrong)`` otherwise: missing, a
-    folder, empty, undecodable, no samples, too short for one frame, NaN or infinite samples, far outside
-    [-1, 1], or a sample rate this reader cannot resample."""
-    path = str(path)
-    if not os.path.isfile(path):
-        return path, None, ("a folder, not an audio file" if os.path.isdir(path) else
-                            "broken link (its target does not exist)" if os.path.islink(path) else
-                            "file does not exist")
-    if os.path.getsize(path) == 0:
-        return path, None, "empty file (0 bytes)"
-    try:
-        with sf.SoundFile(soundfile_name(path)) as f:
-            rate, channels, count, peak = f.samplerate, f.channels, 0, 0.0
-            for block in f.blocks(blocksize=1 << 18, dtype="float32", always_2d=True):
-                count += block.shape[0]
-                if block.size:
-                    largest = float(np.abs(block).max())
-                    peak = max(peak, largest if np.isfinite(largest) else np.inf)
-    except Exception as exc:  # soundfile raises several types for corrupt data
-        return path, None, f"cannot be decoded ({type(exc).__name__}: {exc})"
-    if count == 0:
-        return path, None, "contains 0 samples"
-    short = short_problem(count, rate, min_samples, target_sr)
-    if short is not None:
-        return path, None, short
-    if not np.isfinite(peak):
-        return path, None, "contains NaN or infinite samples"
-    if peak > MAX_PEAK:
-        return path, None, (f"samples reach {peak:g}, far outside [-1, 1] (float audio stored int16-scaled?): "
-                            "rescale it to [-1, 1]")
-    common = math.gcd(rate, target_sr)
-    if rate != target_sr and (rate // common) * (target_sr // common) > MAX_RESAMPLE_KERNEL:
-        return path, None, (f"sample rate {rate} Hz shares too small a factor with {target_sr} Hz to resample here: "
-                            f"convert it to {target_sr} Hz first (e.g. sox in.wav -r {target_sr} out.wav)")
-    return path, AudioFacts(count / rate, rate, channels, count), None
 
 
 def read_span(sound_file: sf.SoundFile, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
@@ -139,7 +67,7 @@ def read_audio(path: PathLike, target_sr: int, min_samples: int) -> np.ndarray:
     :class:`~surprisal_cc.data.errors.BadAudioError` naming the file."""
     with sf.SoundFile(soundfile_name(path)) as sound_file:
         wav, rate = read_span(sound_file), sound_file.samplerate
-    problem = short_problem(wav.size, rate, min_samples, target_sr)
+    problem = short_audio_problem(wav.size, rate, min_samples, target_sr)
     if problem is not None:
         raise BadAudioError([f"{path}: {problem}"], 1)
     return resample(wav, rate, target_sr)

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from surprisal_cc.data.errors import BadAudioError
-from surprisal_cc.deploy.audio import AudioFacts
+from surprisal_cc.data.audio_files import AudioInfo
 from surprisal_cc.deploy.parts import PROGRESS_AFTER_S
 from surprisal_cc.decoding.transcription import format_text
 from surprisal_cc.deploy.runtime import DECODERS, OnnxASR
@@ -84,7 +83,7 @@ def load(args: argparse.Namespace) -> OnnxASR:
     return asr
 
 
-def gather(asr: OnnxASR, given: Sequence[str], skip_bad: bool) -> List[Tuple[Path, AudioFacts]]:
+def gather(asr: OnnxASR, given: Sequence[str], skip_bad: bool) -> List[Tuple[Path, AudioInfo]]:
     """The usable audio files of the inputs, checked before any is decoded (a :class:`BadAudioError` listing
     the unusable ones, unless ``skip_bad``, which warns about each)."""
     paths = [path for name in given for path in audio_files(name)]

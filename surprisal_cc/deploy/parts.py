@@ -21,7 +21,8 @@ import soundfile as sf
 from surprisal_cc.checks import check_chunk_seconds
 from surprisal_cc.data.errors import BadAudioError
 from surprisal_cc.decoding.timestamps import extend_segment
-from surprisal_cc.deploy.audio import SpanReader, short_problem, soundfile_name
+from surprisal_cc.data.audio_files import short_audio_problem, soundfile_name
+from surprisal_cc.deploy.audio import SpanReader
 
 PathLike = Union[str, os.PathLike]
 
@@ -53,7 +54,7 @@ def decode_long(asr: Any, path: PathLike, chunk_s: float = CHUNK_S, context_s: f
     rate = cfg.sample_rate
     reader = SpanReader(path, rate)
     try:
-        problem = short_problem(reader.file.frames, reader.file.samplerate, cfg.min_samples, rate)
+        problem = short_audio_problem(reader.file.frames, reader.file.samplerate, cfg.min_samples, rate)
         if problem is not None:
             raise BadAudioError([f"{path}: {problem}"], 1)
         total_frames = cfg.num_frames(reader.total)

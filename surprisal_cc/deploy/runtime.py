@@ -39,7 +39,8 @@ from surprisal_cc.data.errors import BadAudioError
 from surprisal_cc.decoding.search import CTCBeamSearch, ctc_greedy_decode
 from surprisal_cc.decoding.timestamps import phone_segments
 from surprisal_cc.decoding.transcription import Transcription
-from surprisal_cc.deploy.audio import check_audio_file, read_audio
+from surprisal_cc.data.audio_files import check_audio_file
+from surprisal_cc.deploy.audio import MAX_RESAMPLE_KERNEL, read_audio
 from surprisal_cc.deploy.bundle import BundleError, read_bundle
 from surprisal_cc.deploy.frontend import fbank_numpy, numpy_feature_config
 from surprisal_cc.errors import ConfigurationError
@@ -374,7 +375,8 @@ class OnnxASR:
     # ------------------------------------------------------------------ files
     def check_files(self, paths: Sequence[PathLike]) -> List[Tuple[str, Any, Optional[str]]]:
         """``(path, facts, None)`` for usable audio, ``(path, None, problem)`` for the others."""
-        return [check_audio_file(p, self.features.sample_rate, self.features.min_samples) for p in paths]
+        return [check_audio_file(p, self.features.min_samples, self.features.sample_rate,
+                                 max_resample_kernel=MAX_RESAMPLE_KERNEL) for p in paths]
 
     def transcribe_waveform(self, wav: np.ndarray, path: Optional[str] = None, timestamps: bool = True,
                             keep_log_probs: bool = False) -> Transcription:

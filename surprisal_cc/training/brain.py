@@ -34,6 +34,7 @@ from surprisal_cc.model.forward import CachedInputs, ForwardStep, run_model
 from surprisal_cc.decoding.metrics import closest_path
 from surprisal_cc.model.nnet import absolute_lengths, lengths_to_mask, unwrap, weights_fingerprint
 from surprisal_cc.training.label_record import check_training_labels
+from surprisal_cc.training.run_checks import check_test_controller
 from surprisal_cc.training.run_folder import evaluation_tag, results_file_name, train_labels_name, train_targets_name
 from surprisal_cc.training.schedulers import anneal
 from surprisal_cc.runtime import DEFAULT_DECODING_THREADS, decoding_threads
@@ -363,18 +364,24 @@ class ConditionalCTCBrain(FiniteLossBrain):
         if self.checkpointer is not None and self.checkpointer.find_checkpoint() is not None:
             logger.info("a checkpoint exists: the controller's calibration is restored from it")
             return None
+        self.calibration = self.fit_surprisal_controller(controller, train_set)
+        if if_main_process():
+            atomic_write_text(Path(self.hparams.output_folder, "calibration.json"),
+                              json.dumps(self.calibration, indent=2))
+        return self.calibration
+
+    def fit_surprisal_controller(self, controller, train_set) -> Dict[str, float]:
+        """Calibrate ``controller`` (one that ``calibrates_on_surprisal``) on the surprisal of ``train_set``'s
+        frames to the hparams' target mean (or the mean that meets ``flops_budget``) and variance of p_big,
+        with the run's calibration method and seed; returns the calibration record."""
         target_mean = self.hparams.controller_target_mean
         budget = getattr(self.hparams, "flops_budget", None)
         if budget:
             table = self.encoder_flop_rows()
             target_mean = target_mean_for_budget(budget, table["small-only"], table["big-only"])
-        self.calibration = calibrate_surprisal_controller(
+        return calibrate_surprisal_controller(
             controller, self.frame_surprisal(train_set), target_mean, self.hparams.controller_target_var,
             method=self.hparams.calibration_method, seed=self.hparams.seed)
-        if if_main_process():
-            atomic_write_text(Path(self.hparams.output_folder, "calibration.json"),
-                              json.dumps(self.calibration, indent=2))
-        return self.calibration
 
     def install_test_controller(self, train_set) -> Optional[Dict[str, float]]:
         """``--test_only`` with ``test_controller``: decode a model trained with random routing
@@ -384,21 +391,16 @@ class ConditionalCTCBrain(FiniteLossBrain):
         p_big, or ``flops_budget``; the seed), before any test budget is solved with it. Its results
         record ``controller`` = the new one and ``controller_at_train`` False, like a model trained
         with ``controller_at_train: False``; ``trained_controller`` names the checkpoint's.
-        A ConfigurationError line names what does not fit."""
+        A ConfigurationError line names what does not fit (the settings: :func:`check_test_controller`,
+        which the recipes also run before any feature is computed)."""
         name = self.hparams.test_controller
+        check_test_controller(vars(self.hparams), self.test_only)
         encoder = unwrap(self.modules.encoder)
         trained = getattr(encoder, "controller", None)
         problem = None
-        if not self.test_only:
-            problem = "it decodes a trained run: give --test_only (a training run trains its own controller)"
-        elif trained is None:
+        if trained is None:
             problem = f"this encoder ({type(encoder).__name__}) routes with no controller"
-        elif not (trained.routes_by_chance and float(trained.p_big) == 0.5):
-            problem = (f"the checkpoint's controller is {trained.name!r}; only a model trained with random routing "
-                       "(controller random, random_p_big 0.5) can be decoded with another controller")
-        elif not (self.hparams.controller_at_train and self.hparams.controller_at_test):
-            problem = "leave controller_at_train and controller_at_test True (test_controller replaces the controller)"
-        if problem is None:
+        else:
             try:
                 test = build_controller(name)
             except ValueError as err:
@@ -407,16 +409,7 @@ class ConditionalCTCBrain(FiniteLossBrain):
             problem = f"the {name!r} controller has trained parameters, which a random-routing run never trained"
         if problem is not None:
             raise ConfigurationError(f"test_controller {name}: {problem}")
-        calibration = None
-        if test.calibrates_on_surprisal:
-            target_mean = self.hparams.controller_target_mean
-            budget = getattr(self.hparams, "flops_budget", None)
-            if budget:
-                table = self.encoder_flop_rows()
-                target_mean = target_mean_for_budget(budget, table["small-only"], table["big-only"])
-            calibration = calibrate_surprisal_controller(
-                test, self.frame_surprisal(train_set), target_mean, self.hparams.controller_target_var,
-                method=self.hparams.calibration_method, seed=self.hparams.seed)
+        calibration = self.fit_surprisal_controller(test, train_set) if test.calibrates_on_surprisal else None
         test.to(self.device)
         self.controller_swap = (trained, test)
         encoder.controller = test  # also while a test budget is checked; the checkpoint loads with `trained`

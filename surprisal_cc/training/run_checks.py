@@ -151,18 +151,42 @@ def check_flops_budget(hparams: Mapping, apc: Optional[nn.Module]) -> None:
                                  "lists them): choose a budget strictly between the two")
 
 
+def check_test_controller(hparams: Mapping, test_only: bool) -> None:
+    """``test_controller`` decodes a trained run with another controller: it needs ``--test_only``
+    (``test_only``), a run trained with random routing (``controller`` random, ``random_p_big`` 0.5), and
+    ``controller_at_train`` and ``controller_at_test`` left True; else a ConfigurationError line.
+
+    Example
+    -------
+    >>> check_test_controller({"test_controller": "surprisal", "controller": "random"}, test_only=True)
+    >>> check_test_controller({"test_controller": "surprisal", "controller": "learned"}, test_only=True)
+    Traceback (most recent call last):
+    ...
+    surprisal_cc.errors.ConfigurationError: test_controller surprisal: only a run trained with random routing (controller random, random_p_big 0.5) can be decoded with another controller; this one is 'learned'
+    """
+    swapped = hparams.get("test_controller")
+    if not swapped:
+        return
+    controller = hparams.get("controller")
+    if not test_only:
+        problem = ("it decodes a trained run with another controller; give --test_only (a training run trains its own "
+                   "controller), or set test_controller null")
+    elif controller != "random" or float(hparams.get("random_p_big", 0.5)) != 0.5:
+        problem = ("only a run trained with random routing (controller random, random_p_big 0.5) can be decoded with "
+                   f"another controller; this one is {controller!r}"
+                   + (f" with random_p_big {hparams.get('random_p_big')}" if controller == "random" else ""))
+    elif not (hparams.get("controller_at_train", True) and hparams.get("controller_at_test", True)):
+        problem = "leave controller_at_train and controller_at_test True (test_controller replaces the controller)"
+    else:
+        return
+    raise ConfigurationError(f"test_controller {swapped}: {problem}")
+
+
 def check_test_only(hparams: Mapping, run_opts: Mapping) -> None:
     """``--test_only`` needs a trained run: its ``checkpointer`` must find a checkpoint of a validated
-    epoch (one that records ``selection_metric``), not only a checkpoint taken within an epoch.
-    ``test_controller`` decodes a trained run, so it needs ``--test_only`` and a run trained with
-    random routing."""
-    swapped = hparams.get("test_controller")
-    if swapped and not run_opts.get("test_only"):
-        raise ConfigurationError(f"test_controller {swapped}: it decodes a trained run with another controller; give "
-                                 "--test_only (a training run trains its own controller), or set test_controller null")
-    if swapped and hparams.get("controller") != "random":
-        raise ConfigurationError(f"test_controller {swapped}: only a run trained with random routing (controller "
-                                 f"random) can be decoded with another controller; this one is {hparams.get('controller')!r}")
+    epoch (one that records ``selection_metric``), not only a checkpoint taken within an epoch; and
+    ``test_controller`` must fit (:func:`check_test_controller`)."""
+    check_test_controller(hparams, bool(run_opts.get("test_only")))
     if not run_opts.get("test_only"):
         return
     metric = hparams.get("selection_metric", "PER")

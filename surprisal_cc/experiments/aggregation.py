@@ -22,8 +22,8 @@ from surprisal_cc.training.run_folder import BUILT_IN_CONTROLLERS, BUILT_IN_ENCO
 from surprisal_cc.experiments.run_labels import CONFIG_KEYS, POOLABLE_KEYS, config_of, model_name, setup_notes
 
 __all__ = ["CONTROLLER_ORDER", "SORT_ORDER", "BASE_SELECTION", "mean_std", "aggregate", "ensure_aggregated",
-           "pool_configurations", "pareto_front", "paired_difference", "interpolate_per", "matched_flops_difference", "select_rows", "sort_rows", "setup_of",
-           "setup_groups", "common_notes", "without_notes"]
+           "pool_configurations", "pareto_front", "paired_difference", "interpolate_per", "matched_flops_difference",
+           "select_rows", "sort_rows", "setup_of", "setup_groups", "common_notes", "without_notes"]
 
 
 # tables list the built-in controllers and encoders in this order (the paper's Table 2's), new ones after them

@@ -355,9 +355,10 @@ def reference_profile_rows(rows: Sequence[Row], dataset: Optional[str] = None) -
 
 
 def _profile_epochs(profile_rows: Sequence[Row]) -> Optional[int]:
-    """The epochs of a profile's rows (``number_of_epochs``, else the most ``epochs`` a row reached)."""
-    first = profile_rows[0]
-    return first.get("number_of_epochs") or max((r.get("epochs") or 0 for r in profile_rows), default=None) or None
+    """The epochs of a profile (:func:`reference_profile_rows`): its ``number_of_epochs``, else the most
+    ``epochs`` its big-only row reached (the row that chose the profile)."""
+    big_only = [r.get("epochs") or 0 for r in select_rows(profile_rows, None, controller="big_only")]
+    return profile_rows[0].get("number_of_epochs") or max(big_only, default=0) or None
 
 
 # the test-time settings that move one trained model along its FLOPs axis

@@ -30,7 +30,8 @@ import torchaudio
 from surprisal_cc.data.errors import MAX_LISTED, BadAudioError, DataPreparationError, DataPreparationWarning, first_listed
 from surprisal_cc.data.audio_files import (CLIP_LEVEL, MAX_PEAK, MIN_DURATION_S, TARGET_SAMPLE_RATE, AudioInfo,  # noqa: F401
                                            PathLike, check_audio_file, checked_min_samples, inspect_audio,
-                                           milliseconds, resampled_length, short_audio_problem, soundfile_name)
+                                           milliseconds, refuse_short_audio, resampled_length, short_audio_problem,
+                                           soundfile_name)
 from surprisal_cc.data.manifest import list_files
 
 POOL_THRESHOLD = 64  # use a worker pool from this many files on
@@ -75,27 +76,6 @@ def read_audio(path: PathLike, target_sr: int = TARGET_SAMPLE_RATE, min_samples:
     if sr != target_sr:
         wav = resample(wav, sr, target_sr)
     return wav
-
-
-def refuse_short_audio(path: PathLike, num_samples: int, rate: int, min_samples: Optional[int] = None,
-                       target_sr: int = TARGET_SAMPLE_RATE) -> None:
-    """A :class:`BadAudioError` of one line naming ``path``, its duration and the model's shortest usable
-    audio where the file's own ``num_samples`` samples at its ``rate`` Hz are too short
-    (:func:`short_audio_problem`: fewer than ``min_samples`` once resampled to ``target_sr``): the check of
-    :func:`read_audio` and of readers that read a file in parts. The duration is the file's own, as
-    :func:`check_audio_file` reports it.
-
-    Example
-    -------
-    >>> refuse_short_audio("a.flac", 2205, 44100, 800)
-    >>> refuse_short_audio("a.flac", 2200, 44100, 800)
-    Traceback (most recent call last):
-        ...
-    surprisal_cc.data.errors.BadAudioError: a.flac: too short (49.89 ms; the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: one frame)
-    """
-    problem = short_audio_problem(num_samples, rate, min_samples, target_sr)
-    if problem is not None:
-        raise BadAudioError([f"{path}: {problem}"], 1)
 
 
 def read_audio_span(sound_file: sf.SoundFile, start: int = 0, stop: Optional[int] = None) -> torch.Tensor:

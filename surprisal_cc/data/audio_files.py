@@ -1,7 +1,8 @@
 """Audio files without torch: what decoding a file tells (:class:`AudioInfo`, :func:`inspect_audio`) and
-whether it is usable (:func:`check_audio_file`: one line saying what is wrong). The training side's reader
-(:mod:`surprisal_cc.data.audio`, torch and torchaudio) and the ONNX runtime (:mod:`surprisal_cc.deploy.audio`,
-numpy only) both check files with these, so a file is refused with the same words by both.
+whether it is usable (:func:`check_audio_file`, :func:`refuse_short_audio`: one line saying what is
+wrong). The training side's reader (:mod:`surprisal_cc.data.audio`, torch and torchaudio) and the ONNX
+runtime (:mod:`surprisal_cc.deploy.audio`, numpy only) both check files with these, so a file is refused
+with the same words by both.
 
 Example
 -------
@@ -23,6 +24,7 @@ import numpy as np
 import soundfile as sf
 
 from surprisal_cc.checks import is_number
+from surprisal_cc.data.errors import BadAudioError
 
 PathLike = Union[str, os.PathLike]
 TARGET_SAMPLE_RATE = 16000
@@ -103,6 +105,27 @@ def short_audio_problem(num_samples: int, rate: int, min_samples: Optional[int] 
         return (f"too short ({milliseconds(num_samples, rate)}; the model's shortest usable audio is "
                 f"{milliseconds(min_samples, target_sr)}, {min_samples} samples at {target_sr} Hz: one frame)")
     return None
+
+
+def refuse_short_audio(path: PathLike, num_samples: int, rate: int, min_samples: Optional[int] = None,
+                       target_sr: int = TARGET_SAMPLE_RATE) -> None:
+    """A :class:`BadAudioError` of one line naming ``path``, its duration and the model's shortest usable
+    audio where the file's own ``num_samples`` samples at its ``rate`` Hz are too short
+    (:func:`short_audio_problem`: fewer than ``min_samples`` once resampled to ``target_sr``): the check of
+    both runtimes' ``read_audio`` and of their readers that read a file in parts. The duration is the file's own, as
+    :func:`check_audio_file` reports it.
+
+    Example
+    -------
+    >>> refuse_short_audio("a.flac", 2205, 44100, 800)
+    >>> refuse_short_audio("a.flac", 2200, 44100, 800)
+    Traceback (most recent call last):
+        ...
+    surprisal_cc.data.errors.BadAudioError: a.flac: too short (49.89 ms; the model's shortest usable audio is 50 ms, 800 samples at 16000 Hz: one frame)
+    """
+    problem = short_audio_problem(num_samples, rate, min_samples, target_sr)
+    if problem is not None:
+        raise BadAudioError([f"{path}: {problem}"], 1)
 
 
 def inspect_audio(path: PathLike) -> AudioInfo:

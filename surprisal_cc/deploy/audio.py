@@ -20,8 +20,7 @@ from typing import Optional, Tuple
 import numpy as np
 import soundfile as sf
 
-from surprisal_cc.data.audio_files import PathLike, resampled_length, short_audio_problem, soundfile_name
-from surprisal_cc.data.errors import BadAudioError
+from surprisal_cc.data.audio_files import PathLike, refuse_short_audio, resampled_length, soundfile_name
 
 MAX_RESAMPLE_KERNEL = 1 << 20  # taps of the resampling kernel (rate / gcd x target / gcd) this reader builds
 
@@ -67,9 +66,7 @@ def read_audio(path: PathLike, target_sr: int, min_samples: int) -> np.ndarray:
     :class:`~surprisal_cc.data.errors.BadAudioError` naming the file."""
     with sf.SoundFile(soundfile_name(path)) as sound_file:
         wav, rate = read_span(sound_file), sound_file.samplerate
-    problem = short_audio_problem(wav.size, rate, min_samples, target_sr)
-    if problem is not None:
-        raise BadAudioError([f"{path}: {problem}"], 1)
+    refuse_short_audio(path, wav.size, rate, min_samples, target_sr)
     return resample(wav, rate, target_sr)
 
 

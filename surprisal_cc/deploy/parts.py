@@ -19,9 +19,8 @@ import numpy as np
 import soundfile as sf
 
 from surprisal_cc.checks import check_chunk_seconds
-from surprisal_cc.data.errors import BadAudioError
 from surprisal_cc.decoding.timestamps import extend_segment
-from surprisal_cc.data.audio_files import short_audio_problem, soundfile_name
+from surprisal_cc.data.audio_files import refuse_short_audio, soundfile_name
 from surprisal_cc.deploy.audio import SpanReader
 
 PathLike = Union[str, os.PathLike]
@@ -54,9 +53,7 @@ def decode_long(asr: Any, path: PathLike, chunk_s: float = CHUNK_S, context_s: f
     rate = cfg.sample_rate
     reader = SpanReader(path, rate)
     try:
-        problem = short_audio_problem(reader.file.frames, reader.file.samplerate, cfg.min_samples, rate)
-        if problem is not None:
-            raise BadAudioError([f"{path}: {problem}"], 1)
+        refuse_short_audio(path, reader.file.frames, reader.file.samplerate, cfg.min_samples, rate)
         total_frames = cfg.num_frames(reader.total)
         per_s = 1.0 / asr.frame_shift_s
         chunk, context = max(1, int(round(chunk_s * per_s))), max(0, int(round(context_s * per_s)))

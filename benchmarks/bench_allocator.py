@@ -19,7 +19,8 @@ import sys
 from typing import Dict, List, Optional
 
 from benchmarks.common import (BenchResult, SummaryRow, check_size, finish_worker, median, print_result, set_threads,
-                               size_of, spread, start_worker, timed_training_steps, worker_parser)
+                               size_of, spread, start_worker, worker_parser)
+from benchmarks.bench_training import timed_training_steps
 
 SIZES = {  # batch, min frames, max frames, timed steps per process, processes per configuration
     "full": dict(batch=32, t_min=300, t_max=800, steps=5, rounds=2),

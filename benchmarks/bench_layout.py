@@ -23,7 +23,8 @@ import sys
 from typing import Dict, List, Optional
 
 from benchmarks.common import (BenchResult, SummaryRow, check_size, finish_worker, median, positive_int, print_result,
-                               size_of, start_worker, timed_training_steps, worker_parser)
+                               size_of, start_worker, worker_parser)
+from benchmarks.bench_training import timed_training_steps
 
 SIZES = {  # batch, min frames, max frames, timed steps per process, rounds of both layouts
     "full": dict(batch=32, t_min=300, t_max=800, steps=3, rounds=2),

@@ -56,7 +56,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -254,6 +254,34 @@ def training_step(model: StepModel, batch: Batch) -> float:
     torch.nn.utils.clip_grad_norm_(encoder.parameters(), 5.0)
     optimizer.step()
     return float(loss.detach())
+
+
+def timed_training_steps(reuse_memory: bool, batch: int, t_min: int, t_max: int, steps: int, seed: int,
+                         threads: int) -> Dict[str, Any]:
+    """Runs inside a worker subprocess: our training step (fp32, length-bucketed, as the recipes
+    train) for one warm-up step and then ``steps`` timed ones, with freed memory kept for reuse or
+    glibc's ``malloc`` as it comes. Returns step times, real frames per timed step, CPU time, minor
+    page faults per step, peak RSS and the wall-clock window (``time.time()``) of the timed steps."""
+    import resource
+
+    from surprisal_cc.training.allocator import reuse_freed_memory
+
+    applied = reuse_freed_memory() if reuse_memory else False
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    model = build_model(StepConfig(batching="bucketed"), seed=seed)
+    data = make_batches(steps + 1, batch, t_min, t_max, seed, bucketed=True)
+    training_step(model, data[0])
+    before, times, start_wall = resource.getrusage(resource.RUSAGE_SELF), [], time.time()
+    for b in data[1:]:
+        start = time.perf_counter()
+        training_step(model, b)
+        times.append(time.perf_counter() - start)
+    after, end_wall = resource.getrusage(resource.RUSAGE_SELF), time.time()
+    return {"times": times, "real_frames": [b.real_frames for b in data[1:]], "applied": applied,
+            "sys_s": (after.ru_stime - before.ru_stime) / steps, "user_s": (after.ru_utime - before.ru_utime) / steps,
+            "minflt": (after.ru_minflt - before.ru_minflt) / steps, "maxrss_mib": after.ru_maxrss / 1024,
+            "window": [start_wall, end_wall]}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -538,6 +538,27 @@ def test_published_runs_are_not_run_again_on_a_fresh_machine(grid_file: Path, tm
     assert not (tmp_path / "exp/grid/controllers/controller-surprisal/seed1").exists()
 
 
+def test_a_test_only_run_waits_for_an_unfinished_training_it_was_not_selected_with(
+        grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Selected alone, a test-only run whose folder's training is under way (or was cut off) is blocked:
+    the checkpoints there are not yet the one its training will choose. It runs once the training has
+    written its results."""
+    folder = tmp_path / "exp/grid/controllers/controller-surprisal/seed1"
+    (folder / "save/CKPT+2026-12-07+20-20-14+00").mkdir(parents=True)
+    (folder / "history.jsonl").write_text(json.dumps({"epoch": 1, "valid_PER": 30.0}) + "\n")
+    only = ["--only", "bias/controller-surprisal/seed1"]
+    for dry_run in (["--dry-run"], []):
+        assert main(["grid", str(grid_file), "--no-report", *only, *dry_run]) == 3
+        out = capsys.readouterr().out
+        assert (f"[blocked] bias/controller-surprisal/seed1: the training in {folder} has not finished "
+                "(1/2 epochs validated, no results file): finish it first, or select it too") in out
+        assert "| bias/controller-surprisal/seed1 | blocked |" in out
+    assert not (folder / "calls.txt").exists()  # nothing evaluated
+    assert main(["grid", str(grid_file), "--no-report", "--only", "controllers/controller-surprisal/seed1"]) == 0
+    assert main(["grid", str(grid_file), "--no-report", *only]) == 0  # trained and tested: evaluated now
+    assert (folder / "results_test_only_bias+1.json").exists()
+
+
 def test_test_only_runs_publish_only_their_own_files(grid_file: Path, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture) -> None:
     spec = yaml.safe_load(grid_file.read_text())

@@ -115,8 +115,12 @@ def blocked_reason(run: Run, deps: Sequence[Tuple[str, str]]) -> Optional[str]:
     """Why a pending test-only run cannot be evaluated given its training runs' ``(name, status)``, or None."""
     if not run.test_only:
         return None
-    if not deps and not run.started():  # its training run is not in this selection
-        return f"no checkpoint in {run.output_folder / 'save'} to evaluate (train its run first, or select it too)"
+    if not deps:  # its training run is not in this selection: its folder must hold the finished training
+        if not run.started():
+            return f"no checkpoint in {run.output_folder / 'save'} to evaluate (train its run first, or select it too)"
+        if not run.training_results():  # training, or cut off: its checkpoints are not the chosen one yet
+            return (f"the training in {run.output_folder} has not finished ({run.training_progress()} epochs "
+                    "validated, no results file): finish it first, or select it too")
     for name, state in deps:
         if state == "published":
             return (f"its training {name} is published, and its checkpoint is not in "

@@ -219,11 +219,17 @@ class Run:
             return {}
         return data if isinstance(data, dict) else {}
 
+    def training_results(self) -> List[Path]:
+        """The results files of the training run of this run's folder (``results.json`` first, then those of
+        a bias sweep without 0), which it writes once it has trained and tested: none while it trains, or
+        where it was cut off."""
+        files = sorted(self.output_folder.glob("results*.json"), key=lambda p: (p.name != "results.json", p.name))
+        return [p for p in files if not p.name.startswith("results_test_only")]
+
     def _recorded(self, key: str) -> Any:
-        """``key`` of the training run's results in this run's folder: its ``results.json``, or another of
-        its results files (a bias sweep without 0); None where it has none."""
-        files = sorted(self.output_folder.glob("results*.json"), key=lambda p: p.name != "results.json")
-        for path in (p for p in files if not p.name.startswith("results_test_only")):
+        """``key`` of the training run's results in this run's folder (:meth:`training_results`); None where
+        it has none."""
+        for path in self.training_results():
             return self._read(path).get(key)
         return None
 
@@ -247,6 +253,10 @@ class Run:
         """Whether an earlier launch left a checkpoint to resume from."""
         return any((self.output_folder / "save").glob("CKPT+*"))
 
+    def training_progress(self) -> str:
+        """Validated epochs of the training in this run's folder out of those this run asks for, e.g. ``17/30``."""
+        return f"{len(read_history(self.output_folder))}/{self.epochs if self.epochs is not None else '?'}"
+
     def progress(self) -> str:
         """Validated epochs of a training run so far, e.g. ``5/14``, and while it is unfinished the
         hours its remaining epochs take at its median epoch so far (``5/14, ~1.2 h left``; ``–`` for a
@@ -254,7 +264,7 @@ class Run:
         if self.test_only:
             return "–"
         history = read_history(self.output_folder)
-        done = f"{len(history)}/{self.epochs if self.epochs is not None else '?'}"
+        done = self.training_progress()
         seconds = [row["epoch_s"] for row in history if isinstance(row.get("epoch_s"), (int, float))]
         if not seconds or self.epochs is None or len(history) >= self.epochs or self.complete():
             return done

@@ -156,9 +156,12 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
     that agree on every other key become one configuration, whose value of each pooled key joins the
     values of its runs with ``+`` (so a table still shows what was pooled).
 
-    For example, ``keys=["apc"]`` pools seeds trained with an APC file and with its fp16 copy. Runs
-    that do not record a pooled key (older results files) stay apart, and two runs of one seed with
-    different values are a :class:`ValueError` (one would replace the other in the mean).
+    For example, ``keys=["apc"]`` pools seeds trained with an APC file and with its fp16 copy. Values
+    that one configuration's runs mix are one value from then on, in every configuration: a model
+    trained only with the fp16 copy reads the same joined value as a reference pooled over both, so the
+    two still share a training profile and pair by seed (values that no configuration mixes stay
+    apart). Runs that do not record a pooled key (older results files) stay apart, and two runs of one
+    seed with different values are a :class:`ValueError` (one would replace the other in the mean).
 
     Arguments
     ---------
@@ -178,8 +181,9 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
     -------
     >>> rows = [{"controller": "surprisal", "seed": 1, "PER": 20.0, "apc": "27d287a179a6"},
     ...         {"controller": "surprisal", "seed": 2, "PER": 22.0, "apc": "75da3c37ee63"}]
+    >>> rows.append({"controller": "random", "seed": 1, "PER": 23.0, "apc": "75da3c37ee63"})
     >>> [(r["model"], r["n_seeds"]) for r in aggregate(pool_configurations(rows, ["apc"]))]
-    [('Surprisal-based controller [APC 27d287a1+75da3c37]', 2)]
+    [('Random controller [APC 27d287a1+75da3c37]', 1), ('Surprisal-based controller [APC 27d287a1+75da3c37]', 2)]
     """
     unknown = [k for k in keys if k not in POOLABLE_KEYS]
     if unknown:
@@ -192,14 +196,35 @@ def pool_configurations(rows: Sequence[Row], keys: Sequence[str]) -> List[Row]:
         config = config_of(row)  # a run without a value of a pooled key stays apart from those with one
         key = tuple(str(config[k]) for k in kept) + tuple(config[k] is None for k in keys)
         groups.setdefault(key, []).append((row, config))
+    names = {k: _joined_names([{str(config[k]) for _, config in group if config[k] is not None}
+                               for group in groups.values()]) for k in keys}
     pooled = []
     for group in groups.values():
-        values = {k: sorted({str(config[k]) for _, config in group}) for k in keys if group[0][1][k] is not None}
-        joined = {k: "+".join(v) for k, v in values.items() if len(v) > 1}  # one value: kept as it is
+        config = group[0][1]  # the values of a group are one component: its first run's names them all
+        joined = {k: names[k][str(config[k])] for k in keys
+                  if config[k] is not None and str(config[k]) in names[k]}  # a value no one mixed: kept
         if joined:
             _check_seeds_apart(group, joined)
         pooled += [{**row, **joined, "unpooled": {k: row.get(k) for k in joined}} for row, _ in group]
     return pooled
+
+
+def _joined_names(value_sets: Sequence[Set[str]]) -> Dict[str, str]:
+    """value -> the ``+``-joined name of every value it is mixed with, directly or through other values, in
+    one of ``value_sets`` (the values of one pooled key that each configuration's runs hold); values mixed
+    with none are left out.
+
+    Example
+    -------
+    >>> _joined_names([{"a", "b"}, {"b"}, {"c"}, {"b", "d"}])
+    {'a': 'a+b+d', 'b': 'a+b+d', 'd': 'a+b+d'}
+    """
+    component: Dict[str, Set[str]] = {}
+    for values in value_sets:
+        merged = set(values).union(*(component.get(v, set()) for v in values))
+        for value in merged:
+            component[value] = merged
+    return {value: "+".join(sorted(members)) for value, members in sorted(component.items()) if len(members) > 1}
 
 
 def _check_seeds_apart(group: Sequence[Tuple[Row, Row]], joined: Dict[str, str]) -> None:

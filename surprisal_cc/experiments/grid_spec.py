@@ -255,7 +255,11 @@ class Run:
 
     def training_progress(self) -> str:
         """Validated epochs of the training in this run's folder out of those this run asks for, e.g. ``17/30``."""
-        return f"{len(read_history(self.output_folder))}/{self.epochs if self.epochs is not None else '?'}"
+        return self._epochs_of(len(read_history(self.output_folder)))
+
+    def _epochs_of(self, validated: int) -> str:
+        """``validated`` epochs out of those this run asks for, e.g. ``17/30``."""
+        return f"{validated}/{self.epochs if self.epochs is not None else '?'}"
 
     def progress(self) -> str:
         """Validated epochs of a training run so far, e.g. ``5/14``, and while it is unfinished the
@@ -264,7 +268,7 @@ class Run:
         if self.test_only:
             return "–"
         history = read_history(self.output_folder)
-        done = self.training_progress()
+        done = self._epochs_of(len(history))
         seconds = [row["epoch_s"] for row in history if isinstance(row.get("epoch_s"), (int, float))]
         if not seconds or self.epochs is None or len(history) >= self.epochs or self.complete():
             return done
